@@ -1,0 +1,374 @@
+//! The audit chain: proof that the log has not been altered.
+//!
+//! A sealer reads the log behind the horizon, in global order, and gives each event a dense
+//! `audit_seq` and a hash that covers the event's stored bytes and the hash before it
+//! (`event_seals`), then moves the chain head (`audit_head`). Appenders never touch the
+//! chain, so they never wait for each other on it; one sealer runs at a time under a
+//! transaction-scoped advisory lock. `verify` recomputes the chain and names the first event
+//! where it breaks: altered, deleted (one event or a whole stream), inserted behind the
+//! head, or a truncated tail.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::pg::{RawJson, Xid8};
+use crate::store::{LogPosition, StoreError};
+
+const SEAL_LOCK: i64 = 0x6265_7274_685f_7331;
+const GENESIS: [u8; 32] = [0; 32];
+
+/// The stored bytes of one event that the chain covers.
+struct Link<'a> {
+    position: LogPosition,
+    event_id: Uuid,
+    stream_id: &'a str,
+    stream_version: i64,
+    event_type: &'a str,
+    schema_version: i32,
+    payload: &'a str,
+    metadata: &'a str,
+    recorded_at: DateTime<Utc>,
+}
+
+impl Link<'_> {
+    /// hash = SHA-256(previous hash ‖ every stored field, length-prefixed where variable).
+    fn hash(&self, previous: &[u8; 32]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(previous);
+        h.update(self.position.tx.to_be_bytes());
+        h.update(self.position.seq.to_be_bytes());
+        h.update(self.event_id.as_bytes());
+        for text in [self.stream_id, self.event_type] {
+            h.update((text.len() as u64).to_be_bytes());
+            h.update(text.as_bytes());
+        }
+        h.update(self.stream_version.to_be_bytes());
+        h.update(self.schema_version.to_be_bytes());
+        for text in [self.payload, self.metadata] {
+            h.update((text.len() as u64).to_be_bytes());
+            h.update(text.as_bytes());
+        }
+        h.update(self.recorded_at.timestamp_micros().to_be_bytes());
+        h.finalize().into()
+    }
+}
+
+const LINK_COLUMNS: &str = "e.tx_id, e.seq, e.event_id, e.stream_id, e.stream_version, \
+     e.event_type, e.schema_version, e.payload, e.metadata, e.recorded_at";
+
+fn link_from_row(row: &tokio_postgres::Row, offset: usize) -> Link<'_> {
+    let Xid8(tx) = row.get(offset);
+    Link {
+        position: LogPosition {
+            tx,
+            seq: row.get(offset + 1),
+        },
+        event_id: row.get(offset + 2),
+        stream_id: row.get(offset + 3),
+        stream_version: row.get(offset + 4),
+        event_type: row.get(offset + 5),
+        schema_version: row.get(offset + 6),
+        payload: row.get::<_, RawJson>(offset + 7).0,
+        metadata: row.get::<_, RawJson>(offset + 8).0,
+        recorded_at: row.get(offset + 9),
+    }
+}
+
+/// The chain's head: how far sealing has gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub audit_seq: i64,
+    pub position: LogPosition,
+    pub hash: [u8; 32],
+}
+
+async fn read_head<C: deadpool_postgres::GenericClient>(
+    client: &C,
+) -> Result<Option<Head>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT audit_seq, tx_id, seq, hash FROM audit_head WHERE id = 1",
+            &[],
+        )
+        .await?;
+    Ok(row.map(|r| Head {
+        audit_seq: r.get(0),
+        position: LogPosition {
+            tx: r.get::<_, Xid8>(1).0,
+            seq: r.get(2),
+        },
+        hash: r.get::<_, &[u8]>(3).try_into().unwrap_or([0xff; 32]),
+    }))
+}
+
+/// Seals up to `batch` events past the head. Returns how many were sealed; 0 when there was
+/// nothing to seal or another sealer holds the lock.
+pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let locked: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SEAL_LOCK])
+        .await?
+        .get(0);
+    if !locked {
+        return Ok(0);
+    }
+    let head = read_head(&tx).await?;
+    let (mut audit_seq, after, mut hash) = match &head {
+        Some(h) => (h.audit_seq, h.position, h.hash),
+        None => (0, LogPosition::START, GENESIS),
+    };
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM events e
+         WHERE (e.tx_id, e.seq) > ($1, $2) AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY e.tx_id, e.seq LIMIT $3"
+    );
+    let rows = tx
+        .query(&sql, &[&Xid8(after.tx), &after.seq, &batch])
+        .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut seqs = Vec::with_capacity(rows.len());
+    let mut txs = Vec::with_capacity(rows.len());
+    let mut event_seqs = Vec::with_capacity(rows.len());
+    let mut hashes: Vec<Vec<u8>> = Vec::with_capacity(rows.len());
+    let mut last = after;
+    for row in &rows {
+        let link = link_from_row(row, 0);
+        hash = link.hash(&hash);
+        audit_seq += 1;
+        last = link.position;
+        seqs.push(audit_seq);
+        txs.push(link.position.tx.to_string());
+        event_seqs.push(link.position.seq);
+        hashes.push(hash.to_vec());
+    }
+    tx.execute(
+        "INSERT INTO event_seals (audit_seq, tx_id, seq, hash)
+         SELECT a, t::xid8, s, h FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bytea[]) AS x(a, t, s, h)",
+        &[&seqs, &txs, &event_seqs, &hashes],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO audit_head (id, audit_seq, tx_id, seq, hash, sealed_at)
+         VALUES (1, $1, $2, $3, $4, now())
+         ON CONFLICT (id) DO UPDATE SET audit_seq = $1, tx_id = $2, seq = $3, hash = $4, sealed_at = now()",
+        &[&audit_seq, &Xid8(last.tx), &last.seq, &hash.as_slice()],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(rows.len())
+}
+
+/// Seals until nothing behind the horizon is left unsealed. Returns how many were sealed.
+pub async fn seal_all(pool: &Pool) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let n = seal_once(pool, 5_000).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
+/// Where and how the chain is broken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    /// The seal where the break shows, when there is one.
+    pub audit_seq: Option<i64>,
+    pub position: LogPosition,
+    pub event_id: Option<Uuid>,
+    pub stream_id: Option<String>,
+    pub stream_version: Option<i64>,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Break {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at position {}", self.position)?;
+        if let Some(seq) = self.audit_seq {
+            write!(f, " (audit seq {seq})")?;
+        }
+        if let (Some(stream), Some(version)) = (&self.stream_id, self.stream_version) {
+            write!(f, ", stream {stream} version {version}")?;
+        }
+        if let Some(id) = self.event_id {
+            write!(f, ", event {id}")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// The outcome of a verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Seals checked.
+    pub sealed: i64,
+    /// The first break in log order, if any.
+    pub first_break: Option<Break>,
+}
+
+/// Recomputes the whole chain and compares it with the log, the seals and the head.
+pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
+    let client = pool.get().await?;
+    let head = read_head(&client).await?;
+    let mut breaks: Vec<Break> = Vec::new();
+    let mut hash = GENESIS;
+    let mut expected_seq = 1i64;
+    let mut previous = LogPosition::START;
+    let sql = format!(
+        "SELECT s.audit_seq, s.tx_id, s.seq, s.hash, {LINK_COLUMNS}
+         FROM event_seals s LEFT JOIN events e ON e.tx_id = s.tx_id AND e.seq = s.seq
+         WHERE s.audit_seq >= $1 ORDER BY s.audit_seq LIMIT 10000"
+    );
+    'walk: loop {
+        let rows = client.query(&sql, &[&expected_seq]).await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let audit_seq: i64 = row.get(0);
+            let position = LogPosition {
+                tx: row.get::<_, Xid8>(1).0,
+                seq: row.get(2),
+            };
+            let sealed_hash: &[u8] = row.get(3);
+            let at = |reason: String| Break {
+                audit_seq: Some(audit_seq),
+                position,
+                event_id: None,
+                stream_id: None,
+                stream_version: None,
+                reason,
+            };
+            if audit_seq != expected_seq {
+                breaks.push(at(format!(
+                    "seals {expected_seq} to {} are missing: events were removed with their seals",
+                    audit_seq - 1
+                )));
+                break 'walk;
+            }
+            if position <= previous {
+                breaks.push(at("seal is out of log order".into()));
+                break 'walk;
+            }
+            if row.get::<_, Option<Xid8>>(4).is_none() {
+                breaks.push(at(
+                    "event deleted: the seal names an event that is not in the log".into(),
+                ));
+                break 'walk;
+            }
+            let link = link_from_row(row, 4);
+            hash = link.hash(&hash);
+            if hash.as_slice() != sealed_hash {
+                breaks.push(Break {
+                    event_id: Some(link.event_id),
+                    stream_id: Some(link.stream_id.to_owned()),
+                    stream_version: Some(link.stream_version),
+                    ..at("event altered: its bytes no longer hash to the sealed value".into())
+                });
+                break 'walk;
+            }
+            previous = position;
+            expected_seq += 1;
+        }
+    }
+    let sealed = expected_seq - 1;
+    match &head {
+        None if sealed > 0 => breaks.push(Break {
+            audit_seq: None,
+            position: previous,
+            event_id: None,
+            stream_id: None,
+            stream_version: None,
+            reason: "the chain head is missing".into(),
+        }),
+        Some(h) if breaks.is_empty() && (h.audit_seq != sealed || h.hash != hash) => {
+            breaks.push(Break {
+                audit_seq: Some(sealed + 1),
+                position: previous,
+                event_id: None,
+                stream_id: None,
+                stream_version: None,
+                reason: format!(
+                    "tail truncated: the head was sealed at audit seq {} but the chain ends at {sealed}",
+                    h.audit_seq
+                ),
+            })
+        }
+        _ => {}
+    }
+    if let Some(h) = &head {
+        // An event behind the head that has no seal was put there after sealing.
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {LINK_COLUMNS} FROM events e
+                     WHERE (e.tx_id, e.seq) <= ($1, $2)
+                       AND NOT EXISTS (SELECT 1 FROM event_seals s WHERE s.tx_id = e.tx_id AND s.seq = e.seq)
+                     ORDER BY e.tx_id, e.seq LIMIT 1"
+                ),
+                &[&Xid8(h.position.tx), &h.position.seq],
+            )
+            .await?;
+        if let Some(row) = row {
+            let link = link_from_row(&row, 0);
+            breaks.push(Break {
+                audit_seq: None,
+                position: link.position,
+                event_id: Some(link.event_id),
+                stream_id: Some(link.stream_id.to_owned()),
+                stream_version: Some(link.stream_version),
+                reason: "event inserted: it sits behind the sealed head but was never sealed"
+                    .into(),
+            });
+        }
+    }
+    breaks.sort_by_key(|b| b.position);
+    Ok(Verification {
+        sealed,
+        first_break: breaks.into_iter().next(),
+    })
+}
+
+/// The current head, for anchoring it outside the database.
+pub async fn head(pool: &Pool) -> Result<Option<Head>, StoreError> {
+    let client = pool.get().await?;
+    read_head(&client).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link<'a>(payload: &'a str) -> Link<'a> {
+        Link {
+            position: LogPosition { tx: 7, seq: 1 },
+            event_id: Uuid::nil(),
+            stream_id: "agent-a",
+            stream_version: 0,
+            event_type: "AgentLost",
+            schema_version: 1,
+            payload,
+            metadata: "{}",
+            recorded_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        }
+    }
+
+    #[test]
+    fn every_byte_and_the_previous_hash_change_the_link() {
+        let a = link(r#"{"x": 1}"#).hash(&GENESIS);
+        assert_eq!(a, link(r#"{"x": 1}"#).hash(&GENESIS));
+        assert_ne!(a, link(r#"{"x": 2}"#).hash(&GENESIS));
+        assert_ne!(a, link(r#"{"x": 1}"#).hash(&[1; 32]));
+        // Length prefixes keep field boundaries: moving a byte between fields changes the hash.
+        let mut shifted = link(r#"{"x": 1}"#);
+        shifted.stream_id = "agent-aA";
+        shifted.event_type = "gentLost";
+        assert_ne!(a, shifted.hash(&GENESIS));
+    }
+}

@@ -1,0 +1,261 @@
+//! The event catalogue: every event berth records, with its stored name and schema version.
+//!
+//! The catalogue is the one serialised boundary of berth. An event is stored as
+//! `(event_type, schema_version, payload)`; `Event::decode` turns that back into the typed
+//! enum, upcasting payloads written by older schema versions on the way (stored events are
+//! never rewritten). `docs/events.md` documents every type listed here.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::payloads::*;
+
+/// Why a stored or proposed event could not be understood.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CatalogueError {
+    #[error("unknown event type `{0}`")]
+    UnknownEventType(String),
+    #[error(
+        "event type `{event_type}` has schema version {current}; version {given} is not {what}"
+    )]
+    WrongSchemaVersion {
+        event_type: String,
+        given: i32,
+        current: i32,
+        what: &'static str,
+    },
+    #[error("payload of `{event_type}` v{schema_version} does not match its schema: {reason}")]
+    BadPayload {
+        event_type: String,
+        schema_version: i32,
+        reason: String,
+    },
+}
+
+/// Declares the catalogue: one line per event type gives the variant, its payload type, the
+/// stored name and the current schema version. Generates the `Event` enum and its codec.
+macro_rules! catalogue {
+    ($( $(#[$doc:meta])* $variant:ident($payload:ty) = $name:literal v $version:literal ),+ $(,)?) => {
+        /// Every event berth records. The variant decides the stored `event_type`.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Event {
+            $( $(#[$doc])* $variant($payload), )+
+        }
+
+        /// Stored name and current schema version of every event type, in catalogue order.
+        pub const EVENT_TYPES: &[(&str, i32)] = &[ $( ($name, $version), )+ ];
+
+        impl Event {
+            /// The name stored in the `event_type` column.
+            pub fn event_type(&self) -> &'static str {
+                match self { $( Event::$variant(_) => $name, )+ }
+            }
+
+            /// The schema version this build writes for the event's type.
+            pub fn schema_version(&self) -> i32 {
+                match self { $( Event::$variant(_) => $version, )+ }
+            }
+
+            /// The payload as JSON, in the current schema version.
+            pub fn to_payload(&self) -> Value {
+                match self {
+                    $( Event::$variant(p) => serde_json::to_value(p)
+                        .expect("catalogue payloads always serialise"), )+
+                }
+            }
+
+            /// Decodes a stored payload given as JSON text. The fast path for reads: payloads
+            /// already in the current version go straight from text to the typed event.
+            pub fn decode_str(event_type: &str, schema_version: i32, payload: &str) -> Result<Event, CatalogueError> {
+                let current = current_schema_version(event_type)?;
+                if schema_version == current {
+                    return match event_type {
+                        $( $name => serde_json::from_str::<$payload>(payload)
+                            .map(Event::$variant)
+                            .map_err(|e| bad_payload(event_type, schema_version, e)), )+
+                        _ => unreachable!("current_schema_version knows every name"),
+                    };
+                }
+                let value: Value = serde_json::from_str(payload)
+                    .map_err(|e| bad_payload(event_type, schema_version, e))?;
+                Event::decode(event_type, schema_version, value)
+            }
+
+            /// Decodes a stored payload, upcasting it first when it was written by an older
+            /// schema version.
+            pub fn decode(event_type: &str, schema_version: i32, payload: Value) -> Result<Event, CatalogueError> {
+                let current = current_schema_version(event_type)?;
+                if schema_version < 1 || schema_version > current {
+                    return Err(CatalogueError::WrongSchemaVersion {
+                        event_type: event_type.to_owned(), given: schema_version, current,
+                        what: "known",
+                    });
+                }
+                let mut payload = payload;
+                for from in schema_version..current {
+                    payload = upcast(event_type, from, payload)
+                        .map_err(|reason| CatalogueError::BadPayload {
+                            event_type: event_type.to_owned(), schema_version: from, reason,
+                        })?;
+                }
+                match event_type {
+                    $( $name => serde_json::from_value::<$payload>(payload)
+                        .map(Event::$variant)
+                        .map_err(|e| bad_payload(event_type, schema_version, e)), )+
+                    _ => unreachable!("current_schema_version knows every name"),
+                }
+            }
+        }
+
+        /// The current schema version of a stored event type.
+        pub fn current_schema_version(event_type: &str) -> Result<i32, CatalogueError> {
+            match event_type {
+                $( $name => Ok($version), )+
+                other => Err(CatalogueError::UnknownEventType(other.to_owned())),
+            }
+        }
+    };
+}
+
+fn bad_payload(event_type: &str, schema_version: i32, e: serde_json::Error) -> CatalogueError {
+    CatalogueError::BadPayload {
+        event_type: event_type.to_owned(),
+        schema_version,
+        reason: e.to_string(),
+    }
+}
+
+catalogue! {
+    /// An agent joined a resource group with the capacity it offers.
+    AgentRegistered(AgentRegistered) = "AgentRegistered" v 1,
+    /// An agent is alive. v1 carried the time as epoch milliseconds in `at_ms`.
+    AgentHeartbeated(AgentHeartbeated) = "AgentHeartbeated" v 2,
+    /// An agent stopped heartbeating and is no longer offered to the scheduler.
+    AgentLost(AgentLost) = "AgentLost" v 1,
+    /// A user asked for a session; the launcher validated the request.
+    SessionRequested(Box<SessionRequested>) = "SessionRequested" v 1,
+    /// The scheduler tried to place a session; one row of its scheduling history.
+    SchedulingAttempted(SchedulingAttempted) = "SchedulingAttempted" v 1,
+    /// The scheduler placed a session on an agent and reserved its resources there.
+    SessionScheduled(SessionScheduled) = "SessionScheduled" v 1,
+    /// A session moved from one status to another, with a reason a person can read.
+    SessionStatusChanged(SessionStatusChanged) = "SessionStatusChanged" v 1,
+    /// A session got a new name.
+    SessionRenamed(SessionRenamed) = "SessionRenamed" v 1,
+    /// Somebody asked to terminate a session (gracefully or by force).
+    SessionTerminationRequested(SessionTerminationRequested) = "SessionTerminationRequested" v 1,
+    /// What a session held on its agent was given back. Recorded exactly once per session.
+    SessionResourcesReleased(SessionResourcesReleased) = "SessionResourcesReleased" v 1,
+}
+
+/// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
+fn upcast(event_type: &str, from: i32, payload: Value) -> Result<Value, String> {
+    match (event_type, from) {
+        ("AgentHeartbeated", 1) => {
+            let Value::Object(mut fields) = payload else {
+                return Err("payload is not an object".into());
+            };
+            let at_ms = fields
+                .remove("at_ms")
+                .and_then(|v| v.as_i64())
+                .ok_or("v1 payload has no integer `at_ms`")?;
+            let at: DateTime<Utc> =
+                DateTime::from_timestamp_millis(at_ms).ok_or("`at_ms` is out of range")?;
+            fields.insert(
+                "at".into(),
+                serde_json::to_value(at).expect("a time serialises"),
+            );
+            Ok(Value::Object(fields))
+        }
+        _ => Err(format!("no upcaster from version {from}")),
+    }
+}
+
+/// The id of the aggregate an event belongs to, used to build stream ids.
+pub fn stream_id(category: &str, id: Uuid) -> String {
+    format!("{category}-{}", id.simple())
+}
+
+/// Metadata every event carries next to its payload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The event or command that caused this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<Uuid>,
+    /// Shared by every event of one request's journey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Uuid>,
+    /// Who did it: a user's id, or a service name such as `scheduler`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// W3C trace context of the operation that recorded the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_event_type_round_trips_through_its_stored_form() {
+        let event = Event::AgentLost(AgentLost {
+            agent_id: "a1".into(),
+            reason: "no heartbeat for 30 s".into(),
+        });
+        let stored = event.to_payload();
+        let back = Event::decode(event.event_type(), event.schema_version(), stored.clone())
+            .expect("decodes");
+        assert_eq!(back, event);
+        let text = stored.to_string();
+        let fast = Event::decode_str(event.event_type(), event.schema_version(), &text).unwrap();
+        assert_eq!(fast, event);
+    }
+
+    #[test]
+    fn version_one_heartbeats_are_upcast_on_read() {
+        let v1 = json!({"agent_id": "a1", "at_ms": 1_700_000_000_000i64});
+        let event = Event::decode_str("AgentHeartbeated", 1, &v1.to_string()).unwrap();
+        let Event::AgentHeartbeated(hb) = event else {
+            panic!("wrong variant")
+        };
+        assert_eq!(hb.agent_id, "a1");
+        assert_eq!(hb.at.timestamp_millis(), 1_700_000_000_000);
+    }
+
+    #[test]
+    fn unknown_types_and_versions_are_typed_errors() {
+        assert_eq!(
+            Event::decode("NoSuchThing", 1, json!({})),
+            Err(CatalogueError::UnknownEventType("NoSuchThing".into()))
+        );
+        assert!(matches!(
+            Event::decode("AgentLost", 2, json!({})),
+            Err(CatalogueError::WrongSchemaVersion {
+                given: 2,
+                current: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Event::decode("AgentLost", 0, json!({})),
+            Err(CatalogueError::WrongSchemaVersion { given: 0, .. })
+        ));
+        assert!(matches!(
+            Event::decode("AgentLost", 1, json!({"agent": 1})),
+            Err(CatalogueError::BadPayload { .. })
+        ));
+    }
+
+    #[test]
+    fn every_listed_type_has_a_current_version() {
+        for (name, version) in EVENT_TYPES {
+            assert_eq!(current_schema_version(name), Ok(*version));
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Payload types of the event catalogue, and the small value types they share.
+//!
+//! Fields added later carry `#[serde(default)]` so that older payloads stay readable; a change
+//! that cannot be defaulted bumps the type's schema version and adds an upcaster.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// An amount of the resources a session asks for or an agent offers.
+///
+/// CPU and GPU are counted in thousandths (`cpu_milli: 1500` is one and a half cores,
+/// `gpu_milli: 250` is a quarter of one GPU) so fractions add up exactly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSlots {
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub gpu_milli: u64,
+}
+
+impl ResourceSlots {
+    pub fn saturating_add(self, other: ResourceSlots) -> ResourceSlots {
+        ResourceSlots {
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            gpu_milli: self.gpu_milli.saturating_add(other.gpu_milli),
+        }
+    }
+
+    pub fn saturating_sub(self, other: ResourceSlots) -> ResourceSlots {
+        ResourceSlots {
+            cpu_milli: self.cpu_milli.saturating_sub(other.cpu_milli),
+            memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+            gpu_milli: self.gpu_milli.saturating_sub(other.gpu_milli),
+        }
+    }
+
+    /// Whether `self` fits inside `room` on every resource.
+    pub fn fits_in(self, room: ResourceSlots) -> bool {
+        self.cpu_milli <= room.cpu_milli
+            && self.memory_bytes <= room.memory_bytes
+            && self.gpu_milli <= room.gpu_milli
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionType {
+    Interactive,
+    Batch,
+    Inference,
+    System,
+}
+
+/// The statuses of a session, as Backend.AI names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SessionStatus {
+    Pending,
+    Scheduled,
+    Preparing,
+    Pulling,
+    Prepared,
+    Creating,
+    Running,
+    Restarting,
+    Terminating,
+    Terminated,
+    Error,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterMode {
+    SingleNode,
+    MultiNode,
+}
+
+/// The result of one scheduling attempt or sub-step, as Backend.AI names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SchedulingResult {
+    Success,
+    Failure,
+    Stale,
+    NeedRetry,
+    Expired,
+    GiveUp,
+    Skipped,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRegistered {
+    pub agent_id: String,
+    pub resource_group: String,
+    pub capacity: ResourceSlots,
+    /// Images present on the agent host, by full name.
+    #[serde(default)]
+    pub images: Vec<String>,
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentHeartbeated {
+    pub agent_id: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentLost {
+    pub agent_id: String,
+    pub reason: String,
+}
+
+/// Who a session belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub user_id: Uuid,
+    pub email: String,
+    #[serde(default)]
+    pub project: Option<String>,
+}
+
+/// A validated request for one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRequested {
+    pub session_id: Uuid,
+    pub name: String,
+    pub owner: Owner,
+    /// The user who sent the request, when an admin created it for somebody else.
+    #[serde(default)]
+    pub requested_by: Option<Uuid>,
+    pub session_type: SessionType,
+    pub resource_group: String,
+    pub image: String,
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+    pub resources: ResourceSlots,
+    pub shared_memory_bytes: u64,
+    pub cluster_mode: ClusterMode,
+    pub cluster_size: u32,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub preopen_ports: Vec<u16>,
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    #[serde(default)]
+    pub startup_command: Option<String>,
+    #[serde(default)]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub batch_timeout_secs: Option<u64>,
+    pub omp_num_threads: u32,
+    /// The owner's policy's maximum lifetime at the time of the request.
+    #[serde(default)]
+    pub max_lifetime_secs: Option<u64>,
+}
+
+/// One sub-step of a scheduling attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingStep {
+    pub step: String,
+    pub result: SchedulingResult,
+    pub message: String,
+    #[serde(default)]
+    pub error_code: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingAttempted {
+    pub session_id: Uuid,
+    pub phase: String,
+    pub result: SchedulingResult,
+    pub status_before: SessionStatus,
+    pub status_after: SessionStatus,
+    /// Attempts counted so far, this one included; skips are not counted.
+    pub attempts: u32,
+    pub message: String,
+    #[serde(default)]
+    pub error_code: Option<String>,
+    #[serde(default)]
+    pub steps: Vec<SchedulingStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionScheduled {
+    pub session_id: Uuid,
+    pub agent_id: String,
+    pub resources: ResourceSlots,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatusChanged {
+    pub session_id: Uuid,
+    pub from: SessionStatus,
+    pub to: SessionStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRenamed {
+    pub session_id: Uuid,
+    pub old_name: String,
+    pub new_name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionTerminationRequested {
+    pub session_id: Uuid,
+    pub forced: bool,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionResourcesReleased {
+    pub session_id: Uuid,
+    pub agent_id: String,
+    pub resources: ResourceSlots,
+}

@@ -1,0 +1,58 @@
+//! PostgreSQL wire types the store needs that tokio-postgres does not ship: `xid8`, and JSON
+//! read as borrowed text so that payloads are parsed once, straight into typed events.
+
+use std::error::Error;
+
+use bytes::BytesMut;
+use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, ToSql, Type};
+
+/// A 64-bit transaction id (`xid8`), as written by `pg_current_xact_id()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xid8(pub u64);
+
+impl<'a> FromSql<'a> for Xid8 {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        let bytes: [u8; 8] = raw.try_into().map_err(|_| "xid8 is not 8 bytes")?;
+        Ok(Xid8(u64::from_be_bytes(bytes)))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        ty.name() == "xid8"
+    }
+}
+
+impl ToSql for Xid8 {
+    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        ty.name() == "xid8"
+    }
+
+    to_sql_checked!();
+}
+
+/// A `json` or `jsonb` value as the text PostgreSQL sent. For `jsonb` this is the
+/// database's canonical rendering, which the audit chain hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(pub &'a str);
+
+impl<'a> FromSql<'a> for RawJson<'a> {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        let text = if *ty == Type::JSONB {
+            match raw.split_first() {
+                Some((1, rest)) => rest,
+                _ => return Err("unsupported jsonb wire version".into()),
+            }
+        } else {
+            raw
+        };
+        Ok(RawJson(std::str::from_utf8(text)?))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSON || *ty == Type::JSONB
+    }
+}

@@ -1,0 +1,342 @@
+//! Projections: read models folded from the log, each with its own checkpoint.
+//!
+//! A projection keeps its tables in a schema of its own (`proj_<name>`). The runner reads the
+//! log behind the horizon, applies a batch and moves the checkpoint in one transaction, so
+//! each event takes effect exactly once. `rebuild` folds the whole log again into a fresh
+//! schema and compares it, row for row, with the live one; it can then take its place.
+
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::{GenericClient, Pool, Transaction};
+use tokio_util::sync::CancellationToken;
+
+use crate::pg::Xid8;
+use crate::relay::write_checkpoint;
+use crate::store::{read_all_with, LogPosition, StoreError};
+use crate::RecordedEvent;
+
+/// A read model. Its `apply` must be deterministic: it may use only the event (its
+/// `recorded_at`, never `now()`), so a rebuild equals the live tables.
+pub trait Projection: Send + Sync {
+    /// Short lower-case name; the schema is `proj_<name>`.
+    fn name(&self) -> &'static str;
+    /// Tables the projection owns, compared by `rebuild`.
+    fn tables(&self) -> &'static [&'static str];
+    /// DDL that creates the tables in `schema` (which exists and is empty).
+    fn create_tables(&self, schema: &str) -> String;
+    /// Applies one event to the tables in `schema`.
+    fn apply<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        schema: &'a str,
+        event: &'a RecordedEvent,
+    ) -> impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+}
+
+pub fn live_schema(projection: &impl Projection) -> String {
+    format!("proj_{}", projection.name())
+}
+
+fn rebuild_schema(projection: &impl Projection) -> String {
+    format!("proj_{}_rebuild", projection.name())
+}
+
+fn checkpoint_name(schema: &str) -> String {
+    format!("projection:{schema}")
+}
+
+/// Creates the live schema and tables of `projection` when they do not exist.
+pub async fn install(pool: &Pool, projection: &impl Projection) -> Result<(), ProjectionError> {
+    let schema = live_schema(projection);
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    // Serialise installs of the same projection from processes starting together.
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&schema])
+        .await?;
+    let exists = tx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await?
+        .is_some();
+    if !exists {
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA {schema}; {}",
+            projection.create_tables(&schema)
+        ))
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Applies at most `batch` new events to the projection in `schema`; returns how many.
+async fn step(
+    pool: &Pool,
+    projection: &impl Projection,
+    schema: &str,
+    batch: i64,
+    until: Option<LogPosition>,
+) -> Result<usize, ProjectionError> {
+    let name = checkpoint_name(schema);
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let after = lock_checkpoint(&tx, &name).await?;
+    let mut events = read_all_with(&tx, after, batch).await?;
+    if let Some(until) = until {
+        events.retain(|e| e.position <= until);
+    }
+    let Some(last) = events.last().map(|e| e.position) else {
+        return Ok(0);
+    };
+    for event in &events {
+        projection.apply(&tx, schema, event).await?;
+    }
+    write_checkpoint(&tx, &name, last).await?;
+    tx.commit().await?;
+    Ok(events.len())
+}
+
+/// Reads a checkpoint and locks it until the transaction ends, so two runners of the same
+/// projection take turns instead of applying the same events twice.
+async fn lock_checkpoint(
+    tx: &Transaction<'_>,
+    name: &str,
+) -> Result<LogPosition, tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO checkpoints (name, tx_id, seq) VALUES ($1, '0'::xid8, 0) ON CONFLICT DO NOTHING",
+        &[&name],
+    )
+    .await?;
+    let row = tx
+        .query_one(
+            "SELECT tx_id, seq FROM checkpoints WHERE name = $1 FOR UPDATE",
+            &[&name],
+        )
+        .await?;
+    Ok(LogPosition {
+        tx: row.get::<_, Xid8>(0).0,
+        seq: row.get(1),
+    })
+}
+
+/// Applies everything available now to the live projection; returns how many events.
+pub async fn catch_up(pool: &Pool, projection: &impl Projection) -> Result<u64, ProjectionError> {
+    let schema = live_schema(projection);
+    let mut total = 0;
+    loop {
+        let n = step(pool, projection, &schema, 1_000, None).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
+/// Keeps the live projection up to date until `stop` is cancelled.
+pub async fn run(
+    pool: Pool,
+    projection: impl Projection,
+    idle_poll: Duration,
+    stop: CancellationToken,
+) -> Result<(), ProjectionError> {
+    install(&pool, &projection).await?;
+    let schema = live_schema(&projection);
+    while !stop.is_cancelled() {
+        let n = step(&pool, &projection, &schema, 1_000, None).await?;
+        if n == 0 {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(idle_poll) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a rebuild found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    /// Events folded into the fresh tables.
+    pub events: u64,
+    /// The position both the live and the rebuilt tables stand at when compared.
+    pub at: LogPosition,
+    /// Per table, rows present on one side only (`(table, live_only, rebuilt_only)`).
+    pub differences: Vec<(String, i64, i64)>,
+    /// Whether the rebuilt tables now serve as the live ones.
+    pub swapped: bool,
+}
+
+impl Rebuild {
+    pub fn equal(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Folds the whole log again into a fresh schema and compares it with the live projection
+/// at the same position. With `swap`, the rebuilt tables replace the live ones.
+pub async fn rebuild(
+    pool: &Pool,
+    projection: &impl Projection,
+    swap: bool,
+) -> Result<Rebuild, ProjectionError> {
+    install(pool, projection).await?;
+    let live = live_schema(projection);
+    let fresh = rebuild_schema(projection);
+    {
+        let client = pool.get().await?;
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {fresh} CASCADE; CREATE SCHEMA {fresh}; {}
+                 DELETE FROM checkpoints WHERE name = '{}';",
+                projection.create_tables(&fresh),
+                checkpoint_name(&fresh)
+            ))
+            .await?;
+    }
+    // Fold up to wherever the live projection is now, without holding it up.
+    let target = current_checkpoint(pool, &checkpoint_name(&live)).await?;
+    let mut events = 0u64;
+    loop {
+        let n = step(pool, projection, &fresh, 5_000, Some(target)).await?;
+        if n == 0 {
+            break;
+        }
+        events += n as u64;
+    }
+    // Then hold the live checkpoint still, catch up to it and compare.
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let at = lock_checkpoint(&tx, &checkpoint_name(&live)).await?;
+    loop {
+        let rebuilt_at = current_checkpoint_in(&tx, &checkpoint_name(&fresh)).await?;
+        let mut batch = read_all_with(&tx, rebuilt_at, 5_000).await?;
+        batch.retain(|e| e.position <= at);
+        let Some(last) = batch.last().map(|e| e.position) else {
+            break;
+        };
+        for event in &batch {
+            projection.apply(&tx, &fresh, event).await?;
+        }
+        write_checkpoint(&tx, &checkpoint_name(&fresh), last).await?;
+        events += batch.len() as u64;
+    }
+    let mut differences = Vec::new();
+    for table in projection.tables() {
+        let row = tx
+            .query_one(
+                &format!(
+                    "SELECT (SELECT count(*) FROM (SELECT * FROM {live}.{table} EXCEPT ALL SELECT * FROM {fresh}.{table}) a),
+                            (SELECT count(*) FROM (SELECT * FROM {fresh}.{table} EXCEPT ALL SELECT * FROM {live}.{table}) b)"
+                ),
+                &[],
+            )
+            .await?;
+        let (live_only, rebuilt_only): (i64, i64) = (row.get(0), row.get(1));
+        if live_only != 0 || rebuilt_only != 0 {
+            differences.push((table.to_string(), live_only, rebuilt_only));
+        }
+    }
+    if swap {
+        tx.batch_execute(&format!(
+            "DROP SCHEMA {live} CASCADE; ALTER SCHEMA {fresh} RENAME TO {live};
+             DELETE FROM checkpoints WHERE name = '{}';",
+            checkpoint_name(&fresh)
+        ))
+        .await?;
+        write_checkpoint(&tx, &checkpoint_name(&live), at).await?;
+    }
+    tx.commit().await?;
+    Ok(Rebuild {
+        events,
+        at,
+        differences,
+        swapped: swap,
+    })
+}
+
+async fn current_checkpoint(pool: &Pool, name: &str) -> Result<LogPosition, ProjectionError> {
+    let client = pool.get().await?;
+    Ok(current_checkpoint_in(&client, name).await?)
+}
+
+async fn current_checkpoint_in<C: GenericClient>(
+    client: &C,
+    name: &str,
+) -> Result<LogPosition, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT tx_id, seq FROM checkpoints WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(row.map_or(LogPosition::START, |r| LogPosition {
+        tx: r.get::<_, Xid8>(0).0,
+        seq: r.get(1),
+    }))
+}
+
+/// A built-in projection: one row per stream with its category, version and last event.
+/// `berth audit` and operators use it to find streams.
+pub struct StreamIndex;
+
+impl Projection for StreamIndex {
+    fn name(&self) -> &'static str {
+        "streams"
+    }
+
+    fn tables(&self) -> &'static [&'static str] {
+        &["streams"]
+    }
+
+    fn create_tables(&self, schema: &str) -> String {
+        format!(
+            "CREATE TABLE {schema}.streams (
+                stream_id text PRIMARY KEY,
+                category text NOT NULL,
+                version bigint NOT NULL,
+                events bigint NOT NULL,
+                last_event_type text NOT NULL,
+                first_recorded_at timestamptz NOT NULL,
+                last_recorded_at timestamptz NOT NULL);
+             CREATE INDEX ON {schema}.streams (category, last_recorded_at);"
+        )
+    }
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        schema: &'a str,
+        event: &'a RecordedEvent,
+    ) -> impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a {
+        async move {
+            let sql = format!(
+                "INSERT INTO {schema}.streams AS s VALUES ($1, $2, $3, 1, $4, $5, $5)
+                 ON CONFLICT (stream_id) DO UPDATE SET version = greatest(s.version, $3),
+                   events = s.events + 1, last_event_type = $4, last_recorded_at = $5"
+            );
+            let statement = tx.prepare_cached(&sql).await?;
+            tx.execute(
+                &statement,
+                &[
+                    &event.stream_id,
+                    &event.category(),
+                    &(event.stream_version as i64),
+                    &event.event_type(),
+                    &event.recorded_at,
+                ],
+            )
+            .await?;
+            Ok(())
+        }
+    }
+}

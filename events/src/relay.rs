@@ -1,0 +1,259 @@
+//! The relay: the only way events reach NATS.
+//!
+//! It reads committed events from the store in global order (behind the horizon), publishes
+//! each to JetStream on `berth.evt.<category>.<stream_id>` (see [`Topology`]) with the event id as `Nats-Msg-Id`
+//! (JetStream drops a repeat inside its duplicate window), waits for every acknowledgement,
+//! then moves its checkpoint in PostgreSQL. A crash between publish and checkpoint
+//! republishes, never loses: delivery is at least once and consumers are idempotent.
+//! One relay publishes at a time: the leader holds a session advisory lock on a connection
+//! of its own, which PostgreSQL frees when the process dies.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use async_nats::HeaderMap;
+use deadpool_postgres::Pool;
+use tokio_util::sync::CancellationToken;
+
+use crate::pg::Xid8;
+use crate::store::{read_all_with, LogPosition, StoreError};
+use crate::trace::headers;
+use crate::RecordedEvent;
+
+/// Where events go on NATS: the JetStream stream and the prefix of every subject.
+/// Production uses the default; tests give each run names of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub stream: String,
+    pub prefix: String,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology {
+            stream: "BERTH_EVENTS".into(),
+            prefix: "berth.evt".into(),
+        }
+    }
+}
+
+impl Topology {
+    /// The subject an event is published on: `<prefix>.<category>.<stream_id>`.
+    pub fn subject_of(&self, event: &RecordedEvent) -> String {
+        format!("{}.{}.{}", self.prefix, event.category(), event.stream_id)
+    }
+
+    /// Subject filter matching every event of one category.
+    pub fn category_subject(&self, category: &str) -> String {
+        format!("{}.{category}.>", self.prefix)
+    }
+
+    /// Subject filter matching every event.
+    pub fn all_subjects(&self) -> String {
+        format!("{}.>", self.prefix)
+    }
+}
+const RELAY_LOCK: i64 = 0x6265_7274_685f_7231;
+const CHECKPOINT: &str = "relay";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("nats: {0}")]
+    Nats(String),
+}
+
+fn nats<E: std::fmt::Display>(e: E) -> RelayError {
+    RelayError::Nats(e.to_string())
+}
+
+/// Creates the events stream when it does not exist.
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    topology: &Topology,
+) -> Result<stream::Stream, RelayError> {
+    js.get_or_create_stream(stream::Config {
+        name: topology.stream.clone(),
+        subjects: vec![topology.all_subjects()],
+        storage: stream::StorageType::File,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(nats)
+}
+
+/// How the relay polls and batches.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Most events read and published in one round.
+    pub batch: i64,
+    /// Pause after a round that found nothing new.
+    pub idle_poll: Duration,
+    /// Least time between two checkpoint writes.
+    pub checkpoint_every: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            batch: 2_000,
+            idle_poll: Duration::from_millis(2),
+            checkpoint_every: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Where the relay stopped, as stored in PostgreSQL.
+pub async fn checkpoint(pool: &Pool) -> Result<LogPosition, RelayError> {
+    read_checkpoint(pool, CHECKPOINT).await
+}
+
+pub(crate) async fn read_checkpoint(pool: &Pool, name: &str) -> Result<LogPosition, RelayError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT tx_id, seq FROM checkpoints WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(row.map_or(LogPosition::START, |r| LogPosition {
+        tx: r.get::<_, Xid8>(0).0,
+        seq: r.get(1),
+    }))
+}
+
+pub(crate) async fn write_checkpoint<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    name: &str,
+    at: LogPosition,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO checkpoints (name, tx_id, seq) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET tx_id = $2, seq = $3, updated_at = now()",
+            &[&name, &Xid8(at.tx), &at.seq],
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Runs the relay until `stop` is cancelled: waits to become leader, then publishes.
+pub async fn run(
+    pool: Pool,
+    database_url: String,
+    js: jetstream::Context,
+    topology: Topology,
+    config: RelayConfig,
+    stop: CancellationToken,
+) -> Result<(), RelayError> {
+    ensure_stream(&js, &topology).await?;
+    // The leader lock lives on a connection outside the pool: when this task or process
+    // ends, the connection closes and PostgreSQL releases the lock.
+    let (lock_client, connection) =
+        tokio_postgres::connect(&database_url, tokio_postgres::NoTls).await?;
+    let connection = tokio::spawn(connection);
+    loop {
+        let leader: bool = lock_client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&RELAY_LOCK])
+            .await?
+            .get(0);
+        if leader {
+            break;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    tracing::info!("relay is leader");
+    let result = publish_loop(&pool, &js, &topology, &config, &stop).await;
+    drop(lock_client);
+    connection.abort();
+    result
+}
+
+async fn publish_loop(
+    pool: &Pool,
+    js: &jetstream::Context,
+    topology: &Topology,
+    config: &RelayConfig,
+    stop: &CancellationToken,
+) -> Result<(), RelayError> {
+    let mut after = checkpoint(pool).await?;
+    let mut saved = after;
+    let mut last_save = Instant::now();
+    tracing::info!(%after, "relay resumes");
+    while !stop.is_cancelled() {
+        let events = {
+            let client = pool.get().await?;
+            read_all_with(&client, after, config.batch).await?
+        };
+        if let Some(last) = events.last() {
+            publish_batch(js, topology, &events).await?;
+            after = last.position;
+        }
+        if after != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
+            let client = pool.get().await?;
+            write_checkpoint(&client, CHECKPOINT, after).await?;
+            saved = after;
+            last_save = Instant::now();
+        }
+        if events.is_empty() {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(config.idle_poll) => {}
+            }
+        }
+    }
+    if after != saved {
+        let client = pool.get().await?;
+        write_checkpoint(&client, CHECKPOINT, after).await?;
+    }
+    Ok(())
+}
+
+/// Publishes a batch with every publish in flight at once, then waits for every ack: one
+/// connection keeps them in order on the server.
+async fn publish_batch(
+    js: &jetstream::Context,
+    topology: &Topology,
+    events: &[RecordedEvent],
+) -> Result<(), RelayError> {
+    let mut acks = Vec::with_capacity(events.len());
+    for event in events {
+        let body = serde_json::to_vec(event).expect("recorded events serialise");
+        let ack = js
+            .publish_with_headers(
+                topology.subject_of(event),
+                message_headers(event),
+                body.into(),
+            )
+            .await
+            .map_err(nats)?;
+        acks.push(ack);
+    }
+    for ack in acks {
+        ack.await.map_err(nats)?;
+    }
+    Ok(())
+}
+
+fn message_headers(event: &RecordedEvent) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    map.insert("Nats-Msg-Id", event.event_id.to_string().as_str());
+    map.insert(headers::EVENT_TYPE, event.event_type());
+    map.insert(headers::POSITION, event.position.to_string().as_str());
+    if let Some(traceparent) = &event.metadata.traceparent {
+        map.insert(headers::TRACEPARENT, traceparent.as_str());
+    }
+    if let Some(tracestate) = &event.metadata.tracestate {
+        map.insert(headers::TRACESTATE, tracestate.as_str());
+    }
+    map
+}

@@ -1,0 +1,575 @@
+//! The PostgreSQL event store: atomic appends with optimistic concurrency, reads of one
+//! stream, and a gap-safe read of the whole log in one global order.
+//!
+//! The global order is `(tx_id, seq)`, read only behind the transaction horizon (the xmin of
+//! a fresh snapshot): see `migrations/0001_event_store.sql` and docs/ARCHITECTURE.md.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+use uuid::Uuid;
+
+use crate::catalogue::{current_schema_version, CatalogueError, Event, Metadata};
+use crate::pg::{RawJson, Xid8};
+use crate::RecordedEvent;
+
+/// Largest payload the store accepts for one event, in bytes of JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Most events one append may carry.
+pub const MAX_EVENTS_PER_APPEND: usize = 1_000;
+
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_event_store.sql"))];
+/// Advisory lock key that serialises migrations between processes starting together.
+const MIGRATION_LOCK: i64 = 0x6265_7274_685f_6d31;
+
+/// A place in the global order of the log. `LogPosition::START` is before every event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogPosition {
+    /// Id of the transaction that committed the event.
+    pub tx: u64,
+    /// Insert sequence of the event; unique, with gaps.
+    pub seq: i64,
+}
+
+impl LogPosition {
+    pub const START: LogPosition = LogPosition { tx: 0, seq: 0 };
+}
+
+impl fmt::Display for LogPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.tx, self.seq)
+    }
+}
+
+impl FromStr for LogPosition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (tx, seq) = s.split_once(':').ok_or("a position is written TX:SEQ")?;
+        Ok(LogPosition {
+            tx: tx.parse().map_err(|_| "TX is not a number")?,
+            seq: seq.parse().map_err(|_| "SEQ is not a number")?,
+        })
+    }
+}
+
+/// What the writer believes the stream's version to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// The stream must not exist yet.
+    NoStream,
+    /// The stream's last event has exactly this version (versions start at 0).
+    Exact(u64),
+    /// Append whatever the version is.
+    Any,
+}
+
+impl ExpectedVersion {
+    fn as_sql(self) -> i64 {
+        match self {
+            ExpectedVersion::NoStream => -1,
+            ExpectedVersion::Exact(v) => v as i64,
+            ExpectedVersion::Any => -2,
+        }
+    }
+}
+
+/// An event about to be appended, in its stored form.
+#[derive(Debug, Clone)]
+pub struct ProposedEvent {
+    pub event_id: Uuid,
+    pub event_type: String,
+    pub schema_version: i32,
+    pub payload: Value,
+    pub metadata: Metadata,
+}
+
+impl ProposedEvent {
+    pub fn new(event: &Event, metadata: Metadata) -> ProposedEvent {
+        ProposedEvent {
+            event_id: Uuid::now_v7(),
+            event_type: event.event_type().to_owned(),
+            schema_version: event.schema_version(),
+            payload: event.to_payload(),
+            metadata,
+        }
+    }
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Version of the stream's last event after the append.
+    pub stream_version: u64,
+    /// Position of the last appended event.
+    pub position: LogPosition,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "stream `{stream_id}` is at version {actual:?}, not {expected:?}: re-read and decide again"
+    )]
+    Conflict {
+        stream_id: String,
+        expected: ExpectedVersion,
+        actual: Option<u64>,
+    },
+    #[error("expected version {expected} of stream `{stream_id}` is ahead of its last version {actual:?}")]
+    ExpectedVersionAhead {
+        stream_id: String,
+        expected: u64,
+        actual: Option<u64>,
+    },
+    #[error("event id {0} is already in the log")]
+    DuplicateEventId(Uuid),
+    #[error("stream id `{0}` is not CATEGORY-ID (category: a-z, 0-9, _; id: letters, digits, _, -; at most 200 characters)")]
+    BadStreamId(String),
+    #[error(transparent)]
+    Catalogue(#[from] CatalogueError),
+    #[error("payload of event {index} is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")]
+    PayloadTooLarge { index: usize, size: usize },
+    #[error("an append carries 1 to {MAX_EVENTS_PER_APPEND} events, not {0}")]
+    BadBatchSize(usize),
+    #[error("database: {0}")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("stored event {position} could not be decoded: {source}")]
+    Corrupt {
+        position: LogPosition,
+        source: CatalogueError,
+    },
+    #[error("bad database url: {0}")]
+    BadUrl(String),
+}
+
+/// The event store over a connection pool.
+#[derive(Clone)]
+pub struct EventStore {
+    pool: Pool,
+}
+
+/// Builds a connection pool for `url` with at most `max_size` connections.
+pub fn pool(url: &str, max_size: usize) -> Result<Pool, StoreError> {
+    let config =
+        tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(max_size)
+        .build()
+        .map_err(|e| StoreError::BadUrl(e.to_string()))
+}
+
+/// Creates the database named in `url` when it does not exist yet, through the `postgres`
+/// maintenance database of the same server.
+pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
+    let config =
+        tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    let name = config
+        .get_dbname()
+        .ok_or_else(|| StoreError::BadUrl("the url names no database".into()))?
+        .to_owned();
+    let mut admin = config.clone();
+    admin.dbname("postgres");
+    let (client, connection) = admin.connect(NoTls).await?;
+    tokio::spawn(connection);
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .await?
+        .is_some();
+    if !exists {
+        let quoted = name.replace('"', "\"\"");
+        match client
+            .batch_execute(&format!("CREATE DATABASE \"{quoted}\""))
+            .await
+        {
+            Ok(()) => {}
+            // Another process created it between our check and our CREATE.
+            Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Applies the store's migrations that are not applied yet, one process at a time.
+pub async fn migrate(pool: &Pool, extra: &[(&str, i32, &str)]) -> Result<(), StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            component text NOT NULL, version integer NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (component, version))",
+    )
+    .await?;
+    let all = MIGRATIONS
+        .iter()
+        .map(|(v, sql)| ("events", *v, *sql))
+        .chain(extra.iter().copied());
+    for (component, version, sql) in all {
+        let done = tx
+            .query_opt(
+                "SELECT 1 FROM schema_migrations WHERE component = $1 AND version = $2",
+                &[&component, &version],
+            )
+            .await?
+            .is_some();
+        if !done {
+            tx.batch_execute(sql).await?;
+            tx.execute(
+                "INSERT INTO schema_migrations (component, version) VALUES ($1, $2)",
+                &[&component, &version],
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The category of a stream id (`session-1f2e` is in `session`), once the id is valid.
+pub fn category_of(stream_id: &str) -> Result<&str, StoreError> {
+    let bad = || StoreError::BadStreamId(stream_id.to_owned());
+    let (category, id) = stream_id.split_once('-').ok_or_else(bad)?;
+    let category_ok = !category.is_empty()
+        && category
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let id_ok = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if stream_id.len() > 200 || !category_ok || !id_ok {
+        return Err(bad());
+    }
+    Ok(category)
+}
+
+/// Checks a proposed batch against the catalogue and the store's limits without touching
+/// the database, so that bad input is refused before anything is written.
+pub fn validate(stream_id: &str, events: &[ProposedEvent]) -> Result<(), StoreError> {
+    category_of(stream_id)?;
+    if events.is_empty() || events.len() > MAX_EVENTS_PER_APPEND {
+        return Err(StoreError::BadBatchSize(events.len()));
+    }
+    for (index, event) in events.iter().enumerate() {
+        let current = current_schema_version(&event.event_type)?;
+        if event.schema_version != current {
+            return Err(CatalogueError::WrongSchemaVersion {
+                event_type: event.event_type.clone(),
+                given: event.schema_version,
+                current,
+                what: "the one this build writes",
+            }
+            .into());
+        }
+        let size = serde_json::to_vec(&event.payload)
+            .map(|b| b.len())
+            .unwrap_or(usize::MAX);
+        if size > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::PayloadTooLarge { index, size });
+        }
+        Event::decode(
+            &event.event_type,
+            event.schema_version,
+            event.payload.clone(),
+        )?;
+    }
+    Ok(())
+}
+
+const APPEND_SQL: &str = "
+WITH current AS (
+    SELECT coalesce((SELECT stream_version FROM events WHERE stream_id = $1
+                     ORDER BY stream_version DESC LIMIT 1), -1) AS version
+), inserted AS (
+    INSERT INTO events (event_id, stream_id, category, stream_version, event_type,
+                        schema_version, payload, metadata)
+    SELECT e.event_id, $1, $2, current.version + e.ord, e.event_type, e.schema_version,
+           e.payload, e.metadata
+    FROM current,
+         unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
+             WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, metadata, ord)
+    WHERE $3::bigint = -2 OR current.version = $3::bigint
+    RETURNING tx_id, seq, stream_version
+)
+SELECT current.version, inserted.tx_id, inserted.seq, inserted.stream_version
+FROM current LEFT JOIN inserted ON true
+ORDER BY inserted.stream_version DESC NULLS LAST
+LIMIT 1";
+
+const READ_COLUMNS: &str = "tx_id, seq, event_id, stream_id, stream_version, event_type, \
+     schema_version, payload, metadata, recorded_at";
+
+impl EventStore {
+    pub fn new(pool: Pool) -> EventStore {
+        EventStore { pool }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Appends `events` to `stream_id` in one transaction if the stream is at `expected`.
+    /// Nothing is written when any event is invalid or the version does not match.
+    pub async fn append(
+        &self,
+        stream_id: &str,
+        expected: ExpectedVersion,
+        events: &[ProposedEvent],
+    ) -> Result<Appended, StoreError> {
+        validate(stream_id, events)?;
+        let client = self.pool.get().await?;
+        append_with(&client, stream_id, expected, events).await
+    }
+
+    /// The events of one stream, oldest first.
+    pub async fn read_stream(&self, stream_id: &str) -> Result<Vec<RecordedEvent>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {READ_COLUMNS} FROM events WHERE stream_id = $1 ORDER BY stream_version"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        let rows = client.query(&statement, &[&stream_id]).await?;
+        rows.iter().map(decode_row).collect()
+    }
+
+    /// Up to `limit` events after `after` in global order, only from transactions that have
+    /// ended: a reader that follows the returned positions sees every event exactly once.
+    pub async fn read_all(
+        &self,
+        after: LogPosition,
+        limit: i64,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let client = self.pool.get().await?;
+        read_all_with(&client, after, limit).await
+    }
+}
+
+/// `EventStore::append` on a client or transaction the caller holds (the payloads must
+/// already be validated with [`validate`]).
+pub async fn append_with<C: GenericClient>(
+    client: &C,
+    stream_id: &str,
+    expected: ExpectedVersion,
+    events: &[ProposedEvent],
+) -> Result<Appended, StoreError> {
+    let category = category_of(stream_id)?;
+    let ids: Vec<Uuid> = events.iter().map(|e| e.event_id).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let versions: Vec<i32> = events.iter().map(|e| e.schema_version).collect();
+    let payloads: Vec<&Value> = events.iter().map(|e| &e.payload).collect();
+    let metadata: Vec<Value> = events
+        .iter()
+        .map(|e| serde_json::to_value(&e.metadata).expect("metadata serialises"))
+        .collect();
+    let statement = client.prepare_cached(APPEND_SQL).await?;
+    let result = client
+        .query_one(
+            &statement,
+            &[
+                &stream_id,
+                &category,
+                &expected.as_sql(),
+                &ids,
+                &types,
+                &versions,
+                &payloads,
+                &metadata,
+            ],
+        )
+        .await;
+    let row = match result {
+        Ok(row) => row,
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            let constraint = e
+                .as_db_error()
+                .and_then(|d| d.constraint())
+                .unwrap_or_default();
+            if constraint == "events_event_id_unique" {
+                let existing = client
+                    .query_one(
+                        "SELECT event_id FROM events WHERE event_id = ANY($1) LIMIT 1",
+                        &[&ids],
+                    )
+                    .await
+                    .map(|r| r.get::<_, Uuid>(0))
+                    .unwrap_or(ids[0]);
+                return Err(StoreError::DuplicateEventId(existing));
+            }
+            // A concurrent writer took the same versions first.
+            let actual = client
+                .query_one(
+                    "SELECT max(stream_version) FROM events WHERE stream_id = $1",
+                    &[&stream_id],
+                )
+                .await?
+                .get::<_, Option<i64>>(0)
+                .map(|v| v as u64);
+            return Err(StoreError::Conflict {
+                stream_id: stream_id.to_owned(),
+                expected,
+                actual,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let current: i64 = row.get(0);
+    let actual = (current >= 0).then_some(current as u64);
+    let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
+        return Err(match expected {
+            ExpectedVersion::Exact(v) if current < v as i64 => StoreError::ExpectedVersionAhead {
+                stream_id: stream_id.to_owned(),
+                expected: v,
+                actual,
+            },
+            _ => StoreError::Conflict {
+                stream_id: stream_id.to_owned(),
+                expected,
+                actual,
+            },
+        });
+    };
+    Ok(Appended {
+        stream_version: row.get::<_, i64>(3) as u64,
+        position: LogPosition {
+            tx,
+            seq: row.get(2),
+        },
+    })
+}
+
+/// `EventStore::read_all` on a client or transaction the caller holds.
+pub async fn read_all_with<C: GenericClient>(
+    client: &C,
+    after: LogPosition,
+    limit: i64,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let sql = format!(
+        "SELECT {READ_COLUMNS} FROM events
+         WHERE (tx_id, seq) > ($1, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY tx_id, seq LIMIT $3"
+    );
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = client
+        .query(&statement, &[&Xid8(after.tx), &after.seq, &limit])
+        .await?;
+    rows.iter().map(decode_row).collect()
+}
+
+fn decode_row(row: &tokio_postgres::Row) -> Result<RecordedEvent, StoreError> {
+    let Xid8(tx) = row.get(0);
+    let position = LogPosition {
+        tx,
+        seq: row.get(1),
+    };
+    let event_type: &str = row.get(5);
+    let schema_version: i32 = row.get(6);
+    let RawJson(payload) = row.get(7);
+    let RawJson(metadata) = row.get(8);
+    let event = Event::decode_str(event_type, schema_version, payload)
+        .map_err(|source| StoreError::Corrupt { position, source })?;
+    let metadata: Metadata = serde_json::from_str(metadata).map_err(|e| StoreError::Corrupt {
+        position,
+        source: CatalogueError::BadPayload {
+            event_type: "metadata".into(),
+            schema_version: 0,
+            reason: e.to_string(),
+        },
+    })?;
+    Ok(RecordedEvent {
+        event_id: row.get(2),
+        stream_id: row.get(3),
+        stream_version: row.get::<_, i64>(4) as u64,
+        position,
+        recorded_at: row.get::<_, DateTime<Utc>>(9),
+        schema_version,
+        metadata,
+        event,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payloads::AgentLost;
+
+    fn lost() -> ProposedEvent {
+        ProposedEvent::new(
+            &Event::AgentLost(AgentLost {
+                agent_id: "a".into(),
+                reason: "r".into(),
+            }),
+            Metadata::default(),
+        )
+    }
+
+    #[test]
+    fn stream_ids_name_a_category() {
+        assert_eq!(category_of("session-0f3a").unwrap(), "session");
+        assert_eq!(category_of("agent_pool-x-y").unwrap(), "agent_pool");
+        for bad in [
+            "session",
+            "-x",
+            "Session-1",
+            "se ss-1",
+            "session-",
+            "s-a.b",
+            "s-é",
+        ] {
+            assert!(category_of(bad).is_err(), "{bad} should be refused");
+        }
+        assert!(category_of(&format!("s-{}", "x".repeat(199))).is_err());
+    }
+
+    #[test]
+    fn validation_refuses_bad_batches_before_any_io() {
+        assert!(matches!(
+            validate("agent-a", &[]),
+            Err(StoreError::BadBatchSize(0))
+        ));
+        let mut unknown = lost();
+        unknown.event_type = "Nope".into();
+        assert!(matches!(
+            validate("agent-a", &[unknown]),
+            Err(StoreError::Catalogue(CatalogueError::UnknownEventType(_)))
+        ));
+        let mut old = lost();
+        old.schema_version = 0;
+        assert!(matches!(
+            validate("agent-a", &[old]),
+            Err(StoreError::Catalogue(
+                CatalogueError::WrongSchemaVersion { .. }
+            ))
+        ));
+        let mut big = lost();
+        big.payload = serde_json::json!({"agent_id": "a", "reason": "x".repeat(MAX_PAYLOAD_BYTES)});
+        assert!(matches!(
+            validate("agent-a", &[lost(), big]),
+            Err(StoreError::PayloadTooLarge { index: 1, .. })
+        ));
+        assert!(validate("agent-a", &[lost(), lost()]).is_ok());
+    }
+
+    #[test]
+    fn positions_print_and_parse() {
+        let p = LogPosition { tx: 812, seq: 40 };
+        assert_eq!(p.to_string().parse::<LogPosition>(), Ok(p));
+        assert!("812".parse::<LogPosition>().is_err());
+        assert!(LogPosition { tx: 1, seq: 9 } < LogPosition { tx: 2, seq: 1 });
+    }
+}

