@@ -1,1 +1,256 @@
-fn main() {}
+//! `berth`: one binary for every part of the platform.
+//!
+//! `berth up` runs the services in one process; each service can also run alone
+//! (`berth relay`, ...). Operators replay projections and audit the log from here, and
+//! `berth bench` prints the figures recorded in docs/performance.md.
+
+mod bench;
+mod config;
+mod telemetry;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use events::projection::{self, StreamIndex};
+use events::relay::{RelayConfig, Topology};
+use events::{audit, store, EventStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+#[derive(Parser)]
+#[command(name = "berth", version, about = "berth: compute sessions, event-sourced")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every service in this process until interrupted.
+    Up,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Run only the relay (PostgreSQL -> NATS JetStream) and the audit sealer.
+    Relay,
+    /// Rebuild a projection from position zero into fresh tables and compare with the live one.
+    Replay {
+        /// The projection's name (`streams`).
+        projection: String,
+        /// Replace the live tables with the rebuilt ones afterwards.
+        #[arg(long)]
+        swap: bool,
+    },
+    /// Check the log against its hash chain, or show a stream as it was.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Measure the platform and print figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Seal what is not sealed yet, then recompute the whole chain and name the first break.
+    Verify {
+        /// Verify only what is sealed already.
+        #[arg(long)]
+        no_seal: bool,
+    },
+    /// Print a stream's events and the state they fold into, optionally as of a time.
+    Stream {
+        stream_id: String,
+        /// RFC 3339 time, e.g. 2026-11-21T10:00:00Z: ignore events recorded after it.
+        #[arg(long)]
+        as_of: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Print the chain head, to keep it somewhere outside the database.
+    Head,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _telemetry = match telemetry::init("berth") {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("berth: telemetry: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("berth: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
+    store::ensure_database(&config.database_url)
+        .await
+        .context("reach PostgreSQL (is `infra/services.sh up` running?)")?;
+    let pool = store::pool(&config.database_url, 32)?;
+    store::migrate(&pool, &[]).await.context("migrate the database")?;
+    Ok(EventStore::new(pool))
+}
+
+async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::jetstream::Context> {
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(&config.nats_url)
+        .await
+        .with_context(|| format!("connect to NATS at {}", config.nats_url))?;
+    Ok(async_nats::jetstream::new(client))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = Config::from_env();
+    match cli.command {
+        Command::Migrate => {
+            connect_store(&config).await?;
+            println!("migrations applied");
+        }
+        Command::Up | Command::Relay => {
+            let store = connect_store(&config).await?;
+            let js = connect_nats(&config).await?;
+            let stop = CancellationToken::new();
+            let mut tasks = tokio::task::JoinSet::new();
+            tasks.spawn(relay_task(store.clone(), config.clone(), js, stop.clone()));
+            tasks.spawn(sealer_task(store.clone(), stop.clone()));
+            if matches!(cli.command, Command::Up) {
+                let pool = store.pool().clone();
+                let stop = stop.clone();
+                tasks.spawn(async move {
+                    projection::run(pool, StreamIndex, Duration::from_millis(20), stop).await?;
+                    Ok(())
+                });
+            }
+            tracing::info!("berth is up; Ctrl-C stops it");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+                Some(done) = tasks.join_next() => {
+                    stop.cancel();
+                    done??;
+                    anyhow::bail!("a service stopped unexpectedly");
+                }
+            }
+            stop.cancel();
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+        }
+        Command::Replay { projection: name, swap } => {
+            let store = connect_store(&config).await?;
+            let report = match name.as_str() {
+                "streams" => projection::rebuild(store.pool(), &StreamIndex, swap).await?,
+                other => anyhow::bail!("unknown projection `{other}`; known: streams"),
+            };
+            println!(
+                "projection {name}: rebuilt from {} events, compared at position {}",
+                report.events, report.at
+            );
+            if report.equal() {
+                println!("equal: the rebuilt tables match the live ones");
+            } else {
+                for (table, live_only, rebuilt_only) in &report.differences {
+                    println!("DIFFERENT {table}: {live_only} rows only live, {rebuilt_only} rows only rebuilt");
+                }
+            }
+            if report.swapped {
+                println!("the rebuilt tables are now live");
+            }
+            if !report.equal() && !report.swapped {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Audit(command) => return audit_command(&config, command).await,
+        Command::Bench(command) => bench::run(&config, command).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn relay_task(
+    store: EventStore,
+    config: Config,
+    js: async_nats::jetstream::Context,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    events::relay::run(
+        store.pool().clone(),
+        config.database_url,
+        js,
+        Topology::default(),
+        RelayConfig::default(),
+        stop,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Seals the log behind the horizon a little after it is written.
+async fn sealer_task(store: EventStore, stop: CancellationToken) -> anyhow::Result<()> {
+    while !stop.is_cancelled() {
+        let sealed = audit::seal_once(store.pool(), 5_000).await?;
+        if sealed == 0 {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn audit_command(config: &Config, command: AuditCommand) -> anyhow::Result<ExitCode> {
+    let store = connect_store(config).await?;
+    match command {
+        AuditCommand::Verify { no_seal } => {
+            if !no_seal {
+                let sealed = audit::seal_all(store.pool()).await?;
+                println!("sealed {sealed} new events");
+            }
+            let result = audit::verify(store.pool()).await?;
+            match result.first_break {
+                None => println!("ok: {} sealed events, the chain is intact", result.sealed),
+                Some(broken) => {
+                    println!("BROKEN {broken}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+        AuditCommand::Head => match audit::head(store.pool()).await? {
+            None => println!("nothing sealed yet"),
+            Some(head) => println!(
+                "audit_seq {} position {} hash {}",
+                head.audit_seq,
+                head.position,
+                hex_string(&head.hash)
+            ),
+        },
+        AuditCommand::Stream { stream_id, as_of } => {
+            let mut recorded = store.read_stream(&stream_id).await?;
+            if let Some(as_of) = as_of {
+                recorded.retain(|e| e.recorded_at <= as_of);
+            }
+            for event in &recorded {
+                println!("{}", serde_json::to_string(event)?);
+            }
+            let state = events::aggregate::fold(&recorded);
+            println!(
+                "state{}: {}",
+                as_of.map(|t| format!(" as of {t}")).unwrap_or_default(),
+                serde_json::to_string_pretty(&state)?
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hex_string(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -9,6 +9,7 @@
 //! - [`projection`]: read models with checkpoints, rebuilt and compared on demand.
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
+pub mod aggregate;
 pub mod audit;
 pub mod catalogue;
 pub mod consumer;

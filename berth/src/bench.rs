@@ -1,0 +1,348 @@
+//! `berth bench`: figures for docs/performance.md, each next to the raw PostgreSQL figure
+//! for the same rows measured in the same run.
+//!
+//! Every run uses a database of its own (dropped at the end), so the figures do not depend
+//! on what the platform's database holds.
+
+use std::process::Command as Process;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use events::catalogue::{Event, Metadata};
+use events::payloads::{AgentRegistered, ResourceSlots};
+use events::relay::{RelayConfig, Topology};
+use events::store::{self, EventStore, ExpectedVersion, LogPosition, ProposedEvent};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Appends (single and batched), reading the whole log, and raw PostgreSQL for each.
+    Store {
+        /// Seconds each append phase runs.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 16)]
+        writers: usize,
+        /// Run without the audit sealer beside the writers.
+        #[arg(long)]
+        no_sealer: bool,
+    },
+    /// Append-to-delivery latency through the relay to a JetStream consumer.
+    Relay {
+        /// Events appended per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
+}
+
+pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
+    let (url, name) = bench_database(&config.database_url)?;
+    store::ensure_database(&url).await?;
+    let result = match command {
+        BenchCommand::Store { seconds, writers, no_sealer } => {
+            store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await
+        }
+        BenchCommand::Relay { rate, seconds } => relay_bench(config, &url, rate, seconds).await,
+    };
+    drop_database(&config.database_url, &name).await?;
+    result
+}
+
+fn bench_database(url: &str) -> anyhow::Result<(String, String)> {
+    let (prefix, _) = url.rsplit_once('/').context("the database url names no database")?;
+    let name = format!("berth_bench_{}", std::process::id());
+    Ok((format!("{prefix}/{name}"), name))
+}
+
+async fn drop_database(url: &str, name: &str) -> anyhow::Result<()> {
+    let (prefix, _) = url.rsplit_once('/').context("the database url names no database")?;
+    let (client, connection) =
+        tokio_postgres::connect(&format!("{prefix}/postgres"), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+    Ok(())
+}
+
+/// The event every store benchmark writes: an agent registration, about 200 bytes of JSON.
+fn sample_event() -> Event {
+    Event::AgentRegistered(AgentRegistered {
+        agent_id: "agent-0042.rack7.example".into(),
+        resource_group: "default".into(),
+        capacity: ResourceSlots { cpu_milli: 64_000, memory_bytes: 256 << 30, gpu_milli: 8_000 },
+        images: vec!["berth/python:3.11".into(), "berth/shell:latest".into()],
+        address: Some("10.0.7.42:6001".into()),
+    })
+}
+
+const RAW_TABLE: &str = "CREATE TABLE raw_events (
+    tx_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq bigint NOT NULL GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id uuid NOT NULL, stream_id text NOT NULL, category text NOT NULL,
+    stream_version bigint NOT NULL, event_type text NOT NULL, schema_version integer NOT NULL,
+    payload jsonb NOT NULL, metadata jsonb NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp())";
+
+async fn store_bench(url: &str, phase: Duration, writers: usize, sealer: bool) -> anyhow::Result<()> {
+    let pool = store::pool(url, writers + 4)?;
+    store::migrate(&pool, &[]).await?;
+    pool.get().await?.batch_execute(RAW_TABLE).await?;
+    let store = EventStore::new(pool.clone());
+    let payload = sample_event().to_payload().to_string();
+    println!(
+        "berth bench store: {writers} writers, {}s per phase, payload {} bytes, sealer {}",
+        phase.as_secs(),
+        payload.len(),
+        if sealer { "running" } else { "off" }
+    );
+
+    let single_sql = format!(
+        "\\set s random(1, 1000000)\n\
+         INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
+         VALUES (gen_random_uuid(), 'agent-' || :s, 'agent', 0, 'AgentRegistered', 1, '{payload}', '{{\"actor\":\"bench\"}}');\n"
+    );
+    let raw_single = pgbench(url, &single_sql, writers, phase)?;
+    let berth_single = append_phase(&store, writers, 1, phase, sealer).await?;
+    report("single-event appends", "events/s", berth_single, raw_single);
+
+    let batch_sql = format!(
+        "\\set s random(1, 1000000)\n\
+         INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
+         SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, '{payload}', '{{\"actor\":\"bench\"}}' \
+         FROM generate_series(0, 99) AS g;\n"
+    );
+    let raw_batch = pgbench(url, &batch_sql, writers, phase)? * 100.0;
+    let berth_batch = append_phase(&store, writers, 100, phase, sealer).await?;
+    report("batched appends (100 per transaction)", "events/s", berth_batch, raw_batch);
+
+    let (berth_read, rows) = read_phase(&store).await?;
+    let raw_read = copy_phase(url).await?;
+    report(&format!("read whole log in global order ({rows} events)"), "events/s", berth_read, raw_read);
+    Ok(())
+}
+
+fn report(what: &str, unit: &str, berth: f64, raw: f64) {
+    println!(
+        "{what}: berth {berth:.0} {unit}, raw PostgreSQL {raw:.0} {unit}, ratio {:.0}%",
+        100.0 * berth / raw
+    );
+}
+
+/// Runs pgbench with `script` and returns its transactions per second.
+fn pgbench(url: &str, script: &str, clients: usize, phase: Duration) -> anyhow::Result<f64> {
+    let path = std::env::temp_dir().join(format!("berth-bench-{}.sql", std::process::id()));
+    std::fs::write(&path, script)?;
+    let output = Process::new("pgbench")
+        .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T"])
+        .arg(phase.as_secs().to_string())
+        .arg("-f")
+        .arg(&path)
+        .arg(url)
+        .output()
+        .context("run pgbench (Debian's postgresql-client)")?;
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(output.status.success(), "pgbench failed: {}", String::from_utf8_lossy(&output.stderr));
+    text.lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .context("pgbench printed no tps")
+}
+
+/// `writers` tasks append `per_append` events at a time to streams of their own, with the
+/// exact expected version, for `phase`. Returns events per second.
+async fn append_phase(
+    store: &EventStore,
+    writers: usize,
+    per_append: usize,
+    phase: Duration,
+    sealer: bool,
+) -> anyhow::Result<f64> {
+    let total = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let stop_sealer = CancellationToken::new();
+    let sealer_task = sealer.then(|| {
+        let pool = store.pool().clone();
+        let stop = stop_sealer.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                if events::audit::seal_once(&pool, 5_000).await? == 0 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            Ok::<_, events::StoreError>(())
+        })
+    });
+    let event = sample_event();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (store, total, done, event) = (store.clone(), total.clone(), done.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut versions: Vec<Option<u64>> = vec![None; 64];
+            let mut round = 0usize;
+            let run = uuid::Uuid::new_v4().simple().to_string();
+            while !done.load(Ordering::Relaxed) {
+                let slot = round % versions.len();
+                let stream = format!("agent-{run}-{w}-{slot}");
+                let batch: Vec<ProposedEvent> = (0..per_append)
+                    .map(|_| ProposedEvent::new(&event, Metadata { actor: Some("bench".into()), ..Metadata::default() }))
+                    .collect();
+                let expected = versions[slot].map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
+                let appended = store.append(&stream, expected, &batch).await?;
+                versions[slot] = Some(appended.stream_version);
+                total.fetch_add(per_append as u64, Ordering::Relaxed);
+                round += 1;
+            }
+            Ok::<_, events::StoreError>(())
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    stop_sealer.cancel();
+    if let Some(task) = sealer_task {
+        task.await??;
+    }
+    Ok(total.load(Ordering::Relaxed) as f64 / elapsed)
+}
+
+/// Reads the whole log in global order into typed events. Returns (events/s, events).
+async fn read_phase(store: &EventStore) -> anyhow::Result<(f64, u64)> {
+    let started = Instant::now();
+    let mut after = LogPosition::START;
+    let mut rows = 0u64;
+    loop {
+        let batch = store.read_all(after, 20_000).await?;
+        let Some(last) = batch.last() else { break };
+        after = last.position;
+        rows += batch.len() as u64;
+    }
+    Ok((rows as f64 / started.elapsed().as_secs_f64(), rows))
+}
+
+/// COPY of the same rows, in the same order, out of PostgreSQL as text. Returns rows/s.
+async fn copy_phase(url: &str) -> anyhow::Result<f64> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let started = Instant::now();
+    let stream = client
+        .copy_out(
+            "COPY (SELECT tx_id, seq, event_id, stream_id, stream_version, event_type, schema_version,
+                          payload, metadata, recorded_at FROM events ORDER BY tx_id, seq) TO STDOUT",
+        )
+        .await?;
+    futures::pin_mut!(stream);
+    let mut rows = 0u64;
+    while let Some(chunk) = stream.next().await {
+        rows += chunk?.iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    Ok(rows as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn relay_bench(config: &Config, url: &str, rate: u64, seconds: u64) -> anyhow::Result<()> {
+    let pool = store::pool(url, 24)?;
+    store::migrate(&pool, &[]).await?;
+    let store = EventStore::new(pool.clone());
+    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await?);
+    let topology = Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    let stop = CancellationToken::new();
+    let relay = tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        RelayConfig::default(),
+        stop.clone(),
+    ));
+    let stream = events::relay::ensure_stream(&js, &topology).await?;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await?;
+    let mut messages = consumer.messages().await?;
+
+    // Pace appends: every millisecond, start the appends due by then, each on its own task.
+    let warmup = Duration::from_secs(2);
+    let total = rate * seconds;
+    let appender = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut sent = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let event = sample_event();
+            let mut inflight = tokio::task::JoinSet::new();
+            while sent < total {
+                tick.tick().await;
+                let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                while sent < due.min(total) {
+                    let (store, event) = (store.clone(), event.clone());
+                    let stream = format!("agent-lat{}", sent % 256);
+                    inflight.spawn(async move {
+                        store
+                            .append(&stream, ExpectedVersion::Any, &[ProposedEvent::new(&event, Metadata::default())])
+                            .await
+                    });
+                    sent += 1;
+                }
+                while let Some(done) = inflight.try_join_next() {
+                    done??;
+                }
+            }
+            while let Some(done) = inflight.join_next().await {
+                done??;
+            }
+            anyhow::Ok(started.elapsed())
+        })
+    };
+    let mut latencies = Vec::with_capacity(total as usize);
+    let bench_start = chrono::Utc::now();
+    let mut received = 0u64;
+    while received < total {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .context("no delivery for 30 s")?
+            .context("consumer ended")??;
+        let now = chrono::Utc::now();
+        let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
+        received += 1;
+        if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
+            latencies.push((now - event.recorded_at).num_microseconds().unwrap_or(i64::MAX));
+        }
+    }
+    let append_time = appender.await??;
+    stop.cancel();
+    relay.await??;
+    js.delete_stream(&topology.stream).await?;
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    println!(
+        "berth bench relay: {total} events at {rate}/s offered ({:.0}/s achieved), {} measured after a {}s warm-up",
+        total as f64 / append_time.as_secs_f64(),
+        latencies.len(),
+        warmup.as_secs()
+    );
+    println!(
+        "append-to-delivery latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(0.50),
+        pct(0.90),
+        pct(0.99),
+        pct(1.0)
+    );
+    Ok(())
+}

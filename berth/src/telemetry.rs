@@ -1,0 +1,47 @@
+//! Logging and tracing for every berth process: `tracing` to stderr, filtered by `RUST_LOG`,
+//! and spans exported over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+/// Keeps the exporter alive; flushes spans when dropped.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
+    let Some(_) = endpoint else {
+        tracing_subscriber::registry().with(filter).with(fmt).try_init()?;
+        return Ok(Telemetry { provider: None });
+    };
+    // The exporter reads the endpoint (and OTEL_EXPORTER_OTLP_HEADERS etc.) itself.
+    let exporter = opentelemetry_otlp::SpanExporter::builder().with_http().build()?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().with_service_name(service).build())
+        .build();
+    let tracer = provider.tracer(service);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        .try_init()?;
+    Ok(Telemetry { provider: Some(provider) })
+}
