@@ -48,9 +48,11 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
     let (url, name) = bench_database(&config.database_url)?;
     store::ensure_database(&url).await?;
     let result = match command {
-        BenchCommand::Store { seconds, writers, no_sealer } => {
-            store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await
-        }
+        BenchCommand::Store {
+            seconds,
+            writers,
+            no_sealer,
+        } => store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
         BenchCommand::Relay { rate, seconds } => relay_bench(config, &url, rate, seconds).await,
     };
     drop_database(&config.database_url, &name).await?;
@@ -58,17 +60,23 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
 }
 
 fn bench_database(url: &str) -> anyhow::Result<(String, String)> {
-    let (prefix, _) = url.rsplit_once('/').context("the database url names no database")?;
+    let (prefix, _) = url
+        .rsplit_once('/')
+        .context("the database url names no database")?;
     let name = format!("berth_bench_{}", std::process::id());
     Ok((format!("{prefix}/{name}"), name))
 }
 
 async fn drop_database(url: &str, name: &str) -> anyhow::Result<()> {
-    let (prefix, _) = url.rsplit_once('/').context("the database url names no database")?;
+    let (prefix, _) = url
+        .rsplit_once('/')
+        .context("the database url names no database")?;
     let (client, connection) =
         tokio_postgres::connect(&format!("{prefix}/postgres"), tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
-    client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
     Ok(())
 }
 
@@ -77,7 +85,11 @@ fn sample_event() -> Event {
     Event::AgentRegistered(AgentRegistered {
         agent_id: "agent-0042.rack7.example".into(),
         resource_group: "default".into(),
-        capacity: ResourceSlots { cpu_milli: 64_000, memory_bytes: 256 << 30, gpu_milli: 8_000 },
+        capacity: ResourceSlots {
+            cpu_milli: 64_000,
+            memory_bytes: 256 << 30,
+            gpu_milli: 8_000,
+        },
         images: vec!["berth/python:3.11".into(), "berth/shell:latest".into()],
         address: Some("10.0.7.42:6001".into()),
     })
@@ -91,7 +103,12 @@ const RAW_TABLE: &str = "CREATE TABLE raw_events (
     payload jsonb NOT NULL, metadata jsonb NOT NULL,
     recorded_at timestamptz NOT NULL DEFAULT clock_timestamp())";
 
-async fn store_bench(url: &str, phase: Duration, writers: usize, sealer: bool) -> anyhow::Result<()> {
+async fn store_bench(
+    url: &str,
+    phase: Duration,
+    writers: usize,
+    sealer: bool,
+) -> anyhow::Result<()> {
     let pool = store::pool(url, writers + 4)?;
     store::migrate(&pool, &[]).await?;
     pool.get().await?.batch_execute(RAW_TABLE).await?;
@@ -104,28 +121,34 @@ async fn store_bench(url: &str, phase: Duration, writers: usize, sealer: bool) -
         if sealer { "running" } else { "off" }
     );
 
-    let single_sql = format!(
-        "\\set s random(1, 1000000)\n\
+    let single_sql = "\\set s random(1, 1000000)\n\
          INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
-         VALUES (gen_random_uuid(), 'agent-' || :s, 'agent', 0, 'AgentRegistered', 1, '{payload}', '{{\"actor\":\"bench\"}}');\n"
-    );
-    let raw_single = pgbench(url, &single_sql, writers, phase)?;
+         VALUES (gen_random_uuid(), 'agent-' || :s, 'agent', 0, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb);\n";
+    let raw_single = pgbench(url, single_sql, &payload, writers, phase)?;
     let berth_single = append_phase(&store, writers, 1, phase, sealer).await?;
     report("single-event appends", "events/s", berth_single, raw_single);
 
-    let batch_sql = format!(
-        "\\set s random(1, 1000000)\n\
+    let batch_sql = "\\set s random(1, 1000000)\n\
          INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
-         SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, '{payload}', '{{\"actor\":\"bench\"}}' \
-         FROM generate_series(0, 99) AS g;\n"
-    );
-    let raw_batch = pgbench(url, &batch_sql, writers, phase)? * 100.0;
+         SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb \
+         FROM generate_series(0, 99) AS g;\n";
+    let raw_batch = pgbench(url, batch_sql, &payload, writers, phase)? * 100.0;
     let berth_batch = append_phase(&store, writers, 100, phase, sealer).await?;
-    report("batched appends (100 per transaction)", "events/s", berth_batch, raw_batch);
+    report(
+        "batched appends (100 per transaction)",
+        "events/s",
+        berth_batch,
+        raw_batch,
+    );
 
     let (berth_read, rows) = read_phase(&store).await?;
     let raw_read = copy_phase(url).await?;
-    report(&format!("read whole log in global order ({rows} events)"), "events/s", berth_read, raw_read);
+    report(
+        &format!("read whole log in global order ({rows} events)"),
+        "events/s",
+        berth_read,
+        raw_read,
+    );
     Ok(())
 }
 
@@ -136,13 +159,33 @@ fn report(what: &str, unit: &str, berth: f64, raw: f64) {
     );
 }
 
-/// Runs pgbench with `script` and returns its transactions per second.
-fn pgbench(url: &str, script: &str, clients: usize, phase: Duration) -> anyhow::Result<f64> {
+/// Runs pgbench with `script` (which binds `:payload` and `:metadata`) and returns its
+/// transactions per second.
+fn pgbench(
+    url: &str,
+    script: &str,
+    payload: &str,
+    clients: usize,
+    phase: Duration,
+) -> anyhow::Result<f64> {
     let path = std::env::temp_dir().join(format!("berth-bench-{}.sql", std::process::id()));
     std::fs::write(&path, script)?;
     let output = Process::new("pgbench")
-        .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T"])
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-T",
+        ])
         .arg(phase.as_secs().to_string())
+        .arg("-D")
+        .arg(format!("payload={payload}"))
+        .arg("-D")
+        .arg(r#"metadata={"actor":"bench"}"#)
         .arg("-f")
         .arg(&path)
         .arg(url)
@@ -150,7 +193,11 @@ fn pgbench(url: &str, script: &str, clients: usize, phase: Duration) -> anyhow::
         .context("run pgbench (Debian's postgresql-client)")?;
     let _ = std::fs::remove_file(&path);
     let text = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(output.status.success(), "pgbench failed: {}", String::from_utf8_lossy(&output.stderr));
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     text.lines()
         .find_map(|line| line.strip_prefix("tps = "))
         .and_then(|rest| rest.split_whitespace().next())
@@ -186,7 +233,8 @@ async fn append_phase(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let (store, total, done, event) = (store.clone(), total.clone(), done.clone(), event.clone());
+        let (store, total, done, event) =
+            (store.clone(), total.clone(), done.clone(), event.clone());
         tasks.push(tokio::spawn(async move {
             let mut versions: Vec<Option<u64>> = vec![None; 64];
             let mut round = 0usize;
@@ -195,9 +243,18 @@ async fn append_phase(
                 let slot = round % versions.len();
                 let stream = format!("agent-{run}-{w}-{slot}");
                 let batch: Vec<ProposedEvent> = (0..per_append)
-                    .map(|_| ProposedEvent::new(&event, Metadata { actor: Some("bench".into()), ..Metadata::default() }))
+                    .map(|_| {
+                        ProposedEvent::new(
+                            &event,
+                            Metadata {
+                                actor: Some("bench".into()),
+                                ..Metadata::default()
+                            },
+                        )
+                    })
                     .collect();
-                let expected = versions[slot].map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
+                let expected =
+                    versions[slot].map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
                 let appended = store.append(&stream, expected, &batch).await?;
                 versions[slot] = Some(appended.stream_version);
                 total.fetch_add(per_append as u64, Ordering::Relaxed);
@@ -295,7 +352,11 @@ async fn relay_bench(config: &Config, url: &str, rate: u64, seconds: u64) -> any
                     let stream = format!("agent-lat{}", sent % 256);
                     inflight.spawn(async move {
                         store
-                            .append(&stream, ExpectedVersion::Any, &[ProposedEvent::new(&event, Metadata::default())])
+                            .append(
+                                &stream,
+                                ExpectedVersion::Any,
+                                &[ProposedEvent::new(&event, Metadata::default())],
+                            )
                             .await
                     });
                     sent += 1;
@@ -322,7 +383,11 @@ async fn relay_bench(config: &Config, url: &str, rate: u64, seconds: u64) -> any
         let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
         received += 1;
         if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
-            latencies.push((now - event.recorded_at).num_microseconds().unwrap_or(i64::MAX));
+            latencies.push(
+                (now - event.recorded_at)
+                    .num_microseconds()
+                    .unwrap_or(i64::MAX),
+            );
         }
     }
     let append_time = appender.await??;

@@ -13,7 +13,10 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:54222";
 impl Config {
     pub fn from_env() -> Config {
         let var = |name: &str, default: &str| {
-            std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| default.to_owned())
         };
         Config {
             database_url: var("BERTH_DATABASE_URL", DEFAULT_DATABASE_URL),

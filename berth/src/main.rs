@@ -21,7 +21,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 
 #[derive(Parser)]
-#[command(name = "berth", version, about = "berth: compute sessions, event-sourced")]
+#[command(
+    name = "berth",
+    version,
+    about = "berth: compute sessions, event-sourced"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,6 +50,8 @@ enum Command {
     /// Check the log against its hash chain, or show a stream as it was.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Record a few events and watch the running relay deliver them on NATS.
+    Demo,
     /// Measure the platform and print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -94,7 +100,9 @@ async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
         .await
         .context("reach PostgreSQL (is `infra/services.sh up` running?)")?;
     let pool = store::pool(&config.database_url, 32)?;
-    store::migrate(&pool, &[]).await.context("migrate the database")?;
+    store::migrate(&pool, &[])
+        .await
+        .context("migrate the database")?;
     Ok(EventStore::new(pool))
 }
 
@@ -144,7 +152,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 done??;
             }
         }
-        Command::Replay { projection: name, swap } => {
+        Command::Replay {
+            projection: name,
+            swap,
+        } => {
             let store = connect_store(&config).await?;
             let report = match name.as_str() {
                 "streams" => projection::rebuild(store.pool(), &StreamIndex, swap).await?,
@@ -170,6 +181,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Audit(command) => return audit_command(&config, command).await,
         Command::Bench(command) => bench::run(&config, command).await?,
+        Command::Demo => demo(&config).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -253,4 +265,83 @@ async fn audit_command(config: &Config, command: AuditCommand) -> anyhow::Result
 
 fn hex_string(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Registers an agent and heartbeats it, and waits until the relay (run by `berth up`)
+/// delivers each event on JetStream.
+async fn demo(config: &Config) -> anyhow::Result<()> {
+    use events::catalogue::Event;
+    use events::payloads::{AgentHeartbeated, AgentRegistered, ResourceSlots};
+    use events::{ExpectedVersion, ProposedEvent};
+    use futures::StreamExt;
+
+    let store = connect_store(config).await?;
+    let js = connect_nats(config).await?;
+    let topology = Topology::default();
+    let stream = events::relay::ensure_stream(&js, &topology).await?;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: topology.category_subject("agent"),
+            deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await?;
+    let mut messages = consumer.messages().await?;
+
+    let agent_id = format!("demo{}", uuid::Uuid::new_v4().simple());
+    let stream_id = format!("agent-{agent_id}");
+    let metadata = events::trace::metadata("berth-demo", None);
+    let registered = Event::AgentRegistered(AgentRegistered {
+        agent_id: agent_id.clone(),
+        resource_group: "default".into(),
+        capacity: ResourceSlots {
+            cpu_milli: 4_000,
+            memory_bytes: 8 << 30,
+            gpu_milli: 0,
+        },
+        images: vec![],
+        address: None,
+    });
+    let heartbeat = Event::AgentHeartbeated(AgentHeartbeated {
+        agent_id,
+        at: chrono::Utc::now(),
+    });
+    let started = std::time::Instant::now();
+    let appended = store
+        .append(
+            &stream_id,
+            ExpectedVersion::NoStream,
+            &[
+                ProposedEvent::new(&registered, metadata.clone()),
+                ProposedEvent::new(&heartbeat, metadata),
+            ],
+        )
+        .await?;
+    println!(
+        "appended 2 events to {stream_id}; last at log position {}",
+        appended.position
+    );
+    let mut delivered = 0;
+    while delivered < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .context("the relay delivered nothing within 10 s: is `berth up` running?")?
+            .context("consumer ended")??;
+        let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
+        if event.stream_id != stream_id {
+            continue;
+        }
+        delivered += 1;
+        println!(
+            "delivered {} v{} on {} after {:.1} ms",
+            event.event_type(),
+            event.stream_version,
+            message.subject,
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+    for event in store.read_stream(&stream_id).await? {
+        println!("{}", serde_json::to_string(&event)?);
+    }
+    Ok(())
 }

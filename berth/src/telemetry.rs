@@ -24,15 +24,23 @@ impl Drop for Telemetry {
 
 pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn,async_nats=warn"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|v| !v.is_empty());
     let Some(_) = endpoint else {
-        tracing_subscriber::registry().with(filter).with(fmt).try_init()?;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt)
+            .try_init()?;
         return Ok(Telemetry { provider: None });
     };
     // The exporter reads the endpoint (and OTEL_EXPORTER_OTLP_HEADERS etc.) itself.
-    let exporter = opentelemetry_otlp::SpanExporter::builder().with_http().build()?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(Resource::builder().with_service_name(service).build())
@@ -43,5 +51,7 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
         .with(fmt)
         .with(tracing_opentelemetry::layer().with_tracer(tracer))
         .try_init()?;
-    Ok(Telemetry { provider: Some(provider) })
+    Ok(Telemetry {
+        provider: Some(provider),
+    })
 }

@@ -105,17 +105,19 @@ impl SessionState {
 
 /// Folds events of one stream, oldest first.
 pub fn fold<'a>(events: impl IntoIterator<Item = &'a RecordedEvent>) -> StreamState {
-    events.into_iter().fold(StreamState::Empty, |state, recorded| {
-        match (state, &recorded.event) {
-            (StreamState::Empty, Event::SessionRequested(r)) => {
-                StreamState::Session(Box::new(SessionState::requested(r)))
+    events
+        .into_iter()
+        .fold(StreamState::Empty, |state, recorded| {
+            match (state, &recorded.event) {
+                (StreamState::Empty, Event::SessionRequested(r)) => {
+                    StreamState::Session(Box::new(SessionState::requested(r)))
+                }
+                (StreamState::Session(s), event) => StreamState::Session(Box::new(s.evolve(event))),
+                (StreamState::Agent(a), event) => StreamState::Agent(a.evolve(event)),
+                (StreamState::Empty, event @ Event::AgentRegistered(_)) => {
+                    StreamState::Agent(AgentState::default().evolve(event))
+                }
+                (other, _) => other,
             }
-            (StreamState::Session(s), event) => StreamState::Session(Box::new(s.evolve(event))),
-            (StreamState::Agent(a), event) => StreamState::Agent(a.evolve(event)),
-            (StreamState::Empty, event @ Event::AgentRegistered(_)) => {
-                StreamState::Agent(AgentState::default().evolve(event))
-            }
-            (other, _) => other,
-        }
-    })
+        })
 }

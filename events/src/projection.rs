@@ -312,31 +312,29 @@ impl Projection for StreamIndex {
         )
     }
 
-    fn apply<'a>(
+    async fn apply<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
         schema: &'a str,
         event: &'a RecordedEvent,
-    ) -> impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a {
-        async move {
-            let sql = format!(
-                "INSERT INTO {schema}.streams AS s VALUES ($1, $2, $3, 1, $4, $5, $5)
-                 ON CONFLICT (stream_id) DO UPDATE SET version = greatest(s.version, $3),
-                   events = s.events + 1, last_event_type = $4, last_recorded_at = $5"
-            );
-            let statement = tx.prepare_cached(&sql).await?;
-            tx.execute(
-                &statement,
-                &[
-                    &event.stream_id,
-                    &event.category(),
-                    &(event.stream_version as i64),
-                    &event.event_type(),
-                    &event.recorded_at,
-                ],
-            )
-            .await?;
-            Ok(())
-        }
+    ) -> Result<(), tokio_postgres::Error> {
+        let sql = format!(
+            "INSERT INTO {schema}.streams AS s VALUES ($1, $2, $3, 1, $4, $5, $5)
+             ON CONFLICT (stream_id) DO UPDATE SET version = greatest(s.version, $3),
+               events = s.events + 1, last_event_type = $4, last_recorded_at = $5"
+        );
+        let statement = tx.prepare_cached(&sql).await?;
+        tx.execute(
+            &statement,
+            &[
+                &event.stream_id,
+                &event.category(),
+                &(event.stream_version as i64),
+                &event.event_type(),
+                &event.recorded_at,
+            ],
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -404,12 +404,12 @@ async fn a_tailing_reader_sees_every_event_once_under_concurrent_writers() {
 struct CountingHandler;
 
 impl Handler for CountingHandler {
-    fn handle<'a>(
+    async fn handle<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
         event: &'a events::RecordedEvent,
-    ) -> impl std::future::Future<Output = Result<(), HandlerError>> + Send + 'a {
-        async move {
+    ) -> Result<(), HandlerError> {
+        {
             tx.execute(
                 "INSERT INTO applied (event_id, times) VALUES ($1, 1)
                  ON CONFLICT (event_id) DO UPDATE SET times = applied.times + 1",
@@ -443,9 +443,12 @@ async fn relay_and_consumer_survive_kills_and_apply_every_event_once() {
         tokio::spawn(async move {
             for i in 0..EVENTS / 10 {
                 let stream = format!("agent-r{}", i % 7);
-                let mut meta = Metadata::default();
-                meta.traceparent =
-                    Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+                let meta = Metadata {
+                    traceparent: Some(
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                    ),
+                    ..Metadata::default()
+                };
                 let batch: Vec<_> = (0..10)
                     .map(|j| {
                         let mut e = lost(&stream, &format!("{i}/{j}"));

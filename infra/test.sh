@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs berth's whole test suite on a fresh machine: installs what is missing, starts
+# PostgreSQL and NATS on loopback (infra/services.sh), then runs every test of the
+# workspace against them. Ends with the test runner's own summary.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf '[test] %s\n' "$*" >&2; }
+
+if ! command -v cargo >/dev/null; then
+  say "cargo is missing: install a Rust toolchain (rustup) first"; exit 1
+fi
+if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
+  say "installing docker-compose from Debian's packages"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+fi
+
+infra/services.sh up
+eval "$(infra/services.sh env)"
+
+if cargo nextest --version >/dev/null 2>&1; then
+  exec cargo nextest run --workspace --no-fail-fast
+else
+  say "cargo-nextest not found; using cargo test"
+  exec cargo test --workspace --no-fail-fast
+fi
