@@ -56,3 +56,28 @@ impl<'a> FromSql<'a> for RawJson<'a> {
         *ty == Type::JSON || *ty == Type::JSONB
     }
 }
+
+/// JSON text to send as a `jsonb` (or `json`) parameter without parsing it in Rust first;
+/// PostgreSQL parses and checks it.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonText<'a>(pub &'a str);
+
+impl ToSql for JsonText<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        if *ty == Type::JSONB {
+            out.extend_from_slice(&[1]);
+        }
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSON || *ty == Type::JSONB
+    }
+
+    to_sql_checked!();
+}

@@ -9,13 +9,12 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
-use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::catalogue::{current_schema_version, CatalogueError, Event, Metadata};
-use crate::pg::{RawJson, Xid8};
+use crate::pg::{JsonText, RawJson, Xid8};
 use crate::RecordedEvent;
 
 /// Largest payload the store accepts for one event, in bytes of JSON.
@@ -84,7 +83,8 @@ pub struct ProposedEvent {
     pub event_id: Uuid,
     pub event_type: String,
     pub schema_version: i32,
-    pub payload: Value,
+    /// The payload as JSON text, serialised once and sent to PostgreSQL as it is.
+    pub payload: String,
     pub metadata: Metadata,
 }
 
@@ -94,7 +94,7 @@ impl ProposedEvent {
             event_id: Uuid::now_v7(),
             event_type: event.event_type().to_owned(),
             schema_version: event.schema_version(),
-            payload: event.to_payload(),
+            payload: event.to_payload().to_string(),
             metadata,
         }
     }
@@ -277,17 +277,11 @@ pub fn validate(stream_id: &str, events: &[ProposedEvent]) -> Result<(), StoreEr
             }
             .into());
         }
-        let size = serde_json::to_vec(&event.payload)
-            .map(|b| b.len())
-            .unwrap_or(usize::MAX);
+        let size = event.payload.len();
         if size > MAX_PAYLOAD_BYTES {
             return Err(StoreError::PayloadTooLarge { index, size });
         }
-        Event::decode(
-            &event.event_type,
-            event.schema_version,
-            event.payload.clone(),
-        )?;
+        Event::decode_str(&event.event_type, event.schema_version, &event.payload)?;
     }
     Ok(())
 }
@@ -372,11 +366,12 @@ pub async fn append_with<C: GenericClient>(
     let ids: Vec<Uuid> = events.iter().map(|e| e.event_id).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     let versions: Vec<i32> = events.iter().map(|e| e.schema_version).collect();
-    let payloads: Vec<&Value> = events.iter().map(|e| &e.payload).collect();
-    let metadata: Vec<Value> = events
+    let payloads: Vec<JsonText<'_>> = events.iter().map(|e| JsonText(&e.payload)).collect();
+    let metadata: Vec<String> = events
         .iter()
-        .map(|e| serde_json::to_value(&e.metadata).expect("metadata serialises"))
+        .map(|e| serde_json::to_string(&e.metadata).expect("metadata serialises"))
         .collect();
+    let metadata: Vec<JsonText<'_>> = metadata.iter().map(|m| JsonText(m)).collect();
     let statement = client.prepare_cached(APPEND_SQL).await?;
     let result = client
         .query_one(
@@ -557,7 +552,8 @@ mod tests {
             ))
         ));
         let mut big = lost();
-        big.payload = serde_json::json!({"agent_id": "a", "reason": "x".repeat(MAX_PAYLOAD_BYTES)});
+        big.payload = serde_json::json!({"agent_id": "a", "reason": "x".repeat(MAX_PAYLOAD_BYTES)})
+            .to_string();
         assert!(matches!(
             validate("agent-a", &[lost(), big]),
             Err(StoreError::PayloadTooLarge { index: 1, .. })

@@ -226,7 +226,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     );
 
     let mut bad_shape = lost("b", "x");
-    bad_shape.payload = json!({"agent_id": 5});
+    bad_shape.payload = json!({"agent_id": 5}).to_string();
     let r = store
         .append("agent-b", ExpectedVersion::Exact(0), &[bad_shape])
         .await;
