@@ -69,7 +69,7 @@ ensure_nats() {
 # PostgreSQL refuses to run as root, so the cluster belongs to the `postgres` user.
 pg_user() { if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi; }
 as_pg() {
-  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 pg_running() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" 2>/dev/null; }
@@ -80,6 +80,14 @@ start_postgres() {
   if [ "$(id -u)" -eq 0 ]; then
     id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql postgres
     chown postgres "$STATE" "$LOG"
+    # The cluster runs as `postgres`, which must be able to reach its data directory. A
+    # checkout under a directory closed to other users (e.g. /root) gets its cluster under
+    # /var/lib/berth instead, named after the checkout.
+    if ! (cd / && runuser -u postgres -- test -w "$STATE"); then
+      PG_DATA="/var/lib/berth/pg-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)"
+      mkdir -p "$(dirname "$PG_DATA")"
+      say "postgres cannot reach $STATE; its cluster lives in $PG_DATA"
+    fi
   fi
   if [ ! -s "$PG_DATA/PG_VERSION" ]; then
     say "initialising a PostgreSQL cluster in $PG_DATA"
@@ -100,7 +108,7 @@ idle_in_transaction_session_timeout = 60s
 CONF
   fi
   if pg_running; then say "PostgreSQL already runs on 127.0.0.1:$PG_PORT"; else
-    as_pg "$bin/pg_ctl" -D "$PG_DATA" -l "$LOG/postgres.log" -w -t 60 start >/dev/null
+    as_pg "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/postgres.log" -w -t 60 start >/dev/null
     say "PostgreSQL started on 127.0.0.1:$PG_PORT"
   fi
   if ! "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U berth -d postgres -tAc \
@@ -137,6 +145,9 @@ case "${1:-up}" in
     fi
     ensure_postgres; ensure_nats; start_postgres; start_nats ;;
   down)
+    if [ ! -s "$PG_DATA/PG_VERSION" ]; then
+      PG_DATA="/var/lib/berth/pg-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)"
+    fi
     if pg_bin >/dev/null && [ -s "$PG_DATA/PG_VERSION" ] && pg_running; then
       as_pg "$(pg_bin)/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null && say "PostgreSQL stopped"
     fi
