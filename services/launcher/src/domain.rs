@@ -1,0 +1,313 @@
+//! The rules a session create request must follow (from Backend.AI's "Start a new session"),
+//! as pure functions. Every problem names the field it is about, so the gateway can answer
+//! with a 4xx that says exactly what to fix.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use events::payloads::{ClusterMode, SessionType};
+
+/// One thing wrong with a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Session names: 4 to 64 ASCII letters and digits (the seeds' rule, also for renames).
+pub fn check_name(field: &str, name: &str) -> Result<(), FieldError> {
+    let length = name.chars().count();
+    if !(4..=64).contains(&length) {
+        return Err(problem(
+            field,
+            format!("must be 4 to 64 characters, not {length}"),
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !c.is_ascii_alphanumeric()) {
+        return Err(problem(
+            field,
+            format!("may hold only letters and digits, not {bad:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Preopen ports: each in 1024..=65535, no repeats.
+pub fn check_ports(ports: &[u32]) -> Result<Vec<u16>, FieldError> {
+    let mut seen = Vec::with_capacity(ports.len());
+    for (i, &port) in ports.iter().enumerate() {
+        if !(1024..=65535).contains(&port) {
+            return Err(problem(
+                format!("preopen_ports[{i}]"),
+                format!("{port} is not in 1024 to 65535"),
+            ));
+        }
+        let port = port as u16;
+        if seen.contains(&port) {
+            return Err(problem(
+                format!("preopen_ports[{i}]"),
+                format!("{port} is listed twice"),
+            ));
+        }
+        seen.push(port);
+    }
+    Ok(seen)
+}
+
+/// Environment variable names: a letter or `_` first, then letters, digits and `_`.
+pub fn check_environment(environment: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for (name, value) in environment {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(problem(
+                format!("environment.{name}"),
+                "is not a valid variable name",
+            ));
+        }
+        if value.contains('\0') {
+            return Err(problem(
+                format!("environment.{name}"),
+                "value holds a NUL byte",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The parts of a request whose rules depend on each other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub session_type: SessionType,
+    pub memory_bytes: u64,
+    pub shared_memory_bytes: u64,
+    pub cpu_milli: u64,
+    pub startup_command: Option<String>,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub batch_timeout_secs: Option<u64>,
+    pub cluster_mode: ClusterMode,
+    pub cluster_size: u32,
+    pub omp_num_threads: Option<u32>,
+}
+
+/// Largest cluster berth starts for one session.
+pub const MAX_CLUSTER_SIZE: u32 = 32;
+
+/// Checks the cross-field rules and returns the OpenMP thread count to use (the session's
+/// CPU count, rounded up, unless given).
+pub fn check_shape(shape: &Shape) -> Result<u32, FieldError> {
+    if shape.cpu_milli == 0 {
+        return Err(problem("resources.cpu", "must be more than 0"));
+    }
+    if shape.memory_bytes == 0 {
+        return Err(problem("resources.memory", "must be more than 0"));
+    }
+    if shape.shared_memory_bytes > shape.memory_bytes {
+        return Err(problem(
+            "resources.shared_memory",
+            format!(
+                "{} bytes is above the memory asked for ({} bytes)",
+                shape.shared_memory_bytes, shape.memory_bytes
+            ),
+        ));
+    }
+    let batch = shape.session_type == SessionType::Batch;
+    match (&shape.startup_command, batch) {
+        (None, true) => return Err(problem("startup_command", "a batch session needs one")),
+        (Some(c), true) if c.trim().is_empty() => {
+            return Err(problem("startup_command", "a batch session needs one"))
+        }
+        _ => {}
+    }
+    if !batch && shape.starts_at.is_some() {
+        return Err(problem(
+            "starts_at",
+            "only batch sessions take a start time",
+        ));
+    }
+    if !batch && shape.batch_timeout_secs.is_some() {
+        return Err(problem(
+            "batch_timeout",
+            "only batch sessions take a timeout",
+        ));
+    }
+    if shape.batch_timeout_secs == Some(0) {
+        return Err(problem("batch_timeout", "must be more than 0 seconds"));
+    }
+    if !(1..=MAX_CLUSTER_SIZE).contains(&shape.cluster_size) {
+        return Err(problem(
+            "cluster_size",
+            format!(
+                "must be 1 to {MAX_CLUSTER_SIZE}, not {}",
+                shape.cluster_size
+            ),
+        ));
+    }
+    match shape.omp_num_threads {
+        Some(0) => Err(problem("omp_num_threads", "must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(shape.cpu_milli.div_ceil(1000) as u32),
+    }
+}
+
+/// A random name for a session that was given none: three words and two digits, always a
+/// valid name.
+pub fn random_name(rng: &mut impl rand::Rng) -> String {
+    const WORDS: &[&str] = &[
+        "amber", "brisk", "cedar", "delta", "ember", "fjord", "gale", "harbor", "iris", "jade",
+        "kestrel", "lumen", "maple", "nova", "onyx", "pine", "quartz", "raven", "sierra", "tidal",
+        "umber", "vale", "willow", "xenon", "yarrow", "zephyr",
+    ];
+    let mut name = String::new();
+    for _ in 0..3 {
+        let word = WORDS[rng.random_range(0..WORDS.len())];
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            name.push(first.to_ascii_uppercase());
+            name.extend(chars);
+        }
+    }
+    name.push_str(&format!("{:02}", rng.random_range(0..100)));
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interactive() -> Shape {
+        Shape {
+            session_type: SessionType::Interactive,
+            memory_bytes: 1 << 30,
+            shared_memory_bytes: 64 << 20,
+            cpu_milli: 2000,
+            startup_command: None,
+            starts_at: None,
+            batch_timeout_secs: None,
+            cluster_mode: ClusterMode::SingleNode,
+            cluster_size: 1,
+            omp_num_threads: None,
+        }
+    }
+
+    #[test]
+    fn names_are_4_to_64_letters_and_digits() {
+        assert!(check_name("name", "abcd").is_ok());
+        assert!(check_name("name", &"a".repeat(64)).is_ok());
+        assert_eq!(check_name("name", "abc").unwrap_err().field, "name");
+        assert!(check_name("name", &"a".repeat(65)).is_err());
+        assert!(check_name("name", "my session").is_err());
+        assert!(check_name("name", "my-session").is_err());
+        assert!(check_name("name", "séance").is_err());
+        assert!(check_name("name", "ab\u{3b1}cd").is_err());
+    }
+
+    #[test]
+    fn ports_are_1024_to_65535_and_unique() {
+        assert_eq!(check_ports(&[1024, 65535]).unwrap(), vec![1024, 65535]);
+        assert_eq!(
+            check_ports(&[8080, 1023]).unwrap_err().field,
+            "preopen_ports[1]"
+        );
+        assert!(check_ports(&[65536]).is_err());
+        assert!(check_ports(&[8080, 8080]).is_err());
+        assert!(check_ports(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn environment_names_must_be_shell_names() {
+        let env = |k: &str| BTreeMap::from([(k.to_string(), "v".to_string())]);
+        assert!(check_environment(&env("PATH_2")).is_ok());
+        assert!(check_environment(&env("_x")).is_ok());
+        assert_eq!(
+            check_environment(&env("2X")).unwrap_err().field,
+            "environment.2X"
+        );
+        assert!(check_environment(&env("A-B")).is_err());
+        assert!(check_environment(&env("")).is_err());
+    }
+
+    #[test]
+    fn shared_memory_may_equal_but_not_exceed_memory() {
+        let mut s = interactive();
+        s.shared_memory_bytes = s.memory_bytes;
+        assert!(check_shape(&s).is_ok());
+        s.shared_memory_bytes += 1;
+        assert_eq!(
+            check_shape(&s).unwrap_err().field,
+            "resources.shared_memory"
+        );
+    }
+
+    #[test]
+    fn batch_needs_a_command_and_only_batch_takes_time_fields() {
+        let mut batch = interactive();
+        batch.session_type = SessionType::Batch;
+        assert_eq!(check_shape(&batch).unwrap_err().field, "startup_command");
+        batch.startup_command = Some("  ".into());
+        assert_eq!(check_shape(&batch).unwrap_err().field, "startup_command");
+        batch.startup_command = Some("python run.py".into());
+        batch.starts_at = Some(Utc::now());
+        batch.batch_timeout_secs = Some(2);
+        assert!(check_shape(&batch).is_ok());
+        batch.batch_timeout_secs = Some(0);
+        assert_eq!(check_shape(&batch).unwrap_err().field, "batch_timeout");
+
+        let mut s = interactive();
+        s.starts_at = Some(Utc::now());
+        assert_eq!(check_shape(&s).unwrap_err().field, "starts_at");
+        let mut s = interactive();
+        s.batch_timeout_secs = Some(10);
+        assert_eq!(check_shape(&s).unwrap_err().field, "batch_timeout");
+    }
+
+    #[test]
+    fn omp_threads_default_to_the_cpu_count() {
+        assert_eq!(check_shape(&interactive()), Ok(2));
+        let mut s = interactive();
+        s.cpu_milli = 1500;
+        assert_eq!(check_shape(&s), Ok(2), "fractions round up");
+        s.omp_num_threads = Some(7);
+        assert_eq!(check_shape(&s), Ok(7));
+        s.omp_num_threads = Some(0);
+        assert!(check_shape(&s).is_err());
+    }
+
+    #[test]
+    fn resources_and_cluster_size_have_bounds() {
+        let mut s = interactive();
+        s.cpu_milli = 0;
+        assert_eq!(check_shape(&s).unwrap_err().field, "resources.cpu");
+        let mut s = interactive();
+        s.memory_bytes = 0;
+        s.shared_memory_bytes = 0;
+        assert_eq!(check_shape(&s).unwrap_err().field, "resources.memory");
+        let mut s = interactive();
+        s.cluster_size = 0;
+        assert_eq!(check_shape(&s).unwrap_err().field, "cluster_size");
+        s.cluster_size = MAX_CLUSTER_SIZE + 1;
+        assert!(check_shape(&s).is_err());
+        s.cluster_size = MAX_CLUSTER_SIZE;
+        s.cluster_mode = ClusterMode::MultiNode;
+        assert!(check_shape(&s).is_ok());
+    }
+
+    #[test]
+    fn random_names_are_always_valid() {
+        let mut rng = rand::rng();
+        for _ in 0..1000 {
+            let name = random_name(&mut rng);
+            assert!(check_name("name", &name).is_ok(), "{name}");
+        }
+    }
+}
