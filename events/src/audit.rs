@@ -163,15 +163,25 @@ pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
     Ok(rows.len())
 }
 
-/// Seals until nothing behind the horizon is left unsealed. Returns how many were sealed.
+/// Seals every event committed before the call. The horizon is cluster-wide, so a
+/// transaction still open anywhere may hold sealing back for a moment: this waits for it.
+/// Returns how many events were sealed.
 pub async fn seal_all(pool: &Pool) -> Result<u64, StoreError> {
+    let target = {
+        let client = pool.get().await?;
+        crate::store::last_committed(&client).await?
+    };
     let mut total = 0;
     loop {
         let n = seal_once(pool, 5_000).await?;
-        if n == 0 {
-            return Ok(total);
-        }
         total += n as u64;
+        if n == 0 {
+            let sealed_to = head(pool).await?.map(|h| h.position);
+            if sealed_to >= target {
+                return Ok(total);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 }
 

@@ -129,16 +129,24 @@ async fn lock_checkpoint(
     })
 }
 
-/// Applies everything available now to the live projection; returns how many events.
+/// Applies every event committed before the call to the live projection (waiting, if need
+/// be, for the cluster-wide horizon to pass them); returns how many events.
 pub async fn catch_up(pool: &Pool, projection: &impl Projection) -> Result<u64, ProjectionError> {
     let schema = live_schema(projection);
+    let target = {
+        let client = pool.get().await?;
+        crate::store::last_committed(&client).await?
+    };
     let mut total = 0;
     loop {
         let n = step(pool, projection, &schema, 1_000, None).await?;
-        if n == 0 {
-            return Ok(total);
-        }
         total += n as u64;
+        if n == 0 {
+            if Some(current_checkpoint(pool, &checkpoint_name(&schema)).await?) >= target {
+                return Ok(total);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 

@@ -354,6 +354,23 @@ impl EventStore {
     }
 }
 
+/// The position of the last event committed so far, whether or not it is behind the horizon
+/// yet. Used to wait until readers have caught up with everything written before a moment.
+pub async fn last_committed<C: GenericClient>(
+    client: &C,
+) -> Result<Option<LogPosition>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT tx_id, seq FROM events ORDER BY tx_id DESC, seq DESC LIMIT 1",
+            &[],
+        )
+        .await?;
+    Ok(row.map(|r| LogPosition {
+        tx: r.get::<_, Xid8>(0).0,
+        seq: r.get(1),
+    }))
+}
+
 /// `EventStore::append` on a client or transaction the caller holds (the payloads must
 /// already be validated with [`validate`]).
 pub async fn append_with<C: GenericClient>(
