@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::catalogue::Event;
-use crate::payloads::{ResourceSlots, SessionRequested, SessionStatus};
+use crate::payloads::{KernelPlacement, ResourceSlots, SessionRequested, SessionStatus};
 use crate::RecordedEvent;
 
 /// What an agent stream folds into.
@@ -28,8 +28,11 @@ pub struct SessionState {
     pub status: SessionStatus,
     pub status_reason: Option<String>,
     pub agent_id: Option<String>,
+    /// What the session holds on its agents now; `None` once released (or never placed).
     pub reserved: Option<ResourceSlots>,
-    pub released: bool,
+    pub kernels: Vec<KernelPlacement>,
+    /// Reservations given back so far (one per placement).
+    pub releases: u32,
     pub scheduling_attempts: u32,
     pub termination_requested: bool,
     pub exit_code: Option<i32>,
@@ -73,7 +76,8 @@ impl SessionState {
             status_reason: None,
             agent_id: None,
             reserved: None,
-            released: false,
+            kernels: Vec::new(),
+            releases: 0,
             scheduling_attempts: 0,
             termination_requested: false,
             exit_code: None,
@@ -86,6 +90,7 @@ impl SessionState {
             Event::SessionScheduled(e) => {
                 self.agent_id = Some(e.agent_id.clone());
                 self.reserved = Some(e.resources);
+                self.kernels = e.kernels.clone();
             }
             Event::SessionStatusChanged(e) => {
                 self.status = e.to;
@@ -96,7 +101,10 @@ impl SessionState {
             }
             Event::SessionRenamed(e) => self.name = e.new_name.clone(),
             Event::SessionTerminationRequested(_) => self.termination_requested = true,
-            Event::SessionResourcesReleased(_) => self.released = true,
+            Event::SessionResourcesReleased(_) => {
+                self.reserved = None;
+                self.releases += 1;
+            }
             _ => {}
         }
         self

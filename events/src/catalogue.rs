@@ -66,6 +66,14 @@ macro_rules! catalogue {
                 }
             }
 
+            /// The payload as JSON text, in the current schema version (serialised once).
+            pub fn to_payload_text(&self) -> String {
+                match self {
+                    $( Event::$variant(p) => serde_json::to_string(p)
+                        .expect("catalogue payloads always serialise"), )+
+                }
+            }
+
             /// Decodes a stored payload given as JSON text. The fast path for reads: payloads
             /// already in the current version go straight from text to the typed event.
             pub fn decode_str(event_type: &str, schema_version: i32, payload: &str) -> Result<Event, CatalogueError> {
@@ -148,6 +156,26 @@ catalogue! {
     SessionTerminationRequested(SessionTerminationRequested) = "SessionTerminationRequested" v 1,
     /// What a session held on its agent was given back. Recorded exactly once per session.
     SessionResourcesReleased(SessionResourcesReleased) = "SessionResourcesReleased" v 1,
+    /// A user account was created.
+    UserCreated(UserCreated) = "UserCreated" v 1,
+    /// An API key was issued to a user (only its hash is kept).
+    ApiKeyIssued(ApiKeyIssued) = "ApiKeyIssued" v 1,
+    /// A project was created.
+    ProjectCreated(ProjectCreated) = "ProjectCreated" v 1,
+    /// A user became a member of a project.
+    UserJoinedProject(UserJoinedProject) = "UserJoinedProject" v 1,
+    /// A resource group was created with its scheduling settings.
+    ResourceGroupCreated(ResourceGroupCreated) = "ResourceGroupCreated" v 1,
+    /// A project was allowed to use a resource group.
+    ResourceGroupGranted(ResourceGroupGranted) = "ResourceGroupGranted" v 1,
+    /// A resource policy was created or changed.
+    ResourcePolicySet(ResourcePolicySet) = "ResourcePolicySet" v 1,
+    /// A resource preset was created or changed.
+    PresetSaved(PresetSaved) = "PresetSaved" v 1,
+    /// A kernel's container started on its agent, with the ports published on the host.
+    KernelStarted(KernelStarted) = "KernelStarted" v 1,
+    /// A user created a named folder to mount into sessions.
+    FolderCreated(FolderCreated) = "FolderCreated" v 1,
 }
 
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.

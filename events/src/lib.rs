@@ -7,12 +7,16 @@
 //! - [`relay`]: publishes committed events to NATS JetStream in global order.
 //! - [`consumer`]: durable, idempotent handling of those NATS messages.
 //! - [`projection`]: read models with checkpoints, rebuilt and compared on demand.
+//! - [`lifecycle`]: which status may follow which; commands on a session as events.
+//! - [`ledger`]: the write-side tables kept in the same transaction as each append.
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
 pub mod aggregate;
 pub mod audit;
 pub mod catalogue;
 pub mod consumer;
+pub mod ledger;
+pub mod lifecycle;
 pub mod payloads;
 mod pg;
 pub mod projection;

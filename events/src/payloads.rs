@@ -193,8 +193,13 @@ pub struct SchedulingAttempted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionScheduled {
     pub session_id: Uuid,
+    /// The agent of the main kernel.
     pub agent_id: String,
+    /// Everything reserved, over all kernels.
     pub resources: ResourceSlots,
+    /// One entry per kernel; absent in events written before clusters were placed.
+    #[serde(default)]
+    pub kernels: Vec<KernelPlacement>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,4 +232,158 @@ pub struct SessionResourcesReleased {
     pub session_id: Uuid,
     pub agent_id: String,
     pub resources: ResourceSlots,
+    #[serde(default)]
+    pub kernels: Vec<KernelPlacement>,
+}
+
+/// What a user may do: `user` acts on their own sessions, `admin` may also create sessions
+/// for other users, `superadmin` sees and acts on everything and manages the platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Admin,
+    Superadmin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Admin => "admin",
+            Role::Superadmin => "superadmin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "user" => Some(Role::User),
+            "admin" => Some(Role::Admin),
+            "superadmin" => Some(Role::Superadmin),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserCreated {
+    pub user_id: Uuid,
+    pub email: String,
+    pub role: Role,
+    /// Name of the resource policy that bounds this user's sessions.
+    pub resource_policy: String,
+}
+
+/// An API key was issued. Only its SHA-256 is recorded; the key itself is shown once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiKeyIssued {
+    pub user_id: Uuid,
+    /// The key's first characters, to tell keys apart without revealing them.
+    pub key_prefix: String,
+    pub key_sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectCreated {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserJoinedProject {
+    pub user_id: Uuid,
+    pub project: String,
+}
+
+/// The order in which a resource group's queue is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueuePolicy {
+    /// Oldest first. A head that does not fit holds those behind it back for at most
+    /// `skip_after` attempts; then they are served around it.
+    Fifo,
+    /// Oldest first, but any session that fits now goes, whatever waits ahead of it.
+    Backfill,
+}
+
+/// How the scheduler picks among the agents a session fits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentSelection {
+    /// The fullest agent that fits: packs sessions, keeps whole agents free.
+    Concentrated,
+    /// The emptiest agent: spreads sessions.
+    Dispersed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceGroupCreated {
+    pub name: String,
+    pub queue_policy: QueuePolicy,
+    pub agent_selection: AgentSelection,
+    /// Attempts after which the scheduler gives up on a session and cancels it.
+    pub max_attempts: u32,
+    /// Failed attempts of a queue head after which it no longer holds back those behind it.
+    pub skip_after: u32,
+    /// Longest time a session may wait in PENDING before it is cancelled.
+    pub pending_timeout_secs: u64,
+}
+
+/// A project may use a resource group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceGroupGranted {
+    pub resource_group: String,
+    pub project: String,
+}
+
+/// A resource policy was created or changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourcePolicySet {
+    pub name: String,
+    pub max_concurrent_sessions: u32,
+    /// Most resources one user may hold at once, over all their sessions.
+    pub max_total: ResourceSlots,
+    pub max_session_lifetime_secs: Option<u64>,
+}
+
+/// A named resource preset was created or changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PresetSaved {
+    pub name: String,
+    pub resources: ResourceSlots,
+    pub shared_memory_bytes: u64,
+}
+
+/// Where one kernel of a session was placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelPlacement {
+    pub agent_id: String,
+    pub resources: ResourceSlots,
+}
+
+/// A container port published on the agent's host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedPort {
+    pub container: u16,
+    pub host: u16,
+}
+
+/// A kernel's container started on its agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelStarted {
+    pub session_id: Uuid,
+    pub kernel: u32,
+    pub agent_id: String,
+    pub container_id: String,
+    #[serde(default)]
+    pub ports: Vec<PublishedPort>,
+}
+
+/// A user created a named folder; its data lives on the agents' data directories and
+/// outlives the sessions that mount it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderCreated {
+    pub owner: Uuid,
+    pub name: String,
 }

@@ -56,22 +56,50 @@ fn checkpoint_name(schema: &str) -> String {
     format!("projection:{schema}")
 }
 
-/// Creates the live schema and tables of `projection` when they do not exist.
+/// The digest of a projection's DDL, kept as its live schema's comment.
+fn shape_of(ddl: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "shape:{}",
+        hex::encode(sha2::Sha256::digest(ddl.as_bytes()))
+    )
+}
+
+/// Creates the live schema and tables of `projection` when they do not exist. A projection
+/// whose tables changed shape since it was installed (its DDL's digest, kept as the schema's
+/// comment, differs) is dropped and folded again from the start of the log.
 pub async fn install(pool: &Pool, projection: &impl Projection) -> Result<(), ProjectionError> {
     let schema = live_schema(projection);
+    let ddl = projection.create_tables(&schema);
+    let shape = shape_of(&ddl);
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     // Serialise installs of the same projection from processes starting together.
     tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&schema])
         .await?;
-    let exists = tx
-        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+    let installed: Option<Option<String>> = tx
+        .query_opt(
+            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1",
+            &[&schema],
+        )
         .await?
-        .is_some();
-    if !exists {
+        .map(|r| r.get(0));
+    let current = installed
+        .as_ref()
+        .is_some_and(|c| c.as_deref() == Some(shape.as_str()));
+    if !current {
+        if installed.is_some() {
+            tracing::info!(%schema, "the projection changed shape; folding it again from the log");
+            tx.batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                .await?;
+            tx.execute(
+                "DELETE FROM checkpoints WHERE name = $1",
+                &[&checkpoint_name(&schema)],
+            )
+            .await?;
+        }
         tx.batch_execute(&format!(
-            "CREATE SCHEMA {schema}; {}",
-            projection.create_tables(&schema)
+            "CREATE SCHEMA {schema}; {ddl}; COMMENT ON SCHEMA {schema} IS '{shape}'"
         ))
         .await?;
     }
@@ -257,8 +285,10 @@ pub async fn rebuild(
     if swap {
         tx.batch_execute(&format!(
             "DROP SCHEMA {live} CASCADE; ALTER SCHEMA {fresh} RENAME TO {live};
-             DELETE FROM checkpoints WHERE name = '{}';",
-            checkpoint_name(&fresh)
+             DELETE FROM checkpoints WHERE name = '{}';
+             COMMENT ON SCHEMA {live} IS '{}';",
+            checkpoint_name(&fresh),
+            shape_of(&projection.create_tables(&live))
         ))
         .await?;
         write_checkpoint(&tx, &checkpoint_name(&live), at).await?;

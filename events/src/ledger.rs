@@ -1,0 +1,584 @@
+//! The ledger: the tables commands decide on, changed in the same transaction as the append
+//! of the events that change them.
+//!
+//! Projections read the log behind the horizon and lag it a little; a command cannot wait
+//! for them. Is this name taken among the owner's live sessions? Does the agent still have
+//! two cores free? Which API key is this? The ledger answers at once and exactly, because
+//! [`record`] appends the events and applies them to these tables in one transaction.
+//! Two schedulers racing for the last core meet here: the reserving update is conditional,
+//! the loser's transaction fails, and nothing of it is written. Every table can be folded
+//! again from the log ([`apply`] is the fold).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Pool, Transaction};
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+use crate::catalogue::{Event, Metadata};
+use crate::payloads::*;
+use crate::store::{
+    append_with, check_limits, Appended, ExpectedVersion, ProposedEvent, StoreError,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the owner already has a live session named `{0}`")]
+    NameTaken(String),
+    #[error("agent `{0}` does not have the resources free any more")]
+    AgentFull(String),
+    #[error("{what} `{name}` already exists")]
+    Exists { what: &'static str, name: String },
+    #[error("database: {0}")]
+    Database(tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+}
+
+impl From<tokio_postgres::Error> for LedgerError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let db = e.as_db_error();
+        if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+            && db.and_then(|d| d.constraint()) == Some("sessions_live_name")
+        {
+            // The detail reads `Key (owner, name)=(<uuid>, <name>) already exists.`
+            let name = db
+                .and_then(|d| d.detail())
+                .and_then(|d| d.split_once(", "))
+                .and_then(|(_, rest)| rest.split_once(") already exists"))
+                .map(|(name, _)| name.to_owned())
+                .unwrap_or_default();
+            return LedgerError::NameTaken(name);
+        }
+        LedgerError::Database(e)
+    }
+}
+
+impl LedgerError {
+    /// Whether the caller should re-read and decide again (a race, not a mistake).
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::Store(StoreError::Conflict { .. }) | LedgerError::AgentFull(_)
+        )
+    }
+}
+
+/// Appends `events` to `stream_id` and applies them to the ledger, in the caller's
+/// transaction (which the caller commits).
+pub async fn record(
+    tx: &Transaction<'_>,
+    stream_id: &str,
+    expected: ExpectedVersion,
+    events: &[Event],
+    metadata: &Metadata,
+) -> Result<Appended, LedgerError> {
+    let proposed: Vec<ProposedEvent> = events
+        .iter()
+        .map(|e| ProposedEvent::new(e, metadata.clone()))
+        .collect();
+    // Built from typed events here, so their payloads decode by construction.
+    check_limits(stream_id, &proposed)?;
+    let appended = append_with(tx, stream_id, expected, &proposed).await?;
+    let at = Utc::now();
+    let first_version = appended.stream_version + 1 - events.len() as u64;
+    // The session row's changes from all the events are written as one update.
+    let mut patch = SessionPatch::default();
+    for (i, event) in events.iter().enumerate() {
+        let version = first_version + i as u64;
+        if !patch.absorb(tx, event, version, at).await? {
+            patch.flush(tx).await?;
+            apply(tx, event, version, at).await?;
+        }
+    }
+    patch.flush(tx).await?;
+    Ok(appended)
+}
+
+/// Changes to one session's ledger row, gathered from consecutive events and written by one
+/// statement. Both [`record`] and [`apply`] go through it, so the live ledger and a fold of
+/// the log cannot differ in how an event changes a row.
+#[derive(Default)]
+struct SessionPatch {
+    session_id: Option<Uuid>,
+    attempts: Option<i32>,
+    result: Option<(String, Option<String>)>,
+    agent_id: Option<Option<String>>,
+    holds: Option<bool>,
+    status: Option<(String, Option<String>, DateTime<Utc>)>,
+    requeues: i32,
+    name: Option<String>,
+    version: i64,
+}
+
+impl SessionPatch {
+    /// Takes in a session event (running its effects on agents and kernels at once);
+    /// `false` when the event is not one the patch gathers.
+    async fn absorb<C: GenericClient>(
+        &mut self,
+        client: &C,
+        event: &Event,
+        stream_version: u64,
+        at: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        let session_id = match event {
+            Event::SchedulingAttempted(e) => e.session_id,
+            Event::SessionScheduled(e) => e.session_id,
+            Event::SessionResourcesReleased(e) => e.session_id,
+            Event::SessionStatusChanged(e) => e.session_id,
+            Event::SessionRenamed(e) => e.session_id,
+            Event::SessionTerminationRequested(e) => e.session_id,
+            Event::KernelStarted(e) => e.session_id,
+            _ => return Ok(false),
+        };
+        if self.session_id.is_some_and(|s| s != session_id) {
+            self.flush(client).await?;
+        }
+        self.session_id = Some(session_id);
+        self.version = i64_of(stream_version);
+        match event {
+            Event::SchedulingAttempted(e) => {
+                self.attempts = Some(e.attempts as i32);
+                let result = serde_json::to_value(e.result).expect("serialises");
+                self.result = Some((
+                    result.as_str().unwrap_or_default().to_owned(),
+                    e.error_code.clone(),
+                ));
+            }
+            Event::SessionScheduled(e) => {
+                let kernels = if e.kernels.is_empty() {
+                    vec![KernelPlacement {
+                        agent_id: e.agent_id.clone(),
+                        resources: e.resources,
+                    }]
+                } else {
+                    e.kernels.clone()
+                };
+                reserve(client, &kernels).await?;
+                let agents: Vec<&str> = kernels.iter().map(|k| k.agent_id.as_str()).collect();
+                let idx: Vec<i32> = (0..kernels.len() as i32).collect();
+                let cpu: Vec<i64> = kernels
+                    .iter()
+                    .map(|k| i64_of(k.resources.cpu_milli))
+                    .collect();
+                let mem: Vec<i64> = kernels
+                    .iter()
+                    .map(|k| i64_of(k.resources.memory_bytes))
+                    .collect();
+                let gpu: Vec<i64> = kernels
+                    .iter()
+                    .map(|k| i64_of(k.resources.gpu_milli))
+                    .collect();
+                exec(
+                    client,
+                    "INSERT INTO ledger.kernels
+                     SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[],
+                       $6::bigint[])",
+                    &[&e.session_id, &idx, &agents, &cpu, &mem, &gpu],
+                )
+                .await?;
+                self.agent_id = Some(Some(e.agent_id.clone()));
+                self.holds = Some(true);
+            }
+            Event::SessionResourcesReleased(e) => {
+                exec(
+                    client,
+                    "WITH gone AS (DELETE FROM ledger.kernels WHERE session_id = $1 RETURNING *),
+                     per_agent AS (SELECT agent_id, sum(cpu_milli) c, sum(memory_bytes) m,
+                       sum(gpu_milli) g FROM gone GROUP BY agent_id)
+                     UPDATE ledger.agents a SET used_cpu_milli = used_cpu_milli - p.c,
+                       used_memory_bytes = used_memory_bytes - p.m,
+                       used_gpu_milli = used_gpu_milli - p.g
+                     FROM per_agent p WHERE a.agent_id = p.agent_id",
+                    &[&e.session_id],
+                )
+                .await?;
+                self.holds = Some(false);
+            }
+            Event::SessionStatusChanged(e) => {
+                let to = serde_json::to_value(e.to).expect("serialises");
+                self.status = Some((
+                    to.as_str().unwrap_or_default().to_owned(),
+                    e.reason.clone(),
+                    at,
+                ));
+                if e.to == SessionStatus::Pending {
+                    self.requeues += 1;
+                    self.agent_id = Some(None);
+                }
+            }
+            Event::SessionRenamed(e) => self.name = Some(e.new_name.clone()),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// Writes what was gathered, if anything.
+    async fn flush<C: GenericClient>(&mut self, client: &C) -> Result<(), LedgerError> {
+        let Some(session_id) = self.session_id.take() else {
+            return Ok(());
+        };
+        let patch = std::mem::take(self);
+        let (set_result, result, code) = match patch.result {
+            Some((r, c)) => (true, Some(r), c),
+            None => (false, None, None),
+        };
+        let (set_agent, agent_id) = match patch.agent_id {
+            Some(a) => (true, a),
+            None => (false, None),
+        };
+        let (status, reason, since) = match patch.status {
+            Some((s, r, at)) => (Some(s), r, Some(at)),
+            None => (None, None, None),
+        };
+        exec(
+            client,
+            "UPDATE ledger.sessions SET
+               attempts = coalesce($2, attempts),
+               last_result = CASE WHEN $3 THEN $4 ELSE last_result END,
+               last_error_code = CASE WHEN $3 THEN $5 ELSE last_error_code END,
+               agent_id = CASE WHEN $6 THEN $7 ELSE agent_id END,
+               holds = coalesce($8, holds),
+               status = coalesce($9, status),
+               status_reason = CASE WHEN $9 IS NULL THEN status_reason ELSE $10 END,
+               status_since = coalesce($11, status_since),
+               requeues = requeues + $12,
+               name = coalesce($13, name),
+               version = $14
+             WHERE session_id = $1",
+            &[
+                &session_id,
+                &patch.attempts,
+                &set_result,
+                &result,
+                &code,
+                &set_agent,
+                &agent_id,
+                &patch.holds,
+                &status,
+                &reason,
+                &since,
+                &patch.requeues,
+                &patch.name,
+                &patch.version,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// [`record`] in a transaction of its own.
+pub async fn record_now(
+    pool: &Pool,
+    stream_id: &str,
+    expected: ExpectedVersion,
+    events: &[Event],
+    metadata: &Metadata,
+) -> Result<Appended, LedgerError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let appended = record(&tx, stream_id, expected, events, metadata).await?;
+    tx.commit().await?;
+    Ok(appended)
+}
+
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Applies one event, the `stream_version`-th of its stream, to the ledger.
+pub async fn apply<C: GenericClient>(
+    client: &C,
+    event: &Event,
+    stream_version: u64,
+    at: DateTime<Utc>,
+) -> Result<(), LedgerError> {
+    let version = i64_of(stream_version);
+    match event {
+        Event::UserCreated(e) => {
+            let n = exec(
+                client,
+                "INSERT INTO ledger.users VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &e.user_id,
+                    &e.email,
+                    &e.role.as_str(),
+                    &e.resource_policy,
+                    &at,
+                ],
+            )
+            .await?;
+            if n == 0 {
+                return Err(LedgerError::Exists {
+                    what: "user",
+                    name: e.email.clone(),
+                });
+            }
+        }
+        Event::FolderCreated(e) => {
+            let n = exec(
+                client,
+                "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                &[&e.owner, &e.name, &at],
+            )
+            .await?;
+            if n == 0 {
+                return Err(LedgerError::Exists {
+                    what: "folder",
+                    name: e.name.clone(),
+                });
+            }
+        }
+        Event::ApiKeyIssued(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
+                &[&e.key_sha256, &e.key_prefix, &e.user_id],
+            )
+            .await?;
+        }
+        Event::ProjectCreated(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.projects VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET description = $2",
+                &[&e.name, &e.description],
+            )
+            .await?;
+        }
+        Event::UserJoinedProject(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.project_members VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&e.project, &e.user_id],
+            )
+            .await?;
+        }
+        Event::ResourceGroupCreated(e) => {
+            let queue = serde_json::to_value(e.queue_policy).expect("serialises");
+            let selection = serde_json::to_value(e.agent_selection).expect("serialises");
+            exec(
+                client,
+                "INSERT INTO ledger.resource_groups VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (name) DO UPDATE SET queue_policy = $2, agent_selection = $3,
+                       max_attempts = $4, skip_after = $5, pending_timeout_secs = $6",
+                &[
+                    &e.name,
+                    &queue.as_str().unwrap_or_default(),
+                    &selection.as_str().unwrap_or_default(),
+                    &(e.max_attempts as i32),
+                    &(e.skip_after as i32),
+                    &i64_of(e.pending_timeout_secs),
+                ],
+            )
+            .await?;
+        }
+        Event::ResourceGroupGranted(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.group_projects VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&e.resource_group, &e.project],
+            )
+            .await?;
+        }
+        Event::ResourcePolicySet(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
+                       max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
+                       max_session_lifetime_secs = $6",
+                &[
+                    &e.name,
+                    &(e.max_concurrent_sessions as i32),
+                    &i64_of(e.max_total.cpu_milli),
+                    &i64_of(e.max_total.memory_bytes),
+                    &i64_of(e.max_total.gpu_milli),
+                    &e.max_session_lifetime_secs.map(i64_of),
+                ],
+            )
+            .await?;
+        }
+        Event::PresetSaved(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.presets VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (name) DO UPDATE SET cpu_milli = $2, memory_bytes = $3,
+                       gpu_milli = $4, shared_memory_bytes = $5",
+                &[
+                    &e.name,
+                    &i64_of(e.resources.cpu_milli),
+                    &i64_of(e.resources.memory_bytes),
+                    &i64_of(e.resources.gpu_milli),
+                    &i64_of(e.shared_memory_bytes),
+                ],
+            )
+            .await?;
+        }
+        Event::AgentRegistered(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
+                       gpu_milli, images, registered_at, last_heartbeat)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+                     ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
+                       memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
+                       lost = NULL",
+                &[
+                    &e.agent_id,
+                    &e.resource_group,
+                    &i64_of(e.capacity.cpu_milli),
+                    &i64_of(e.capacity.memory_bytes),
+                    &i64_of(e.capacity.gpu_milli),
+                    &e.images,
+                    &at,
+                ],
+            )
+            .await?;
+        }
+        Event::AgentHeartbeated(e) => {
+            exec(
+                client,
+                "UPDATE ledger.agents SET last_heartbeat = greatest(last_heartbeat, $2)
+                     WHERE agent_id = $1",
+                &[&e.agent_id, &e.at],
+            )
+            .await?;
+        }
+        Event::AgentLost(e) => {
+            exec(
+                client,
+                "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
+                &[&e.agent_id, &e.reason],
+            )
+            .await?;
+        }
+        Event::SessionRequested(e) => {
+            let cluster_mode = serde_json::to_value(e.cluster_mode).expect("serialises");
+            let session_type = serde_json::to_value(e.session_type).expect("serialises");
+            exec(
+                client,
+                "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
+                       resource_group, session_type, status, status_since, cpu_milli,
+                       memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
+                       starts_at, created_at, version)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
+                       $14, $15, $8, $16)",
+                &[
+                    &e.session_id,
+                    &e.owner.user_id,
+                    &e.owner.email,
+                    &e.name,
+                    &e.owner.project,
+                    &e.resource_group,
+                    &session_type.as_str().unwrap_or_default(),
+                    &at,
+                    &i64_of(e.resources.cpu_milli),
+                    &i64_of(e.resources.memory_bytes),
+                    &i64_of(e.resources.gpu_milli),
+                    &cluster_mode.as_str().unwrap_or_default(),
+                    &(e.cluster_size as i32),
+                    &e.agent_id,
+                    &e.starts_at,
+                    &version,
+                ],
+            )
+            .await?;
+        }
+        Event::SchedulingAttempted(_)
+        | Event::SessionScheduled(_)
+        | Event::SessionResourcesReleased(_)
+        | Event::SessionStatusChanged(_)
+        | Event::SessionRenamed(_)
+        | Event::SessionTerminationRequested(_)
+        | Event::KernelStarted(_) => {
+            let mut patch = SessionPatch::default();
+            patch.absorb(client, event, stream_version, at).await?;
+            patch.flush(client).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs one statement, prepared once per connection.
+async fn exec<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.execute(&statement, params).await
+}
+
+/// Adds the kernels' shares to their agents, refusing when any agent lacks the room.
+async fn reserve<C: GenericClient>(
+    client: &C,
+    kernels: &[KernelPlacement],
+) -> Result<(), LedgerError> {
+    let mut per_agent: Vec<(&str, ResourceSlots)> = Vec::new();
+    for k in kernels {
+        match per_agent.iter_mut().find(|(a, _)| *a == k.agent_id) {
+            Some((_, total)) => *total = total.saturating_add(k.resources),
+            None => per_agent.push((&k.agent_id, k.resources)),
+        }
+    }
+    for (agent_id, need) in per_agent {
+        let n = exec(
+            client,
+            "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
+                   used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
+                 WHERE agent_id = $1 AND lost IS NULL
+                   AND used_cpu_milli + $2 <= cpu_milli
+                   AND used_memory_bytes + $3 <= memory_bytes
+                   AND used_gpu_milli + $4 <= gpu_milli",
+            &[
+                &agent_id,
+                &i64_of(need.cpu_milli),
+                &i64_of(need.memory_bytes),
+                &i64_of(need.gpu_milli),
+            ],
+        )
+        .await?;
+        if n == 0 {
+            return Err(LedgerError::AgentFull(agent_id.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// The SHA-256 of an API key, as the ledger keeps it.
+pub fn key_digest(key: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(key.as_bytes()))
+}
+
+/// The user an API key belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyOwner {
+    pub user_id: Uuid,
+    pub email: String,
+    pub role: Role,
+    pub resource_policy: String,
+}
+
+/// Looks an API key up; `None` when no user holds it.
+pub async fn key_owner<C: GenericClient>(
+    client: &C,
+    key: &str,
+) -> Result<Option<KeyOwner>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT u.user_id, u.email, u.role, u.resource_policy
+             FROM ledger.api_keys k JOIN ledger.users u USING (user_id) WHERE k.key_sha256 = $1",
+            &[&key_digest(key)],
+        )
+        .await?;
+    Ok(row.map(|r| KeyOwner {
+        user_id: r.get(0),
+        email: r.get(1),
+        role: Role::parse(r.get(2)).unwrap_or(Role::User),
+        resource_policy: r.get(3),
+    }))
+}
