@@ -42,6 +42,31 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         seconds: u64,
     },
+    /// The scheduling core, and scheduling end to end, with 1,000 agents and 10,000 pending.
+    Schedule {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
+    },
+    /// Create request to RUNNING with real containers, next to plain `docker run -d`; and
+    /// sessions started per second in a burst.
+    Start {
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+        #[arg(long, default_value_t = 20)]
+        burst: usize,
+    },
+    /// Session-detail reads through the gateway: requests per second and latency.
+    Gateway {
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Serve every read from the projection (no detail cache).
+        #[arg(long)]
+        no_cache: bool,
+    },
 }
 
 pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
@@ -54,6 +79,20 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             no_sealer,
         } => store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
         BenchCommand::Relay { rate, seconds } => relay_bench(config, &url, rate, seconds).await,
+        BenchCommand::Schedule { agents, sessions } => {
+            crate::bench_sessions::schedule(&url, agents, sessions).await
+        }
+        BenchCommand::Start { sessions, burst } => {
+            crate::bench_sessions::start(&url, sessions, burst).await
+        }
+        BenchCommand::Gateway {
+            seconds,
+            clients,
+            no_cache,
+        } => {
+            crate::bench_sessions::gateway(&config.nats_url, &url, seconds, clients, !no_cache)
+                .await
+        }
     };
     drop_database(&config.database_url, &name).await?;
     result

@@ -4,8 +4,11 @@
 //! (`berth relay`, ...). Operators replay projections and audit the log from here, and
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
+mod admin;
 mod bench;
+mod bench_sessions;
 mod config;
+mod session_cli;
 mod telemetry;
 
 use std::process::ExitCode;
@@ -16,6 +19,7 @@ use clap::{Parser, Subcommand};
 use events::projection::{self, StreamIndex};
 use events::relay::{RelayConfig, Topology};
 use events::{audit, store, EventStore};
+use gateway::projection::SessionsView;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -55,6 +59,38 @@ enum Command {
     /// Measure the platform and print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Users, keys, projects, resource groups, policies and presets.
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
+    /// Sessions through the gateway (BERTH_GATEWAY_URL, BERTH_API_KEY).
+    #[command(subcommand)]
+    Session(session_cli::SessionCommand),
+    /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
+    /// Docker containers (`--simulate`: moves them without containers).
+    Agent {
+        #[arg(long, default_value = "local")]
+        id: String,
+        #[arg(long, default_value = "default")]
+        group: String,
+        /// Cores offered (default: the host's).
+        #[arg(long)]
+        cpu: Option<f64>,
+        /// GiB offered (default: the host's).
+        #[arg(long)]
+        memory_gib: Option<f64>,
+        /// GPUs offered (fractions allowed; default: those NVML finds).
+        #[arg(long)]
+        gpu: Option<f64>,
+        /// Images offered (repeatable; default: the images on the host).
+        #[arg(long = "image")]
+        images: Vec<String>,
+        /// Where folders live on this host.
+        #[arg(long, env = "BERTH_AGENT_DATA", default_value = ".berth/agent-data")]
+        data_dir: std::path::PathBuf,
+        /// Move sessions without containers (no Docker needed).
+        #[arg(long)]
+        simulate: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -131,12 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tasks.spawn(relay_task(store.clone(), config.clone(), js, stop.clone()));
             tasks.spawn(sealer_task(store.clone(), stop.clone()));
             if matches!(cli.command, Command::Up) {
-                let pool = store.pool().clone();
-                let stop = stop.clone();
-                tasks.spawn(async move {
-                    projection::run(pool, StreamIndex, Duration::from_millis(20), stop).await?;
-                    Ok(())
-                });
+                services(&config, &store, &mut tasks, &stop).await?;
             }
             tracing::info!("berth is up; Ctrl-C stops it");
             tokio::select! {
@@ -159,7 +190,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let store = connect_store(&config).await?;
             let report = match name.as_str() {
                 "streams" => projection::rebuild(store.pool(), &StreamIndex, swap).await?,
-                other => anyhow::bail!("unknown projection `{other}`; known: streams"),
+                "sessions" => projection::rebuild(store.pool(), &SessionsView, swap).await?,
+                other => anyhow::bail!("unknown projection `{other}`; known: streams, sessions"),
             };
             println!(
                 "projection {name}: rebuilt from {} events, compared at position {}",
@@ -182,8 +214,138 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(command) => return audit_command(&config, command).await,
         Command::Bench(command) => bench::run(&config, command).await?,
         Command::Demo => demo(&config).await?,
+        Command::Admin(command) => {
+            let store = connect_store(&config).await?;
+            admin::run(store.pool(), command).await?;
+        }
+        Command::Session(command) => return session_cli::run(&config, command).await,
+        Command::Agent {
+            id,
+            group,
+            cpu,
+            memory_gib,
+            gpu,
+            images,
+            data_dir,
+            simulate,
+        } => {
+            let store = connect_store(&config).await?;
+            let stop = CancellationToken::new();
+            let docker = if simulate {
+                None
+            } else {
+                Some(
+                    agent::docker::connect()
+                        .await
+                        .context("reach the Docker engine")?,
+                )
+            };
+            let host = match &docker {
+                Some(d) => agent::docker::host_capacity(d).await?,
+                None => events::payloads::ResourceSlots {
+                    cpu_milli: 8_000,
+                    memory_bytes: 16 << 30,
+                    gpu_milli: 0,
+                },
+            };
+            let images = match (&docker, images.is_empty()) {
+                (Some(d), true) => agent::docker::local_images(d).await?,
+                (None, true) => vec!["berth/shell:latest".into(), "berth/python:latest".into()],
+                (_, false) => images,
+            };
+            let spec = agent::AgentSpec {
+                agent_id: id,
+                resource_group: group,
+                capacity: events::payloads::ResourceSlots {
+                    cpu_milli: cpu.map_or(host.cpu_milli, |c| (c * 1000.0) as u64),
+                    memory_bytes: memory_gib
+                        .map_or(host.memory_bytes, |m| (m * (1u64 << 30) as f64) as u64),
+                    gpu_milli: gpu.map_or_else(
+                        || agent::gpu::discover().gpu_milli(),
+                        |g| (g * 1000.0) as u64,
+                    ),
+                },
+                images,
+                address: None,
+            };
+            let pool = store.pool().clone();
+            let run = async {
+                match docker {
+                    Some(docker) => {
+                        std::fs::create_dir_all(&data_dir)?;
+                        let config = agent::docker::RuntimeConfig {
+                            data_dir: std::fs::canonicalize(&data_dir)?,
+                            stop_grace_secs: 10,
+                            poll: Duration::from_millis(50),
+                        };
+                        agent::docker::run(pool, docker, spec, config, stop.clone()).await?
+                    }
+                    None => {
+                        agent::simulate(pool, spec, Duration::from_secs(1), stop.clone()).await?
+                    }
+                }
+                anyhow::Ok(())
+            };
+            tokio::select! {
+                done = run => done?,
+                _ = tokio::signal::ctrl_c() => stop.cancel(),
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Everything `berth up` runs besides the relay and the sealer: projections, scheduler,
+/// reconciler and the gateway. A fresh install gets its first superadmin here.
+async fn services(
+    config: &Config,
+    store: &EventStore,
+    tasks: &mut tokio::task::JoinSet<anyhow::Result<()>>,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    let pool = store.pool().clone();
+    if let Some((email, key)) = launcher::access::bootstrap(&pool).await? {
+        println!("fresh install: superadmin {email}");
+        println!("API key (shown only now): {key}");
+    }
+    let (p, s) = (pool.clone(), stop.clone());
+    tasks.spawn(async move {
+        projection::run(p, StreamIndex, Duration::from_millis(20), s).await?;
+        Ok(())
+    });
+    let (p, s) = (pool.clone(), stop.clone());
+    tasks.spawn(async move {
+        projection::run(p, SessionsView, Duration::from_millis(10), s).await?;
+        Ok(())
+    });
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    let scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    let (w, s) = (wake.clone(), stop.clone());
+    tasks.spawn(async move {
+        scheduler.run(w, s).await;
+        Ok(())
+    });
+    let deadlines = scheduler::reconcile::Deadlines {
+        heartbeat: config.heartbeat_timeout,
+        ..Default::default()
+    };
+    let (p, s) = (pool.clone(), stop.clone());
+    tasks.spawn(async move {
+        scheduler::reconcile::run(p, deadlines, Duration::from_secs(2), s).await;
+        Ok(())
+    });
+    let nats = async_nats::connect(&config.nats_url).await.ok();
+    let state = gateway::AppState::new(pool, nats, Topology::default(), wake);
+    let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
+        .await
+        .with_context(|| format!("listen on {}", config.gateway_listen))?;
+    tracing::info!(address = %config.gateway_listen, "gateway listening");
+    let s = stop.clone();
+    tasks.spawn(async move {
+        gateway::serve(listener, state, s).await?;
+        Ok(())
+    });
+    Ok(())
 }
 
 async fn relay_task(
@@ -272,7 +434,7 @@ fn hex_string(bytes: &[u8]) -> String {
 async fn demo(config: &Config) -> anyhow::Result<()> {
     use events::catalogue::Event;
     use events::payloads::{AgentHeartbeated, AgentRegistered, ResourceSlots};
-    use events::{ExpectedVersion, ProposedEvent};
+    use events::ExpectedVersion;
     use futures::StreamExt;
 
     let store = connect_store(config).await?;
@@ -293,7 +455,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
     let metadata = events::trace::metadata("berth-demo", None);
     let registered = Event::AgentRegistered(AgentRegistered {
         agent_id: agent_id.clone(),
-        resource_group: "default".into(),
+        resource_group: "demo".into(),
         capacity: ResourceSlots {
             cpu_milli: 4_000,
             memory_bytes: 8 << 30,
@@ -307,16 +469,15 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
         at: chrono::Utc::now(),
     });
     let started = std::time::Instant::now();
-    let appended = store
-        .append(
-            &stream_id,
-            ExpectedVersion::NoStream,
-            &[
-                ProposedEvent::new(&registered, metadata.clone()),
-                ProposedEvent::new(&heartbeat, metadata),
-            ],
-        )
-        .await?;
+    // Through the ledger, like every agent event, so its tables stay exactly the log's fold.
+    let appended = events::ledger::record_now(
+        store.pool(),
+        &stream_id,
+        ExpectedVersion::NoStream,
+        &[registered, heartbeat],
+        &metadata,
+    )
+    .await?;
     println!(
         "appended 2 events to {stream_id}; last at log position {}",
         appended.position

@@ -120,3 +120,134 @@ async fn audit_stream_shows_the_state_as_of_a_time() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_they_say() {
+    let (store, url) = fresh_store().await;
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("created superadmin admin@berth.local"),
+        "{text}"
+    );
+    let key = text
+        .split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("a key is printed")
+        .to_owned();
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("already initialised") && !text.contains("berth_"),
+        "{text}"
+    );
+
+    let (ok, text) = berth(&url, &["admin", "create-project", "vision"]);
+    assert!(ok, "{text}");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "create-user",
+            "--email",
+            "ada@example.com",
+            "--role",
+            "admin",
+            "--project",
+            "vision",
+        ],
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("API key (shown only now): berth_"), "{text}");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "create-group",
+            "gpu",
+            "--queue",
+            "backfill",
+            "--selection",
+            "dispersed",
+        ],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = berth(&url, &["admin", "grant-group", "gpu", "vision"]);
+    assert!(ok, "{text}");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "set-policy",
+            "small",
+            "--max-sessions",
+            "2",
+            "--max-cpu",
+            "4",
+            "--max-memory-gib",
+            "8",
+        ],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "save-preset",
+            "tiny",
+            "--cpu",
+            "0.5",
+            "--memory-gib",
+            "0.5",
+        ],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "create-user",
+            "--email",
+            "bad email",
+            "--project",
+            "vision",
+        ],
+    );
+    assert!(!ok && text.contains("email"), "{text}");
+    let (ok, text) = berth(&url, &["admin", "grant-group", "gpu", "nowhere"]);
+    assert!(
+        !ok && text.contains("project `nowhere` does not exist"),
+        "{text}"
+    );
+
+    let client = store.pool().get().await.unwrap();
+    let owner = events::ledger::key_owner(&client, &key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(owner.email, "admin@berth.local");
+    let role: String = client
+        .query_one(
+            "SELECT role FROM ledger.users WHERE email = 'ada@example.com'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(role, "admin");
+    let granted: i64 = client
+        .query_one(
+            "SELECT count(*) FROM ledger.group_projects WHERE resource_group = 'gpu'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(granted, 1);
+    let events: i64 = client
+        .query_one("SELECT count(*) FROM events WHERE category IN ('user', 'project', 'group', 'policy', 'preset')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(events >= 12, "every change is an event: {events}");
+}

@@ -40,7 +40,7 @@ fn docker_compose_file_is_valid() {
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for service in ["postgres", "nats", "berth"] {
+    for service in ["postgres", "nats", "berth", "agent"] {
         assert!(
             stdout.lines().any(|l| l == service),
             "service {service} missing: {stdout}"

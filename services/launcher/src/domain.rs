@@ -85,6 +85,24 @@ pub fn check_environment(environment: &BTreeMap<String, String>) -> Result<(), F
     Ok(())
 }
 
+/// Folder names: 1 to 64 letters, digits, `_`, `-` and `.`, not starting with `.`, so a name
+/// can never leave the owner's folder directory (no `/`, no `..`).
+pub fn check_folder_name(field: &str, name: &str) -> Result<(), FieldError> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(problem(
+            field,
+            format!("`{name}` is not a folder name: 1 to 64 letters, digits, `_`, `-` or `.`, not starting with `.`"),
+        ))
+    }
+}
+
 /// The parts of a request whose rules depend on each other.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
@@ -160,8 +178,8 @@ pub fn check_shape(shape: &Shape) -> Result<u32, FieldError> {
     }
 }
 
-/// A random name for a session that was given none: three words and two digits, always a
-/// valid name.
+/// A random name for a session that was given none: three words and four digits (about 176
+/// million names), always a valid name.
 pub fn random_name(rng: &mut impl rand::Rng) -> String {
     const WORDS: &[&str] = &[
         "amber", "brisk", "cedar", "delta", "ember", "fjord", "gale", "harbor", "iris", "jade",
@@ -177,7 +195,7 @@ pub fn random_name(rng: &mut impl rand::Rng) -> String {
             name.extend(chars);
         }
     }
-    name.push_str(&format!("{:02}", rng.random_range(0..100)));
+    name.push_str(&format!("{:04}", rng.random_range(0..10_000)));
     name
 }
 
@@ -300,6 +318,28 @@ mod tests {
         s.cluster_size = MAX_CLUSTER_SIZE;
         s.cluster_mode = ClusterMode::MultiNode;
         assert!(check_shape(&s).is_ok());
+    }
+
+    #[test]
+    fn folder_names_cannot_leave_their_directory() {
+        assert!(check_folder_name("name", "data1").is_ok());
+        assert!(check_folder_name("name", "my.data_2-x").is_ok());
+        for bad in [
+            "",
+            "..",
+            "../etc",
+            ".hidden",
+            "a/b",
+            "/abs",
+            &"a".repeat(65),
+            "séance",
+        ] {
+            assert_eq!(
+                check_folder_name("name", bad).unwrap_err().field,
+                "name",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,11 @@
-//! The launcher: turns a create request into a validated `SessionRequested` event.
+//! The launcher: who may launch what, and turning a create request into validated
+//! `SessionRequested` events.
 //!
-//! `domain` holds the pure rules (no I/O, no async); the wiring to the store and the gateway
-//! arrives with the rest of the sessions issue.
+//! - [`domain`]: the pure rules of a request (no I/O).
+//! - [`launch`]: the request checked against owner, project, group, policy and agents, then
+//!   recorded, all sessions or none.
+//! - [`access`]: users, API keys, projects, resource groups, policies and presets.
 
+pub mod access;
 pub mod domain;
+pub mod launch;

@@ -1,0 +1,217 @@
+//! `berth admin ...`: operators create users, keys, projects, resource groups, policies and
+//! presets. Talks to the database directly (like `berth migrate`), so it works before any
+//! key exists; every change is an event in the log.
+
+use clap::Subcommand;
+use events::payloads::*;
+use launcher::access;
+
+#[derive(Subcommand)]
+pub enum AdminCommand {
+    /// Create the defaults and the first superadmin on a fresh install (prints its key once).
+    Init,
+    /// Create a user and print their first API key (shown only now).
+    CreateUser {
+        #[arg(long)]
+        email: String,
+        /// user, admin or superadmin
+        #[arg(long, default_value = "user")]
+        role: String,
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Projects the user joins (repeatable).
+        #[arg(long = "project", default_values_t = vec!["default".to_string()])]
+        projects: Vec<String>,
+    },
+    /// Issue another API key to a user.
+    IssueKey {
+        #[arg(long)]
+        email: String,
+    },
+    CreateProject {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    AddMember {
+        project: String,
+        email: String,
+    },
+    CreateGroup {
+        name: String,
+        /// fifo or backfill
+        #[arg(long, default_value = "fifo")]
+        queue: String,
+        /// concentrated or dispersed
+        #[arg(long, default_value = "concentrated")]
+        selection: String,
+        #[arg(long, default_value_t = 5)]
+        max_attempts: u32,
+        #[arg(long, default_value_t = 3)]
+        skip_after: u32,
+        #[arg(long, default_value_t = 3600)]
+        pending_timeout: u64,
+    },
+    /// Let a project use a resource group.
+    GrantGroup {
+        group: String,
+        project: String,
+    },
+    SetPolicy {
+        name: String,
+        #[arg(long)]
+        max_sessions: u32,
+        /// cores
+        #[arg(long)]
+        max_cpu: f64,
+        /// GiB
+        #[arg(long)]
+        max_memory_gib: f64,
+        #[arg(long, default_value_t = 0.0)]
+        max_gpu: f64,
+        /// seconds
+        #[arg(long)]
+        max_lifetime: Option<u64>,
+    },
+    SavePreset {
+        name: String,
+        #[arg(long)]
+        cpu: f64,
+        #[arg(long)]
+        memory_gib: f64,
+        #[arg(long, default_value_t = 0.0)]
+        gpu: f64,
+        #[arg(long, default_value_t = 64)]
+        shm_mib: u64,
+    },
+}
+
+fn milli(v: f64) -> u64 {
+    (v * 1000.0).round().max(0.0) as u64
+}
+
+fn gib(v: f64) -> u64 {
+    (v * (1u64 << 30) as f64).round().max(0.0) as u64
+}
+
+pub async fn run(pool: &deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::Init => match access::bootstrap(pool).await? {
+            Some((email, key)) => {
+                println!("created superadmin {email}");
+                println!("API key (shown only now): {key}");
+            }
+            None => println!("already initialised"),
+        },
+        AdminCommand::CreateUser {
+            email,
+            role,
+            policy,
+            projects,
+        } => {
+            let role = Role::parse(&role).ok_or_else(|| {
+                anyhow::anyhow!("--role: `{role}` is not user, admin or superadmin")
+            })?;
+            let (id, key) = access::create_user(pool, &email, role, &policy, &projects).await?;
+            println!("created user {email} ({id})");
+            println!("API key (shown only now): {key}");
+        }
+        AdminCommand::IssueKey { email } => {
+            println!(
+                "API key (shown only now): {}",
+                access::issue_key(pool, &email).await?
+            );
+        }
+        AdminCommand::CreateProject { name, description } => {
+            access::create_project(pool, &name, &description).await?;
+            println!("project {name} created");
+        }
+        AdminCommand::AddMember { project, email } => {
+            access::add_member(pool, &project, &email).await?;
+            println!("{email} joined {project}");
+        }
+        AdminCommand::CreateGroup {
+            name,
+            queue,
+            selection,
+            max_attempts,
+            skip_after,
+            pending_timeout,
+        } => {
+            let queue_policy = match queue.as_str() {
+                "fifo" => QueuePolicy::Fifo,
+                "backfill" => QueuePolicy::Backfill,
+                other => anyhow::bail!("--queue: `{other}` is not fifo or backfill"),
+            };
+            let agent_selection = match selection.as_str() {
+                "concentrated" => AgentSelection::Concentrated,
+                "dispersed" => AgentSelection::Dispersed,
+                other => anyhow::bail!("--selection: `{other}` is not concentrated or dispersed"),
+            };
+            access::create_group(
+                pool,
+                ResourceGroupCreated {
+                    name: name.clone(),
+                    queue_policy,
+                    agent_selection,
+                    max_attempts,
+                    skip_after,
+                    pending_timeout_secs: pending_timeout,
+                },
+            )
+            .await?;
+            println!("resource group {name} created");
+        }
+        AdminCommand::GrantGroup { group, project } => {
+            access::grant_group(pool, &group, &project).await?;
+            println!("{project} may use {group}");
+        }
+        AdminCommand::SetPolicy {
+            name,
+            max_sessions,
+            max_cpu,
+            max_memory_gib,
+            max_gpu,
+            max_lifetime,
+        } => {
+            access::set_policy(
+                pool,
+                ResourcePolicySet {
+                    name: name.clone(),
+                    max_concurrent_sessions: max_sessions,
+                    max_total: ResourceSlots {
+                        cpu_milli: milli(max_cpu),
+                        memory_bytes: gib(max_memory_gib),
+                        gpu_milli: milli(max_gpu),
+                    },
+                    max_session_lifetime_secs: max_lifetime,
+                },
+            )
+            .await?;
+            println!("resource policy {name} set");
+        }
+        AdminCommand::SavePreset {
+            name,
+            cpu,
+            memory_gib,
+            gpu,
+            shm_mib,
+        } => {
+            access::save_preset(
+                pool,
+                PresetSaved {
+                    name: name.clone(),
+                    resources: ResourceSlots {
+                        cpu_milli: milli(cpu),
+                        memory_bytes: gib(memory_gib),
+                        gpu_milli: milli(gpu),
+                    },
+                    shared_memory_bytes: shm_mib << 20,
+                },
+            )
+            .await?;
+            println!("preset {name} saved");
+        }
+    }
+    Ok(())
+}

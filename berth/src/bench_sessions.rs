@@ -1,0 +1,517 @@
+//! `berth bench schedule` and `berth bench gateway`: the sessions issue's figures.
+//!
+//! - schedule: 1,000 registered agents and 10,000 pending sessions. First the scheduling core
+//!   alone (placement decisions per second, in memory), then end to end: scheduler passes
+//!   until the queue is empty, every decision committed with its events and history.
+//! - gateway: session-detail reads per second and their latency percentiles, with concurrent
+//!   clients on the same machine.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use events::catalogue::Event;
+use events::payloads::*;
+use events::store::ExpectedVersion;
+use scheduler::core::{self, AgentView, GroupRules, OwnerLoad, PendingSession, Snapshot};
+use uuid::Uuid;
+
+const GIB: u64 = 1 << 30;
+
+fn agent_capacity() -> ResourceSlots {
+    ResourceSlots {
+        cpu_milli: 16_000,
+        memory_bytes: 64 * GIB,
+        gpu_milli: 0,
+    }
+}
+
+fn session_size() -> ResourceSlots {
+    ResourceSlots {
+        cpu_milli: 1_000,
+        memory_bytes: 2 * GIB,
+        gpu_milli: 0,
+    }
+}
+
+/// The scheduling core alone on an in-memory snapshot.
+fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
+    let owners: Vec<Uuid> = (0..10).map(|_| Uuid::now_v7()).collect();
+    let snapshot = Snapshot {
+        group: GroupRules {
+            name: "default".into(),
+            queue_policy: QueuePolicy::Fifo,
+            agent_selection: AgentSelection::Concentrated,
+            max_attempts: 5,
+            skip_after: 3,
+            pending_timeout_secs: 3600,
+        },
+        agents: (0..agents)
+            .map(|i| AgentView {
+                agent_id: format!("agent{i:04}"),
+                capacity: agent_capacity(),
+                used: ResourceSlots::default(),
+            })
+            .collect(),
+        queue: (0..sessions)
+            .map(|i| PendingSession {
+                session_id: Uuid::now_v7(),
+                version: 0,
+                owner: owners[i % owners.len()],
+                per_kernel: session_size(),
+                cluster_mode: ClusterMode::SingleNode,
+                cluster_size: 1,
+                wanted_agent: None,
+                starts_at: None,
+                created_at: Utc::now(),
+                attempts: 0,
+                last_result: None,
+                last_error_code: None,
+            })
+            .collect(),
+        owners: owners
+            .iter()
+            .map(|o| {
+                (
+                    *o,
+                    OwnerLoad {
+                        policy: "default".into(),
+                        sessions: 0,
+                        used: ResourceSlots::default(),
+                        max_sessions: 1_000_000,
+                        max_total: ResourceSlots {
+                            cpu_milli: u64::MAX / 4,
+                            memory_bytes: u64::MAX / 4,
+                            gpu_milli: 0,
+                        },
+                    },
+                )
+            })
+            .collect::<HashMap<_, _>>(),
+        now: Utc::now(),
+        capacity_grew: true,
+    };
+    let mut best = Duration::MAX;
+    for _ in 0..rounds {
+        let mut s = snapshot.clone();
+        let started = Instant::now();
+        let decisions = core::plan(&mut s);
+        let took = started.elapsed();
+        assert_eq!(
+            decisions.iter().filter(|d| d.placement.is_some()).count(),
+            sessions
+        );
+        best = best.min(took);
+    }
+    let rate = sessions as f64 / best.as_secs_f64();
+    println!(
+        "scheduling core: {sessions} pending on {agents} agents placed in {:.1} ms (best of {rounds}) = {rate:.0} decisions/s",
+        best.as_secs_f64() * 1000.0
+    );
+    rate
+}
+
+/// Registers the agents and records the pending sessions through the launcher.
+async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()> {
+    launcher::access::bootstrap(pool).await?;
+    launcher::access::set_policy(
+        pool,
+        ResourcePolicySet {
+            name: "default".into(),
+            max_concurrent_sessions: 1_000_000,
+            max_total: ResourceSlots {
+                cpu_milli: 1 << 40,
+                memory_bytes: 1 << 60,
+                gpu_milli: 0,
+            },
+            max_session_lifetime_secs: None,
+        },
+    )
+    .await?;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let metadata = events::trace::metadata("bench", None);
+    for i in 0..agents {
+        let id = format!("agent{i:04}");
+        let event = Event::AgentRegistered(AgentRegistered {
+            agent_id: id.clone(),
+            resource_group: "default".into(),
+            capacity: agent_capacity(),
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        });
+        events::ledger::record(
+            &tx,
+            &format!("agent-{id}"),
+            ExpectedVersion::Any,
+            &[event],
+            &metadata,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    drop(client);
+    let mut users = Vec::new();
+    for u in 0..10 {
+        let (_, key) = launcher::access::create_user(
+            pool,
+            &format!("bench{u}@berth.local"),
+            Role::User,
+            "default",
+            &["default".into()],
+        )
+        .await?;
+        let client = pool.get().await?;
+        users.push(
+            events::ledger::key_owner(&client, &key)
+                .await?
+                .expect("the key was just issued"),
+        );
+    }
+    let started = Instant::now();
+    let per_request = 100;
+    for r in 0..sessions.div_ceil(per_request) {
+        let request = launcher::launch::CreateSession {
+            image: "berth/shell:latest".into(),
+            resources: launcher::launch::ResourceRequest {
+                cpu: Some(1.0),
+                memory: Some(launcher::launch::ByteSize::Bytes(2 * GIB)),
+                ..Default::default()
+            },
+            count: Some(per_request.min(sessions - r * per_request) as u32),
+            ..Default::default()
+        };
+        launcher::launch::launch(pool, &users[r % users.len()], request).await?;
+    }
+    let took = started.elapsed().as_secs_f64();
+    println!("launcher: {sessions} sessions requested in {took:.2} s = {:.0} sessions/s (100 per request)", sessions as f64 / took);
+    Ok(())
+}
+
+pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Result<()> {
+    core_figures(agents, sessions, 5);
+    let pool = events::store::pool(url, 16)?;
+    events::store::migrate(&pool, &[]).await?;
+    fill(&pool, agents, sessions).await?;
+    let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    let started = Instant::now();
+    let mut placed = 0;
+    let mut passes = 0;
+    while placed < sessions {
+        let pass = scheduler.pass().await?;
+        passes += 1;
+        placed += pass.placed;
+        anyhow::ensure!(
+            pass.placed > 0,
+            "a pass placed nothing with {} left",
+            sessions - placed
+        );
+    }
+    let took = started.elapsed().as_secs_f64();
+    let client = pool.get().await?;
+    let written: i64 = client
+        .query_one(
+            "SELECT count(*) FROM events WHERE event_type IN ('SchedulingAttempted', 'SessionScheduled', 'SessionStatusChanged')",
+            &[],
+        )
+        .await?
+        .get(0);
+    println!(
+        "end to end: {placed} sessions scheduled in {took:.2} s over {passes} passes = {:.0} sessions/s ({written} events committed with the ledger)",
+        placed as f64 / took
+    );
+    Ok(())
+}
+
+pub async fn gateway(
+    nats_url: &str,
+    url: &str,
+    seconds: u64,
+    clients: usize,
+    cache: bool,
+) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 32)?;
+    events::store::migrate(&pool, &[]).await?;
+    fill(&pool, 100, 10_000).await?;
+    let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    while scheduler.pass().await?.placed > 0 {}
+    let view = gateway::projection::SessionsView;
+    events::projection::install(&pool, &view).await?;
+    events::projection::catch_up(&pool, &view).await?;
+    let key = {
+        let client = pool.get().await?;
+        let ids: Vec<Uuid> = client
+            .query("SELECT session_id FROM ledger.sessions", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let (_, key) = launcher::access::create_user(
+            &pool,
+            "reader@berth.local",
+            Role::Superadmin,
+            "default",
+            &[],
+        )
+        .await?;
+        (ids, key)
+    };
+    let (ids, key) = key;
+    // The relay and NATS run as in production: the detail cache follows the session events.
+    let nats = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    let topology = events::relay::Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        Default::default(),
+        stop.clone(),
+    ));
+    // Without NATS the gateway keeps no detail cache: every read is a projection query.
+    let follow = cache.then_some(nats);
+    let state = gateway::AppState::new(pool.clone(), follow, topology.clone(), Arc::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(gateway::serve(listener, state, stop.clone()));
+    let ids = Arc::new(ids);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let warmup = Instant::now() + Duration::from_secs(1);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (http, ids, key) = (http.clone(), ids.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = c * 7919;
+            while Instant::now() < deadline {
+                i = (i + 104_729) % ids.len();
+                let started = Instant::now();
+                let response = http
+                    .get(format!("http://{address}/v1/sessions/{}", ids[i]))
+                    .header("x-api-key", &key)
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    response.status().is_success(),
+                    "status {}",
+                    response.status()
+                );
+                response.bytes().await?;
+                if started > warmup {
+                    latencies.push(started.elapsed());
+                }
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    stop.cancel();
+    js.delete_stream(&topology.stream).await?;
+    all.sort_unstable();
+    let measured = seconds.saturating_sub(1).max(1) as f64;
+    let at =
+        |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)].as_secs_f64() * 1000.0;
+    println!(
+        "gateway session detail ({}): {} requests in {measured:.0} s = {:.0} req/s with {clients} clients; p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        if cache { "detail cache on" } else { "no cache" },
+        all.len(),
+        all.len() as f64 / measured,
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    );
+    Ok(())
+}
+
+/// `berth bench start`: create request to RUNNING through the Docker runtime, next to a plain
+/// `docker run -d` of the same image, and sessions started per second in a burst.
+pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 16)?;
+    events::store::migrate(&pool, &[]).await?;
+    launcher::access::bootstrap(&pool).await?;
+    let docker = agent::docker::connect().await?;
+    let images = agent::docker::local_images(&docker).await?;
+    anyhow::ensure!(
+        images.iter().any(|i| i == "berth/shell:latest"),
+        "run infra/images.sh first"
+    );
+    let agent_id = format!("bench{}", std::process::id());
+    let spec = agent::AgentSpec {
+        agent_id: agent_id.clone(),
+        resource_group: "default".into(),
+        capacity: ResourceSlots {
+            cpu_milli: 64_000,
+            memory_bytes: 64 * GIB,
+            gpu_milli: 0,
+        },
+        images,
+        address: None,
+    };
+    let data = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&data)?;
+    let config = agent::docker::RuntimeConfig {
+        data_dir: data,
+        stop_grace_secs: 1,
+        poll: Duration::from_millis(10),
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let agent_task = tokio::spawn(agent::docker::run(
+        pool.clone(),
+        docker.clone(),
+        spec,
+        config,
+        stop.clone(),
+    ));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let scheduler = scheduler::run::Scheduler::new(
+        pool.clone(),
+        scheduler::run::SchedulerConfig {
+            interval: Duration::from_millis(200),
+            ..Default::default()
+        },
+    );
+    tokio::spawn(scheduler.run(wake.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let admin = {
+        let (_, key) = launcher::access::create_user(
+            &pool,
+            "starter@berth.local",
+            Role::Superadmin,
+            "default",
+            &["default".into()],
+        )
+        .await?;
+        let client = pool.get().await?;
+        events::ledger::key_owner(&client, &key)
+            .await?
+            .expect("just issued")
+    };
+    let request = |count: u32| launcher::launch::CreateSession {
+        image: "berth/shell:latest".into(),
+        resources: launcher::launch::ResourceRequest {
+            cpu: Some(0.25),
+            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
+            ..Default::default()
+        },
+        count: Some(count),
+        ..Default::default()
+    };
+    let running = |ids: Vec<Uuid>| {
+        let pool = pool.clone();
+        async move {
+            loop {
+                let client = pool.get().await?;
+                let n: i64 = client
+                    .query_one("SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status = 'RUNNING'", &[&ids])
+                    .await?
+                    .get(0);
+                let failed: i64 = client
+                    .query_one("SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status IN ('ERROR','CANCELLED','TERMINATED')", &[&ids])
+                    .await?
+                    .get(0);
+                anyhow::ensure!(failed == 0, "a session ended before it ran");
+                if n as usize == ids.len() {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    let end_all = |ids: Vec<Uuid>| {
+        let pool = pool.clone();
+        async move {
+            let metadata = events::trace::metadata("bench", None);
+            for id in ids {
+                events::lifecycle::command(&pool, id, &metadata, |s| {
+                    s.terminate(true, "bench over".into())
+                })
+                .await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+
+    // One at a time: berth, then plain `docker run -d`, alternating.
+    let mut berth_times = Vec::new();
+    let mut plain_times = Vec::new();
+    for i in 0..sessions {
+        let started = Instant::now();
+        let launched = launcher::launch::launch(&pool, &admin, request(1)).await?;
+        wake.notify_one();
+        let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+        running(ids.clone()).await?;
+        berth_times.push(started.elapsed());
+        end_all(ids).await?;
+
+        let name = format!("berth-bench-plain-{}-{i}", std::process::id());
+        let started = Instant::now();
+        let status = tokio::process::Command::new("docker")
+            .args([
+                "run",
+                "-d",
+                "--name",
+                &name,
+                "--cpus",
+                "0.25",
+                "-m",
+                "64m",
+                "--label",
+                "ai.berth.bench=1",
+                "berth/shell:latest",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+            ])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await?;
+        anyhow::ensure!(status.success(), "docker run -d failed");
+        plain_times.push(started.elapsed());
+        let _ = tokio::process::Command::new("docker")
+            .args(["rm", "-f", &name])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await;
+    }
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort_unstable();
+        v[((v.len() as f64 * q) as usize).min(v.len() - 1)].as_secs_f64() * 1000.0
+    };
+    let (b50, b99) = (pct(&mut berth_times, 0.5), pct(&mut berth_times, 0.99));
+    let (p50, p99) = (pct(&mut plain_times, 0.5), pct(&mut plain_times, 0.99));
+    println!("create to RUNNING over {sessions} sessions: berth p50 {b50:.1} ms, p99 {b99:.1} ms; plain `docker run -d` p50 {p50:.1} ms, p99 {p99:.1} ms; berth/plain at p50 = {:.2}", b50 / p50);
+
+    // A burst: `burst` sessions in one request.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let launched = launcher::launch::launch(&pool, &admin, request(burst as u32)).await?;
+    wake.notify_one();
+    let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+    running(ids.clone()).await?;
+    let took = started.elapsed().as_secs_f64();
+    println!("burst: {burst} sessions requested at once were all RUNNING after {:.2} s = {:.1} sessions started/s", took, burst as f64 / took);
+    end_all(ids).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let _ = agent_task.await;
+    // Whatever is left of the bench's containers goes.
+    let _ = tokio::process::Command::new("sh")
+        .args(["-c", &format!("docker ps -aq --filter label=ai.berth.agent={agent_id} | xargs -r docker rm -f >/dev/null")])
+        .status()
+        .await;
+    Ok(())
+}

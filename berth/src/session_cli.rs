@@ -1,0 +1,442 @@
+//! `berth session ...`: the gateway's API from the command line (BERTH_GATEWAY_URL,
+//! BERTH_API_KEY). A session is named by its id or by its name (the newest of yours with that name).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum SessionCommand {
+    /// Create sessions (prints their ids).
+    Create(Box<CreateArgs>),
+    /// List sessions.
+    Ls {
+        #[arg(long = "type")]
+        session_type: Option<String>,
+        /// running or finished
+        #[arg(long)]
+        state: Option<String>,
+        /// An owner's email (superadmins).
+        #[arg(long)]
+        owner: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a session's detail.
+    Info {
+        session: String,
+    },
+    /// Show a session's scheduling history.
+    History {
+        session: String,
+        #[arg(long)]
+        result: Option<String>,
+        #[arg(long)]
+        phase: Option<String>,
+    },
+    Rename {
+        session: String,
+        name: String,
+    },
+    /// Print each kernel's container output.
+    Logs {
+        session: String,
+    },
+    /// Terminate a session (--force ends it at once).
+    Rm {
+        session: String,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Follow the events of your sessions (all events for superadmins).
+    Events,
+}
+
+/// What `berth session create` takes.
+#[derive(clap::Args)]
+pub struct CreateArgs {
+    #[arg(long)]
+    image: String,
+    #[arg(long)]
+    name: Option<String>,
+    /// interactive, batch, inference or system
+    #[arg(long = "type", default_value = "interactive")]
+    session_type: String,
+    /// Cores, e.g. 0.5
+    #[arg(long)]
+    cpu: Option<f64>,
+    /// Bytes or a size such as 512m, 4g
+    #[arg(long)]
+    memory: Option<String>,
+    #[arg(long)]
+    shared_memory: Option<String>,
+    #[arg(long)]
+    gpu: Option<f64>,
+    #[arg(long)]
+    preset: Option<String>,
+    #[arg(long)]
+    group: Option<String>,
+    #[arg(long)]
+    project: Option<String>,
+    /// NAME=VALUE (repeatable)
+    #[arg(long = "env")]
+    environment: Vec<String>,
+    #[arg(long = "port")]
+    ports: Vec<u32>,
+    #[arg(long = "mount")]
+    mounts: Vec<String>,
+    /// The startup command of a batch session.
+    #[arg(long)]
+    command: Option<String>,
+    /// RFC 3339 time a batch session starts at the earliest.
+    #[arg(long)]
+    starts_at: Option<String>,
+    /// Seconds a batch session may run.
+    #[arg(long)]
+    timeout: Option<u64>,
+    #[arg(long)]
+    agent: Option<String>,
+    /// Create it for this user (admins).
+    #[arg(long)]
+    owner: Option<String>,
+    #[arg(long)]
+    cluster_size: Option<u32>,
+    /// single-node or multi-node
+    #[arg(long)]
+    cluster_mode: Option<String>,
+    /// How many sessions.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    fn new(config: &Config) -> anyhow::Result<Client> {
+        let key = config
+            .api_key
+            .clone()
+            .context("set BERTH_API_KEY to your API key (berth admin create-user prints one)")?;
+        Ok(Client {
+            http: reqwest::Client::new(),
+            base: config.gateway_url.trim_end_matches('/').to_owned(),
+            key,
+        })
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Result<Value, Value>> {
+        let response = request
+            .header("x-api-key", &self.key)
+            .send()
+            .await
+            .with_context(|| {
+                format!(
+                    "reach the gateway at {} (is `berth up` running?)",
+                    self.base
+                )
+            })?;
+        let ok = response.status().is_success();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        Ok(if ok { Ok(body) } else { Err(body) })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The id of `session`: itself when it is one, else the live session of that name.
+    async fn resolve(&self, session: &str) -> anyhow::Result<String> {
+        if uuid::Uuid::parse_str(session).is_ok() {
+            return Ok(session.to_owned());
+        }
+        let found = self
+            .send(
+                self.http
+                    .get(self.url("/v1/sessions"))
+                    .query(&[("limit", "500")]),
+            )
+            .await?
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        found["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == session)
+            .and_then(|s| s["session_id"].as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("no session of yours is named `{session}`"))
+    }
+}
+
+fn print_error(body: &Value) -> ExitCode {
+    let e = &body["error"];
+    match e["field"].as_str() {
+        Some(field) => eprintln!(
+            "berth: {field}: {}",
+            e["message"].as_str().unwrap_or_default()
+        ),
+        None => eprintln!(
+            "berth: {}",
+            e["message"].as_str().unwrap_or("request failed")
+        ),
+    }
+    ExitCode::from(1)
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<ExitCode> {
+    let client = Client::new(config)?;
+    let result = match command {
+        SessionCommand::Create(args) => {
+            let CreateArgs {
+                image,
+                name,
+                session_type,
+                cpu,
+                memory,
+                shared_memory,
+                gpu,
+                preset,
+                group,
+                project,
+                environment,
+                ports,
+                mounts,
+                command,
+                starts_at,
+                timeout,
+                agent,
+                owner,
+                cluster_size,
+                cluster_mode,
+                count,
+            } = *args;
+            let mut env = serde_json::Map::new();
+            for pair in environment {
+                let (k, v) = pair
+                    .split_once('=')
+                    .with_context(|| format!("--env {pair}: use NAME=VALUE"))?;
+                env.insert(k.to_owned(), Value::String(v.to_owned()));
+            }
+            let mut resources = serde_json::Map::new();
+            if let Some(c) = cpu {
+                resources.insert("cpu".into(), json!(c));
+            }
+            if let Some(m) = memory {
+                resources.insert("memory".into(), json!(m));
+            }
+            if let Some(s) = shared_memory {
+                resources.insert("shared_memory".into(), json!(s));
+            }
+            if let Some(g) = gpu {
+                resources.insert("gpu".into(), json!(g));
+            }
+            let mut body = json!({
+                "image": image, "type": session_type, "environment": env, "resources": resources,
+                "preopen_ports": ports, "mounts": mounts, "count": count,
+            });
+            let optional = [
+                ("name", name.map(Value::from)),
+                ("preset", preset.map(Value::from)),
+                ("resource_group", group.map(Value::from)),
+                ("project", project.map(Value::from)),
+                ("startup_command", command.map(Value::from)),
+                ("starts_at", starts_at.map(Value::from)),
+                ("batch_timeout", timeout.map(Value::from)),
+                ("agent", agent.map(Value::from)),
+                ("owner_email", owner.map(Value::from)),
+                ("cluster_size", cluster_size.map(Value::from)),
+                ("cluster_mode", cluster_mode.map(Value::from)),
+            ];
+            for (k, v) in optional {
+                if let Some(v) = v {
+                    body[k] = v;
+                }
+            }
+            client
+                .send(client.http.post(client.url("/v1/sessions")).json(&body))
+                .await?
+                .map(|v| {
+                    for s in v["sessions"].as_array().into_iter().flatten() {
+                        println!(
+                            "{}  {}  {}",
+                            s["session_id"].as_str().unwrap_or_default(),
+                            s["name"].as_str().unwrap_or_default(),
+                            s["status"].as_str().unwrap_or_default()
+                        );
+                    }
+                })
+        }
+        SessionCommand::Ls {
+            session_type,
+            state,
+            owner,
+            limit,
+        } => {
+            let mut query = vec![("limit", limit.to_string())];
+            if let Some(t) = session_type {
+                query.push(("type", t));
+            }
+            if let Some(s) = state {
+                query.push(("state", s));
+            }
+            if let Some(o) = owner {
+                query.push(("owner", o));
+            }
+            client
+                .send(client.http.get(client.url("/v1/sessions")).query(&query))
+                .await?
+                .map(|v| {
+                    println!(
+                        "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  OWNER",
+                        "ID", "NAME", "TYPE", "STATUS", "AGENT"
+                    );
+                    for s in v["sessions"].as_array().into_iter().flatten() {
+                        let f = |k: &str| s[k].as_str().unwrap_or("-").to_owned();
+                        println!(
+                            "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  {}",
+                            f("session_id"),
+                            f("name"),
+                            f("type"),
+                            f("status"),
+                            f("agent_id"),
+                            s["owner"]["email"].as_str().unwrap_or("-")
+                        );
+                    }
+                    println!(
+                        "{} of {}",
+                        v["sessions"].as_array().map_or(0, Vec::len),
+                        v["total"]
+                    );
+                })
+        }
+        SessionCommand::Info { session } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
+                .await?
+                .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::History {
+            session,
+            result,
+            phase,
+        } => {
+            let id = client.resolve(&session).await?;
+            let mut query = vec![];
+            if let Some(r) = result {
+                query.push(("result", r));
+            }
+            if let Some(p) = phase {
+                query.push(("phase", p));
+            }
+            client
+                .send(
+                    client
+                        .http
+                        .get(client.url(&format!("/v1/sessions/{id}/history")))
+                        .query(&query),
+                )
+                .await?
+                .map(|v| {
+                    for h in v["history"].as_array().into_iter().flatten() {
+                        println!(
+                            "{}  {:<9} {:<10} {} -> {}  attempts {}  {}",
+                            h["created_at"].as_str().unwrap_or_default(),
+                            h["phase"].as_str().unwrap_or_default(),
+                            h["result"].as_str().unwrap_or_default(),
+                            h["from_status"].as_str().unwrap_or_default(),
+                            h["to_status"].as_str().unwrap_or_default(),
+                            h["attempts"],
+                            h["message"].as_str().unwrap_or_default()
+                        );
+                        for s in h["sub_steps"].as_array().into_iter().flatten() {
+                            println!(
+                                "    - {}: {} {}",
+                                s["step"].as_str().unwrap_or_default(),
+                                s["result"].as_str().unwrap_or_default(),
+                                s["message"].as_str().unwrap_or_default()
+                            );
+                        }
+                    }
+                })
+        }
+        SessionCommand::Logs { session } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(
+                    client
+                        .http
+                        .get(client.url(&format!("/v1/sessions/{id}/logs"))),
+                )
+                .await?
+                .map(|v| {
+                    for k in v["kernels"].as_array().into_iter().flatten() {
+                        print!("{}", k["content"].as_str().unwrap_or_default());
+                    }
+                })
+        }
+        SessionCommand::Rename { session, name } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(
+                    client
+                        .http
+                        .patch(client.url(&format!("/v1/sessions/{id}")))
+                        .json(&json!({"name": name})),
+                )
+                .await?
+                .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::Rm { session, force } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(
+                    client
+                        .http
+                        .delete(client.url(&format!("/v1/sessions/{id}")))
+                        .query(&[("force", force.to_string())]),
+                )
+                .await?
+                .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::Events => {
+            let response = client
+                .http
+                .get(client.url("/v1/events"))
+                .header("x-api-key", &client.key)
+                .send()
+                .await
+                .context("reach the gateway")?;
+            if !response.status().is_success() {
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                return Ok(print_error(&body));
+            }
+            let mut stream = response.bytes_stream();
+            while let Some(chunk) = stream.next().await {
+                for line in String::from_utf8_lossy(&chunk?).lines() {
+                    if let Some(data) = line.strip_prefix("data:") {
+                        println!("{}", data.trim());
+                    }
+                }
+            }
+            Ok(())
+        }
+    };
+    Ok(match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(body) => print_error(&body),
+    })
+}

@@ -1,0 +1,127 @@
+//! Errors as the API answers them: a status and `{"error": {"code", "field", "message"}}`.
+//! Bad input is a 4xx naming the field; only a failure of berth itself is a 5xx.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use events::ledger::LedgerError;
+use events::lifecycle::{CommandError, TransitionError};
+use launcher::domain::FieldError;
+use launcher::launch::LaunchError;
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn field(mut self, field: impl Into<String>) -> ApiError {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", message).field(field)
+    }
+
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %e, "request failed inside berth");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "berth could not complete the request; try again",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({"error": {"code": self.code, "field": self.field, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        ApiError::invalid(e.field, e.message)
+    }
+}
+
+impl From<LaunchError> for ApiError {
+    fn from(e: LaunchError) -> Self {
+        match e {
+            LaunchError::Invalid(f) => f.into(),
+            LaunchError::Forbidden(f) => {
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", f.message).field(f.field)
+            }
+            LaunchError::NameTaken(f) => {
+                ApiError::new(StatusCode::CONFLICT, "name_taken", f.message).field(f.field)
+            }
+            LaunchError::Ledger(e) => e.into(),
+        }
+    }
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::NameTaken(name) => ApiError::new(
+                StatusCode::CONFLICT,
+                "name_taken",
+                format!("you already have a live session named `{name}`"),
+            )
+            .field("name"),
+            e if e.is_conflict() => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                "the session changed meanwhile; try again",
+            ),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::NotFound(id) => ApiError::not_found(format!("no session {id}")),
+            CommandError::Refused(t @ TransitionError::Ended(_)) => {
+                ApiError::new(StatusCode::CONFLICT, "ended", t.to_string()).field("status")
+            }
+            CommandError::Refused(t) => {
+                ApiError::new(StatusCode::CONFLICT, "refused", t.to_string()).field("status")
+            }
+            CommandError::Ledger(e) => e.into(),
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ApiError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        ApiError::internal(e)
+    }
+}

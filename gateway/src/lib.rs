@@ -1,0 +1,147 @@
+//! The gateway: berth's HTTP API (axum) over the projections, the SSE stream of events and
+//! the OpenAPI document.
+//!
+//! - [`projection`]: the `sessions` read model it serves.
+//! - [`api`]: REST handlers and the API-key extractor.
+//! - [`cache`]: session-detail documents kept in memory, evicted by the events.
+//! - [`sse`]: `GET /v1/events`.
+//! - [`openapi`]: `GET /openapi.json`.
+//! - [`error`]: every error as a status and JSON naming the field.
+
+pub mod api;
+pub mod cache;
+pub mod error;
+pub mod openapi;
+pub mod projection;
+pub mod sse;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use axum::{Json, Router};
+use deadpool_postgres::Pool;
+use events::ledger::KeyOwner;
+use events::relay::Topology;
+use tokio::sync::{Notify, RwLock};
+
+use crate::error::ApiError;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 64 * 1024;
+/// How long a looked-up API key is trusted before it is looked up again.
+const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: Pool,
+    pub nats: Option<async_nats::Client>,
+    pub topology: Topology,
+    /// Poked after a create or terminate so the scheduler looks at once.
+    pub wake_scheduler: Arc<Notify>,
+    keys: Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>,
+    pub(crate) details: Arc<cache::DetailCache>,
+}
+
+impl AppState {
+    pub fn new(
+        pool: Pool,
+        nats: Option<async_nats::Client>,
+        topology: Topology,
+        wake_scheduler: Arc<Notify>,
+    ) -> AppState {
+        let details = Arc::new(cache::DetailCache::default());
+        if let Some(client) = &nats {
+            let subject = topology.category_subject("session");
+            tokio::spawn(details.clone().follow(client.clone(), subject));
+        }
+        AppState {
+            pool,
+            nats,
+            topology,
+            wake_scheduler,
+            keys: Arc::default(),
+            details,
+        }
+    }
+
+    async fn authenticate(&self, key: &str) -> Result<KeyOwner, ApiError> {
+        let digest = events::ledger::key_digest(key);
+        if let Some((owner, at)) = self.keys.read().await.get(&digest) {
+            if at.elapsed() < KEY_CACHE_TTL {
+                return Ok(owner.clone());
+            }
+        }
+        let owner = api::lookup_key(self, key).await?.ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "unknown API key",
+            )
+            .field("X-API-Key")
+        })?;
+        self.keys
+            .write()
+            .await
+            .insert(digest, (owner.clone(), Instant::now()));
+        Ok(owner)
+    }
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/v1/sessions",
+            get(api::list_sessions).post(api::create_session),
+        )
+        .route(
+            "/v1/sessions/{id}",
+            get(api::session_detail)
+                .patch(api::rename_session)
+                .delete(api::terminate_session),
+        )
+        .route("/v1/sessions/{id}/history", get(api::session_history))
+        .route("/v1/sessions/{id}/logs", get(api::session_logs))
+        .route(
+            "/v1/folders",
+            get(api::list_folders).post(api::create_folder),
+        )
+        .route("/v1/resources", get(api::resource_summary))
+        .route("/v1/presets", get(api::presets))
+        .route("/v1/whoami", get(api::whoami))
+        .route("/v1/events", get(sse::events))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_route_is_in_the_openapi_document() {
+        let doc = super::openapi::document();
+        for (method, path) in super::openapi::ROUTES {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{method} {path} is not documented"
+            );
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The event stream: `GET /v1/events` as server-sent events. A user gets the events of their
+//! own sessions; a superadmin gets every event. Events come from NATS (as the relay published
+//! them, in order), so the gateway never reads the log for this.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use events::payloads::Role;
+use events::RecordedEvent;
+use futures::{Stream, StreamExt};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::api::Caller;
+use crate::error::ApiError;
+use crate::AppState;
+
+fn session_of(event: &RecordedEvent) -> Option<Uuid> {
+    let id = event.stream_id.strip_prefix("session-")?;
+    Uuid::parse_str(id).ok()
+}
+
+pub async fn events(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let nats = state.nats.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the event stream needs NATS; set BERTH_NATS_URL",
+        )
+    })?;
+    let everything = caller.role == Role::Superadmin;
+    let subject = if everything {
+        state.topology.all_subjects()
+    } else {
+        state.topology.category_subject("session")
+    };
+    let subscriber = nats.subscribe(subject).await.map_err(ApiError::internal)?;
+    let owners: Arc<Mutex<HashMap<Uuid, bool>>> = Arc::default();
+    let user = caller.user_id;
+    let pool = state.pool.clone();
+    let stream = subscriber.filter_map(move |message| {
+        let owners = owners.clone();
+        let pool = pool.clone();
+        async move {
+            let event: RecordedEvent = serde_json::from_slice(&message.payload).ok()?;
+            if !everything {
+                let session = session_of(&event)?;
+                let cached = owners.lock().await.get(&session).copied();
+                let mine = match cached {
+                    Some(mine) => mine,
+                    None => {
+                        let client = pool.get().await.ok()?;
+                        let row = client
+                            .query_opt(
+                                "SELECT owner FROM ledger.sessions WHERE session_id = $1",
+                                &[&session],
+                            )
+                            .await
+                            .ok()?;
+                        let mine = row.is_some_and(|r| r.get::<_, Uuid>(0) == user);
+                        owners.lock().await.insert(session, mine);
+                        mine
+                    }
+                };
+                if !mine {
+                    return None;
+                }
+            }
+            let data = serde_json::to_string(&event).ok()?;
+            Some(Ok(SseEvent::default()
+                .event(event.event_type())
+                .id(event.position.to_string())
+                .data(data)))
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,600 @@
+//! Real containers: sessions through the gateway run by an agent with the Docker runtime,
+//! against the real engine and the local images `infra/images.sh` builds.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use events::payloads::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// An image no registry has: its pull fails.
+const ABSENT: &str = "registry.invalid/berth/absent:1";
+
+struct DockerAgent {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+async fn docker_agent(h: &Harness, id: &str, data_dir: &std::path::Path) -> DockerAgent {
+    docker_agent_with(h, id, data_dir, 8_000).await
+}
+
+async fn docker_agent_with(
+    h: &Harness,
+    id: &str,
+    data_dir: &std::path::Path,
+    cpu_milli: u64,
+) -> DockerAgent {
+    let docker = agent::docker::connect()
+        .await
+        .expect("the Docker engine answers");
+    let mut images = agent::docker::local_images(&docker).await.unwrap();
+    assert!(
+        images.iter().any(|i| i == "berth/shell:latest"),
+        "run infra/images.sh first (infra/test.sh does)"
+    );
+    images.push(ABSENT.into());
+    let spec = agent::AgentSpec {
+        agent_id: id.into(),
+        resource_group: "default".into(),
+        capacity: ResourceSlots {
+            cpu_milli,
+            memory_bytes: 8 * GIB,
+            gpu_milli: 0,
+        },
+        images,
+        address: None,
+    };
+    let config = agent::docker::RuntimeConfig {
+        data_dir: data_dir.to_path_buf(),
+        stop_grace_secs: 2,
+        poll: Duration::from_millis(50),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (pool, stop) = (h.pool.clone(), stop.clone());
+        async move {
+            agent::docker::run(pool, docker, spec, config, stop)
+                .await
+                .expect("agent runs");
+        }
+    });
+    // Registered once the ledger knows it.
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        client
+            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = $1", &[&id])
+            .await
+            .unwrap()
+    })
+    .await;
+    DockerAgent { stop, task }
+}
+
+fn data_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("berth-test-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn batch(command: &str) -> Value {
+    json!({"type": "batch", "image": "berth/shell:latest", "startup_command": command,
+           "resources": {"cpu": 1, "memory": "256m"}})
+}
+
+async fn run_to_end(h: &Harness, body: Value) -> Value {
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| {
+        matches!(
+            s["status"].as_str(),
+            Some("TERMINATED" | "ERROR" | "CANCELLED")
+        )
+    })
+    .await
+}
+
+async fn logs(h: &Harness, id: &str) -> String {
+    let (status, body) = h
+        .get(&h.admin_key, &format!("/v1/sessions/{id}/logs"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["kernels"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn containers_of(session: &str) -> usize {
+    let docker = agent::docker::connect().await.unwrap();
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("ai.berth.session={session}")],
+    )]);
+    docker
+        .list_containers(Some(bollard::container::ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let mut body = batch(
+        "cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max 2>/dev/null \
+         || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/memory/memory.limit_in_bytes; \
+         echo FOO=$FOO OMP=$OMP_NUM_THREADS",
+    );
+    body["resources"] = json!({"cpu": 1.5, "memory": "256m", "shared_memory": "32m"});
+    body["environment"] = json!({"FOO": "bar"});
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    assert_eq!(ended["exit_code"], 0);
+    let id = ended["session_id"].as_str().unwrap();
+    let output = logs(&h, id).await;
+    assert!(
+        output.contains("150000"),
+        "1.5 cores as a CFS quota: {output}"
+    );
+    assert!(output.contains("268435456"), "256 MiB: {output}");
+    assert!(output.contains("FOO=bar OMP=2"), "{output}");
+    assert_eq!(
+        containers_of(id).await,
+        0,
+        "the container is gone with the session"
+    );
+
+    let failed = run_to_end(&h, batch("echo about to fail; exit 3")).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["exit_code"].as_i64()),
+        (Some("TERMINATED"), Some(3))
+    );
+    assert!(failed["status_reason"]
+        .as_str()
+        .unwrap()
+        .contains("failed with exit code 3"));
+    assert!(logs(&h, failed["session_id"].as_str().unwrap())
+        .await
+        .contains("about to fail"));
+}
+
+#[tokio::test]
+async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason() {
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let mut body = batch("sleep 60");
+    body["batch_timeout"] = json!(2);
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    assert!(
+        ended["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("batch timeout"),
+        "{ended}"
+    );
+    let ran = ended["elapsed_secs"].as_f64().unwrap();
+    assert!(ran < 30.0, "stopped long before its 60 s: {ran}");
+
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let mut body = batch("date");
+    body["starts_at"] = json!(starts_at);
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    let started: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(ended["started_at"].clone()).unwrap();
+    assert!(
+        started >= starts_at,
+        "started {started}, reserved {starts_at}"
+    );
+
+    let mut body = batch("true");
+    body["image"] = json!(ABSENT);
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(ended["status"], "ERROR", "{ended}");
+    let reason = ended["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("pulling `registry.invalid/berth/absent:1` failed"),
+        "{reason}"
+    );
+    let history = h.history(ended["session_id"].as_str().unwrap()).await;
+    assert_eq!(
+        history[0]["result"], "SUCCESS",
+        "placed first, then the pull failed"
+    );
+}
+
+#[tokio::test]
+async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let (status, err) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::POST,
+            "/v1/folders",
+            Some(json!({"name": "../etc"})),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("name"))
+    );
+    let mut unknown = batch("true");
+    unknown["mounts"] = json!(["nope"]);
+    let (status, err) = h.create(&h.admin_key, unknown).await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("mounts[0]"))
+    );
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::POST,
+            "/v1/folders",
+            Some(json!({"name": "data1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::POST,
+            "/v1/folders",
+            Some(json!({"name": "data1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let mut first = batch(
+        "echo kept > /home/work/data1/note && echo lost > /home/work/scratch && ls /home/work",
+    );
+    first["mounts"] = json!(["data1"]);
+    let ended = run_to_end(&h, first).await;
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let mut second =
+        batch("cat /home/work/data1/note; test ! -e /home/work/scratch && echo scratch-gone");
+    second["mounts"] = json!(["data1"]);
+    let ended = run_to_end(&h, second).await;
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let output = logs(&h, ended["session_id"].as_str().unwrap()).await;
+    assert!(
+        output.contains("kept") && output.contains("scratch-gone"),
+        "{output}"
+    );
+
+    let (status, created) = h
+        .create(&h.admin_key, json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"},
+            "preopen_ports": [8080], "startup_command": "echo served > index.html && httpd -f -p 8080"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let running = h
+        .wait_session(&id, |s| {
+            s["status"] == "RUNNING" && s["containers"][0]["ports"][0]["host"].is_u64()
+        })
+        .await;
+    let port = running["containers"][0]["ports"][0]["host"]
+        .as_u64()
+        .unwrap();
+    let body = wait_for(|| async {
+        let r = reqwest::get(format!("http://127.0.0.1:{port}/index.html"))
+            .await
+            .ok()?;
+        r.text().await.ok().filter(|t| t.contains("served"))
+    })
+    .await;
+    assert!(body.contains("served"));
+    // Usage is sampled while it runs: memory in use, and the bytes the request moved.
+    let sampled = h
+        .wait_session(&id, |s| {
+            s["usage"]["network_tx_bytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0)
+        })
+        .await;
+    assert!(
+        sampled["usage"]["memory_bytes"].as_u64().unwrap() > 0,
+        "{sampled}"
+    );
+    assert!(
+        sampled["usage"]["cpu_seconds"].as_f64().is_some(),
+        "{sampled}"
+    );
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(ended["status_reason"], "stopped on request");
+    wait_for(|| async { (containers_of(&id).await == 0).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
+    let h = start().await;
+    let agent_id = format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let dir = data_dir();
+    let first = docker_agent(&h, &agent_id, &dir).await;
+    let interactive =
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}});
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let (_, created) = h.create(&h.admin_key, interactive.clone()).await;
+        sessions.push(ids(&created)[0].clone());
+    }
+    for id in &sessions {
+        h.wait_session(id, |s| s["status"] == "RUNNING").await;
+    }
+    // The agent dies without cleaning up.
+    first.task.abort();
+    let _ = first.task.await;
+    // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
+    // its container, one keeps running.
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{}?force=true", sessions[0]),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let docker = agent::docker::connect().await.unwrap();
+    let gone = format!(
+        "berth-{}-0",
+        Uuid::parse_str(&sessions[1]).unwrap().simple()
+    );
+    docker
+        .remove_container(
+            &gone,
+            Some(bollard::container::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        containers_of(&sessions[0]).await,
+        1,
+        "the orphan is there before the restart"
+    );
+
+    let second = docker_agent(&h, &agent_id, &dir).await;
+    wait_for(|| async { (containers_of(&sessions[0]).await == 0).then_some(()) }).await;
+    let lost = h
+        .wait_session(&sessions[1], |s| s["status"] == "ERROR")
+        .await;
+    assert!(
+        lost["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("container was gone"),
+        "{lost}"
+    );
+    // The survivor is adopted: still running, and it stops on request.
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{}", sessions[2]),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&sessions[2], |s| s["status"] == "TERMINATED")
+        .await;
+    wait_for(|| async { (containers_of(&sessions[2]).await == 0).then_some(()) }).await;
+    second.stop.cancel();
+    let client = h.pool.get().await.unwrap();
+    let stuck: i64 = client
+        .query_one("SELECT count(*) FROM ledger.sessions WHERE status NOT IN ('TERMINATED','ERROR','CANCELLED')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stuck, 0);
+}
+
+#[tokio::test]
+async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() {
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let (status, created) = h
+        .create(&h.admin_key, json!({"type": "inference", "image": "berth/shell:latest",
+            "resources": {"cpu": 0.5, "memory": "64m"}, "startup_command": "echo serving; sleep 1; exit 5"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let stream = format!("session-{}", Uuid::parse_str(&id).unwrap().simple());
+    let reason = wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        client
+            .query_opt(
+                "SELECT payload->>'reason' FROM events WHERE stream_id = $1
+                   AND event_type = 'SessionStatusChanged' AND payload->>'to' = 'RESTARTING' LIMIT 1",
+                &[&stream],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get::<_, String>(0))
+    })
+    .await;
+    assert!(
+        reason.contains("exited unexpectedly with code 5"),
+        "{reason}"
+    );
+    // It comes back, and still ends on request.
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let ended = h
+        .wait_session(&id, |s| {
+            matches!(s["status"].as_str(), Some("TERMINATED" | "ERROR"))
+        })
+        .await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    wait_for(|| async { (containers_of(&id).await == 0).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_cluster_of_three_kernels_finds_each_other_by_host_name() {
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let mut body = batch(
+        "echo HOSTS=$BERTH_CLUSTER_HOSTS ROLE=$BERTH_CLUSTER_ROLE; \
+         for h in sub1 sub2; do ping -c 1 -W 2 $h >/dev/null && echo reached-$h; done",
+    );
+    body["cluster_size"] = json!(3);
+    body["resources"] = json!({"cpu": 0.5, "memory": "64m"});
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(
+        (ended["status"].as_str(), ended["exit_code"].as_i64()),
+        (Some("TERMINATED"), Some(0)),
+        "{ended}"
+    );
+    assert_eq!(ended["containers"].as_array().unwrap().len(), 3, "{ended}");
+    let id = ended["session_id"].as_str().unwrap();
+    let output = logs(&h, id).await;
+    assert!(
+        output.contains("HOSTS=main1,sub1,sub2 ROLE=main"),
+        "{output}"
+    );
+    assert!(
+        output.contains("reached-sub1") && output.contains("reached-sub2"),
+        "{output}"
+    );
+    wait_for(|| async { (containers_of(id).await == 0).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn logs_stream_while_the_session_runs_and_end_with_it() {
+    use futures::StreamExt;
+    let h = start().await;
+    let _agent = docker_agent(
+        &h,
+        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
+        &data_dir(),
+    )
+    .await;
+    let (status, created) = h
+        .create(&h.admin_key, batch("echo first; sleep 3; echo second"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let response = h
+        .http
+        .get(format!("{}/v1/sessions/{id}/logs?follow=true", h.base))
+        .header("x-api-key", &h.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.bytes_stream();
+    let mut seen = String::new();
+    let mut first_while_running = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !seen.contains("event: end") {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("the stream ends")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        if seen.contains("first") && !seen.contains("second") {
+            let (_, s) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+            first_while_running |= s["status"] == "RUNNING";
+        }
+    }
+    assert!(
+        first_while_running,
+        "output arrived while the session ran: {seen}"
+    );
+    assert!(seen.contains("second"), "{seen}");
+}
+
+#[tokio::test]
+async fn a_multi_node_cluster_spreads_its_kernels_over_agents_that_find_each_other() {
+    let h = start().await;
+    let suffix = &Uuid::new_v4().simple().to_string()[..8];
+    let dir = data_dir();
+    // Two agents with room for two half-core kernels each: three kernels need both.
+    let _a = docker_agent_with(&h, &format!("nodea{suffix}"), &dir, 1_000).await;
+    let _b = docker_agent_with(&h, &format!("nodeb{suffix}"), &dir, 1_000).await;
+    let mut body =
+        batch("for h in sub1 sub2; do ping -c 1 -W 2 $h >/dev/null && echo reached-$h; done");
+    body["cluster_size"] = json!(3);
+    body["cluster_mode"] = json!("multi-node");
+    body["resources"] = json!({"cpu": 0.5, "memory": "64m"});
+    let ended = run_to_end(&h, body).await;
+    assert_eq!(
+        (ended["status"].as_str(), ended["exit_code"].as_i64()),
+        (Some("TERMINATED"), Some(0)),
+        "{ended}"
+    );
+    let agents: std::collections::HashSet<&str> = ended["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["agent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(agents.len(), 2, "kernels on both agents: {ended}");
+    let id = ended["session_id"].as_str().unwrap();
+    let output = logs(&h, id).await;
+    assert!(
+        output.contains("reached-sub1") && output.contains("reached-sub2"),
+        "{output}"
+    );
+    wait_for(|| async { (containers_of(id).await == 0).then_some(()) }).await;
+}

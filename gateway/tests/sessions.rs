@@ -1,0 +1,773 @@
+//! Sessions through the gateway, against real PostgreSQL and NATS: the launcher, the
+//! scheduler, the sessions projection and the relay run in this process on a fresh database;
+//! agents are real event producers driven by the test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use events::payloads::*;
+use events::projection;
+use futures::StreamExt;
+use gateway::projection::SessionsView;
+use reqwest::StatusCode;
+use scheduler::run::{Scheduler, SchedulerConfig};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+#[tokio::test]
+async fn create_goes_pending_then_scheduled_on_the_right_agent() {
+    let h = start().await;
+    h.agent("small1", "default", 4).await;
+    h.agent("large1", "default", 16).await;
+
+    let (status, created) = h
+        .create(
+            &h.admin_key,
+            json!({"name": "first1", "image": "berth/shell:latest",
+        "resources": {"cpu": 2, "memory": "2g"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["sessions"][0]["status"], "PENDING");
+    let id = &ids(&created)[0];
+    // Concentrated (the default group's choice) packs onto the agent left fullest.
+    let detail = h.wait_session(id, |s| s["status"] == "SCHEDULED").await;
+    assert_eq!(detail["agent_id"], "small1");
+    assert_eq!(detail["name"], "first1");
+    assert_eq!(detail["owner"]["email"], launcher::access::FIRST_SUPERADMIN);
+    let history = h.history(id).await;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["result"], "SUCCESS");
+    assert_eq!(
+        (
+            history[0]["from_status"].as_str(),
+            history[0]["to_status"].as_str()
+        ),
+        (Some("PENDING"), Some("SCHEDULED"))
+    );
+    let steps = history[0]["sub_steps"].as_array().unwrap();
+    assert!(steps
+        .iter()
+        .any(|s| s["step"] == "select agent (concentrated)"
+            && s["message"].as_str().unwrap().contains("small1")));
+
+    // An agent chosen by hand wins over the strategy.
+    let mut body = shell(1.0);
+    body["agent"] = json!("large1");
+    let (_, created) = h.create(&h.admin_key, body).await;
+    let detail = h
+        .wait_session(&ids(&created)[0], |s| s["status"] == "SCHEDULED")
+        .await;
+    assert_eq!(detail["agent_id"], "large1");
+
+    // The agent moves it on; terminating releases it exactly once.
+    agent::report(
+        &h.pool,
+        "small1",
+        Uuid::parse_str(id).unwrap(),
+        SessionStatus::Preparing,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let (status, _) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    agent::report(
+        &h.pool,
+        "small1",
+        Uuid::parse_str(id).unwrap(),
+        SessionStatus::Terminated,
+        Some("stopped".into()),
+        None,
+    )
+    .await
+    .unwrap();
+    let detail = h.wait_session(id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(detail["status_reason"], "stopped");
+    assert_eq!(h.count_events("SessionResourcesReleased").await, 1);
+    let client = h.pool.get().await.unwrap();
+    let used: i64 = client
+        .query_one(
+            "SELECT used_cpu_milli FROM ledger.agents WHERE agent_id = 'small1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 0);
+}
+
+#[tokio::test]
+async fn a_request_that_can_never_fit_ends_cancelled_and_its_history_says_why() {
+    let h = start().await;
+    launcher::access::create_group(
+        &h.pool,
+        ResourceGroupCreated {
+            name: "tiny".into(),
+            queue_policy: QueuePolicy::Fifo,
+            agent_selection: AgentSelection::Dispersed,
+            max_attempts: 2,
+            skip_after: 1,
+            pending_timeout_secs: 600,
+        },
+    )
+    .await
+    .unwrap();
+    launcher::access::grant_group(&h.pool, "tiny", "default")
+        .await
+        .unwrap();
+    h.agent("t1", "tiny", 2).await;
+    h.agent("t2", "tiny", 2).await;
+    // 3 cores: within the group's 4 in all, but no single agent holds them.
+    let mut body = shell(3.0);
+    body["resource_group"] = json!("tiny");
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = &ids(&created)[0];
+    let detail = h.wait_session(id, |s| s["status"] == "CANCELLED").await;
+    let reason = detail["status_reason"].as_str().unwrap();
+    assert!(reason.contains("gave up after 2 attempts"), "{reason}");
+    assert!(reason.contains("can never fit"), "{reason}");
+    let history = h.history(id).await;
+    let results: Vec<&str> = history
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["FAILURE", "GIVE_UP"], "{history:?}");
+    assert_eq!(history[0]["error_code"], "NEVER_FITS");
+    assert!(history[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("largest agent of `tiny` has cpu 2 cores"));
+    assert_eq!(history[1]["to_status"], "CANCELLED");
+    // The history's own filters.
+    let (_, filtered) = h
+        .get(
+            &h.admin_key,
+            &format!("/v1/sessions/{id}/history?result=GIVE_UP"),
+        )
+        .await;
+    assert_eq!(filtered["history"].as_array().unwrap().len(), 1);
+    let (_, filtered) = h
+        .get(
+            &h.admin_key,
+            &format!("/v1/sessions/{id}/history?message=never%20fit&sort=-created_at"),
+        )
+        .await;
+    assert_eq!(filtered["history"].as_array().unwrap().len(), 2);
+    let (status, bad) = h
+        .get(
+            &h.admin_key,
+            &format!("/v1/sessions/{id}/history?result=MAYBE"),
+        )
+        .await;
+    assert_eq!(
+        (status, bad["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("result"))
+    );
+}
+
+#[tokio::test]
+async fn users_see_and_act_on_only_their_own_sessions() {
+    let h = start().await;
+    h.agent("a1", "default", 8).await;
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"name": "secret1", "image": "berth/shell:latest",
+        "resources": {"cpu": 1, "memory": "1g"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = &ids(&created)[0];
+    h.wait_session(id, |s| s["status"] == "SCHEDULED").await;
+
+    for (method, path) in [
+        (reqwest::Method::GET, format!("/v1/sessions/{id}")),
+        (reqwest::Method::GET, format!("/v1/sessions/{id}/history")),
+        (reqwest::Method::DELETE, format!("/v1/sessions/{id}")),
+    ] {
+        let (status, body) = h.call(&bob, method.clone(), &path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {body}");
+        assert!(
+            !body.to_string().contains("secret1"),
+            "the name does not leak"
+        );
+    }
+    let (status, _) = h
+        .call(
+            &bob,
+            reqwest::Method::PATCH,
+            &format!("/v1/sessions/{id}"),
+            Some(json!({"name": "mine1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, list) = h.get(&bob, "/v1/sessions").await;
+    assert_eq!(list["total"], 0);
+    let (status, _) = h.get(&bob, "/v1/sessions?owner=alice@example.com").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = h.get("berth_not_a_key", "/v1/sessions").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Alice sees hers; the superadmin sees all and filters by owner.
+    let (_, list) = h.get(&alice, "/v1/sessions?state=running").await;
+    assert_eq!(list["sessions"][0]["name"], "secret1");
+    let (_, list) = h
+        .get(&h.admin_key, "/v1/sessions?owner=alice@example.com")
+        .await;
+    assert_eq!(list["total"], 1);
+    // A user may not create for others; an admin may, by email.
+    let mut body = shell(1.0);
+    body["owner_email"] = json!("alice@example.com");
+    let (status, err) = h.create(&bob, body.clone()).await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::FORBIDDEN, Some("owner_email"))
+    );
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let theirs = h
+        .wait_session(&ids(&created)[0], |s| s["status"] == "SCHEDULED")
+        .await;
+    assert_eq!(theirs["owner"]["email"], "alice@example.com");
+
+    // Alice renames and terminates her own; the name rule holds for renames; a name is
+    // unique among her live sessions.
+    let (status, _) = h
+        .call(
+            &alice,
+            reqwest::Method::PATCH,
+            &format!("/v1/sessions/{id}"),
+            Some(json!({"name": "bad name"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, renamed) = h
+        .call(
+            &alice,
+            reqwest::Method::PATCH,
+            &format!("/v1/sessions/{id}"),
+            Some(json!({"name": "public1"})),
+        )
+        .await;
+    assert_eq!(
+        (status, renamed["name"].as_str()),
+        (StatusCode::OK, Some("public1"))
+    );
+    // The detail read before the rename is not served from memory after it.
+    h.wait_session(id, |s| s["name"] == "public1").await;
+    let (status, err) = h.create(&alice, json!({"name": "public1", "image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}})).await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::CONFLICT, Some("name"))
+    );
+    let (status, ended) = h
+        .call(
+            &alice,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{id}?force=true"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, ended["status"].as_str()),
+        (StatusCode::ACCEPTED, Some("TERMINATED"))
+    );
+    let (status, _) = h
+        .call(
+            &alice,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "an ended session cannot end again"
+    );
+}
+
+#[tokio::test]
+async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
+    let h = start().await;
+    h.agent("a1", "default", 2).await;
+    let mut body = shell(1.0);
+    body["count"] = json!(5);
+    body["name"] = json!("job");
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let all = ids(&created);
+    assert_eq!(all.len(), 5);
+    assert_eq!(created["sessions"][4]["name"], "job5");
+    let placed = |want: usize| {
+        let h = &h;
+        async move {
+            wait_for(|| async {
+                let (_, list) = h
+                    .get(&h.admin_key, "/v1/sessions?sort=created_at&limit=10")
+                    .await;
+                let sessions = list["sessions"].as_array().cloned().unwrap_or_default();
+                let n = sessions.iter().filter(|s| s["agent_id"] == "a1").count();
+                (n == want).then_some(sessions)
+            })
+            .await
+        }
+    };
+    let sessions = placed(2).await;
+    assert_eq!(sessions[0]["status"], "SCHEDULED");
+    assert_eq!(sessions[2]["status"], "PENDING");
+    // The first waiting one says why: the figures of the shortage.
+    let waiting = sessions[2]["session_id"].as_str().unwrap().to_owned();
+    let history = wait_for(|| async {
+        let hs = h.history(&waiting).await;
+        (!hs.is_empty()).then_some(hs)
+    })
+    .await;
+    assert_eq!(history[0]["result"], "NEED_RETRY");
+    assert_eq!(history[0]["error_code"], "NO_CAPACITY");
+    assert!(history[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("most free on one agent is cpu 0 cores"));
+    // Those behind it are skipped without counting attempts.
+    let behind = h.history(sessions[3]["session_id"].as_str().unwrap()).await;
+    assert_eq!(behind[0]["result"], "SKIPPED");
+    assert_eq!(behind[0]["attempts"], 0);
+
+    // Ending the running ones frees capacity; the queue moves on until all five have run.
+    let mut ended = 0;
+    while ended < 5 {
+        let (_, list) = h.get(&h.admin_key, "/v1/sessions?status=SCHEDULED").await;
+        for s in list["sessions"].as_array().unwrap() {
+            let id = s["session_id"].as_str().unwrap();
+            let (status, _) = h
+                .call(
+                    &h.admin_key,
+                    reqwest::Method::DELETE,
+                    &format!("/v1/sessions/{id}?force=true"),
+                    None,
+                )
+                .await;
+            // The list may lag an end just recorded: a second end is refused with 409.
+            match status {
+                StatusCode::ACCEPTED => ended += 1,
+                StatusCode::CONFLICT => {}
+                other => panic!("terminate answered {other}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in &all {
+        let s = h.wait_session(id, |s| s["status"] == "TERMINATED").await;
+        assert_eq!(s["agent_id"], "a1");
+    }
+    assert_eq!(h.count_events("SessionScheduled").await, 5);
+    assert_eq!(h.count_events("SessionResourcesReleased").await, 5);
+    // The read model folds again from the log into exactly the live tables.
+    let rebuild = projection::rebuild(&h.pool, &SessionsView, false)
+        .await
+        .unwrap();
+    assert!(rebuild.equal(), "{:?}", rebuild.differences);
+    assert!(rebuild.events > 20);
+}
+
+#[tokio::test]
+async fn two_schedulers_at_once_never_overcommit_an_agent() {
+    let h = start().await;
+    for a in ["a1", "a2", "a3"] {
+        h.agent(a, "default", 4).await;
+    }
+    // 40 one-core sessions for 12 cores, recorded straight through the launcher.
+    let admin = {
+        let client = h.pool.get().await.unwrap();
+        events::ledger::key_owner(&client, &h.admin_key)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let mut request: launcher::launch::CreateSession = serde_json::from_value(shell(1.0)).unwrap();
+    request.count = Some(40);
+    launcher::launch::launch(&h.pool, &admin, request)
+        .await
+        .unwrap();
+    // Two more schedulers race the harness's own, pass after pass.
+    let racers: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = h.pool.clone();
+            tokio::spawn(async move {
+                let mut s = Scheduler::new(pool, SchedulerConfig::default());
+                for _ in 0..20 {
+                    s.pass().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for r in racers {
+        r.await.unwrap();
+    }
+    let client = h.pool.get().await.unwrap();
+    let over: i64 = client
+        .query_one(
+            "SELECT count(*) FROM ledger.agents WHERE used_cpu_milli > cpu_milli",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(over, 0);
+    // The log agrees: per agent, what was placed never exceeds what it has.
+    let per_agent = client
+        .query(
+            "SELECT k->>'agent_id', sum((k->'resources'->>'cpu_milli')::bigint)::bigint
+             FROM events, jsonb_array_elements(payload->'kernels') k
+             WHERE event_type = 'SessionScheduled' GROUP BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let total: i64 = per_agent
+        .iter()
+        .map(|r| r.get::<_, Option<i64>>(1).unwrap_or(0))
+        .sum();
+    assert_eq!(total, 12_000, "every core placed once");
+    for row in per_agent {
+        assert!(
+            row.get::<_, Option<i64>>(1).unwrap_or(0) <= 4_000,
+            "{:?}",
+            row.get::<_, String>(0)
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
+    let h = start().await;
+    h.agent("a1", "default", 8).await;
+    let before = h.count_events("SessionRequested").await;
+    let base = || json!({"image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}});
+    let with = |path: &[&str], value: Value| {
+        let mut b = base();
+        let mut at = &mut b;
+        for key in &path[..path.len() - 1] {
+            at = &mut at[*key];
+        }
+        at[path[path.len() - 1]] = value;
+        b
+    };
+    let mut without_image = base();
+    without_image.as_object_mut().unwrap().remove("image");
+    let mut without_cpu = base();
+    without_cpu["resources"]
+        .as_object_mut()
+        .unwrap()
+        .remove("cpu");
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("missing image", without_image, "image"),
+        ("missing cpu", without_cpu, "resources.cpu"),
+        (
+            "cpu of the wrong type",
+            with(&["resources", "cpu"], json!("two")),
+            "resources.cpu",
+        ),
+        ("name of 3", with(&["name"], json!("abc")), "name"),
+        ("name of 65", with(&["name"], json!("a".repeat(65))), "name"),
+        (
+            "name with a space",
+            with(&["name"], json!("my session")),
+            "name",
+        ),
+        ("unicode name", with(&["name"], json!("séance1")), "name"),
+        (
+            "port 1023",
+            with(&["preopen_ports"], json!([8080, 1023])),
+            "preopen_ports[1]",
+        ),
+        (
+            "port 65536",
+            with(&["preopen_ports"], json!([65536])),
+            "preopen_ports[0]",
+        ),
+        (
+            "shared memory above memory",
+            with(&["resources", "shared_memory"], json!("2g")),
+            "resources.shared_memory",
+        ),
+        (
+            "negative cpu",
+            with(&["resources", "cpu"], json!(-1)),
+            "resources.cpu",
+        ),
+        (
+            "absurd cpu",
+            with(&["resources", "cpu"], json!(1e12)),
+            "resources.cpu",
+        ),
+        (
+            "negative memory",
+            with(&["resources", "memory"], json!(-5)),
+            "resources.memory",
+        ),
+        (
+            "absurd memory",
+            with(&["resources", "memory"], json!("100t")),
+            "resources.memory",
+        ),
+        (
+            "unknown image",
+            with(&["image"], json!("nowhere/nothing:1")),
+            "image",
+        ),
+        (
+            "unknown resource group",
+            with(&["resource_group"], json!("moon")),
+            "resource_group",
+        ),
+        ("unknown field", with(&["colour"], json!("red")), "colour"),
+        (
+            "bad env name",
+            with(&["environment"], json!({"2X": "y"})),
+            "environment.2X",
+        ),
+        (
+            "start time on interactive",
+            with(&["starts_at"], json!("2030-01-01T00:00:00Z")),
+            "starts_at",
+        ),
+        (
+            "batch without command",
+            with(&["type"], json!("batch")),
+            "startup_command",
+        ),
+        (
+            "cluster of 0",
+            with(&["cluster_size"], json!(0)),
+            "cluster_size",
+        ),
+        ("count of 0", with(&["count"], json!(0)), "count"),
+        ("unknown type", with(&["type"], json!("quantum")), "type"),
+        ("unknown preset", with(&["preset"], json!("huge")), "preset"),
+        ("unknown agent", with(&["agent"], json!("ghost")), "agent"),
+        (
+            "more than the group has",
+            with(&["resources", "cpu"], json!(9)),
+            "resources.cpu",
+        ),
+        (
+            "gpu nobody has",
+            with(&["resources", "gpu"], json!(1)),
+            "resources.gpu",
+        ),
+    ];
+    for (what, body, field) in cases {
+        let (status, err) = h.create(&h.admin_key, body).await;
+        assert!(status.is_client_error(), "{what}: {status} {err}");
+        assert_eq!(err["error"]["field"], field, "{what}: {err}");
+        assert!(
+            !err["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{what}"
+        );
+    }
+    // Bodies that are not even the right shape.
+    let raw = |body: &'static str| {
+        h.http
+            .post(format!("{}/v1/sessions", h.base))
+            .header("x-api-key", &h.admin_key)
+            .body(body)
+            .send()
+    };
+    let response = raw("{not json").await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"]["field"], "body");
+    let response = raw("[1, 2]").await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let huge = json!({"image": "berth/shell:latest", "environment": {"BIG": "x".repeat(100_000)}});
+    let (status, err) = h.create(&h.admin_key, huge).await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("body"))
+    );
+    let (status, err) = h.get(&h.admin_key, "/v1/sessions?limit=lots").await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("limit"))
+    );
+    let (status, _) = h.get(&h.admin_key, "/v1/sessions/not-a-uuid").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    assert_eq!(
+        h.count_events("SessionRequested").await,
+        before,
+        "no event was written"
+    );
+}
+
+#[tokio::test]
+async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_documented() {
+    let h = start().await;
+    h.agent("a1", "default", 8).await;
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+    let open = |key: String| {
+        let http = h.http.clone();
+        let url = format!("{}/v1/events", h.base);
+        async move {
+            let response = http.get(url).header("x-api-key", key).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.bytes_stream()
+        }
+    };
+    let mut alices = open(alice.clone()).await;
+    let mut bobs = open(bob.clone()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, created) = h.create(&alice, json!({"name": "watched1", "image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}})).await;
+    let id = ids(&created)[0].replace('-', "");
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !seen.contains("SessionScheduled") {
+        let chunk = tokio::time::timeout_at(deadline, alices.next())
+            .await
+            .expect("events arrive")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: SessionRequested"), "{seen}");
+    assert!(seen.contains(&id), "{seen}");
+    // Bob's stream carries nothing of Alice's.
+    let nothing = tokio::time::timeout(Duration::from_millis(500), bobs.next()).await;
+    if let Ok(Some(Ok(chunk))) = nothing {
+        assert!(!String::from_utf8_lossy(&chunk).contains(&id));
+    }
+    assert!(!h.topology.prefix.is_empty());
+
+    let (status, doc) = h.get(&alice, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/v1/sessions/{id}/history"]["get"].is_object());
+    let (status, summary) = h.get(&alice, "/v1/resources").await;
+    assert_eq!(status, StatusCode::OK, "{summary}");
+    assert_eq!(summary["group"]["total"]["cpu"], 8.0);
+    let summary = wait_for(|| async {
+        let (_, s) = h.get(&alice, "/v1/resources").await;
+        (s["my_usage"]["sessions"] == 1).then_some(s)
+    })
+    .await;
+    assert_eq!(summary["my_usage"]["resources"]["cpu"], 1.0);
+    assert_eq!(summary["group"]["free"]["cpu"], 7.0);
+    let (_, presets) = h.get(&alice, "/v1/presets").await;
+    assert_eq!(presets["presets"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_their_sessions() {
+    use scheduler::reconcile::{reconcile_once, Deadlines};
+    let h = start().await;
+    h.agent("quiet1", "default", 4).await;
+    let (_, created) = h.create(&h.admin_key, shell(1.0)).await;
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
+    let deadlines = Deadlines {
+        scheduled: Duration::from_millis(300),
+        heartbeat: Duration::from_secs(3600),
+        max_requeues: 1,
+        ..Deadlines::default()
+    };
+    // The agent never picks it up: past the deadline it goes back to the queue, released.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let done = reconcile_once(&h.pool, &deadlines).await.unwrap();
+    assert_eq!(done.sessions_moved, 1);
+    let history = wait_for(|| async {
+        let hs = h.history(&id).await;
+        hs.iter().any(|r| r["phase"] == "reconcile").then_some(hs)
+    })
+    .await;
+    let requeue = history.iter().find(|r| r["phase"] == "reconcile").unwrap();
+    assert_eq!(
+        (requeue["result"].as_str(), requeue["to_status"].as_str()),
+        (Some("EXPIRED"), Some("PENDING"))
+    );
+    assert!(requeue["message"]
+        .as_str()
+        .unwrap()
+        .contains("retry 1 of 1"));
+    // It is placed again, stalls again, and this time ends in ERROR with the reason.
+    h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    reconcile_once(&h.pool, &deadlines).await.unwrap();
+    let ended = h.wait_session(&id, |s| s["status"] == "ERROR").await;
+    assert!(
+        ended["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("gave up after 1 retries"),
+        "{ended}"
+    );
+    assert_eq!(h.count_events("SessionScheduled").await, 2);
+    assert_eq!(
+        h.count_events("SessionResourcesReleased").await,
+        2,
+        "one release per placement"
+    );
+
+    // An agent that stops heartbeating is marked lost; what ran on it ends in ERROR.
+    h.agent("quiet2", "default", 4).await;
+    let mut body = shell(1.0);
+    body["agent"] = json!("quiet2");
+    let (_, created) = h.create(&h.admin_key, body).await;
+    let on_lost = ids(&created)[0].clone();
+    h.wait_session(&on_lost, |s| s["status"] == "SCHEDULED")
+        .await;
+    agent::report(
+        &h.pool,
+        "quiet2",
+        Uuid::parse_str(&on_lost).unwrap(),
+        SessionStatus::Preparing,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let silent = Deadlines {
+        heartbeat: Duration::from_millis(1),
+        ..Deadlines::default()
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let done = reconcile_once(&h.pool, &silent).await.unwrap();
+    assert!(done.agents_lost >= 1);
+    let ended = h.wait_session(&on_lost, |s| s["status"] == "ERROR").await;
+    assert!(
+        ended["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("agent `quiet2` lost"),
+        "{ended}"
+    );
+    let client = h.pool.get().await.unwrap();
+    let used: i64 = client
+        .query_one(
+            "SELECT used_cpu_milli FROM ledger.agents WHERE agent_id = 'quiet2'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 0, "released");
+}

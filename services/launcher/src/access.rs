@@ -1,0 +1,365 @@
+//! Who may launch what: users with roles and API keys, projects, resource groups, resource
+//! policies and presets. Each change is an event in the log (kept in the ledger for fast,
+//! exact lookups); `berth admin ...` calls these, and a fresh install gets one superadmin.
+
+use deadpool_postgres::Pool;
+use events::catalogue::{stream_id, Event};
+use events::ledger::{self, LedgerError};
+use events::payloads::*;
+use events::store::ExpectedVersion;
+use rand::Rng;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error("no user has the email `{0}`")]
+    NoSuchUser(String),
+    #[error("{what} `{name}` does not exist")]
+    Unknown { what: &'static str, name: String },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+impl From<deadpool_postgres::PoolError> for AccessError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        AccessError::Ledger(e.into())
+    }
+}
+
+impl From<tokio_postgres::Error> for AccessError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        AccessError::Ledger(e.into())
+    }
+}
+
+/// Names of projects, groups, policies and presets: 1 to 64 letters, digits, `_` and `-`
+/// (they are part of stream ids).
+pub fn check_object_name(field: &'static str, name: &str) -> Result<(), AccessError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(AccessError::Invalid {
+            field,
+            message: format!("`{name}` must be 1 to 64 letters, digits, `_` or `-`"),
+        })
+    }
+}
+
+fn check_email(email: &str) -> Result<(), AccessError> {
+    let ok = email.len() <= 254
+        && email
+            .split_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && !domain.is_empty())
+        && !email.chars().any(char::is_whitespace);
+    if ok {
+        Ok(())
+    } else {
+        Err(AccessError::Invalid {
+            field: "email",
+            message: format!("`{email}` is not an email address"),
+        })
+    }
+}
+
+fn admin_metadata() -> events::Metadata {
+    events::trace::metadata("admin", None)
+}
+
+async fn record(pool: &Pool, stream: String, events: &[Event]) -> Result<(), AccessError> {
+    ledger::record_now(
+        pool,
+        &stream,
+        ExpectedVersion::Any,
+        events,
+        &admin_metadata(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A fresh API key: `berth_` and 40 random hex digits.
+pub fn new_api_key() -> String {
+    let bytes: [u8; 20] = rand::rng().random();
+    format!("berth_{}", hex_encode(&bytes))
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn key_issued(user_id: Uuid, key: &str) -> Event {
+    Event::ApiKeyIssued(ApiKeyIssued {
+        user_id,
+        key_prefix: key[..12].to_owned(),
+        key_sha256: ledger::key_digest(key),
+    })
+}
+
+async fn user_id_of(pool: &Pool, email: &str) -> Result<Uuid, AccessError> {
+    let client = pool.get().await?;
+    client
+        .query_opt(
+            "SELECT user_id FROM ledger.users WHERE email = $1",
+            &[&email],
+        )
+        .await?
+        .map(|r| r.get(0))
+        .ok_or_else(|| AccessError::NoSuchUser(email.to_owned()))
+}
+
+async fn exists(pool: &Pool, table: &str, name: &str) -> Result<bool, AccessError> {
+    let client = pool.get().await?;
+    let sql = format!("SELECT 1 FROM ledger.{table} WHERE name = $1");
+    Ok(client.query_opt(&sql, &[&name]).await?.is_some())
+}
+
+/// Creates a user in `projects` and returns its id and first API key (shown only now).
+pub async fn create_user(
+    pool: &Pool,
+    email: &str,
+    role: Role,
+    resource_policy: &str,
+    projects: &[String],
+) -> Result<(Uuid, String), AccessError> {
+    check_email(email)?;
+    if !exists(pool, "policies", resource_policy).await? {
+        return Err(AccessError::Unknown {
+            what: "resource policy",
+            name: resource_policy.to_owned(),
+        });
+    }
+    for project in projects {
+        if !exists(pool, "projects", project).await? {
+            return Err(AccessError::Unknown {
+                what: "project",
+                name: project.clone(),
+            });
+        }
+    }
+    let user_id = Uuid::now_v7();
+    let key = new_api_key();
+    let mut events = vec![
+        Event::UserCreated(UserCreated {
+            user_id,
+            email: email.to_owned(),
+            role,
+            resource_policy: resource_policy.to_owned(),
+        }),
+        key_issued(user_id, &key),
+    ];
+    events.extend(projects.iter().map(|p| {
+        Event::UserJoinedProject(UserJoinedProject {
+            user_id,
+            project: p.clone(),
+        })
+    }));
+    ledger::record_now(
+        pool,
+        &stream_id("user", user_id),
+        ExpectedVersion::NoStream,
+        &events,
+        &admin_metadata(),
+    )
+    .await?;
+    Ok((user_id, key))
+}
+
+/// Issues another API key to a user; returns it (shown only now).
+pub async fn issue_key(pool: &Pool, email: &str) -> Result<String, AccessError> {
+    let user_id = user_id_of(pool, email).await?;
+    let key = new_api_key();
+    record(
+        pool,
+        stream_id("user", user_id),
+        &[key_issued(user_id, &key)],
+    )
+    .await?;
+    Ok(key)
+}
+
+pub async fn create_project(pool: &Pool, name: &str, description: &str) -> Result<(), AccessError> {
+    check_object_name("project", name)?;
+    let event = Event::ProjectCreated(ProjectCreated {
+        name: name.to_owned(),
+        description: description.to_owned(),
+    });
+    record(pool, format!("project-{name}"), &[event]).await
+}
+
+pub async fn add_member(pool: &Pool, project: &str, email: &str) -> Result<(), AccessError> {
+    if !exists(pool, "projects", project).await? {
+        return Err(AccessError::Unknown {
+            what: "project",
+            name: project.to_owned(),
+        });
+    }
+    let user_id = user_id_of(pool, email).await?;
+    let event = Event::UserJoinedProject(UserJoinedProject {
+        user_id,
+        project: project.to_owned(),
+    });
+    record(pool, stream_id("user", user_id), &[event]).await
+}
+
+pub async fn create_group(pool: &Pool, group: ResourceGroupCreated) -> Result<(), AccessError> {
+    check_object_name("resource_group", &group.name)?;
+    if group.max_attempts == 0 {
+        return Err(AccessError::Invalid {
+            field: "max_attempts",
+            message: "must be at least 1".into(),
+        });
+    }
+    let stream = format!("group-{}", group.name);
+    record(pool, stream, &[Event::ResourceGroupCreated(group)]).await
+}
+
+pub async fn grant_group(pool: &Pool, group: &str, project: &str) -> Result<(), AccessError> {
+    for (table, what, name) in [
+        ("resource_groups", "resource group", group),
+        ("projects", "project", project),
+    ] {
+        if !exists(pool, table, name).await? {
+            return Err(AccessError::Unknown {
+                what,
+                name: name.to_owned(),
+            });
+        }
+    }
+    let event = Event::ResourceGroupGranted(ResourceGroupGranted {
+        resource_group: group.to_owned(),
+        project: project.to_owned(),
+    });
+    record(pool, format!("group-{group}"), &[event]).await
+}
+
+pub async fn set_policy(pool: &Pool, policy: ResourcePolicySet) -> Result<(), AccessError> {
+    check_object_name("resource_policy", &policy.name)?;
+    let stream = format!("policy-{}", policy.name);
+    record(pool, stream, &[Event::ResourcePolicySet(policy)]).await
+}
+
+pub async fn save_preset(pool: &Pool, preset: PresetSaved) -> Result<(), AccessError> {
+    check_object_name("preset", &preset.name)?;
+    if preset.resources.cpu_milli == 0 || preset.resources.memory_bytes == 0 {
+        return Err(AccessError::Invalid {
+            field: "preset",
+            message: "a preset needs CPU and memory above 0".into(),
+        });
+    }
+    if preset.shared_memory_bytes > preset.resources.memory_bytes {
+        return Err(AccessError::Invalid {
+            field: "shared_memory",
+            message: "shared memory may not exceed memory".into(),
+        });
+    }
+    let stream = format!("preset-{}", preset.name);
+    record(pool, stream, &[Event::PresetSaved(preset)]).await
+}
+
+const GIB: u64 = 1 << 30;
+
+/// The email of the superadmin a fresh install gets.
+pub const FIRST_SUPERADMIN: &str = "admin@berth.local";
+
+/// On a fresh install (no users yet), creates the defaults (policy, project and resource
+/// group `default`, presets `small` and `medium`) and the first superadmin, and returns its
+/// email and key. Returns `None` when users exist. Safe when several processes start at once.
+pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock(7070707070)", &[])
+        .await?;
+    if tx
+        .query_opt("SELECT 1 FROM ledger.users LIMIT 1", &[])
+        .await?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let meta = admin_metadata();
+    let default = "default".to_owned();
+    let mut put = Vec::new();
+    put.push((
+        "policy-default".to_owned(),
+        vec![Event::ResourcePolicySet(ResourcePolicySet {
+            name: default.clone(),
+            max_concurrent_sessions: 64,
+            max_total: ResourceSlots {
+                cpu_milli: 1024 * 1000,
+                memory_bytes: 4 << 40,
+                gpu_milli: 64 * 1000,
+            },
+            max_session_lifetime_secs: None,
+        })],
+    ));
+    put.push((
+        "project-default".to_owned(),
+        vec![Event::ProjectCreated(ProjectCreated {
+            name: default.clone(),
+            description: "everyone's first project".into(),
+        })],
+    ));
+    put.push((
+        "group-default".to_owned(),
+        vec![
+            Event::ResourceGroupCreated(ResourceGroupCreated {
+                name: default.clone(),
+                queue_policy: QueuePolicy::Fifo,
+                agent_selection: AgentSelection::Concentrated,
+                max_attempts: 5,
+                skip_after: 3,
+                pending_timeout_secs: 3600,
+            }),
+            Event::ResourceGroupGranted(ResourceGroupGranted {
+                resource_group: default.clone(),
+                project: default.clone(),
+            }),
+        ],
+    ));
+    for (name, cpu, mem) in [("small", 1, GIB), ("medium", 2, 4 * GIB)] {
+        put.push((
+            format!("preset-{name}"),
+            vec![Event::PresetSaved(PresetSaved {
+                name: name.into(),
+                resources: ResourceSlots {
+                    cpu_milli: cpu * 1000,
+                    memory_bytes: mem,
+                    gpu_milli: 0,
+                },
+                shared_memory_bytes: 64 << 20,
+            })],
+        ));
+    }
+    let user_id = Uuid::now_v7();
+    let key = new_api_key();
+    put.push((
+        stream_id("user", user_id),
+        vec![
+            Event::UserCreated(UserCreated {
+                user_id,
+                email: FIRST_SUPERADMIN.into(),
+                role: Role::Superadmin,
+                resource_policy: default.clone(),
+            }),
+            key_issued(user_id, &key),
+            Event::UserJoinedProject(UserJoinedProject {
+                user_id,
+                project: default,
+            }),
+        ],
+    ));
+    for (stream, events) in put {
+        ledger::record(&tx, &stream, ExpectedVersion::Any, &events, &meta).await?;
+    }
+    tx.commit().await?;
+    Ok(Some((FIRST_SUPERADMIN.to_owned(), key)))
+}

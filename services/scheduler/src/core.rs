@@ -1,0 +1,933 @@
+//! The scheduling core: given one resource group's queue, agents and owners' loads, decide
+//! for each pending session whether it is placed (and where), waits, is skipped, or is given
+//! up on, with the figures that decided it. Pure and deterministic (time comes in the
+//! snapshot), so every choice is unit-tested and the I/O layer only loads and records.
+//!
+//! Three things Backend.AI users suffer from are designed out here:
+//! - *PENDING with no visible reason*: every outcome carries a message with the figures
+//!   (asked, free, limit) and an error code, recorded as scheduling history.
+//! - *Head-of-line blocking*: under `fifo`, a head that does not fit holds those behind it
+//!   back for at most `skip_after` counted attempts; `backfill` never holds anyone back. Only
+//!   a shortage of the group's resources blocks; an owner's own limit never blocks others.
+//! - *Retry limits that never fire*: counted attempts end in GIVE_UP at `max_attempts`, and
+//!   the group's pending timeout ends any wait in EXPIRED; both cancel the session with the
+//!   reason.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use events::catalogue::Event;
+use events::payloads::*;
+use uuid::Uuid;
+
+/// The phase name of placement in scheduling history.
+pub const PHASE: &str = "schedule";
+
+/// A live agent of the group, with what it has reserved so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentView {
+    pub agent_id: String,
+    pub capacity: ResourceSlots,
+    pub used: ResourceSlots,
+}
+
+impl AgentView {
+    pub fn free(&self) -> ResourceSlots {
+        self.capacity.saturating_sub(self.used)
+    }
+}
+
+/// A session waiting in the queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingSession {
+    pub session_id: Uuid,
+    /// Stream version the decision is based on (the append expects it).
+    pub version: u64,
+    pub owner: Uuid,
+    pub per_kernel: ResourceSlots,
+    pub cluster_mode: ClusterMode,
+    pub cluster_size: u32,
+    pub wanted_agent: Option<String>,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub attempts: u32,
+    pub last_result: Option<SchedulingResult>,
+    pub last_error_code: Option<String>,
+}
+
+impl PendingSession {
+    pub fn total(&self) -> ResourceSlots {
+        let n = self.cluster_size as u64;
+        ResourceSlots {
+            cpu_milli: self.per_kernel.cpu_milli * n,
+            memory_bytes: self.per_kernel.memory_bytes.saturating_mul(n),
+            gpu_milli: self.per_kernel.gpu_milli * n,
+        }
+    }
+}
+
+/// What an owner holds now and what their policy allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnerLoad {
+    pub policy: String,
+    pub sessions: u32,
+    pub used: ResourceSlots,
+    pub max_sessions: u32,
+    pub max_total: ResourceSlots,
+}
+
+/// A resource group's scheduling settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRules {
+    pub name: String,
+    pub queue_policy: QueuePolicy,
+    pub agent_selection: AgentSelection,
+    pub max_attempts: u32,
+    pub skip_after: u32,
+    /// 0: no limit.
+    pub pending_timeout_secs: u64,
+}
+
+/// Everything one pass over a group decides on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub group: GroupRules,
+    /// Live agents, in a stable order (by id).
+    pub agents: Vec<AgentView>,
+    /// Pending sessions, oldest first.
+    pub queue: Vec<PendingSession>,
+    pub owners: HashMap<Uuid, OwnerLoad>,
+    pub now: DateTime<Utc>,
+    /// Whether the group gained free resources since the last pass: only then is a wait for
+    /// resources tried again as a counted attempt.
+    pub capacity_grew: bool,
+}
+
+/// The decision on one session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub session_id: Uuid,
+    pub version: u64,
+    pub result: SchedulingResult,
+    pub error_code: Option<&'static str>,
+    pub message: String,
+    pub steps: Vec<SchedulingStep>,
+    /// Counted attempts, this one included.
+    pub attempts: u32,
+    pub placement: Option<Vec<KernelPlacement>>,
+    /// Set when the session is cancelled (gave up, expired).
+    pub cancel_reason: Option<String>,
+    /// Whether this decision is worth a history row (repeats of an unchanged wait are not).
+    pub record: bool,
+}
+
+impl Decision {
+    /// The events that record this decision on the session's stream.
+    pub fn events(&self) -> Vec<Event> {
+        let status_after = if self.placement.is_some() {
+            SessionStatus::Scheduled
+        } else if self.cancel_reason.is_some() {
+            SessionStatus::Cancelled
+        } else {
+            SessionStatus::Pending
+        };
+        let mut events = vec![Event::SchedulingAttempted(SchedulingAttempted {
+            session_id: self.session_id,
+            phase: PHASE.into(),
+            result: self.result,
+            status_before: SessionStatus::Pending,
+            status_after,
+            attempts: self.attempts,
+            message: self.message.clone(),
+            error_code: self.error_code.map(str::to_owned),
+            steps: self.steps.clone(),
+        })];
+        if let Some(kernels) = &self.placement {
+            let resources = kernels.iter().fold(ResourceSlots::default(), |sum, k| {
+                sum.saturating_add(k.resources)
+            });
+            events.push(Event::SessionScheduled(SessionScheduled {
+                session_id: self.session_id,
+                agent_id: kernels[0].agent_id.clone(),
+                resources,
+                kernels: kernels.clone(),
+            }));
+        }
+        if self.placement.is_some() || self.cancel_reason.is_some() {
+            events.push(Event::SessionStatusChanged(SessionStatusChanged {
+                session_id: self.session_id,
+                from: SessionStatus::Pending,
+                to: status_after,
+                reason: self.cancel_reason.clone(),
+                exit_code: None,
+            }));
+        }
+        events
+    }
+}
+
+/// Resources in words, for messages.
+pub fn describe(s: ResourceSlots) -> String {
+    format!(
+        "cpu {} cores, memory {} MiB, gpu {}",
+        s.cpu_milli as f64 / 1000.0,
+        s.memory_bytes >> 20,
+        s.gpu_milli as f64 / 1000.0
+    )
+}
+
+/// The order agents are compared in: GPU first (the scarcest), then CPU, then memory.
+fn key(s: ResourceSlots) -> (u64, u64, u64) {
+    (s.gpu_milli, s.cpu_milli, s.memory_bytes)
+}
+
+/// Where a session can go.
+#[derive(Debug, Clone, PartialEq)]
+enum Selection {
+    Placed(Vec<(usize, ResourceSlots)>),
+    /// It would fit the group's agents, just not now.
+    Busy {
+        most_free: ResourceSlots,
+    },
+    /// No agent (or all of them together, for multi-node) could ever hold it.
+    NeverFits {
+        largest: ResourceSlots,
+    },
+    NoAgents,
+    WantedUnknown,
+    WantedTooSmall {
+        capacity: ResourceSlots,
+    },
+    WantedBusy {
+        free: ResourceSlots,
+    },
+}
+
+fn pick(agents: &[AgentView], need: ResourceSlots, selection: AgentSelection) -> Option<usize> {
+    let mut best: Option<(usize, (u64, u64, u64))> = None;
+    for (i, agent) in agents.iter().enumerate() {
+        let free = agent.free();
+        if !need.fits_in(free) {
+            continue;
+        }
+        let after = key(free.saturating_sub(need));
+        let better = match (best, selection) {
+            (None, _) => true,
+            (Some((_, b)), AgentSelection::Concentrated) => after < b,
+            (Some((_, b)), AgentSelection::Dispersed) => after > b,
+        };
+        if better {
+            best = Some((i, after));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+fn select(agents: &[AgentView], session: &PendingSession, selection: AgentSelection) -> Selection {
+    if agents.is_empty() {
+        return Selection::NoAgents;
+    }
+    let total = session.total();
+    if let Some(wanted) = &session.wanted_agent {
+        let Some(i) = agents.iter().position(|a| &a.agent_id == wanted) else {
+            return Selection::WantedUnknown;
+        };
+        let agent = &agents[i];
+        if !total.fits_in(agent.capacity) {
+            return Selection::WantedTooSmall {
+                capacity: agent.capacity,
+            };
+        }
+        if !total.fits_in(agent.free()) {
+            return Selection::WantedBusy { free: agent.free() };
+        }
+        return Selection::Placed(vec![(i, session.per_kernel); session.cluster_size as usize]);
+    }
+    let largest = agents
+        .iter()
+        .map(|a| a.capacity)
+        .max_by_key(|c| key(*c))
+        .unwrap_or_default();
+    let most_free = agents
+        .iter()
+        .map(|a| a.free())
+        .max_by_key(|f| key(*f))
+        .unwrap_or_default();
+    match session.cluster_mode {
+        ClusterMode::SingleNode => {
+            if !agents.iter().any(|a| total.fits_in(a.capacity)) {
+                return Selection::NeverFits { largest };
+            }
+            match pick(agents, total, selection) {
+                Some(i) => {
+                    Selection::Placed(vec![(i, session.per_kernel); session.cluster_size as usize])
+                }
+                None => Selection::Busy { most_free },
+            }
+        }
+        ClusterMode::MultiNode => {
+            let all = agents.iter().fold(ResourceSlots::default(), |s, a| {
+                s.saturating_add(a.capacity)
+            });
+            if !agents
+                .iter()
+                .any(|a| session.per_kernel.fits_in(a.capacity))
+                || !total.fits_in(all)
+            {
+                return Selection::NeverFits { largest };
+            }
+            // Kernels are spread: each goes to the emptiest agent left, on a scratch copy.
+            let mut scratch: Vec<AgentView> = agents.to_vec();
+            let mut placed = Vec::with_capacity(session.cluster_size as usize);
+            for _ in 0..session.cluster_size {
+                match pick(&scratch, session.per_kernel, AgentSelection::Dispersed) {
+                    Some(i) => {
+                        scratch[i].used = scratch[i].used.saturating_add(session.per_kernel);
+                        placed.push((i, session.per_kernel));
+                    }
+                    None => return Selection::Busy { most_free },
+                }
+            }
+            Selection::Placed(placed)
+        }
+    }
+}
+
+fn step(
+    now: DateTime<Utc>,
+    name: &str,
+    result: SchedulingResult,
+    message: String,
+    error_code: Option<&str>,
+) -> SchedulingStep {
+    SchedulingStep {
+        step: name.to_owned(),
+        result,
+        message,
+        error_code: error_code.map(str::to_owned),
+        started_at: now,
+        ended_at: now,
+    }
+}
+
+/// An outcome before the attempt bookkeeping.
+struct Verdict {
+    result: SchedulingResult,
+    code: Option<&'static str>,
+    message: String,
+    /// Whether it shows the group is short of resources (and so may hold the queue).
+    group_short: bool,
+    placement: Option<Vec<KernelPlacement>>,
+}
+
+/// Decides every session of the snapshot's queue, in queue order. Placements are applied to
+/// the snapshot's agents and owners as they are made, so later sessions see them.
+pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
+    use SchedulingResult::*;
+    let now = snapshot.now;
+    let rules = snapshot.group.clone();
+    let mut blocker: Option<(Uuid, String)> = None;
+    let mut decisions = Vec::with_capacity(snapshot.queue.len());
+    let queue = std::mem::take(&mut snapshot.queue);
+    for session in &queue {
+        let mut steps = Vec::with_capacity(3);
+        let total = session.total();
+        let waited = (now - session.created_at).num_seconds().max(0) as u64;
+
+        let verdict =
+            'verdict: {
+                if rules.pending_timeout_secs > 0 && waited > rules.pending_timeout_secs {
+                    break 'verdict Verdict {
+                        result: Expired,
+                        code: Some("PENDING_TIMEOUT"),
+                        message: format!(
+                            "waited {waited} s in the queue; resource group `{}` allows {} s",
+                            rules.name, rules.pending_timeout_secs
+                        ),
+                        group_short: false,
+                        placement: None,
+                    };
+                }
+                if let Some(starts_at) = session.starts_at.filter(|t| *t > now) {
+                    let message = format!("reserved to start at {starts_at}; it is {now}");
+                    steps.push(step(
+                        now,
+                        "check reserved start time",
+                        Skipped,
+                        message.clone(),
+                        Some("RESERVED_START"),
+                    ));
+                    break 'verdict Verdict {
+                        result: Skipped,
+                        code: Some("RESERVED_START"),
+                        message,
+                        group_short: false,
+                        placement: None,
+                    };
+                }
+                if let Some((head, why)) = &blocker {
+                    let message = format!(
+                    "not attempted: session {head} ahead in the queue waits for resources ({why})"
+                );
+                    break 'verdict Verdict {
+                        result: Skipped,
+                        code: Some("BEHIND_HEAD"),
+                        message,
+                        group_short: false,
+                        placement: None,
+                    };
+                }
+                if let Some(owner) = snapshot.owners.get(&session.owner) {
+                    let policy = &owner.policy;
+                    let limit = owner.max_total;
+                    let (result, code, message) = if !total.fits_in(limit) {
+                        (
+                            Failure,
+                            Some("POLICY_MAX"),
+                            format!(
+                                "asked {} in all; resource policy `{policy}` allows at most {}",
+                                describe(total),
+                                describe(limit)
+                            ),
+                        )
+                    } else if owner.sessions >= owner.max_sessions {
+                        (
+                            NeedRetry,
+                            Some("POLICY_CONCURRENCY"),
+                            format!(
+                        "the owner holds {} sessions; resource policy `{policy}` allows {} at once",
+                        owner.sessions, owner.max_sessions),
+                        )
+                    } else if !owner.used.saturating_add(total).fits_in(limit) {
+                        (
+                            NeedRetry,
+                            Some("POLICY_TOTAL"),
+                            format!(
+                        "asked {}; the owner holds {} of at most {} (resource policy `{policy}`)",
+                        describe(total), describe(owner.used), describe(limit)),
+                        )
+                    } else {
+                        (
+                            Success,
+                            None,
+                            format!(
+                                "asked {}; the owner holds {} sessions and {} of at most {}",
+                                describe(total),
+                                owner.sessions,
+                                describe(owner.used),
+                                describe(limit)
+                            ),
+                        )
+                    };
+                    steps.push(step(
+                        now,
+                        "check resource policy",
+                        result,
+                        message.clone(),
+                        code,
+                    ));
+                    if result != Success {
+                        break 'verdict Verdict {
+                            result,
+                            code,
+                            message,
+                            group_short: false,
+                            placement: None,
+                        };
+                    }
+                }
+                let strategy = match (session.wanted_agent.is_some(), rules.agent_selection) {
+                    (true, _) => "select agent (chosen by hand)",
+                    (false, AgentSelection::Concentrated) => "select agent (concentrated)",
+                    (false, AgentSelection::Dispersed) => "select agent (dispersed)",
+                };
+                let asked = describe(session.per_kernel);
+                let kernels = session.cluster_size;
+                let (result, code, message, group_short, chosen) =
+                    match select(&snapshot.agents, session, rules.agent_selection) {
+                        Selection::Placed(chosen) => {
+                            let agent = &snapshot.agents[chosen[0].0];
+                            let message = format!(
+                                "{kernels} kernel(s) of {asked} on {}; it had {} free of {}",
+                                agent.agent_id,
+                                describe(agent.free()),
+                                describe(agent.capacity)
+                            );
+                            (Success, None, message, false, Some(chosen))
+                        }
+                        Selection::Busy { most_free } => (
+                            NeedRetry,
+                            Some("NO_CAPACITY"),
+                            format!(
+                        "{kernels} kernel(s) of {asked} fit the group's agents, but not now: \
+                         the most free on one agent is {}", describe(most_free)),
+                            true,
+                            None,
+                        ),
+                        Selection::NeverFits { largest } => (
+                            Failure,
+                            Some("NEVER_FITS"),
+                            format!(
+                        "{kernels} kernel(s) of {asked} can never fit: the largest agent of \
+                         `{}` has {}", rules.name, describe(largest)),
+                            false,
+                            None,
+                        ),
+                        Selection::NoAgents => (
+                            NeedRetry,
+                            Some("NO_AGENTS"),
+                            format!("resource group `{}` has no live agent", rules.name),
+                            true,
+                            None,
+                        ),
+                        Selection::WantedUnknown => (
+                            Failure,
+                            Some("AGENT_UNKNOWN"),
+                            format!(
+                                "agent `{}` is not a live agent of `{}`",
+                                session.wanted_agent.as_deref().unwrap_or_default(),
+                                rules.name
+                            ),
+                            false,
+                            None,
+                        ),
+                        Selection::WantedTooSmall { capacity } => (
+                            Failure,
+                            Some("AGENT_TOO_SMALL"),
+                            format!(
+                                "asked {} in all; agent `{}` has {} in all",
+                                describe(total),
+                                session.wanted_agent.as_deref().unwrap_or_default(),
+                                describe(capacity)
+                            ),
+                            false,
+                            None,
+                        ),
+                        Selection::WantedBusy { free } => (
+                            NeedRetry,
+                            Some("AGENT_BUSY"),
+                            format!(
+                                "asked {} in all; agent `{}` has {} free",
+                                describe(total),
+                                session.wanted_agent.as_deref().unwrap_or_default(),
+                                describe(free)
+                            ),
+                            false,
+                            None,
+                        ),
+                    };
+                steps.push(step(now, strategy, result, message.clone(), code));
+                let placement = chosen.map(|chosen| {
+                    chosen
+                        .into_iter()
+                        .map(|(i, resources)| {
+                            let agent = &mut snapshot.agents[i];
+                            agent.used = agent.used.saturating_add(resources);
+                            KernelPlacement {
+                                agent_id: agent.agent_id.clone(),
+                                resources,
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                });
+                if placement.is_some() {
+                    if let Some(owner) = snapshot.owners.get_mut(&session.owner) {
+                        owner.sessions += 1;
+                        owner.used = owner.used.saturating_add(total);
+                    }
+                    steps.push(step(
+                        now,
+                        "allocate",
+                        Success,
+                        format!("reserved {}", describe(total)),
+                        None,
+                    ));
+                }
+                Verdict {
+                    result,
+                    code,
+                    message,
+                    group_short,
+                    placement,
+                }
+            };
+
+        // Attempt bookkeeping: what counts, what is recorded, when to give up.
+        let changed = session.last_result != Some(verdict.result)
+            || session.last_error_code.as_deref() != verdict.code;
+        let record = match verdict.result {
+            Success | Failure | Expired => true,
+            NeedRetry => changed || (verdict.group_short && snapshot.capacity_grew),
+            _ => changed,
+        };
+        let counts = record && matches!(verdict.result, Success | Failure | NeedRetry);
+        let attempts = session.attempts + counts as u32;
+        let mut decision = Decision {
+            session_id: session.session_id,
+            version: session.version,
+            result: verdict.result,
+            error_code: verdict.code,
+            message: verdict.message.clone(),
+            steps,
+            attempts,
+            placement: verdict.placement,
+            cancel_reason: None,
+            record,
+        };
+        match verdict.result {
+            Expired => {
+                decision.cancel_reason = Some(format!("expired in the queue: {}", verdict.message));
+            }
+            Failure | NeedRetry if counts && attempts >= rules.max_attempts => {
+                decision.result = GiveUp;
+                decision.message = format!(
+                    "gave up after {attempts} attempts (the group allows {}): {}",
+                    rules.max_attempts, verdict.message
+                );
+                decision.cancel_reason = Some(decision.message.clone());
+            }
+            NeedRetry if verdict.group_short => {
+                let holds_back =
+                    rules.queue_policy == QueuePolicy::Fifo && attempts <= rules.skip_after;
+                if holds_back && blocker.is_none() {
+                    blocker = Some((session.session_id, verdict.message.clone()));
+                }
+            }
+            _ => {}
+        }
+        decisions.push(decision);
+    }
+    snapshot.queue = queue;
+    decisions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use SchedulingResult::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn slots(cpu: u64, mem_gib: u64) -> ResourceSlots {
+        ResourceSlots {
+            cpu_milli: cpu * 1000,
+            memory_bytes: mem_gib * GIB,
+            gpu_milli: 0,
+        }
+    }
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 21, 12, 0, 0).unwrap()
+    }
+
+    fn agent(id: &str, cpu: u64, used_cpu: u64) -> AgentView {
+        AgentView {
+            agent_id: id.into(),
+            capacity: slots(cpu, 64),
+            used: slots(used_cpu, 0),
+        }
+    }
+
+    fn session(n: u128, cpu: u64) -> PendingSession {
+        PendingSession {
+            session_id: Uuid::from_u128(n),
+            version: 0,
+            owner: Uuid::from_u128(1000),
+            per_kernel: slots(cpu, 1),
+            cluster_mode: ClusterMode::SingleNode,
+            cluster_size: 1,
+            wanted_agent: None,
+            starts_at: None,
+            created_at: t0(),
+            attempts: 0,
+            last_result: None,
+            last_error_code: None,
+        }
+    }
+
+    fn snapshot(agents: Vec<AgentView>, queue: Vec<PendingSession>) -> Snapshot {
+        Snapshot {
+            group: GroupRules {
+                name: "default".into(),
+                queue_policy: QueuePolicy::Fifo,
+                agent_selection: AgentSelection::Concentrated,
+                max_attempts: 5,
+                skip_after: 2,
+                pending_timeout_secs: 3600,
+            },
+            agents,
+            queue,
+            owners: HashMap::new(),
+            now: t0(),
+            capacity_grew: false,
+        }
+    }
+
+    fn agent_of(d: &Decision) -> Option<&str> {
+        d.placement.as_ref().map(|k| k[0].agent_id.as_str())
+    }
+
+    #[test]
+    fn a_session_that_fits_is_placed_and_the_agent_fills() {
+        let mut s = snapshot(vec![agent("a1", 4, 0)], vec![session(1, 3), session(2, 2)]);
+        let d = plan(&mut s);
+        assert_eq!((d[0].result, agent_of(&d[0])), (Success, Some("a1")));
+        assert_eq!(d[0].attempts, 1);
+        assert_eq!(s.agents[0].used.cpu_milli, 3000);
+        // The second no longer fits now: it waits with the figures, and holds the queue.
+        assert_eq!(d[1].result, NeedRetry);
+        assert_eq!(d[1].error_code, Some("NO_CAPACITY"));
+        assert!(d[1].message.contains("cpu 1 cores"), "{}", d[1].message);
+        let events = d[0].events();
+        assert_eq!(events.len(), 3, "history, placement, status");
+        assert_eq!(d[1].events().len(), 1, "history only");
+    }
+
+    #[test]
+    fn concentrated_packs_and_dispersed_spreads() {
+        let agents = vec![agent("a1", 8, 6), agent("a2", 8, 0)];
+        let mut s = snapshot(agents.clone(), vec![session(1, 2)]);
+        assert_eq!(agent_of(&plan(&mut s)[0]), Some("a1"));
+        let mut s = snapshot(agents, vec![session(1, 2)]);
+        s.group.agent_selection = AgentSelection::Dispersed;
+        assert_eq!(agent_of(&plan(&mut s)[0]), Some("a2"));
+    }
+
+    #[test]
+    fn a_request_that_can_never_fit_fails_each_pass_then_is_given_up_and_cancelled() {
+        let mut s = snapshot(
+            vec![agent("a1", 4, 0), agent("a2", 4, 0)],
+            vec![session(1, 6)],
+        );
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (Failure, Some("NEVER_FITS"))
+        );
+        assert!(d[0].message.contains("largest agent"), "{}", d[0].message);
+        assert!(d[0].message.contains("cpu 4 cores"), "{}", d[0].message);
+        assert_eq!(d[0].cancel_reason, None);
+        let mut last = session(1, 6);
+        last.attempts = 4;
+        last.last_result = Some(Failure);
+        let mut s = snapshot(vec![agent("a1", 4, 0)], vec![last]);
+        let d = plan(&mut s);
+        assert_eq!((d[0].result, d[0].attempts), (GiveUp, 5));
+        assert!(d[0]
+            .cancel_reason
+            .as_deref()
+            .unwrap()
+            .contains("gave up after 5 attempts"));
+        let events = d[0].events();
+        assert!(
+            matches!(&events[1], Event::SessionStatusChanged(c) if c.to == SessionStatus::Cancelled)
+        );
+    }
+
+    #[test]
+    fn a_start_time_in_the_future_is_skipped_without_counting() {
+        let mut later = session(1, 1);
+        later.starts_at = Some(t0() + chrono::Duration::seconds(30));
+        let mut s = snapshot(vec![agent("a1", 4, 0)], vec![later.clone(), session(2, 1)]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code, d[0].attempts),
+            (Skipped, Some("RESERVED_START"), 0)
+        );
+        assert_eq!(d[1].result, Success, "a reserved session holds nobody back");
+        // At its time it goes.
+        let mut s = snapshot(vec![agent("a1", 4, 0)], vec![later]);
+        s.now = t0() + chrono::Duration::seconds(31);
+        assert_eq!(plan(&mut s)[0].result, Success);
+    }
+
+    #[test]
+    fn policy_limits_wait_or_fail_and_never_block_others() {
+        let other_owner = {
+            let mut s = session(3, 1);
+            s.owner = Uuid::from_u128(2000);
+            s
+        };
+        let mut s = snapshot(
+            vec![agent("a1", 16, 0)],
+            vec![session(1, 1), session(2, 1), other_owner],
+        );
+        s.owners.insert(
+            Uuid::from_u128(1000),
+            OwnerLoad {
+                policy: "p".into(),
+                sessions: 1,
+                used: slots(1, 1),
+                max_sessions: 2,
+                max_total: slots(8, 64),
+            },
+        );
+        let d = plan(&mut s);
+        assert_eq!(d[0].result, Success);
+        assert_eq!(
+            (d[1].result, d[1].error_code),
+            (NeedRetry, Some("POLICY_CONCURRENCY"))
+        );
+        assert!(
+            d[1].message.contains("allows 2 at once"),
+            "{}",
+            d[1].message
+        );
+        assert_eq!(d[2].result, Success, "another owner is not held back");
+
+        let mut s = snapshot(
+            vec![agent("a1", 16, 0)],
+            vec![session(1, 12), session(2, 4)],
+        );
+        s.owners.insert(
+            Uuid::from_u128(1000),
+            OwnerLoad {
+                policy: "p".into(),
+                sessions: 0,
+                used: slots(6, 1),
+                max_sessions: 10,
+                max_total: slots(8, 64),
+            },
+        );
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (Failure, Some("POLICY_MAX"))
+        );
+        assert_eq!(
+            (d[1].result, d[1].error_code),
+            (NeedRetry, Some("POLICY_TOTAL"))
+        );
+        assert!(
+            d[1].message.contains("holds cpu 6 cores"),
+            "{}",
+            d[1].message
+        );
+    }
+
+    #[test]
+    fn an_agent_chosen_by_hand_is_used_or_explained() {
+        let agents = vec![agent("a1", 8, 0), agent("a2", 2, 1)];
+        let mut wanted = session(1, 1);
+        wanted.wanted_agent = Some("a2".into());
+        let mut s = snapshot(agents.clone(), vec![wanted.clone()]);
+        assert_eq!(agent_of(&plan(&mut s)[0]), Some("a2"), "not the fuller a1");
+        let mut big = wanted.clone();
+        big.per_kernel = slots(2, 1);
+        let mut s = snapshot(agents.clone(), vec![big]);
+        assert_eq!(plan(&mut s)[0].error_code, Some("AGENT_BUSY"));
+        let mut huge = wanted.clone();
+        huge.per_kernel = slots(3, 1);
+        let mut s = snapshot(agents.clone(), vec![huge]);
+        assert_eq!(plan(&mut s)[0].error_code, Some("AGENT_TOO_SMALL"));
+        let mut gone = wanted;
+        gone.wanted_agent = Some("a9".into());
+        let mut s = snapshot(agents, vec![gone]);
+        assert_eq!(plan(&mut s)[0].error_code, Some("AGENT_UNKNOWN"));
+    }
+
+    #[test]
+    fn a_large_head_holds_small_ones_back_only_for_a_bounded_number_of_attempts() {
+        // 4 cores, 3 in use: the 4-core head waits; the 1-core sessions behind it would fit.
+        let queue = vec![session(1, 4), session(2, 1), session(3, 1)];
+        let mut s = snapshot(vec![agent("a1", 4, 3)], queue.clone());
+        let d = plan(&mut s);
+        assert_eq!(d[0].result, NeedRetry);
+        assert_eq!(
+            (d[1].result, d[1].error_code, d[1].attempts),
+            (Skipped, Some("BEHIND_HEAD"), 0)
+        );
+        assert!(d[1].message.contains(&Uuid::from_u128(1).to_string()));
+
+        // Once the head has used its `skip_after` attempts, the others are served around it.
+        let mut head = queue[0].clone();
+        head.attempts = 2;
+        head.last_result = Some(NeedRetry);
+        head.last_error_code = Some("NO_CAPACITY".into());
+        let mut s = snapshot(
+            vec![agent("a1", 4, 3)],
+            vec![head.clone(), queue[1].clone(), queue[2].clone()],
+        );
+        s.capacity_grew = true;
+        let d = plan(&mut s);
+        assert_eq!((d[0].result, d[0].attempts), (NeedRetry, 3));
+        assert_eq!(d[1].result, Success);
+        assert_eq!(
+            d[2].result, NeedRetry,
+            "the one free core went to the first small one"
+        );
+
+        // Backfill never holds anyone back.
+        let mut s = snapshot(vec![agent("a1", 4, 3)], queue);
+        s.group.queue_policy = QueuePolicy::Backfill;
+        let d = plan(&mut s);
+        assert_eq!(d[1].result, Success);
+    }
+
+    #[test]
+    fn an_unchanged_wait_is_not_recorded_again_and_does_not_count() {
+        let mut waiting = session(1, 4);
+        waiting.attempts = 1;
+        waiting.last_result = Some(NeedRetry);
+        waiting.last_error_code = Some("NO_CAPACITY".into());
+        let mut s = snapshot(vec![agent("a1", 4, 1)], vec![waiting.clone()]);
+        let d = plan(&mut s);
+        assert!(!d[0].record);
+        assert_eq!(d[0].attempts, 1);
+        let mut s = snapshot(vec![agent("a1", 4, 1)], vec![waiting]);
+        s.capacity_grew = true;
+        let d = plan(&mut s);
+        assert!(d[0].record);
+        assert_eq!(d[0].attempts, 2);
+    }
+
+    #[test]
+    fn a_wait_past_the_pending_timeout_expires_and_cancels() {
+        let mut s = snapshot(vec![agent("a1", 4, 4)], vec![session(1, 1)]);
+        s.now = t0() + chrono::Duration::seconds(3601);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (Expired, Some("PENDING_TIMEOUT"))
+        );
+        assert!(d[0].cancel_reason.as_deref().unwrap().contains("3601 s"));
+    }
+
+    #[test]
+    fn clusters_go_on_one_agent_or_spread_over_several() {
+        let mut single = session(1, 2);
+        single.cluster_size = 3;
+        let mut s = snapshot(
+            vec![agent("a1", 4, 0), agent("a2", 8, 0)],
+            vec![single.clone()],
+        );
+        let d = plan(&mut s);
+        let kernels = d[0].placement.as_ref().unwrap();
+        assert_eq!(kernels.len(), 3);
+        assert!(kernels.iter().all(|k| k.agent_id == "a2"));
+
+        let mut multi = single;
+        multi.cluster_mode = ClusterMode::MultiNode;
+        let mut s = snapshot(
+            vec![agent("a1", 4, 0), agent("a2", 4, 0)],
+            vec![multi.clone()],
+        );
+        let d = plan(&mut s);
+        let kernels = d[0].placement.as_ref().unwrap();
+        let on_a1 = kernels.iter().filter(|k| k.agent_id == "a1").count();
+        assert!((1..=2).contains(&on_a1), "{kernels:?}");
+        let mut s = snapshot(vec![agent("a1", 1, 0)], vec![multi]);
+        assert_eq!(plan(&mut s)[0].error_code, Some("NEVER_FITS"));
+    }
+
+    #[test]
+    fn no_live_agent_is_a_wait_with_its_reason() {
+        let mut s = snapshot(vec![], vec![session(1, 1)]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("NO_AGENTS"))
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! The scheduler: places pending sessions on agents and records why, and the reconciler that
+//! keeps sessions from getting stuck.
+//!
+//! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
+//! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
+//! - [`reconcile`]: deadlines for every intermediate status, lost agents.
+
+pub mod core;
+pub mod reconcile;
+pub mod run;
