@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs berth's whole test suite on a fresh machine: installs what is missing, starts
-# PostgreSQL and NATS on loopback (infra/services.sh), then runs every test of the
-# workspace against them. Ends with the test runner's own summary.
+# PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
+# (infra/images.sh), then runs every test of the workspace against them and Docker. Ends with the test runner's own summary.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -18,6 +18,8 @@ fi
 
 infra/services.sh up
 eval "$(infra/services.sh env)"
+# The session images the container tests run (built locally; no registry is needed).
+infra/images.sh all
 
 if cargo nextest --version >/dev/null 2>&1; then
   exec cargo nextest run --workspace --no-fail-fast

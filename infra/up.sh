@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets berth up on a fresh machine and runs it: installs and starts PostgreSQL and NATS on
 # loopback, builds berth, starts every service (`berth up`) in the background, shows events
-# flowing through the log, the relay and the audit chain, and leaves the platform running.
+# flowing through the log, the relay and the audit chain, runs a batch session end to end
+# through the gateway, and leaves the platform running.
 #   infra/up.sh          set up, start, demonstrate
 #   infra/up.sh stop     stop berth and the servers
 set -euo pipefail
@@ -11,14 +12,17 @@ STATE="${BERTH_STATE_DIR:-$ROOT/.berth}"
 say() { printf '[up] %s\n' "$*" >&2; }
 
 if [ "${1:-}" = "stop" ]; then
-  if [ -f "$STATE/berth.pid" ] && kill "$(cat "$STATE/berth.pid")" 2>/dev/null; then say "berth stopped"; fi
-  rm -f "$STATE/berth.pid"
+  for p in agent berth; do
+    if [ -f "$STATE/$p.pid" ] && kill "$(cat "$STATE/$p.pid")" 2>/dev/null; then say "$p stopped"; fi
+    rm -f "$STATE/$p.pid"
+  done
   infra/services.sh down
   exit 0
 fi
 
 infra/services.sh up
 eval "$(infra/services.sh env)"
+infra/images.sh all
 say "building berth (release)"
 cargo build --release -q -p berth
 BERTH="$ROOT/target/release/berth"
@@ -30,12 +34,57 @@ else
   echo $! >"$STATE/berth.pid"
   say "berth up started (pid $!, log $STATE/log/berth.log)"
 fi
+
+# The first superadmin's key is printed once, by the first `berth up` on a fresh database;
+# keep it (readable by this user only) so later runs can use it.
+KEY_FILE="$STATE/admin.key"
+for _ in $(seq 1 100); do
+  curl -fsS "http://${BERTH_GATEWAY_LISTEN:-127.0.0.1:8480}/healthz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+if [ ! -s "$KEY_FILE" ]; then
+  KEY="$(grep -o 'berth_[0-9a-f]\{40\}' "$STATE/log/berth.log" | head -n1 || true)"
+  if [ -z "$KEY" ]; then
+    KEY="$("$BERTH" admin issue-key --email admin@berth.local | grep -o 'berth_[0-9a-f]\{40\}')"
+  fi
+  (umask 077; echo "$KEY" >"$KEY_FILE")
+  say "superadmin admin@berth.local; its API key is in $KEY_FILE"
+fi
+export BERTH_API_KEY="$(cat "$KEY_FILE")"
+
+if [ -f "$STATE/agent.pid" ] && kill -0 "$(cat "$STATE/agent.pid")" 2>/dev/null; then
+  say "agent already runs (pid $(cat "$STATE/agent.pid"))"
+else
+  nohup "$BERTH" agent --id "$(hostname -s 2>/dev/null || echo local)" \
+    --data-dir "$STATE/agent-data" >"$STATE/log/agent.log" 2>&1 &
+  echo $! >"$STATE/agent.pid"
+  say "agent started (pid $!, log $STATE/log/agent.log)"
+fi
 sleep 1
 
-say "running the demo"
+say "a batch session, end to end through the gateway:"
+SESSION="$("$BERTH" session create --type batch --image berth/shell:latest --cpu 1 --memory 256m \
+  --command 'echo hello from berth, inside $(hostname); cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes' \
+  | awk '{print $1}')"
+STATUS=""
+for _ in $(seq 1 100); do
+  STATUS="$("$BERTH" session info "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
+  case "$STATUS" in TERMINATED|ERROR|CANCELLED) break ;; esac
+  sleep 0.2
+done
+"$BERTH" session info "$SESSION"
+"$BERTH" session history "$SESSION"
+say "its container's output:"
+"$BERTH" session logs "$SESSION"
+say "session $SESSION ended $STATUS"
+[ "$STATUS" = "TERMINATED" ] || { say "the session did not end TERMINATED"; exit 1; }
+
+say "running the event demo"
 "$BERTH" demo
 say "the chain over everything recorded so far:"
 "$BERTH" audit verify
 say "the streams projection, rebuilt from the log and compared with the live one:"
 "$BERTH" replay streams
+say "the sessions projection, rebuilt and compared:"
+"$BERTH" replay sessions
 say "berth keeps running; 'infra/up.sh stop' stops it and the servers"
