@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs (when missing), starts, stops and reports the two servers berth stands on:
 # PostgreSQL and a NATS server with JetStream, both on loopback, with their data under
-# the project-local directory .berth/ (override with BERTH_STATE_DIR).
+# the project-local directory .berth/ (override with BERTH_STATE_DIR), and makes sure the
+# Docker engine the agent drives answers (starting dockerd when it does not).
 #
-#   infra/services.sh up       install what is missing, start both, create the database
-#   infra/services.sh down     stop both (data is kept)
+#   infra/services.sh up       install what is missing, start all three, create the database
+#   infra/services.sh docker   only make sure the Docker engine answers
+#   infra/services.sh down     stop PostgreSQL and NATS (data is kept; Docker is left running)
 #   infra/services.sh status   say what runs
 #   infra/services.sh env      print the export lines that point berth at them
 #
@@ -133,6 +135,62 @@ start_nats() {
   say "NATS did not start; see $LOG/nats.log"; return 1
 }
 
+# The engine may be installed but not started (a CI machine starts no daemons), or started
+# and wedged (Docker 20.10 deadlocked once here; see docs/ARCHITECTURE.md). Either way the
+# agent's tests need one that answers, so start it, or restart one that stopped answering.
+docker_answers() { timeout "${1:-10}" docker info >/dev/null 2>&1; }
+
+ensure_docker() {
+  if command -v docker >/dev/null && docker_answers; then return 0; fi
+  if ! command -v dockerd >/dev/null; then
+    say "installing the Docker engine from Debian's packages"
+    apt_install docker.io
+  fi
+  if docker_answers; then return 0; fi
+  mkdir -p "$LOG"
+  local stale
+  stale="$(pgrep -x dockerd || true)"
+  if [ -n "$stale" ]; then
+    say "dockerd (pid $stale) does not answer; restarting it"
+    as_root kill $stale 2>/dev/null || true
+    for _ in $(seq 1 50); do pgrep -x dockerd >/dev/null || break; sleep 0.2; done
+    if pgrep -x dockerd >/dev/null; then as_root kill -9 $(pgrep -x dockerd) 2>/dev/null || true; fi
+    # The containerd that dockerd started holds its database lock; a new dockerd waits on
+    # it forever unless it goes too.
+    if pgrep -f 'containerd --config /var/run/docker/containerd' >/dev/null; then
+      as_root pkill -9 -f 'containerd --config /var/run/docker/containerd' || true
+    fi
+    # A killed containerd can linger unreaped; its pid file would make dockerd wait on it.
+    as_root rm -f /var/run/docker/containerd/containerd.pid
+    sleep 1
+  fi
+  start_dockerd && return 0
+  # The host's own daemon configuration did not start (a storage driver this kernel lacks,
+  # say): try once more with the plainest one, which every kernel has.
+  say "dockerd did not start with the host's configuration; the last lines of its log:"
+  tail -n 5 "$LOG/dockerd.log" >&2 || true
+  as_root pkill -x dockerd 2>/dev/null || true
+  sleep 2
+  printf '{"storage-driver": "vfs"}\n' >"$STATE/dockerd.json"
+  start_dockerd --config-file "$STATE/dockerd.json" && return 0
+  say "the Docker engine did not start; the last lines of $LOG/dockerd.log:"
+  tail -n 20 "$LOG/dockerd.log" >&2 || true
+  return 1
+}
+
+start_dockerd() {
+  say "starting dockerd $* (log: $LOG/dockerd.log)"
+  as_root rm -f /var/run/docker.pid
+  nohup setsid dockerd "$@" >"$LOG/dockerd.log" 2>&1 </dev/null &
+  local pid=$!
+  for _ in $(seq 1 120); do
+    if docker_answers 5; then say "Docker engine $(docker version --format '{{.Server.Version}}') answers"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
+
 print_env() {
   echo "export BERTH_DATABASE_URL=postgres://berth@127.0.0.1:$PG_PORT/berth"
   echo "export BERTH_NATS_URL=nats://127.0.0.1:$NATS_PORT"
@@ -140,6 +198,7 @@ print_env() {
 
 case "${1:-up}" in
   up)
+    ensure_docker
     if [ -n "${BERTH_DATABASE_URL:-}" ] && [ -n "${BERTH_NATS_URL:-}" ]; then
       say "BERTH_DATABASE_URL and BERTH_NATS_URL are set: using those servers"; exit 0
     fi
@@ -156,7 +215,9 @@ case "${1:-up}" in
     fi ;;
   status)
     if pg_running; then echo "postgres: running on 127.0.0.1:$PG_PORT"; else echo "postgres: stopped"; fi
-    if nats_running; then echo "nats: running on 127.0.0.1:$NATS_PORT"; else echo "nats: stopped"; fi ;;
+    if nats_running; then echo "nats: running on 127.0.0.1:$NATS_PORT"; else echo "nats: stopped"; fi
+    if docker_answers; then echo "docker: answering"; else echo "docker: not answering"; fi ;;
+  docker) ensure_docker ;;
   env) print_env ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|docker|down|status|env" >&2; exit 2 ;;
 esac
