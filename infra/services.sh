@@ -179,7 +179,7 @@ ensure_docker() {
 }
 
 start_dockerd() {
-  say "starting dockerd $* (log: $LOG/dockerd.log)"
+  say "starting dockerd${*:+ $*} (log: $LOG/dockerd.log)"
   as_root rm -f /var/run/docker.pid
   nohup setsid dockerd "$@" >"$LOG/dockerd.log" 2>&1 </dev/null &
   local pid=$!
