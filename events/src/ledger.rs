@@ -147,14 +147,7 @@ impl SessionPatch {
                 ));
             }
             Event::SessionScheduled(e) => {
-                let kernels = if e.kernels.is_empty() {
-                    vec![KernelPlacement {
-                        agent_id: e.agent_id.clone(),
-                        resources: e.resources,
-                    }]
-                } else {
-                    e.kernels.clone()
-                };
+                let kernels = e.placements();
                 reserve(client, &kernels).await?;
                 let agents: Vec<&str> = kernels.iter().map(|k| k.agent_id.as_str()).collect();
                 let idx: Vec<i32> = (0..kernels.len() as i32).collect();

@@ -202,6 +202,13 @@ pub struct SessionScheduled {
     pub kernels: Vec<KernelPlacement>,
 }
 
+impl SessionScheduled {
+    /// What each kernel holds, reading an event from before clusters as one kernel.
+    pub fn placements(&self) -> Vec<KernelPlacement> {
+        placements_or_one(&self.kernels, &self.agent_id, self.resources)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatusChanged {
     pub session_id: Uuid,
@@ -234,6 +241,28 @@ pub struct SessionResourcesReleased {
     pub resources: ResourceSlots,
     #[serde(default)]
     pub kernels: Vec<KernelPlacement>,
+}
+
+impl SessionResourcesReleased {
+    /// What each kernel gives back, reading an event from before clusters as one kernel.
+    pub fn placements(&self) -> Vec<KernelPlacement> {
+        placements_or_one(&self.kernels, &self.agent_id, self.resources)
+    }
+}
+
+fn placements_or_one(
+    kernels: &[KernelPlacement],
+    agent_id: &str,
+    resources: ResourceSlots,
+) -> Vec<KernelPlacement> {
+    if kernels.is_empty() {
+        vec![KernelPlacement {
+            agent_id: agent_id.to_owned(),
+            resources,
+        }]
+    } else {
+        kernels.to_vec()
+    }
 }
 
 /// What a user may do: `user` acts on their own sessions, `admin` may also create sessions

@@ -232,14 +232,7 @@ impl Projection for SessionsView {
                     .await?;
             }
             Event::SessionScheduled(e) => {
-                let kernels = if e.kernels.is_empty() {
-                    vec![KernelPlacement {
-                        agent_id: e.agent_id.clone(),
-                        resources: e.resources,
-                    }]
-                } else {
-                    e.kernels.clone()
-                };
+                let kernels = e.placements();
                 occupy(tx, schema, &kernels, 1).await?;
                 let sql = format!(
                     "UPDATE {schema}.sessions SET agent_id = $2, kernels = $3, scheduled_at = $4,
@@ -258,14 +251,7 @@ impl Projection for SessionsView {
                 .await?;
             }
             Event::SessionResourcesReleased(e) => {
-                let kernels = if e.kernels.is_empty() {
-                    vec![KernelPlacement {
-                        agent_id: e.agent_id.clone(),
-                        resources: e.resources,
-                    }]
-                } else {
-                    e.kernels.clone()
-                };
+                let kernels = e.placements();
                 occupy(tx, schema, &kernels, -1).await?;
                 let sql =
                     format!("UPDATE {schema}.sessions SET version = $2 WHERE session_id = $1");

@@ -78,6 +78,15 @@ async fn docker_agent_with(
     DockerAgent { stop, task }
 }
 
+/// A Docker agent with a fresh id and data directory of its own.
+async fn local_agent(h: &Harness) -> DockerAgent {
+    docker_agent(h, &fresh_agent_id(), &data_dir()).await
+}
+
+fn fresh_agent_id() -> String {
+    format!("dock{}", &Uuid::new_v4().simple().to_string()[..8])
+}
+
 fn data_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("berth-test-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -133,12 +142,7 @@ async fn containers_of(session: &str) -> usize {
 #[tokio::test]
 async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let mut body = batch(
         "cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max 2>/dev/null \
          || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/memory/memory.limit_in_bytes; \
@@ -180,12 +184,7 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
 #[tokio::test]
 async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason() {
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let mut body = batch("sleep 60");
     body["batch_timeout"] = json!(2);
     let ended = run_to_end(&h, body).await;
@@ -231,12 +230,7 @@ async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason()
 #[tokio::test]
 async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let (status, err) = h
         .call(
             &h.admin_key,
@@ -329,14 +323,7 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
         sampled["usage"]["cpu_seconds"].as_f64().is_some(),
         "{sampled}"
     );
-    let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{id}"),
-            None,
-        )
-        .await;
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
     assert_eq!(ended["status_reason"], "stopped on request");
@@ -346,7 +333,7 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
 #[tokio::test]
 async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     let h = start().await;
-    let agent_id = format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let agent_id = fresh_agent_id();
     let dir = data_dir();
     let first = docker_agent(&h, &agent_id, &dir).await;
     let interactive =
@@ -365,11 +352,9 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
     // its container, one keeps running.
     let (status, _) = h
-        .call(
+        .delete(
             &h.admin_key,
-            reqwest::Method::DELETE,
             &format!("/v1/sessions/{}?force=true", sessions[0]),
-            None,
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -408,12 +393,7 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     );
     // The survivor is adopted: still running, and it stops on request.
     let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{}", sessions[2]),
-            None,
-        )
+        .delete(&h.admin_key, &format!("/v1/sessions/{}", sessions[2]))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     h.wait_session(&sessions[2], |s| s["status"] == "TERMINATED")
@@ -432,12 +412,7 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
 #[tokio::test]
 async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() {
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let (status, created) = h
         .create(&h.admin_key, json!({"type": "inference", "image": "berth/shell:latest",
             "resources": {"cpu": 0.5, "memory": "64m"}, "startup_command": "echo serving; sleep 1; exit 5"}))
@@ -464,14 +439,7 @@ async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() 
     );
     // It comes back, and still ends on request.
     h.wait_session(&id, |s| s["status"] == "RUNNING").await;
-    let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{id}"),
-            None,
-        )
-        .await;
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let ended = h
         .wait_session(&id, |s| {
@@ -485,12 +453,7 @@ async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() 
 #[tokio::test]
 async fn a_cluster_of_three_kernels_finds_each_other_by_host_name() {
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let mut body = batch(
         "echo HOSTS=$BERTH_CLUSTER_HOSTS ROLE=$BERTH_CLUSTER_ROLE; \
          for h in sub1 sub2; do ping -c 1 -W 2 $h >/dev/null && echo reached-$h; done",
@@ -521,12 +484,7 @@ async fn a_cluster_of_three_kernels_finds_each_other_by_host_name() {
 async fn logs_stream_while_the_session_runs_and_end_with_it() {
     use futures::StreamExt;
     let h = start().await;
-    let _agent = docker_agent(
-        &h,
-        &format!("dock{}", &Uuid::new_v4().simple().to_string()[..8]),
-        &data_dir(),
-    )
-    .await;
+    let _agent = local_agent(&h).await;
     let (status, created) = h
         .create(&h.admin_key, batch("echo first; sleep 3; echo second"))
         .await;

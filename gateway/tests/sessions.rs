@@ -73,14 +73,7 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
     )
     .await
     .unwrap();
-    let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{id}"),
-            None,
-        )
-        .await;
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     agent::report(
         &h.pool,
@@ -275,25 +268,13 @@ async fn users_see_and_act_on_only_their_own_sessions() {
         (StatusCode::CONFLICT, Some("name"))
     );
     let (status, ended) = h
-        .call(
-            &alice,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{id}?force=true"),
-            None,
-        )
+        .delete(&alice, &format!("/v1/sessions/{id}?force=true"))
         .await;
     assert_eq!(
         (status, ended["status"].as_str()),
         (StatusCode::ACCEPTED, Some("TERMINATED"))
     );
-    let (status, _) = h
-        .call(
-            &alice,
-            reqwest::Method::DELETE,
-            &format!("/v1/sessions/{id}"),
-            None,
-        )
-        .await;
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
     assert_eq!(
         status,
         StatusCode::CONFLICT,
@@ -355,12 +336,7 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
         for s in list["sessions"].as_array().unwrap() {
             let id = s["session_id"].as_str().unwrap();
             let (status, _) = h
-                .call(
-                    &h.admin_key,
-                    reqwest::Method::DELETE,
-                    &format!("/v1/sessions/{id}?force=true"),
-                    None,
-                )
+                .delete(&h.admin_key, &format!("/v1/sessions/{id}?force=true"))
                 .await;
             // The list may lag an end just recorded: a second end is refused with 409.
             match status {

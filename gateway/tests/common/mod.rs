@@ -130,6 +130,10 @@ impl Harness {
         self.call(key, reqwest::Method::GET, path, None).await
     }
 
+    pub async fn delete(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        self.call(key, reqwest::Method::DELETE, path, None).await
+    }
+
     pub async fn agent(&self, id: &str, group: &str, cpu: u64) {
         agent::register(
             &self.pool,
