@@ -87,4 +87,6 @@ say "the streams projection, rebuilt from the log and compared with the live one
 "$BERTH" replay streams
 say "the sessions projection, rebuilt and compared:"
 "$BERTH" replay sessions
+say "the ledger (what commands decide on), folded again from the log and compared:"
+"$BERTH" replay ledger
 say "berth keeps running; 'infra/up.sh stop' stops it and the servers"

@@ -43,9 +43,10 @@ enum Command {
     Migrate,
     /// Run only the relay (PostgreSQL -> NATS JetStream) and the audit sealer.
     Relay,
-    /// Rebuild a projection from position zero into fresh tables and compare with the live one.
+    /// Rebuild a projection from position zero into fresh tables and compare with the live
+    /// one; `ledger` folds the write-side tables again and compares them.
     Replay {
-        /// The projection's name (`streams`).
+        /// `streams`, `sessions` or `ledger`.
         projection: String,
         /// Replace the live tables with the rebuilt ones afterwards.
         #[arg(long)]
@@ -188,10 +189,31 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             swap,
         } => {
             let store = connect_store(&config).await?;
+            if name == "ledger" {
+                anyhow::ensure!(
+                    !swap,
+                    "the ledger is compared, never swapped: commands decide on it"
+                );
+                let report = events::ledger::replay(store.pool()).await?;
+                println!(
+                    "ledger: {} tables folded again from {} events and compared with the live ones",
+                    report.tables, report.events
+                );
+                if report.equal() {
+                    println!("equal: the folded tables match the live ones");
+                    return Ok(ExitCode::SUCCESS);
+                }
+                for (table, live_only, replayed_only) in &report.differences {
+                    println!("DIFFERENT {table}: {live_only} rows only live, {replayed_only} rows only folded");
+                }
+                return Ok(ExitCode::from(1));
+            }
             let report = match name.as_str() {
                 "streams" => projection::rebuild(store.pool(), &StreamIndex, swap).await?,
                 "sessions" => projection::rebuild(store.pool(), &SessionsView, swap).await?,
-                other => anyhow::bail!("unknown projection `{other}`; known: streams, sessions"),
+                other => {
+                    anyhow::bail!("unknown projection `{other}`; known: streams, sessions, ledger")
+                }
             };
             println!(
                 "projection {name}: rebuilt from {} events, compared at position {}",

@@ -250,4 +250,23 @@ async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_the
         .unwrap()
         .get(0);
     assert!(events >= 12, "every change is an event: {events}");
+    // Users, keys, projects, groups, policies and presets fold again into the live ledger.
+    let (ok, text) = berth(&url, &["replay", "ledger"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("equal: the folded tables match the live ones"),
+        "{text}"
+    );
+    client
+        .batch_execute(
+            "UPDATE ledger.users SET role = 'superadmin' WHERE email = 'ada@example.com'",
+        )
+        .await
+        .unwrap();
+    let (ok, text) = berth(&url, &["replay", "ledger"]);
+    assert!(!ok, "a changed ledger fails the replay: {text}");
+    assert!(
+        text.contains("DIFFERENT users: 1 rows only live, 1 rows only folded"),
+        "{text}"
+    );
 }

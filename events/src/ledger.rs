@@ -7,7 +7,8 @@
 //! [`record`] appends the events and applies them to these tables in one transaction.
 //! Two schedulers racing for the last core meet here: the reserving update is conditional,
 //! the loser's transaction fails, and nothing of it is written. Every table can be folded
-//! again from the log ([`apply`] is the fold).
+//! again from the log: [`replay`] does so into a scratch copy and compares it with the live
+//! tables (`berth replay ledger`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
@@ -87,12 +88,12 @@ pub async fn record(
     let mut patch = SessionPatch::default();
     for (i, event) in events.iter().enumerate() {
         let version = first_version + i as u64;
-        if !patch.absorb(tx, event, version, at).await? {
-            patch.flush(tx).await?;
-            apply(tx, event, version, at).await?;
+        if !patch.absorb(tx, &Fold::LIVE, event, version, at).await? {
+            patch.flush(tx, &Fold::LIVE).await?;
+            apply(tx, &Fold::LIVE, event, version, at).await?;
         }
     }
-    patch.flush(tx).await?;
+    patch.flush(tx, &Fold::LIVE).await?;
     Ok(appended)
 }
 
@@ -118,6 +119,7 @@ impl SessionPatch {
     async fn absorb<C: GenericClient>(
         &mut self,
         client: &C,
+        fold: &Fold<'_>,
         event: &Event,
         stream_version: u64,
         at: DateTime<Utc>,
@@ -133,7 +135,7 @@ impl SessionPatch {
             _ => return Ok(false),
         };
         if self.session_id.is_some_and(|s| s != session_id) {
-            self.flush(client).await?;
+            self.flush(client, fold).await?;
         }
         self.session_id = Some(session_id);
         self.version = i64_of(stream_version);
@@ -148,7 +150,7 @@ impl SessionPatch {
             }
             Event::SessionScheduled(e) => {
                 let kernels = e.placements();
-                reserve(client, &kernels).await?;
+                reserve(client, fold, &kernels).await?;
                 let agents: Vec<&str> = kernels.iter().map(|k| k.agent_id.as_str()).collect();
                 let idx: Vec<i32> = (0..kernels.len() as i32).collect();
                 let cpu: Vec<i64> = kernels
@@ -165,6 +167,7 @@ impl SessionPatch {
                     .collect();
                 exec(
                     client,
+                    fold,
                     "INSERT INTO ledger.kernels
                      SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[],
                        $6::bigint[])",
@@ -177,6 +180,7 @@ impl SessionPatch {
             Event::SessionResourcesReleased(e) => {
                 exec(
                     client,
+                    fold,
                     "WITH gone AS (DELETE FROM ledger.kernels WHERE session_id = $1 RETURNING *),
                      per_agent AS (SELECT agent_id, sum(cpu_milli) c, sum(memory_bytes) m,
                        sum(gpu_milli) g FROM gone GROUP BY agent_id)
@@ -208,7 +212,11 @@ impl SessionPatch {
     }
 
     /// Writes what was gathered, if anything.
-    async fn flush<C: GenericClient>(&mut self, client: &C) -> Result<(), LedgerError> {
+    async fn flush<C: GenericClient>(
+        &mut self,
+        client: &C,
+        fold: &Fold<'_>,
+    ) -> Result<(), LedgerError> {
         let Some(session_id) = self.session_id.take() else {
             return Ok(());
         };
@@ -227,6 +235,7 @@ impl SessionPatch {
         };
         exec(
             client,
+            fold,
             "UPDATE ledger.sessions SET
                attempts = coalesce($2, attempts),
                last_result = CASE WHEN $3 THEN $4 ELSE last_result END,
@@ -277,13 +286,190 @@ pub async fn record_now(
     Ok(appended)
 }
 
+/// Which tables a fold writes, and whether it decides. The live fold ([`record`]) writes
+/// `ledger` and refuses a reservation an agent cannot hold; a replay writes a scratch copy and
+/// only adds up, because the log already holds every decision, and log order may differ from
+/// commit order between transactions that raced (the loser of a race waits for the winner's
+/// commit but may have taken its transaction id first).
+struct Fold<'a> {
+    schema: &'a str,
+    decides: bool,
+}
+
+impl Fold<'_> {
+    const LIVE: Fold<'static> = Fold {
+        schema: "ledger",
+        decides: true,
+    };
+
+    fn sql(&self, text: &'static str) -> std::borrow::Cow<'static, str> {
+        if self.schema == "ledger" {
+            text.into()
+        } else {
+            text.replace("ledger.", &format!("{}.", self.schema)).into()
+        }
+    }
+}
+
+/// What [`replay`] found: how many events it folded, and per table that differs, the rows only
+/// the live ledger has and the rows only the fold of the log has.
+#[derive(Debug)]
+pub struct Replay {
+    pub events: u64,
+    pub tables: usize,
+    pub differences: Vec<(String, i64, i64)>,
+}
+
+impl Replay {
+    pub fn equal(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Columns a replay does not compare. The times are the ledger's own clock when it wrote the
+/// row, which the log records as each event's `recorded_at` a few microseconds apart; the
+/// queue sequence is the order rows were inserted, which is log order except between
+/// launchers that raced.
+const NOT_COMPARED: [&str; 7] = [
+    "users.created_at",
+    "folders.created_at",
+    "agents.registered_at",
+    "agents.last_heartbeat",
+    "sessions.status_since",
+    "sessions.created_at",
+    "sessions.queue_seq",
+];
+
+const REPLAY_SCHEMA: &str = "ledger_replay";
+
+/// Folds the whole log into a scratch copy of the ledger's tables and compares it, row for
+/// row, with the live ledger, both as one snapshot sees them; then throws the copy away. The
+/// live tables are only read, and writers are never held up.
+pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
+    let mut client = pool.get().await?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await?;
+    let tables: Vec<String> = tx
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = 'ledger' AND table_type = 'BASE TABLE' ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Same columns, defaults and keys; none of the checks or secondary unique indexes, which
+    // guard decisions the log already holds.
+    let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
+    for table in &tables {
+        ddl.push_str(&format!(
+            "CREATE TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
+               INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES);"
+        ));
+    }
+    tx.batch_execute(&ddl).await?;
+    for index in tx
+        .query(
+            "SELECT i.indexrelid::regclass::text, c.oid::regclass::text, con.conname::text
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid
+             WHERE n.nspname = $1 AND NOT i.indisprimary",
+            &[&REPLAY_SCHEMA],
+        )
+        .await?
+    {
+        let drop = match index.get::<_, Option<String>>(2) {
+            Some(constraint) => format!(
+                "ALTER TABLE {} DROP CONSTRAINT {constraint}",
+                index.get::<_, String>(1)
+            ),
+            None => format!("DROP INDEX {}", index.get::<_, String>(0)),
+        };
+        tx.batch_execute(&drop).await?;
+    }
+    let fold = Fold {
+        schema: REPLAY_SCHEMA,
+        decides: false,
+    };
+    let mut events = 0u64;
+    let mut after = crate::LogPosition::START;
+    loop {
+        let batch = crate::store::read_visible_with(&tx, after, 5_000).await?;
+        let Some(last) = batch.last() else { break };
+        after = last.position;
+        for recorded in &batch {
+            apply_any(&tx, &fold, recorded).await?;
+        }
+        events += batch.len() as u64;
+    }
+    let mut differences = Vec::new();
+    for table in &tables {
+        let columns: Vec<String> = tx
+            .query(
+                "SELECT column_name::text FROM information_schema.columns
+                 WHERE table_schema = 'ledger' AND table_name = $1 ORDER BY ordinal_position",
+                &[table],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|c| !NOT_COMPARED.contains(&format!("{table}.{c}").as_str()))
+            .collect();
+        let columns = columns.join(", ");
+        let row = tx
+            .query_one(
+                &format!(
+                    "SELECT (SELECT count(*) FROM (SELECT {columns} FROM ledger.{table}
+                               EXCEPT ALL SELECT {columns} FROM {REPLAY_SCHEMA}.{table}) a),
+                            (SELECT count(*) FROM (SELECT {columns} FROM {REPLAY_SCHEMA}.{table}
+                               EXCEPT ALL SELECT {columns} FROM ledger.{table}) b)"
+                ),
+                &[],
+            )
+            .await?;
+        let (live_only, replayed_only): (i64, i64) = (row.get(0), row.get(1));
+        if live_only != 0 || replayed_only != 0 {
+            differences.push((table.clone(), live_only, replayed_only));
+        }
+    }
+    tx.rollback().await?;
+    Ok(Replay {
+        events,
+        tables: tables.len(),
+        differences,
+    })
+}
+
+/// Applies a recorded event the way [`record`] applied it when it was appended.
+async fn apply_any<C: GenericClient>(
+    client: &C,
+    fold: &Fold<'_>,
+    recorded: &crate::RecordedEvent,
+) -> Result<(), LedgerError> {
+    let at = recorded.recorded_at;
+    let mut patch = SessionPatch::default();
+    if !patch
+        .absorb(client, fold, &recorded.event, recorded.stream_version, at)
+        .await?
+    {
+        apply(client, fold, &recorded.event, recorded.stream_version, at).await?;
+    }
+    patch.flush(client, fold).await
+}
+
 fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Applies one event, the `stream_version`-th of its stream, to the ledger.
-pub async fn apply<C: GenericClient>(
+/// Applies one event, the `stream_version`-th of its stream, to the ledger `fold` names.
+async fn apply<C: GenericClient>(
     client: &C,
+    fold: &Fold<'_>,
     event: &Event,
     stream_version: u64,
     at: DateTime<Utc>,
@@ -293,6 +479,7 @@ pub async fn apply<C: GenericClient>(
         Event::UserCreated(e) => {
             let n = exec(
                 client,
+                fold,
                 "INSERT INTO ledger.users VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
                 &[
                     &e.user_id,
@@ -313,6 +500,7 @@ pub async fn apply<C: GenericClient>(
         Event::FolderCreated(e) => {
             let n = exec(
                 client,
+                fold,
                 "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                 &[&e.owner, &e.name, &at],
             )
@@ -327,6 +515,7 @@ pub async fn apply<C: GenericClient>(
         Event::ApiKeyIssued(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
                 &[&e.key_sha256, &e.key_prefix, &e.user_id],
             )
@@ -335,6 +524,7 @@ pub async fn apply<C: GenericClient>(
         Event::ProjectCreated(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.projects VALUES ($1, $2)
                      ON CONFLICT (name) DO UPDATE SET description = $2",
                 &[&e.name, &e.description],
@@ -344,6 +534,7 @@ pub async fn apply<C: GenericClient>(
         Event::UserJoinedProject(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.project_members VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&e.project, &e.user_id],
             )
@@ -354,6 +545,7 @@ pub async fn apply<C: GenericClient>(
             let selection = serde_json::to_value(e.agent_selection).expect("serialises");
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.resource_groups VALUES ($1, $2, $3, $4, $5, $6)
                      ON CONFLICT (name) DO UPDATE SET queue_policy = $2, agent_selection = $3,
                        max_attempts = $4, skip_after = $5, pending_timeout_secs = $6",
@@ -371,6 +563,7 @@ pub async fn apply<C: GenericClient>(
         Event::ResourceGroupGranted(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.group_projects VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&e.resource_group, &e.project],
             )
@@ -379,6 +572,7 @@ pub async fn apply<C: GenericClient>(
         Event::ResourcePolicySet(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
@@ -397,6 +591,7 @@ pub async fn apply<C: GenericClient>(
         Event::PresetSaved(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.presets VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (name) DO UPDATE SET cpu_milli = $2, memory_bytes = $3,
                        gpu_milli = $4, shared_memory_bytes = $5",
@@ -413,6 +608,7 @@ pub async fn apply<C: GenericClient>(
         Event::AgentRegistered(e) => {
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
                        gpu_milli, images, registered_at, last_heartbeat)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
@@ -434,6 +630,7 @@ pub async fn apply<C: GenericClient>(
         Event::AgentHeartbeated(e) => {
             exec(
                 client,
+                fold,
                 "UPDATE ledger.agents SET last_heartbeat = greatest(last_heartbeat, $2)
                      WHERE agent_id = $1",
                 &[&e.agent_id, &e.at],
@@ -443,6 +640,7 @@ pub async fn apply<C: GenericClient>(
         Event::AgentLost(e) => {
             exec(
                 client,
+                fold,
                 "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
                 &[&e.agent_id, &e.reason],
             )
@@ -453,6 +651,7 @@ pub async fn apply<C: GenericClient>(
             let session_type = serde_json::to_value(e.session_type).expect("serialises");
             exec(
                 client,
+                fold,
                 "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                        resource_group, session_type, status, status_since, cpu_milli,
                        memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
@@ -488,26 +687,31 @@ pub async fn apply<C: GenericClient>(
         | Event::SessionTerminationRequested(_)
         | Event::KernelStarted(_) => {
             let mut patch = SessionPatch::default();
-            patch.absorb(client, event, stream_version, at).await?;
-            patch.flush(client).await?;
+            patch
+                .absorb(client, fold, event, stream_version, at)
+                .await?;
+            patch.flush(client, fold).await?;
         }
     }
     Ok(())
 }
 
-/// Runs one statement, prepared once per connection.
+/// Runs one statement on the tables `fold` names, prepared once per connection.
 async fn exec<C: GenericClient>(
     client: &C,
-    sql: &str,
+    fold: &Fold<'_>,
+    sql: &'static str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<u64, tokio_postgres::Error> {
-    let statement = client.prepare_cached(sql).await?;
+    let statement = client.prepare_cached(&fold.sql(sql)).await?;
     client.execute(&statement, params).await
 }
 
-/// Adds the kernels' shares to their agents, refusing when any agent lacks the room.
+/// Adds the kernels' shares to their agents, refusing when any agent lacks the room (a
+/// replay only adds: the log already holds the decision).
 async fn reserve<C: GenericClient>(
     client: &C,
+    fold: &Fold<'_>,
     kernels: &[KernelPlacement],
 ) -> Result<(), LedgerError> {
     let mut per_agent: Vec<(&str, ResourceSlots)> = Vec::new();
@@ -518,14 +722,22 @@ async fn reserve<C: GenericClient>(
         }
     }
     for (agent_id, need) in per_agent {
-        let n = exec(
-            client,
+        let sql = if fold.decides {
             "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
                    used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
                  WHERE agent_id = $1 AND lost IS NULL
                    AND used_cpu_milli + $2 <= cpu_milli
                    AND used_memory_bytes + $3 <= memory_bytes
-                   AND used_gpu_milli + $4 <= gpu_milli",
+                   AND used_gpu_milli + $4 <= gpu_milli"
+        } else {
+            "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
+                   used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
+                 WHERE agent_id = $1"
+        };
+        let n = exec(
+            client,
+            fold,
+            sql,
             &[
                 &agent_id,
                 &i64_of(need.cpu_milli),
@@ -534,7 +746,7 @@ async fn reserve<C: GenericClient>(
             ],
         )
         .await?;
-        if n == 0 {
+        if n == 0 && fold.decides {
             return Err(LedgerError::AgentFull(agent_id.to_owned()));
         }
     }

@@ -491,7 +491,30 @@ pub async fn read_all_with<C: GenericClient>(
          WHERE (tx_id, seq) > ($1, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
          ORDER BY tx_id, seq LIMIT $3"
     );
-    let statement = client.prepare_cached(&sql).await?;
+    read_rows(client, &sql, after, limit).await
+}
+
+/// Every event the caller's snapshot sees after `after`, in log order, horizon or not: inside
+/// a REPEATABLE READ transaction, exactly the events whose effects that snapshot shows.
+pub(crate) async fn read_visible_with<C: GenericClient>(
+    client: &C,
+    after: LogPosition,
+    limit: i64,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let sql = format!(
+        "SELECT {READ_COLUMNS} FROM events WHERE (tx_id, seq) > ($1, $2)
+         ORDER BY tx_id, seq LIMIT $3"
+    );
+    read_rows(client, &sql, after, limit).await
+}
+
+async fn read_rows<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    after: LogPosition,
+    limit: i64,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let statement = client.prepare_cached(sql).await?;
     let rows = client
         .query(&statement, &[&Xid8(after.tx), &after.seq, &limit])
         .await?;

@@ -407,6 +407,9 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
         .unwrap()
         .get(0);
     assert_eq!(stuck, 0);
+    // Whatever the crash interrupted, the ledger is still exactly the fold of the log.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }
 
 #[tokio::test]

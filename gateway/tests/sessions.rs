@@ -359,6 +359,10 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
         .unwrap();
     assert!(rebuild.equal(), "{:?}", rebuild.differences);
     assert!(rebuild.events > 20);
+    // So does the write side: five placements and five releases leave a1 holding nothing.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    assert!(replay.events >= rebuild.events);
 }
 
 #[tokio::test]
@@ -427,6 +431,22 @@ async fn two_schedulers_at_once_never_overcommit_an_agent() {
             row.get::<_, String>(0)
         );
     }
+    // The ledger the racers decided on is exactly the fold of what they recorded.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    // A ledger changed behind the log's back is caught, table by table.
+    client
+        .batch_execute(
+            "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli - 1000 WHERE agent_id = 'a1';
+             DELETE FROM ledger.kernels WHERE ctid = (SELECT ctid FROM ledger.kernels LIMIT 1);",
+        )
+        .await
+        .unwrap();
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert_eq!(
+        replay.differences,
+        vec![("agents".to_string(), 1, 1), ("kernels".to_string(), 0, 1)]
+    );
 }
 
 #[tokio::test]
@@ -746,4 +766,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         .unwrap()
         .get(0);
     assert_eq!(used, 0, "released");
+    // Requeues, errors and lost agents fold again into exactly the live ledger.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }
