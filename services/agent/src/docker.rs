@@ -35,6 +35,8 @@ use crate::{heartbeat, register, report, AgentError, AgentSpec};
 const LABEL_SESSION: &str = "ai.berth.session";
 const LABEL_AGENT: &str = "ai.berth.agent";
 const LABEL_KERNEL: &str = "ai.berth.kernel";
+/// The GPUs a container holds (`gpu::GpuShare::to_label`).
+const LABEL_GPUS: &str = "ai.berth.gpus";
 
 /// How the runtime is set up.
 #[derive(Debug, Clone)]
@@ -86,6 +88,8 @@ fn container_name(session_id: Uuid, kernel: u32) -> String {
 #[derive(Clone)]
 struct Ctx {
     gpus: std::sync::Arc<crate::gpu::Discovery>,
+    /// Taken while GPUs are chosen and their containers created.
+    gpu_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
     pool: Pool,
     docker: Docker,
     agent_id: String,
@@ -336,6 +340,36 @@ async fn others_started(ctx: &Ctx, id: Uuid, size: u32) -> bool {
     false
 }
 
+/// What the containers on this host that may still run hold of each GPU, from their labels.
+async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
+    let filters = HashMap::from([
+        ("label".to_string(), vec![LABEL_GPUS.to_string()]),
+        (
+            "status".to_string(),
+            ["created", "running", "restarting", "paused"]
+                .map(String::from)
+                .to_vec(),
+        ),
+    ]);
+    let containers = ctx
+        .docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| format!("listing the containers that hold GPUs failed: {e}"))?;
+    let mut held = HashMap::new();
+    for label in containers
+        .iter()
+        .filter_map(|c| c.labels.as_ref()?.get(LABEL_GPUS))
+    {
+        crate::gpu::add_held(label, &mut held);
+    }
+    Ok(held)
+}
+
 /// Creates and starts this agent's kernels of a session, on the cluster's network, and
 /// records them; the names of their containers (the main kernel's first, when it is here).
 async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, String> {
@@ -351,19 +385,6 @@ async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, 
         env.push(format!("OMP_NUM_THREADS={}", request.omp_num_threads));
     }
     env.push(format!("BERTH_SESSION_ID={id}"));
-    let (gpu_devices, mps_share) =
-        crate::gpu::placement(request.resources.gpu_milli, ctx.gpus.gpus());
-    if let Some(share) = mps_share {
-        env.push(format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={share}"));
-    }
-    let device_requests = (!gpu_devices.is_empty()).then(|| {
-        vec![bollard::models::DeviceRequest {
-            driver: Some("nvidia".into()),
-            device_ids: Some(gpu_devices),
-            capabilities: Some(vec![vec!["gpu".into()]]),
-            ..Default::default()
-        }]
-    });
     env.push(format!("BERTH_SESSION_NAME={}", state.name));
     let mut binds = Vec::new();
     for folder in &request.mounts {
@@ -462,10 +483,36 @@ async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, 
         env.push(format!("BERTH_CLUSTER_SIZE={size}"));
         env.push(format!("BERTH_CLUSTER_HOSTS={}", hosts.join(",")));
     }
+    // Choosing GPUs and creating the containers that hold them is one step per host, so two
+    // sessions starting at once cannot both take the same free GPU.
+    let wants_gpus = request.resources.gpu_milli > 0 && !ctx.gpus.gpus().is_empty();
+    let _gpu_turn = if wants_gpus {
+        Some(ctx.gpu_turn.lock().await)
+    } else {
+        None
+    };
+    let mut gpus_held = if wants_gpus {
+        gpus_held(ctx).await?
+    } else {
+        HashMap::new()
+    };
     let mut names = Vec::with_capacity(size as usize);
     for &k in &mine {
         let main = k == 0;
         let mut kernel_env = env.clone();
+        let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &gpus_held);
+        crate::gpu::add_held(&gpu.to_label(), &mut gpus_held);
+        if let Some(percentage) = gpu.mps_percentage {
+            kernel_env.push(format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}"));
+        }
+        let device_requests = (!gpu.devices.is_empty()).then(|| {
+            vec![bollard::models::DeviceRequest {
+                driver: Some("nvidia".into()),
+                device_ids: Some(gpu.device_ids()),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }]
+        });
         if network.is_some() {
             kernel_env.push(format!(
                 "BERTH_CLUSTER_ROLE={}",
@@ -474,11 +521,14 @@ async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, 
             kernel_env.push(format!("BERTH_CLUSTER_IDX={k}"));
             kernel_env.push(format!("BERTH_CLUSTER_HOST={}", hosts[k as usize]));
         }
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_SESSION.to_string(), id.to_string()),
             (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
             (LABEL_KERNEL.to_string(), k.to_string()),
         ]);
+        if !gpu.devices.is_empty() {
+            labels.insert(LABEL_GPUS.to_string(), gpu.to_label());
+        }
         let networking_config = network
             .as_ref()
             .map(|net| bollard::container::NetworkingConfig {
@@ -510,7 +560,7 @@ async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, 
                 shm_size: Some(request.shared_memory_bytes as i64),
                 binds: Some(binds.clone()),
                 port_bindings: main.then(|| bindings.clone()),
-                device_requests: device_requests.clone(),
+                device_requests,
                 network_mode: network.clone(),
                 ..Default::default()
             }),
@@ -815,6 +865,7 @@ pub async fn run(
     }
     let ctx = Ctx {
         gpus: std::sync::Arc::new(gpus),
+        gpu_turn: Default::default(),
         pool: pool.clone(),
         docker: docker.clone(),
         agent_id: spec.agent_id.clone(),
