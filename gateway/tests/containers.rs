@@ -559,3 +559,94 @@ async fn a_multi_node_cluster_spreads_its_kernels_over_agents_that_find_each_oth
     );
     wait_for(|| async { (containers_of(id).await == 0).then_some(()) }).await;
 }
+
+/// The ids of a session's containers that an agent runs.
+async fn container_ids(session: &str, agent: &str) -> Vec<String> {
+    let docker = agent::docker::connect().await.unwrap();
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("ai.berth.session={session}"),
+            format!("ai.berth.agent={agent}"),
+        ],
+    )]);
+    let mut ids: Vec<String> = docker
+        .list_containers(Some(bollard::container::ListContainersOptions {
+            filters,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn an_agent_restarted_mid_cluster_keeps_its_kernels_of_another_agents_session() {
+    let h = start().await;
+    let suffix = &Uuid::new_v4().simple().to_string()[..8];
+    let dir = data_dir();
+    let mut agents = std::collections::HashMap::new();
+    for name in ["nodea", "nodeb"] {
+        let id = format!("{name}{suffix}");
+        let handle = docker_agent_with(&h, &id, &dir, 1_000).await;
+        agents.insert(id, handle);
+    }
+    let body = json!({"image": "berth/shell:latest", "cluster_size": 3,
+        "cluster_mode": "multi-node", "resources": {"cpu": 0.5, "memory": "64m"}});
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let running = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let main_agent = running["agent_id"].as_str().unwrap().to_owned();
+    let other = agents.keys().find(|a| **a != main_agent).unwrap().clone();
+    let kernels_before = container_ids(&id, &other).await;
+    assert!(!kernels_before.is_empty(), "{running}");
+
+    // The agent holding the secondary kernels dies and comes back.
+    let dying = agents.remove(&other).unwrap();
+    dying.task.abort();
+    let _ = dying.task.await;
+    let _back = docker_agent_with(&h, &other, &dir, 1_000).await;
+    let registered = format!("agent-{other}");
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'AgentRegistered'",
+                &[&registered],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (n == 2).then_some(())
+    })
+    .await;
+    // Give a restart that wrongly cleared them many polls to show it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        container_ids(&id, &other).await,
+        kernels_before,
+        "the same kernels keep running"
+    );
+    let detail = h.wait_session(&id, |s| s["status"].is_string()).await;
+    assert_eq!(detail["status"], "RUNNING");
+
+    // Ending the session ends the adopted kernels too, with their output kept.
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    wait_for(|| async { (containers_of(&id).await == 0).then_some(()) }).await;
+    let kept = wait_for(|| async {
+        let (_, body) = h
+            .get(&h.admin_key, &format!("/v1/sessions/{id}/logs"))
+            .await;
+        let kernels = body["kernels"].as_array().cloned().unwrap_or_default();
+        (kernels.len() == 3 && kernels.iter().all(|k| k["complete"] == true)).then_some(kernels)
+    })
+    .await;
+    assert_eq!(kept.len(), 3);
+}

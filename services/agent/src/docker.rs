@@ -5,8 +5,9 @@
 //! (PULLING,) PREPARED, CREATING and RUNNING, waits for the container to exit, keeps its
 //! output in `session_logs`, removes it (so the scratch of /home/work is gone), and reports
 //! how it ended. Containers carry labels naming their session and agent, so an agent that
-//! starts again adopts the containers of live sessions, removes the others, and ends in ERROR
-//! the live sessions whose container is gone.
+//! starts again adopts the containers of live sessions (its kernels of other agents'
+//! clusters included), removes the others, and ends in ERROR the live sessions whose
+//! container is gone.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -300,19 +301,29 @@ async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
             return;
         }
     };
+    let kernels: Vec<(u32, String)> = (0..size)
+        .filter(|k| {
+            state
+                .kernels
+                .get(*k as usize)
+                .is_some_and(|p| p.agent_id == ctx.agent_id)
+        })
+        .zip(names)
+        .collect();
+    watch_secondary(ctx, id, kernels, stop).await;
+}
+
+/// Keeps this agent's kernels of another agent's session until the session ends, then stops
+/// them, keeps their output and removes them. A restarted agent resumes here for the kernels
+/// it finds still running.
+async fn watch_secondary(ctx: Ctx, id: Uuid, kernels: Vec<(u32, String)>, stop: CancellationToken) {
     stop.cancelled().await;
-    let kernels = (0..size).filter(|k| {
-        state
-            .kernels
-            .get(*k as usize)
-            .is_some_and(|p| p.agent_id == ctx.agent_id)
-    });
-    for (k, name) in kernels.zip(&names) {
+    for (k, name) in &kernels {
         let _ = ctx
             .docker
             .stop_container(name, Some(StopContainerOptions { t: 1 }))
             .await;
-        save_logs(&ctx, id, k, name, true).await;
+        save_logs(&ctx, id, *k, name, true).await;
         remove(&ctx, name).await;
     }
     let _ = ctx.docker.remove_network(&network_name(id)).await;
@@ -901,8 +912,22 @@ pub async fn run(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    // Sessions of other agents with kernels here (multi-node clusters), still going.
+    let live_elsewhere: HashSet<Uuid> = client
+        .query(
+            "SELECT DISTINCT s.session_id FROM ledger.kernels k JOIN ledger.sessions s USING (session_id)
+             WHERE k.agent_id = $1 AND s.agent_id <> $1
+               AND s.status IN ('PREPARING','PULLING','PREPARED','CREATING','RUNNING','RESTARTING')",
+            &[&spec.agent_id],
+        )
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     drop(client);
     let mut adopted = HashSet::new();
+    let mut adopted_elsewhere: HashMap<Uuid, Vec<(u32, String)>> = HashMap::new();
     // Kernels other than the main one, kept while their session lives.
     let mut others: Vec<(Uuid, String)> = Vec::new();
     for c in found {
@@ -916,8 +941,18 @@ pub async fn run(
         let session = labels
             .get(LABEL_SESSION)
             .and_then(|s| Uuid::parse_str(s).ok());
-        let main = labels.get(LABEL_KERNEL).is_none_or(|k| k == "0");
+        let kernel: u32 = labels
+            .get(LABEL_KERNEL)
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(0);
+        let main = kernel == 0;
         match session {
+            Some(id) if live_elsewhere.contains(&id) => {
+                adopted_elsewhere
+                    .entry(id)
+                    .or_default()
+                    .push((kernel, name));
+            }
             Some(id) if live.get(&id).is_some_and(|s| s != "SCHEDULED") && !main => {
                 others.push((id, name));
             }
@@ -940,6 +975,12 @@ pub async fn run(
                 remove(&ctx, &name).await;
             }
         }
+    }
+    for (id, kernels) in adopted_elsewhere {
+        tracing::info!(session = %id, ?kernels, "adopting kernels of another agent's session");
+        let token = stop.child_token();
+        tasks.insert(id, token.clone());
+        running.spawn(watch_secondary(ctx.clone(), id, kernels, token));
     }
     for (id, status) in &live {
         if status != "SCHEDULED" && !adopted.contains(id) {
