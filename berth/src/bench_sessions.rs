@@ -222,6 +222,21 @@ pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Resu
         "end to end: {placed} sessions scheduled in {took:.2} s over {passes} passes = {:.0} sessions/s ({written} events committed with the ledger)",
         placed as f64 / took
     );
+    // What it costs an operator to check that the ledger is still the log's fold.
+    let started = Instant::now();
+    let replay = events::ledger::replay(&pool).await?;
+    let took = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        replay.equal(),
+        "the ledger differs from its fold: {:?}",
+        replay.differences
+    );
+    println!(
+        "ledger replay: {} events folded into {} tables and compared in {took:.2} s = {:.0} events/s; equal",
+        replay.events,
+        replay.tables,
+        replay.events as f64 / took
+    );
     Ok(())
 }
 
