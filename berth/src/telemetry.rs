@@ -26,7 +26,10 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn,async_nats=warn"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal, not in log files (`berth up > berth.log`).
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|v| !v.is_empty());

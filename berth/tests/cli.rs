@@ -1,24 +1,14 @@
 //! The operator commands, run as a person would run them, against real PostgreSQL.
 
-use std::process::Command;
+mod common;
 
+use common::*;
 use events::catalogue::{Event, Metadata};
 use events::payloads::AgentLost;
-use events::store::{self, EventStore, ExpectedVersion, ProposedEvent};
-use uuid::Uuid;
-
-fn base_url() -> String {
-    std::env::var("BERTH_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://berth@127.0.0.1:55432/berth".into())
-}
+use events::store::{EventStore, ExpectedVersion, ProposedEvent};
 
 async fn fresh_store() -> (EventStore, String) {
-    let base = base_url();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
-    store::ensure_database(&url).await.unwrap();
-    let pool = store::pool(&url, 4).unwrap();
-    store::migrate(&pool, &[]).await.unwrap();
+    let (pool, url) = fresh_database().await;
     let store = EventStore::new(pool);
     for i in 0..10 {
         let stream = format!("agent-cli{}", i % 3);
@@ -36,18 +26,6 @@ async fn fresh_store() -> (EventStore, String) {
             .unwrap();
     }
     (store, url)
-}
-
-fn berth(url: &str, args: &[&str]) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env("BERTH_DATABASE_URL", url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run berth");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text)
 }
 
 #[tokio::test(flavor = "multi_thread")]
