@@ -232,12 +232,7 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let h = start().await;
     let _agent = local_agent(&h).await;
     let (status, err) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::POST,
-            "/v1/folders",
-            Some(json!({"name": "../etc"})),
-        )
+        .post(&h.admin_key, "/v1/folders", json!({"name": "../etc"}))
         .await;
     assert_eq!(
         (status, err["error"]["field"].as_str()),
@@ -251,21 +246,11 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("mounts[0]"))
     );
     let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::POST,
-            "/v1/folders",
-            Some(json!({"name": "data1"})),
-        )
+        .post(&h.admin_key, "/v1/folders", json!({"name": "data1"}))
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = h
-        .call(
-            &h.admin_key,
-            reqwest::Method::POST,
-            "/v1/folders",
-            Some(json!({"name": "data1"})),
-        )
+        .post(&h.admin_key, "/v1/folders", json!({"name": "data1"}))
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     let mut first = batch(

@@ -130,6 +130,11 @@ impl Harness {
         self.call(key, reqwest::Method::GET, path, None).await
     }
 
+    pub async fn post(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(key, reqwest::Method::POST, path, Some(body))
+            .await
+    }
+
     pub async fn delete(&self, key: &str, path: &str) -> (StatusCode, Value) {
         self.call(key, reqwest::Method::DELETE, path, None).await
     }
