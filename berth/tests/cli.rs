@@ -75,16 +75,7 @@ async fn replay_rebuilds_a_projection_equal_to_the_live_one() {
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_stream_shows_the_state_as_of_a_time() {
     let (_store, url) = fresh_store().await;
-    let (ok, text) = berth(
-        &url,
-        &[
-            "audit",
-            "stream",
-            "agent-cli0",
-            "--as-of",
-            "2000-01-01T00:00:00Z",
-        ],
-    );
+    let (ok, text) = berth_line(&url, "audit stream agent-cli0 --as-of 2000-01-01T00:00:00Z");
     assert!(ok, "{text}");
     assert!(
         !text.contains("AgentLost"),
@@ -122,63 +113,25 @@ async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_the
 
     let (ok, text) = berth(&url, &["admin", "create-project", "vision"]);
     assert!(ok, "{text}");
-    let (ok, text) = berth(
+    let (ok, text) = berth_line(
         &url,
-        &[
-            "admin",
-            "create-user",
-            "--email",
-            "ada@example.com",
-            "--role",
-            "admin",
-            "--project",
-            "vision",
-        ],
+        "admin create-user --email ada@example.com --role admin --project vision",
     );
     assert!(ok, "{text}");
     assert!(text.contains("API key (shown only now): berth_"), "{text}");
-    let (ok, text) = berth(
+    let (ok, text) = berth_line(
         &url,
-        &[
-            "admin",
-            "create-group",
-            "gpu",
-            "--queue",
-            "backfill",
-            "--selection",
-            "dispersed",
-        ],
+        "admin create-group gpu --queue backfill --selection dispersed",
     );
     assert!(ok, "{text}");
     let (ok, text) = berth(&url, &["admin", "grant-group", "gpu", "vision"]);
     assert!(ok, "{text}");
-    let (ok, text) = berth(
+    let (ok, text) = berth_line(
         &url,
-        &[
-            "admin",
-            "set-policy",
-            "small",
-            "--max-sessions",
-            "2",
-            "--max-cpu",
-            "4",
-            "--max-memory-gib",
-            "8",
-        ],
+        "admin set-policy small --max-sessions 2 --max-cpu 4 --max-memory-gib 8",
     );
     assert!(ok, "{text}");
-    let (ok, text) = berth(
-        &url,
-        &[
-            "admin",
-            "save-preset",
-            "tiny",
-            "--cpu",
-            "0.5",
-            "--memory-gib",
-            "0.5",
-        ],
-    );
+    let (ok, text) = berth_line(&url, "admin save-preset tiny --cpu 0.5 --memory-gib 0.5");
     assert!(ok, "{text}");
     let (ok, text) = berth(
         &url,

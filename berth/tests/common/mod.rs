@@ -36,3 +36,8 @@ pub fn berth(url: &str, args: &[&str]) -> (bool, String) {
         + &String::from_utf8_lossy(&output.stderr);
     (output.status.success(), text)
 }
+
+/// `berth` with its arguments written as one line (none of them holding a space).
+pub fn berth_line(url: &str, line: &str) -> (bool, String) {
+    berth(url, &line.split_whitespace().collect::<Vec<_>>())
+}
