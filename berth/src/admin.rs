@@ -28,15 +28,15 @@ pub enum AdminCommand {
         #[arg(long)]
         email: String,
     },
+    /// Create a project (or change its description).
     CreateProject {
         name: String,
         #[arg(long, default_value = "")]
         description: String,
     },
-    AddMember {
-        project: String,
-        email: String,
-    },
+    /// Add a user, by email, to a project.
+    AddMember { project: String, email: String },
+    /// Create a resource group (or change its scheduling settings).
     CreateGroup {
         name: String,
         /// fifo or backfill
@@ -45,18 +45,19 @@ pub enum AdminCommand {
         /// concentrated or dispersed
         #[arg(long, default_value = "concentrated")]
         selection: String,
+        /// Counted scheduling attempts before a session is cancelled.
         #[arg(long, default_value_t = 5)]
         max_attempts: u32,
+        /// Failed attempts after which a queue head stops holding back those behind it.
         #[arg(long, default_value_t = 3)]
         skip_after: u32,
+        /// Seconds a session may wait in PENDING before it is cancelled (0: no limit).
         #[arg(long, default_value_t = 3600)]
         pending_timeout: u64,
     },
     /// Let a project use a resource group.
-    GrantGroup {
-        group: String,
-        project: String,
-    },
+    GrantGroup { group: String, project: String },
+    /// Create a resource policy (or change its limits).
     SetPolicy {
         name: String,
         #[arg(long)]
@@ -73,6 +74,7 @@ pub enum AdminCommand {
         #[arg(long)]
         max_lifetime: Option<u64>,
     },
+    /// Save a resource preset that create requests may name.
     SavePreset {
         name: String,
         #[arg(long)]
