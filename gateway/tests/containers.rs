@@ -474,7 +474,10 @@ async fn logs_stream_while_the_session_runs_and_end_with_it() {
     let h = start().await;
     let _agent = local_agent(&h).await;
     let (status, created) = h
-        .create(&h.admin_key, batch("echo first; sleep 3; echo second"))
+        .create(
+            &h.admin_key,
+            batch("echo first; sleep 3; for i in 1 2 3 4 5; do echo line$i; sleep 0.3; done; echo second"),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
@@ -508,6 +511,13 @@ async fn logs_stream_while_the_session_runs_and_end_with_it() {
         "output arrived while the session ran: {seen}"
     );
     assert!(seen.contains("second"), "{seen}");
+    // Kept a second at a time, read on from where the last keep ended: every line once.
+    let kept = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(kept["exit_code"], 0, "{kept}");
+    assert_eq!(
+        logs(&h, &id).await,
+        "first\nline1\nline2\nline3\nline4\nline5\nsecond\n"
+    );
 }
 
 #[tokio::test]

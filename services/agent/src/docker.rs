@@ -20,6 +20,7 @@ use bollard::container::{
 use bollard::image::CreateImageOptions;
 use bollard::models::{HostConfig, PortBinding};
 use bollard::Docker;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use events::aggregate::{fold, SessionState, StreamState};
 use events::catalogue::{stream_id, Event};
@@ -129,38 +130,120 @@ async fn moved(
     }
 }
 
-/// Keeps the container's output so far (the whole of it; sessions' logs are small).
-async fn save_logs(ctx: &Ctx, session_id: Uuid, kernel: u32, container: &str, complete: bool) {
+/// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
+/// how many kept frames carry exactly that timestamp. Output is read from there on, so a
+/// long-running session costs each second only what it printed in that second.
+#[derive(Debug, Default)]
+struct LogCursor {
+    kept_once: bool,
+    last: Option<DateTime<Utc>>,
+    at_last: usize,
+}
+
+impl LogCursor {
+    /// The text of the frames not kept yet, in order; advances the cursor past them. Pure.
+    /// `frames` come from the engine with timestamps, oldest first, from `since` on (whole
+    /// seconds), so some were kept already.
+    fn take_new(&mut self, frames: impl IntoIterator<Item = (DateTime<Utc>, String)>) -> String {
+        let mut text = String::new();
+        let mut seen_at_last = 0;
+        for (at, frame) in frames {
+            let fresh = match self.last {
+                None => true,
+                Some(last) if at > last => true,
+                Some(last) if at == last => {
+                    seen_at_last += 1;
+                    seen_at_last > self.at_last
+                }
+                Some(_) => false,
+            };
+            if !fresh {
+                continue;
+            }
+            if self.last == Some(at) {
+                self.at_last += 1;
+            } else {
+                self.last = Some(at);
+                self.at_last = 1;
+                seen_at_last = 1;
+            }
+            text.push_str(&frame);
+        }
+        text
+    }
+}
+
+/// Splits a frame the engine wrote with `timestamps` into its time and its text.
+fn split_stamp(frame: &str) -> Option<(DateTime<Utc>, String)> {
+    let (stamp, text) = frame.split_once(' ')?;
+    let at = DateTime::parse_from_rfc3339(stamp)
+        .ok()?
+        .with_timezone(&Utc);
+    Some((at, text.to_owned()))
+}
+
+/// Keeps the kernel's output not kept yet. The first keep of a cursor replaces what is
+/// stored (an agent restarted mid-session starts a new cursor); later ones append.
+async fn save_logs(
+    ctx: &Ctx,
+    session_id: Uuid,
+    kernel: u32,
+    container: &str,
+    complete: bool,
+    cursor: &tokio::sync::Mutex<LogCursor>,
+) {
+    // Held across the read and the write, so the keeper and the final keep never both
+    // append the same frames.
+    let mut cursor = cursor.lock().await;
     let mut stream = ctx.docker.logs(
         container,
         Some(LogsOptions::<String> {
             stdout: true,
             stderr: true,
+            timestamps: true,
+            since: cursor.last.map_or(0, |t| t.timestamp()),
             tail: "all".into(),
             ..Default::default()
         }),
     );
-    let mut content = String::new();
+    let mut frames = Vec::new();
     while let Some(Ok(chunk)) = stream.next().await {
         match chunk {
             LogOutput::StdOut { message }
             | LogOutput::StdErr { message }
             | LogOutput::Console { message } => {
-                content.push_str(&String::from_utf8_lossy(&message))
+                if let Some(frame) = split_stamp(&String::from_utf8_lossy(&message)) {
+                    frames.push(frame);
+                }
             }
             LogOutput::StdIn { .. } => {}
         }
     }
-    if let Ok(client) = ctx.pool.get().await {
-        let kernel = kernel as i32;
-        let result = client
-            .execute(
-                "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()",
-                &[&session_id, &kernel, &content, &complete],
-            )
-            .await;
-        if let Err(e) = result {
+    let replace = !cursor.kept_once;
+    let text = cursor.take_new(frames);
+    if !replace && text.is_empty() && !complete {
+        return;
+    }
+    let Ok(client) = ctx.pool.get().await else {
+        return;
+    };
+    let sql = if replace {
+        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()"
+    } else {
+        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (session_id, kernel) DO UPDATE
+           SET content = session_logs.content || $3, complete = $4, updated_at = now()"
+    };
+    let kernel = kernel as i32;
+    match client
+        .execute(sql, &[&session_id, &kernel, &text, &complete])
+        .await
+    {
+        Ok(_) => cursor.kept_once = true,
+        Err(e) => {
+            // The frames are lost to the store, not to the cursor's next read: start over.
+            *cursor = LogCursor::default();
             tracing::warn!(%session_id, error = %e, "could not keep the logs");
         }
     }
@@ -323,7 +406,7 @@ async fn watch_secondary(ctx: Ctx, id: Uuid, kernels: Vec<(u32, String)>, stop: 
             .docker
             .stop_container(name, Some(StopContainerOptions { t: 1 }))
             .await;
-        save_logs(&ctx, id, *k, name, true).await;
+        save_logs(&ctx, id, *k, name, true, &Default::default()).await;
         remove(&ctx, name).await;
     }
     let _ = ctx.docker.remove_network(&network_name(id)).await;
@@ -716,8 +799,10 @@ async fn run_session(
     let started = tokio::time::Instant::now();
     // The output so far is kept every second while the container runs.
     let keeping = CancellationToken::new();
+    let log_cursor = std::sync::Arc::new(tokio::sync::Mutex::new(LogCursor::default()));
     {
         let (ctx, container, keeping) = (ctx.clone(), container.clone(), keeping.clone());
+        let cursor = log_cursor.clone();
         tokio::spawn(async move {
             let mut tick = 0u64;
             let mut previous = None;
@@ -725,7 +810,7 @@ async fn run_session(
                 tokio::select! {
                     _ = keeping.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                        save_logs(&ctx, session_id, 0, &container, false).await;
+                        save_logs(&ctx, session_id, 0, &container, false, &cursor).await;
                         if tick.is_multiple_of(5) {
                             previous = sample_usage(&ctx, session_id, &container, previous).await;
                         }
@@ -754,7 +839,7 @@ async fn run_session(
                 (exit_code(&ctx, &container).await, Ended::TimedOut)
             }
         };
-        save_logs(&ctx, session_id, 0, &container, true).await;
+        save_logs(&ctx, session_id, 0, &container, true, &log_cursor).await;
         let now = load(&ctx.pool, session_id).await?.map(|s| s.status);
         let code32 = i32::try_from(code).ok();
         match (why, now) {
@@ -852,7 +937,7 @@ async fn run_session(
                 .docker
                 .stop_container(&name, Some(StopContainerOptions { t: 1 }))
                 .await;
-            save_logs(&ctx, session_id, k, &name, true).await;
+            save_logs(&ctx, session_id, k, &name, true, &Default::default()).await;
         }
         remove(&ctx, &container).await;
         cleanup(&ctx, session_id, &[], size).await;
@@ -1050,4 +1135,59 @@ pub async fn run(
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     running.abort_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: u32, nanos: u32) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + i64::from(second), nanos).unwrap()
+    }
+
+    fn frames(list: &[(u32, u32, &str)]) -> Vec<(DateTime<Utc>, String)> {
+        list.iter()
+            .map(|(s, n, t)| (at(*s, *n), t.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_cursor_keeps_each_frame_once_across_reads_that_overlap() {
+        let mut cursor = LogCursor::default();
+        let first = frames(&[(0, 1, "a\n"), (0, 5, "b\n"), (1, 0, "c\n")]);
+        assert_eq!(cursor.take_new(first.clone()), "a\nb\nc\n");
+        // The next read starts at the last frame's whole second: c comes again, then d.
+        let second = frames(&[(1, 0, "c\n"), (1, 7, "d\n")]);
+        assert_eq!(cursor.take_new(second), "d\n");
+        // Nothing new: nothing taken.
+        assert_eq!(cursor.take_new(frames(&[(1, 7, "d\n")])), "");
+        // An older frame read again is never taken.
+        assert_eq!(cursor.take_new(first), "");
+    }
+
+    #[test]
+    fn frames_that_share_a_timestamp_are_counted_not_lost() {
+        let mut cursor = LogCursor::default();
+        assert_eq!(
+            cursor.take_new(frames(&[(2, 3, "x\n"), (2, 3, "y\n")])),
+            "x\ny\n"
+        );
+        // A third frame with the very same time arrives after the read.
+        assert_eq!(
+            cursor.take_new(frames(&[(2, 3, "x\n"), (2, 3, "y\n"), (2, 3, "z\n")])),
+            "z\n"
+        );
+        assert_eq!(cursor.at_last, 3);
+    }
+
+    #[test]
+    fn the_engines_timestamps_are_read_off_each_frame() {
+        let (t, text) = split_stamp("2026-11-21T23:46:27.123456789Z hello world\n").unwrap();
+        assert_eq!(text, "hello world\n");
+        assert_eq!(t.timestamp_subsec_nanos(), 123_456_789);
+        // Docker trims trailing zeros of the fraction.
+        let (short, _) = split_stamp("2026-11-21T23:46:27.1Z x").unwrap();
+        assert_eq!(short.timestamp_subsec_nanos(), 100_000_000);
+        assert!(split_stamp("no stamp here").is_none());
+    }
 }
