@@ -167,10 +167,15 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
         "the container is gone with the session"
     );
 
-    let failed = run_to_end(&h, batch("echo about to fail; exit 3")).await;
+    let failed = run_to_end(&h, batch("echo about to fail; sleep 1; exit 3")).await;
     assert_eq!(
         (failed["status"].as_str(), failed["exit_code"].as_i64()),
         (Some("TERMINATED"), Some(3))
+    );
+    // Sampled once at start, so even a session of a second shows what it used.
+    assert!(
+        failed["usage"]["memory_bytes"].as_i64().unwrap_or(0) > 0,
+        "{failed}"
     );
     assert!(failed["status_reason"]
         .as_str()

@@ -267,6 +267,10 @@ async fn sample_usage(
         .next()
         .await?
         .ok()?;
+    // An exited container answers with empty counters read at the zero time: not a sample.
+    if stats.read.starts_with("0001-") {
+        return previous;
+    }
     let now = std::time::Instant::now();
     let cpu_ns = stats.cpu_stats.cpu_usage.total_usage;
     let cpu_percent = previous.and_then(|(ns, at)| {
@@ -805,7 +809,8 @@ async fn run_session(
         let cursor = log_cursor.clone();
         tokio::spawn(async move {
             let mut tick = 0u64;
-            let mut previous = None;
+            // A first sample at once: a short batch session is gone before the first tick.
+            let mut previous = sample_usage(&ctx, session_id, &container, None).await;
             while !keeping.is_cancelled() {
                 tokio::select! {
                     _ = keeping.cancelled() => {}
