@@ -66,6 +66,8 @@ say "a batch session, end to end through the gateway:"
 SESSION="$("$BERTH" session create --type batch --image berth/shell:latest --cpu 1 --memory 256m \
   --command 'echo hello from berth, inside $(hostname); cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes' \
   | awk '{print $1}')"
+say "its container's output, followed while it runs (berth session logs --follow):"
+"$BERTH" session logs --follow "$SESSION"
 STATUS=""
 for _ in $(seq 1 100); do
   STATUS="$("$BERTH" session info "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
@@ -74,7 +76,7 @@ for _ in $(seq 1 100); do
 done
 "$BERTH" session info "$SESSION"
 "$BERTH" session history "$SESSION"
-say "its container's output:"
+say "its container's output, as kept after the end:"
 "$BERTH" session logs "$SESSION"
 say "session $SESSION ended $STATUS"
 [ "$STATUS" = "TERMINATED" ] || { say "the session did not end TERMINATED"; exit 1; }

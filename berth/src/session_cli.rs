@@ -28,9 +28,7 @@ pub enum SessionCommand {
         limit: u32,
     },
     /// Show a session's detail.
-    Info {
-        session: String,
-    },
+    Info { session: String },
     /// Show a session's scheduling history.
     History {
         session: String,
@@ -39,13 +37,14 @@ pub enum SessionCommand {
         #[arg(long)]
         phase: Option<String>,
     },
-    Rename {
-        session: String,
-        name: String,
-    },
+    /// Rename a session (4 to 64 letters and digits, unique among your live sessions).
+    Rename { session: String, name: String },
     /// Print each kernel's container output.
     Logs {
         session: String,
+        /// Keep printing new output as it comes, until the session ends.
+        #[arg(long, short)]
+        follow: bool,
     },
     /// Terminate a session (--force ends it at once).
     Rm {
@@ -373,7 +372,26 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                     }
                 })
         }
-        SessionCommand::Logs { session } => {
+        SessionCommand::Logs {
+            session,
+            follow: true,
+        } => {
+            let id = client.resolve(&session).await?;
+            let path = format!("/v1/sessions/{id}/logs?follow=true");
+            follow_events(&client, &path, |event, data| {
+                if event == "end" {
+                    return false;
+                }
+                if event == "log" {
+                    let log: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                    print!("{}", log["text"].as_str().unwrap_or_default());
+                    let _ = std::io::Write::flush(&mut std::io::stdout());
+                }
+                true
+            })
+            .await?
+        }
+        SessionCommand::Logs { session, .. } => {
             let id = client.resolve(&session).await?;
             client
                 .send(
@@ -413,30 +431,43 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .map(|v| println!("{}", pretty(&v)))
         }
         SessionCommand::Events => {
-            let response = client
-                .http
-                .get(client.url("/v1/events"))
-                .header("x-api-key", &client.key)
-                .send()
-                .await
-                .context("reach the gateway")?;
-            if !response.status().is_success() {
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                return Ok(print_error(&body));
-            }
-            let mut stream = response.bytes_stream();
-            while let Some(chunk) = stream.next().await {
-                for line in String::from_utf8_lossy(&chunk?).lines() {
-                    if let Some(data) = line.strip_prefix("data:") {
-                        println!("{}", data.trim());
-                    }
-                }
-            }
-            Ok(())
+            follow_events(&client, "/v1/events", |_, data| {
+                println!("{data}");
+                true
+            })
+            .await?
         }
     };
     Ok(match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(body) => print_error(&body),
     })
+}
+
+/// Reads the gateway's server-sent events at `path`, handing each (event name, data) to `on`
+/// until it returns false or the stream ends; the gateway's error body when it refuses.
+async fn follow_events(
+    client: &Client,
+    path: &str,
+    mut on: impl FnMut(&str, &str) -> bool,
+) -> anyhow::Result<Result<(), Value>> {
+    use eventsource_stream::Eventsource;
+    let response = client
+        .http
+        .get(client.url(path))
+        .header("x-api-key", &client.key)
+        .send()
+        .await
+        .context("reach the gateway")?;
+    if !response.status().is_success() {
+        return Ok(Err(response.json().await.unwrap_or(Value::Null)));
+    }
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) = events.next().await {
+        let event = event.context("read the event stream")?;
+        if !on(&event.event, &event.data) {
+            break;
+        }
+    }
+    Ok(Ok(()))
 }

@@ -238,19 +238,20 @@ async fn visible_session(
     }
 }
 
-/// The owner of a session from the ledger (exact, unlike the projection), checked against
-/// the caller.
-async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(), ApiError> {
+/// The owner of a session from the ledger (exact, unlike the projection, so a session just
+/// created is there), checked against the caller; the session's status.
+async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<String, ApiError> {
     let client = state.pool.get().await?;
-    let owner: Option<Uuid> = client
+    let row = client
         .query_opt(
-            "SELECT owner FROM ledger.sessions WHERE session_id = $1",
+            "SELECT owner, status FROM ledger.sessions WHERE session_id = $1",
             &[&id],
         )
-        .await?
-        .map(|r| r.get(0));
-    match owner {
-        Some(o) if caller.role == Role::Superadmin || o == caller.user_id => Ok(()),
+        .await?;
+    match row {
+        Some(r) if caller.role == Role::Superadmin || r.get::<_, Uuid>(0) == caller.user_id => {
+            Ok(r.get(1))
+        }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
 }
@@ -707,7 +708,7 @@ pub async fn session_logs(
     let id = parse_id(&id)?;
     let p = Params::new(query, &["follow"])?;
     let follow = matches!(p.one_of("follow", &["true", "false"])?, Some("true"));
-    let session = visible_session(&state, &caller, id).await?;
+    let status = check_may_act(&state, &caller, id).await?;
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());
     }
@@ -730,10 +731,7 @@ pub async fn session_logs(
             })
         })
         .collect();
-    Ok(
-        Json(json!({"session_id": id, "status": session.get::<_, String>(7), "kernels": kernels}))
-            .into_response(),
-    )
+    Ok(Json(json!({"session_id": id, "status": status, "kernels": kernels})).into_response())
 }
 
 /// New output of a session's kernels, as kept by its agent, until all of it is complete.

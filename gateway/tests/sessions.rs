@@ -190,6 +190,11 @@ async fn users_see_and_act_on_only_their_own_sessions() {
     for (method, path) in [
         (reqwest::Method::GET, format!("/v1/sessions/{id}")),
         (reqwest::Method::GET, format!("/v1/sessions/{id}/history")),
+        (reqwest::Method::GET, format!("/v1/sessions/{id}/logs")),
+        (
+            reqwest::Method::GET,
+            format!("/v1/sessions/{id}/logs?follow=true"),
+        ),
         (reqwest::Method::DELETE, format!("/v1/sessions/{id}")),
     ] {
         let (status, body) = h.call(&bob, method.clone(), &path, None).await;
