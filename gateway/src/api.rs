@@ -229,13 +229,44 @@ async fn visible_session(
     let client = state.pool.get().await?;
     let sql = format!("SELECT {SESSION_COLUMNS} FROM proj_sessions.sessions WHERE session_id = $1");
     let statement = client.prepare_cached(&sql).await?;
-    let row = client.query_opt(&statement, &[&id]).await?;
+    let mut row = client.query_opt(&statement, &[&id]).await?;
+    if row.is_none() {
+        await_view(state, caller, id).await?;
+        row = client.query_opt(&statement, &[&id]).await?;
+    }
     match row {
         Some(r) if caller.role == Role::Superadmin || r.get::<_, Uuid>(2) == caller.user_id => {
             Ok(r)
         }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
+}
+
+/// Read-your-writes for the views: the projection lags the log by milliseconds, so a session
+/// just created may not be in it yet. When the ledger (exact) has a session the caller may
+/// see and the view does not, waits for the view, up to 2 s; 404 when there is no such
+/// session of the caller's.
+async fn await_view(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(), ApiError> {
+    check_may_act(state, caller, id).await?;
+    let client = state.pool.get().await?;
+    for _ in 0..100 {
+        if client
+            .query_opt(
+                "SELECT 1 FROM proj_sessions.sessions WHERE session_id = $1",
+                &[&id],
+            )
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "view_lagging",
+        format!("session {id} is recorded but its view is not ready yet; try again"),
+    ))
 }
 
 /// The owner of a session from the ledger (exact, unlike the projection, so a session just
@@ -402,8 +433,15 @@ pub async fn session_detail(
     }
     let client = state.pool.get().await?;
     let statement = client.prepare_cached(DETAIL_SQL).await?;
-    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
-        return Err(ApiError::not_found(format!("no session {id}")));
+    let row = match client.query_opt(&statement, &[&id]).await? {
+        Some(row) => row,
+        None => {
+            await_view(&state, &caller, id).await?;
+            client
+                .query_opt(&statement, &[&id])
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?
+        }
     };
     let owner: Uuid = row.get(0);
     let body = Bytes::from(row.get::<_, String>(1));

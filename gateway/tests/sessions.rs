@@ -32,6 +32,14 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["sessions"][0]["status"], "PENDING");
     let id = &ids(&created)[0];
+    // Read your writes: the session is there at once, though its view lags the log a little.
+    for path in [
+        format!("/v1/sessions/{id}"),
+        format!("/v1/sessions/{id}/history"),
+    ] {
+        let (status, body) = h.get(&h.admin_key, &path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
     // Concentrated (the default group's choice) packs onto the agent left fullest.
     let detail = h.wait_session(id, |s| s["status"] == "SCHEDULED").await;
     assert_eq!(detail["agent_id"], "small1");
