@@ -382,6 +382,7 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
         data_dir: data,
         stop_grace_secs: 1,
         poll: Duration::from_millis(10),
+        image_refresh: None,
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let agent_task = tokio::spawn(agent::docker::run(

@@ -270,7 +270,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     gpu_milli: 0,
                 },
             };
-            let images = match (&docker, images.is_empty()) {
+            let images_from_host = images.is_empty();
+            let images = match (&docker, images_from_host) {
                 (Some(d), true) => agent::docker::local_images(d).await?,
                 (None, true) => vec!["berth/shell:latest".into(), "berth/python:latest".into()],
                 (_, false) => images,
@@ -299,6 +300,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             data_dir: std::fs::canonicalize(&data_dir)?,
                             stop_grace_secs: 10,
                             poll: Duration::from_millis(50),
+                            image_refresh: images_from_host.then_some(Duration::from_secs(10)),
                         };
                         agent::docker::run(pool, docker, spec, config, stop.clone()).await?
                     }

@@ -32,6 +32,16 @@ async fn docker_agent_with(
     data_dir: &std::path::Path,
     cpu_milli: u64,
 ) -> DockerAgent {
+    spawn_agent(h, id, data_dir, cpu_milli, None).await
+}
+
+async fn spawn_agent(
+    h: &Harness,
+    id: &str,
+    data_dir: &std::path::Path,
+    cpu_milli: u64,
+    image_refresh: Option<Duration>,
+) -> DockerAgent {
     let docker = agent::docker::connect()
         .await
         .expect("the Docker engine answers");
@@ -40,7 +50,9 @@ async fn docker_agent_with(
         images.iter().any(|i| i == "berth/shell:latest"),
         "run infra/images.sh first (infra/test.sh does)"
     );
-    images.push(ABSENT.into());
+    if image_refresh.is_none() {
+        images.push(ABSENT.into());
+    }
     let spec = agent::AgentSpec {
         agent_id: id.into(),
         resource_group: "default".into(),
@@ -56,6 +68,7 @@ async fn docker_agent_with(
         data_dir: data_dir.to_path_buf(),
         stop_grace_secs: 2,
         poll: Duration::from_millis(50),
+        image_refresh,
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn({
@@ -649,4 +662,47 @@ async fn an_agent_restarted_mid_cluster_keeps_its_kernels_of_another_agents_sess
     })
     .await;
     assert_eq!(kept.len(), 3);
+}
+
+#[tokio::test]
+async fn an_image_built_on_the_host_is_offered_without_restarting_the_agent() {
+    let h = start().await;
+    let _agent = spawn_agent(
+        &h,
+        &fresh_agent_id(),
+        &data_dir(),
+        8_000,
+        Some(Duration::from_millis(100)),
+    )
+    .await;
+    let tag = format!(
+        "berth/shell:fresh{}",
+        &Uuid::new_v4().simple().to_string()[..8]
+    );
+    let body = json!({"type": "batch", "image": tag, "startup_command": "echo fresh",
+        "resources": {"cpu": 0.5, "memory": "64m"}});
+    let (status, refused) = h.create(&h.admin_key, body.clone()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["field"], "image");
+
+    let docker = agent::docker::connect().await.unwrap();
+    let (repo, version) = tag.split_once(':').unwrap();
+    docker
+        .tag_image(
+            "berth/shell:latest",
+            Some(bollard::image::TagImageOptions { repo, tag: version }),
+        )
+        .await
+        .unwrap();
+    let created = wait_for(|| async {
+        let (status, created) = h.create(&h.admin_key, body.clone()).await;
+        (status == StatusCode::CREATED).then_some(created)
+    })
+    .await;
+    let id = ids(&created)[0].clone();
+    let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let _ = docker
+        .remove_image(&tag, None::<bollard::image::RemoveImageOptions>, None)
+        .await;
 }

@@ -49,6 +49,9 @@ pub struct RuntimeConfig {
     pub stop_grace_secs: i64,
     /// How often the agent looks for work.
     pub poll: Duration,
+    /// How often the images offered are read again from the engine, so an image built or
+    /// pulled on the host is offered without a restart; `None` when they were given fixed.
+    pub image_refresh: Option<Duration>,
 }
 
 /// Connects to the local engine, agreeing on an API version it speaks.
@@ -955,7 +958,7 @@ async fn run_session(
 pub async fn run(
     pool: Pool,
     docker: Docker,
-    spec: AgentSpec,
+    mut spec: AgentSpec,
     config: RuntimeConfig,
     stop: CancellationToken,
 ) -> Result<(), AgentError> {
@@ -1084,10 +1087,27 @@ pub async fn run(
     }
 
     let mut last_beat = std::time::Instant::now();
+    let mut images_read = std::time::Instant::now();
     while !stop.is_cancelled() {
         if last_beat.elapsed() > Duration::from_secs(5) {
             heartbeat(&pool, &spec.agent_id).await?;
             last_beat = std::time::Instant::now();
+        }
+        if config
+            .image_refresh
+            .is_some_and(|every| images_read.elapsed() >= every)
+        {
+            images_read = std::time::Instant::now();
+            match local_images(&docker).await {
+                // A new registration, with the rest unchanged, is how the launcher learns.
+                Ok(images) if images != spec.images => {
+                    tracing::info!(?images, "the images on this host changed");
+                    spec.images = images;
+                    register(&pool, &spec).await?;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not list the host's images"),
+            }
         }
         let tracked: Vec<Uuid> = tasks.keys().copied().collect();
         let client = pool.get().await.map_err(db)?;
