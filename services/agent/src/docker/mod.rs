@@ -14,13 +14,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::container::{
-    Config, CreateContainerOptions, ListContainersOptions, LogOutput, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+    Config, CreateContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StopContainerOptions, WaitContainerOptions,
 };
 use bollard::image::CreateImageOptions;
 use bollard::models::{HostConfig, PortBinding};
 use bollard::Docker;
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use events::aggregate::{fold, SessionState, StreamState};
 use events::catalogue::{stream_id, Event};
@@ -33,6 +32,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{heartbeat, register, report, AgentError, AgentSpec};
+
+mod keep;
+use keep::{sample_usage, save_logs, LogCursor};
 
 const LABEL_SESSION: &str = "ai.berth.session";
 const LABEL_AGENT: &str = "ai.berth.agent";
@@ -131,175 +133,6 @@ async fn moved(
             false
         }
     }
-}
-
-/// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
-/// how many kept frames carry exactly that timestamp. Output is read from there on, so a
-/// long-running session costs each second only what it printed in that second.
-#[derive(Debug, Default)]
-struct LogCursor {
-    kept_once: bool,
-    last: Option<DateTime<Utc>>,
-    at_last: usize,
-}
-
-impl LogCursor {
-    /// The text of the frames not kept yet, in order; advances the cursor past them. Pure.
-    /// `frames` come from the engine with timestamps, oldest first, from `since` on (whole
-    /// seconds), so some were kept already.
-    fn take_new(&mut self, frames: impl IntoIterator<Item = (DateTime<Utc>, String)>) -> String {
-        let mut text = String::new();
-        let mut seen_at_last = 0;
-        for (at, frame) in frames {
-            let fresh = match self.last {
-                None => true,
-                Some(last) if at > last => true,
-                Some(last) if at == last => {
-                    seen_at_last += 1;
-                    seen_at_last > self.at_last
-                }
-                Some(_) => false,
-            };
-            if !fresh {
-                continue;
-            }
-            if self.last == Some(at) {
-                self.at_last += 1;
-            } else {
-                self.last = Some(at);
-                self.at_last = 1;
-                seen_at_last = 1;
-            }
-            text.push_str(&frame);
-        }
-        text
-    }
-}
-
-/// Splits a frame the engine wrote with `timestamps` into its time and its text.
-fn split_stamp(frame: &str) -> Option<(DateTime<Utc>, String)> {
-    let (stamp, text) = frame.split_once(' ')?;
-    let at = DateTime::parse_from_rfc3339(stamp)
-        .ok()?
-        .with_timezone(&Utc);
-    Some((at, text.to_owned()))
-}
-
-/// Keeps the kernel's output not kept yet. The first keep of a cursor replaces what is
-/// stored (an agent restarted mid-session starts a new cursor); later ones append.
-async fn save_logs(
-    ctx: &Ctx,
-    session_id: Uuid,
-    kernel: u32,
-    container: &str,
-    complete: bool,
-    cursor: &tokio::sync::Mutex<LogCursor>,
-) {
-    // Held across the read and the write, so the keeper and the final keep never both
-    // append the same frames.
-    let mut cursor = cursor.lock().await;
-    let mut stream = ctx.docker.logs(
-        container,
-        Some(LogsOptions::<String> {
-            stdout: true,
-            stderr: true,
-            timestamps: true,
-            since: cursor.last.map_or(0, |t| t.timestamp()),
-            tail: "all".into(),
-            ..Default::default()
-        }),
-    );
-    let mut frames = Vec::new();
-    while let Some(Ok(chunk)) = stream.next().await {
-        match chunk {
-            LogOutput::StdOut { message }
-            | LogOutput::StdErr { message }
-            | LogOutput::Console { message } => {
-                if let Some(frame) = split_stamp(&String::from_utf8_lossy(&message)) {
-                    frames.push(frame);
-                }
-            }
-            LogOutput::StdIn { .. } => {}
-        }
-    }
-    let replace = !cursor.kept_once;
-    let text = cursor.take_new(frames);
-    if !replace && text.is_empty() && !complete {
-        return;
-    }
-    let Ok(client) = ctx.pool.get().await else {
-        return;
-    };
-    let sql = if replace {
-        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()"
-    } else {
-        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (session_id, kernel) DO UPDATE
-           SET content = session_logs.content || $3, complete = $4, updated_at = now()"
-    };
-    let kernel = kernel as i32;
-    match client
-        .execute(sql, &[&session_id, &kernel, &text, &complete])
-        .await
-    {
-        Ok(_) => cursor.kept_once = true,
-        Err(e) => {
-            // The frames are lost to the store, not to the cursor's next read: start over.
-            *cursor = LogCursor::default();
-            tracing::warn!(%session_id, error = %e, "could not keep the logs");
-        }
-    }
-}
-
-/// Samples the container's CPU, memory and network counters and keeps the latest; returns
-/// (CPU nanoseconds, when) for the next sample's CPU percentage.
-async fn sample_usage(
-    ctx: &Ctx,
-    session_id: Uuid,
-    container: &str,
-    previous: Option<(u64, std::time::Instant)>,
-) -> Option<(u64, std::time::Instant)> {
-    let options = bollard::container::StatsOptions {
-        stream: false,
-        one_shot: true,
-    };
-    let stats = ctx
-        .docker
-        .stats(container, Some(options))
-        .next()
-        .await?
-        .ok()?;
-    // An exited container answers with empty counters read at the zero time: not a sample.
-    if stats.read.starts_with("0001-") {
-        return previous;
-    }
-    let now = std::time::Instant::now();
-    let cpu_ns = stats.cpu_stats.cpu_usage.total_usage;
-    let cpu_percent = previous.and_then(|(ns, at)| {
-        let elapsed = now.duration_since(at).as_nanos() as f64;
-        (elapsed > 0.0).then(|| cpu_ns.saturating_sub(ns) as f64 / elapsed * 100.0)
-    });
-    let (rx, tx) = stats
-        .networks
-        .unwrap_or_default()
-        .values()
-        .fold((0u64, 0u64), |(r, t), n| (r + n.rx_bytes, t + n.tx_bytes));
-    let memory = stats.memory_stats.usage.unwrap_or(0) as i64;
-    let client = ctx.pool.get().await.ok()?;
-    let written = client
-        .execute(
-            "INSERT INTO session_usage (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (session_id) DO UPDATE SET cpu_seconds = $2, cpu_percent = $3,
-               memory_bytes = $4, rx_bytes = $5, tx_bytes = $6, sampled_at = now()",
-            &[&session_id, &(cpu_ns as f64 / 1e9), &cpu_percent, &memory, &(rx as i64), &(tx as i64)],
-        )
-        .await;
-    if let Err(e) = written {
-        tracing::debug!(%session_id, error = %e, "usage sample not kept");
-    }
-    Some((cpu_ns, now))
 }
 
 async fn remove(ctx: &Ctx, container: &str) {
@@ -1160,59 +993,4 @@ pub async fn run(
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     running.abort_all();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(second: u32, nanos: u32) -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000 + i64::from(second), nanos).unwrap()
-    }
-
-    fn frames(list: &[(u32, u32, &str)]) -> Vec<(DateTime<Utc>, String)> {
-        list.iter()
-            .map(|(s, n, t)| (at(*s, *n), t.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn a_cursor_keeps_each_frame_once_across_reads_that_overlap() {
-        let mut cursor = LogCursor::default();
-        let first = frames(&[(0, 1, "a\n"), (0, 5, "b\n"), (1, 0, "c\n")]);
-        assert_eq!(cursor.take_new(first.clone()), "a\nb\nc\n");
-        // The next read starts at the last frame's whole second: c comes again, then d.
-        let second = frames(&[(1, 0, "c\n"), (1, 7, "d\n")]);
-        assert_eq!(cursor.take_new(second), "d\n");
-        // Nothing new: nothing taken.
-        assert_eq!(cursor.take_new(frames(&[(1, 7, "d\n")])), "");
-        // An older frame read again is never taken.
-        assert_eq!(cursor.take_new(first), "");
-    }
-
-    #[test]
-    fn frames_that_share_a_timestamp_are_counted_not_lost() {
-        let mut cursor = LogCursor::default();
-        assert_eq!(
-            cursor.take_new(frames(&[(2, 3, "x\n"), (2, 3, "y\n")])),
-            "x\ny\n"
-        );
-        // A third frame with the very same time arrives after the read.
-        assert_eq!(
-            cursor.take_new(frames(&[(2, 3, "x\n"), (2, 3, "y\n"), (2, 3, "z\n")])),
-            "z\n"
-        );
-        assert_eq!(cursor.at_last, 3);
-    }
-
-    #[test]
-    fn the_engines_timestamps_are_read_off_each_frame() {
-        let (t, text) = split_stamp("2026-11-21T23:46:27.123456789Z hello world\n").unwrap();
-        assert_eq!(text, "hello world\n");
-        assert_eq!(t.timestamp_subsec_nanos(), 123_456_789);
-        // Docker trims trailing zeros of the fraction.
-        let (short, _) = split_stamp("2026-11-21T23:46:27.1Z x").unwrap();
-        assert_eq!(short.timestamp_subsec_nanos(), 100_000_000);
-        assert!(split_stamp("no stamp here").is_none());
-    }
 }
