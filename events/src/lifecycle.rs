@@ -229,20 +229,7 @@ mod tests {
     use crate::payloads::*;
     use std::collections::BTreeMap;
 
-    const ALL: [SessionStatus; 12] = [
-        Pending,
-        Scheduled,
-        Preparing,
-        Pulling,
-        Prepared,
-        Creating,
-        Running,
-        Restarting,
-        Terminating,
-        Terminated,
-        Error,
-        Cancelled,
-    ];
+    const ALL: [SessionStatus; 12] = SessionStatus::ALL;
 
     fn request(session_type: SessionType) -> SessionRequested {
         SessionRequested {

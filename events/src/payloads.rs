@@ -73,6 +73,27 @@ pub enum SessionStatus {
     Cancelled,
 }
 
+impl SessionStatus {
+    /// Every status, in the order a session meets them on its way.
+    pub const ALL: [SessionStatus; 12] = {
+        use SessionStatus::*;
+        [
+            Pending,
+            Scheduled,
+            Preparing,
+            Pulling,
+            Prepared,
+            Creating,
+            Running,
+            Restarting,
+            Terminating,
+            Terminated,
+            Error,
+            Cancelled,
+        ]
+    };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMode {
