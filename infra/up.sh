@@ -25,7 +25,7 @@ eval "$(infra/services.sh env)"
 infra/images.sh all
 say "building berth (release)"
 cargo build --release -q -p berth
-BERTH="$ROOT/target/release/berth"
+BERTH="${CARGO_TARGET_DIR:-$ROOT/target}/release/berth"
 
 if [ -f "$STATE/berth.pid" ] && kill -0 "$(cat "$STATE/berth.pid")" 2>/dev/null; then
   say "berth already runs (pid $(cat "$STATE/berth.pid"))"
