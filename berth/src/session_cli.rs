@@ -59,8 +59,10 @@ pub enum SessionCommand {
 /// What `berth session create` takes.
 #[derive(clap::Args)]
 pub struct CreateArgs {
+    /// An image the agents offer, e.g. berth/python:latest.
     #[arg(long)]
     image: String,
+    /// 4 to 64 letters and digits (random words and digits when absent).
     #[arg(long)]
     name: Option<String>,
     /// interactive, batch, inference or system
@@ -72,21 +74,28 @@ pub struct CreateArgs {
     /// Bytes or a size such as 512m, 4g
     #[arg(long)]
     memory: Option<String>,
+    /// /dev/shm size, not above the memory (default 64m).
     #[arg(long)]
     shared_memory: Option<String>,
+    /// GPUs, fractions allowed, e.g. 0.5.
     #[arg(long)]
     gpu: Option<f64>,
+    /// A saved resource preset; the resource options given override it.
     #[arg(long)]
     preset: Option<String>,
+    /// The resource group (default: `default`).
     #[arg(long)]
     group: Option<String>,
+    /// The project it counts against (one you belong to).
     #[arg(long)]
     project: Option<String>,
     /// NAME=VALUE (repeatable)
     #[arg(long = "env")]
     environment: Vec<String>,
+    /// A container port (1024-65535) to publish on the host (repeatable).
     #[arg(long = "port")]
     ports: Vec<u32>,
+    /// One of your folders, mounted at /home/work/<name> (repeatable).
     #[arg(long = "mount")]
     mounts: Vec<String>,
     /// The startup command of a batch session.
@@ -98,11 +107,13 @@ pub struct CreateArgs {
     /// Seconds a batch session may run.
     #[arg(long)]
     timeout: Option<u64>,
+    /// Run it on this agent (chosen by hand).
     #[arg(long)]
     agent: Option<String>,
     /// Create it for this user (admins).
     #[arg(long)]
     owner: Option<String>,
+    /// Containers (kernels) in the session, 1 to 32.
     #[arg(long)]
     cluster_size: Option<u32>,
     /// single-node or multi-node
