@@ -86,7 +86,7 @@ pub struct CreateArgs {
     /// The resource group (default: `default`).
     #[arg(long)]
     group: Option<String>,
-    /// The project it counts against (one you belong to).
+    /// The project it belongs to (one you are a member of).
     #[arg(long)]
     project: Option<String>,
     /// NAME=VALUE (repeatable)
