@@ -428,6 +428,10 @@ pub struct KernelStarted {
     pub container_id: String,
     #[serde(default)]
     pub ports: Vec<PublishedPort>,
+    /// The kernel's host name (`main1`, `sub1`, ... in a cluster); absent in events written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
 
 /// A user created a named folder; its data lives on the agents' data directories and

@@ -299,7 +299,7 @@ impl Projection for SessionsView {
             }
             Event::KernelStarted(e) => {
                 let container = json!({"kernel": e.kernel, "agent_id": e.agent_id,
-                    "container_id": e.container_id, "ports": e.ports});
+                    "container_id": e.container_id, "hostname": e.hostname, "ports": e.ports});
                 let sql = format!(
                     "UPDATE {schema}.sessions SET containers = containers || $2::jsonb,
                        version = $3 WHERE session_id = $1"

@@ -535,12 +535,17 @@ async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, 
                 Some(PublishedPort { container, host })
             })
             .collect();
+        let hostname = inspected
+            .as_ref()
+            .and_then(|c| c.config.as_ref())
+            .and_then(|c| c.hostname.clone());
         started.push(Event::KernelStarted(KernelStarted {
             session_id: id,
             kernel: k,
             agent_id: ctx.agent_id.clone(),
             container_id: inspected.and_then(|c| c.id).unwrap_or_default(),
             ports,
+            hostname,
         }));
     }
     let stream = stream_id("session", id);
