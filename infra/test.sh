@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs berth's whole test suite on a fresh machine: installs what is missing, starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
-# (infra/images.sh), then runs every test of the workspace against them and Docker. Ends with the test runner's own summary.
+# (infra/images.sh), then runs every test of the workspace against them and Docker. Formatting
+# and clippy are checked first. Ends with the test runner's own summary; nextest's per-test
+# limit is in .config/nextest.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,6 +17,15 @@ if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null
   say "installing docker-compose from Debian's packages"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
+
+# The habits first: formatting and lints fail in seconds, before anything is started.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  say "installing rustfmt and clippy"; rustup component add rustfmt clippy
+fi
+say "cargo fmt --check"
+cargo fmt --all --check
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 infra/services.sh up
 eval "$(infra/services.sh env)"

@@ -4,6 +4,9 @@
 //! Every run uses a database of its own (dropped at the end), so the figures do not depend
 //! on what the platform's database holds.
 
+// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
+#![allow(clippy::disallowed_types)]
+
 use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -6,6 +6,9 @@
 //! - gateway: session-detail reads per second and their latency percentiles, with concurrent
 //!   clients on the same machine.
 
+// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
+#![allow(clippy::disallowed_types)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

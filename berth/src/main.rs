@@ -492,7 +492,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
         agent_id,
         at: chrono::Utc::now(),
     });
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     // Through the ledger, like every agent event, so its tables stay exactly the log's fold.
     let appended = events::ledger::record_now(
         store.pool(),

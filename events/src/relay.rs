@@ -8,7 +8,9 @@
 //! One relay publishes at a time: the leader holds a session advisory lock on a connection
 //! of its own, which PostgreSQL frees when the process dies.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;

@@ -4,7 +4,6 @@
 //! The global order is `(tx_id, seq)`, read only behind the transaction horizon (the xmin of
 //! a fresh snapshot): see `migrations/0001_event_store.sql` and docs/ARCHITECTURE.md.
 
-use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -32,35 +31,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
 /// Advisory lock key that serialises migrations between processes starting together.
 const MIGRATION_LOCK: i64 = 0x6265_7274_685f_6d31;
 
-/// A place in the global order of the log. `LogPosition::START` is before every event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct LogPosition {
-    /// Id of the transaction that committed the event.
-    pub tx: u64,
-    /// Insert sequence of the event; unique, with gaps.
-    pub seq: i64,
-}
-
-impl LogPosition {
-    pub const START: LogPosition = LogPosition { tx: 0, seq: 0 };
-}
-
-impl fmt::Display for LogPosition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.tx, self.seq)
-    }
-}
-
-impl FromStr for LogPosition {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (tx, seq) = s.split_once(':').ok_or("a position is written TX:SEQ")?;
-        Ok(LogPosition {
-            tx: tx.parse().map_err(|_| "TX is not a number")?,
-            seq: seq.parse().map_err(|_| "SEQ is not a number")?,
-        })
-    }
-}
+pub use domain::LogPosition;
 
 /// What the writer believes the stream's version to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,9 @@ pub mod sse;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;

@@ -144,11 +144,11 @@ pub async fn simulate(
 ) -> Result<(), AgentError> {
     register(&pool, &spec).await?;
     let agent_id = spec.agent_id.clone();
-    let mut last_beat = std::time::Instant::now();
+    let mut last_beat = tokio::time::Instant::now();
     while !stop.is_cancelled() {
         if last_beat.elapsed() > Duration::from_secs(5) {
             heartbeat(&pool, &agent_id).await?;
-            last_beat = std::time::Instant::now();
+            last_beat = tokio::time::Instant::now();
         }
         let client = pool.get().await.map_err(LedgerError::from)?;
         let rows = client

@@ -134,8 +134,8 @@ pub(super) async fn sample_usage(
     ctx: &Ctx,
     session_id: Uuid,
     container: &str,
-    previous: Option<(u64, std::time::Instant)>,
-) -> Option<(u64, std::time::Instant)> {
+    previous: Option<(u64, tokio::time::Instant)>,
+) -> Option<(u64, tokio::time::Instant)> {
     let options = bollard::container::StatsOptions {
         stream: false,
         one_shot: true,
@@ -150,7 +150,7 @@ pub(super) async fn sample_usage(
     if stats.read.starts_with("0001-") {
         return previous;
     }
-    let now = std::time::Instant::now();
+    let now = tokio::time::Instant::now();
     let cpu_ns = stats.cpu_stats.cpu_usage.total_usage;
     let cpu_percent = previous.and_then(|(ns, at)| {
         let elapsed = now.duration_since(at).as_nanos() as f64;

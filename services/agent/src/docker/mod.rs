@@ -924,18 +924,18 @@ pub async fn run(
         }
     }
 
-    let mut last_beat = std::time::Instant::now();
-    let mut images_read = std::time::Instant::now();
+    let mut last_beat = tokio::time::Instant::now();
+    let mut images_read = tokio::time::Instant::now();
     while !stop.is_cancelled() {
         if last_beat.elapsed() > Duration::from_secs(5) {
             heartbeat(&pool, &spec.agent_id).await?;
-            last_beat = std::time::Instant::now();
+            last_beat = tokio::time::Instant::now();
         }
         if config
             .image_refresh
             .is_some_and(|every| images_read.elapsed() >= every)
         {
-            images_read = std::time::Instant::now();
+            images_read = tokio::time::Instant::now();
             match local_images(&docker).await {
                 // A new registration, with the rest unchanged, is how the launcher learns.
                 Ok(images) if images != spec.images => {

@@ -92,6 +92,72 @@ impl SessionStatus {
             Cancelled,
         ]
     };
+
+    /// Statuses a session never leaves. Every SQL text that needs this set is built from it.
+    pub const TERMINAL: [SessionStatus; 3] = {
+        use SessionStatus::*;
+        [Terminated, Error, Cancelled]
+    };
+
+    /// Statuses in which a session holds resources on an agent.
+    pub const HOLDING_RESOURCES: [SessionStatus; 8] = {
+        use SessionStatus::*;
+        [
+            Scheduled,
+            Preparing,
+            Pulling,
+            Prepared,
+            Creating,
+            Running,
+            Restarting,
+            Terminating,
+        ]
+    };
+
+    /// Whether the session has ended for good.
+    pub fn is_terminal(self) -> bool {
+        Self::TERMINAL.contains(&self)
+    }
+
+    /// Whether the session is live: not yet ended (the complement of [`Self::TERMINAL`]).
+    pub fn is_live(self) -> bool {
+        !self.is_terminal()
+    }
+
+    /// Whether the session holds resources on an agent.
+    pub fn holds_resources(self) -> bool {
+        Self::HOLDING_RESOURCES.contains(&self)
+    }
+
+    /// The name as stored and shown (`RUNNING`), the same as its serde form.
+    pub fn as_str(self) -> &'static str {
+        use SessionStatus::*;
+        match self {
+            Pending => "PENDING",
+            Scheduled => "SCHEDULED",
+            Preparing => "PREPARING",
+            Pulling => "PULLING",
+            Prepared => "PREPARED",
+            Creating => "CREATING",
+            Running => "RUNNING",
+            Restarting => "RESTARTING",
+            Terminating => "TERMINATING",
+            Terminated => "TERMINATED",
+            Error => "ERROR",
+            Cancelled => "CANCELLED",
+        }
+    }
+
+    /// The status named `name` (`RUNNING`), if there is one.
+    pub fn parse(name: &str) -> Option<SessionStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -440,4 +506,31 @@ pub struct KernelStarted {
 pub struct FolderCreated {
     pub owner: Uuid,
     pub name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_name_is_its_serde_form_and_parses_back() {
+        for status in SessionStatus::ALL {
+            let serde_form = serde_json::to_value(status).unwrap();
+            assert_eq!(serde_form.as_str(), Some(status.as_str()));
+            assert_eq!(SessionStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(SessionStatus::parse("running"), None);
+    }
+
+    #[test]
+    fn no_status_both_holds_resources_and_has_ended() {
+        for status in SessionStatus::ALL {
+            assert!(
+                !(status.holds_resources() && status.is_terminal()),
+                "{status}"
+            );
+        }
+        assert!(!SessionStatus::Pending.holds_resources());
+        assert!(SessionStatus::Pending.is_live());
+    }
 }

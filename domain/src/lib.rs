@@ -1,0 +1,136 @@
+//! berth's domain: what happens to sessions and agents, with no I/O.
+//!
+//! - [`catalogue`] and [`payloads`]: every event type, versioned, upcast on read; the one
+//!   serialised boundary every service shares.
+//! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
+//! - [`lifecycle`]: which status may follow which, and the events a command on a session
+//!   turns into (state + command -> events).
+//! - [`RecordedEvent`] and [`LogPosition`]: an event as the log returns it, and its place in
+//!   the log's global order.
+//!
+//! Architecture invariant: this crate depends on serde, serde_json, chrono, uuid and
+//! thiserror only (the workspace's `tidy` test checks it), so every rule here is tested
+//! without a server and no service can reach a database or the bus through it.
+
+pub mod aggregate;
+pub mod catalogue;
+pub mod lifecycle;
+pub mod payloads;
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+pub use catalogue::{Event, Metadata};
+
+/// A place in the global order of the log. `LogPosition::START` is before every event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogPosition {
+    /// Id of the transaction that committed the event.
+    pub tx: u64,
+    /// Insert sequence of the event; unique, with gaps.
+    pub seq: i64,
+}
+
+impl LogPosition {
+    pub const START: LogPosition = LogPosition { tx: 0, seq: 0 };
+}
+
+impl fmt::Display for LogPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.tx, self.seq)
+    }
+}
+
+impl FromStr for LogPosition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (tx, seq) = s.split_once(':').ok_or("a position is written TX:SEQ")?;
+        Ok(LogPosition {
+            tx: tx.parse().map_err(|_| "TX is not a number")?,
+            seq: seq.parse().map_err(|_| "SEQ is not a number")?,
+        })
+    }
+}
+
+/// An event as recorded in the log: the envelope and its typed payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedEvent {
+    pub event_id: Uuid,
+    pub stream_id: String,
+    pub stream_version: u64,
+    /// Place in the global order of the log.
+    pub position: LogPosition,
+    pub recorded_at: DateTime<Utc>,
+    /// The schema version the payload was written with (the typed event is always current).
+    pub schema_version: i32,
+    pub metadata: Metadata,
+    pub event: Event,
+}
+
+impl RecordedEvent {
+    pub fn event_type(&self) -> &'static str {
+        self.event.event_type()
+    }
+
+    /// The stream's category: the part of its id before the first `-`.
+    pub fn category(&self) -> &str {
+        self.stream_id
+            .split_once('-')
+            .map_or(&self.stream_id, |(c, _)| c)
+    }
+}
+
+/// The JSON form of a recorded event, as published on NATS and printed by the CLI.
+#[derive(Serialize, Deserialize)]
+struct WireEvent {
+    event_id: Uuid,
+    stream_id: String,
+    stream_version: u64,
+    position: String,
+    recorded_at: DateTime<Utc>,
+    event_type: String,
+    schema_version: i32,
+    metadata: Metadata,
+    payload: Value,
+}
+
+impl Serialize for RecordedEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireEvent {
+            event_id: self.event_id,
+            stream_id: self.stream_id.clone(),
+            stream_version: self.stream_version,
+            position: self.position.to_string(),
+            recorded_at: self.recorded_at,
+            event_type: self.event.event_type().to_owned(),
+            schema_version: self.event.schema_version(),
+            metadata: self.metadata.clone(),
+            payload: self.event.to_payload(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordedEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let wire = WireEvent::deserialize(deserializer)?;
+        let event = Event::decode(&wire.event_type, wire.schema_version, wire.payload)
+            .map_err(D::Error::custom)?;
+        Ok(RecordedEvent {
+            event_id: wire.event_id,
+            stream_id: wire.stream_id,
+            stream_version: wire.stream_version,
+            position: wire.position.parse().map_err(D::Error::custom)?,
+            recorded_at: wire.recorded_at,
+            schema_version: wire.schema_version,
+            metadata: wire.metadata,
+            event,
+        })
+    }
+}

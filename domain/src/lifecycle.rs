@@ -1,0 +1,388 @@
+//! The session's life: which status may follow which, and the events a command on a session
+//! turns into (state + command -> events). Pure: `events::lifecycle::command` records them.
+//! Every service that moves a session goes through here, so a forbidden move is refused the
+//! same way everywhere and what a session holds is given back exactly once.
+
+use crate::aggregate::SessionState;
+use crate::catalogue::Event;
+use crate::payloads::{
+    SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
+    SessionTerminationRequested, SessionType,
+};
+
+use SessionStatus::*;
+
+/// Why a command on a session was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("a session cannot go from {from:?} to {to:?}")]
+    Forbidden {
+        from: SessionStatus,
+        to: SessionStatus,
+    },
+    #[error("a move to {0:?} needs a reason a person can read")]
+    ReasonRequired(SessionStatus),
+    #[error("the session has already ended ({0:?})")]
+    Ended(SessionStatus),
+}
+
+/// Statuses a session never leaves (the set is [`SessionStatus::TERMINAL`]).
+pub fn is_terminal(status: SessionStatus) -> bool {
+    status.is_terminal()
+}
+
+/// Statuses in which a session holds resources on an agent
+/// ([`SessionStatus::HOLDING_RESOURCES`]).
+pub fn holds_resources(status: SessionStatus) -> bool {
+    status.holds_resources()
+}
+
+/// Statuses whose arrival must say why.
+pub fn needs_reason(status: SessionStatus) -> bool {
+    matches!(status, Pending | Cancelled | Error | Terminated)
+}
+
+/// Whether a session of `session_type` may move from `from` to `to`.
+///
+/// The happy path is PENDING, SCHEDULED, PREPARING, (PULLING,) PREPARED, CREATING, RUNNING,
+/// TERMINATING, TERMINATED. Before it runs, a session may go back to PENDING (the reconciler
+/// retries a placement that stalled). Any live status may end in ERROR; a session not yet
+/// placed is CANCELLED, a placed one is TERMINATED (directly when forced). Only inference
+/// sessions restart, and a batch session ends by itself when its command exits.
+pub fn can_move(session_type: SessionType, from: SessionStatus, to: SessionStatus) -> bool {
+    if is_terminal(from) || from == to {
+        return false;
+    }
+    if to == Error {
+        return true;
+    }
+    match (from, to) {
+        (Pending, Scheduled | Cancelled) => true,
+        (Scheduled, Preparing) => true,
+        (Preparing, Pulling | Prepared) => true,
+        (Pulling, Prepared) => true,
+        (Prepared, Creating) => true,
+        (Creating, Running) => true,
+        (Scheduled | Preparing | Prepared | Creating, Pending) => true,
+        (Running, Restarting) => session_type == SessionType::Inference,
+        (Restarting, Running) => session_type == SessionType::Inference,
+        (Running, Terminated) => true,
+        (Restarting, Terminated) => true,
+        (_, Terminating) => holds_resources(from) && from != Terminating,
+        (Terminating, Terminated) => true,
+        // Force-termination of anything placed.
+        (_, Terminated) => holds_resources(from),
+        _ => false,
+    }
+}
+
+impl SessionState {
+    /// The events that move this session to `to`, giving back what it holds when it leaves
+    /// its agent (back to the queue or to an end).
+    pub fn transition(
+        &self,
+        to: SessionStatus,
+        reason: Option<String>,
+        exit_code: Option<i32>,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if !can_move(self.request.session_type, self.status, to) {
+            return Err(TransitionError::Forbidden {
+                from: self.status,
+                to,
+            });
+        }
+        let reason = reason.filter(|r| !r.trim().is_empty());
+        if needs_reason(to) && reason.is_none() {
+            return Err(TransitionError::ReasonRequired(to));
+        }
+        let session_id = self.request.session_id;
+        let mut events = vec![Event::SessionStatusChanged(SessionStatusChanged {
+            session_id,
+            from: self.status,
+            to,
+            reason,
+            exit_code,
+        })];
+        if !holds_resources(to) {
+            if let Some(release) = self.release() {
+                events.push(release);
+            }
+        }
+        Ok(events)
+    }
+
+    /// The release of what the session holds, when it holds anything.
+    fn release(&self) -> Option<Event> {
+        let resources = self.reserved?;
+        Some(Event::SessionResourcesReleased(SessionResourcesReleased {
+            session_id: self.request.session_id,
+            agent_id: self.agent_id.clone().unwrap_or_default(),
+            resources,
+            kernels: self.kernels.clone(),
+        }))
+    }
+
+    /// What terminating the session means in its status: a queued session is cancelled, a
+    /// placed one is asked to stop (TERMINATING; its agent finishes it), and a forced one
+    /// ends at once.
+    pub fn terminate(&self, forced: bool, reason: String) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        let session_id = self.request.session_id;
+        let requested = Event::SessionTerminationRequested(SessionTerminationRequested {
+            session_id,
+            forced,
+            reason: reason.clone(),
+        });
+        let mut events = vec![requested];
+        let to = match (self.status, forced) {
+            (Pending, _) => Cancelled,
+            (_, true) => Terminated,
+            (Terminating, false) => return Ok(events),
+            (_, false) => Terminating,
+        };
+        events.extend(self.transition(to, Some(reason), None)?);
+        Ok(events)
+    }
+
+    /// A new name (the caller has checked the name's rules).
+    pub fn rename(&self, new_name: String) -> Result<Event, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        Ok(Event::SessionRenamed(SessionRenamed {
+            session_id: self.request.session_id,
+            old_name: self.name.clone(),
+            new_name,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payloads::*;
+    use std::collections::BTreeMap;
+
+    const ALL: [SessionStatus; 12] = SessionStatus::ALL;
+
+    fn request(session_type: SessionType) -> SessionRequested {
+        SessionRequested {
+            session_id: uuid::Uuid::now_v7(),
+            name: "test1".into(),
+            owner: Owner {
+                user_id: uuid::Uuid::now_v7(),
+                email: "a@b.c".into(),
+                project: None,
+            },
+            requested_by: None,
+            session_type,
+            resource_group: "default".into(),
+            image: "busybox".into(),
+            environment: BTreeMap::new(),
+            resources: ResourceSlots {
+                cpu_milli: 1000,
+                memory_bytes: 1 << 30,
+                gpu_milli: 0,
+            },
+            shared_memory_bytes: 0,
+            cluster_mode: ClusterMode::SingleNode,
+            cluster_size: 1,
+            agent_id: None,
+            preopen_ports: vec![],
+            mounts: vec![],
+            startup_command: None,
+            starts_at: None,
+            batch_timeout_secs: None,
+            omp_num_threads: 1,
+            max_lifetime_secs: None,
+        }
+    }
+
+    fn placed(session_type: SessionType) -> SessionState {
+        let r = request(session_type);
+        let scheduled = Event::SessionScheduled(SessionScheduled {
+            session_id: r.session_id,
+            agent_id: "a1".into(),
+            resources: r.resources,
+            kernels: vec![KernelPlacement {
+                agent_id: "a1".into(),
+                resources: r.resources,
+            }],
+        });
+        let moved = Event::SessionStatusChanged(SessionStatusChanged {
+            session_id: r.session_id,
+            from: Pending,
+            to: Scheduled,
+            reason: None,
+            exit_code: None,
+        });
+        apply(SessionState::requested(&r), &[scheduled, moved])
+    }
+
+    fn apply(mut state: SessionState, events: &[Event]) -> SessionState {
+        for e in events {
+            state = state.evolve(e);
+        }
+        state
+    }
+
+    #[test]
+    fn the_happy_path_is_allowed_step_by_step() {
+        let path = [
+            Pending,
+            Scheduled,
+            Preparing,
+            Pulling,
+            Prepared,
+            Creating,
+            Running,
+            Terminating,
+            Terminated,
+        ];
+        for pair in path.windows(2) {
+            assert!(
+                can_move(SessionType::Interactive, pair[0], pair[1]),
+                "{pair:?}"
+            );
+        }
+        assert!(can_move(SessionType::Batch, Preparing, Prepared), "no pull");
+    }
+
+    #[test]
+    fn the_full_table_of_moves() {
+        use SessionType::*;
+        let allowed = |t, from, to| can_move(t, from, to);
+        for from in ALL {
+            for to in ALL {
+                let expected_interactive = match (from, to) {
+                    (f, _) if is_terminal(f) => false,
+                    (f, t) if f == t => false,
+                    (_, Error) => true,
+                    (Pending, Scheduled | Cancelled) => true,
+                    (Scheduled, Preparing) | (Preparing, Pulling | Prepared) => true,
+                    (Pulling, Prepared) | (Prepared, Creating) | (Creating, Running) => true,
+                    (Scheduled | Preparing | Prepared | Creating, Pending) => true,
+                    (Running | Restarting, Terminated) | (Terminating, Terminated) => true,
+                    (f, Terminating) => holds_resources(f) && f != Terminating,
+                    (f, Terminated) => holds_resources(f),
+                    _ => false,
+                };
+                let expected =
+                    if matches!((from, to), (Running, Restarting) | (Restarting, Running)) {
+                        false
+                    } else {
+                        expected_interactive
+                    };
+                assert_eq!(
+                    allowed(Interactive, from, to),
+                    expected,
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+        assert!(allowed(Inference, Running, Restarting));
+        assert!(allowed(Inference, Restarting, Running));
+        assert!(!allowed(Batch, Running, Restarting));
+        assert!(!allowed(Interactive, Pending, Running), "no skipping ahead");
+        assert!(
+            !allowed(Interactive, Pending, Terminating),
+            "queued ones are cancelled"
+        );
+        assert!(
+            !allowed(Interactive, Pulling, Pending),
+            "a pull is not requeued"
+        );
+        assert!(!allowed(Interactive, Terminated, Running), "ends are final");
+        assert!(!allowed(Interactive, Cancelled, Pending));
+    }
+
+    #[test]
+    fn ends_and_requeues_need_a_reason() {
+        let s = placed(SessionType::Interactive);
+        assert_eq!(
+            s.transition(Error, None, None),
+            Err(TransitionError::ReasonRequired(Error))
+        );
+        assert_eq!(
+            s.transition(Pending, Some("  ".into()), None),
+            Err(TransitionError::ReasonRequired(Pending))
+        );
+        assert!(s.transition(Preparing, None, None).is_ok());
+    }
+
+    #[test]
+    fn what_a_session_holds_is_released_exactly_once() {
+        let s = placed(SessionType::Batch);
+        let events = s
+            .transition(Error, Some("agent lost".into()), None)
+            .unwrap();
+        assert!(matches!(events[1], Event::SessionResourcesReleased(_)));
+        let ended = apply(s.clone(), &events);
+        assert_eq!(ended.reserved, None);
+        assert_eq!(
+            ended.transition(Terminated, Some("x".into()), None),
+            Err(TransitionError::Ended(Error))
+        );
+
+        // Back to the queue releases; a second placement reserves again, its end releases.
+        let events = s.transition(Pending, Some("stalled".into()), None).unwrap();
+        assert_eq!(events.len(), 2);
+        let queued = apply(s.clone(), &events);
+        let again = queued
+            .transition(Cancelled, Some("by user".into()), None)
+            .unwrap();
+        assert_eq!(again.len(), 1, "nothing held, nothing released");
+
+        // Moving between placed statuses releases nothing.
+        let events = s.transition(Preparing, None, None).unwrap();
+        assert_eq!(events.len(), 1);
+    }
+
+    #[test]
+    fn terminate_cancels_queued_asks_placed_and_forces_at_once() {
+        let queued = SessionState::requested(&request(SessionType::Interactive));
+        let events = queued.terminate(false, "by user".into()).unwrap();
+        let last = apply(queued, &events);
+        assert_eq!(last.status, Cancelled);
+        assert_eq!(last.status_reason.as_deref(), Some("by user"));
+
+        let running = apply(
+            placed(SessionType::Interactive),
+            &[Event::SessionStatusChanged(SessionStatusChanged {
+                session_id: uuid::Uuid::nil(),
+                from: Scheduled,
+                to: Running,
+                reason: None,
+                exit_code: None,
+            })],
+        );
+        let events = running.terminate(false, "by user".into()).unwrap();
+        let stopping = apply(running.clone(), &events);
+        assert_eq!(stopping.status, Terminating);
+        assert!(stopping.reserved.is_some(), "held until the agent is done");
+        assert_eq!(stopping.terminate(false, "again".into()).unwrap().len(), 1);
+
+        let events = stopping.terminate(true, "forced".into()).unwrap();
+        let gone = apply(stopping, &events);
+        assert_eq!(gone.status, Terminated);
+        assert_eq!(gone.reserved, None);
+        assert!(gone.terminate(true, "x".into()).is_err());
+    }
+
+    #[test]
+    fn renames_only_while_alive() {
+        let s = SessionState::requested(&request(SessionType::Interactive));
+        assert!(s.rename("other1".into()).is_ok());
+        let events = s.terminate(false, "by user".into()).unwrap();
+        let ended = apply(s, &events);
+        assert_eq!(
+            ended.rename("x1234".into()),
+            Err(TransitionError::Ended(Cancelled))
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! SQL fragments built from the domain, so a set of statuses is written once (in
+//! `berth-domain`) and every statement that filters on it says the same thing.
+
+use domain::payloads::SessionStatus;
+
+/// `'TERMINATED','ERROR','CANCELLED'`: the statuses as a list for `IN (...)`. Literals rather
+/// than a bound array, so PostgreSQL can match the partial indexes built on the same sets.
+pub fn status_list(statuses: &[SessionStatus]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `status NOT IN ('TERMINATED','ERROR','CANCELLED')` for the column `column`.
+pub fn is_live(column: &str) -> String {
+    format!(
+        "{column} NOT IN ({})",
+        status_list(&SessionStatus::TERMINAL)
+    )
+}
+
+/// `status IN ('TERMINATED','ERROR','CANCELLED')` for the column `column`.
+pub fn has_ended(column: &str) -> String {
+    format!("{column} IN ({})", status_list(&SessionStatus::TERMINAL))
+}
+
+/// `status IN ('SCHEDULED', ..., 'TERMINATING')` for the column `column`.
+pub fn holds_resources(column: &str) -> String {
+    format!(
+        "{column} IN ({})",
+        status_list(&SessionStatus::HOLDING_RESOURCES)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The migrations are fixed text; they must spell the terminal set as the domain does.
+    #[test]
+    fn the_ledger_migration_spells_the_terminal_set_as_the_domain_does() {
+        let migration = include_str!("../migrations/0002_ledger.sql").replace(", ", ",");
+        let live = is_live("status");
+        assert!(migration.contains(&live), "0002 lacks `{live}`");
+        assert_eq!(
+            has_ended("s.status"),
+            "s.status IN ('TERMINATED','ERROR','CANCELLED')"
+        );
+    }
+}
