@@ -10,6 +10,8 @@ use events::store::ExpectedVersion;
 use rand::Rng;
 use uuid::Uuid;
 
+use crate::db::{self, Named};
+
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
     #[error("{field}: {message}")]
@@ -106,20 +108,15 @@ fn key_issued(user_id: Uuid, key: &str) -> Event {
 
 async fn user_id_of(pool: &Pool, email: &str) -> Result<Uuid, AccessError> {
     let client = pool.get().await?;
-    client
-        .query_opt(
-            "SELECT user_id FROM ledger.users WHERE email = $1",
-            &[&email],
-        )
+    db::user_by_email(&client, email)
         .await?
-        .map(|r| r.get(0))
+        .map(|u| u.user_id)
         .ok_or_else(|| AccessError::NoSuchUser(email.to_owned()))
 }
 
-async fn exists(pool: &Pool, table: &str, name: &str) -> Result<bool, AccessError> {
+async fn exists(pool: &Pool, what: Named, name: &str) -> Result<bool, AccessError> {
     let client = pool.get().await?;
-    let sql = format!("SELECT 1 FROM ledger.{table} WHERE name = $1");
-    Ok(client.query_opt(&sql, &[&name]).await?.is_some())
+    Ok(db::exists(&client, what, name).await?)
 }
 
 /// Creates a user in `projects` and returns its id and first API key (shown only now).
@@ -131,14 +128,14 @@ pub async fn create_user(
     projects: &[String],
 ) -> Result<(Uuid, String), AccessError> {
     check_email(email)?;
-    if !exists(pool, "policies", resource_policy).await? {
+    if !exists(pool, Named::Policy, resource_policy).await? {
         return Err(AccessError::Unknown {
             what: "resource policy",
             name: resource_policy.to_owned(),
         });
     }
     for project in projects {
-        if !exists(pool, "projects", project).await? {
+        if !exists(pool, Named::Project, project).await? {
             return Err(AccessError::Unknown {
                 what: "project",
                 name: project.clone(),
@@ -196,7 +193,7 @@ pub async fn create_project(pool: &Pool, name: &str, description: &str) -> Resul
 }
 
 pub async fn add_member(pool: &Pool, project: &str, email: &str) -> Result<(), AccessError> {
-    if !exists(pool, "projects", project).await? {
+    if !exists(pool, Named::Project, project).await? {
         return Err(AccessError::Unknown {
             what: "project",
             name: project.to_owned(),
@@ -224,8 +221,8 @@ pub async fn create_group(pool: &Pool, group: ResourceGroupCreated) -> Result<()
 
 pub async fn grant_group(pool: &Pool, group: &str, project: &str) -> Result<(), AccessError> {
     for (table, what, name) in [
-        ("resource_groups", "resource group", group),
-        ("projects", "project", project),
+        (Named::ResourceGroup, "resource group", group),
+        (Named::Project, "project", project),
     ] {
         if !exists(pool, table, name).await? {
             return Err(AccessError::Unknown {
@@ -276,13 +273,7 @@ pub const FIRST_SUPERADMIN: &str = "admin@berth.local";
 pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock(7070707070)", &[])
-        .await?;
-    if tx
-        .query_opt("SELECT 1 FROM ledger.users LIMIT 1", &[])
-        .await?
-        .is_some()
-    {
+    if db::lock_bootstrap(&tx).await? {
         return Ok(None);
     }
     let meta = admin_metadata();

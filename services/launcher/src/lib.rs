@@ -2,10 +2,14 @@
 //! `SessionRequested` events.
 //!
 //! - [`domain`]: the pure rules of a request (no I/O).
-//! - [`launch`]: the request checked against owner, project, group, policy and agents, then
-//!   recorded, all sessions or none.
+//! - [`decide`]: the launch decision, pure: a request and the facts it depends on (a
+//!   `LaunchContext`) in, `SessionRequested` events or the field at fault out.
+//! - [`launch`]: the request types; loads the context, decides, records all sessions or none.
+//! - [`db`]: the ledger reads above, the crate's only SQL.
 //! - [`access`]: users, API keys, projects, resource groups, policies and presets.
 
 pub mod access;
+pub mod db;
+pub mod decide;
 pub mod domain;
 pub mod launch;

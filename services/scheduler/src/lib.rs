@@ -4,7 +4,9 @@
 //! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
+//! - [`db`]: the ledger reads of both, the crate's only SQL.
 
 pub mod core;
+pub mod db;
 pub mod reconcile;
 pub mod run;

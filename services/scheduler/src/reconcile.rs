@@ -14,6 +14,8 @@ use events::payloads::*;
 use events::store::ExpectedVersion;
 use uuid::Uuid;
 
+use crate::db;
+
 /// How long a session may stay in each intermediate status, and how long an agent may be
 /// silent.
 #[derive(Debug, Clone)]
@@ -167,16 +169,8 @@ pub async fn reconcile_once(
 ) -> Result<Reconciled, ReconcileError> {
     let mut done = Reconciled::default();
     let client = pool.get().await?;
-    let silent = client
-        .query(
-            "SELECT agent_id, extract(epoch FROM now() - last_heartbeat)::bigint
-             FROM ledger.agents WHERE lost IS NULL AND last_heartbeat < now() - make_interval(secs => $1)",
-            &[&deadlines.heartbeat.as_secs_f64()],
-        )
-        .await?;
-    for row in silent {
-        let agent_id: String = row.get(0);
-        let silence: i64 = row.get(1);
+    let silent = db::silent_agents(&client, deadlines.heartbeat).await?;
+    for (agent_id, silence) in silent {
         let reason = format!("agent `{agent_id}` lost: no heartbeat for {silence} s");
         let lost = Event::AgentLost(AgentLost {
             agent_id: agent_id.clone(),
@@ -192,16 +186,11 @@ pub async fn reconcile_once(
         .await?;
         done.agents_lost += 1;
         tracing::warn!(%agent_id, silence, "agent lost");
-        let on_it = client
-            .query(
-                "SELECT DISTINCT session_id FROM ledger.kernels WHERE agent_id = $1",
-                &[&agent_id],
-            )
-            .await?;
-        for s in on_it {
+        let on_it = db::sessions_on_agent(&client, &agent_id).await?;
+        for session_id in on_it {
             let moved = settle(
                 pool,
-                s.get(0),
+                session_id,
                 None,
                 SessionStatus::Error,
                 SchedulingResult::Failure,
@@ -211,44 +200,27 @@ pub async fn reconcile_once(
             done.sessions_moved += moved as usize;
         }
     }
-    let names: Vec<&str> = IN_FLIGHT.iter().map(|(_, n)| *n).collect();
-    let limits: Vec<f64> = IN_FLIGHT
+    let limits: Vec<(SessionStatus, Duration)> = IN_FLIGHT
         .iter()
-        .map(|(s, _)| deadlines.of(*s).unwrap_or_default().as_secs_f64())
+        .map(|s| (*s, deadlines.of(*s).unwrap_or_default()))
         .collect();
-    let overdue = client
-        .query(
-            "SELECT s.session_id, s.status, s.requeues,
-                    extract(epoch FROM now() - s.status_since)::float8
-             FROM ledger.sessions s
-             JOIN unnest($1::text[], $2::float8[]) AS d(status, secs) ON d.status = s.status
-             WHERE s.status_since < now() - make_interval(secs => d.secs)",
-            &[&names, &limits],
-        )
-        .await?;
-    for row in overdue {
-        let name: &str = row.get(1);
-        let Some((status, _)) = IN_FLIGHT.iter().find(|(_, n)| *n == name).copied() else {
-            continue;
-        };
-        let waited = Duration::from_secs_f64(row.get::<_, f64>(3).max(0.0));
-        let requeues = row.get::<_, i32>(2).max(0) as u32;
-        let (to, result, reason) = overdue_move(status, waited, requeues, deadlines);
-        let moved = settle(pool, row.get(0), Some(status), to, result, &reason).await?;
+    for late in db::overdue(&client, &limits).await? {
+        let (to, result, reason) = overdue_move(late.status, late.waited, late.requeues, deadlines);
+        let moved = settle(pool, late.session_id, Some(late.status), to, result, &reason).await?;
         done.sessions_moved += moved as usize;
     }
     Ok(done)
 }
 
-/// The statuses with a deadline, as the ledger spells them.
-const IN_FLIGHT: [(SessionStatus, &str); 7] = [
-    (SessionStatus::Scheduled, "SCHEDULED"),
-    (SessionStatus::Preparing, "PREPARING"),
-    (SessionStatus::Pulling, "PULLING"),
-    (SessionStatus::Prepared, "PREPARED"),
-    (SessionStatus::Creating, "CREATING"),
-    (SessionStatus::Restarting, "RESTARTING"),
-    (SessionStatus::Terminating, "TERMINATING"),
+/// The statuses with a deadline.
+const IN_FLIGHT: [SessionStatus; 7] = [
+    SessionStatus::Scheduled,
+    SessionStatus::Preparing,
+    SessionStatus::Pulling,
+    SessionStatus::Prepared,
+    SessionStatus::Creating,
+    SessionStatus::Restarting,
+    SessionStatus::Terminating,
 ];
 
 /// Reconciles every `every` until `stop`.

@@ -21,10 +21,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::core::{self, AgentView, GroupRules, OwnerLoad, PendingSession, Snapshot};
-
-/// Key of the advisory lock that serialises scheduling passes.
-const SCHEDULER_LOCK: i64 = 0x6265_7274_685f_7363;
+use crate::core::{self, AgentView, GroupRules, Snapshot};
+use crate::db;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
@@ -81,19 +79,6 @@ pub struct Scheduler {
     last_free: HashMap<String, ResourceSlots>,
 }
 
-fn slots(row: &tokio_postgres::Row, first: usize) -> ResourceSlots {
-    let get = |i: usize| row.get::<_, i64>(first + i).max(0) as u64;
-    ResourceSlots {
-        cpu_milli: get(0),
-        memory_bytes: get(1),
-        gpu_milli: get(2),
-    }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Option<T> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).ok()
-}
-
 impl Scheduler {
     pub fn new(pool: Pool, config: SchedulerConfig) -> Scheduler {
         Scheduler {
@@ -107,26 +92,11 @@ impl Scheduler {
     pub async fn pass(&mut self) -> Result<Pass, SchedulerError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEDULER_LOCK])
-            .await?;
-        let groups = tx
-            .query(
-                "SELECT name, queue_policy, agent_selection, max_attempts, skip_after,
-                        pending_timeout_secs FROM ledger.resource_groups ORDER BY name",
-                &[],
-            )
-            .await?;
+        db::lock_pass(&tx).await?;
+        let groups = db::groups(&tx).await?;
         let mut total = Pass::default();
         let mut free_after = HashMap::new();
-        for g in groups {
-            let rules = GroupRules {
-                name: g.get(0),
-                queue_policy: parse(g.get(1)).unwrap_or(QueuePolicy::Fifo),
-                agent_selection: parse(g.get(2)).unwrap_or(AgentSelection::Concentrated),
-                max_attempts: g.get::<_, i32>(3).max(1) as u32,
-                skip_after: g.get::<_, i32>(4).max(0) as u32,
-                pending_timeout_secs: g.get::<_, i64>(5).max(0) as u64,
-            };
+        for rules in groups {
             let name = rules.name.clone();
             let Some(mut snapshot) = self.snapshot(&tx, rules).await? else {
                 continue;
@@ -173,81 +143,15 @@ impl Scheduler {
         tx: &Transaction<'_>,
         group: GroupRules,
     ) -> Result<Option<Snapshot>, SchedulerError> {
-        let queue_rows = tx
-            .query(
-                "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
-                        cluster_mode, cluster_size, wanted_agent, starts_at, created_at,
-                        attempts, last_result, last_error_code
-                 FROM ledger.sessions WHERE status = 'PENDING' AND resource_group = $1
-                 ORDER BY queue_seq LIMIT $2",
-                &[&group.name, &self.config.batch],
-            )
-            .await?;
-        if queue_rows.is_empty() {
+        let queue = db::queue(tx, &group.name, self.config.batch).await?;
+        if queue.is_empty() {
             return Ok(None);
         }
-        let queue: Vec<PendingSession> = queue_rows
-            .iter()
-            .map(|r| PendingSession {
-                session_id: r.get(0),
-                version: r.get::<_, i64>(1) as u64,
-                owner: r.get(2),
-                per_kernel: slots(r, 3),
-                cluster_mode: parse(r.get(6)).unwrap_or(ClusterMode::SingleNode),
-                cluster_size: r.get::<_, i32>(7).max(1) as u32,
-                wanted_agent: r.get(8),
-                starts_at: r.get(9),
-                created_at: r.get(10),
-                attempts: r.get::<_, i32>(11).max(0) as u32,
-                last_result: r.get::<_, Option<&str>>(12).and_then(parse),
-                last_error_code: r.get(13),
-            })
-            .collect();
-        let agents = tx
-            .query(
-                "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, used_cpu_milli,
-                        used_memory_bytes, used_gpu_milli
-                 FROM ledger.agents WHERE resource_group = $1 AND lost IS NULL ORDER BY agent_id",
-                &[&group.name],
-            )
-            .await?
-            .iter()
-            .map(|r| AgentView {
-                agent_id: r.get(0),
-                capacity: slots(r, 1),
-                used: slots(r, 4),
-            })
-            .collect::<Vec<_>>();
+        let agents = db::agents(tx, &group.name).await?;
         let mut owner_ids: Vec<Uuid> = queue.iter().map(|s| s.owner).collect();
         owner_ids.sort_unstable();
         owner_ids.dedup();
-        let owners = tx
-            .query(
-                "SELECT u.user_id, p.name, p.max_concurrent_sessions, p.max_cpu_milli,
-                        p.max_memory_bytes, p.max_gpu_milli,
-                        count(s.session_id)::int,
-                        coalesce(sum(s.cpu_milli * s.cluster_size), 0)::bigint,
-                        coalesce(sum(s.memory_bytes * s.cluster_size), 0)::bigint,
-                        coalesce(sum(s.gpu_milli * s.cluster_size), 0)::bigint
-                 FROM ledger.users u JOIN ledger.policies p ON p.name = u.resource_policy
-                 LEFT JOIN ledger.sessions s ON s.owner = u.user_id AND s.holds
-                 WHERE u.user_id = ANY($1)
-                 GROUP BY u.user_id, p.name",
-                &[&owner_ids],
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                let load = OwnerLoad {
-                    policy: r.get(1),
-                    max_sessions: r.get::<_, i32>(2).max(0) as u32,
-                    max_total: slots(r, 3),
-                    sessions: r.get::<_, i32>(6).max(0) as u32,
-                    used: slots(r, 7),
-                };
-                (r.get::<_, Uuid>(0), load)
-            })
-            .collect();
+        let owners = db::owner_loads(tx, &owner_ids).await?;
         let free = agents
             .iter()
             .fold(ResourceSlots::default(), |s, a: &AgentView| {

@@ -1,0 +1,189 @@
+//! The launcher's reads of the ledger, as typed functions: the only place in this crate that
+//! writes SQL (the workspace's tidy test checks it). Writes go through `events::ledger`.
+
+use deadpool_postgres::{GenericClient, Pool};
+use events::ledger::{KeyOwner, LedgerError};
+use events::payloads::{ResourceSlots, Role};
+use tokio_postgres::Row;
+
+use crate::decide::{self, GroupAgent, LaunchContext, PolicyLimits, PresetSlots};
+use crate::launch::CreateSession;
+
+fn slots_of(row: &Row, first: usize) -> ResourceSlots {
+    let get = |i: usize| row.get::<_, i64>(first + i).max(0) as u64;
+    ResourceSlots {
+        cpu_milli: get(0),
+        memory_bytes: get(1),
+        gpu_milli: get(2),
+    }
+}
+
+/// The user with `email`, if any.
+pub async fn user_by_email(
+    client: &impl GenericClient,
+    email: &str,
+) -> Result<Option<KeyOwner>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT user_id, role, resource_policy FROM ledger.users WHERE email = $1",
+            &[&email],
+        )
+        .await?;
+    Ok(row.map(|row| KeyOwner {
+        user_id: row.get(0),
+        email: email.to_owned(),
+        role: Role::parse(row.get(1)).unwrap_or(Role::User),
+        resource_policy: row.get(2),
+    }))
+}
+
+/// Tables of named things an admin command may refer to.
+#[derive(Debug, Clone, Copy)]
+pub enum Named {
+    Policy,
+    Project,
+    ResourceGroup,
+    Preset,
+}
+
+impl Named {
+    fn table(self) -> &'static str {
+        match self {
+            Named::Policy => "ledger.policies",
+            Named::Project => "ledger.projects",
+            Named::ResourceGroup => "ledger.resource_groups",
+            Named::Preset => "ledger.presets",
+        }
+    }
+}
+
+/// Whether a `what` named `name` exists.
+pub async fn exists(client: &impl GenericClient, what: Named, name: &str) -> Result<bool, LedgerError> {
+    let sql = format!("SELECT 1 FROM {} WHERE name = $1", what.table());
+    Ok(client.query_opt(&sql, &[&name]).await?.is_some())
+}
+
+/// Takes the lock that serialises a fresh install's bootstrap (until the transaction ends)
+/// and says whether any user exists.
+pub async fn lock_bootstrap(client: &impl GenericClient) -> Result<bool, LedgerError> {
+    client
+        .execute("SELECT pg_advisory_xact_lock(7070707070)", &[])
+        .await?;
+    Ok(client
+        .query_opt("SELECT 1 FROM ledger.users LIMIT 1", &[])
+        .await?
+        .is_some())
+}
+
+/// Reads every fact the launch decision needs ([`LaunchContext`]) on one connection.
+pub async fn load_context(
+    pool: &Pool,
+    actor: &KeyOwner,
+    request: &CreateSession,
+) -> Result<LaunchContext, LedgerError> {
+    let client = pool.get().await?;
+    let owner = match &request.owner_email {
+        Some(email) if *email != actor.email => user_by_email(&client, email).await?,
+        _ => Some(actor.clone()),
+    };
+    let who = owner.as_ref().unwrap_or(actor);
+    let group = decide::group_of(request);
+
+    let group_exists = exists(&client, Named::ResourceGroup, &group).await?;
+    let project_member = match &request.project {
+        Some(project) => client
+            .query_opt(
+                "SELECT 1 FROM ledger.project_members WHERE project = $1 AND user_id = $2",
+                &[project, &who.user_id],
+            )
+            .await?
+            .is_some(),
+        None => true,
+    };
+    let group_open_to_owner = client
+        .query_opt(
+            "SELECT 1 FROM ledger.group_projects g JOIN ledger.project_members m USING (project)
+             WHERE g.resource_group = $1 AND m.user_id = $2 AND ($3::text IS NULL OR m.project = $3)",
+            &[&group, &who.user_id, &request.project],
+        )
+        .await?
+        .is_some();
+    let preset = match &request.preset {
+        Some(name) => client
+            .query_opt(
+                "SELECT cpu_milli, memory_bytes, gpu_milli, shared_memory_bytes
+                 FROM ledger.presets WHERE name = $1",
+                &[name],
+            )
+            .await?
+            .map(|row| PresetSlots {
+                resources: slots_of(&row, 0),
+                shared_memory_bytes: row.get::<_, i64>(3).max(0) as u64,
+            }),
+        None => None,
+    };
+    let policy = client
+        .query_opt(
+            "SELECT max_cpu_milli, max_memory_bytes, max_gpu_milli, max_session_lifetime_secs
+             FROM ledger.policies WHERE name = $1",
+            &[&who.resource_policy],
+        )
+        .await?
+        .map(|row| PolicyLimits {
+            max_total: slots_of(&row, 0),
+            max_lifetime_secs: row.get::<_, Option<i64>>(3).map(|v| v.max(0) as u64),
+        });
+    let agents = client
+        .query(
+            "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, images FROM ledger.agents
+             WHERE resource_group = $1 AND lost IS NULL",
+            &[&group],
+        )
+        .await?
+        .iter()
+        .map(|row| GroupAgent {
+            agent_id: row.get(0),
+            capacity: slots_of(row, 1),
+            images: row.get(4),
+        })
+        .collect();
+    let owned_folders = if request.mounts.is_empty() {
+        Vec::new()
+    } else {
+        client
+            .query(
+                "SELECT name FROM ledger.folders WHERE owner = $1 AND name = ANY($2)",
+                &[&who.user_id, &request.mounts],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let live_names = if request.name.is_none() {
+        let sql = format!(
+            "SELECT name FROM ledger.sessions WHERE owner = $1 AND {}",
+            events::sql::is_live("status")
+        );
+        client
+            .query(&sql, &[&who.user_id])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(LaunchContext {
+        actor: actor.clone(),
+        owner,
+        group_exists,
+        project_member,
+        group_open_to_owner,
+        preset,
+        policy,
+        agents,
+        owned_folders,
+        live_names,
+    })
+}

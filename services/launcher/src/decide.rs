@@ -1,0 +1,701 @@
+//! The launch decision, pure: a create request and the facts it depends on (a
+//! [`LaunchContext`], loaded in one I/O step by `db::load_context`) in, the sessions to record
+//! or the field at fault out. Every rule that once needed a database round trip in the middle
+//! of the handler (the owner's policy, the group's capacity and images, membership, folders,
+//! the chosen agent) is decided here and unit-tested without a server.
+
+use events::ledger::KeyOwner;
+use events::payloads::*;
+use uuid::Uuid;
+
+use crate::domain::{self, FieldError, Shape};
+use crate::launch::{CreateSession, LaunchError, DEFAULT_SHARED_MEMORY, MAX_COUNT};
+
+const MAX_CPU_MILLI: u64 = 1024 * 1000;
+const MAX_GPU_MILLI: u64 = 64 * 1000;
+const MAX_MEMORY: u64 = 64 << 40;
+
+/// What a preset gives one kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PresetSlots {
+    pub resources: ResourceSlots,
+    pub shared_memory_bytes: u64,
+}
+
+/// The owner's resource policy, as far as one session is concerned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyLimits {
+    pub max_total: ResourceSlots,
+    pub max_lifetime_secs: Option<u64>,
+}
+
+/// A live agent of the requested group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupAgent {
+    pub agent_id: String,
+    pub capacity: ResourceSlots,
+    pub images: Vec<String>,
+}
+
+/// Every fact the launch decision needs, read before it is made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchContext {
+    /// Who asks.
+    pub actor: KeyOwner,
+    /// The user the sessions are for: the actor, the user named by `owner_email`, or `None`
+    /// when no user has that email.
+    pub owner: Option<KeyOwner>,
+    /// Whether the requested resource group exists.
+    pub group_exists: bool,
+    /// Whether the owner is a member of the requested project (true when none is named).
+    pub project_member: bool,
+    /// Whether the group is open to one of the owner's projects (the named one, if any).
+    pub group_open_to_owner: bool,
+    /// The named preset; `None` when it does not exist or none is named.
+    pub preset: Option<PresetSlots>,
+    /// The owner's policy; `None` when it is missing.
+    pub policy: Option<PolicyLimits>,
+    /// The group's live agents.
+    pub agents: Vec<GroupAgent>,
+    /// Which of the requested mounts are folders of the owner.
+    pub owned_folders: Vec<String>,
+    /// Names of the owner's live sessions (read only when random names are to be drawn).
+    pub live_names: Vec<String>,
+}
+
+/// The amounts of a request, checked without any fact from the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedRequest {
+    pub count: u32,
+    pub session_type: SessionType,
+    pub cpu_milli: Option<u64>,
+    pub gpu_milli: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub shared_memory_bytes: Option<u64>,
+    pub preopen_ports: Vec<u16>,
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> LaunchError {
+    LaunchError::Invalid(FieldError {
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
+fn forbidden(field: &str, message: &str) -> LaunchError {
+    LaunchError::Forbidden(FieldError {
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
+/// CPU or GPU units to thousandths, refusing negatives, absurd amounts and finer fractions.
+fn milli(field: &str, value: f64, max: u64) -> Result<u64, LaunchError> {
+    let m = value * 1000.0;
+    if m.is_nan() || m < 0.0 || m > max as f64 {
+        return Err(invalid(
+            field,
+            format!("{value} is not between 0 and {}", max / 1000),
+        ));
+    }
+    if (m - m.round()).abs() > 1e-6 {
+        return Err(invalid(field, "at most three decimals"));
+    }
+    Ok(m.round() as u64)
+}
+
+/// The first resource of `asked` above `limit`, as (field, asked, limit).
+fn first_excess(
+    asked: ResourceSlots,
+    limit: ResourceSlots,
+) -> Option<(&'static str, String, String)> {
+    let cpu = |m: u64| format!("{} cores", m as f64 / 1000.0);
+    let gpu = |m: u64| format!("{} GPUs", m as f64 / 1000.0);
+    let mem = |b: u64| format!("{} MiB", b >> 20);
+    if asked.cpu_milli > limit.cpu_milli {
+        Some(("resources.cpu", cpu(asked.cpu_milli), cpu(limit.cpu_milli)))
+    } else if asked.memory_bytes > limit.memory_bytes {
+        Some((
+            "resources.memory",
+            mem(asked.memory_bytes),
+            mem(limit.memory_bytes),
+        ))
+    } else if asked.gpu_milli > limit.gpu_milli {
+        Some(("resources.gpu", gpu(asked.gpu_milli), gpu(limit.gpu_milli)))
+    } else {
+        None
+    }
+}
+
+/// The rules that need nothing but the request and who sends it. The launcher runs them
+/// before loading anything, so bad input costs no query.
+pub fn check_request(
+    actor: &KeyOwner,
+    request: &CreateSession,
+) -> Result<CheckedRequest, LaunchError> {
+    let count = request.count.unwrap_or(1);
+    if !(1..=MAX_COUNT).contains(&count) {
+        return Err(invalid(
+            "count",
+            format!("must be 1 to {MAX_COUNT}, not {count}"),
+        ));
+    }
+    // A base name for several sessions is checked once numbered (`job` gives `job1`, ...).
+    if let Some(name) = request.name.as_ref().filter(|_| count == 1) {
+        domain::check_name("name", name)?;
+    }
+    if request.image.trim().is_empty() || request.image.len() > 512 {
+        return Err(invalid(
+            "image",
+            "must name an image (at most 512 characters)",
+        ));
+    }
+    domain::check_environment(&request.environment)?;
+    let preopen_ports = domain::check_ports(&request.preopen_ports)?;
+    for (i, mount) in request.mounts.iter().enumerate() {
+        domain::check_folder_name(&format!("mounts[{i}]"), mount)?;
+    }
+    let session_type = request.session_type.unwrap_or(SessionType::Interactive);
+    if session_type == SessionType::System && actor.role != Role::Superadmin {
+        return Err(forbidden("type", "only superadmins start system sessions"));
+    }
+    let resources = &request.resources;
+    let cpu_milli = resources
+        .cpu
+        .map(|c| milli("resources.cpu", c, MAX_CPU_MILLI))
+        .transpose()?;
+    let gpu_milli = resources
+        .gpu
+        .map(|g| milli("resources.gpu", g, MAX_GPU_MILLI))
+        .transpose()?;
+    let memory_bytes = resources
+        .memory
+        .as_ref()
+        .map(|m| m.bytes("resources.memory"))
+        .transpose()?;
+    let shared_memory_bytes = resources
+        .shared_memory
+        .as_ref()
+        .map(|m| m.bytes("resources.shared_memory"))
+        .transpose()?;
+    for (field, value) in [
+        ("resources.memory", memory_bytes),
+        ("resources.shared_memory", shared_memory_bytes),
+    ] {
+        if value.is_some_and(|v| v > MAX_MEMORY) {
+            return Err(invalid(field, "is above 64 TiB"));
+        }
+    }
+    if let Some(email) = &request.owner_email {
+        if *email != actor.email && actor.role < Role::Admin {
+            return Err(forbidden(
+                "owner_email",
+                "only admins create sessions for other users",
+            ));
+        }
+    }
+    Ok(CheckedRequest {
+        count,
+        session_type,
+        cpu_milli,
+        gpu_milli,
+        memory_bytes,
+        shared_memory_bytes,
+        preopen_ports,
+    })
+}
+
+/// The resource group a request names (`default` when it names none).
+pub fn group_of(request: &CreateSession) -> String {
+    request
+        .resource_group
+        .clone()
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Decides a create request: the `SessionRequested` events to record, one per session, or
+/// the first rule it breaks. `draw_name` draws a random session name (used when the request
+/// names none).
+pub fn decide(
+    context: &LaunchContext,
+    request: &CreateSession,
+    draw_name: &mut impl FnMut() -> String,
+) -> Result<Vec<SessionRequested>, LaunchError> {
+    let checked = check_request(&context.actor, request)?;
+    let actor = &context.actor;
+    let owner = context.owner.as_ref().ok_or_else(|| {
+        invalid(
+            "owner_email",
+            format!(
+                "no user has the email `{}`",
+                request.owner_email.as_deref().unwrap_or_default()
+            ),
+        )
+    })?;
+
+    // Project and resource group.
+    let group = group_of(request);
+    if !context.group_exists {
+        return Err(invalid(
+            "resource_group",
+            format!("no resource group is named `{group}`"),
+        ));
+    }
+    if let Some(project) = &request.project {
+        if !context.project_member && owner.role != Role::Superadmin {
+            return Err(invalid(
+                "project",
+                format!(
+                    "`{}` is not a member of a project named `{project}`",
+                    owner.email
+                ),
+            ));
+        }
+    }
+    if owner.role != Role::Superadmin && !context.group_open_to_owner {
+        return Err(invalid(
+            "resource_group",
+            format!("`{group}` is not open to the owner's projects"),
+        ));
+    }
+
+    // Resources: the preset, then what the request says.
+    let mut per_kernel = ResourceSlots::default();
+    let mut preset_shm = None;
+    if let Some(name) = &request.preset {
+        let preset = context
+            .preset
+            .as_ref()
+            .ok_or_else(|| invalid("preset", format!("no preset is named `{name}`")))?;
+        per_kernel = preset.resources;
+        preset_shm = Some(preset.shared_memory_bytes);
+    } else if checked.cpu_milli.is_none() || checked.memory_bytes.is_none() {
+        let field = if checked.cpu_milli.is_none() {
+            "resources.cpu"
+        } else {
+            "resources.memory"
+        };
+        return Err(invalid(field, "is required (or name a preset)"));
+    }
+    per_kernel.cpu_milli = checked.cpu_milli.unwrap_or(per_kernel.cpu_milli);
+    per_kernel.memory_bytes = checked.memory_bytes.unwrap_or(per_kernel.memory_bytes);
+    per_kernel.gpu_milli = checked.gpu_milli.unwrap_or(per_kernel.gpu_milli);
+    let shared_memory_bytes = checked
+        .shared_memory_bytes
+        .or(preset_shm)
+        .unwrap_or(DEFAULT_SHARED_MEMORY.min(per_kernel.memory_bytes));
+
+    let cluster_mode = request.cluster_mode.unwrap_or(ClusterMode::SingleNode);
+    let cluster_size = request.cluster_size.unwrap_or(1);
+    let omp_num_threads = domain::check_shape(&Shape {
+        session_type: checked.session_type,
+        memory_bytes: per_kernel.memory_bytes,
+        shared_memory_bytes,
+        cpu_milli: per_kernel.cpu_milli,
+        startup_command: request.startup_command.clone(),
+        starts_at: request.starts_at,
+        batch_timeout_secs: request.batch_timeout,
+        cluster_mode,
+        cluster_size,
+        omp_num_threads: request.omp_num_threads,
+    })?;
+    let total = ResourceSlots {
+        cpu_milli: per_kernel.cpu_milli * cluster_size as u64,
+        memory_bytes: per_kernel.memory_bytes.saturating_mul(cluster_size as u64),
+        gpu_milli: per_kernel.gpu_milli * cluster_size as u64,
+    };
+
+    // The owner's policy bounds what one session may ever hold.
+    let policy = context.policy.as_ref().ok_or_else(|| {
+        invalid(
+            "owner",
+            format!("resource policy `{}` is missing", owner.resource_policy),
+        )
+    })?;
+    if let Some((field, asked, limit)) = first_excess(total, policy.max_total) {
+        return Err(invalid(
+            field,
+            format!(
+                "the session asks {asked} in all; resource policy `{}` allows at most {limit}",
+                owner.resource_policy
+            ),
+        ));
+    }
+
+    // The group: live agents, what they hold in all, which images they offer.
+    if context.agents.is_empty() {
+        return Err(invalid(
+            "resource_group",
+            format!("`{group}` has no live agents"),
+        ));
+    }
+    let group_total = context
+        .agents
+        .iter()
+        .fold(ResourceSlots::default(), |sum, a| sum.saturating_add(a.capacity));
+    if let Some((field, asked, limit)) = first_excess(total, group_total) {
+        return Err(invalid(
+            field,
+            format!("the session asks {asked} in all; resource group `{group}` has {limit} in all"),
+        ));
+    }
+    let offered = context
+        .agents
+        .iter()
+        .any(|a| a.images.iter().any(|i| *i == request.image));
+    if !offered {
+        return Err(invalid(
+            "image",
+            format!("no agent of `{group}` offers the image `{}`", request.image),
+        ));
+    }
+    if let Some(agent) = &request.agent {
+        if !context.agents.iter().any(|a| a.agent_id == *agent) {
+            return Err(invalid(
+                "agent",
+                format!("`{agent}` is not a live agent of `{group}`"),
+            ));
+        }
+    }
+
+    // Folders: each must be one of the owner's.
+    if let Some((i, missing)) = request
+        .mounts
+        .iter()
+        .enumerate()
+        .find(|(_, m)| !context.owned_folders.contains(m))
+    {
+        return Err(invalid(
+            format!("mounts[{i}]"),
+            format!("the owner has no folder named `{missing}` (create it with POST /v1/folders)"),
+        ));
+    }
+
+    // Names: the given one (numbered when several), or random ones that no live session of
+    // the owner has (a taken given name is the caller's to change: the ledger answers 409).
+    let count = checked.count as usize;
+    let names: Vec<String> = match &request.name {
+        Some(name) if count == 1 => vec![name.clone()],
+        Some(name) => (1..=count).map(|i| format!("{name}{i}")).collect(),
+        None => {
+            let mut names: Vec<String> = Vec::with_capacity(count);
+            while names.len() < count {
+                let name = draw_name();
+                if !context.live_names.contains(&name) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            names
+        }
+    };
+    for name in &names {
+        domain::check_name("name", name)?;
+    }
+
+    let requested_by = (owner.user_id != actor.user_id).then_some(actor.user_id);
+    Ok(names
+        .into_iter()
+        .map(|name| SessionRequested {
+            session_id: Uuid::now_v7(),
+            name,
+            owner: Owner {
+                user_id: owner.user_id,
+                email: owner.email.clone(),
+                project: request.project.clone(),
+            },
+            requested_by,
+            session_type: checked.session_type,
+            resource_group: group.clone(),
+            image: request.image.clone(),
+            environment: request.environment.clone(),
+            resources: per_kernel,
+            shared_memory_bytes,
+            cluster_mode,
+            cluster_size,
+            agent_id: request.agent.clone(),
+            preopen_ports: checked.preopen_ports.clone(),
+            mounts: request.mounts.clone(),
+            startup_command: request.startup_command.clone(),
+            starts_at: request.starts_at,
+            batch_timeout_secs: request.batch_timeout,
+            omp_num_threads,
+            max_lifetime_secs: policy.max_lifetime_secs,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::ResourceRequest;
+    use crate::launch::ByteSize;
+
+    const GIB: u64 = 1 << 30;
+
+    fn user(email: &str, role: Role) -> KeyOwner {
+        KeyOwner {
+            user_id: Uuid::now_v7(),
+            email: email.into(),
+            role,
+            resource_policy: "default".into(),
+        }
+    }
+
+    fn slots(cores: u64, gib: u64, gpus: u64) -> ResourceSlots {
+        ResourceSlots {
+            cpu_milli: cores * 1000,
+            memory_bytes: gib * GIB,
+            gpu_milli: gpus * 1000,
+        }
+    }
+
+    /// Alice, member of a project that may use `default`, with one agent offering `python`
+    /// and a folder `data`.
+    fn context() -> LaunchContext {
+        let alice = user("alice@x.y", Role::User);
+        LaunchContext {
+            actor: alice.clone(),
+            owner: Some(alice),
+            group_exists: true,
+            project_member: true,
+            group_open_to_owner: true,
+            preset: None,
+            policy: Some(PolicyLimits {
+                max_total: slots(16, 64, 2),
+                max_lifetime_secs: Some(3600),
+            }),
+            agents: vec![GroupAgent {
+                agent_id: "a1".into(),
+                capacity: slots(8, 32, 1),
+                images: vec!["python".into()],
+            }],
+            owned_folders: vec!["data".into()],
+            live_names: vec![],
+        }
+    }
+
+    fn request() -> CreateSession {
+        CreateSession {
+            name: Some("job1".into()),
+            image: "python".into(),
+            resources: ResourceRequest {
+                cpu: Some(2.0),
+                memory: Some(ByteSize::Text("4g".into())),
+                ..ResourceRequest::default()
+            },
+            ..CreateSession::default()
+        }
+    }
+
+    fn no_names() -> impl FnMut() -> String {
+        || unreachable!("the request names its session")
+    }
+
+    /// The field a refused request is refused on.
+    fn refused(context: &LaunchContext, request: &CreateSession) -> (String, String) {
+        match decide(context, request, &mut no_names()) {
+            Err(LaunchError::Invalid(e) | LaunchError::Forbidden(e)) => (e.field, e.message),
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_within_every_rule_becomes_one_session_requested() {
+        let context = context();
+        let sessions = decide(&context, &request(), &mut no_names()).unwrap();
+        assert_eq!(sessions.len(), 1);
+        let s = &sessions[0];
+        assert_eq!(s.name, "job1");
+        assert_eq!(s.owner.email, "alice@x.y");
+        assert_eq!(s.requested_by, None);
+        assert_eq!(s.resources, slots(2, 4, 0));
+        assert_eq!(s.shared_memory_bytes, DEFAULT_SHARED_MEMORY);
+        assert_eq!(s.resource_group, "default");
+        assert_eq!(s.omp_num_threads, 2, "OpenMP threads default to the cores");
+        assert_eq!(s.max_lifetime_secs, Some(3600), "the policy's lifetime travels");
+    }
+
+    #[test]
+    fn the_owners_policy_maximum_refuses_the_whole_cluster() {
+        let mut request = request();
+        request.resources.cpu = Some(6.0);
+        request.cluster_mode = Some(ClusterMode::MultiNode);
+        request.cluster_size = Some(3);
+        let (field, message) = refused(&context(), &request);
+        assert_eq!(field, "resources.cpu");
+        assert!(message.contains("18 cores") && message.contains("policy `default`"), "{message}");
+    }
+
+    #[test]
+    fn a_session_larger_than_the_whole_group_is_refused() {
+        let mut request = request();
+        request.resources.memory = Some(ByteSize::Bytes(40 * GIB));
+        let (field, message) = refused(&context(), &request);
+        assert_eq!(field, "resources.memory");
+        assert!(message.contains("resource group `default` has 32768 MiB"), "{message}");
+    }
+
+    #[test]
+    fn an_image_no_agent_offers_is_refused() {
+        let mut request = request();
+        request.image = "ruby".into();
+        assert_eq!(refused(&context(), &request).0, "image");
+    }
+
+    #[test]
+    fn someone_who_is_not_a_member_cannot_launch_in_the_project() {
+        let mut context = context();
+        context.project_member = false;
+        let mut request = request();
+        request.project = Some("research".into());
+        let (field, message) = refused(&context, &request);
+        assert_eq!(field, "project");
+        assert!(message.contains("`alice@x.y` is not a member"), "{message}");
+
+        // A superadmin owner may use any project.
+        let boss = user("boss@x.y", Role::Superadmin);
+        context.actor = boss.clone();
+        context.owner = Some(boss);
+        assert!(decide(&context, &request, &mut no_names()).is_ok());
+    }
+
+    #[test]
+    fn a_group_closed_to_the_owners_projects_is_refused() {
+        let mut context = context();
+        context.group_open_to_owner = false;
+        assert_eq!(refused(&context, &request()).0, "resource_group");
+        context.group_open_to_owner = true;
+        context.group_exists = false;
+        assert_eq!(refused(&context, &request()).0, "resource_group");
+    }
+
+    #[test]
+    fn a_folder_that_is_not_the_owners_is_refused_by_its_index() {
+        let mut request = request();
+        request.mounts = vec!["data".into(), "bobs".into()];
+        let (field, message) = refused(&context(), &request);
+        assert_eq!(field, "mounts[1]");
+        assert!(message.contains("`bobs`"), "{message}");
+    }
+
+    #[test]
+    fn an_agent_chosen_by_hand_must_be_a_live_agent_of_the_group() {
+        let mut request = request();
+        request.agent = Some("a9".into());
+        assert_eq!(refused(&context(), &request).0, "agent");
+        request.agent = Some("a1".into());
+        let sessions = decide(&context(), &request, &mut no_names()).unwrap();
+        assert_eq!(sessions[0].agent_id.as_deref(), Some("a1"));
+    }
+
+    #[test]
+    fn a_group_without_live_agents_is_refused() {
+        let mut context = context();
+        context.agents.clear();
+        let (field, message) = refused(&context, &request());
+        assert_eq!(field, "resource_group");
+        assert!(message.contains("no live agents"), "{message}");
+    }
+
+    #[test]
+    fn sessions_for_someone_else_need_an_admin_and_a_known_email() {
+        let mut request = request();
+        request.owner_email = Some("bob@x.y".into());
+        let (field, _) = refused(&context(), &request);
+        assert_eq!(field, "owner_email", "a user may not launch for bob");
+
+        let mut context = context();
+        context.actor = user("root@x.y", Role::Admin);
+        context.owner = None;
+        let (field, message) = refused(&context, &request);
+        assert_eq!(field, "owner_email");
+        assert!(message.contains("bob@x.y"), "{message}");
+
+        let bob = user("bob@x.y", Role::User);
+        context.owner = Some(bob.clone());
+        let sessions = decide(&context, &request, &mut no_names()).unwrap();
+        assert_eq!(sessions[0].owner.user_id, bob.user_id);
+        assert_eq!(sessions[0].requested_by, Some(context.actor.user_id));
+    }
+
+    #[test]
+    fn a_preset_fills_what_the_request_leaves_out_and_a_missing_one_is_named() {
+        let mut request = request();
+        request.preset = Some("small".into());
+        request.resources = ResourceRequest::default();
+        assert_eq!(refused(&context(), &request).0, "preset");
+        let mut context = context();
+        context.preset = Some(PresetSlots {
+            resources: slots(1, 2, 0),
+            shared_memory_bytes: 128 << 20,
+        });
+        let s = &decide(&context, &request, &mut no_names()).unwrap()[0];
+        assert_eq!(s.resources, slots(1, 2, 0));
+        assert_eq!(s.shared_memory_bytes, 128 << 20);
+        context.policy = None;
+        assert_eq!(refused(&context, &request).0, "owner");
+    }
+
+    #[test]
+    fn random_names_avoid_the_owners_live_sessions_and_each_other() {
+        let mut context = context();
+        context.live_names = vec!["AmberBriskCedar".into()];
+        let mut drawn = ["AmberBriskCedar", "DeltaEmberFjord", "DeltaEmberFjord", "GaleIrisJade"]
+            .into_iter()
+            .map(String::from);
+        let mut request = request();
+        request.name = None;
+        request.count = Some(2);
+        let sessions = decide(&context, &request, &mut || drawn.next().unwrap()).unwrap();
+        let names: Vec<&str> = sessions.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["DeltaEmberFjord", "GaleIrisJade"]);
+    }
+
+    #[test]
+    fn bad_input_is_refused_before_any_fact_is_needed() {
+        let actor = user("alice@x.y", Role::User);
+        let mut request = request();
+        request.count = Some(0);
+        assert!(matches!(check_request(&actor, &request), Err(LaunchError::Invalid(e)) if e.field == "count"));
+        let mut request = super::tests::request();
+        request.session_type = Some(SessionType::System);
+        assert!(matches!(check_request(&actor, &request), Err(LaunchError::Forbidden(e)) if e.field == "type"));
+    }
+
+    #[test]
+    fn sizes_take_numbers_and_units() {
+        assert_eq!(ByteSize::Bytes(5).bytes("m").unwrap(), 5);
+        assert_eq!(ByteSize::Text("512m".into()).bytes("m").unwrap(), 512 << 20);
+        assert_eq!(ByteSize::Text("4g".into()).bytes("m").unwrap(), 4 << 30);
+        assert_eq!(ByteSize::Text("1Gi".into()).bytes("m").unwrap(), 1 << 30);
+        assert_eq!(ByteSize::Text("1.5k".into()).bytes("m").unwrap(), 1536);
+        assert_eq!(
+            ByteSize::Text("lots".into()).bytes("x").unwrap_err().field,
+            "x"
+        );
+        assert!(ByteSize::Text("5q".into()).bytes("x").is_err());
+    }
+
+    #[test]
+    fn cpu_and_gpu_counts_refuse_negatives_absurd_and_too_fine() {
+        assert_eq!(milli("cpu", 0.5, MAX_CPU_MILLI).unwrap(), 500);
+        assert_eq!(milli("cpu", 1024.0, MAX_CPU_MILLI).unwrap(), 1_024_000);
+        assert!(milli("cpu", -1.0, MAX_CPU_MILLI).is_err());
+        assert!(milli("cpu", 1024.001, MAX_CPU_MILLI).is_err());
+        assert!(milli("cpu", 1e300, MAX_CPU_MILLI).is_err());
+        assert!(milli("gpu", 0.0001, MAX_GPU_MILLI).is_err());
+        assert_eq!(milli("gpu", 0.25, MAX_GPU_MILLI).unwrap(), 250);
+    }
+
+    #[test]
+    fn the_first_excess_names_its_field() {
+        let limit = slots(4, 8, 0);
+        let mut asked = limit;
+        assert_eq!(first_excess(asked, limit), None);
+        asked.memory_bytes += 1;
+        assert_eq!(first_excess(asked, limit).unwrap().0, "resources.memory");
+        asked.gpu_milli = 500;
+        asked.memory_bytes = 1;
+        assert_eq!(first_excess(asked, limit).unwrap().0, "resources.gpu");
+    }
+}

@@ -1,0 +1,220 @@
+//! The scheduler's and the reconciler's reads of the ledger, as typed functions: the only
+//! place in this crate that writes SQL (the workspace's tidy test checks it). Decisions are
+//! recorded through `events::ledger`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use events::ledger::LedgerError;
+use events::payloads::*;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::core::{AgentView, GroupRules, OwnerLoad, PendingSession};
+
+/// Key of the advisory lock that serialises scheduling passes.
+const SCHEDULER_LOCK: i64 = 0x6265_7274_685f_7363;
+
+fn slots(row: &Row, first: usize) -> ResourceSlots {
+    let get = |i: usize| row.get::<_, i64>(first + i).max(0) as u64;
+    ResourceSlots {
+        cpu_milli: get(0),
+        memory_bytes: get(1),
+        gpu_milli: get(2),
+    }
+}
+
+/// An enum stored as its serde name (`fifo`, `SUCCESS`).
+fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Option<T> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).ok()
+}
+
+/// Waits for every other scheduler's pass to end; the lock is held until the transaction
+/// `tx` ends.
+pub async fn lock_pass(tx: &impl GenericClient) -> Result<(), LedgerError> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEDULER_LOCK])
+        .await?;
+    Ok(())
+}
+
+/// Every resource group's scheduling rules, by name.
+pub async fn groups(tx: &impl GenericClient) -> Result<Vec<GroupRules>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT name, queue_policy, agent_selection, max_attempts, skip_after,
+                    pending_timeout_secs FROM ledger.resource_groups ORDER BY name",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|g| GroupRules {
+            name: g.get(0),
+            queue_policy: parse(g.get(1)).unwrap_or(QueuePolicy::Fifo),
+            agent_selection: parse(g.get(2)).unwrap_or(AgentSelection::Concentrated),
+            max_attempts: g.get::<_, i32>(3).max(1) as u32,
+            skip_after: g.get::<_, i32>(4).max(0) as u32,
+            pending_timeout_secs: g.get::<_, i64>(5).max(0) as u64,
+        })
+        .collect())
+}
+
+/// The first `batch` sessions waiting in `group`'s queue, in queue order.
+pub async fn queue(
+    tx: &impl GenericClient,
+    group: &str,
+    batch: i64,
+) -> Result<Vec<PendingSession>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
+                    cluster_mode, cluster_size, wanted_agent, starts_at, created_at,
+                    attempts, last_result, last_error_code
+             FROM ledger.sessions WHERE status = 'PENDING' AND resource_group = $1
+             ORDER BY queue_seq LIMIT $2",
+            &[&group, &batch],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| PendingSession {
+            session_id: r.get(0),
+            version: r.get::<_, i64>(1) as u64,
+            owner: r.get(2),
+            per_kernel: slots(r, 3),
+            cluster_mode: parse(r.get(6)).unwrap_or(ClusterMode::SingleNode),
+            cluster_size: r.get::<_, i32>(7).max(1) as u32,
+            wanted_agent: r.get(8),
+            starts_at: r.get(9),
+            created_at: r.get(10),
+            attempts: r.get::<_, i32>(11).max(0) as u32,
+            last_result: r.get::<_, Option<&str>>(12).and_then(parse),
+            last_error_code: r.get(13),
+        })
+        .collect())
+}
+
+/// `group`'s live agents with what they hold, by id.
+pub async fn agents(tx: &impl GenericClient, group: &str) -> Result<Vec<AgentView>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, used_cpu_milli,
+                    used_memory_bytes, used_gpu_milli
+             FROM ledger.agents WHERE resource_group = $1 AND lost IS NULL ORDER BY agent_id",
+            &[&group],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| AgentView {
+            agent_id: r.get(0),
+            capacity: slots(r, 1),
+            used: slots(r, 4),
+        })
+        .collect())
+}
+
+/// What each of `owners` may hold (their policy) and holds now.
+pub async fn owner_loads(
+    tx: &impl GenericClient,
+    owners: &[Uuid],
+) -> Result<HashMap<Uuid, OwnerLoad>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT u.user_id, p.name, p.max_concurrent_sessions, p.max_cpu_milli,
+                    p.max_memory_bytes, p.max_gpu_milli,
+                    count(s.session_id)::int,
+                    coalesce(sum(s.cpu_milli * s.cluster_size), 0)::bigint,
+                    coalesce(sum(s.memory_bytes * s.cluster_size), 0)::bigint,
+                    coalesce(sum(s.gpu_milli * s.cluster_size), 0)::bigint
+             FROM ledger.users u JOIN ledger.policies p ON p.name = u.resource_policy
+             LEFT JOIN ledger.sessions s ON s.owner = u.user_id AND s.holds
+             WHERE u.user_id = ANY($1)
+             GROUP BY u.user_id, p.name",
+            &[&owners],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let load = OwnerLoad {
+                policy: r.get(1),
+                max_sessions: r.get::<_, i32>(2).max(0) as u32,
+                max_total: slots(r, 3),
+                sessions: r.get::<_, i32>(6).max(0) as u32,
+                used: slots(r, 7),
+            };
+            (r.get::<_, Uuid>(0), load)
+        })
+        .collect())
+}
+
+/// Agents not lost whose last heartbeat is older than `timeout`, with their silence in
+/// seconds.
+pub async fn silent_agents(
+    client: &impl GenericClient,
+    timeout: Duration,
+) -> Result<Vec<(String, i64)>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT agent_id, extract(epoch FROM now() - last_heartbeat)::bigint
+             FROM ledger.agents WHERE lost IS NULL AND last_heartbeat < now() - make_interval(secs => $1)",
+            &[&timeout.as_secs_f64()],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Sessions with a kernel on `agent_id`.
+pub async fn sessions_on_agent(
+    client: &impl GenericClient,
+    agent_id: &str,
+) -> Result<Vec<Uuid>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT session_id FROM ledger.kernels WHERE agent_id = $1",
+            &[&agent_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A session that has stayed in one status past its deadline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overdue {
+    pub session_id: Uuid,
+    pub status: SessionStatus,
+    pub requeues: u32,
+    pub waited: Duration,
+}
+
+/// Sessions in one of `deadlines`' statuses for longer than its limit.
+pub async fn overdue(
+    client: &impl GenericClient,
+    deadlines: &[(SessionStatus, Duration)],
+) -> Result<Vec<Overdue>, LedgerError> {
+    let names: Vec<&str> = deadlines.iter().map(|(s, _)| s.as_str()).collect();
+    let limits: Vec<f64> = deadlines.iter().map(|(_, d)| d.as_secs_f64()).collect();
+    let rows = client
+        .query(
+            "SELECT s.session_id, s.status, s.requeues,
+                    extract(epoch FROM now() - s.status_since)::float8
+             FROM ledger.sessions s
+             JOIN unnest($1::text[], $2::float8[]) AS d(status, secs) ON d.status = s.status
+             WHERE s.status_since < now() - make_interval(secs => d.secs)",
+            &[&names, &limits],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(Overdue {
+                session_id: r.get(0),
+                status: SessionStatus::parse(r.get(1))?,
+                requeues: r.get::<_, i32>(2).max(0) as u32,
+                waited: Duration::from_secs_f64(r.get::<_, f64>(3).max(0.0)),
+            })
+        })
+        .collect())
+}
