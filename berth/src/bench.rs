@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+
+use crate::db;
 use clap::Subcommand;
 use events::catalogue::{Event, Metadata};
 use events::payloads::{AgentRegistered, ResourceSlots};
@@ -113,13 +115,7 @@ async fn drop_database(url: &str, name: &str) -> anyhow::Result<()> {
     let (prefix, _) = url
         .rsplit_once('/')
         .context("the database url names no database")?;
-    let (client, connection) =
-        tokio_postgres::connect(&format!("{prefix}/postgres"), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
-    Ok(())
+    db::drop_database(&format!("{prefix}/postgres"), name).await
 }
 
 /// The event every store benchmark writes: an agent registration, about 200 bytes of JSON.
@@ -137,14 +133,6 @@ fn sample_event() -> Event {
     })
 }
 
-const RAW_TABLE: &str = "CREATE TABLE raw_events (
-    tx_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    seq bigint NOT NULL GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    event_id uuid NOT NULL, stream_id text NOT NULL, category text NOT NULL,
-    stream_version bigint NOT NULL, event_type text NOT NULL, schema_version integer NOT NULL,
-    payload jsonb NOT NULL, metadata jsonb NOT NULL,
-    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp())";
-
 async fn store_bench(
     url: &str,
     phase: Duration,
@@ -153,7 +141,7 @@ async fn store_bench(
 ) -> anyhow::Result<()> {
     let pool = store::pool(url, writers + 4)?;
     store::migrate(&pool, &[]).await?;
-    pool.get().await?.batch_execute(RAW_TABLE).await?;
+    db::create_raw_events(&pool).await?;
     let store = EventStore::new(pool.clone());
     let payload = sample_event().to_payload().to_string();
     println!(
@@ -163,18 +151,11 @@ async fn store_bench(
         if sealer { "running" } else { "off" }
     );
 
-    let single_sql = "\\set s random(1, 1000000)\n\
-         INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
-         VALUES (gen_random_uuid(), 'agent-' || :s, 'agent', 0, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb);\n";
-    let raw_single = pgbench(url, single_sql, &payload, writers, phase)?;
+    let raw_single = pgbench(url, db::PGBENCH_SINGLE_INSERT, &payload, writers, phase)?;
     let berth_single = append_phase(&store, writers, 1, phase, sealer).await?;
     report("single-event appends", "events/s", berth_single, raw_single);
 
-    let batch_sql = "\\set s random(1, 1000000)\n\
-         INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
-         SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb \
-         FROM generate_series(0, 99) AS g;\n";
-    let raw_batch = pgbench(url, batch_sql, &payload, writers, phase)? * 100.0;
+    let raw_batch = pgbench(url, db::PGBENCH_BATCH_INSERT, &payload, writers, phase)? * 100.0;
     let berth_batch = append_phase(&store, writers, 100, phase, sealer).await?;
     report(
         "batched appends (100 per transaction)",
@@ -334,20 +315,9 @@ async fn read_phase(store: &EventStore) -> anyhow::Result<(f64, u64)> {
 
 /// COPY of the same rows, in the same order, out of PostgreSQL as text. Returns rows/s.
 async fn copy_phase(url: &str) -> anyhow::Result<f64> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
+    let client = db::connect(url).await?;
     let started = Instant::now();
-    let stream = client
-        .copy_out(
-            "COPY (SELECT tx_id, seq, event_id, stream_id, stream_version, event_type, schema_version,
-                          payload, metadata, recorded_at FROM events ORDER BY tx_id, seq) TO STDOUT",
-        )
-        .await?;
-    futures::pin_mut!(stream);
-    let mut rows = 0u64;
-    while let Some(chunk) = stream.next().await {
-        rows += chunk?.iter().filter(|b| **b == b'\n').count() as u64;
-    }
+    let rows = db::copy_events_out(&client).await?;
     Ok(rows as f64 / started.elapsed().as_secs_f64())
 }
 

@@ -21,6 +21,8 @@ use events::store::ExpectedVersion;
 use scheduler::core::{self, AgentView, GroupRules, OwnerLoad, PendingSession, Snapshot};
 use uuid::Uuid;
 
+use crate::db;
+
 const GIB: u64 = 1 << 30;
 
 fn agent_capacity() -> ResourceSlots {
@@ -214,13 +216,15 @@ pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Resu
     }
     let took = started.elapsed().as_secs_f64();
     let client = pool.get().await?;
-    let written: i64 = client
-        .query_one(
-            "SELECT count(*) FROM events WHERE event_type IN ('SchedulingAttempted', 'SessionScheduled', 'SessionStatusChanged')",
-            &[],
-        )
-        .await?
-        .get(0);
+    let written: i64 = db::count_events(
+        &client,
+        &[
+            "SchedulingAttempted",
+            "SessionScheduled",
+            "SessionStatusChanged",
+        ],
+    )
+    .await?;
     println!(
         "end to end: {placed} sessions scheduled in {took:.2} s over {passes} passes = {:.0} sessions/s ({written} events committed with the ledger)",
         placed as f64 / took
@@ -260,12 +264,7 @@ pub async fn gateway(
     events::projection::catch_up(&pool, &view).await?;
     let key = {
         let client = pool.get().await?;
-        let ids: Vec<Uuid> = client
-            .query("SELECT session_id FROM ledger.sessions", &[])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let ids: Vec<Uuid> = db::session_ids(&client).await?;
         let (_, key) = launcher::access::create_user(
             &pool,
             "reader@berth.local",
@@ -434,14 +433,8 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
         async move {
             loop {
                 let client = pool.get().await?;
-                let n: i64 = client
-                    .query_one("SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status = 'RUNNING'", &[&ids])
-                    .await?
-                    .get(0);
-                let failed: i64 = client
-                    .query_one("SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status IN ('ERROR','CANCELLED','TERMINATED')", &[&ids])
-                    .await?
-                    .get(0);
+                let n = db::count_in_status(&client, &ids, &[SessionStatus::Running]).await?;
+                let failed = db::count_in_status(&client, &ids, &SessionStatus::TERMINAL).await?;
                 anyhow::ensure!(failed == 0, "a session ended before it ran");
                 if n as usize == ids.len() {
                     return anyhow::Ok(());

@@ -8,6 +8,7 @@ mod admin;
 mod bench;
 mod bench_sessions;
 mod config;
+mod db;
 mod session_cli;
 mod telemetry;
 

@@ -2,7 +2,8 @@
 //! the OpenAPI document.
 //!
 //! - [`projection`]: the `sessions` read model it serves.
-//! - [`api`]: REST handlers and the API-key extractor.
+//! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
+//! - `db`: the reads the handlers make, the crate's only SQL besides the projection.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
@@ -10,6 +11,7 @@
 
 pub mod api;
 pub mod cache;
+mod db;
 pub mod error;
 pub mod openapi;
 pub mod projection;

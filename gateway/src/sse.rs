@@ -57,15 +57,8 @@ pub async fn events(
                 let mine = match cached {
                     Some(mine) => mine,
                     None => {
-                        let client = pool.get().await.ok()?;
-                        let row = client
-                            .query_opt(
-                                "SELECT owner FROM ledger.sessions WHERE session_id = $1",
-                                &[&session],
-                            )
-                            .await
-                            .ok()?;
-                        let mine = row.is_some_and(|r| r.get::<_, Uuid>(0) == user);
+                        let owner = crate::db::ledger_owner(&pool, session).await.ok()?;
+                        let mine = owner == Some(user);
                         owners.lock().await.insert(session, mine);
                         mine
                     }

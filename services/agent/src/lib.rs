@@ -1,8 +1,10 @@
 //! The agent: it registers its resource group, capacity and images, heartbeats, and reports
 //! the sessions placed on it moving through their statuses. [`docker`] runs them as
 //! containers; [`simulate`] moves them without containers (demo, benchmarks); tests may also
-//! drive [`report`] directly.
+//! drive [`report`] directly. `db` holds every SQL statement the agent still makes (rule 8
+//! moves agents onto NATS alone).
 
+mod db;
 pub mod docker;
 pub mod gpu;
 
@@ -150,24 +152,12 @@ pub async fn simulate(
             heartbeat(&pool, &agent_id).await?;
             last_beat = tokio::time::Instant::now();
         }
-        let client = pool.get().await.map_err(LedgerError::from)?;
-        let rows = client
-            .query(
-                "SELECT DISTINCT s.session_id, s.status, s.session_type,
-                        extract(epoch FROM now() - s.status_since)::float8
-                 FROM ledger.sessions s JOIN ledger.kernels k USING (session_id)
-                 WHERE k.agent_id = $1 AND s.status IN ('SCHEDULED', 'RUNNING', 'TERMINATING')",
-                &[&agent_id],
-            )
-            .await
-            .map_err(LedgerError::from)?;
-        drop(client);
+        let rows = db::simulated_work(&pool, &agent_id).await?;
         for row in rows {
-            let session_id: Uuid = row.get(0);
-            let status: &str = row.get(1);
-            let batch = row.get::<_, &str>(2) == "batch";
-            let running_for = Duration::from_secs_f64(row.get::<_, f64>(3).max(0.0));
-            let steps: &[(SessionStatus, Option<&str>, Option<i32>)] = match status {
+            let session_id = row.session_id;
+            let batch = row.session_type == "batch";
+            let running_for = Duration::from_secs_f64(row.secs_in_status.max(0.0));
+            let steps: &[(SessionStatus, Option<&str>, Option<i32>)] = match row.status.as_str() {
                 "SCHEDULED" => &[
                     (SessionStatus::Preparing, None, None),
                     (SessionStatus::Prepared, None, None),

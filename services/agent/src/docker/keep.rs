@@ -8,6 +8,7 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::Ctx;
+use crate::db;
 
 /// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
 /// how many kept frames carry exactly that timestamp. Output is read from there on, so a
@@ -103,22 +104,13 @@ pub(super) async fn save_logs(
     if !replace && text.is_empty() && !complete {
         return;
     }
-    let Ok(client) = ctx.pool.get().await else {
-        return;
-    };
-    let sql = if replace {
-        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()"
-    } else {
-        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (session_id, kernel) DO UPDATE
-           SET content = session_logs.content || $3, complete = $4, updated_at = now()"
-    };
     let kernel = kernel as i32;
-    match client
-        .execute(sql, &[&session_id, &kernel, &text, &complete])
-        .await
-    {
+    let kept = if replace {
+        db::replace_logs(&ctx.pool, session_id, kernel, &text, complete).await
+    } else {
+        db::append_logs(&ctx.pool, session_id, kernel, &text, complete).await
+    };
+    match kept {
         Ok(_) => cursor.kept_once = true,
         Err(e) => {
             // The frames are lost to the store, not to the cursor's next read: start over.
@@ -162,16 +154,14 @@ pub(super) async fn sample_usage(
         .values()
         .fold((0u64, 0u64), |(r, t), n| (r + n.rx_bytes, t + n.tx_bytes));
     let memory = stats.memory_stats.usage.unwrap_or(0) as i64;
-    let client = ctx.pool.get().await.ok()?;
-    let written = client
-        .execute(
-            "INSERT INTO session_usage (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (session_id) DO UPDATE SET cpu_seconds = $2, cpu_percent = $3,
-               memory_bytes = $4, rx_bytes = $5, tx_bytes = $6, sampled_at = now()",
-            &[&session_id, &(cpu_ns as f64 / 1e9), &cpu_percent, &memory, &(rx as i64), &(tx as i64)],
-        )
-        .await;
+    let sample = db::UsageSample {
+        cpu_seconds: cpu_ns as f64 / 1e9,
+        cpu_percent,
+        memory_bytes: memory,
+        rx_bytes: rx as i64,
+        tx_bytes: tx as i64,
+    };
+    let written = db::keep_usage(&ctx.pool, session_id, sample).await;
     if let Err(e) = written {
         tracing::debug!(%session_id, error = %e, "usage sample not kept");
     }

@@ -832,30 +832,10 @@ pub async fn run(
         .await
         .map_err(|e| AgentError::Runtime(format!("listing containers: {e}")))?;
     let client = pool.get().await.map_err(db)?;
-    let live: HashMap<Uuid, String> = client
-        .query(
-            "SELECT session_id, status FROM ledger.sessions WHERE agent_id = $1
-               AND status IN ('SCHEDULED','PREPARING','PULLING','PREPARED','CREATING','RUNNING','RESTARTING','TERMINATING')",
-            &[&spec.agent_id],
-        )
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let live: HashMap<Uuid, String> = crate::db::holding_sessions(&client, &spec.agent_id).await?;
     // Sessions of other agents with kernels here (multi-node clusters), still going.
-    let live_elsewhere: HashSet<Uuid> = client
-        .query(
-            "SELECT DISTINCT s.session_id FROM ledger.kernels k JOIN ledger.sessions s USING (session_id)
-             WHERE k.agent_id = $1 AND s.agent_id <> $1
-               AND s.status IN ('PREPARING','PULLING','PREPARED','CREATING','RUNNING','RESTARTING')",
-            &[&spec.agent_id],
-        )
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let live_elsewhere: HashSet<Uuid> =
+        crate::db::secondaries_going(&client, &spec.agent_id).await?;
     drop(client);
     let mut adopted = HashSet::new();
     let mut adopted_elsewhere: HashMap<Uuid, Vec<(u32, String)>> = HashMap::new();
@@ -948,24 +928,9 @@ pub async fn run(
             }
         }
         let tracked: Vec<Uuid> = tasks.keys().copied().collect();
-        let client = pool.get().await.map_err(db)?;
-        let rows = client
-            .query(
-                "SELECT session_id, status FROM ledger.sessions
-                 WHERE (agent_id = $1 AND status IN ('SCHEDULED', 'TERMINATING')) OR session_id = ANY($2)
-                 UNION ALL
-                 SELECT DISTINCT s.session_id, 'SECONDARY' FROM ledger.kernels k
-                   JOIN ledger.sessions s USING (session_id)
-                 WHERE k.agent_id = $1 AND s.agent_id <> $1 AND s.status IN ('CREATING', 'RUNNING')",
-                &[&spec.agent_id, &tracked],
-            )
-            .await
-            .map_err(db)?;
-        drop(client);
-        for row in rows {
-            let id: Uuid = row.get(0);
-            let status: &str = row.get(1);
-            match (status, tasks.get(&id)) {
+        let rows = crate::db::work(&pool, &spec.agent_id, &tracked).await?;
+        for (id, status) in rows {
+            match (status.as_str(), tasks.get(&id)) {
                 ("SCHEDULED", None) => {
                     let token = stop.child_token();
                     tasks.insert(id, token.clone());

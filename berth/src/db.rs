@@ -1,0 +1,104 @@
+//! The SQL the `berth` binary itself writes (benchmark set-up and checks), as typed
+//! functions: the only place in this crate that does (the workspace's tidy test checks it).
+//! Everything else goes through the libraries.
+
+use deadpool_postgres::{GenericClient, Pool};
+use events::payloads::SessionStatus;
+use futures::StreamExt;
+use uuid::Uuid;
+
+/// A plain connection to `url`, driven on its own task.
+pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// Drops the database `name` of the server at `server_url` (a URL naming the `postgres`
+/// database), disconnecting whoever uses it.
+pub async fn drop_database(server_url: &str, name: &str) -> anyhow::Result<()> {
+    connect(server_url)
+        .await?
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    Ok(())
+}
+
+/// The raw table the store benchmark writes next to the event store: the same columns as
+/// `events`, with none of its checks, triggers or indexes besides the key.
+pub async fn create_raw_events(pool: &Pool) -> anyhow::Result<()> {
+    pool.get()
+        .await?
+        .batch_execute(
+            "CREATE TABLE raw_events (
+                tx_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
+                seq bigint NOT NULL GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                event_id uuid NOT NULL, stream_id text NOT NULL, category text NOT NULL,
+                stream_version bigint NOT NULL, event_type text NOT NULL, schema_version integer NOT NULL,
+                payload jsonb NOT NULL, metadata jsonb NOT NULL,
+                recorded_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        )
+        .await?;
+    Ok(())
+}
+
+/// Copies every event, in log order, out of PostgreSQL as text; returns the rows read.
+pub async fn copy_events_out(client: &tokio_postgres::Client) -> anyhow::Result<u64> {
+    let stream = client
+        .copy_out(
+            "COPY (SELECT tx_id, seq, event_id, stream_id, stream_version, event_type, schema_version,
+                          payload, metadata, recorded_at FROM events ORDER BY tx_id, seq) TO STDOUT",
+        )
+        .await?;
+    futures::pin_mut!(stream);
+    let mut rows = 0u64;
+    while let Some(chunk) = stream.next().await {
+        rows += chunk?.iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    Ok(rows)
+}
+
+/// How many events of the types `types` the log holds.
+pub async fn count_events(client: &impl GenericClient, types: &[&str]) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM events WHERE event_type = ANY($1)",
+            &[&types],
+        )
+        .await?
+        .get(0))
+}
+
+/// Every session id in the ledger.
+pub async fn session_ids(client: &impl GenericClient) -> anyhow::Result<Vec<Uuid>> {
+    Ok(client
+        .query("SELECT session_id FROM ledger.sessions", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// How many of the sessions `ids` are in one of `statuses`.
+pub async fn count_in_status(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+    statuses: &[SessionStatus],
+) -> anyhow::Result<i64> {
+    let sql = format!(
+        "SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status IN ({})",
+        events::sql::status_list(statuses)
+    );
+    Ok(client.query_one(&sql, &[&ids]).await?.get(0))
+}
+
+/// pgbench's script for the raw single-row insert the store benchmark compares with.
+pub const PGBENCH_SINGLE_INSERT: &str = "\\set s random(1, 1000000)\n\
+     INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
+     VALUES (gen_random_uuid(), 'agent-' || :s, 'agent', 0, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb);\n";
+
+/// pgbench's script for the raw 100-row insert the store benchmark compares with.
+pub const PGBENCH_BATCH_INSERT: &str = "\\set s random(1, 1000000)\n\
+     INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
+     SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb \
+     FROM generate_series(0, 99) AS g;\n";

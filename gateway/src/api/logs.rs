@@ -1,0 +1,122 @@
+//! A session's output: each kernel's kept output whole, or followed live as server-sent
+//! events until every kernel's output is complete.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use deadpool_postgres::Pool;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{check_may_act, parse_id, Caller, Params};
+use crate::db::{self, KernelLog};
+use crate::error::ApiError;
+use crate::AppState;
+
+/// How often a followed session's kept output is read again.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The output of each kernel's container: kept every second while it runs, whole once it ends.
+/// With `follow=true`, a server-sent event stream of new output (`event: log`, data
+/// `{"kernel", "text"}`) until every kernel's output is complete.
+pub async fn session_logs(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let p = Params::new(query, &["follow"])?;
+    let follow = matches!(p.one_of("follow", &["true", "false"])?, Some("true"));
+    let status = check_may_act(&state, &caller, id).await?;
+    if follow {
+        return Ok(follow_logs(state.pool.clone(), id).into_response());
+    }
+    let kernels: Vec<_> = db::logs(&state.pool, id)
+        .await?
+        .into_iter()
+        .map(|k| {
+            json!({
+                "kernel": k.kernel,
+                "content": k.content,
+                "complete": k.complete,
+                "updated_at": k.updated_at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({"session_id": id, "status": status, "kernels": kernels})).into_response())
+}
+
+/// Where a follower is: how much of each kernel's output it has sent.
+struct Tail {
+    pool: Pool,
+    sent: HashMap<i32, usize>,
+    pending: VecDeque<Event>,
+    done: bool,
+}
+
+impl Tail {
+    /// Queues what `logs` holds beyond what was sent.
+    fn queue_new(&mut self, logs: &[KernelLog]) {
+        for log in logs {
+            let from = self
+                .sent
+                .get(&log.kernel)
+                .copied()
+                .unwrap_or(0)
+                .min(log.content.len());
+            if log.content.len() > from && log.content.is_char_boundary(from) {
+                let text = &log.content[from..];
+                self.pending.push_back(
+                    Event::default()
+                        .event("log")
+                        .data(json!({"kernel": log.kernel, "text": text}).to_string()),
+                );
+                self.sent.insert(log.kernel, log.content.len());
+            }
+        }
+    }
+}
+
+/// New output of a session's kernels, as kept by its agent, until all of it is complete.
+fn follow_logs(
+    pool: Pool,
+    id: Uuid,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+    let start = Tail {
+        pool,
+        sent: HashMap::new(),
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let stream = futures::stream::unfold(start, move |mut tail| async move {
+        loop {
+            if let Some(event) = tail.pending.pop_front() {
+                return Some((Ok(event), tail));
+            }
+            if tail.done {
+                return None;
+            }
+            // A failed read is tried again at the next poll; the stream stays open.
+            let ended = db::has_ended(&tail.pool, id).await.unwrap_or(false);
+            let logs = db::logs(&tail.pool, id).await.unwrap_or_default();
+            tail.queue_new(&logs);
+            // Once the session has ended, what is kept is all there will be.
+            let all_complete = ended || (!logs.is_empty() && logs.iter().all(|l| l.complete));
+            if all_complete {
+                tail.done = true;
+                tail.pending
+                    .push_back(Event::default().event("end").data("{}"));
+                continue;
+            }
+            if tail.pending.is_empty() {
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

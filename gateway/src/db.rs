@@ -1,0 +1,497 @@
+//! The gateway's reads, as typed functions: the only place in this crate, with
+//! `projection.rs`, that writes SQL (the workspace's tidy test checks it). Handlers say what
+//! they want ([`SessionFilter`], [`HistoryFilter`]); this module says how to fetch it. Views
+//! come from the `proj_sessions` projection; what must be exact right after a write (who owns
+//! a session, its status) comes from the ledger.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use events::payloads::{SessionStatus, SessionType};
+use serde_json::{json, Value};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+/// WHERE clauses with their parameters, numbered as they are added.
+#[derive(Default)]
+struct Where {
+    clauses: Vec<String>,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Where {
+    fn add<T: ToSql + Sync + Send + 'static>(&mut self, clause: &str, value: T) {
+        self.params.push(Box::new(value));
+        self.clauses
+            .push(clause.replace('?', &format!("${}", self.params.len())));
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            "true".into()
+        } else {
+            self.clauses.join(" AND ")
+        }
+    }
+
+    fn refs(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+/// Live or ended sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Running,
+    Finished,
+}
+
+/// Which sessions a list shows.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    /// Only this owner's (by id).
+    pub owner: Option<Uuid>,
+    /// Only this owner's (by email).
+    pub owner_email: Option<String>,
+    pub session_type: Option<SessionType>,
+    pub liveness: Option<Liveness>,
+    pub status: Option<SessionStatus>,
+}
+
+/// The order of a session list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionOrder {
+    #[default]
+    NewestFirst,
+    OldestFirst,
+    NameAscending,
+    NameDescending,
+    StatusAscending,
+    StatusDescending,
+}
+
+impl SessionOrder {
+    fn sql(self) -> &'static str {
+        match self {
+            SessionOrder::NewestFirst => "created_at DESC, session_id",
+            SessionOrder::OldestFirst => "created_at ASC, session_id",
+            SessionOrder::NameAscending => "name ASC, session_id",
+            SessionOrder::NameDescending => "name DESC, session_id",
+            SessionOrder::StatusAscending => "status ASC, created_at DESC",
+            SessionOrder::StatusDescending => "status DESC, created_at DESC",
+        }
+    }
+}
+
+const SESSION_COLUMNS: &str = "session_id, name, owner, owner_email, requested_by, project,
+    session_type, status, status_reason, image, resource_group, agent_id, created_at,
+    status_changed_at";
+
+fn session_summary(r: &Row) -> Value {
+    json!({
+        "session_id": r.get::<_, Uuid>(0),
+        "name": r.get::<_, String>(1),
+        "owner": {"user_id": r.get::<_, Uuid>(2), "email": r.get::<_, String>(3)},
+        "type": r.get::<_, String>(6),
+        "status": r.get::<_, String>(7),
+        "status_reason": r.get::<_, Option<String>>(8),
+        "image": r.get::<_, String>(9),
+        "resource_group": r.get::<_, String>(10),
+        "agent_id": r.get::<_, Option<String>>(11),
+        "created_at": r.get::<_, DateTime<Utc>>(12),
+        "status_changed_at": r.get::<_, DateTime<Utc>>(13),
+    })
+}
+
+/// A page of sessions matching `filter`, and how many match in all.
+pub async fn list_sessions(
+    pool: &Pool,
+    filter: &SessionFilter,
+    order: SessionOrder,
+    limit: i64,
+    offset: i64,
+) -> Result<(i64, Vec<Value>), ApiError> {
+    let mut w = Where::default();
+    if let Some(owner) = filter.owner {
+        w.add("owner = ?", owner);
+    }
+    if let Some(email) = &filter.owner_email {
+        w.add("owner_email = ?", email.clone());
+    }
+    if let Some(t) = filter.session_type {
+        let name = serde_json::to_value(t).expect("a session type serialises");
+        w.add(
+            "session_type = ?",
+            name.as_str().unwrap_or_default().to_owned(),
+        );
+    }
+    match filter.liveness {
+        Some(Liveness::Running) => w.clauses.push(events::sql::is_live("status")),
+        Some(Liveness::Finished) => w.clauses.push(events::sql::has_ended("status")),
+        None => {}
+    }
+    if let Some(status) = filter.status {
+        w.add("status = ?", status.as_str().to_owned());
+    }
+    let where_sql = w.sql();
+    let params = w.refs();
+    let client = pool.get().await?;
+    let total: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM proj_sessions.sessions WHERE {where_sql}"),
+            &params,
+        )
+        .await?
+        .get(0);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {SESSION_COLUMNS} FROM proj_sessions.sessions WHERE {where_sql}
+                 ORDER BY {} LIMIT {limit} OFFSET {offset}",
+                order.sql()
+            ),
+            &params,
+        )
+        .await?;
+    Ok((total, rows.iter().map(session_summary).collect()))
+}
+
+/// The detail document, built by PostgreSQL in one statement (the hottest read: no row is
+/// decoded into Rust values and encoded again).
+const DETAIL_SQL: &str = "SELECT owner, json_build_object(
+    'session_id', session_id, 'name', name,
+    'owner', json_build_object('user_id', owner, 'email', owner_email),
+    'type', session_type, 'status', status, 'status_reason', status_reason, 'image', image,
+    'resource_group', resource_group, 'agent_id', agent_id, 'created_at', created_at,
+    'status_changed_at', status_changed_at, 'requested_by', requested_by, 'project', project,
+    'resources', resources, 'shared_memory_bytes', shared_memory_bytes,
+    'cluster_mode', cluster_mode, 'cluster_size', cluster_size, 'kernels', kernels,
+    'containers', containers,
+    'request', request, 'reserved_at', created_at, 'scheduled_at', scheduled_at,
+    'started_at', started_at, 'ended_at', ended_at,
+    'elapsed_secs', extract(epoch FROM coalesce(ended_at, now()) - started_at)::float8,
+    'exit_code', exit_code, 'scheduling_attempts', attempts,
+    'termination_requested', termination_requested,
+    'usage', (SELECT json_build_object('cpu_seconds', u.cpu_seconds, 'cpu_percent', u.cpu_percent,
+        'memory_bytes', u.memory_bytes, 'network_rx_bytes', u.rx_bytes,
+        'network_tx_bytes', u.tx_bytes, 'sampled_at', u.sampled_at)
+      FROM session_usage u WHERE u.session_id = s.session_id))::text, version
+  FROM proj_sessions.sessions s WHERE session_id = $1";
+
+/// A session's detail document as the view has it.
+pub struct Detail {
+    pub owner: Uuid,
+    /// The JSON document.
+    pub body: String,
+    /// The view's version of the session (for the cache).
+    pub version: i64,
+}
+
+/// The view's detail of session `id`, if the view has it.
+pub async fn detail(pool: &Pool, id: Uuid) -> Result<Option<Detail>, ApiError> {
+    let client = pool.get().await?;
+    let statement = client.prepare_cached(DETAIL_SQL).await?;
+    Ok(client
+        .query_opt(&statement, &[&id])
+        .await?
+        .map(|row| Detail {
+            owner: row.get(0),
+            body: row.get(1),
+            version: row.get(2),
+        }))
+}
+
+/// The owner of session `id` in the view, if the view has it.
+pub async fn view_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiError> {
+    let client = pool.get().await?;
+    let statement = client
+        .prepare_cached("SELECT owner FROM proj_sessions.sessions WHERE session_id = $1")
+        .await?;
+    Ok(client
+        .query_opt(&statement, &[&id])
+        .await?
+        .map(|r| r.get(0)))
+}
+
+/// The owner and status of session `id` from the ledger (exact, unlike the view).
+pub async fn ledger_owner_status(
+    pool: &Pool,
+    id: Uuid,
+) -> Result<Option<(Uuid, String)>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT owner, status FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// The owner of session `id` from the ledger, for the event stream's filter.
+pub async fn ledger_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiError> {
+    Ok(ledger_owner_status(pool, id).await?.map(|(owner, _)| owner))
+}
+
+/// Which scheduling-history rows of one session to show.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryFilter {
+    pub id: Option<Uuid>,
+    pub phase: Option<String>,
+    pub result: Option<String>,
+    pub from_status: Option<SessionStatus>,
+    pub to_status: Option<SessionStatus>,
+    pub error_code: Option<String>,
+    /// Rows whose message contains this text, in any case.
+    pub message: Option<String>,
+}
+
+/// The order of a history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HistoryOrder {
+    #[default]
+    CreatedAscending,
+    CreatedDescending,
+    UpdatedAscending,
+    UpdatedDescending,
+}
+
+/// Session `session_id`'s scheduling history rows matching `filter`.
+pub async fn history(
+    pool: &Pool,
+    session_id: Uuid,
+    filter: &HistoryFilter,
+    order: HistoryOrder,
+) -> Result<Vec<Value>, ApiError> {
+    let mut w = Where::default();
+    w.add("session_id = ?", session_id);
+    if let Some(id) = filter.id {
+        w.add("id = ?", id);
+    }
+    if let Some(phase) = &filter.phase {
+        w.add("phase = ?", phase.clone());
+    }
+    if let Some(result) = &filter.result {
+        w.add("result = ?", result.clone());
+    }
+    if let Some(s) = filter.from_status {
+        w.add("from_status = ?", s.as_str().to_owned());
+    }
+    if let Some(s) = filter.to_status {
+        w.add("to_status = ?", s.as_str().to_owned());
+    }
+    if let Some(code) = &filter.error_code {
+        w.add("error_code = ?", code.clone());
+    }
+    if let Some(message) = &filter.message {
+        let escaped = message
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        w.add("message ILIKE ?", format!("%{escaped}%"));
+    }
+    let order = match order {
+        HistoryOrder::CreatedAscending => "created_at ASC",
+        HistoryOrder::CreatedDescending => "created_at DESC",
+        HistoryOrder::UpdatedAscending => "updated_at ASC",
+        HistoryOrder::UpdatedDescending => "updated_at DESC",
+    };
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT id, phase, result, from_status, to_status, attempts, message, error_code,
+                        steps, created_at, updated_at
+                 FROM proj_sessions.history WHERE {} ORDER BY {order}",
+                w.sql()
+            ),
+            &w.refs(),
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.get::<_, Uuid>(0),
+                "phase": r.get::<_, String>(1),
+                "result": r.get::<_, String>(2),
+                "from_status": r.get::<_, String>(3),
+                "to_status": r.get::<_, String>(4),
+                "attempts": r.get::<_, i32>(5),
+                "message": r.get::<_, String>(6),
+                "error_code": r.get::<_, Option<String>>(7),
+                "sub_steps": r.get::<_, Value>(8),
+                "created_at": r.get::<_, DateTime<Utc>>(9),
+                "updated_at": r.get::<_, DateTime<Utc>>(10),
+            })
+        })
+        .collect())
+}
+
+fn slots_json(r: &Row, first: usize) -> Value {
+    json!({
+        "cpu": r.get::<_, i64>(first) as f64 / 1000.0,
+        "memory_bytes": r.get::<_, i64>(first + 1),
+        "gpu": r.get::<_, i64>(first + 2) as f64 / 1000.0,
+    })
+}
+
+/// Whether a resource group named `name` exists.
+pub async fn group_exists(pool: &Pool, name: &str) -> Result<bool, ApiError> {
+    let client = pool.get().await?;
+    Ok(client
+        .query_opt(
+            "SELECT 1 FROM ledger.resource_groups WHERE name = $1",
+            &[&name],
+        )
+        .await?
+        .is_some())
+}
+
+/// The resource summary of the seeds: the caller's limits (from `policy`), the caller's
+/// usage in `group`, and the group's total, used and free resources.
+pub async fn resource_summary(
+    pool: &Pool,
+    user: Uuid,
+    policy: &str,
+    group: &str,
+) -> Result<Value, ApiError> {
+    let client = pool.get().await?;
+    let limits = client
+        .query_one(
+            "SELECT max_concurrent_sessions, max_cpu_milli, max_memory_bytes, max_gpu_milli,
+                    max_session_lifetime_secs, name FROM ledger.policies WHERE name = $1",
+            &[&policy],
+        )
+        .await?;
+    let mine = client
+        .query_one(
+            &format!(
+                "SELECT count(*)::int,
+                   coalesce(sum((resources->>'cpu_milli')::bigint * cluster_size), 0)::bigint,
+                   coalesce(sum((resources->>'memory_bytes')::bigint * cluster_size), 0)::bigint,
+                   coalesce(sum((resources->>'gpu_milli')::bigint * cluster_size), 0)::bigint
+                 FROM proj_sessions.sessions WHERE owner = $1 AND resource_group = $2 AND {}",
+                events::sql::holds_resources("status")
+            ),
+            &[&user, &group],
+        )
+        .await?;
+    let total = client
+        .query_one(
+            "SELECT count(*)::int, coalesce(sum(cpu_milli), 0)::bigint,
+               coalesce(sum(memory_bytes), 0)::bigint, coalesce(sum(gpu_milli), 0)::bigint,
+               coalesce(sum(used_cpu_milli), 0)::bigint, coalesce(sum(used_memory_bytes), 0)::bigint,
+               coalesce(sum(used_gpu_milli), 0)::bigint,
+               coalesce(sum(cpu_milli - used_cpu_milli), 0)::bigint,
+               coalesce(sum(memory_bytes - used_memory_bytes), 0)::bigint,
+               coalesce(sum(gpu_milli - used_gpu_milli), 0)::bigint
+             FROM proj_sessions.agents WHERE resource_group = $1 AND lost IS NULL",
+            &[&group],
+        )
+        .await?;
+    Ok(json!({
+        "resource_group": group,
+        "my_limits": {
+            "resource_policy": limits.get::<_, String>(5),
+            "max_concurrent_sessions": limits.get::<_, i32>(0),
+            "max_total": slots_json(&limits, 1),
+            "max_session_lifetime_secs": limits.get::<_, Option<i64>>(4),
+        },
+        "my_usage": {"sessions": mine.get::<_, i32>(0), "resources": slots_json(&mine, 1)},
+        "group": {
+            "agents": total.get::<_, i32>(0),
+            "total": slots_json(&total, 1),
+            "used": slots_json(&total, 4),
+            "free": slots_json(&total, 7),
+        },
+    }))
+}
+
+/// Every preset, by name.
+pub async fn presets(pool: &Pool) -> Result<Vec<Value>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT name, cpu_milli, memory_bytes, gpu_milli, shared_memory_bytes
+             FROM ledger.presets ORDER BY name",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.get::<_, String>(0),
+                "resources": slots_json(r, 1),
+                "shared_memory_bytes": r.get::<_, i64>(4),
+            })
+        })
+        .collect())
+}
+
+/// The kept output of one kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelLog {
+    pub kernel: i32,
+    pub content: String,
+    /// Whether the kernel has ended and all its output is kept.
+    pub complete: bool,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The kept output of each of session `id`'s kernels, by kernel index.
+pub async fn logs(pool: &Pool, id: Uuid) -> Result<Vec<KernelLog>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT kernel, content, complete, updated_at FROM session_logs
+             WHERE session_id = $1 ORDER BY kernel",
+            &[&id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| KernelLog {
+            kernel: r.get(0),
+            content: r.get(1),
+            complete: r.get(2),
+            updated_at: r.get(3),
+        })
+        .collect())
+}
+
+/// Whether session `id` has ended (or does not exist), from the ledger.
+pub async fn has_ended(pool: &Pool, id: Uuid) -> Result<bool, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {} FROM ledger.sessions WHERE session_id = $1",
+                events::sql::has_ended("status")
+            ),
+            &[&id],
+        )
+        .await?;
+    Ok(row.is_none_or(|r| r.get::<_, bool>(0)))
+}
+
+/// `owner`'s folders, by name.
+pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Value>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT name, created_at FROM ledger.folders WHERE owner = $1 ORDER BY name",
+            &[&owner],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| json!({"name": r.get::<_, String>(0), "created_at": r.get::<_, DateTime<Utc>>(1)}))
+        .collect())
+}

@@ -1,0 +1,265 @@
+//! Tidy: the architecture rules of docs/ARCHITECTURE.md, checked on the source tree, so they
+//! hold by test rather than by prose.
+//!
+//! - SQL lives at the edges: a statement or a PostgreSQL call appears only in a crate's
+//!   database module (`db.rs` or `db/`), in a projection module, or in the backbone modules
+//!   of `events` (store, ledger, relay, audit, consumer, projection, pg).
+//! - A service never depends on another service (the gateway may embed the launcher).
+//! - The domain crate depends on serde, serde_json, chrono, uuid and thiserror only, and
+//!   nothing that does I/O reaches it transitively.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use regex::Regex;
+use serde_json::Value;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Every `.rs` file under a `src/` directory of the workspace (production code).
+fn source_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !name.starts_with('.') && name != "target" && name != "infra" {
+                source_files(&path, found);
+            }
+        } else if name.ends_with(".rs") && path.components().any(|c| c.as_os_str() == "src") {
+            found.push(path);
+        }
+    }
+}
+
+/// Where SQL may be written, relative to the workspace root.
+fn sql_allowed(relative: &str) -> bool {
+    const BACKBONE: &[&str] = &[
+        "events/src/store.rs",
+        "events/src/audit.rs",
+        "events/src/relay.rs",
+        "events/src/consumer.rs",
+        "events/src/pg.rs",
+        "events/src/sql.rs",
+        "events/src/ledger.rs",
+    ];
+    let file = relative.rsplit('/').next().unwrap();
+    BACKBONE.contains(&relative)
+        || relative.starts_with("events/src/ledger/")
+        || file == "db.rs"
+        || relative.contains("/db/")
+        || file == "projection.rs"
+        || relative.contains("/projection/")
+}
+
+/// The places in `text` that talk SQL: a PostgreSQL client call, or a string literal that
+/// starts with a statement keyword.
+fn sql_sites(text: &str) -> Vec<(usize, String)> {
+    let call = Regex::new(
+        r"\.(query_one|query_opt|query_raw|query_typed|batch_execute|simple_query|prepare_cached|prepare_typed|copy_in|copy_out)\(|\.(prepare|execute)\(\s*(&|\x22|r#)",
+    )
+    .unwrap();
+    let statement = Regex::new(
+        r#"(r#*)?"\s*(SELECT|INSERT INTO|UPDATE|DELETE FROM|WITH|CREATE|ALTER|DROP|TRUNCATE|LOCK TABLE|COPY|GRANT|REVOKE)\b"#,
+    )
+    .unwrap();
+    let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let mut sites: Vec<(usize, String)> = call
+        .find_iter(text)
+        .chain(statement.find_iter(text))
+        .map(|m| (line_of(m.start()), m.as_str().trim().to_owned()))
+        .collect();
+    sites.sort();
+    sites.dedup_by_key(|(line, _)| *line);
+    sites
+}
+
+#[test]
+fn sql_is_written_only_in_database_and_projection_modules() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    source_files(&root, &mut files);
+    assert!(
+        files.len() > 40,
+        "the walk found only {} files",
+        files.len()
+    );
+    let mut offences = Vec::new();
+    for path in files {
+        let relative = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if sql_allowed(&relative) {
+            continue;
+        }
+        for (line, site) in sql_sites(&fs::read_to_string(&path).unwrap()) {
+            offences.push(format!("{relative}:{line}: {site}"));
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "SQL outside a db or projection module (move it into the crate's db.rs):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_sql_finder_sees_a_query_in_a_handler_and_not_an_http_query_string() {
+    let handler = "async fn h(c: &Client) { c.query(\"SELECT 1\", &[]).await; }";
+    assert_eq!(sql_sites(handler).len(), 1);
+    let prepared = "let s = client.prepare_cached(&sql).await?;";
+    assert_eq!(sql_sites(prepared).len(), 1);
+    let raw = "client.batch_execute(r#\"\n  CREATE TABLE x ()\"#)";
+    assert_eq!(sql_sites(raw).len(), 1);
+    let http = "http.get(url).query(&[(\"limit\", \"500\")]).send()";
+    assert!(sql_sites(http).is_empty());
+    let prose = "\"Update your key\"";
+    assert!(sql_sites(prose).is_empty());
+}
+
+/// `cargo metadata` for the whole workspace, with its resolved dependency graph.
+fn metadata() -> Value {
+    // Only this host's platform: the graph of another one would need crates never downloaded.
+    let rustc = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
+    let host = String::from_utf8(rustc.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names the host");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--filter-platform",
+            &host,
+        ])
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Each workspace package's name, with the names of its normal (not dev, not build)
+/// dependencies, and where its manifest lives.
+fn workspace_packages(meta: &Value) -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| members.contains(p["id"].as_str().unwrap()))
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect();
+            let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+            (p["name"].as_str().unwrap().to_owned(), (manifest, deps))
+        })
+        .collect()
+}
+
+#[test]
+fn no_service_depends_on_another_service() {
+    let meta = metadata();
+    let packages = workspace_packages(&meta);
+    let services_dir = workspace_root().join("services");
+    let services: BTreeSet<&String> = packages
+        .iter()
+        .filter(|(_, (manifest, _))| manifest.starts_with(&services_dir))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(services.len() >= 3, "services found: {services:?}");
+    for service in &services {
+        let (_, deps) = &packages[*service];
+        let others: Vec<&String> = deps.iter().filter(|d| services.contains(d)).collect();
+        assert!(
+            others.is_empty(),
+            "{service} depends on the services {others:?}"
+        );
+    }
+}
+
+#[test]
+fn the_domain_depends_on_no_io_crate() {
+    let meta = metadata();
+    let packages = workspace_packages(&meta);
+    let (_, direct) = &packages["berth-domain"];
+    let allowed: BTreeSet<String> = ["serde", "serde_json", "chrono", "uuid", "thiserror"]
+        .map(String::from)
+        .into();
+    let extra: Vec<&String> = direct.difference(&allowed).collect();
+    assert!(
+        extra.is_empty(),
+        "berth-domain gained the dependencies {extra:?}"
+    );
+
+    // Transitively, through the resolved graph's normal edges.
+    let nodes: BTreeMap<&str, &Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["id"].as_str().unwrap(), n))
+        .collect();
+    let domain_id = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "berth-domain")
+        .map(|p| p["id"].as_str().unwrap())
+        .unwrap();
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![domain_id];
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        for dep in nodes[id]["deps"].as_array().unwrap() {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].is_null());
+            if normal {
+                todo.push(dep["pkg"].as_str().unwrap());
+            }
+        }
+    }
+    const IO: &[&str] = &[
+        "tokio", "postgres", "nats", "bollard", "hyper", "deadpool", "reqwest", "axum",
+    ];
+    let reached: Vec<&&str> = seen
+        .iter()
+        .filter(|id| IO.iter().any(|io| id.contains(io)))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "berth-domain reaches I/O crates: {reached:?}"
+    );
+}
