@@ -58,7 +58,11 @@ impl Named {
 }
 
 /// Whether a `what` named `name` exists.
-pub async fn exists(client: &impl GenericClient, what: Named, name: &str) -> Result<bool, LedgerError> {
+pub async fn exists(
+    client: &impl GenericClient,
+    what: Named,
+    name: &str,
+) -> Result<bool, LedgerError> {
     let sql = format!("SELECT 1 FROM {} WHERE name = $1", what.table());
     Ok(client.query_opt(&sql, &[&name]).await?.is_some())
 }

@@ -332,7 +332,9 @@ pub fn decide(
     let group_total = context
         .agents
         .iter()
-        .fold(ResourceSlots::default(), |sum, a| sum.saturating_add(a.capacity));
+        .fold(ResourceSlots::default(), |sum, a| {
+            sum.saturating_add(a.capacity)
+        });
     if let Some((field, asked, limit)) = first_excess(total, group_total) {
         return Err(invalid(
             field,
@@ -342,7 +344,7 @@ pub fn decide(
     let offered = context
         .agents
         .iter()
-        .any(|a| a.images.iter().any(|i| *i == request.image));
+        .any(|a| a.images.contains(&request.image));
     if !offered {
         return Err(invalid(
             "image",
@@ -427,8 +429,8 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::ResourceRequest;
     use crate::launch::ByteSize;
+    use crate::launch::ResourceRequest;
 
     const GIB: u64 = 1 << 30;
 
@@ -512,7 +514,11 @@ mod tests {
         assert_eq!(s.shared_memory_bytes, DEFAULT_SHARED_MEMORY);
         assert_eq!(s.resource_group, "default");
         assert_eq!(s.omp_num_threads, 2, "OpenMP threads default to the cores");
-        assert_eq!(s.max_lifetime_secs, Some(3600), "the policy's lifetime travels");
+        assert_eq!(
+            s.max_lifetime_secs,
+            Some(3600),
+            "the policy's lifetime travels"
+        );
     }
 
     #[test]
@@ -523,7 +529,10 @@ mod tests {
         request.cluster_size = Some(3);
         let (field, message) = refused(&context(), &request);
         assert_eq!(field, "resources.cpu");
-        assert!(message.contains("18 cores") && message.contains("policy `default`"), "{message}");
+        assert!(
+            message.contains("18 cores") && message.contains("policy `default`"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -532,7 +541,10 @@ mod tests {
         request.resources.memory = Some(ByteSize::Bytes(40 * GIB));
         let (field, message) = refused(&context(), &request);
         assert_eq!(field, "resources.memory");
-        assert!(message.contains("resource group `default` has 32768 MiB"), "{message}");
+        assert!(
+            message.contains("resource group `default` has 32768 MiB"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -640,9 +652,14 @@ mod tests {
     fn random_names_avoid_the_owners_live_sessions_and_each_other() {
         let mut context = context();
         context.live_names = vec!["AmberBriskCedar".into()];
-        let mut drawn = ["AmberBriskCedar", "DeltaEmberFjord", "DeltaEmberFjord", "GaleIrisJade"]
-            .into_iter()
-            .map(String::from);
+        let mut drawn = [
+            "AmberBriskCedar",
+            "DeltaEmberFjord",
+            "DeltaEmberFjord",
+            "GaleIrisJade",
+        ]
+        .into_iter()
+        .map(String::from);
         let mut request = request();
         request.name = None;
         request.count = Some(2);
@@ -656,10 +673,14 @@ mod tests {
         let actor = user("alice@x.y", Role::User);
         let mut request = request();
         request.count = Some(0);
-        assert!(matches!(check_request(&actor, &request), Err(LaunchError::Invalid(e)) if e.field == "count"));
+        assert!(
+            matches!(check_request(&actor, &request), Err(LaunchError::Invalid(e)) if e.field == "count")
+        );
         let mut request = super::tests::request();
         request.session_type = Some(SessionType::System);
-        assert!(matches!(check_request(&actor, &request), Err(LaunchError::Forbidden(e)) if e.field == "type"));
+        assert!(
+            matches!(check_request(&actor, &request), Err(LaunchError::Forbidden(e)) if e.field == "type")
+        );
     }
 
     #[test]

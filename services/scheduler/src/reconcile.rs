@@ -206,7 +206,15 @@ pub async fn reconcile_once(
         .collect();
     for late in db::overdue(&client, &limits).await? {
         let (to, result, reason) = overdue_move(late.status, late.waited, late.requeues, deadlines);
-        let moved = settle(pool, late.session_id, Some(late.status), to, result, &reason).await?;
+        let moved = settle(
+            pool,
+            late.session_id,
+            Some(late.status),
+            to,
+            result,
+            &reason,
+        )
+        .await?;
         done.sessions_moved += moved as usize;
     }
     Ok(done)
