@@ -40,9 +40,11 @@ async fn audit_verify_names_the_tampered_event() {
         .get()
         .await
         .unwrap()
+        // With the owner's rights: the service role may not change the log.
         .batch_execute(
-            "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"forged\"')
-             WHERE stream_id = 'agent-cli1' AND stream_version = 2",
+            "BEGIN; SET LOCAL ROLE NONE;
+             UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"forged\"')
+             WHERE stream_id = 'agent-cli1' AND stream_version = 2; COMMIT;",
         )
         .await
         .unwrap();

@@ -7,7 +7,9 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{
+    GenericClient, Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod,
+};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 use uuid::Uuid;
@@ -27,7 +29,11 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("../migrations/0003_session_logs.sql")),
     (4, include_str!("../migrations/0004_folders.sql")),
     (5, include_str!("../migrations/0005_session_usage.sql")),
+    (6, include_str!("../migrations/0006_service_role.sql")),
 ];
+/// The role services run as: it may append to and read the log, never change a row of it
+/// (migration 0006). [`pool`] switches every new connection to it.
+pub const SERVICE_ROLE: &str = "berth_service";
 /// Advisory lock key that serialises migrations between processes starting together.
 const MIGRATION_LOCK: i64 = 0x6265_7274_685f_6d31;
 
@@ -144,8 +150,27 @@ pub fn pool(url: &str, max_size: usize) -> Result<Pool, StoreError> {
     );
     Pool::builder(manager)
         .max_size(max_size)
+        .post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                become_service_role(client)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }))
         .build()
         .map_err(|e| StoreError::BadUrl(e.to_string()))
+}
+
+/// Switches the connection to [`SERVICE_ROLE`] for the rest of its life. Before migration
+/// 0006 has created the role, the connection stays the login role (the first migrations need
+/// the owner's rights anyway; `migrate` switches its connection once they are done).
+async fn become_service_role(client: &tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "SELECT set_config('role', '{SERVICE_ROLE}', false)
+             WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = '{SERVICE_ROLE}')"
+        ))
+        .await
 }
 
 /// Creates the database named in `url` when it does not exist yet, through the `postgres`
@@ -184,6 +209,9 @@ pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
 pub async fn migrate(pool: &Pool, extra: &[(&str, i32, &str)]) -> Result<(), StoreError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
+    // Migrations need the owner's rights; the pool's connections run as the service role
+    // (after the first run), so drop it for this transaction only.
+    tx.batch_execute("SET LOCAL ROLE NONE").await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
     tx.batch_execute(
@@ -215,6 +243,7 @@ pub async fn migrate(pool: &Pool, extra: &[(&str, i32, &str)]) -> Result<(), Sto
         }
     }
     tx.commit().await?;
+    become_service_role(&client).await?;
     Ok(())
 }
 

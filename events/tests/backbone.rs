@@ -600,13 +600,15 @@ async fn sealed_store() -> EventStore {
     store
 }
 
+/// Runs `sql` with the owner's rights (the service role may not touch the log), as an
+/// operator with access to the database could, and returns the first break `verify` finds.
 async fn tamper(store: &EventStore, sql: &str) -> audit::Break {
     store
         .pool()
         .get()
         .await
         .unwrap()
-        .batch_execute(sql)
+        .batch_execute(&format!("BEGIN; SET LOCAL ROLE NONE; {sql}; COMMIT;"))
         .await
         .unwrap();
     audit::verify(store.pool())
@@ -773,4 +775,49 @@ async fn the_relay_keeps_global_order_on_jetstream() {
     stop.cancel();
     relay.await.unwrap().unwrap();
     js.delete_stream(&topology.stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_service_role_can_append_and_read_the_log_but_never_change_it() {
+    let store = sealed_store().await;
+    let client = store.pool().get().await.unwrap();
+    let role: String = client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(role, events::store::SERVICE_ROLE);
+    for sql in [
+        "UPDATE events SET payload = '{}' WHERE stream_id = 'agent-y'",
+        "DELETE FROM events WHERE stream_id = 'agent-y'",
+        "TRUNCATE events",
+        "UPDATE event_seals SET hash = '\\x00'",
+        "DELETE FROM event_seals",
+    ] {
+        let error = client.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {error}"
+        );
+    }
+    // Nothing was changed, and the log still takes appends through the store.
+    assert!(audit::verify(store.pool())
+        .await
+        .unwrap()
+        .first_break
+        .is_none());
+    let before = store.read_stream("agent-y").await.unwrap().len();
+    store
+        .append(
+            "agent-y",
+            ExpectedVersion::Any,
+            &[lost("y", "after the checks")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read_stream("agent-y").await.unwrap().len(),
+        before + 1
+    );
 }
