@@ -23,7 +23,7 @@ use events::store::{self, EventStore, ExpectedVersion, LogPosition, ProposedEven
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use berth::config::Config;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {

@@ -1,19 +1,69 @@
 //! Configuration from environment variables, with defaults that match `infra/services.sh`.
+//! Every variable berth reads is named here and nowhere else, and every service timing
+//! (poll intervals, grace periods) is a field of [`Timings`] with today's value as default.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-/// Where PostgreSQL, NATS and the gateway are, and the caller's API key.
+use events::relay::Topology;
+
+/// Where PostgreSQL, NATS and the gateway are, the caller's API key, and the timings.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database_url: String,
     pub nats_url: String,
-    /// Address `berth up` serves the HTTP API on.
+    /// The JetStream stream and subject prefix events are published on.
+    pub topology: Topology,
+    /// Address the gateway serves the HTTP API on (port 0: any free port).
     pub gateway_listen: String,
     /// Where the CLI finds the gateway.
     pub gateway_url: String,
     pub api_key: Option<String>,
+    /// Where an agent keeps folders on its host.
+    pub agent_data_dir: PathBuf,
+    pub timings: Timings,
+}
+
+/// How often each service looks again, and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timings {
     /// How long an agent may be silent before it is marked lost.
     pub heartbeat_timeout: Duration,
+    /// The reconciler's round.
+    pub reconcile_every: Duration,
+    /// Longest time between scheduler passes when nothing wakes the scheduler.
+    pub scheduler_interval: Duration,
+    /// How often the streams projection reads the log when it is caught up.
+    pub streams_poll: Duration,
+    /// How often the sessions projection reads the log when it is caught up.
+    pub sessions_poll: Duration,
+    /// How long the sealer rests when nothing is left to seal.
+    pub sealer_idle: Duration,
+    /// How often an agent looks for work.
+    pub agent_poll: Duration,
+    /// How long a stopping container gets before it is killed.
+    pub agent_stop_grace: Duration,
+    /// How often an agent reads its host's images again.
+    pub agent_image_refresh: Duration,
+    /// How long a simulated agent keeps a session in each status.
+    pub simulated_step: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            heartbeat_timeout: Duration::from_secs(30),
+            reconcile_every: Duration::from_secs(2),
+            scheduler_interval: Duration::from_secs(1),
+            streams_poll: Duration::from_millis(20),
+            sessions_poll: Duration::from_millis(10),
+            sealer_idle: Duration::from_millis(200),
+            agent_poll: Duration::from_millis(50),
+            agent_stop_grace: Duration::from_secs(10),
+            agent_image_refresh: Duration::from_secs(10),
+            simulated_step: Duration::from_secs(1),
+        }
+    }
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://berth@127.0.0.1:55432/berth";
@@ -21,21 +71,90 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:54222";
 pub const DEFAULT_GATEWAY: &str = "127.0.0.1:8480";
 
 impl Config {
+    /// The configuration the process environment describes.
     pub fn from_env() -> Config {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Config::from_source(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration `source` describes (a variable's value by name): the environment
+    /// in production, a map in tests.
+    pub fn from_source(source: impl Fn(&str) -> Option<String>) -> Config {
+        let var = |name: &str| source(name).filter(|v| !v.is_empty());
         let or = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_owned());
+        let duration = |name: &str, unit: fn(u64) -> Duration, default: Duration| {
+            var(name).and_then(|v| v.parse().ok()).map_or(default, unit)
+        };
         let listen = or("BERTH_GATEWAY_LISTEN", DEFAULT_GATEWAY);
+        let defaults = Timings::default();
+        let secs = Duration::from_secs;
+        let millis = Duration::from_millis;
+        let topology = Topology::default();
         Config {
             database_url: or("BERTH_DATABASE_URL", DEFAULT_DATABASE_URL),
             nats_url: or("BERTH_NATS_URL", DEFAULT_NATS_URL),
+            topology: Topology {
+                stream: or("BERTH_NATS_STREAM", &topology.stream),
+                prefix: or("BERTH_NATS_PREFIX", &topology.prefix),
+            },
             gateway_url: var("BERTH_GATEWAY_URL").unwrap_or_else(|| format!("http://{listen}")),
             gateway_listen: listen,
             api_key: var("BERTH_API_KEY"),
-            heartbeat_timeout: Duration::from_secs(
-                var("BERTH_HEARTBEAT_TIMEOUT_SECS")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(30),
-            ),
+            agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
+            timings: Timings {
+                heartbeat_timeout: duration(
+                    "BERTH_HEARTBEAT_TIMEOUT_SECS",
+                    secs,
+                    defaults.heartbeat_timeout,
+                ),
+                reconcile_every: duration(
+                    "BERTH_RECONCILE_EVERY_MS",
+                    millis,
+                    defaults.reconcile_every,
+                ),
+                scheduler_interval: duration(
+                    "BERTH_SCHEDULER_INTERVAL_MS",
+                    millis,
+                    defaults.scheduler_interval,
+                ),
+                agent_poll: duration("BERTH_AGENT_POLL_MS", millis, defaults.agent_poll),
+                agent_stop_grace: duration(
+                    "BERTH_AGENT_STOP_GRACE_SECS",
+                    secs,
+                    defaults.agent_stop_grace,
+                ),
+                ..defaults
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_local_services_and_variables_override_them() {
+        let config = Config::from_source(|_| None);
+        assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(config.gateway_url, "http://127.0.0.1:8480");
+        assert_eq!(config.timings, Timings::default());
+        assert_eq!(config.topology, Topology::default());
+
+        let config = Config::from_source(|name| match name {
+            "BERTH_GATEWAY_LISTEN" => Some("0.0.0.0:9000".into()),
+            "BERTH_SCHEDULER_INTERVAL_MS" => Some("250".into()),
+            "BERTH_HEARTBEAT_TIMEOUT_SECS" => Some("7".into()),
+            "BERTH_NATS_STREAM" => Some("T_1".into()),
+            "BERTH_API_KEY" => Some(String::new()),
+            _ => None,
+        });
+        assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
+        assert_eq!(
+            config.timings.scheduler_interval,
+            Duration::from_millis(250)
+        );
+        assert_eq!(config.timings.heartbeat_timeout, Duration::from_secs(7));
+        assert_eq!(config.topology.stream, "T_1");
+        assert_eq!(config.api_key, None, "an empty variable is unset");
     }
 }

@@ -1,13 +1,14 @@
 //! `berth`: one binary for every part of the platform.
 //!
-//! `berth up` runs the services in one process; each service can also run alone
-//! (`berth relay`, ...). Operators replay projections and audit the log from here, and
+//! `berth up` runs the control plane in one process; each part can also run alone
+//! (`berth relay`, `berth projections`, `berth scheduler`, `berth reconciler`,
+//! `berth gateway`), all through the one composition `berth::app::start`. `berth agent` runs
+//! an agent on a compute host. Operators replay projections and audit the log from here, and
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
 mod admin;
 mod bench;
 mod bench_sessions;
-mod config;
 mod db;
 mod session_cli;
 mod telemetry;
@@ -16,14 +17,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use berth::app::{self, Parts};
+use berth::config::Config;
 use clap::{Parser, Subcommand};
 use events::projection::{self, StreamIndex};
-use events::relay::{RelayConfig, Topology};
-use events::{audit, store, EventStore};
+use events::{audit, EventStore};
 use gateway::projection::SessionsView;
 use tokio_util::sync::CancellationToken;
-
-use crate::config::Config;
 
 #[derive(Parser)]
 #[command(
@@ -38,12 +38,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every service in this process until interrupted.
+    /// Run the whole control plane in this process until interrupted.
     Up,
     /// Apply database migrations and exit.
     Migrate,
     /// Run only the relay (PostgreSQL -> NATS JetStream) and the audit sealer.
     Relay,
+    /// Run only the projections (the streams index and the sessions view).
+    Projections,
+    /// Run only the scheduler.
+    Scheduler,
+    /// Run only the reconciler (deadlines, lost agents).
+    Reconciler,
+    /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
+    Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
     /// one; `ledger` folds the write-side tables again and compares them.
     Replay {
@@ -86,9 +94,9 @@ enum Command {
         /// Images offered (repeatable; default: the images on the host).
         #[arg(long = "image")]
         images: Vec<String>,
-        /// Where folders live on this host.
-        #[arg(long, env = "BERTH_AGENT_DATA", default_value = ".berth/agent-data")]
-        data_dir: std::path::PathBuf,
+        /// Where folders live on this host (default: BERTH_AGENT_DATA, or .berth/agent-data).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
         /// Move sessions without containers (no Docker needed).
         #[arg(long)]
         simulate: bool,
@@ -134,24 +142,7 @@ async fn main() -> ExitCode {
 }
 
 async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
-    store::ensure_database(&config.database_url)
-        .await
-        .context("reach PostgreSQL (is `infra/services.sh up` running?)")?;
-    let pool = store::pool(&config.database_url, 32)?;
-    store::migrate(&pool, &[])
-        .await
-        .context("migrate the database")?;
-    Ok(EventStore::new(pool))
-}
-
-async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::jetstream::Context> {
-    let client = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(&config.nats_url)
-        .await
-        .with_context(|| format!("connect to NATS at {}", config.nats_url))?;
-    Ok(async_nats::jetstream::new(client))
+    Ok(EventStore::new(app::connect_database(config, 32).await?))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -161,30 +152,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             connect_store(&config).await?;
             println!("migrations applied");
         }
-        Command::Up | Command::Relay => {
-            let store = connect_store(&config).await?;
-            let js = connect_nats(&config).await?;
-            let stop = CancellationToken::new();
-            let mut tasks = tokio::task::JoinSet::new();
-            tasks.spawn(relay_task(store.clone(), config.clone(), js, stop.clone()));
-            tasks.spawn(sealer_task(store.clone(), stop.clone()));
-            if matches!(cli.command, Command::Up) {
-                services(&config, &store, &mut tasks, &stop).await?;
-            }
-            tracing::info!("berth is up; Ctrl-C stops it");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
-                Some(done) = tasks.join_next() => {
-                    stop.cancel();
-                    done??;
-                    anyhow::bail!("a service stopped unexpectedly");
-                }
-            }
-            stop.cancel();
-            while let Some(done) = tasks.join_next().await {
-                done??;
-            }
-        }
+        Command::Up => serve(&config, Parts::ALL).await?,
+        Command::Relay => serve(&config, Parts::RELAY).await?,
+        Command::Projections => serve(&config, Parts::PROJECTIONS).await?,
+        Command::Scheduler => serve(&config, Parts::SCHEDULER).await?,
+        Command::Reconciler => serve(&config, Parts::RECONCILER).await?,
+        Command::Gateway => serve(&config, Parts::GATEWAY).await?,
         Command::Replay {
             projection: name,
             swap,
@@ -296,17 +269,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let run = async {
                 match docker {
                     Some(docker) => {
+                        let data_dir = data_dir.unwrap_or_else(|| config.agent_data_dir.clone());
                         std::fs::create_dir_all(&data_dir)?;
-                        let config = agent::docker::RuntimeConfig {
+                        let timings = &config.timings;
+                        let runtime = agent::docker::RuntimeConfig {
                             data_dir: std::fs::canonicalize(&data_dir)?,
-                            stop_grace_secs: 10,
-                            poll: Duration::from_millis(50),
-                            image_refresh: images_from_host.then_some(Duration::from_secs(10)),
+                            stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
+                            poll: timings.agent_poll,
+                            image_refresh: images_from_host.then_some(timings.agent_image_refresh),
                         };
-                        agent::docker::run(pool, docker, spec, config, stop.clone()).await?
+                        agent::docker::run(pool, docker, spec, runtime, stop.clone()).await?
                     }
                     None => {
-                        agent::simulate(pool, spec, Duration::from_secs(1), stop.clone()).await?
+                        let step = config.timings.simulated_step;
+                        agent::simulate(pool, spec, step, stop.clone()).await?
                     }
                 }
                 anyhow::Ok(())
@@ -320,89 +296,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Everything `berth up` runs besides the relay and the sealer: projections, scheduler,
-/// reconciler and the gateway. A fresh install gets its first superadmin here.
-async fn services(
-    config: &Config,
-    store: &EventStore,
-    tasks: &mut tokio::task::JoinSet<anyhow::Result<()>>,
-    stop: &CancellationToken,
-) -> anyhow::Result<()> {
-    let pool = store.pool().clone();
-    if let Some((email, key)) = launcher::access::bootstrap(&pool).await? {
+/// Starts `parts` and runs them until Ctrl-C (or until one of them fails).
+async fn serve(config: &Config, parts: Parts) -> anyhow::Result<()> {
+    let app = app::start(config, parts).await?;
+    if let Some((email, key)) = &app.first_superadmin {
         println!("fresh install: superadmin {email}");
         println!("API key (shown only now): {key}");
     }
-    let (p, s) = (pool.clone(), stop.clone());
-    tasks.spawn(async move {
-        projection::run(p, StreamIndex, Duration::from_millis(20), s).await?;
-        Ok(())
-    });
-    let (p, s) = (pool.clone(), stop.clone());
-    tasks.spawn(async move {
-        projection::run(p, SessionsView, Duration::from_millis(10), s).await?;
-        Ok(())
-    });
-    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
-    let scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
-    let (w, s) = (wake.clone(), stop.clone());
-    tasks.spawn(async move {
-        scheduler.run(w, s).await;
-        Ok(())
-    });
-    let deadlines = scheduler::reconcile::Deadlines {
-        heartbeat: config.heartbeat_timeout,
-        ..Default::default()
-    };
-    let (p, s) = (pool.clone(), stop.clone());
-    tasks.spawn(async move {
-        scheduler::reconcile::run(p, deadlines, Duration::from_secs(2), s).await;
-        Ok(())
-    });
-    let nats = async_nats::connect(&config.nats_url).await.ok();
-    let state = gateway::AppState::new(pool, nats, Topology::default(), wake);
-    let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
-        .await
-        .with_context(|| format!("listen on {}", config.gateway_listen))?;
-    tracing::info!(address = %config.gateway_listen, "gateway listening");
-    let s = stop.clone();
-    tasks.spawn(async move {
-        gateway::serve(listener, state, s).await?;
-        Ok(())
-    });
-    Ok(())
-}
-
-async fn relay_task(
-    store: EventStore,
-    config: Config,
-    js: async_nats::jetstream::Context,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    events::relay::run(
-        store.pool().clone(),
-        config.database_url,
-        js,
-        Topology::default(),
-        RelayConfig::default(),
-        stop,
-    )
-    .await?;
-    Ok(())
-}
-
-/// Seals the log behind the horizon a little after it is written.
-async fn sealer_task(store: EventStore, stop: CancellationToken) -> anyhow::Result<()> {
-    while !stop.is_cancelled() {
-        let sealed = audit::seal_once(store.pool(), 5_000).await?;
-        if sealed == 0 {
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        }
-    }
-    Ok(())
+    tracing::info!(?parts, "berth is up; Ctrl-C stops it");
+    app.run_until(async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping");
+    })
+    .await
 }
 
 async fn audit_command(config: &Config, command: AuditCommand) -> anyhow::Result<ExitCode> {
@@ -463,8 +369,8 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
     use futures::StreamExt;
 
     let store = connect_store(config).await?;
-    let js = connect_nats(config).await?;
-    let topology = Topology::default();
+    let js = async_nats::jetstream::new(app::connect_nats(config).await?);
+    let topology = config.topology.clone();
     let stream = events::relay::ensure_stream(&js, &topology).await?;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {

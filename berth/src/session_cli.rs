@@ -8,7 +8,7 @@ use clap::Subcommand;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::config::Config;
+use berth::config::Config;
 
 #[derive(Subcommand)]
 pub enum SessionCommand {

@@ -2,11 +2,9 @@
 //! scheduler, the sessions projection and the relay run in this process on a fresh database;
 //! agents are real event producers driven by the test.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use events::payloads::*;
 use events::projection;
 use futures::StreamExt;

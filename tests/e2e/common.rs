@@ -1,21 +1,18 @@
-//! The test harness shared by the gateway's integration tests: a fresh database, the
-//! sessions projection, a scheduler, the relay and the gateway running in this process.
+//! The harness the end-to-end tests share: a fresh database and JetStream stream, and the
+//! whole control plane started through `berth::app::start`, exactly as `berth up` starts it
+//! (relay and sealer, projections, scheduler, reconciler, gateway).
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
+use berth::app::{self, App, Parts};
+use berth::config::{Config, Timings};
 use deadpool_postgres::Pool;
 use events::payloads::*;
-use events::projection;
-use events::relay::{RelayConfig, Topology};
-use events::store;
-use gateway::projection::SessionsView;
+use events::relay::Topology;
 use reqwest::StatusCode;
-use scheduler::run::{Scheduler, SchedulerConfig};
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -36,7 +33,9 @@ pub struct Harness {
     pub admin_key: String,
     pub http: reqwest::Client,
     pub topology: Topology,
+    /// Cancelled when the harness is dropped; tests hang their own tasks on it.
     pub stop: CancellationToken,
+    app: Option<App>,
 }
 
 impl Drop for Harness {
@@ -45,59 +44,47 @@ impl Drop for Harness {
     }
 }
 
-pub async fn start() -> Harness {
+/// The configuration of a test's control plane: a database and a JetStream stream of its
+/// own, any free port, passes every 100 ms. Agents driven by hand send no heartbeats, so
+/// the reconciler gives them 5 minutes before it calls them lost.
+pub fn test_config() -> Config {
     let base = base_url();
     let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
-    store::ensure_database(&url)
-        .await
-        .expect("create test database");
-    let pool = store::pool(&url, 24).expect("pool");
-    store::migrate(&pool, &[]).await.expect("migrate");
-    let (_, admin_key) = launcher::access::bootstrap(&pool)
-        .await
-        .unwrap()
-        .expect("fresh install");
-    projection::install(&pool, &SessionsView).await.unwrap();
-    let stop = CancellationToken::new();
-    tokio::spawn(projection::run(
-        pool.clone(),
-        SessionsView,
-        Duration::from_millis(10),
-        stop.clone(),
-    ));
-    let wake = Arc::new(Notify::new());
-    let config = SchedulerConfig {
-        interval: Duration::from_millis(100),
-        ..Default::default()
-    };
-    tokio::spawn(Scheduler::new(pool.clone(), config).run(wake.clone(), stop.clone()));
     let id = Uuid::new_v4().simple().to_string();
-    let topology = Topology {
+    let mut config = Config::from_source(|_| None);
+    config.database_url = format!("{prefix}/test_{id}");
+    config.nats_url = nats_url();
+    config.topology = Topology {
         stream: format!("T_{id}"),
         prefix: format!("t{id}.evt"),
     };
-    let client = async_nats::connect(nats_url()).await.expect("NATS");
-    let js = async_nats::jetstream::new(client.clone());
-    tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.clone(),
-        js,
-        topology.clone(),
-        RelayConfig::default(),
-        stop.clone(),
-    ));
-    let state = gateway::AppState::new(pool.clone(), Some(client), topology.clone(), wake);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(gateway::serve(listener, state, stop.clone()));
+    config.gateway_listen = "127.0.0.1:0".into();
+    config.timings = Timings {
+        scheduler_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_secs(300),
+        ..Timings::default()
+    };
+    config
+}
+
+pub async fn start() -> Harness {
+    let config = test_config();
+    let app = app::start(&config, Parts::ALL)
+        .await
+        .expect("the control plane starts");
+    let (_, admin_key) = app.first_superadmin.clone().expect("a fresh install");
+    let address = app.gateway.expect("the gateway listens");
     Harness {
-        pool,
+        pool: app.pool.clone(),
         base: format!("http://{address}"),
         admin_key,
-        http: reqwest::Client::new(),
-        topology,
-        stop,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        topology: config.topology,
+        stop: CancellationToken::new(),
+        app: Some(app),
     }
 }
 
@@ -118,7 +105,24 @@ impl Harness {
         }
         let response = request.send().await.expect("gateway answers");
         let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
+        let text = response.text().await.expect("the body is read");
+        // An empty body is Null; anything else must be JSON, so a check on a field of a
+        // body that is not JSON fails instead of passing on Null.
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{status}: the body is not JSON ({e}): {text}"))
+        };
+        (status, body)
+    }
+
+    /// Panics with the error of a part of the control plane that has stopped: the parts run
+    /// until the harness is dropped, so one that ended failed.
+    pub fn assert_running(&mut self) {
+        if let Some(e) = self.app.as_mut().and_then(App::ended) {
+            panic!("a part of berth stopped: {e:#}");
+        }
     }
 
     pub async fn create(&self, key: &str, body: Value) -> (StatusCode, Value) {
@@ -183,10 +187,11 @@ impl Harness {
     }
 
     pub async fn history(&self, id: &str) -> Vec<Value> {
-        let (_, body) = self
+        let (status, body) = self
             .get(&self.admin_key, &format!("/v1/sessions/{id}/history"))
             .await;
-        body["history"].as_array().cloned().unwrap_or_default()
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["history"].as_array().cloned().expect("a history list")
     }
 
     pub async fn count_events(&self, event_type: &str) -> i64 {

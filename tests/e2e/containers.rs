@@ -1,12 +1,10 @@
 //! Real containers: sessions through the gateway run by an agent with the Docker runtime,
 //! against the real engine and the local images `infra/images.sh` builds.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use events::payloads::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};

@@ -1,0 +1,265 @@
+//! The one composition of berth's control plane. [`start`] wires the parts a process runs
+//! (relay and sealer, projections, scheduler, reconciler, gateway) onto one database pool and
+//! one stop token. `berth up` starts every part; `berth relay`, `berth projections`,
+//! `berth scheduler`, `berth reconciler` and `berth gateway` start one each; the end-to-end
+//! tests start the same function, so what they test is what runs.
+//!
+//! Agents are not parts: they run on compute hosts (`berth agent`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use deadpool_postgres::Pool;
+use events::projection::{self, StreamIndex};
+use events::relay::RelayConfig;
+use events::{audit, store};
+use gateway::projection::SessionsView;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// Which parts of the control plane a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Parts {
+    /// Publishes committed events to NATS, and seals the audit chain behind it.
+    pub relay: bool,
+    /// Keeps the read models (streams, sessions) folded from the log.
+    pub projections: bool,
+    /// Places pending sessions on agents.
+    pub scheduler: bool,
+    /// Moves on sessions past their deadlines, and marks silent agents lost.
+    pub reconciler: bool,
+    /// Serves the HTTP API.
+    pub gateway: bool,
+}
+
+impl Parts {
+    /// Everything: `berth up`.
+    pub const ALL: Parts = Parts {
+        relay: true,
+        projections: true,
+        scheduler: true,
+        reconciler: true,
+        gateway: true,
+    };
+    const NONE: Parts = Parts {
+        relay: false,
+        projections: false,
+        scheduler: false,
+        reconciler: false,
+        gateway: false,
+    };
+    pub const RELAY: Parts = Parts {
+        relay: true,
+        ..Parts::NONE
+    };
+    pub const PROJECTIONS: Parts = Parts {
+        projections: true,
+        ..Parts::NONE
+    };
+    pub const SCHEDULER: Parts = Parts {
+        scheduler: true,
+        ..Parts::NONE
+    };
+    pub const RECONCILER: Parts = Parts {
+        reconciler: true,
+        ..Parts::NONE
+    };
+    pub const GATEWAY: Parts = Parts {
+        gateway: true,
+        ..Parts::NONE
+    };
+}
+
+/// A started control plane: its parts run on their own tasks until [`App::stop`].
+pub struct App {
+    pub pool: Pool,
+    /// Where the gateway listens, when it runs.
+    pub gateway: Option<SocketAddr>,
+    /// The first superadmin's email and API key, when this start set up a fresh install.
+    pub first_superadmin: Option<(String, String)>,
+    stop: CancellationToken,
+    tasks: JoinSet<anyhow::Result<()>>,
+}
+
+/// Connects to PostgreSQL (creating the database when it does not exist) and migrates it.
+pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Result<Pool> {
+    store::ensure_database(&config.database_url)
+        .await
+        .context("reach PostgreSQL (is `infra/services.sh up` running?)")?;
+    let pool = store::pool(&config.database_url, max_size)?;
+    store::migrate(&pool, &[])
+        .await
+        .context("migrate the database")?;
+    Ok(pool)
+}
+
+/// Connects to NATS, waiting for it when it is not up yet.
+pub async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connection_timeout(std::time::Duration::from_secs(5))
+        .connect(&config.nats_url)
+        .await
+        .with_context(|| format!("connect to NATS at {}", config.nats_url))
+}
+
+/// Starts `parts` of the control plane as `config` describes.
+pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
+    let pool = connect_database(config, 32).await?;
+    let stop = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let timings = &config.timings;
+
+    // A fresh install gets its first superadmin from the process that serves users.
+    let first_superadmin = if parts.gateway {
+        launcher::access::bootstrap(&pool).await?
+    } else {
+        None
+    };
+
+    if parts.relay {
+        let js = async_nats::jetstream::new(connect_nats(config).await?);
+        let (p, url, topology, s) = (
+            pool.clone(),
+            config.database_url.clone(),
+            config.topology.clone(),
+            stop.clone(),
+        );
+        tasks.spawn(async move {
+            events::relay::run(p, url, js, topology, RelayConfig::default(), s).await?;
+            Ok(())
+        });
+        let (p, s, idle) = (pool.clone(), stop.clone(), timings.sealer_idle);
+        tasks.spawn(seal(p, idle, s));
+    }
+    // The gateway reads the sessions view: its tables exist before the first request.
+    if parts.projections || parts.gateway {
+        projection::install(&pool, &SessionsView).await?;
+    }
+    if parts.projections {
+        let (p, s, poll) = (pool.clone(), stop.clone(), timings.streams_poll);
+        tasks.spawn(async move {
+            projection::run(p, StreamIndex, poll, s).await?;
+            Ok(())
+        });
+        let (p, s, poll) = (pool.clone(), stop.clone(), timings.sessions_poll);
+        tasks.spawn(async move {
+            projection::run(p, SessionsView, poll, s).await?;
+            Ok(())
+        });
+    }
+    // In one process the gateway wakes the scheduler at once; apart, the scheduler's
+    // interval bounds the wait.
+    let wake = Arc::new(Notify::new());
+    if parts.scheduler {
+        let config = scheduler::run::SchedulerConfig {
+            interval: timings.scheduler_interval,
+            ..Default::default()
+        };
+        let scheduler = scheduler::run::Scheduler::new(pool.clone(), config);
+        let (w, s) = (wake.clone(), stop.clone());
+        tasks.spawn(async move {
+            scheduler.run(w, s).await;
+            Ok(())
+        });
+    }
+    if parts.reconciler {
+        let deadlines = scheduler::reconcile::Deadlines {
+            heartbeat: timings.heartbeat_timeout,
+            ..Default::default()
+        };
+        let (p, s, every) = (pool.clone(), stop.clone(), timings.reconcile_every);
+        tasks.spawn(async move {
+            scheduler::reconcile::run(p, deadlines, every, s).await;
+            Ok(())
+        });
+    }
+    let mut gateway = None;
+    if parts.gateway {
+        // NATS feeds the event stream and the detail cache; the API works without it.
+        let nats = connect_nats(config).await.ok();
+        let state = gateway::AppState::new(pool.clone(), nats, config.topology.clone(), wake);
+        let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
+            .await
+            .with_context(|| format!("listen on {}", config.gateway_listen))?;
+        let address = listener.local_addr()?;
+        tracing::info!(%address, "gateway listening");
+        gateway = Some(address);
+        let s = stop.clone();
+        tasks.spawn(async move {
+            gateway::serve(listener, state, s).await?;
+            Ok(())
+        });
+    }
+    Ok(App {
+        pool,
+        gateway,
+        first_superadmin,
+        stop,
+        tasks,
+    })
+}
+
+/// Seals the log behind the horizon a little after it is written.
+async fn seal(
+    pool: Pool,
+    idle: std::time::Duration,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    while !stop.is_cancelled() {
+        let sealed = audit::seal_once(&pool, 5_000).await?;
+        if sealed == 0 {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(idle) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+impl App {
+    /// Runs until `shutdown` completes, then stops every part. A part that ends before
+    /// (it failed, or stopped on its own) stops the others and is the error returned.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let ended = tokio::select! {
+            _ = shutdown => None,
+            Some(ended) = self.tasks.join_next() => Some(ended),
+        };
+        self.stop.cancel();
+        if let Some(ended) = ended {
+            ended??;
+            anyhow::bail!("a part of berth stopped unexpectedly");
+        }
+        self.stop().await
+    }
+
+    /// The first part that has ended, if any (they run until stopped, so an ended part
+    /// failed or panicked): its error, for a caller that checks on a running app.
+    pub fn ended(&mut self) -> Option<anyhow::Error> {
+        let ended = self.tasks.try_join_next()?;
+        Some(match ended {
+            Ok(Ok(())) => anyhow::anyhow!("a part of berth stopped unexpectedly"),
+            Ok(Err(e)) => e,
+            Err(e) => e.into(),
+        })
+    }
+
+    /// Stops every part and waits for them; the first error any of them ended with.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        let mut first = Ok(());
+        while let Some(ended) = self.tasks.join_next().await {
+            let result = ended.map_err(anyhow::Error::from).and_then(|r| r);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,246 @@
+//! The control plane as processes, the two ways an operator runs it: `berth up` alone, and
+//! each part as its own process (`berth relay`, `berth projections`, `berth scheduler`,
+//! `berth reconciler`, `berth gateway`). Either way, with a `berth agent` running real
+//! containers, the README's batch session goes from `berth session create` to TERMINATED,
+//! with its output kept and its memory limit real. PostgreSQL, NATS and Docker are real.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Processes started by a test, killed when it ends however it ends.
+struct Processes {
+    children: Vec<(String, Child)>,
+    logs: PathBuf,
+}
+
+impl Processes {
+    /// Starts `berth ARGS` with `env`, its output appended to a log named after `name`.
+    fn spawn(&mut self, name: &str, args: &[&str], env: &[(String, String)]) {
+        let log = std::fs::File::create(self.logs.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start berth");
+        self.children.push((name.to_owned(), child));
+    }
+
+    /// Fails the test, with the process's log, if any process has exited.
+    fn assert_running(&mut self) {
+        for (name, child) in &mut self.children {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.logs.join(format!("{name}.log")));
+                panic!(
+                    "`berth {name}` exited ({status}):\n{}",
+                    log.unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `berth ARGS` with `env`, waited for (at most 60 s): whether it succeeded, and its output.
+fn berth_with(args: &[&str], env: &[(String, String)]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run berth");
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            let output = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr);
+            return (output.status.success(), text);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("`berth {}` did not end within 60 s", args.join(" "));
+}
+
+/// Runs the README's batch session through the gateway of processes started as `commands`
+/// (each a `berth` subcommand), with an agent; checks it ends TERMINATED with its output.
+async fn batch_session_end_to_end(commands: &[&str]) {
+    let (_pool, url) = fresh_database().await;
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let key = text
+        .split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("the first key is printed")
+        .to_owned();
+    let id = Uuid::new_v4().simple().to_string();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let nats = std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
+    let env: Vec<(String, String)> = [
+        ("BERTH_DATABASE_URL", url.clone()),
+        ("BERTH_NATS_URL", nats),
+        ("BERTH_NATS_STREAM", format!("P_{id}")),
+        ("BERTH_NATS_PREFIX", format!("p{id}.evt")),
+        ("BERTH_GATEWAY_LISTEN", listen.clone()),
+        ("BERTH_GATEWAY_URL", format!("http://{listen}")),
+        ("BERTH_API_KEY", key),
+        ("BERTH_SCHEDULER_INTERVAL_MS", "200".into()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .into();
+    let logs = std::env::temp_dir().join(format!("berth-processes-{id}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut processes = Processes {
+        children: Vec::new(),
+        logs: logs.clone(),
+    };
+    for command in commands {
+        processes.spawn(command, &[command], &env);
+    }
+    let data = logs.join("data");
+    let agent_id = format!("proc{}", &id[..8]);
+    processes.spawn(
+        "agent",
+        &[
+            "agent",
+            "--id",
+            &agent_id,
+            "--cpu",
+            "2",
+            "--memory-gib",
+            "2",
+            "--data-dir",
+        ]
+        .into_iter()
+        .chain([data.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &env,
+    );
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let api_key = env
+        .iter()
+        .find(|(k, _)| k == "BERTH_API_KEY")
+        .unwrap()
+        .1
+        .clone();
+    let get = |path: String| {
+        let (http, api_key, listen) = (http.clone(), api_key.clone(), listen.clone());
+        async move {
+            let response = http
+                .get(format!("http://{listen}{path}"))
+                .header("x-api-key", api_key)
+                .send()
+                .await
+                .ok()?;
+            response.status().is_success().then_some(())?;
+            response.json::<Value>().await.ok()
+        }
+    };
+    let mut ready = false;
+    for _ in 0..300 {
+        processes.assert_running();
+        let agents = get("/v1/resources".into()).await;
+        if agents.is_some_and(|r| r["group"]["agents"].as_i64() == Some(1)) {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        ready,
+        "the gateway never saw the agent (logs in {})",
+        logs.display()
+    );
+
+    let (ok, text) = berth_with(
+        &[
+            "session", "create", "--type", "batch", "--image", "berth/shell:latest", "--cpu", "1",
+            "--memory", "256m", "--command",
+            "echo hello from berth; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+        ],
+        &env,
+    );
+    assert!(ok, "{text}");
+    let session = text
+        .split_whitespace()
+        .next()
+        .expect("the session id")
+        .to_owned();
+    Uuid::parse_str(&session).unwrap_or_else(|_| panic!("not a session id: {text}"));
+
+    let mut detail = Value::Null;
+    for _ in 0..600 {
+        processes.assert_running();
+        if let Some(d) = get(format!("/v1/sessions/{session}")).await {
+            let status = d["status"].as_str().unwrap_or_default().to_owned();
+            detail = d;
+            if ["TERMINATED", "ERROR", "CANCELLED"].contains(&status.as_str()) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(detail["status"], "TERMINATED", "{detail:#}");
+    assert_eq!(detail["exit_code"], 0, "{detail:#}");
+    let logs_body = get(format!("/v1/sessions/{session}/logs"))
+        .await
+        .expect("the logs answer");
+    let output = logs_body["kernels"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(output.contains("hello from berth"), "{logs_body:#}");
+    assert!(
+        output.contains("268435456"),
+        "the memory limit is real: {logs_body:#}"
+    );
+    drop(processes);
+    remove_dir(&logs);
+}
+
+fn remove_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn berth_up_and_an_agent_run_the_readme_batch_session() {
+    batch_session_end_to_end(&["up"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_part_as_its_own_process_runs_the_readme_batch_session() {
+    batch_session_end_to_end(&["relay", "projections", "scheduler", "reconciler", "gateway"]).await;
+}

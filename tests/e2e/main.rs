@@ -1,0 +1,11 @@
+//! End-to-end tests of the whole platform against real PostgreSQL, NATS and Docker, one
+//! binary (one link on a 2-core machine). Each test starts berth through the same
+//! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
+//! its own.
+//!
+//! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
+//! - [`containers`]: real containers run by the agent's Docker runtime.
+
+mod common;
+mod containers;
+mod sessions;
