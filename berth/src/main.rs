@@ -11,7 +11,6 @@ mod bench;
 mod bench_sessions;
 mod db;
 mod session_cli;
-mod telemetry;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,6 +18,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use berth::app::{self, Parts};
 use berth::config::Config;
+use berth::telemetry;
 use clap::{Parser, Subcommand};
 use events::projection::{self, StreamIndex};
 use events::{audit, EventStore};

@@ -1,5 +1,8 @@
 //! Logging and tracing for every berth process: `tracing` to stderr, filtered by `RUST_LOG`,
-//! and spans exported over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! and OpenTelemetry spans, exported over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is
+//! set. The OpenTelemetry layer is installed either way: it gives every span a trace id, so
+//! the events a request or a session task records carry a `traceparent` (rule 7) whether or
+//! not anything collects the spans.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -22,6 +25,7 @@ impl Drop for Telemetry {
     }
 }
 
+/// Installs the process's subscriber; fails when one is installed already.
 pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_from_default_env()
@@ -33,21 +37,16 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|v| !v.is_empty());
-    let Some(_) = endpoint else {
-        tracing_subscriber::registry()
-            .with(filter)
-            .with(fmt)
-            .try_init()?;
-        return Ok(Telemetry { provider: None });
-    };
-    // The exporter reads the endpoint (and OTEL_EXPORTER_OTLP_HEADERS etc.) itself.
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .build()?;
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(Resource::builder().with_service_name(service).build())
-        .build();
+    let mut builder = SdkTracerProvider::builder()
+        .with_resource(Resource::builder().with_service_name(service).build());
+    if endpoint.is_some() {
+        // The exporter reads the endpoint (and OTEL_EXPORTER_OTLP_HEADERS etc.) itself.
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .build()?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    let provider = builder.build();
     let tracer = provider.tracer(service);
     tracing_subscriber::registry()
         .with(filter)

@@ -90,7 +90,8 @@ pub async fn record(
         let version = first_version + i as u64;
         if !patch.absorb(tx, &Fold::LIVE, event, version, at).await? {
             patch.flush(tx, &Fold::LIVE).await?;
-            apply(tx, &Fold::LIVE, event, version, at).await?;
+            let traceparent = metadata.traceparent.as_deref();
+            apply(tx, &Fold::LIVE, event, version, at, traceparent).await?;
         }
     }
     patch.flush(tx, &Fold::LIVE).await?;
@@ -457,7 +458,16 @@ async fn apply_any<C: GenericClient>(
         .absorb(client, fold, &recorded.event, recorded.stream_version, at)
         .await?
     {
-        apply(client, fold, &recorded.event, recorded.stream_version, at).await?;
+        let traceparent = recorded.metadata.traceparent.as_deref();
+        apply(
+            client,
+            fold,
+            &recorded.event,
+            recorded.stream_version,
+            at,
+            traceparent,
+        )
+        .await?;
     }
     patch.flush(client, fold).await
 }
@@ -467,12 +477,14 @@ fn i64_of(v: u64) -> i64 {
 }
 
 /// Applies one event, the `stream_version`-th of its stream, to the ledger `fold` names.
+/// `traceparent` is the trace the event was recorded in (kept for a session's journey).
 async fn apply<C: GenericClient>(
     client: &C,
     fold: &Fold<'_>,
     event: &Event,
     stream_version: u64,
     at: DateTime<Utc>,
+    traceparent: Option<&str>,
 ) -> Result<(), LedgerError> {
     let version = i64_of(stream_version);
     match event {
@@ -655,9 +667,9 @@ async fn apply<C: GenericClient>(
                 "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                        resource_group, session_type, status, status_since, cpu_milli,
                        memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
-                       starts_at, created_at, version)
+                       starts_at, created_at, version, traceparent)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-                       $14, $15, $8, $16)",
+                       $14, $15, $8, $16, $17)",
                 &[
                     &e.session_id,
                     &e.owner.user_id,
@@ -675,6 +687,7 @@ async fn apply<C: GenericClient>(
                     &e.agent_id,
                     &e.starts_at,
                     &version,
+                    &traceparent,
                 ],
             )
             .await?;

@@ -30,6 +30,7 @@ use deadpool_postgres::Pool;
 use events::ledger::KeyOwner;
 use events::relay::Topology;
 use tokio::sync::{Notify, RwLock};
+use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
 
@@ -122,7 +123,24 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
+}
+
+/// A span per request, named by its route, continuing the caller's trace when the request
+/// carries a W3C `traceparent` header: what the request records joins the caller's journey.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or(request.uri().path(), |p| p.as_str());
+    let span = tracing::info_span!("http", method = %request.method(), route = %route);
+    let traceparent = request
+        .headers()
+        .get(events::trace::headers::TRACEPARENT)
+        .and_then(|v| v.to_str().ok());
+    events::trace::follow(&span, traceparent);
+    span
 }
 
 /// Serves the API on `listener` until `stop`.

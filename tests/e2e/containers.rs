@@ -15,7 +15,7 @@ use uuid::Uuid;
 /// An image no registry has: its pull fails.
 const ABSENT: &str = "registry.invalid/berth/absent:1";
 
-struct DockerAgent {
+pub(crate) struct DockerAgent {
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -90,7 +90,7 @@ async fn spawn_agent(
 }
 
 /// A Docker agent with a fresh id and data directory of its own.
-async fn local_agent(h: &Harness) -> DockerAgent {
+pub(crate) async fn local_agent(h: &Harness) -> DockerAgent {
     docker_agent(h, &fresh_agent_id(), &data_dir()).await
 }
 

@@ -5,7 +5,9 @@
 //!
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
+//! - [`traces`]: one session's journey shares the trace of the request that created it.
 
 mod common;
 mod containers;
 mod sessions;
+mod traces;

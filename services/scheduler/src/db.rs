@@ -60,23 +60,29 @@ pub async fn groups(tx: &impl GenericClient) -> Result<Vec<GroupRules>, LedgerEr
         .collect())
 }
 
-/// The first `batch` sessions waiting in `group`'s queue, in queue order.
-pub async fn queue(
-    tx: &impl GenericClient,
-    group: &str,
-    batch: i64,
-) -> Result<Vec<PendingSession>, LedgerError> {
+/// Sessions waiting in a queue, in queue order, and the trace each one's journey belongs to.
+pub struct Queue {
+    pub sessions: Vec<PendingSession>,
+    pub traceparents: HashMap<Uuid, String>,
+}
+
+/// The first `batch` sessions waiting in `group`'s queue.
+pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Queue, LedgerError> {
     let rows = tx
         .query(
             "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                     cluster_mode, cluster_size, wanted_agent, starts_at, created_at,
-                    attempts, last_result, last_error_code
+                    attempts, last_result, last_error_code, traceparent
              FROM ledger.sessions WHERE status = 'PENDING' AND resource_group = $1
              ORDER BY queue_seq LIMIT $2",
             &[&group, &batch],
         )
         .await?;
-    Ok(rows
+    let traceparents = rows
+        .iter()
+        .filter_map(|r| Some((r.get(0), r.get::<_, Option<String>>(14)?)))
+        .collect();
+    let sessions = rows
         .iter()
         .map(|r| PendingSession {
             session_id: r.get(0),
@@ -92,7 +98,11 @@ pub async fn queue(
             last_result: r.get::<_, Option<&str>>(12).and_then(parse),
             last_error_code: r.get(13),
         })
-        .collect())
+        .collect();
+    Ok(Queue {
+        sessions,
+        traceparents,
+    })
 }
 
 /// `group`'s live agents with what they hold, by id.

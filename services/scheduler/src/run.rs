@@ -19,6 +19,7 @@ use events::store::ExpectedVersion;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::core::{self, AgentView, GroupRules, Snapshot};
@@ -89,6 +90,7 @@ impl Scheduler {
     }
 
     /// One pass over every resource group.
+    #[tracing::instrument(name = "scheduler_pass", skip_all)]
     pub async fn pass(&mut self) -> Result<Pass, SchedulerError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -98,7 +100,7 @@ impl Scheduler {
         let mut free_after = HashMap::new();
         for rules in groups {
             let name = rules.name.clone();
-            let Some(mut snapshot) = self.snapshot(&tx, rules).await? else {
+            let Some((mut snapshot, traceparents)) = self.snapshot(&tx, rules).await? else {
                 continue;
             };
             let decisions = core::plan(&mut snapshot);
@@ -117,16 +119,23 @@ impl Scheduler {
                 .count();
             let tx = &tx;
             futures::stream::iter(recorded)
-                .map(|decision| async move {
-                    let metadata = events::trace::metadata("scheduler", None);
-                    ledger::record(
-                        tx,
-                        &stream_id("session", decision.session_id),
-                        ExpectedVersion::Exact(decision.version),
-                        &decision.events(),
-                        &metadata,
-                    )
-                    .await
+                .map(|decision| {
+                    // Each decision joins its session's journey (the trace it was created in).
+                    let span = tracing::info_span!("schedule", session = %decision.session_id);
+                    let traceparent = traceparents.get(&decision.session_id);
+                    events::trace::follow(&span, traceparent.map(String::as_str));
+                    async move {
+                        let metadata = events::trace::metadata("scheduler", None);
+                        ledger::record(
+                            tx,
+                            &stream_id("session", decision.session_id),
+                            ExpectedVersion::Exact(decision.version),
+                            &decision.events(),
+                            &metadata,
+                        )
+                        .await
+                    }
+                    .instrument(span)
                 })
                 .buffer_unordered(self.config.pipeline)
                 .try_collect::<Vec<_>>()
@@ -142,8 +151,11 @@ impl Scheduler {
         &self,
         tx: &Transaction<'_>,
         group: GroupRules,
-    ) -> Result<Option<Snapshot>, SchedulerError> {
-        let queue = db::queue(tx, &group.name, self.config.batch).await?;
+    ) -> Result<Option<(Snapshot, HashMap<Uuid, String>)>, SchedulerError> {
+        let db::Queue {
+            sessions: queue,
+            traceparents,
+        } = db::queue(tx, &group.name, self.config.batch).await?;
         if queue.is_empty() {
             return Ok(None);
         }
@@ -161,14 +173,15 @@ impl Scheduler {
             None => true,
             Some(before) => !free.fits_in(*before),
         };
-        Ok(Some(Snapshot {
+        let snapshot = Snapshot {
             group,
             agents,
             queue,
             owners,
             now: Utc::now(),
             capacity_grew,
-        }))
+        };
+        Ok(Some((snapshot, traceparents)))
     }
 
     /// Runs passes until `stop`: after every wake-up, and at least every `interval`.

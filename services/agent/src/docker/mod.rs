@@ -29,6 +29,7 @@ use events::store::ExpectedVersion;
 use events::EventStore;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{heartbeat, register, report, AgentError, AgentSpec};
@@ -107,13 +108,20 @@ fn db(e: impl Into<LedgerError>) -> AgentError {
     AgentError::Ledger(e.into())
 }
 
-async fn load(pool: &Pool, session_id: Uuid) -> Result<Option<SessionState>, AgentError> {
+/// A session's state, and the trace its journey belongs to (its creation's traceparent).
+async fn load(
+    pool: &Pool,
+    session_id: Uuid,
+) -> Result<Option<(SessionState, Option<String>)>, AgentError> {
     let recorded = EventStore::new(pool.clone())
         .read_stream(&stream_id("session", session_id))
         .await
         .map_err(db)?;
+    let traceparent = recorded
+        .first()
+        .and_then(|first| first.metadata.traceparent.clone());
     Ok(match fold(&recorded) {
-        StreamState::Session(s) => Some(*s),
+        StreamState::Session(s) => Some((*s, traceparent)),
         _ => None,
     })
 }
@@ -212,7 +220,7 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
 /// This agent's kernels of a multi-node cluster whose main kernel runs elsewhere: started when
 /// the main agent creates its own, kept until the session ends, then removed.
 async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
-    let Ok(Some(state)) = load(&ctx.pool, id).await else {
+    let Ok(Some((state, _))) = load(&ctx.pool, id).await else {
         return;
     };
     let size = state.request.cluster_size.max(1);
@@ -606,16 +614,32 @@ enum Ended {
     TimedOut,
 }
 
-/// Owns one session's container from start (or adoption) to removal.
+/// Owns one session's container from start (or adoption) to removal, in a span that joins
+/// the session's journey: every status it records carries the trace of the session's
+/// creation.
 async fn run_session(
     ctx: Ctx,
     session_id: Uuid,
     adopted: Option<String>,
     stop: CancellationToken,
 ) -> Result<(), AgentError> {
-    let Some(state) = load(&ctx.pool, session_id).await? else {
+    let Some((state, traceparent)) = load(&ctx.pool, session_id).await? else {
         return Ok(());
     };
+    let span = tracing::info_span!("session", session = %session_id, agent = %ctx.agent_id);
+    events::trace::follow(&span, traceparent.as_deref());
+    own_session(ctx, state, adopted, stop)
+        .instrument(span)
+        .await
+}
+
+async fn own_session(
+    ctx: Ctx,
+    state: SessionState,
+    adopted: Option<String>,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    let session_id = state.request.session_id;
     let container = match adopted {
         Some(c) => c,
         None => match start(&ctx, &state).await {
@@ -686,7 +710,7 @@ async fn run_session(
             }
         };
         save_logs(&ctx, session_id, 0, &container, true, &log_cursor).await;
-        let now = load(&ctx.pool, session_id).await?.map(|s| s.status);
+        let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
         let code32 = i32::try_from(code).ok();
         match (why, now) {
             (_, None) => {}
@@ -727,7 +751,7 @@ async fn run_session(
                 .await
                 {
                     // It moved on meanwhile (asked to stop): finish as asked.
-                    let now = load(&ctx.pool, session_id).await?.map(|s| s.status);
+                    let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
                     if now == Some(SessionStatus::Terminating) {
                         let reason = Some("stopped on request".to_string());
                         moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
@@ -740,7 +764,7 @@ async fn run_session(
                     && moved(&ctx, session_id, SessionStatus::Running, None, None).await
                 {
                     continue;
-                } else if load(&ctx.pool, session_id).await?.map(|s| s.status)
+                } else if load(&ctx.pool, session_id).await?.map(|(s, _)| s.status)
                     == Some(SessionStatus::Terminating)
                 {
                     let reason = Some("stopped on request".to_string());
