@@ -12,6 +12,7 @@ use async_nats::jetstream::{self, consumer, AckKind};
 use deadpool_postgres::{Pool, Transaction};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::relay::{ensure_stream, RelayError, Topology};
 use crate::RecordedEvent;
@@ -137,24 +138,29 @@ pub async fn run<H: Handler>(
         };
         let span = tracing::info_span!("consume", consumer = %config.name, event_id = %event.event_id,
             event_type = event.event_type(), stream_id = %event.stream_id);
-        let _entered = span.enter();
-        match apply(&pool, &config.name, &handler, &event).await {
-            Ok(_) => {
-                if let Err(e) = message.double_ack().await {
-                    // The event is recorded as applied; a redelivery will be skipped.
-                    tracing::warn!("ack failed: {e}");
+        // The handling joins the journey the event was recorded in.
+        crate::trace::follow(&span, event.metadata.traceparent.as_deref());
+        async {
+            match apply(&pool, &config.name, &handler, &event).await {
+                Ok(_) => {
+                    if let Err(e) = message.double_ack().await {
+                        // The event is recorded as applied; a redelivery will be skipped.
+                        tracing::warn!("ack failed: {e}");
+                    }
+                }
+                Err(HandlerError::Transient(reason)) => {
+                    tracing::warn!(%reason, "handler failed, will retry");
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
+                        .await;
+                }
+                Err(HandlerError::Permanent(reason)) => {
+                    tracing::error!(%reason, position = %event.position, "handler refused the event");
+                    let _ = message.ack_with(AckKind::Term).await;
                 }
             }
-            Err(HandlerError::Transient(reason)) => {
-                tracing::warn!(%reason, "handler failed, will retry");
-                let _ = message
-                    .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                    .await;
-            }
-            Err(HandlerError::Permanent(reason)) => {
-                tracing::error!(%reason, position = %event.position, "handler refused the event");
-                let _ = message.ack_with(AckKind::Term).await;
-            }
         }
+        .instrument(span)
+        .await;
     }
 }

@@ -1,0 +1,169 @@
+//! Creating a session's kernels on this host: the cluster network, the GPUs each kernel
+//! gets, the containers as [`super::spec`] describes them, started, and recorded as
+//! `KernelStarted` with their published ports.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::container::{CreateContainerOptions, ListContainersOptions};
+use events::aggregate::SessionState;
+use events::catalogue::{stream_id, Event};
+use events::ledger;
+use events::payloads::{KernelStarted, PublishedPort};
+use events::store::ExpectedVersion;
+
+use super::{container_name, remove, remove_all, spec, Ctx, LABEL_GPUS, LABEL_SESSION};
+
+/// What the containers on this host that may still run hold of each GPU, from their labels.
+async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
+    let filters = HashMap::from([
+        ("label".to_string(), vec![LABEL_GPUS.to_string()]),
+        (
+            "status".to_string(),
+            ["created", "running", "restarting", "paused"]
+                .map(String::from)
+                .to_vec(),
+        ),
+    ]);
+    let containers = ctx
+        .docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| format!("listing the containers that hold GPUs failed: {e}"))?;
+    let mut held = HashMap::new();
+    for label in containers
+        .iter()
+        .filter_map(|c| c.labels.as_ref()?.get(LABEL_GPUS))
+    {
+        crate::gpu::add_held(label, &mut held);
+    }
+    Ok(held)
+}
+
+/// Creates and starts this agent's kernels of a session, on the cluster's network, and
+/// records them; the names of their containers (the main kernel's first, when it is here).
+pub(super) async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, String> {
+    let request = &state.request;
+    let id = request.session_id;
+    let mut binds = Vec::new();
+    for (host, bind) in spec::folders(state, &ctx.config.data_dir) {
+        std::fs::create_dir_all(&host).map_err(|e| format!("folder `{}`: {e}", host.display()))?;
+        binds.push(bind);
+    }
+    let layout = spec::layout(state, &ctx.agent_id);
+    if let Some(net) = &layout.network {
+        if layout.mine.contains(&0) {
+            // The main kernel's agent makes the network; the others wait for it.
+            let options = bollard::network::CreateNetworkOptions {
+                name: net.clone(),
+                driver: "bridge".into(),
+                check_duplicate: true,
+                labels: HashMap::from([(LABEL_SESSION.to_string(), id.to_string())]),
+                ..Default::default()
+            };
+            if let Err(e) = ctx.docker.create_network(options).await {
+                if !e.to_string().contains("already exists") {
+                    return Err(format!("creating the cluster network failed: {e}"));
+                }
+            }
+        } else {
+            let mut waited = 0;
+            while ctx
+                .docker
+                .inspect_network::<String>(net, None)
+                .await
+                .is_err()
+            {
+                waited += 1;
+                if waited > 300 {
+                    return Err(format!("the cluster network `{net}` did not appear"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // Choosing GPUs and creating the containers that hold them is one step per host, so two
+    // sessions starting at once cannot both take the same free GPU.
+    let wants_gpus = request.resources.gpu_milli > 0 && !ctx.gpus.gpus().is_empty();
+    let _gpu_turn = if wants_gpus {
+        Some(ctx.gpu_turn.lock().await)
+    } else {
+        None
+    };
+    let mut held = if wants_gpus {
+        gpus_held(ctx).await?
+    } else {
+        HashMap::new()
+    };
+    let mut names = Vec::with_capacity(layout.mine.len());
+    for &k in &layout.mine {
+        let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &held);
+        crate::gpu::add_held(&gpu.to_label(), &mut held);
+        let config = spec::kernel_config(state, &ctx.agent_id, &layout, k, &binds, &gpu);
+        let name = container_name(id, k);
+        remove(ctx, &name).await; // a leftover of an earlier try
+        let options = CreateContainerOptions {
+            name: name.clone(),
+            platform: None,
+        };
+        if let Err(e) = ctx.docker.create_container(Some(options), config).await {
+            remove_all(ctx, &names).await;
+            return Err(format!("creating the container of kernel {k} failed: {e}"));
+        }
+        names.push(name);
+    }
+    // The others first, so the main kernel finds them when it starts.
+    for name in names.iter().skip(1).chain(names.iter().take(1)) {
+        if let Err(e) = ctx.docker.start_container::<String>(name, None).await {
+            remove_all(ctx, &names).await;
+            return Err(format!("starting the container failed: {e}"));
+        }
+    }
+    let metadata = events::trace::metadata(&format!("agent:{}", ctx.agent_id), None);
+    let mut started = Vec::with_capacity(names.len());
+    for (&k, name) in layout.mine.iter().zip(&names) {
+        let inspected = ctx.docker.inspect_container(name, None).await.ok();
+        let ports = inspected
+            .as_ref()
+            .and_then(|c| c.network_settings.as_ref())
+            .and_then(|n| n.ports.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(port, bindings)| {
+                let container = port.split('/').next()?.parse().ok()?;
+                let host = bindings?.first()?.host_port.as_ref()?.parse().ok()?;
+                Some(PublishedPort { container, host })
+            })
+            .collect();
+        let hostname = inspected
+            .as_ref()
+            .and_then(|c| c.config.as_ref())
+            .and_then(|c| c.hostname.clone());
+        started.push(Event::KernelStarted(KernelStarted {
+            session_id: id,
+            kernel: k,
+            agent_id: ctx.agent_id.clone(),
+            container_id: inspected.and_then(|c| c.id).unwrap_or_default(),
+            ports,
+            hostname,
+        }));
+    }
+    let stream = stream_id("session", id);
+    let recorded = ledger::record_now(
+        &ctx.pool,
+        &stream,
+        ExpectedVersion::Any,
+        &started,
+        &metadata,
+    )
+    .await;
+    if let Err(e) = recorded {
+        remove_all(ctx, &names).await;
+        return Err(format!("recording the kernels failed: {e}"));
+    }
+    Ok(names)
+}

@@ -1,0 +1,413 @@
+//! One session's task: prepares, pulls, creates and starts its kernels, waits for the main
+//! container to stop (by itself, on request, past a batch timeout), keeps its output, and
+//! records how it ended ([`outcome`], pure), restarting an inference session that died.
+
+use std::time::Duration;
+
+use bollard::container::{StopContainerOptions, WaitContainerOptions};
+use bollard::image::CreateImageOptions;
+use events::aggregate::SessionState;
+use events::payloads::{SessionStatus, SessionType};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::cluster::others_started;
+use super::keep::{sample_usage, save_logs, LogCursor};
+use super::kernels::create_kernels;
+use super::{cleanup, container_name, load, moved, remove, Ctx};
+use crate::AgentError;
+
+/// Prepares, creates and starts the session's container; returns its name, or `None` when
+/// the session ended on the way (the reason is recorded).
+async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentError> {
+    let request = &state.request;
+    let id = request.session_id;
+    if !moved(ctx, id, SessionStatus::Preparing, None, None).await {
+        return Ok(None);
+    }
+    if ctx.docker.inspect_image(&request.image).await.is_err() {
+        if !moved(ctx, id, SessionStatus::Pulling, None, None).await {
+            return Ok(None);
+        }
+        let options = CreateImageOptions::<String> {
+            from_image: request.image.clone(),
+            ..Default::default()
+        };
+        let mut pull = ctx.docker.create_image(Some(options), None, None);
+        let mut failure = None;
+        while let Some(step) = pull.next().await {
+            if let Err(e) = step {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+        if let Some(reason) = failure {
+            moved(
+                ctx,
+                id,
+                SessionStatus::Error,
+                Some(format!("pulling `{}` failed: {reason}", request.image)),
+                None,
+            )
+            .await;
+            return Ok(None);
+        }
+    }
+    if !moved(ctx, id, SessionStatus::Prepared, None, None).await
+        || !moved(ctx, id, SessionStatus::Creating, None, None).await
+    {
+        return Ok(None);
+    }
+    let names = match create_kernels(ctx, state).await {
+        Ok(names) => names,
+        Err(reason) => {
+            moved(ctx, id, SessionStatus::Error, Some(reason), None).await;
+            return Ok(None);
+        }
+    };
+    let size = request.cluster_size.max(1);
+    // A multi-node cluster is RUNNING once the other agents have started their kernels too.
+    if (names.len() as u32) < size && !others_started(ctx, id, size).await {
+        cleanup(ctx, id, &names, size).await;
+        let reason = "the other agents of the cluster did not start their kernels within 120 s";
+        moved(ctx, id, SessionStatus::Error, Some(reason.into()), None).await;
+        return Ok(None);
+    }
+    if !moved(ctx, id, SessionStatus::Running, None, None).await {
+        cleanup(ctx, id, &names, size).await;
+        return Ok(None);
+    }
+    Ok(Some(container_name(id, 0)))
+}
+
+/// Waits for the container to exit; its exit code.
+async fn exit_code(ctx: &Ctx, container: &str) -> i64 {
+    let mut wait = ctx
+        .docker
+        .wait_container(container, None::<WaitContainerOptions<String>>);
+    match wait.next().await {
+        Some(Ok(r)) => r.status_code,
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        _ => -1,
+    }
+}
+
+/// Why a container stopped running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Its process exited by itself.
+    Exited,
+    /// The agent stopped it: the session was to end.
+    Stopped,
+    /// The agent stopped it: a batch session ran past its timeout.
+    TimedOut,
+}
+
+/// What a session becomes once its main container stopped running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// The session has ended already (or is gone): nothing to record.
+    Nothing,
+    /// The session ends TERMINATED, for this reason.
+    Terminate(String),
+    /// An inference session died: it goes to RESTARTING, for this reason, and its container
+    /// starts again.
+    Restart(String),
+}
+
+/// What a session of `session_type` becomes when its container stopped (`ended`) with exit
+/// `code`, the session being `now` (`None`: gone) and `timeout` its batch timeout. Pure.
+pub(super) fn outcome(
+    ended: Ended,
+    now: Option<SessionStatus>,
+    session_type: SessionType,
+    code: i64,
+    timeout: Option<Duration>,
+) -> Outcome {
+    match (ended, now) {
+        (_, None) => Outcome::Nothing,
+        (_, Some(s)) if s.is_terminal() => Outcome::Nothing,
+        (Ended::Stopped, _) | (_, Some(SessionStatus::Terminating)) => {
+            Outcome::Terminate("stopped on request".into())
+        }
+        (Ended::TimedOut, _) => {
+            let secs = timeout.unwrap_or_default().as_secs();
+            Outcome::Terminate(format!(
+                "batch timeout: still running after {secs} s, stopped"
+            ))
+        }
+        (Ended::Exited, _) => match session_type {
+            SessionType::Inference => Outcome::Restart(format!(
+                "the container exited unexpectedly with code {code}; restarting"
+            )),
+            SessionType::Batch if code == 0 => {
+                Outcome::Terminate("the startup command succeeded (exit code 0)".into())
+            }
+            SessionType::Batch => {
+                Outcome::Terminate(format!("the startup command failed with exit code {code}"))
+            }
+            _ => Outcome::Terminate(format!("the container exited with code {code}")),
+        },
+    }
+}
+
+/// Runs session `id`, placed on this agent, from SCHEDULED to its end.
+pub(super) async fn run_session(
+    ctx: Ctx,
+    session_id: Uuid,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    follow_session(ctx, session_id, None, stop).await
+}
+
+/// Resumes session `id` whose main container `container` an earlier run of this agent
+/// started.
+pub(super) async fn adopt_session(
+    ctx: Ctx,
+    session_id: Uuid,
+    container: String,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    follow_session(ctx, session_id, Some(container), stop).await
+}
+
+/// Owns one session's container from start (or adoption) to removal, in a span that joins
+/// the session's journey: every status it records carries the trace of the session's
+/// creation.
+async fn follow_session(
+    ctx: Ctx,
+    session_id: Uuid,
+    adopted: Option<String>,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    let Some((state, traceparent)) = load(&ctx.pool, session_id).await? else {
+        return Ok(());
+    };
+    let span = tracing::info_span!("session", session = %session_id, agent = %ctx.agent_id);
+    events::trace::follow(&span, traceparent.as_deref());
+    own_session(ctx, state, adopted, stop)
+        .instrument(span)
+        .await
+}
+
+async fn own_session(
+    ctx: Ctx,
+    state: SessionState,
+    adopted: Option<String>,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    let session_id = state.request.session_id;
+    let container = match adopted {
+        Some(c) => c,
+        None => match start(&ctx, &state).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                // Whatever went wrong, the session does not stay in an intermediate status.
+                moved(
+                    &ctx,
+                    session_id,
+                    SessionStatus::Error,
+                    Some(format!("starting failed: {e}")),
+                    None,
+                )
+                .await;
+                remove(&ctx, &container_name(session_id, 0)).await;
+                return Err(e);
+            }
+        },
+    };
+    let timeout = state
+        .request
+        .batch_timeout_secs
+        .filter(|_| state.request.session_type == SessionType::Batch)
+        .map(Duration::from_secs);
+    let started = tokio::time::Instant::now();
+    // The output so far is kept every second while the container runs.
+    let keeping = CancellationToken::new();
+    let log_cursor = std::sync::Arc::new(tokio::sync::Mutex::new(LogCursor::default()));
+    {
+        let (ctx, container, keeping) = (ctx.clone(), container.clone(), keeping.clone());
+        let cursor = log_cursor.clone();
+        tokio::spawn(async move {
+            let mut tick = 0u64;
+            // A first sample at once: a short batch session is gone before the first tick.
+            let mut previous = sample_usage(&ctx, session_id, &container, None).await;
+            while !keeping.is_cancelled() {
+                tokio::select! {
+                    _ = keeping.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        save_logs(&ctx, session_id, 0, &container, false, &cursor).await;
+                        if tick.is_multiple_of(5) {
+                            previous = sample_usage(&ctx, session_id, &container, previous).await;
+                        }
+                        tick += 1;
+                    }
+                }
+            }
+        });
+    }
+    let _keeper_guard = keeping.clone().drop_guard();
+    loop {
+        let deadline = timeout.map(|t| started + t);
+        let (code, why) = tokio::select! {
+            code = exit_code(&ctx, &container) => (code, Ended::Exited),
+            _ = stop.cancelled() => {
+                // Docker 20.10 can deadlock a container's state when `logs` races `stop`:
+                // the keeper is stopped before the container is.
+                keeping.cancel();
+                let grace = ctx.config.stop_grace_secs;
+                let _ = ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace })).await;
+                (exit_code(&ctx, &container).await, Ended::Stopped)
+            }
+            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                keeping.cancel();
+                let _ = ctx.docker.stop_container(&container, Some(StopContainerOptions { t: 2 })).await;
+                (exit_code(&ctx, &container).await, Ended::TimedOut)
+            }
+        };
+        save_logs(&ctx, session_id, 0, &container, true, &log_cursor).await;
+        let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
+        let code32 = i32::try_from(code).ok();
+        let session_type = state.request.session_type;
+        match outcome(why, now, session_type, code, timeout) {
+            Outcome::Nothing => {}
+            Outcome::Terminate(reason) => {
+                moved(
+                    &ctx,
+                    session_id,
+                    SessionStatus::Terminated,
+                    Some(reason),
+                    code32,
+                )
+                .await;
+            }
+            Outcome::Restart(reason) => {
+                if !moved(
+                    &ctx,
+                    session_id,
+                    SessionStatus::Restarting,
+                    Some(reason),
+                    code32,
+                )
+                .await
+                {
+                    // It moved on meanwhile (asked to stop): finish as asked.
+                    let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
+                    if now == Some(SessionStatus::Terminating) {
+                        let reason = Some("stopped on request".to_string());
+                        moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
+                    }
+                } else if ctx
+                    .docker
+                    .start_container::<String>(&container, None)
+                    .await
+                    .is_ok()
+                    && moved(&ctx, session_id, SessionStatus::Running, None, None).await
+                {
+                    continue;
+                } else if load(&ctx.pool, session_id).await?.map(|(s, _)| s.status)
+                    == Some(SessionStatus::Terminating)
+                {
+                    let reason = Some("stopped on request".to_string());
+                    moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
+                } else {
+                    let reason = Some(format!("restart after exit code {code} failed"));
+                    moved(&ctx, session_id, SessionStatus::Error, reason, code32).await;
+                }
+            }
+        }
+        let size = state.request.cluster_size.max(1);
+        for k in 1..size {
+            let name = container_name(session_id, k);
+            let _ = ctx
+                .docker
+                .stop_container(&name, Some(StopContainerOptions { t: 1 }))
+                .await;
+            save_logs(&ctx, session_id, k, &name, true, &Default::default()).await;
+        }
+        remove(&ctx, &container).await;
+        cleanup(&ctx, session_id, &[], size).await;
+        return Ok(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SessionStatus::*;
+    use SessionType::*;
+
+    fn ends(o: Outcome) -> String {
+        match o {
+            Outcome::Terminate(reason) => reason,
+            other => panic!("expected the session to end, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_already_ended_or_gone_records_nothing() {
+        for now in [None, Some(Terminated), Some(Error), Some(Cancelled)] {
+            assert_eq!(
+                outcome(Ended::Exited, now, Batch, 0, None),
+                Outcome::Nothing
+            );
+            assert_eq!(
+                outcome(Ended::Stopped, now, Inference, 1, None),
+                Outcome::Nothing
+            );
+        }
+    }
+
+    #[test]
+    fn a_stop_or_a_termination_request_ends_it_as_requested() {
+        let reason = ends(outcome(
+            Ended::Stopped,
+            Some(Running),
+            Interactive,
+            137,
+            None,
+        ));
+        assert_eq!(reason, "stopped on request");
+        // Exited while being terminated: the request, not the exit, is why it ended.
+        let reason = ends(outcome(
+            Ended::Exited,
+            Some(Terminating),
+            Inference,
+            1,
+            None,
+        ));
+        assert_eq!(reason, "stopped on request");
+    }
+
+    #[test]
+    fn a_batch_session_ends_by_its_exit_code_or_its_timeout() {
+        let ok = ends(outcome(Ended::Exited, Some(Running), Batch, 0, None));
+        assert_eq!(ok, "the startup command succeeded (exit code 0)");
+        let failed = ends(outcome(Ended::Exited, Some(Running), Batch, 3, None));
+        assert_eq!(failed, "the startup command failed with exit code 3");
+        let late = outcome(
+            Ended::TimedOut,
+            Some(Running),
+            Batch,
+            143,
+            Some(Duration::from_secs(30)),
+        );
+        assert_eq!(
+            ends(late),
+            "batch timeout: still running after 30 s, stopped"
+        );
+    }
+
+    #[test]
+    fn an_inference_session_that_exits_restarts_and_others_end() {
+        assert_eq!(
+            outcome(Ended::Exited, Some(Running), Inference, 1, None),
+            Outcome::Restart("the container exited unexpectedly with code 1; restarting".into())
+        );
+        let reason = ends(outcome(Ended::Exited, Some(Running), Interactive, 0, None));
+        assert_eq!(reason, "the container exited with code 0");
+    }
+}

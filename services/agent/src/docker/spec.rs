@@ -1,0 +1,412 @@
+//! What each kernel's container is to be, pure: a session, this agent and a GPU share in,
+//! the engine's container configuration out (command, environment, folders, published ports,
+//! labels, cluster network and host names, device requests, cgroup limits). Nothing here
+//! talks to the engine, so every rule is unit-tested.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::container::{Config, NetworkingConfig};
+use bollard::models::{DeviceRequest, EndpointSettings, HostConfig, PortBinding};
+use events::aggregate::SessionState;
+use uuid::Uuid;
+
+use super::{LABEL_AGENT, LABEL_GPUS, LABEL_KERNEL, LABEL_SESSION};
+use crate::gpu::GpuShare;
+
+/// The command of a kernel that has nothing to run: idle until terminated.
+pub const IDLE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+
+/// How a session's kernels are laid out, as far as this agent is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The kernels placed on this agent (all of them unless a multi-node cluster spread
+    /// them), by index; 0 is the main kernel.
+    pub mine: Vec<u32>,
+    /// Each kernel's host name in the cluster (`main1`, `sub1`, `sub2`, ...).
+    pub hosts: Vec<String>,
+    /// The private network a cluster's kernels share; `None` for a single kernel.
+    pub network: Option<String>,
+}
+
+/// The name of a session's cluster network.
+pub fn network_name(session_id: Uuid) -> String {
+    format!("berth-{}", session_id.simple())
+}
+
+/// The layout of `state`'s kernels for the agent `agent_id`.
+pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
+    let size = state.request.cluster_size.max(1);
+    let mine = if state.kernels.is_empty() {
+        (0..size).collect()
+    } else {
+        (0..size)
+            .filter(|k| {
+                state
+                    .kernels
+                    .get(*k as usize)
+                    .is_none_or(|p| p.agent_id == agent_id)
+            })
+            .collect()
+    };
+    let hosts = (0..size)
+        .map(|k| {
+            if k == 0 {
+                "main1".to_string()
+            } else {
+                format!("sub{k}")
+            }
+        })
+        .collect();
+    Layout {
+        mine,
+        hosts,
+        network: (size > 1).then(|| network_name(state.request.session_id)),
+    }
+}
+
+/// Where each of the session's folders lives on this host (under `data_dir`), and the bind
+/// that mounts it at `/home/work/<name>`.
+pub fn folders(state: &SessionState, data_dir: &Path) -> Vec<(PathBuf, String)> {
+    let request = &state.request;
+    request
+        .mounts
+        .iter()
+        .map(|folder| {
+            let host = data_dir
+                .join("folders")
+                .join(request.owner.user_id.simple().to_string())
+                .join(folder);
+            let bind = format!("{}:/home/work/{folder}", host.display());
+            (host, bind)
+        })
+        .collect()
+}
+
+/// The environment every kernel of the session shares: the request's variables, the OpenMP
+/// thread count (the session's, unless the request sets its own), the session's id and name,
+/// and for a cluster its size and host names.
+fn session_environment(state: &SessionState, layout: &Layout) -> Vec<String> {
+    let request = &state.request;
+    let mut env: Vec<String> = request
+        .environment
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !request.environment.contains_key("OMP_NUM_THREADS") {
+        env.push(format!("OMP_NUM_THREADS={}", request.omp_num_threads));
+    }
+    env.push(format!("BERTH_SESSION_ID={}", request.session_id));
+    env.push(format!("BERTH_SESSION_NAME={}", state.name));
+    if layout.network.is_some() {
+        env.push(format!("BERTH_CLUSTER_SIZE={}", layout.hosts.len()));
+        env.push(format!("BERTH_CLUSTER_HOSTS={}", layout.hosts.join(",")));
+    }
+    env
+}
+
+/// The engine configuration of kernel `k` of `state`, run by `agent_id`, with `binds` for
+/// its folders and `gpu` for its share of the host's GPUs.
+pub fn kernel_config(
+    state: &SessionState,
+    agent_id: &str,
+    layout: &Layout,
+    k: u32,
+    binds: &[String],
+    gpu: &GpuShare,
+) -> Config<String> {
+    let request = &state.request;
+    let main = k == 0;
+    let host = &layout.hosts[k as usize];
+    let mut env = session_environment(state, layout);
+    if let Some(percentage) = gpu.mps_percentage {
+        env.push(format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}"));
+    }
+    if layout.network.is_some() {
+        env.push(format!(
+            "BERTH_CLUSTER_ROLE={}",
+            if main { "main" } else { "sub" }
+        ));
+        env.push(format!("BERTH_CLUSTER_IDX={k}"));
+        env.push(format!("BERTH_CLUSTER_HOST={host}"));
+    }
+    let mut labels = HashMap::from([
+        (LABEL_SESSION.to_string(), request.session_id.to_string()),
+        (LABEL_AGENT.to_string(), agent_id.to_owned()),
+        (LABEL_KERNEL.to_string(), k.to_string()),
+    ]);
+    if !gpu.devices.is_empty() {
+        labels.insert(LABEL_GPUS.to_string(), gpu.to_label());
+    }
+    let device_requests = (!gpu.devices.is_empty()).then(|| {
+        vec![DeviceRequest {
+            driver: Some("nvidia".into()),
+            device_ids: Some(gpu.device_ids()),
+            capabilities: Some(vec![vec!["gpu".into()]]),
+            ..Default::default()
+        }]
+    });
+    // Preopen ports are published on the main kernel, each on a free port of the host.
+    let ports = || request.preopen_ports.iter().map(|p| format!("{p}/tcp"));
+    let exposed: HashMap<String, HashMap<(), ()>> = ports().map(|p| (p, HashMap::new())).collect();
+    let bindings: HashMap<String, Option<Vec<PortBinding>>> = ports()
+        .map(|p| {
+            let any_host_port = PortBinding {
+                host_ip: Some("0.0.0.0".into()),
+                host_port: Some(String::new()),
+            };
+            (p, Some(vec![any_host_port]))
+        })
+        .collect();
+    // The main kernel runs the startup command (or idles until terminated); the others idle.
+    let command = match (&request.startup_command, main) {
+        (Some(command), true) => command.clone(),
+        _ => IDLE.to_owned(),
+    };
+    let networking_config = layout.network.as_ref().map(|net| NetworkingConfig {
+        endpoints_config: HashMap::from([(
+            net.clone(),
+            EndpointSettings {
+                aliases: Some(vec![host.clone()]),
+                ..Default::default()
+            },
+        )]),
+    });
+    let resources = &request.resources;
+    Config {
+        image: Some(request.image.clone()),
+        cmd: Some(vec!["/bin/sh".into(), "-c".into(), command]),
+        env: Some(env),
+        labels: Some(labels),
+        hostname: layout.network.as_ref().map(|_| host.clone()),
+        exposed_ports: main.then_some(exposed),
+        working_dir: Some("/home/work".into()),
+        networking_config,
+        host_config: Some(HostConfig {
+            nano_cpus: Some(resources.cpu_milli as i64 * 1_000_000),
+            memory: Some(resources.memory_bytes as i64),
+            // No swap beyond the memory asked for.
+            memory_swap: Some(resources.memory_bytes as i64),
+            shm_size: Some(request.shared_memory_bytes as i64),
+            binds: Some(binds.to_vec()),
+            port_bindings: main.then_some(bindings),
+            device_requests,
+            network_mode: layout.network.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use events::payloads::*;
+
+    use super::*;
+    use crate::gpu::Gpu;
+
+    fn session(cluster_size: u32) -> SessionState {
+        let request = SessionRequested {
+            session_id: Uuid::now_v7(),
+            name: "job1".into(),
+            owner: Owner {
+                user_id: Uuid::now_v7(),
+                email: "a@b.c".into(),
+                project: None,
+            },
+            requested_by: None,
+            session_type: SessionType::Batch,
+            resource_group: "default".into(),
+            image: "berth/shell:latest".into(),
+            environment: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
+            resources: ResourceSlots {
+                cpu_milli: 1500,
+                memory_bytes: 256 << 20,
+                gpu_milli: 0,
+            },
+            shared_memory_bytes: 64 << 20,
+            cluster_mode: ClusterMode::SingleNode,
+            cluster_size,
+            agent_id: None,
+            preopen_ports: vec![8080],
+            mounts: vec!["data".into()],
+            startup_command: Some("echo hi".into()),
+            starts_at: None,
+            batch_timeout_secs: None,
+            omp_num_threads: 2,
+            max_lifetime_secs: None,
+        };
+        SessionState::requested(&request)
+    }
+
+    fn no_gpu() -> GpuShare {
+        crate::gpu::assign(0, &[], &HashMap::new())
+    }
+
+    fn env_of(config: &Config<String>) -> Vec<String> {
+        config.env.clone().unwrap()
+    }
+
+    #[test]
+    fn the_environment_carries_the_request_omp_default_and_the_session() {
+        let state = session(1);
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
+        let env = env_of(&config);
+        assert!(env.contains(&"LANG=C.UTF-8".into()));
+        assert!(env.contains(&"OMP_NUM_THREADS=2".into()), "{env:?}");
+        assert!(env.contains(&format!("BERTH_SESSION_ID={}", state.request.session_id)));
+        assert!(env.contains(&"BERTH_SESSION_NAME=job1".into()));
+        assert!(
+            !env.iter().any(|v| v.starts_with("BERTH_CLUSTER")),
+            "{env:?}"
+        );
+
+        let mut own = session(1);
+        own.request
+            .environment
+            .insert("OMP_NUM_THREADS".into(), "7".into());
+        let env = env_of(&kernel_config(&own, "a1", &layout, 0, &[], &no_gpu()));
+        let omp: Vec<&String> = env.iter().filter(|v| v.starts_with("OMP_")).collect();
+        assert_eq!(omp, ["OMP_NUM_THREADS=7"], "the request's own value wins");
+    }
+
+    #[test]
+    fn limits_are_the_requested_resources_with_no_swap() {
+        let state = session(1);
+        let layout = layout(&state, "a1");
+        let host = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu())
+            .host_config
+            .unwrap();
+        assert_eq!(host.nano_cpus, Some(1_500_000_000));
+        assert_eq!(host.memory, Some(256 << 20));
+        assert_eq!(host.memory_swap, host.memory);
+        assert_eq!(host.shm_size, Some(64 << 20));
+        assert_eq!(host.device_requests, None);
+    }
+
+    #[test]
+    fn folders_are_bound_under_the_owners_directory() {
+        let state = session(1);
+        let found = folders(&state, Path::new("/data"));
+        let owner = state.request.owner.user_id.simple();
+        assert_eq!(
+            found,
+            [(
+                PathBuf::from(format!("/data/folders/{owner}/data")),
+                format!("/data/folders/{owner}/data:/home/work/data")
+            )]
+        );
+        let binds: Vec<String> = found.into_iter().map(|(_, b)| b).collect();
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &binds, &no_gpu());
+        assert_eq!(config.host_config.unwrap().binds, Some(binds));
+        assert_eq!(config.working_dir.as_deref(), Some("/home/work"));
+    }
+
+    #[test]
+    fn ports_are_published_on_the_main_kernel_only_on_any_host_port() {
+        let state = session(2);
+        let layout = layout(&state, "a1");
+        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
+        let exposed = main.exposed_ports.unwrap();
+        assert!(exposed.contains_key("8080/tcp"));
+        let bindings = main.host_config.unwrap().port_bindings.unwrap();
+        let binding = &bindings["8080/tcp"].as_ref().unwrap()[0];
+        assert_eq!(
+            binding.host_port.as_deref(),
+            Some(""),
+            "the engine picks the port"
+        );
+        let sub = kernel_config(&state, "a1", &layout, 1, &[], &no_gpu());
+        assert_eq!(sub.exposed_ports, None);
+        assert_eq!(sub.host_config.unwrap().port_bindings, None);
+    }
+
+    #[test]
+    fn labels_name_the_session_agent_and_kernel() {
+        let state = session(1);
+        let layout = layout(&state, "a1");
+        let labels = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu())
+            .labels
+            .unwrap();
+        assert_eq!(labels[LABEL_SESSION], state.request.session_id.to_string());
+        assert_eq!(labels[LABEL_AGENT], "a1");
+        assert_eq!(labels[LABEL_KERNEL], "0");
+        assert!(!labels.contains_key(LABEL_GPUS));
+    }
+
+    #[test]
+    fn a_cluster_shares_a_network_where_each_kernel_has_a_host_name() {
+        let state = session(3);
+        let layout = layout(&state, "a1");
+        assert_eq!(layout.mine, [0, 1, 2]);
+        assert_eq!(layout.hosts, ["main1", "sub1", "sub2"]);
+        let net = network_name(state.request.session_id);
+        assert_eq!(layout.network.as_deref(), Some(net.as_str()));
+
+        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
+        let sub = kernel_config(&state, "a1", &layout, 2, &[], &no_gpu());
+        let env = env_of(&sub);
+        for wanted in [
+            "BERTH_CLUSTER_SIZE=3",
+            "BERTH_CLUSTER_HOSTS=main1,sub1,sub2",
+            "BERTH_CLUSTER_ROLE=sub",
+            "BERTH_CLUSTER_IDX=2",
+            "BERTH_CLUSTER_HOST=sub2",
+        ] {
+            assert!(env.contains(&wanted.to_string()), "{wanted} in {env:?}");
+        }
+        assert!(env_of(&main).contains(&"BERTH_CLUSTER_ROLE=main".into()));
+        assert_eq!(sub.hostname.as_deref(), Some("sub2"));
+        assert_eq!(
+            sub.cmd.unwrap()[2],
+            IDLE,
+            "only the main kernel runs the command"
+        );
+        assert_eq!(main.cmd.unwrap()[2], "echo hi");
+        let endpoint = &sub.networking_config.unwrap().endpoints_config[&net];
+        assert_eq!(endpoint.aliases, Some(vec!["sub2".to_string()]));
+        assert_eq!(sub.host_config.unwrap().network_mode, Some(net));
+    }
+
+    #[test]
+    fn a_spread_cluster_lays_out_only_this_agents_kernels() {
+        let mut state = session(3);
+        state.kernels = ["a1", "a2", "a1"]
+            .into_iter()
+            .map(|agent| KernelPlacement {
+                agent_id: agent.into(),
+                resources: state.request.resources,
+            })
+            .collect();
+        assert_eq!(layout(&state, "a1").mine, [0, 2]);
+        assert_eq!(layout(&state, "a2").mine, [1]);
+    }
+
+    #[test]
+    fn a_gpu_share_becomes_a_device_request_a_label_and_an_mps_percentage() {
+        let mut state = session(1);
+        state.request.resources.gpu_milli = 500;
+        let gpus = [Gpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "Test GPU".into(),
+            memory_bytes: 16 << 30,
+        }];
+        let share = crate::gpu::assign(500, &gpus, &HashMap::new());
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &share);
+        let host = config.host_config.unwrap();
+        let request = &host.device_requests.unwrap()[0];
+        assert_eq!(request.driver.as_deref(), Some("nvidia"));
+        assert_eq!(request.device_ids, Some(share.device_ids()));
+        assert_eq!(config.labels.unwrap()[LABEL_GPUS], share.to_label());
+        if let Some(percentage) = share.mps_percentage {
+            let wanted = format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}");
+            assert!(config.env.unwrap().contains(&wanted));
+        }
+    }
+}
