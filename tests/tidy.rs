@@ -47,7 +47,6 @@ fn sql_allowed(relative: &str) -> bool {
         "events/src/consumer.rs",
         "events/src/pg.rs",
         "events/src/sql.rs",
-        "events/src/ledger.rs",
     ];
     let file = relative.rsplit('/').next().unwrap();
     BACKBONE.contains(&relative)

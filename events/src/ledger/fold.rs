@@ -1,108 +1,21 @@
-//! The ledger: the tables commands decide on, changed in the same transaction as the append
-//! of the events that change them.
-//!
-//! Projections read the log behind the horizon and lag it a little; a command cannot wait
-//! for them. Is this name taken among the owner's live sessions? Does the agent still have
-//! two cores free? Which API key is this? The ledger answers at once and exactly, because
-//! [`record`] appends the events and applies them to these tables in one transaction.
-//! Two schedulers racing for the last core meet here: the reserving update is conditional,
-//! the loser's transaction fails, and nothing of it is written. Every table can be folded
-//! again from the log: [`replay`] does so into a scratch copy and compares it with the live
-//! tables (`berth replay ledger`).
+//! How each event changes the ledger's tables. [`record`](super::record) applies events
+//! this way as they are appended; [`replay`](super::replay) folds the whole log this way into
+//! a scratch copy, so the live ledger and a fold of the log cannot differ in how an event
+//! changes a row.
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Pool, Transaction};
-use tokio_postgres::error::SqlState;
+use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::catalogue::{Event, Metadata};
+use super::LedgerError;
+use crate::catalogue::Event;
 use crate::payloads::*;
-use crate::store::{
-    append_with, check_limits, Appended, ExpectedVersion, ProposedEvent, StoreError,
-};
-
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the owner already has a live session named `{0}`")]
-    NameTaken(String),
-    #[error("agent `{0}` does not have the resources free any more")]
-    AgentFull(String),
-    #[error("{what} `{name}` already exists")]
-    Exists { what: &'static str, name: String },
-    #[error("database: {0}")]
-    Database(tokio_postgres::Error),
-    #[error("database pool: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
-}
-
-impl From<tokio_postgres::Error> for LedgerError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        let db = e.as_db_error();
-        if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-            && db.and_then(|d| d.constraint()) == Some("sessions_live_name")
-        {
-            // The detail reads `Key (owner, name)=(<uuid>, <name>) already exists.`
-            let name = db
-                .and_then(|d| d.detail())
-                .and_then(|d| d.split_once(", "))
-                .and_then(|(_, rest)| rest.split_once(") already exists"))
-                .map(|(name, _)| name.to_owned())
-                .unwrap_or_default();
-            return LedgerError::NameTaken(name);
-        }
-        LedgerError::Database(e)
-    }
-}
-
-impl LedgerError {
-    /// Whether the caller should re-read and decide again (a race, not a mistake).
-    pub fn is_conflict(&self) -> bool {
-        matches!(
-            self,
-            LedgerError::Store(StoreError::Conflict { .. }) | LedgerError::AgentFull(_)
-        )
-    }
-}
-
-/// Appends `events` to `stream_id` and applies them to the ledger, in the caller's
-/// transaction (which the caller commits).
-pub async fn record(
-    tx: &Transaction<'_>,
-    stream_id: &str,
-    expected: ExpectedVersion,
-    events: &[Event],
-    metadata: &Metadata,
-) -> Result<Appended, LedgerError> {
-    let proposed: Vec<ProposedEvent> = events
-        .iter()
-        .map(|e| ProposedEvent::new(e, metadata.clone()))
-        .collect();
-    // Built from typed events here, so their payloads decode by construction.
-    check_limits(stream_id, &proposed)?;
-    let appended = append_with(tx, stream_id, expected, &proposed).await?;
-    let at = Utc::now();
-    let first_version = appended.stream_version + 1 - events.len() as u64;
-    // The session row's changes from all the events are written as one update.
-    let mut patch = SessionPatch::default();
-    for (i, event) in events.iter().enumerate() {
-        let version = first_version + i as u64;
-        if !patch.absorb(tx, &Fold::LIVE, event, version, at).await? {
-            patch.flush(tx, &Fold::LIVE).await?;
-            let traceparent = metadata.traceparent.as_deref();
-            apply(tx, &Fold::LIVE, event, version, at, traceparent).await?;
-        }
-    }
-    patch.flush(tx, &Fold::LIVE).await?;
-    Ok(appended)
-}
 
 /// Changes to one session's ledger row, gathered from consecutive events and written by one
-/// statement. Both [`record`] and [`apply`] go through it, so the live ledger and a fold of
+/// statement. Both [`record`](super::record) and [`apply`] go through it, so the live ledger and a fold of
 /// the log cannot differ in how an event changes a row.
 #[derive(Default)]
-struct SessionPatch {
+pub(super) struct SessionPatch {
     session_id: Option<Uuid>,
     attempts: Option<i32>,
     result: Option<(String, Option<String>)>,
@@ -117,7 +30,7 @@ struct SessionPatch {
 impl SessionPatch {
     /// Takes in a session event (running its effects on agents and kernels at once);
     /// `false` when the event is not one the patch gathers.
-    async fn absorb<C: GenericClient>(
+    pub(super) async fn absorb<C: GenericClient>(
         &mut self,
         client: &C,
         fold: &Fold<'_>,
@@ -213,7 +126,7 @@ impl SessionPatch {
     }
 
     /// Writes what was gathered, if anything.
-    async fn flush<C: GenericClient>(
+    pub(super) async fn flush<C: GenericClient>(
         &mut self,
         client: &C,
         fold: &Fold<'_>,
@@ -272,33 +185,18 @@ impl SessionPatch {
     }
 }
 
-/// [`record`] in a transaction of its own.
-pub async fn record_now(
-    pool: &Pool,
-    stream_id: &str,
-    expected: ExpectedVersion,
-    events: &[Event],
-    metadata: &Metadata,
-) -> Result<Appended, LedgerError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let appended = record(&tx, stream_id, expected, events, metadata).await?;
-    tx.commit().await?;
-    Ok(appended)
-}
-
-/// Which tables a fold writes, and whether it decides. The live fold ([`record`]) writes
+/// Which tables a fold writes, and whether it decides. The live fold ([`record`](super::record)) writes
 /// `ledger` and refuses a reservation an agent cannot hold; a replay writes a scratch copy and
 /// only adds up, because the log already holds every decision, and log order may differ from
 /// commit order between transactions that raced (the loser of a race waits for the winner's
 /// commit but may have taken its transaction id first).
-struct Fold<'a> {
-    schema: &'a str,
-    decides: bool,
+pub(super) struct Fold<'a> {
+    pub(super) schema: &'a str,
+    pub(super) decides: bool,
 }
 
 impl Fold<'_> {
-    const LIVE: Fold<'static> = Fold {
+    pub(super) const LIVE: Fold<'static> = Fold {
         schema: "ledger",
         decides: true,
     };
@@ -312,142 +210,8 @@ impl Fold<'_> {
     }
 }
 
-/// What [`replay`] found: how many events it folded, and per table that differs, the rows only
-/// the live ledger has and the rows only the fold of the log has.
-#[derive(Debug)]
-pub struct Replay {
-    pub events: u64,
-    pub tables: usize,
-    pub differences: Vec<(String, i64, i64)>,
-}
-
-impl Replay {
-    pub fn equal(&self) -> bool {
-        self.differences.is_empty()
-    }
-}
-
-/// Columns a replay does not compare. The times are the ledger's own clock when it wrote the
-/// row, which the log records as each event's `recorded_at` a few microseconds apart; the
-/// queue sequence is the order rows were inserted, which is log order except between
-/// launchers that raced.
-const NOT_COMPARED: [&str; 7] = [
-    "users.created_at",
-    "folders.created_at",
-    "agents.registered_at",
-    "agents.last_heartbeat",
-    "sessions.status_since",
-    "sessions.created_at",
-    "sessions.queue_seq",
-];
-
-const REPLAY_SCHEMA: &str = "ledger_replay";
-
-/// Folds the whole log into a scratch copy of the ledger's tables and compares it, row for
-/// row, with the live ledger, both as one snapshot sees them; then throws the copy away. The
-/// live tables are only read, and writers are never held up.
-pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
-    let mut client = pool.get().await?;
-    let tx = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await?;
-    let tables: Vec<String> = tx
-        .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = 'ledger' AND table_type = 'BASE TABLE' ORDER BY 1",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    // Same columns, defaults and keys; none of the checks or secondary unique indexes, which
-    // guard decisions the log already holds.
-    let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
-    for table in &tables {
-        ddl.push_str(&format!(
-            "CREATE TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
-               INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES);"
-        ));
-    }
-    tx.batch_execute(&ddl).await?;
-    for index in tx
-        .query(
-            "SELECT i.indexrelid::regclass::text, c.oid::regclass::text, con.conname::text
-             FROM pg_index i
-             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid
-             WHERE n.nspname = $1 AND NOT i.indisprimary",
-            &[&REPLAY_SCHEMA],
-        )
-        .await?
-    {
-        let drop = match index.get::<_, Option<String>>(2) {
-            Some(constraint) => format!(
-                "ALTER TABLE {} DROP CONSTRAINT {constraint}",
-                index.get::<_, String>(1)
-            ),
-            None => format!("DROP INDEX {}", index.get::<_, String>(0)),
-        };
-        tx.batch_execute(&drop).await?;
-    }
-    let fold = Fold {
-        schema: REPLAY_SCHEMA,
-        decides: false,
-    };
-    let mut events = 0u64;
-    let mut after = crate::LogPosition::START;
-    loop {
-        let batch = crate::store::read_visible_with(&tx, after, 5_000).await?;
-        let Some(last) = batch.last() else { break };
-        after = last.position;
-        for recorded in &batch {
-            apply_any(&tx, &fold, recorded).await?;
-        }
-        events += batch.len() as u64;
-    }
-    let mut differences = Vec::new();
-    for table in &tables {
-        let columns: Vec<String> = tx
-            .query(
-                "SELECT column_name::text FROM information_schema.columns
-                 WHERE table_schema = 'ledger' AND table_name = $1 ORDER BY ordinal_position",
-                &[table],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .filter(|c| !NOT_COMPARED.contains(&format!("{table}.{c}").as_str()))
-            .collect();
-        let columns = columns.join(", ");
-        let row = tx
-            .query_one(
-                &format!(
-                    "SELECT (SELECT count(*) FROM (SELECT {columns} FROM ledger.{table}
-                               EXCEPT ALL SELECT {columns} FROM {REPLAY_SCHEMA}.{table}) a),
-                            (SELECT count(*) FROM (SELECT {columns} FROM {REPLAY_SCHEMA}.{table}
-                               EXCEPT ALL SELECT {columns} FROM ledger.{table}) b)"
-                ),
-                &[],
-            )
-            .await?;
-        let (live_only, replayed_only): (i64, i64) = (row.get(0), row.get(1));
-        if live_only != 0 || replayed_only != 0 {
-            differences.push((table.clone(), live_only, replayed_only));
-        }
-    }
-    tx.rollback().await?;
-    Ok(Replay {
-        events,
-        tables: tables.len(),
-        differences,
-    })
-}
-
-/// Applies a recorded event the way [`record`] applied it when it was appended.
-async fn apply_any<C: GenericClient>(
+/// Applies a recorded event the way [`record`](super::record) applied it when it was appended.
+pub(super) async fn apply_any<C: GenericClient>(
     client: &C,
     fold: &Fold<'_>,
     recorded: &crate::RecordedEvent,
@@ -478,7 +242,7 @@ fn i64_of(v: u64) -> i64 {
 
 /// Applies one event, the `stream_version`-th of its stream, to the ledger `fold` names.
 /// `traceparent` is the trace the event was recorded in (kept for a session's journey).
-async fn apply<C: GenericClient>(
+pub(super) async fn apply<C: GenericClient>(
     client: &C,
     fold: &Fold<'_>,
     event: &Event,
@@ -764,39 +528,4 @@ async fn reserve<C: GenericClient>(
         }
     }
     Ok(())
-}
-
-/// The SHA-256 of an API key, as the ledger keeps it.
-pub fn key_digest(key: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(key.as_bytes()))
-}
-
-/// The user an API key belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyOwner {
-    pub user_id: Uuid,
-    pub email: String,
-    pub role: Role,
-    pub resource_policy: String,
-}
-
-/// Looks an API key up; `None` when no user holds it.
-pub async fn key_owner<C: GenericClient>(
-    client: &C,
-    key: &str,
-) -> Result<Option<KeyOwner>, LedgerError> {
-    let row = client
-        .query_opt(
-            "SELECT u.user_id, u.email, u.role, u.resource_policy
-             FROM ledger.api_keys k JOIN ledger.users u USING (user_id) WHERE k.key_sha256 = $1",
-            &[&key_digest(key)],
-        )
-        .await?;
-    Ok(row.map(|r| KeyOwner {
-        user_id: r.get(0),
-        email: r.get(1),
-        role: Role::parse(r.get(2)).unwrap_or(Role::User),
-        resource_policy: r.get(3),
-    }))
 }
