@@ -183,7 +183,13 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     if parts.gateway {
         // NATS feeds the event stream and the detail cache; the API works without it.
         let nats = connect_nats(config).await.ok();
-        let state = gateway::AppState::new(pool.clone(), nats, config.topology.clone(), wake);
+        let state = gateway::AppState::with_detail_ttl(
+            pool.clone(),
+            nats,
+            config.topology.clone(),
+            wake,
+            timings.detail_cache_ttl,
+        );
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;

@@ -39,6 +39,9 @@ pub struct Timings {
     pub sessions_poll: Duration,
     /// How long the sealer rests when nothing is left to seal.
     pub sealer_idle: Duration,
+    /// Longest time the gateway serves a session's detail from memory when no event says it
+    /// changed (events evict it at once).
+    pub detail_cache_ttl: Duration,
     /// How often an agent looks for work.
     pub agent_poll: Duration,
     /// How long a stopping container gets before it is killed.
@@ -58,6 +61,7 @@ impl Default for Timings {
             streams_poll: Duration::from_millis(20),
             sessions_poll: Duration::from_millis(10),
             sealer_idle: Duration::from_millis(200),
+            detail_cache_ttl: Duration::from_secs(5),
             agent_poll: Duration::from_millis(50),
             agent_stop_grace: Duration::from_secs(10),
             agent_image_refresh: Duration::from_secs(10),

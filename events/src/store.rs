@@ -439,14 +439,17 @@ pub async fn append_with<C: GenericClient>(
                     .unwrap_or(ids[0]);
                 return Err(StoreError::DuplicateEventId(existing));
             }
-            // A concurrent writer took the same versions first.
+            // A concurrent writer took the same versions first. The violation has aborted a
+            // caller's transaction, where this read fails too: the conflict stands, with the
+            // stream's version unknown.
             let actual = client
                 .query_one(
                     "SELECT max(stream_version) FROM events WHERE stream_id = $1",
                     &[&stream_id],
                 )
-                .await?
-                .get::<_, Option<i64>>(0)
+                .await
+                .ok()
+                .and_then(|row| row.get::<_, Option<i64>>(0))
                 .map(|v| v as u64);
             return Err(StoreError::Conflict {
                 stream_id: stream_id.to_owned(),

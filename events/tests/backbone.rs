@@ -499,16 +499,35 @@ async fn relay_and_consumer_survive_kills_and_apply_every_event_once() {
 
     let (_s1, relay1) = start_relay();
     let (_c1, consumer1) = start_consumer();
-    // Let the first relay publish part of the log, then kill both mid-stream.
+    // Let the first relay publish part of the log and the first consumer apply some of it,
+    // then kill both mid-stream.
     wait_until(Duration::from_secs(60), || async {
-        relay::checkpoint(&pool).await.unwrap() > LogPosition::START
+        let applied: i64 = pool
+            .get()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT count(*) FROM processed_events WHERE consumer = 'counter'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        relay::checkpoint(&pool).await.unwrap() > LogPosition::START && applied > 0
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     relay1.abort();
     consumer1.abort();
-    let _ = relay1.await;
-    let _ = consumer1.await;
+    // Aborted while running: a task that had failed before would show here.
+    for (what, ended) in [
+        ("relay", relay1.await.map(|_| ())),
+        ("consumer", consumer1.await.map(|_| ())),
+    ] {
+        assert!(
+            ended.is_err_and(|e| e.is_cancelled()),
+            "the {what} had ended before its kill"
+        );
+    }
     let published_before = relay::checkpoint(&pool).await.unwrap();
 
     writer.await.unwrap();

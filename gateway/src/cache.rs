@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use futures::StreamExt;
 use uuid::Uuid;
 
-/// Longest time a document is served from memory, whatever the events say.
-const TTL: Duration = Duration::from_secs(5);
+/// Longest time a document is served from memory, whatever the events say (by default).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 /// Entries kept before the cache starts over.
 const CAPACITY: usize = 200_000;
 
@@ -31,21 +31,40 @@ pub struct Cached {
     at: Instant,
 }
 
-#[derive(Default)]
 pub struct DetailCache {
+    /// Longest time a document is served from memory, whatever the events say.
+    ttl: Duration,
     /// Whether the invalidating subscription is live; until then nothing is cached.
     live: AtomicBool,
     entries: RwLock<HashMap<Uuid, Cached>>,
     floors: RwLock<HashMap<Uuid, i64>>,
 }
 
+impl Default for DetailCache {
+    fn default() -> Self {
+        DetailCache::new(DEFAULT_TTL)
+    }
+}
+
 impl DetailCache {
+    pub fn new(ttl: Duration) -> DetailCache {
+        DetailCache {
+            ttl,
+            live: AtomicBool::new(false),
+            entries: RwLock::default(),
+            floors: RwLock::default(),
+        }
+    }
+
     pub fn get(&self, id: Uuid) -> Option<Cached> {
         if !self.live.load(Ordering::Acquire) {
             return None;
         }
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries.get(&id).filter(|c| c.at.elapsed() < TTL).cloned()
+        entries
+            .get(&id)
+            .filter(|c| c.at.elapsed() < self.ttl)
+            .cloned()
     }
 
     /// Keeps a document read from the projection at `version`, unless an event newer than it

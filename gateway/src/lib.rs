@@ -58,7 +58,19 @@ impl AppState {
         topology: Topology,
         wake_scheduler: Arc<Notify>,
     ) -> AppState {
-        let details = Arc::new(cache::DetailCache::default());
+        AppState::with_detail_ttl(pool, nats, topology, wake_scheduler, cache::DEFAULT_TTL)
+    }
+
+    /// [`AppState::new`] with detail documents served from memory for at most `detail_ttl`
+    /// when no event says they changed.
+    pub fn with_detail_ttl(
+        pool: Pool,
+        nats: Option<async_nats::Client>,
+        topology: Topology,
+        wake_scheduler: Arc<Notify>,
+        detail_ttl: Duration,
+    ) -> AppState {
+        let details = Arc::new(cache::DetailCache::new(detail_ttl));
         if let Some(client) = &nats {
             let subject = topology.category_subject("session");
             tokio::spawn(details.clone().follow(client.clone(), subject));

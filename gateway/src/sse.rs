@@ -43,6 +43,9 @@ pub async fn events(
         state.topology.category_subject("session")
     };
     let subscriber = nats.subscribe(subject).await.map_err(ApiError::internal)?;
+    // Once the server has the subscription, the response starts: a client that has the
+    // response's headers misses no event published after it.
+    nats.flush().await.map_err(ApiError::internal)?;
     let owners: Arc<Mutex<HashMap<Uuid, bool>>> = Arc::default();
     let user = caller.user_id;
     let pool = state.pool.clone();

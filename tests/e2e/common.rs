@@ -35,7 +35,7 @@ pub struct Harness {
     pub topology: Topology,
     /// Cancelled when the harness is dropped; tests hang their own tasks on it.
     pub stop: CancellationToken,
-    app: Option<App>,
+    app: std::sync::Mutex<App>,
 }
 
 impl Drop for Harness {
@@ -62,6 +62,10 @@ pub fn test_config() -> Config {
     config.timings = Timings {
         scheduler_interval: Duration::from_millis(100),
         heartbeat_timeout: Duration::from_secs(300),
+        // Longer than a test waits for an event's effect (10 s, `wait_session_within`), so a
+        // detail made fresh that soon was evicted by the event, not expired; shorter than the
+        // 20 s waits for usage, which changes without events.
+        detail_cache_ttl: Duration::from_secs(15),
         ..Timings::default()
     };
     config
@@ -84,7 +88,7 @@ pub async fn start() -> Harness {
             .unwrap(),
         topology: config.topology,
         stop: CancellationToken::new(),
-        app: Some(app),
+        app: std::sync::Mutex::new(app),
     }
 }
 
@@ -119,8 +123,9 @@ impl Harness {
 
     /// Panics with the error of a part of the control plane that has stopped: the parts run
     /// until the harness is dropped, so one that ended failed.
-    pub fn assert_running(&mut self) {
-        if let Some(e) = self.app.as_mut().and_then(App::ended) {
+    pub fn assert_running(&self) {
+        let ended = self.app.lock().unwrap_or_else(|e| e.into_inner()).ended();
+        if let Some(e) = ended {
             panic!("a part of berth stopped: {e:#}");
         }
     }
@@ -176,12 +181,54 @@ impl Harness {
     }
 
     /// Polls the session's detail until `done` holds (or fails after 20 s).
+    /// Polls the session's detail until `done` holds; after 20 s fails with the last detail
+    /// seen (and with the error of any part of berth that stopped meanwhile).
     pub async fn wait_session(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        wait_for(|| async {
+        self.wait_session_within(id, Duration::from_secs(20), done)
+            .await
+    }
+
+    /// [`Harness::wait_session`] for at most `limit`.
+    pub async fn wait_session_within(
+        &self,
+        id: &str,
+        limit: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.assert_running();
             let (status, body) = self
                 .get(&self.admin_key, &format!("/v1/sessions/{id}"))
                 .await;
-            (status == StatusCode::OK && done(&body)).then_some(body)
+            if status == StatusCode::OK && done(&body) {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "session {id} not as awaited within {limit:?}; last seen ({status}): {body:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Reads the session's detail until it is served from memory (the cache is live), for
+    /// at most 20 s.
+    pub async fn cached_detail(&self, id: &str) -> Value {
+        wait_for(|| async {
+            let response = self
+                .http
+                .get(format!("{}/v1/sessions/{id}", self.base))
+                .header("x-api-key", &self.admin_key)
+                .send()
+                .await
+                .expect("gateway answers");
+            let hit = response
+                .headers()
+                .get(gateway::api::CACHE_HEADER)
+                .is_some_and(|v| v == "hit");
+            let body: Value = response.json().await.expect("a JSON detail");
+            hit.then_some(body)
         })
         .await
     }

@@ -89,6 +89,16 @@ async fn spawn_agent(
     DockerAgent { stop, task }
 }
 
+/// An agent task that was aborted on purpose must have been running until then: one that had
+/// already failed would otherwise hide behind the abort.
+fn assert_aborted(ended: Result<(), tokio::task::JoinError>) {
+    match ended {
+        Err(e) if e.is_cancelled() => {}
+        Err(e) => panic!("the agent had failed before it was stopped: {e}"),
+        Ok(()) => panic!("the agent had stopped before it was stopped"),
+    }
+}
+
 /// A Docker agent with a fresh id and data directory of its own.
 pub(crate) async fn local_agent(h: &Harness) -> DockerAgent {
     docker_agent(h, &fresh_agent_id(), &data_dir()).await
@@ -157,7 +167,7 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     let mut body = batch(
         "cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max 2>/dev/null \
          || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/memory/memory.limit_in_bytes; \
-         echo FOO=$FOO OMP=$OMP_NUM_THREADS",
+         echo FOO=$FOO OMP=$OMP_NUM_THREADS; grep ' /dev/shm ' /proc/mounts",
     );
     body["resources"] = json!({"cpu": 1.5, "memory": "256m", "shared_memory": "32m"});
     body["environment"] = json!({"FOO": "bar"});
@@ -172,6 +182,10 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     );
     assert!(output.contains("268435456"), "256 MiB: {output}");
     assert!(output.contains("FOO=bar OMP=2"), "{output}");
+    assert!(
+        output.contains("size=32768k"),
+        "32 MiB of shared memory: {output}"
+    );
     assert_eq!(
         containers_of(id).await,
         0,
@@ -212,10 +226,25 @@ async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason()
             .contains("batch timeout"),
         "{ended}"
     );
-    let ran = ended["elapsed_secs"].as_f64().unwrap();
-    assert!(ran < 30.0, "stopped long before its 60 s: {ran}");
+    assert!(
+        ended["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("still running after 2 s"),
+        "{ended}"
+    );
+    assert_ne!(ended["exit_code"], 0, "stopped, not finished: {ended}");
 
-    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    // Three seconds from now by the database's clock, the clock `started_at` is read from.
+    let starts_at: chrono::DateTime<chrono::Utc> = h
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT now() + interval '3 seconds'", &[])
+        .await
+        .unwrap()
+        .get(0);
     let mut body = batch("date");
     body["starts_at"] = json!(starts_at);
     let ended = run_to_end(&h, body).await;
@@ -349,7 +378,7 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     }
     // The agent dies without cleaning up.
     first.task.abort();
-    let _ = first.task.await;
+    assert_aborted(first.task.await);
     // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
     // its container, one keeps running.
     let (status, _) = h
@@ -628,7 +657,7 @@ async fn an_agent_restarted_mid_cluster_keeps_its_kernels_of_another_agents_sess
     // The agent holding the secondary kernels dies and comes back.
     let dying = agents.remove(&other).unwrap();
     dying.task.abort();
-    let _ = dying.task.await;
+    assert_aborted(dying.task.await);
     let _back = docker_agent_with(&h, &other, &dir, 1_000).await;
     let registered = format!("agent-{other}");
     wait_for(|| async {

@@ -248,6 +248,9 @@ async fn users_see_and_act_on_only_their_own_sessions() {
         .await;
     assert_eq!(theirs["owner"]["email"], "alice@example.com");
 
+    // The detail is in memory (the cache is live) before the rename.
+    let before = h.cached_detail(id).await;
+    assert_eq!(before["name"], "secret1");
     // Alice renames and terminates her own; the name rule holds for renames; a name is
     // unique among her live sessions.
     let (status, _) = h
@@ -271,8 +274,10 @@ async fn users_see_and_act_on_only_their_own_sessions() {
         (status, renamed["name"].as_str()),
         (StatusCode::OK, Some("public1"))
     );
-    // The detail read before the rename is not served from memory after it.
-    h.wait_session(id, |s| s["name"] == "public1").await;
+    // The detail kept in memory before the rename is evicted by its event: the cache's TTL
+    // (15 s here) outlasts this wait, so only eviction can show the new name.
+    h.wait_session_within(id, Duration::from_secs(10), |s| s["name"] == "public1")
+        .await;
     let (status, err) = h.create(&alice, json!({"name": "public1", "image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}})).await;
     assert_eq!(
         (status, err["error"]["field"].as_str()),
@@ -342,7 +347,12 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
 
     // Ending the running ones frees capacity; the queue moves on until all five have run.
     let mut ended = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while ended < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {ended} of 5 sessions were placed and ended within 60 s"
+        );
         let (_, list) = h.get(&h.admin_key, "/v1/sessions?status=SCHEDULED").await;
         for s in list["sessions"].as_array().unwrap() {
             let id = s["session_id"].as_str().unwrap();
@@ -374,6 +384,181 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
     assert!(replay.events >= rebuild.events);
+}
+
+/// Sessions placed, per agent, by the `SessionScheduled` events in the log.
+async fn placed_per_agent(h: &Harness) -> Vec<(String, i64)> {
+    h.pool
+        .get()
+        .await
+        .unwrap()
+        .query(
+            "SELECT k->>'agent_id', sum((k->'resources'->>'cpu_milli')::bigint)::bigint
+             FROM events, jsonb_array_elements(payload->'kernels') k
+             WHERE event_type = 'SessionScheduled' GROUP BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, Option<i64>>(1).unwrap_or(0)))
+        .collect()
+}
+
+/// The backstop itself: a placement on an agent that cannot hold it is refused by the
+/// ledger's conditional reserve, whoever records it, and nothing of it is written. Fails when
+/// the reserve (and the table's CHECK behind it) is removed.
+#[tokio::test]
+async fn a_placement_an_agent_cannot_hold_is_refused_whole_by_the_ledger() {
+    let h = start().await;
+    h.agent("a1", "default", 4).await;
+    let mut body = shell(1.0);
+    body["count"] = json!(5);
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // Four fit; the fifth waits.
+    let ids = ids(&created);
+    wait_for(|| async {
+        let (_, list) = h.get(&h.admin_key, "/v1/sessions?status=SCHEDULED").await;
+        (list["total"] == 4).then_some(())
+    })
+    .await;
+    let mut waiting = None;
+    for id in &ids {
+        let (_, s) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+        if s["status"] == "PENDING" {
+            waiting = Some(uuid::Uuid::parse_str(id).unwrap());
+        }
+    }
+    let waiting = waiting.expect("one session waits");
+    let stream = events::catalogue::stream_id("session", waiting);
+    let store = events::EventStore::new(h.pool.clone());
+    let before = store.read_stream(&stream).await.unwrap().len();
+
+    // A placement decided on a stale view: a1 has no core free any more.
+    let one_core = ResourceSlots {
+        cpu_milli: 1000,
+        memory_bytes: GIB,
+        gpu_milli: 0,
+    };
+    let placement = events::Event::SessionScheduled(SessionScheduled {
+        session_id: waiting,
+        agent_id: "a1".into(),
+        resources: one_core,
+        kernels: vec![KernelPlacement {
+            agent_id: "a1".into(),
+            resources: one_core,
+        }],
+    });
+    let refused = events::ledger::record_now(
+        &h.pool,
+        &stream,
+        events::ExpectedVersion::Any,
+        &[placement],
+        &events::Metadata::default(),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(events::ledger::LedgerError::AgentFull(ref a)) if a == "a1"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.read_stream(&stream).await.unwrap().len(),
+        before,
+        "nothing appended"
+    );
+    let used: i64 = h
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT used_cpu_milli FROM ledger.agents WHERE agent_id = 'a1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(used, 4000, "nothing reserved");
+}
+
+/// Schedulers that do not take turns (no advisory lock) race for the same queue and the same
+/// free cores: a pass that lost the race is refused whole (the session streams' versions,
+/// then the ledger's reserve), and no agent is over-committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn schedulers_that_ignore_the_lock_are_held_back_by_the_ledgers_reserve() {
+    let h = start().await;
+    for a in ["a1", "a2", "a3"] {
+        h.agent(a, "default", 4).await;
+    }
+    let admin = {
+        let client = h.pool.get().await.unwrap();
+        events::ledger::key_owner(&client, &h.admin_key)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let mut request: launcher::launch::CreateSession = serde_json::from_value(shell(1.0)).unwrap();
+    request.count = Some(40);
+    launcher::launch::launch(&h.pool, &admin, request)
+        .await
+        .unwrap();
+    let start_line = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let racers: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, start_line) = (h.pool.clone(), start_line.clone());
+            tokio::spawn(async move {
+                let config = SchedulerConfig {
+                    exclusive: false,
+                    ..SchedulerConfig::default()
+                };
+                let mut s = Scheduler::new(pool, config);
+                start_line.wait().await;
+                let mut refused = 0;
+                for _ in 0..20 {
+                    match s.pass().await {
+                        Ok(_) => {}
+                        Err(scheduler::run::SchedulerError::Ledger(e)) if e.is_conflict() => {
+                            refused += 1
+                        }
+                        Err(e) => panic!("a pass failed otherwise than by the reserve: {e:?}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for r in racers {
+        refused += r.await.unwrap();
+    }
+    let over: i64 = h
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM ledger.agents WHERE used_cpu_milli > cpu_milli",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        over, 0,
+        "the ledger over-committed ({refused} passes refused)"
+    );
+    let placed = placed_per_agent(&h).await;
+    assert_eq!(
+        placed.iter().map(|(_, c)| c).sum::<i64>(),
+        12_000,
+        "{placed:?}"
+    );
+    for (agent, cpu) in &placed {
+        assert!(*cpu <= 4_000, "{agent} got {cpu} milli-cores in the log");
+    }
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }
 
 #[tokio::test]
@@ -641,9 +826,9 @@ async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_docu
             response.bytes_stream()
         }
     };
+    // The stream is live once its response has started: no wait is needed.
     let mut alices = open(alice.clone()).await;
     let mut bobs = open(bob.clone()).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, created) = h.create(&alice, json!({"name": "watched1", "image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}})).await;
     let id = ids(&created)[0].replace('-', "");
     let mut seen = String::new();
@@ -658,12 +843,20 @@ async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_docu
     }
     assert!(seen.contains("event: SessionRequested"), "{seen}");
     assert!(seen.contains(&id), "{seen}");
-    // Bob's stream carries nothing of Alice's.
-    let nothing = tokio::time::timeout(Duration::from_millis(500), bobs.next()).await;
-    if let Ok(Some(Ok(chunk))) = nothing {
-        assert!(!String::from_utf8_lossy(&chunk).contains(&id));
+    // Bob's stream carries nothing of Alice's, and it does carry Bob's own: his session's
+    // events arrive on it after every event of Alice's was published.
+    let (_, mine) = h.create(&bob, json!({"name": "bobs1", "image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "1g"}})).await;
+    let bobs_id = ids(&mine)[0].replace('-', "");
+    let mut bob_saw = String::new();
+    while !bob_saw.contains(&bobs_id) {
+        let chunk = tokio::time::timeout_at(deadline, bobs.next())
+            .await
+            .expect("Bob's own events arrive")
+            .expect("the stream goes on")
+            .expect("the stream does not fail");
+        bob_saw.push_str(&String::from_utf8_lossy(&chunk));
     }
-    assert!(!h.topology.prefix.is_empty());
+    assert!(!bob_saw.contains(&id), "Bob saw Alice's session: {bob_saw}");
 
     let (status, doc) = h.get(&alice, "/openapi.json").await;
     assert_eq!(status, StatusCode::OK);
@@ -678,7 +871,13 @@ async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_docu
     })
     .await;
     assert_eq!(summary["my_usage"]["resources"]["cpu"], 1.0);
-    assert_eq!(summary["group"]["free"]["cpu"], 7.0);
+    // Alice's session and Bob's hold a core each.
+    let free = wait_for(|| async {
+        let (_, s) = h.get(&alice, "/v1/resources").await;
+        (s["group"]["free"]["cpu"] == 6.0).then_some(s)
+    })
+    .await;
+    assert_eq!(free["group"]["used"]["cpu"], 2.0);
     let (_, presets) = h.get(&alice, "/v1/presets").await;
     assert_eq!(presets["presets"].as_array().unwrap().len(), 2);
 }

@@ -73,4 +73,28 @@ impl LedgerError {
             LedgerError::Store(StoreError::Conflict { .. }) | LedgerError::AgentFull(_)
         )
     }
+
+    /// Whether this is only the echo of an earlier failure in the same transaction
+    /// ("current transaction is aborted"): statements pipelined behind the one that failed
+    /// all fail this way, and the cause is that one's error.
+    pub fn is_aborted_transaction(&self) -> bool {
+        let code = match self {
+            LedgerError::Database(e) | LedgerError::Store(StoreError::Database(e)) => e.code(),
+            _ => None,
+        };
+        code == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
+    }
+
+    /// The error that caused the others among `errors` (one that is not the echo of an
+    /// aborted transaction), or any of them.
+    pub fn cause(errors: impl IntoIterator<Item = LedgerError>) -> Option<LedgerError> {
+        let mut echo = None;
+        for e in errors {
+            if !e.is_aborted_transaction() {
+                return Some(e);
+            }
+            echo.get_or_insert(e);
+        }
+        echo
+    }
 }

@@ -21,7 +21,7 @@ pub use history::session_history;
 pub use logs::session_logs;
 pub use resources::{presets, resource_summary, whoami};
 pub use sessions::{
-    create_session, list_sessions, rename_session, session_detail, terminate_session,
+    create_session, list_sessions, rename_session, session_detail, terminate_session, CACHE_HEADER,
 };
 
 use std::collections::HashMap;

@@ -98,17 +98,28 @@ pub async fn list_sessions(
     ))
 }
 
+/// The response header that says whether a detail came from memory (`hit`) or from the view
+/// (`miss`).
+pub const CACHE_HEADER: &str = "x-berth-cache";
+
+type Headers = [(axum::http::HeaderName, &'static str); 2];
+
 pub async fn session_detail(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-) -> Result<([(axum::http::HeaderName, &'static str); 1], Bytes), ApiError> {
+) -> Result<(Headers, Bytes), ApiError> {
     let id = parse_id(&id)?;
     let visible = |owner: Uuid| caller.role == Role::Superadmin || owner == caller.user_id;
-    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    let headers = |cache: &'static str| -> Headers {
+        [
+            (axum::http::header::CONTENT_TYPE, "application/json"),
+            (axum::http::HeaderName::from_static(CACHE_HEADER), cache),
+        ]
+    };
     if let Some(cached) = state.details.get(id) {
         return if visible(cached.owner) {
-            Ok((json, cached.body))
+            Ok((headers("hit"), cached.body))
         } else {
             Err(ApiError::not_found(format!("no session {id}")))
         };
@@ -127,7 +138,7 @@ pub async fn session_detail(
         .details
         .put(id, detail.owner, detail.version, body.clone());
     if visible(detail.owner) {
-        Ok((json, body))
+        Ok((headers("miss"), body))
     } else {
         Err(ApiError::not_found(format!("no session {id}")))
     }

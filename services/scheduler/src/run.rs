@@ -16,7 +16,7 @@ use events::catalogue::stream_id;
 use events::ledger::{self, LedgerError};
 use events::payloads::*;
 use events::store::ExpectedVersion;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -51,6 +51,10 @@ pub struct SchedulerConfig {
     pub batch: i64,
     /// Decisions recorded concurrently (pipelined on the pass's connection).
     pub pipeline: usize,
+    /// Whether passes take turns with every other scheduler's (the advisory lock). Always on
+    /// in service; off, a pass that decided on resources another pass took meanwhile is
+    /// refused whole by the ledger's conditional reserve, which a test shows.
+    pub exclusive: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -59,6 +63,7 @@ impl Default for SchedulerConfig {
             interval: Duration::from_secs(1),
             batch: 5_000,
             pipeline: 64,
+            exclusive: true,
         }
     }
 }
@@ -94,7 +99,9 @@ impl Scheduler {
     pub async fn pass(&mut self) -> Result<Pass, SchedulerError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        db::lock_pass(&tx).await?;
+        if self.config.exclusive {
+            db::lock_pass(&tx).await?;
+        }
         let groups = db::groups(&tx).await?;
         let mut total = Pass::default();
         let mut free_after = HashMap::new();
@@ -118,7 +125,7 @@ impl Scheduler {
                 .filter(|d| d.cancel_reason.is_some())
                 .count();
             let tx = &tx;
-            futures::stream::iter(recorded)
+            let results = futures::stream::iter(recorded)
                 .map(|decision| {
                     // Each decision joins its session's journey (the trace it was created in).
                     let span = tracing::info_span!("schedule", session = %decision.session_id);
@@ -138,8 +145,14 @@ impl Scheduler {
                     .instrument(span)
                 })
                 .buffer_unordered(self.config.pipeline)
-                .try_collect::<Vec<_>>()
-                .await?;
+                .collect::<Vec<_>>()
+                .await;
+            // One failed decision aborts the pass's transaction, and the decisions pipelined
+            // behind it fail as its echo: report the one that caused it.
+            let failed = results.into_iter().filter_map(Result::err);
+            if let Some(cause) = LedgerError::cause(failed) {
+                return Err(cause.into());
+            }
         }
         tx.commit().await?;
         self.last_free.extend(free_after);
