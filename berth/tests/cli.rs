@@ -92,6 +92,52 @@ async fn audit_stream_shows_the_state_as_of_a_time() {
     );
 }
 
+/// A cut between two events: the events up to it, and the state they fold into then.
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
+    let (store, url) = fresh_store().await;
+    let registered = Event::AgentRegistered(events::payloads::AgentRegistered {
+        agent_id: "cut".into(),
+        resource_group: "default".into(),
+        capacity: events::payloads::ResourceSlots::default(),
+        images: vec![],
+        address: None,
+    });
+    let lost = |reason: &str| {
+        Event::AgentLost(AgentLost {
+            agent_id: "cut".into(),
+            reason: reason.into(),
+        })
+    };
+    for event in [registered, lost("first"), lost("second")] {
+        store
+            .append(
+                "agent-cut",
+                ExpectedVersion::Any,
+                &[ProposedEvent::new(&event, Metadata::default())],
+            )
+            .await
+            .unwrap();
+    }
+    let recorded = store.read_stream("agent-cut").await.unwrap();
+    let cut = recorded[1].recorded_at;
+    assert!(
+        cut < recorded[2].recorded_at,
+        "the events were recorded apart"
+    );
+    let (ok, text) = berth(
+        &url,
+        &["audit", "stream", "agent-cut", "--as-of", &cut.to_rfc3339()],
+    );
+    assert!(ok, "{text}");
+    assert_eq!(text.matches("\"event_type\":").count(), 2, "{text}");
+    assert!(
+        text.contains("\"lost\": \"first\""),
+        "the state as of the cut: {text}"
+    );
+    assert!(!text.contains("second"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_they_say() {
     let (store, url) = fresh_store().await;

@@ -68,30 +68,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `berth ARGS` with `env`, waited for (at most 60 s): whether it succeeded, and its output.
-fn berth_with(args: &[&str], env: &[(String, String)]) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run berth");
-    for _ in 0..600 {
-        if child.try_wait().unwrap().is_some() {
-            let output = child.wait_with_output().unwrap();
-            let text = String::from_utf8_lossy(&output.stdout).into_owned()
-                + &String::from_utf8_lossy(&output.stderr);
-            return (output.status.success(), text);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    panic!("`berth {}` did not end within 60 s", args.join(" "));
-}
-
 /// Runs the README's batch session through the gateway of processes started as `commands`
 /// (each a `berth` subcommand), with an agent; checks it ends TERMINATED with its output.
 async fn batch_session_end_to_end(commands: &[&str]) {
