@@ -8,9 +8,10 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// Keeps the exporter alive; flushes spans when dropped.
 pub struct Telemetry {
@@ -25,15 +26,37 @@ impl Drop for Telemetry {
     }
 }
 
-/// Installs the process's subscriber; fails when one is installed already.
+/// The log filter when `RUST_LOG` is not set.
+const DEFAULT_LOG: &str = "info,tokio_postgres=warn,async_nats=warn";
+
+/// berth's crates, whose spans make the traces whatever the log level.
+const TRACED: [&str; 6] = [
+    "gateway",
+    "launcher",
+    "scheduler",
+    "agent",
+    "events",
+    "berth",
+];
+
+/// Installs the process's subscriber (`RUST_LOG` filters the log); fails when one is
+/// installed already.
 pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
+    let log = std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned());
+    init_with(service, &log)
+}
+
+/// [`init`] with the log filtered by `log` (`RUST_LOG`'s syntax). The OpenTelemetry layer has
+/// a filter of its own, so berth's spans, and the traceparent of every event recorded in
+/// them, exist at any log level.
+pub fn init_with(service: &'static str, log: &str) -> anyhow::Result<Telemetry> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn,async_nats=warn"));
+    let filter = EnvFilter::try_new(log).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
     // Colours only for a person at a terminal, not in log files (`berth up > berth.log`).
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|v| !v.is_empty());
@@ -48,12 +71,34 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     }
     let provider = builder.build();
     let tracer = provider.tracer(service);
+    let traced = Targets::new().with_targets(TRACED.map(|t| (t, LevelFilter::INFO)));
     tracing_subscriber::registry()
-        .with(filter)
         .with(fmt)
-        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        .with(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(traced),
+        )
         .try_init()?;
     Ok(Telemetry {
         provider: Some(provider),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Quiet logs do not silence the traces: an event recorded in a span of berth's carries
+    /// a traceparent at `warn` too.
+    #[test]
+    fn spans_make_traces_whatever_the_log_level() {
+        let _telemetry = init_with("test", "warn").expect("the first subscriber");
+        let traceparent = tracing::info_span!(target: "gateway", "request")
+            .in_scope(|| events::trace::metadata("test", None).traceparent);
+        assert!(traceparent.is_some_and(|t| events::trace::is_valid_traceparent(&t)));
+        let outside = tracing::info_span!(target: "hyper", "other")
+            .in_scope(events::trace::current_traceparent);
+        assert_eq!(outside, None, "other crates' spans are not traced");
+    }
 }

@@ -1,30 +1,53 @@
-//! The OpenAPI 3.1 document served at `/openapi.json`. Written as data next to the routes it
-//! describes; a test checks that every route of the router is documented here.
+//! The OpenAPI 3.1 document served at `/openapi.json`. Written as data; a test in `lib.rs`
+//! holds it to exactly the (method, path) pairs the router registers.
 
 use serde_json::{json, Value};
 
-/// Every documented (method, path), as the router registers them.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/v1/sessions"),
-    ("get", "/v1/sessions"),
-    ("get", "/v1/sessions/{id}"),
-    ("patch", "/v1/sessions/{id}"),
-    ("delete", "/v1/sessions/{id}"),
-    ("get", "/v1/sessions/{id}/history"),
-    ("get", "/v1/sessions/{id}/logs"),
-    ("get", "/v1/folders"),
-    ("post", "/v1/folders"),
-    ("get", "/v1/resources"),
-    ("get", "/v1/presets"),
-    ("get", "/v1/whoami"),
-    ("get", "/v1/events"),
-    ("get", "/openapi.json"),
-    ("get", "/healthz"),
-];
-
 fn query(name: &str, description: &str) -> Value {
-    json!({"name": name, "in": "query", "required": false, "schema": {"type": "string"}, "description": description})
+    query_of(name, description, json!({"type": "string"}))
 }
+
+/// A query parameter whose values the server accepts are exactly `schema`'s.
+fn query_of(name: &str, description: &str, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
+}
+
+fn one_of(values: &[&str]) -> Value {
+    json!({"type": "string", "enum": values})
+}
+
+const STATUSES: &[&str] = &[
+    "PENDING",
+    "SCHEDULED",
+    "PREPARING",
+    "PULLING",
+    "PREPARED",
+    "CREATING",
+    "RUNNING",
+    "RESTARTING",
+    "TERMINATING",
+    "TERMINATED",
+    "ERROR",
+    "CANCELLED",
+];
+const RESULTS: &[&str] = &[
+    "SUCCESS",
+    "FAILURE",
+    "STALE",
+    "NEED_RETRY",
+    "EXPIRED",
+    "GIVE_UP",
+    "SKIPPED",
+];
+const TRUE_OR_FALSE: &[&str] = &["true", "false"];
+/// Session names: 4 to 64 ASCII letters and digits.
+const NAME_PATTERN: &str = "^[A-Za-z0-9]{4,64}$";
+/// Folder names: 1 to 64 letters, digits, `_`, `-` or `.`, not starting with `.`.
+const FOLDER_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$";
+/// Names of groups, projects, presets, policies and agents as the API takes them.
+const OBJECT_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$";
+/// A size in bytes as text: a number with an optional unit (k, m, g, t; `i` and `b` allowed).
+const SIZE_PATTERN: &str = "^[0-9]+(\\.[0-9]+)?[kKmMgGtT]?[iI]?[bB]?$";
 
 fn id_param() -> Value {
     json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}})
@@ -76,47 +99,54 @@ pub fn document() -> Value {
                     Some(json!({"$ref": "#/components/schemas/CreateSession"})), "201",
                     ok("created, PENDING", json!({"type": "object", "properties": {"sessions": {"type": "array"}}}))),
                 "get": op("List my sessions (all, for superadmins)", vec![
-                    query("type", "interactive, batch, inference or system"),
-                    query("state", "running or finished"),
-                    query("status", "one status"),
+                    query_of("type", "the session type", one_of(&["interactive", "batch", "inference", "system"])),
+                    query_of("state", "running or finished", one_of(&["running", "finished"])),
+                    query_of("status", "one status", one_of(STATUSES)),
                     query("owner", "owner's email (superadmins)"),
-                    query("limit", "1 to 500, default 50"), query("offset", "default 0"),
-                    query("sort", "created_at, -created_at (default), name, -name, status, -status")],
+                    query_of("limit", "default 50", json!({"type": "integer", "minimum": 1, "maximum": 500})),
+                    query_of("offset", "default 0", json!({"type": "integer", "minimum": 0})),
+                    query_of("sort", "default -created_at", one_of(&["created_at", "-created_at", "name", "-name", "status", "-status"]))],
                     None, "200", ok("a page of sessions", json!({"type": "object"}))),
             },
             "/v1/sessions/{id}": {
                 "get": op("Session detail", vec![id_param()], None, "200", ok("the session", session)),
                 "patch": op("Rename (4 to 64 letters and digits)", vec![id_param()],
-                    Some(json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}})),
+                    Some(json!({"type": "object", "required": ["name"], "additionalProperties": false,
+                        "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}})),
                     "200", ok("renamed", json!({"type": "object"}))),
-                "delete": op("Terminate (force=true ends it at once)", vec![id_param(), query("force", "true or false")],
+                "delete": op("Terminate (force=true ends it at once)", vec![id_param(), query_of("force", "true ends it at once", one_of(TRUE_OR_FALSE))],
                     None, "202", ok("terminating, terminated or cancelled", json!({"type": "object"}))),
             },
             "/v1/sessions/{id}/history": {
-                "get": op("Scheduling history", vec![id_param(), query("id", "history row id"),
-                    query("phase", "phase name"), query("result", "SUCCESS, FAILURE, STALE, NEED_RETRY, EXPIRED, GIVE_UP, SKIPPED"),
-                    query("from_status", "status before"), query("to_status", "status after"),
+                "get": op("Scheduling history", vec![id_param(),
+                    query_of("id", "history row id", json!({"type": "string", "format": "uuid"})),
+                    query("phase", "phase name"), query_of("result", "the phase's result", one_of(RESULTS)),
+                    query_of("from_status", "status before", one_of(STATUSES)),
+                    query_of("to_status", "status after", one_of(STATUSES)),
                     query("error_code", "error code"), query("message", "part of the message"),
-                    query("sort", "created_at (default), -created_at, updated_at, -updated_at")],
+                    query_of("sort", "default created_at", one_of(&["created_at", "-created_at", "updated_at", "-updated_at"]))],
                     None, "200", ok("history rows with sub-steps", json!({"type": "object"}))),
             },
             "/v1/sessions/{id}/logs": {
                 "get": op("Container output per kernel (kept every second while running, whole once ended); follow=true streams it as server-sent events until it ends",
-                    vec![id_param(), query("follow", "true: text/event-stream of `log` events, then `end`")], None, "200", ok("logs", json!({"type": "object"}))),
+                    vec![id_param(), query_of("follow", "true: text/event-stream of `log` events, then `end`", one_of(TRUE_OR_FALSE))], None, "200", ok("logs", json!({"type": "object"}))),
             },
             "/v1/folders": {
                 "get": op("My folders", vec![], None, "200", ok("folders", json!({"type": "object"}))),
                 "post": op("Create a folder (1 to 64 letters, digits, `_`, `-`, `.`; not starting with `.`)", vec![],
-                    Some(json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}})),
+                    Some(json!({"type": "object", "required": ["name"], "additionalProperties": false,
+                        "properties": {"name": {"type": "string", "pattern": FOLDER_PATTERN}}})),
                     "201", ok("created", json!({"type": "object"}))),
             },
             "/v1/resources": {"get": op("My limits, my usage in a group, the group's total, used and free",
-                vec![query("resource_group", "default: default")], None, "200", ok("summary", json!({"type": "object"})))},
+                vec![query_of("resource_group", "default: default; an unknown group is a 404", json!({"type": "string", "pattern": OBJECT_PATTERN}))], None, "200", ok("summary", json!({"type": "object"})))},
             "/v1/presets": {"get": op("Resource presets", vec![], None, "200", ok("presets", json!({"type": "object"})))},
             "/v1/whoami": {"get": op("The caller", vec![], None, "200", ok("user", json!({"type": "object"})))},
             "/v1/events": {"get": {"summary": "Server-sent events: my sessions' events (every event for superadmins)",
                 "security": [{"apiKey": []}],
-                "responses": {"200": {"description": "text/event-stream; each event's data is the recorded event as JSON"}}}},
+                "responses": {"200": {"description": "text/event-stream; each event's data is the recorded event as JSON"},
+                              "401": ok("no or unknown API key", json!({"$ref": "#/components/schemas/Error"})),
+                              "503": ok("the event stream needs NATS", json!({"$ref": "#/components/schemas/Error"}))}}},
             "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
         },
@@ -126,23 +156,29 @@ pub fn document() -> Value {
                 "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
                     "code": {"type": "string"}, "field": {"type": ["string", "null"]}, "message": {"type": "string"}}}}},
                 "CreateSession": {"type": "object", "required": ["image"], "additionalProperties": false, "properties": {
-                    "name": {"type": "string", "description": "4 to 64 letters and digits; random when absent"},
+                    "name": {"type": "string", "pattern": NAME_PATTERN, "description": "random when absent; with count > 1, a base that is numbered"},
                     "type": {"enum": ["interactive", "batch", "inference", "system"]},
-                    "image": {"type": "string"},
-                    "environment": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "resource_group": {"type": "string"}, "project": {"type": "string"}, "preset": {"type": "string"},
-                    "resources": {"type": "object", "properties": {
-                        "cpu": {"type": "number"}, "memory": {"type": ["integer", "string"]},
-                        "shared_memory": {"type": ["integer", "string"]}, "gpu": {"type": "number"}}},
+                    "image": {"type": "string", "minLength": 1, "maxLength": 512, "pattern": "\\S"},
+                    "environment": {"type": "object", "additionalProperties": {"type": "string"},
+                        "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"}},
+                    "resource_group": {"type": "string", "pattern": OBJECT_PATTERN},
+                    "project": {"type": "string", "pattern": OBJECT_PATTERN},
+                    "preset": {"type": "string", "pattern": OBJECT_PATTERN},
+                    "resources": {"type": "object", "additionalProperties": false, "properties": {
+                        "cpu": {"type": "number", "minimum": 0, "maximum": 1024, "description": "cores; at most three decimals"},
+                        "memory": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}]},
+                        "shared_memory": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}]},
+                        "gpu": {"type": "number", "minimum": 0, "maximum": 64, "description": "GPUs; fractions allowed, at most three decimals"}}},
                     "cluster_mode": {"enum": ["single-node", "multi-node"]},
                     "cluster_size": {"type": "integer", "minimum": 1, "maximum": 32},
-                    "agent": {"type": "string"},
-                    "preopen_ports": {"type": "array", "items": {"type": "integer", "minimum": 1024, "maximum": 65535}},
-                    "mounts": {"type": "array", "items": {"type": "string"}},
+                    "agent": {"type": "string", "pattern": OBJECT_PATTERN},
+                    "preopen_ports": {"type": "array", "uniqueItems": true, "items": {"type": "integer", "minimum": 1024, "maximum": 65535}},
+                    "mounts": {"type": "array", "items": {"type": "string", "pattern": FOLDER_PATTERN}},
                     "startup_command": {"type": "string"}, "starts_at": {"type": "string", "format": "date-time"},
-                    "batch_timeout": {"type": "integer", "description": "seconds"},
-                    "omp_num_threads": {"type": "integer"}, "count": {"type": "integer", "minimum": 1, "maximum": 100},
-                    "owner_email": {"type": "string", "description": "admins: create for this user"}}},
+                    "batch_timeout": {"type": "integer", "minimum": 1, "description": "seconds (batch sessions)"},
+                    "omp_num_threads": {"type": "integer", "minimum": 1},
+                    "count": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "owner_email": {"type": "string", "format": "email", "description": "admins: create for this user"}}},
                 "Session": {"type": "object", "properties": {
                     "session_id": {"type": "string"}, "name": {"type": "string"}, "status": {"type": "string"},
                     "status_reason": {"type": ["string", "null"]}, "type": {"type": "string"}}},

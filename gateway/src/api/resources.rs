@@ -20,10 +20,10 @@ pub async fn resource_summary(
     let p = Params::new(query, &["resource_group"])?;
     let group = p.get("resource_group").unwrap_or("default").to_owned();
     if !db::group_exists(&state.pool, &group).await? {
-        return Err(ApiError::invalid(
-            "resource_group",
-            format!("no resource group is named `{group}`"),
-        ));
+        return Err(
+            ApiError::not_found(format!("no resource group is named `{group}`"))
+                .field("resource_group"),
+        );
     }
     let summary =
         db::resource_summary(&state.pool, caller.user_id, &caller.resource_policy, &group).await?;
