@@ -4,7 +4,11 @@
 use serde_json::{json, Value};
 
 fn query(name: &str, description: &str) -> Value {
-    query_of(name, description, json!({"type": "string"}))
+    query_of(
+        name,
+        description,
+        json!({"type": "string", "minLength": 1, "pattern": "^[^\\u0000]+$"}),
+    )
 }
 
 /// A query parameter whose values the server accepts are exactly `schema`'s.
@@ -104,7 +108,7 @@ pub fn document() -> Value {
                     query_of("status", "one status", one_of(STATUSES)),
                     query("owner", "owner's email (superadmins)"),
                     query_of("limit", "default 50", json!({"type": "integer", "minimum": 1, "maximum": 500})),
-                    query_of("offset", "default 0", json!({"type": "integer", "minimum": 0})),
+                    query_of("offset", "default 0", json!({"type": "integer", "minimum": 0, "maximum": i64::MAX})),
                     query_of("sort", "default -created_at", one_of(&["created_at", "-created_at", "name", "-name", "status", "-status"]))],
                     None, "200", ok("a page of sessions", json!({"type": "object"}))),
             },

@@ -34,6 +34,7 @@ use bytes::Bytes;
 use events::ledger::{self, KeyOwner};
 use events::payloads::{Role, SessionStatus};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::db;
@@ -62,6 +63,42 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// PostgreSQL text cannot hold a NUL character, so no value may carry one.
+const NUL_REFUSED: &str = "may not contain a NUL character";
+
+/// The path (`mounts[0]`, `environment.A`) of the first string in `value`, key or value,
+/// that holds a NUL character.
+fn nul_at(value: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(if path.is_empty() {
+            "body".into()
+        } else {
+            path.to_owned()
+        }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+            nul_at(
+                v,
+                &format!("{}[{i}]", if path.is_empty() { "body" } else { path }),
+            )
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some(join(k))
+            } else {
+                nul_at(v, &join(k))
+            }
+        }),
+        _ => None,
+    }
+}
+
 /// Parses a JSON body, naming the field at fault: 413 above the size limit, 400 when it is
 /// not JSON, 422 when a field is missing or of the wrong type.
 pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
@@ -74,7 +111,7 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         .field("body")
     })?;
     let mut deserializer = serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -97,7 +134,15 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
             path
         };
         ApiError::invalid(field, inner.to_string())
-    })
+    })?;
+    // Only a body that holds an escaped NUL (`\u0000`) needs the second look.
+    if body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
+        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if let Some(field) = nul_at(&value, "") {
+            return Err(ApiError::invalid(field, NUL_REFUSED));
+        }
+    }
+    Ok(parsed)
 }
 
 pub(crate) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
@@ -115,25 +160,39 @@ impl Params {
                 format!("unknown parameter; known: {}", known.join(", ")),
             ));
         }
+        // `?status=` says nothing: refused, so a client learns it sent an empty value.
+        if let Some((name, _)) = query.iter().find(|(_, v)| v.is_empty()) {
+            return Err(ApiError::invalid(
+                name.clone(),
+                "is empty: give a value or leave the parameter out",
+            ));
+        }
+        if let Some((name, _)) = query.iter().find(|(_, v)| v.contains('\0')) {
+            return Err(ApiError::invalid(name.clone(), NUL_REFUSED));
+        }
         Ok(Params(query))
     }
 
     fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        self.0.get(name).map(String::as_str)
     }
 
-    fn number(&self, name: &str, default: i64, max: i64) -> Result<i64, ApiError> {
+    /// The integer `name`, `default` when absent, refused outside `range`.
+    fn number(
+        &self,
+        name: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64, ApiError> {
         match self.get(name) {
             None => Ok(default),
             Some(v) => v
                 .parse::<i64>()
                 .ok()
-                .filter(|n| (0..=max).contains(n))
+                .filter(|n| range.contains(n))
                 .ok_or_else(|| {
-                    ApiError::invalid(name, format!("must be a number from 0 to {max}"))
+                    let (min, max) = (range.start(), range.end());
+                    ApiError::invalid(name, format!("must be a number from {min} to {max}"))
                 }),
         }
     }
@@ -209,4 +268,57 @@ fn status_param(field: &str, value: &str) -> Result<SessionStatus, ApiError> {
 pub async fn lookup_key(state: &AppState, key: &str) -> Result<Option<KeyOwner>, ApiError> {
     let client = state.pool.get().await?;
     Ok(ledger::key_owner(&client, key).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Body {
+        #[allow(dead_code)]
+        name: String,
+        #[allow(dead_code)]
+        #[serde(default)]
+        mounts: Vec<String>,
+    }
+
+    fn parse(text: &str) -> Result<Body, ApiError> {
+        parse_body(Ok(Bytes::from(text.to_owned())))
+    }
+
+    /// PostgreSQL cannot store a NUL: it is refused as bad input naming its field, never
+    /// sent on to fail as a server error.
+    #[test]
+    fn a_nul_anywhere_in_a_body_is_refused_by_its_field() {
+        assert!(parse(r#"{"name": "ok1"}"#).is_ok());
+        assert!(
+            parse(r#"{"name": "a\\u0000b"}"#).is_ok(),
+            "an escaped backslash is text"
+        );
+        let err = parse(r#"{"name": "a\u0000b"}"#).unwrap_err();
+        assert_eq!(
+            (err.status, err.field.as_deref()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("name"))
+        );
+        let err = parse(r#"{"name": "x", "mounts": ["ok", "b\u0000"]}"#).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("mounts[1]"));
+    }
+
+    #[test]
+    fn query_values_may_be_neither_empty_nor_hold_a_nul() {
+        let query = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
+        let known = &["owner", "limit"];
+        assert!(Params::new(query("owner", "a@b.c"), known).is_ok());
+        for bad in ["", "a\0b"] {
+            let err = Params::new(query("owner", bad), known)
+                .err()
+                .expect("refused");
+            assert_eq!(err.field.as_deref(), Some("owner"));
+        }
+        let p = Params::new(query("limit", "0"), known).unwrap();
+        assert!(p.number("limit", 50, 1..=500).is_err());
+        let p = Params::new(query("limit", "500"), known).unwrap();
+        assert_eq!(p.number("limit", 50, 1..=500).unwrap(), 500);
+    }
 }

@@ -72,8 +72,8 @@ pub async fn list_sessions(
         .get("status")
         .map(|s| status_param("status", s))
         .transpose()?;
-    let limit = p.number("limit", 50, 500)?.max(1);
-    let offset = p.number("offset", 0, i64::MAX)?;
+    let limit = p.number("limit", 50, 1..=500)?;
+    let offset = p.number("offset", 0, 0..=i64::MAX)?;
     let order = match p.one_of(
         "sort",
         &[
