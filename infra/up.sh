@@ -70,7 +70,7 @@ say "its container's output, followed while it runs (berth session logs --follow
 "$BERTH" session logs --follow "$SESSION"
 STATUS=""
 for _ in $(seq 1 100); do
-  STATUS="$("$BERTH" session info "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
+  STATUS="$("$BERTH" session info --output json "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
   case "$STATUS" in TERMINATED|ERROR|CANCELLED) break ;; esac
   sleep 0.2
 done

@@ -10,6 +10,16 @@ use serde_json::{json, Value};
 
 use berth::config::Config;
 
+/// How a read command prints what it got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A table or a summary for a person.
+    #[default]
+    Human,
+    /// The API's JSON, as it answered.
+    Json,
+}
+
 #[derive(Subcommand)]
 pub enum SessionCommand {
     /// Create sessions (prints their ids).
@@ -26,9 +36,15 @@ pub enum SessionCommand {
         owner: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
     },
     /// Show a session's detail.
-    Info { session: String },
+    Info {
+        session: String,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Show a session's scheduling history.
     History {
         session: String,
@@ -36,6 +52,8 @@ pub enum SessionCommand {
         result: Option<String>,
         #[arg(long)]
         phase: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
     },
     /// Rename a session (4 to 64 letters and digits, unique among your live sessions).
     Rename { session: String, name: String },
@@ -45,6 +63,9 @@ pub enum SessionCommand {
         /// Keep printing new output as it comes, until the session ends.
         #[arg(long, short)]
         follow: bool,
+        /// `json`: the kept output per kernel as the API answers (not with --follow).
+        #[arg(long, value_enum, default_value_t, conflicts_with = "follow")]
+        output: Output,
     },
     /// Terminate a session (--force ends it at once).
     Rm {
@@ -202,6 +223,95 @@ fn print_error(body: &Value) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// A session's detail as a person reads it: one line per aspect.
+fn summary(v: &Value) -> String {
+    let text = |k: &str| v[k].as_str().unwrap_or("-").to_owned();
+    let mib = |b: &Value| {
+        b.as_u64()
+            .map_or("-".into(), |b| format!("{} MiB", b >> 20))
+    };
+    let resources = &v["resources"];
+    let cpu = resources["cpu_milli"].as_u64().unwrap_or(0) as f64 / 1000.0;
+    let gpu = resources["gpu_milli"].as_u64().unwrap_or(0) as f64 / 1000.0;
+    let mut lines = vec![
+        ("id", text("session_id")),
+        ("name", text("name")),
+        (
+            "owner",
+            v["owner"]["email"].as_str().unwrap_or("-").to_owned(),
+        ),
+        (
+            "status",
+            match v["status_reason"].as_str() {
+                Some(reason) => format!("{} ({reason})", text("status")),
+                None => text("status"),
+            },
+        ),
+        ("type", text("type")),
+        ("image", text("image")),
+        ("group", text("resource_group")),
+        ("agent", text("agent_id")),
+        (
+            "resources",
+            format!(
+                "{cpu} cores, {} memory, {} shared, {gpu} GPUs, {} × {}",
+                mib(&resources["memory_bytes"]),
+                mib(&v["shared_memory_bytes"]),
+                v["cluster_size"],
+                text("cluster_mode")
+            ),
+        ),
+        ("created", text("created_at")),
+        ("started", text("started_at")),
+        ("ended", text("ended_at")),
+    ];
+    if let Some(elapsed) = v["elapsed_secs"].as_f64() {
+        lines.push(("elapsed", format!("{elapsed:.1} s")));
+    }
+    if !v["exit_code"].is_null() {
+        lines.push(("exit code", v["exit_code"].to_string()));
+    }
+    for c in v["containers"].as_array().into_iter().flatten() {
+        let ports: Vec<String> = c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| format!("{}->{}", p["container"], p["host"]))
+            .collect();
+        lines.push((
+            "kernel",
+            format!(
+                "{} on {} ({}){}",
+                c["kernel"],
+                c["agent_id"].as_str().unwrap_or("-"),
+                c["hostname"].as_str().unwrap_or("-"),
+                if ports.is_empty() {
+                    String::new()
+                } else {
+                    format!(", ports {}", ports.join(" "))
+                }
+            ),
+        ));
+    }
+    let usage = &v["usage"];
+    if usage.is_object() {
+        lines.push((
+            "usage",
+            format!(
+                "{:.2} cpu-seconds, {} memory, {} bytes in, {} bytes out",
+                usage["cpu_seconds"].as_f64().unwrap_or(0.0),
+                mib(&usage["memory_bytes"]),
+                usage["network_rx_bytes"],
+                usage["network_tx_bytes"]
+            ),
+        ));
+    }
+    lines
+        .into_iter()
+        .map(|(k, v)| format!("{k:<10} {v}\n"))
+        .collect()
+}
+
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -294,6 +404,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             state,
             owner,
             limit,
+            output,
         } => {
             let mut query = vec![("limit", limit.to_string())];
             if let Some(t) = session_type {
@@ -309,6 +420,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .send(client.http.get(client.url("/v1/sessions")).query(&query))
                 .await?
                 .map(|v| {
+                    if output == Output::Json {
+                        return println!("{}", pretty(&v));
+                    }
                     println!(
                         "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  OWNER",
                         "ID", "NAME", "TYPE", "STATUS", "AGENT"
@@ -332,17 +446,21 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                     );
                 })
         }
-        SessionCommand::Info { session } => {
+        SessionCommand::Info { session, output } => {
             let id = client.resolve(&session).await?;
             client
                 .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
                 .await?
-                .map(|v| println!("{}", pretty(&v)))
+                .map(|v| match output {
+                    Output::Json => println!("{}", pretty(&v)),
+                    Output::Human => print!("{}", summary(&v)),
+                })
         }
         SessionCommand::History {
             session,
             result,
             phase,
+            output,
         } => {
             let id = client.resolve(&session).await?;
             let mut query = vec![];
@@ -361,6 +479,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| {
+                    if output == Output::Json {
+                        return println!("{}", pretty(&v));
+                    }
                     for h in v["history"].as_array().into_iter().flatten() {
                         println!(
                             "{}  {:<9} {:<10} {} -> {}  attempts {}  {}",
@@ -386,6 +507,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
         SessionCommand::Logs {
             session,
             follow: true,
+            ..
         } => {
             let id = client.resolve(&session).await?;
             let path = format!("/v1/sessions/{id}/logs?follow=true");
@@ -402,7 +524,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             })
             .await?
         }
-        SessionCommand::Logs { session, .. } => {
+        SessionCommand::Logs {
+            session, output, ..
+        } => {
             let id = client.resolve(&session).await?;
             client
                 .send(
@@ -412,6 +536,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| {
+                    if output == Output::Json {
+                        return println!("{}", pretty(&v));
+                    }
                     for k in v["kernels"].as_array().into_iter().flatten() {
                         print!("{}", k["content"].as_str().unwrap_or_default());
                     }

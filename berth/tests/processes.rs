@@ -203,6 +203,25 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         output.contains("268435456"),
         "the memory limit is real: {logs_body:#}"
     );
+
+    // The CLI's read commands: a summary for a person, or the API's JSON.
+    let (ok, text) = berth_with(&["session", "info", &session], &env);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("status     TERMINATED (the startup command succeeded"),
+        "{text}"
+    );
+    assert!(text.contains("exit code  0"), "{text}");
+    let (ok, text) = berth_with(&["session", "info", "--output", "json", &session], &env);
+    assert!(ok, "{text}");
+    let json: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(json["status"], "TERMINATED");
+    let (ok, text) = berth_with(&["session", "ls", "--output", "json"], &env);
+    assert!(ok, "{text}");
+    let list: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(list["total"], 1, "{list}");
+    let (ok, text) = berth_with(&["session", "history", &session], &env);
+    assert!(ok && text.contains("SUCCESS"), "{text}");
     drop(processes);
     remove_dir(&logs);
 }
