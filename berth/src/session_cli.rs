@@ -254,7 +254,7 @@ fn summary(v: &Value) -> String {
         (
             "resources",
             format!(
-                "{cpu} cores, {} memory, {} shared, {gpu} GPUs, {} × {}",
+                "cpu {cpu}, memory {}, shared memory {}, gpu {gpu}, {} × {}",
                 mib(&resources["memory_bytes"]),
                 mib(&v["shared_memory_bytes"]),
                 v["cluster_size"],
