@@ -470,8 +470,32 @@ async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() 
         reason.contains("exited unexpectedly with code 5"),
         "{reason}"
     );
-    // It comes back, and still ends on request.
-    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    // It comes back: RESTARTING -> RUNNING is in the log, and the container's output shows
+    // its command ran a second time.
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        client
+            .query_opt(
+                "SELECT 1 FROM events WHERE stream_id = $1 AND event_type = 'SessionStatusChanged'
+                   AND payload->>'from' = 'RESTARTING' AND payload->>'to' = 'RUNNING'",
+                &[&stream],
+            )
+            .await
+            .unwrap()
+    })
+    .await;
+    wait_for(|| async {
+        let (_, body) = h
+            .get(&h.admin_key, &format!("/v1/sessions/{id}/logs"))
+            .await;
+        let output = body["kernels"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (output.matches("serving").count() >= 2).then_some(())
+    })
+    .await;
+    // And it still ends on request.
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let ended = h
