@@ -890,14 +890,15 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
     let (_, created) = h.create(&h.admin_key, shell(1.0)).await;
     let id = ids(&created)[0].clone();
     h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
+    // A deadline of zero: whatever is SCHEDULED when the reconciler looks is overdue, so no
+    // wait is needed.
     let deadlines = Deadlines {
-        scheduled: Duration::from_millis(300),
+        scheduled: Duration::ZERO,
         heartbeat: Duration::from_secs(3600),
         max_requeues: 1,
         ..Deadlines::default()
     };
     // The agent never picks it up: past the deadline it goes back to the queue, released.
-    tokio::time::sleep(Duration::from_millis(400)).await;
     let done = reconcile_once(&h.pool, &deadlines).await.unwrap();
     assert_eq!(done.sessions_moved, 1);
     let history = wait_for(|| async {
@@ -916,7 +917,6 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         .contains("retry 1 of 1"));
     // It is placed again, stalls again, and this time ends in ERROR with the reason.
     h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
     reconcile_once(&h.pool, &deadlines).await.unwrap();
     let ended = h.wait_session(&id, |s| s["status"] == "ERROR").await;
     assert!(
@@ -952,10 +952,9 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
     .await
     .unwrap();
     let silent = Deadlines {
-        heartbeat: Duration::from_millis(1),
+        heartbeat: Duration::ZERO,
         ..Deadlines::default()
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let done = reconcile_once(&h.pool, &silent).await.unwrap();
     assert!(done.agents_lost >= 1);
     let ended = h.wait_session(&on_lost, |s| s["status"] == "ERROR").await;
