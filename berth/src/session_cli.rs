@@ -9,6 +9,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use berth::config::Config;
+use gateway::model::{History, Logs, SessionDetail, SessionPage};
 
 /// How a read command prints what it got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -223,86 +224,94 @@ fn print_error(body: &Value) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// Prints `v` as the API's JSON, or, for a person, through `human` once it reads as `T` (a
+/// body that does not is printed as JSON, with a note).
+fn show<T: serde::de::DeserializeOwned>(output: Output, v: Value, human: impl FnOnce(T)) {
+    if output == Output::Json {
+        return println!("{}", pretty(&v));
+    }
+    match serde_json::from_value::<T>(v.clone()) {
+        Ok(body) => human(body),
+        Err(e) => {
+            eprintln!("berth: the answer is not in the form this berth knows ({e}); as sent:");
+            println!("{}", pretty(&v));
+        }
+    }
+}
+
 /// A session's detail as a person reads it: one line per aspect.
-fn summary(v: &Value) -> String {
-    let text = |k: &str| v[k].as_str().unwrap_or("-").to_owned();
-    let mib = |b: &Value| {
-        b.as_u64()
-            .map_or("-".into(), |b| format!("{} MiB", b >> 20))
-    };
-    let resources = &v["resources"];
-    let cpu = resources["cpu_milli"].as_u64().unwrap_or(0) as f64 / 1000.0;
-    let gpu = resources["gpu_milli"].as_u64().unwrap_or(0) as f64 / 1000.0;
+fn summary(d: &SessionDetail) -> String {
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let time = |t: Option<chrono::DateTime<chrono::Utc>>| or_dash(t.map(|t| t.to_rfc3339()));
+    let mib = |b: i64| format!("{} MiB", b >> 20);
+    let r = d.resources;
     let mut lines = vec![
-        ("id", text("session_id")),
-        ("name", text("name")),
-        (
-            "owner",
-            v["owner"]["email"].as_str().unwrap_or("-").to_owned(),
-        ),
+        ("id", d.session_id.to_string()),
+        ("name", d.name.clone()),
+        ("owner", d.owner.email.clone()),
         (
             "status",
-            match v["status_reason"].as_str() {
-                Some(reason) => format!("{} ({reason})", text("status")),
-                None => text("status"),
+            match &d.status_reason {
+                Some(reason) => format!("{} ({reason})", d.status),
+                None => d.status.clone(),
             },
         ),
-        ("type", text("type")),
-        ("image", text("image")),
-        ("group", text("resource_group")),
-        ("agent", text("agent_id")),
+        ("type", d.session_type.clone()),
+        ("image", d.image.clone()),
+        ("group", d.resource_group.clone()),
+        ("agent", or_dash(d.agent_id.clone())),
         (
             "resources",
             format!(
-                "cpu {cpu}, memory {}, shared memory {}, gpu {gpu}, {} × {}",
-                mib(&resources["memory_bytes"]),
-                mib(&v["shared_memory_bytes"]),
-                v["cluster_size"],
-                text("cluster_mode")
+                "cpu {}, memory {}, shared memory {}, gpu {}, {} × {}",
+                r.cpu_milli as f64 / 1000.0,
+                mib(r.memory_bytes as i64),
+                mib(d.shared_memory_bytes),
+                r.gpu_milli as f64 / 1000.0,
+                d.cluster_size,
+                d.cluster_mode
             ),
         ),
-        ("created", text("created_at")),
-        ("started", text("started_at")),
-        ("ended", text("ended_at")),
+        ("created", d.created_at.to_rfc3339()),
+        ("started", time(d.started_at)),
+        ("ended", time(d.ended_at)),
     ];
-    if let Some(elapsed) = v["elapsed_secs"].as_f64() {
+    if let Some(elapsed) = d.elapsed_secs {
         lines.push(("elapsed", format!("{elapsed:.1} s")));
     }
-    if !v["exit_code"].is_null() {
-        lines.push(("exit code", v["exit_code"].to_string()));
+    if let Some(code) = d.exit_code {
+        lines.push(("exit code", code.to_string()));
     }
-    for c in v["containers"].as_array().into_iter().flatten() {
-        let ports: Vec<String> = c["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| format!("{}->{}", p["container"], p["host"]))
+    for c in &d.containers {
+        let ports: Vec<String> = c
+            .ports
+            .iter()
+            .map(|p| format!("{}->{}", p.container, p.host))
             .collect();
+        let published = if ports.is_empty() {
+            String::new()
+        } else {
+            format!(", ports {}", ports.join(" "))
+        };
         lines.push((
             "kernel",
             format!(
-                "{} on {} ({}){}",
-                c["kernel"],
-                c["agent_id"].as_str().unwrap_or("-"),
-                c["hostname"].as_str().unwrap_or("-"),
-                if ports.is_empty() {
-                    String::new()
-                } else {
-                    format!(", ports {}", ports.join(" "))
-                }
+                "{} on {} ({}){published}",
+                c.kernel,
+                c.agent_id,
+                c.hostname.as_deref().unwrap_or("-")
             ),
         ));
     }
-    let usage = &v["usage"];
-    if usage.is_object() {
+    if let Some(u) = &d.usage {
         lines.push((
             "usage",
             format!(
                 "{:.2} cpu-seconds, {} memory, {} bytes in, {} bytes out",
-                usage["cpu_seconds"].as_f64().unwrap_or(0.0),
-                mib(&usage["memory_bytes"]),
-                usage["network_rx_bytes"],
-                usage["network_tx_bytes"]
+                u.cpu_seconds,
+                mib(u.memory_bytes),
+                u.network_rx_bytes,
+                u.network_tx_bytes
             ),
         ));
     }
@@ -420,30 +429,24 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .send(client.http.get(client.url("/v1/sessions")).query(&query))
                 .await?
                 .map(|v| {
-                    if output == Output::Json {
-                        return println!("{}", pretty(&v));
-                    }
-                    println!(
-                        "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  OWNER",
-                        "ID", "NAME", "TYPE", "STATUS", "AGENT"
-                    );
-                    for s in v["sessions"].as_array().into_iter().flatten() {
-                        let f = |k: &str| s[k].as_str().unwrap_or("-").to_owned();
+                    show(output, v, |page: SessionPage| {
                         println!(
-                            "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  {}",
-                            f("session_id"),
-                            f("name"),
-                            f("type"),
-                            f("status"),
-                            f("agent_id"),
-                            s["owner"]["email"].as_str().unwrap_or("-")
+                            "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  OWNER",
+                            "ID", "NAME", "TYPE", "STATUS", "AGENT"
                         );
-                    }
-                    println!(
-                        "{} of {}",
-                        v["sessions"].as_array().map_or(0, Vec::len),
-                        v["total"]
-                    );
+                        for s in &page.sessions {
+                            println!(
+                                "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  {}",
+                                s.session_id,
+                                s.name,
+                                s.session_type,
+                                s.status,
+                                s.agent_id.as_deref().unwrap_or("-"),
+                                s.owner.email
+                            );
+                        }
+                        println!("{} of {}", page.sessions.len(), page.total);
+                    })
                 })
         }
         SessionCommand::Info { session, output } => {
@@ -451,10 +454,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             client
                 .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
                 .await?
-                .map(|v| match output {
-                    Output::Json => println!("{}", pretty(&v)),
-                    Output::Human => print!("{}", summary(&v)),
-                })
+                .map(|v| show(output, v, |d: SessionDetail| print!("{}", summary(&d))))
         }
         SessionCommand::History {
             session,
@@ -479,29 +479,23 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| {
-                    if output == Output::Json {
-                        return println!("{}", pretty(&v));
-                    }
-                    for h in v["history"].as_array().into_iter().flatten() {
-                        println!(
-                            "{}  {:<9} {:<10} {} -> {}  attempts {}  {}",
-                            h["created_at"].as_str().unwrap_or_default(),
-                            h["phase"].as_str().unwrap_or_default(),
-                            h["result"].as_str().unwrap_or_default(),
-                            h["from_status"].as_str().unwrap_or_default(),
-                            h["to_status"].as_str().unwrap_or_default(),
-                            h["attempts"],
-                            h["message"].as_str().unwrap_or_default()
-                        );
-                        for s in h["sub_steps"].as_array().into_iter().flatten() {
+                    show(output, v, |history: History| {
+                        for h in &history.history {
                             println!(
-                                "    - {}: {} {}",
-                                s["step"].as_str().unwrap_or_default(),
-                                s["result"].as_str().unwrap_or_default(),
-                                s["message"].as_str().unwrap_or_default()
+                                "{}  {:<9} {:<10} {} -> {}  attempts {}  {}",
+                                h.created_at.to_rfc3339(),
+                                h.phase,
+                                h.result,
+                                h.from_status,
+                                h.to_status,
+                                h.attempts,
+                                h.message
                             );
+                            for step in &h.sub_steps {
+                                println!("    - {}: {} {}", step.step, step.result, step.message);
+                            }
                         }
-                    }
+                    })
                 })
         }
         SessionCommand::Logs {
@@ -536,12 +530,11 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| {
-                    if output == Output::Json {
-                        return println!("{}", pretty(&v));
-                    }
-                    for k in v["kernels"].as_array().into_iter().flatten() {
-                        print!("{}", k["content"].as_str().unwrap_or_default());
-                    }
+                    show(output, v, |logs: Logs| {
+                        for k in &logs.kernels {
+                            print!("{}", k.content);
+                        }
+                    })
                 })
         }
         SessionCommand::Rename { session, name } => {

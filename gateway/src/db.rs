@@ -13,6 +13,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::ApiError;
+use crate::model::{HistoryEntry, KernelLog, OwnerRef, SessionSummary};
 
 /// WHERE clauses with their parameters, numbered as they are added.
 #[derive(Default)]
@@ -92,20 +93,23 @@ const SESSION_COLUMNS: &str = "session_id, name, owner, owner_email, requested_b
     session_type, status, status_reason, image, resource_group, agent_id, created_at,
     status_changed_at";
 
-fn session_summary(r: &Row) -> Value {
-    json!({
-        "session_id": r.get::<_, Uuid>(0),
-        "name": r.get::<_, String>(1),
-        "owner": {"user_id": r.get::<_, Uuid>(2), "email": r.get::<_, String>(3)},
-        "type": r.get::<_, String>(6),
-        "status": r.get::<_, String>(7),
-        "status_reason": r.get::<_, Option<String>>(8),
-        "image": r.get::<_, String>(9),
-        "resource_group": r.get::<_, String>(10),
-        "agent_id": r.get::<_, Option<String>>(11),
-        "created_at": r.get::<_, DateTime<Utc>>(12),
-        "status_changed_at": r.get::<_, DateTime<Utc>>(13),
-    })
+fn session_summary(r: &Row) -> SessionSummary {
+    SessionSummary {
+        session_id: r.get(0),
+        name: r.get(1),
+        owner: OwnerRef {
+            user_id: r.get(2),
+            email: r.get(3),
+        },
+        session_type: r.get(6),
+        status: r.get(7),
+        status_reason: r.get(8),
+        image: r.get(9),
+        resource_group: r.get(10),
+        agent_id: r.get(11),
+        created_at: r.get(12),
+        status_changed_at: r.get(13),
+    }
 }
 
 /// A page of sessions matching `filter`, and how many match in all.
@@ -115,7 +119,7 @@ pub async fn list_sessions(
     order: SessionOrder,
     limit: i64,
     offset: i64,
-) -> Result<(i64, Vec<Value>), ApiError> {
+) -> Result<(i64, Vec<SessionSummary>), ApiError> {
     let mut w = Where::default();
     if let Some(owner) = filter.owner {
         w.add("owner = ?", owner);
@@ -267,7 +271,7 @@ pub async fn history(
     session_id: Uuid,
     filter: &HistoryFilter,
     order: HistoryOrder,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Vec<HistoryEntry>, ApiError> {
     let mut w = Where::default();
     w.add("session_id = ?", session_id);
     if let Some(id) = filter.id {
@@ -315,20 +319,19 @@ pub async fn history(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| {
-            json!({
-                "id": r.get::<_, Uuid>(0),
-                "phase": r.get::<_, String>(1),
-                "result": r.get::<_, String>(2),
-                "from_status": r.get::<_, String>(3),
-                "to_status": r.get::<_, String>(4),
-                "attempts": r.get::<_, i32>(5),
-                "message": r.get::<_, String>(6),
-                "error_code": r.get::<_, Option<String>>(7),
-                "sub_steps": r.get::<_, Value>(8),
-                "created_at": r.get::<_, DateTime<Utc>>(9),
-                "updated_at": r.get::<_, DateTime<Utc>>(10),
-            })
+        .map(|r| HistoryEntry {
+            id: r.get(0),
+            phase: r.get(1),
+            result: r.get(2),
+            from_status: r.get(3),
+            to_status: r.get(4),
+            attempts: r.get(5),
+            message: r.get(6),
+            error_code: r.get(7),
+            // Written by the projection from the events' steps: always of this shape.
+            sub_steps: serde_json::from_value(r.get::<_, Value>(8)).unwrap_or_default(),
+            created_at: r.get(9),
+            updated_at: r.get(10),
         })
         .collect())
 }
@@ -433,16 +436,6 @@ pub async fn presets(pool: &Pool) -> Result<Vec<Value>, ApiError> {
             })
         })
         .collect())
-}
-
-/// The kept output of one kernel.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KernelLog {
-    pub kernel: i32,
-    pub content: String,
-    /// Whether the kernel has ended and all its output is kept.
-    pub complete: bool,
-    pub updated_at: DateTime<Utc>,
 }
 
 /// The kept output of each of session `id`'s kernels, by kernel index.

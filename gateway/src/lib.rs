@@ -4,6 +4,7 @@
 //! - [`projection`]: the `sessions` read model it serves.
 //! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
 //! - `db`: the reads the handlers make, the crate's only SQL besides the projection.
+//! - [`model`]: the bodies the API answers with, as types the CLI reads back.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
@@ -13,6 +14,7 @@ pub mod api;
 pub mod cache;
 mod db;
 pub mod error;
+pub mod model;
 pub mod openapi;
 pub mod projection;
 pub mod sse;

@@ -175,6 +175,14 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     assert_eq!(ended["status"], "TERMINATED", "{ended}");
     assert_eq!(ended["exit_code"], 0);
     let id = ended["session_id"].as_str().unwrap();
+    // The documents PostgreSQL builds are the API's types, to the field.
+    let detail: gateway::model::SessionDetail =
+        serde_json::from_value(ended.clone()).expect("the detail reads as a SessionDetail");
+    assert_eq!(detail.containers.len(), 1);
+    for row in h.history(id).await {
+        serde_json::from_value::<gateway::model::HistoryEntry>(row.clone())
+            .unwrap_or_else(|e| panic!("{e}: {row}"));
+    }
     let output = logs(&h, id).await;
     assert!(
         output.contains("150000"),
@@ -329,6 +337,9 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let port = running["containers"][0]["ports"][0]["host"]
         .as_u64()
         .unwrap();
+    let typed: gateway::model::SessionDetail =
+        serde_json::from_value(running.clone()).expect("a running detail reads as its type");
+    assert_eq!(typed.request.preopen_ports, [8080]);
     let body = wait_for(|| async {
         let r = reqwest::get(format!("http://127.0.0.1:{port}/index.html"))
             .await

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{check_may_see, parse_id, status_param, Caller, Params};
 use crate::db::{self, HistoryFilter, HistoryOrder};
 use crate::error::ApiError;
+use crate::model::History;
 use crate::AppState;
 
 const RESULTS: &[&str] = &[
@@ -28,7 +28,7 @@ pub async fn session_history(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<History>, ApiError> {
     let id = parse_id(&id)?;
     check_may_see(&state, &caller, id).await?;
     let p = Params::new(
@@ -72,5 +72,8 @@ pub async fn session_history(
         _ => HistoryOrder::CreatedAscending,
     };
     let history = db::history(&state.pool, id, &filter, order).await?;
-    Ok(Json(json!({"session_id": id, "history": history})))
+    Ok(Json(History {
+        session_id: id,
+        history,
+    }))
 }

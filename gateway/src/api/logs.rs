@@ -13,8 +13,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::{check_may_act, parse_id, Caller, Params};
-use crate::db::{self, KernelLog};
+use crate::db;
 use crate::error::ApiError;
+use crate::model::{KernelLog, Logs};
 use crate::AppState;
 
 /// How often a followed session's kept output is read again.
@@ -36,19 +37,13 @@ pub async fn session_logs(
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());
     }
-    let kernels: Vec<_> = db::logs(&state.pool, id)
-        .await?
-        .into_iter()
-        .map(|k| {
-            json!({
-                "kernel": k.kernel,
-                "content": k.content,
-                "complete": k.complete,
-                "updated_at": k.updated_at,
-            })
-        })
-        .collect();
-    Ok(Json(json!({"session_id": id, "status": status, "kernels": kernels})).into_response())
+    let kernels = db::logs(&state.pool, id).await?;
+    let logs = Logs {
+        session_id: id,
+        status,
+        kernels,
+    };
+    Ok(Json(logs).into_response())
 }
 
 /// Where a follower is: how much of each kernel's output it has sent.

@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::{check_may_act, parse_body, parse_id, status_param, Caller, Params};
 use crate::db::{self, Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;
+use crate::model::SessionPage;
 use crate::AppState;
 
 pub async fn create_session(
@@ -34,7 +35,7 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionPage>, ApiError> {
     let p = Params::new(
         query,
         &[
@@ -93,9 +94,12 @@ pub async fn list_sessions(
         _ => SessionOrder::NewestFirst,
     };
     let (total, sessions) = db::list_sessions(&state.pool, &filter, order, limit, offset).await?;
-    Ok(Json(
-        json!({"sessions": sessions, "total": total, "limit": limit, "offset": offset}),
-    ))
+    Ok(Json(SessionPage {
+        sessions,
+        total,
+        limit,
+        offset,
+    }))
 }
 
 /// The response header that says whether a detail came from memory (`hit`) or from the view

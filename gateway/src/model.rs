@@ -1,0 +1,222 @@
+//! The bodies the API answers with, as Rust types: the handlers serialise them, the CLI
+//! (`berth session ...`) reads them back, and tests hold the documents PostgreSQL builds (the
+//! session detail) to them. One definition of each answer, for the server and its clients.
+
+use chrono::{DateTime, Utc};
+use events::payloads::{KernelPlacement, ResourceSlots};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Who owns a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerRef {
+    pub user_id: Uuid,
+    pub email: String,
+}
+
+/// A session as a list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSummary {
+    pub session_id: Uuid,
+    pub name: String,
+    pub owner: OwnerRef,
+    #[serde(rename = "type")]
+    pub session_type: String,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub image: String,
+    pub resource_group: String,
+    pub agent_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub status_changed_at: DateTime<Utc>,
+}
+
+/// `GET /v1/sessions`: a page of sessions and how many match in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+/// A container port published on the agent's host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    pub container: u16,
+    pub host: u16,
+}
+
+/// One kernel's container, as its agent started it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Container {
+    pub kernel: u32,
+    pub agent_id: String,
+    pub container_id: String,
+    pub hostname: Option<String>,
+    pub ports: Vec<Port>,
+}
+
+/// What the session asked for beyond its resources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestDetail {
+    pub environment: std::collections::BTreeMap<String, String>,
+    pub mounts: Vec<String>,
+    pub preopen_ports: Vec<u16>,
+    pub startup_command: Option<String>,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub batch_timeout_secs: Option<u64>,
+    pub omp_num_threads: u32,
+    pub max_lifetime_secs: Option<u64>,
+    pub wanted_agent: Option<String>,
+}
+
+/// The latest sample of what the session uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub cpu_seconds: f64,
+    pub cpu_percent: Option<f64>,
+    pub memory_bytes: i64,
+    pub network_rx_bytes: i64,
+    pub network_tx_bytes: i64,
+    pub sampled_at: DateTime<Utc>,
+}
+
+/// `GET /v1/sessions/{id}`: everything about one session. PostgreSQL builds this document in
+/// one statement (`db::detail`); a test holds it to this type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionDetail {
+    pub session_id: Uuid,
+    pub name: String,
+    pub owner: OwnerRef,
+    #[serde(rename = "type")]
+    pub session_type: String,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub image: String,
+    pub resource_group: String,
+    pub agent_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub status_changed_at: DateTime<Utc>,
+    pub requested_by: Option<Uuid>,
+    pub project: Option<String>,
+    /// Per kernel.
+    pub resources: ResourceSlots,
+    pub shared_memory_bytes: i64,
+    pub cluster_mode: String,
+    pub cluster_size: u32,
+    /// Where each kernel was placed.
+    pub kernels: Vec<KernelPlacement>,
+    pub containers: Vec<Container>,
+    pub request: RequestDetail,
+    pub reserved_at: DateTime<Utc>,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub elapsed_secs: Option<f64>,
+    pub exit_code: Option<i32>,
+    pub scheduling_attempts: u32,
+    pub termination_requested: bool,
+    pub usage: Option<Usage>,
+}
+
+/// One step of a scheduling phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubStep {
+    pub step: String,
+    pub result: String,
+    pub message: String,
+    #[serde(default)]
+    pub error_code: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
+}
+
+/// One row of a session's scheduling history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryEntry {
+    pub id: Uuid,
+    pub phase: String,
+    pub result: String,
+    pub from_status: String,
+    pub to_status: String,
+    pub attempts: i32,
+    pub message: String,
+    pub error_code: Option<String>,
+    pub sub_steps: Vec<SubStep>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/sessions/{id}/history`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    pub session_id: Uuid,
+    pub history: Vec<HistoryEntry>,
+}
+
+/// One kernel's kept output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelLog {
+    pub kernel: i32,
+    pub content: String,
+    /// Whether the kernel has ended and all its output is kept.
+    pub complete: bool,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/sessions/{id}/logs` (without `follow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Logs {
+    pub session_id: Uuid,
+    pub status: String,
+    pub kernels: Vec<KernelLog>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The detail PostgreSQL builds for a session that ran is exactly this shape: a field the
+    /// statement adds or renames fails here (and in the e2e test that reads real details).
+    #[test]
+    fn a_detail_document_reads_into_its_type_and_refuses_strays() {
+        let document = serde_json::json!({
+            "session_id": Uuid::nil(), "name": "job1",
+            "owner": {"user_id": Uuid::nil(), "email": "a@b.c"},
+            "type": "batch", "status": "TERMINATED", "status_reason": "done", "image": "i",
+            "resource_group": "default", "agent_id": "a1",
+            "created_at": "2026-11-23T00:00:00Z", "status_changed_at": "2026-11-23T00:00:01Z",
+            "requested_by": null, "project": null,
+            "resources": {"cpu_milli": 1000, "memory_bytes": 1, "gpu_milli": 0},
+            "shared_memory_bytes": 1, "cluster_mode": "single-node", "cluster_size": 1,
+            "kernels": [{"agent_id": "a1", "resources": {"cpu_milli": 1000, "memory_bytes": 1, "gpu_milli": 0}}],
+            "containers": [{"kernel": 0, "agent_id": "a1", "container_id": "c", "hostname": null,
+                            "ports": [{"container": 8080, "host": 32768}]}],
+            "request": {"environment": {}, "mounts": [], "preopen_ports": [8080],
+                        "startup_command": "true", "starts_at": null, "batch_timeout_secs": null,
+                        "omp_num_threads": 1, "max_lifetime_secs": null, "wanted_agent": null},
+            "reserved_at": "2026-11-23T00:00:00Z", "scheduled_at": null, "started_at": null,
+            "ended_at": null, "elapsed_secs": null, "exit_code": 0, "scheduling_attempts": 1,
+            "termination_requested": false, "usage": null,
+        });
+        let detail: SessionDetail = serde_json::from_value(document.clone()).unwrap();
+        assert_eq!(detail.containers[0].ports[0].host, 32768);
+        let mut stray = document;
+        stray["surprise"] = serde_json::json!(1);
+        assert!(serde_json::from_value::<SessionDetail>(stray).is_err());
+    }
+}
