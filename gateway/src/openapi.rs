@@ -34,7 +34,8 @@ const STATUSES: &[&str] = &[
     "ERROR",
     "CANCELLED",
 ];
-const RESULTS: &[&str] = &[
+/// The results a scheduling phase may have, as the history names them.
+pub(crate) const RESULTS: &[&str] = &[
     "SUCCESS",
     "FAILURE",
     "STALE",

@@ -386,6 +386,28 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
     assert!(replay.events >= rebuild.events);
 }
 
+/// Three agents of four cores, and 40 one-core sessions recorded straight through the
+/// launcher: more than the scheduler can place.
+async fn forty_sessions_for_twelve_cores() -> Harness {
+    let h = start().await;
+    for a in ["a1", "a2", "a3"] {
+        h.agent(a, "default", 4).await;
+    }
+    let admin = {
+        let client = h.pool.get().await.unwrap();
+        events::ledger::key_owner(&client, &h.admin_key)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let mut request: launcher::launch::CreateSession = serde_json::from_value(shell(1.0)).unwrap();
+    request.count = Some(40);
+    launcher::launch::launch(&h.pool, &admin, request)
+        .await
+        .unwrap();
+    h
+}
+
 /// Sessions placed, per agent, by the `SessionScheduled` events in the log.
 async fn placed_per_agent(h: &Harness) -> Vec<(String, i64)> {
     h.pool
@@ -487,22 +509,7 @@ async fn a_placement_an_agent_cannot_hold_is_refused_whole_by_the_ledger() {
 /// then the ledger's reserve), and no agent is over-committed.
 #[tokio::test(flavor = "multi_thread")]
 async fn schedulers_that_ignore_the_lock_are_held_back_by_the_ledgers_reserve() {
-    let h = start().await;
-    for a in ["a1", "a2", "a3"] {
-        h.agent(a, "default", 4).await;
-    }
-    let admin = {
-        let client = h.pool.get().await.unwrap();
-        events::ledger::key_owner(&client, &h.admin_key)
-            .await
-            .unwrap()
-            .unwrap()
-    };
-    let mut request: launcher::launch::CreateSession = serde_json::from_value(shell(1.0)).unwrap();
-    request.count = Some(40);
-    launcher::launch::launch(&h.pool, &admin, request)
-        .await
-        .unwrap();
+    let h = forty_sessions_for_twelve_cores().await;
     let start_line = std::sync::Arc::new(tokio::sync::Barrier::new(4));
     let racers: Vec<_> = (0..4)
         .map(|_| {
@@ -563,23 +570,7 @@ async fn schedulers_that_ignore_the_lock_are_held_back_by_the_ledgers_reserve() 
 
 #[tokio::test]
 async fn two_schedulers_at_once_never_overcommit_an_agent() {
-    let h = start().await;
-    for a in ["a1", "a2", "a3"] {
-        h.agent(a, "default", 4).await;
-    }
-    // 40 one-core sessions for 12 cores, recorded straight through the launcher.
-    let admin = {
-        let client = h.pool.get().await.unwrap();
-        events::ledger::key_owner(&client, &h.admin_key)
-            .await
-            .unwrap()
-            .unwrap()
-    };
-    let mut request: launcher::launch::CreateSession = serde_json::from_value(shell(1.0)).unwrap();
-    request.count = Some(40);
-    launcher::launch::launch(&h.pool, &admin, request)
-        .await
-        .unwrap();
+    let h = forty_sessions_for_twelve_cores().await;
     // Two more schedulers race the harness's own, pass after pass.
     let racers: Vec<_> = (0..2)
         .map(|_| {

@@ -11,17 +11,8 @@ use super::{check_may_see, parse_id, status_param, Caller, Params};
 use crate::db::{self, HistoryFilter, HistoryOrder};
 use crate::error::ApiError;
 use crate::model::History;
+use crate::openapi::RESULTS;
 use crate::AppState;
-
-const RESULTS: &[&str] = &[
-    "SUCCESS",
-    "FAILURE",
-    "STALE",
-    "NEED_RETRY",
-    "EXPIRED",
-    "GIVE_UP",
-    "SKIPPED",
-];
 
 pub async fn session_history(
     State(state): State<AppState>,
