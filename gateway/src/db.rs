@@ -4,16 +4,18 @@
 //! come from the `proj_sessions` projection; what must be exact right after a write (who owns
 //! a session, its status) comes from the ledger.
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use events::payloads::{SessionStatus, SessionType};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::model::{HistoryEntry, KernelLog, OwnerRef, SessionSummary};
+use crate::model::{
+    Amounts, Folder, GroupResources, HistoryEntry, KernelLog, Limits, MyUsage, OwnerRef, Preset,
+    ResourceSummary, SessionSummary,
+};
 
 /// WHERE clauses with their parameters, numbered as they are added.
 #[derive(Default)]
@@ -336,12 +338,12 @@ pub async fn history(
         .collect())
 }
 
-fn slots_json(r: &Row, first: usize) -> Value {
-    json!({
-        "cpu": r.get::<_, i64>(first) as f64 / 1000.0,
-        "memory_bytes": r.get::<_, i64>(first + 1),
-        "gpu": r.get::<_, i64>(first + 2) as f64 / 1000.0,
-    })
+fn amounts(r: &Row, first: usize) -> Amounts {
+    Amounts {
+        cpu: r.get::<_, i64>(first) as f64 / 1000.0,
+        memory_bytes: r.get(first + 1),
+        gpu: r.get::<_, i64>(first + 2) as f64 / 1000.0,
+    }
 }
 
 /// Whether a resource group named `name` exists.
@@ -363,7 +365,7 @@ pub async fn resource_summary(
     user: Uuid,
     policy: &str,
     group: &str,
-) -> Result<Value, ApiError> {
+) -> Result<ResourceSummary, ApiError> {
     let client = pool.get().await?;
     let limits = client
         .query_one(
@@ -398,26 +400,29 @@ pub async fn resource_summary(
             &[&group],
         )
         .await?;
-    Ok(json!({
-        "resource_group": group,
-        "my_limits": {
-            "resource_policy": limits.get::<_, String>(5),
-            "max_concurrent_sessions": limits.get::<_, i32>(0),
-            "max_total": slots_json(&limits, 1),
-            "max_session_lifetime_secs": limits.get::<_, Option<i64>>(4),
+    Ok(ResourceSummary {
+        resource_group: group.to_owned(),
+        my_limits: Limits {
+            resource_policy: limits.get(5),
+            max_concurrent_sessions: limits.get(0),
+            max_total: amounts(&limits, 1),
+            max_session_lifetime_secs: limits.get(4),
         },
-        "my_usage": {"sessions": mine.get::<_, i32>(0), "resources": slots_json(&mine, 1)},
-        "group": {
-            "agents": total.get::<_, i32>(0),
-            "total": slots_json(&total, 1),
-            "used": slots_json(&total, 4),
-            "free": slots_json(&total, 7),
+        my_usage: MyUsage {
+            sessions: mine.get(0),
+            resources: amounts(&mine, 1),
         },
-    }))
+        group: GroupResources {
+            agents: total.get(0),
+            total: amounts(&total, 1),
+            used: amounts(&total, 4),
+            free: amounts(&total, 7),
+        },
+    })
 }
 
 /// Every preset, by name.
-pub async fn presets(pool: &Pool) -> Result<Vec<Value>, ApiError> {
+pub async fn presets(pool: &Pool) -> Result<Vec<Preset>, ApiError> {
     let client = pool.get().await?;
     let rows = client
         .query(
@@ -428,12 +433,10 @@ pub async fn presets(pool: &Pool) -> Result<Vec<Value>, ApiError> {
         .await?;
     Ok(rows
         .iter()
-        .map(|r| {
-            json!({
-                "name": r.get::<_, String>(0),
-                "resources": slots_json(r, 1),
-                "shared_memory_bytes": r.get::<_, i64>(4),
-            })
+        .map(|r| Preset {
+            name: r.get(0),
+            resources: amounts(r, 1),
+            shared_memory_bytes: r.get(4),
         })
         .collect())
 }
@@ -475,7 +478,7 @@ pub async fn has_ended(pool: &Pool, id: Uuid) -> Result<bool, ApiError> {
 }
 
 /// `owner`'s folders, by name.
-pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Value>, ApiError> {
+pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> {
     let client = pool.get().await?;
     let rows = client
         .query(
@@ -485,6 +488,9 @@ pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Value>, ApiError> {
         .await?;
     Ok(rows
         .iter()
-        .map(|r| json!({"name": r.get::<_, String>(0), "created_at": r.get::<_, DateTime<Utc>>(1)}))
+        .map(|r| Folder {
+            name: r.get(0),
+            created_at: r.get(1),
+        })
         .collect())
 }

@@ -186,6 +186,125 @@ pub struct Logs {
     pub kernels: Vec<KernelLog>,
 }
 
+/// Resources as people read them: cores and GPUs in units, memory in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amounts {
+    pub cpu: f64,
+    pub memory_bytes: i64,
+    pub gpu: f64,
+}
+
+/// What the caller's resource policy allows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub resource_policy: String,
+    pub max_concurrent_sessions: i32,
+    pub max_total: Amounts,
+    pub max_session_lifetime_secs: Option<i64>,
+}
+
+/// What the caller holds in a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MyUsage {
+    pub sessions: i32,
+    pub resources: Amounts,
+}
+
+/// A group's live agents and what they hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupResources {
+    pub agents: i32,
+    pub total: Amounts,
+    pub used: Amounts,
+    pub free: Amounts,
+}
+
+/// `GET /v1/resources`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSummary {
+    pub resource_group: String,
+    pub my_limits: Limits,
+    pub my_usage: MyUsage,
+    pub group: GroupResources,
+}
+
+/// A saved resource preset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    pub name: String,
+    pub resources: Amounts,
+    pub shared_memory_bytes: i64,
+}
+
+/// `GET /v1/presets`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Presets {
+    pub presets: Vec<Preset>,
+}
+
+/// One of the caller's folders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Folder {
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/folders`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Folders {
+    pub folders: Vec<Folder>,
+}
+
+/// `POST /v1/folders`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FolderCreated {
+    pub name: String,
+}
+
+/// `GET /v1/whoami`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Whoami {
+    pub user_id: Uuid,
+    pub email: String,
+    pub role: events::payloads::Role,
+    pub resource_policy: String,
+}
+
+/// `POST /v1/sessions`: the sessions recorded, each PENDING.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Created {
+    pub sessions: Vec<launcher::launch::Launched>,
+}
+
+/// `PATCH /v1/sessions/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Renamed {
+    pub session_id: Uuid,
+    pub name: String,
+}
+
+/// `DELETE /v1/sessions/{id}`: where the session stands after the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Terminated {
+    pub session_id: Uuid,
+    pub status: events::payloads::SessionStatus,
+    pub reason: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

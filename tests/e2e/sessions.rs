@@ -871,6 +871,12 @@ async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_docu
     assert_eq!(free["group"]["used"]["cpu"], 2.0);
     let (_, presets) = h.get(&alice, "/v1/presets").await;
     assert_eq!(presets["presets"].as_array().unwrap().len(), 2);
+    // Each answer is its type in `gateway::model`, to the field.
+    serde_json::from_value::<gateway::model::ResourceSummary>(free).unwrap();
+    serde_json::from_value::<gateway::model::Presets>(presets).unwrap();
+    let (_, me) = h.get(&alice, "/v1/whoami").await;
+    let me: gateway::model::Whoami = serde_json::from_value(me).unwrap();
+    assert_eq!(me.email, "alice@example.com");
 }
 
 #[tokio::test]

@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
 use launcher::launch;
-use serde_json::{json, Value};
 
 use super::{parse_body, Caller};
 use crate::db;
 use crate::error::ApiError;
+use crate::model::{FolderCreated, Folders};
 use crate::AppState;
 
 #[derive(serde::Deserialize)]
@@ -23,16 +23,16 @@ pub async fn create_folder(
     State(state): State<AppState>,
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<FolderCreated>), ApiError> {
     let NewFolder { name } = parse_body(body)?;
     launch::create_folder(&state.pool, &caller, &name).await?;
-    Ok((StatusCode::CREATED, Json(json!({"name": name}))))
+    Ok((StatusCode::CREATED, Json(FolderCreated { name })))
 }
 
 pub async fn list_folders(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Folders>, ApiError> {
     let folders = db::folders(&state.pool, caller.user_id).await?;
-    Ok(Json(json!({ "folders": folders })))
+    Ok(Json(Folders { folders }))
 }

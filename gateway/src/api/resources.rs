@@ -5,18 +5,18 @@ use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::Json;
-use serde_json::{json, Value};
 
 use super::{Caller, Params};
 use crate::db;
 use crate::error::ApiError;
+use crate::model::{Presets, ResourceSummary, Whoami};
 use crate::AppState;
 
 pub async fn resource_summary(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ResourceSummary>, ApiError> {
     let p = Params::new(query, &["resource_group"])?;
     let group = p.get("resource_group").unwrap_or("default").to_owned();
     if !db::group_exists(&state.pool, &group).await? {
@@ -33,13 +33,16 @@ pub async fn resource_summary(
 pub async fn presets(
     State(state): State<AppState>,
     Caller(_): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Presets>, ApiError> {
     let presets = db::presets(&state.pool).await?;
-    Ok(Json(json!({ "presets": presets })))
+    Ok(Json(Presets { presets }))
 }
 
-pub async fn whoami(Caller(caller): Caller) -> Json<Value> {
-    Json(
-        json!({"user_id": caller.user_id, "email": caller.email, "role": caller.role, "resource_policy": caller.resource_policy}),
-    )
+pub async fn whoami(Caller(caller): Caller) -> Json<Whoami> {
+    Json(Whoami {
+        user_id: caller.user_id,
+        email: caller.email,
+        role: caller.role,
+        resource_policy: caller.resource_policy,
+    })
 }

@@ -11,24 +11,23 @@ use events::lifecycle;
 use events::payloads::{Role, SessionType};
 use launcher::domain;
 use launcher::launch::{self, CreateSession};
-use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{check_may_act, parse_body, parse_id, status_param, Caller, Params};
 use crate::db::{self, Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;
-use crate::model::SessionPage;
+use crate::model::{Created, Renamed, SessionPage, Terminated};
 use crate::AppState;
 
 pub async fn create_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Created>), ApiError> {
     let request: CreateSession = parse_body(body)?;
-    let launched = launch::launch(&state.pool, &caller, request).await?;
+    let sessions = launch::launch(&state.pool, &caller, request).await?;
     state.wake_scheduler.notify_one();
-    Ok((StatusCode::CREATED, Json(json!({ "sessions": launched }))))
+    Ok((StatusCode::CREATED, Json(Created { sessions })))
 }
 
 pub async fn list_sessions(
@@ -159,7 +158,7 @@ pub async fn rename_session(
     Caller(caller): Caller,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Renamed>, ApiError> {
     let id = parse_id(&id)?;
     let Rename { name } = parse_body(body)?;
     domain::check_name("name", &name)?;
@@ -172,7 +171,10 @@ pub async fn rename_session(
         s.rename(name.clone()).map(|e| vec![e])
     })
     .await?;
-    Ok(Json(json!({"session_id": id, "name": after.name})))
+    Ok(Json(Renamed {
+        session_id: id,
+        name: after.name,
+    }))
 }
 
 pub async fn terminate_session(
@@ -180,7 +182,7 @@ pub async fn terminate_session(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Terminated>), ApiError> {
     let id = parse_id(&id)?;
     let p = Params::new(query, &["force"])?;
     let forced = matches!(p.one_of("force", &["true", "false"])?, Some("true"));
@@ -199,6 +201,10 @@ pub async fn terminate_session(
     state.wake_scheduler.notify_one();
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"session_id": id, "status": after.status, "reason": after.status_reason})),
+        Json(Terminated {
+            session_id: id,
+            status: after.status,
+            reason: after.status_reason,
+        }),
     ))
 }
