@@ -1,6 +1,8 @@
 //! Configuration from environment variables, with defaults that match `infra/services.sh`.
-//! Every variable berth reads is named here and nowhere else, and every service timing
-//! (poll intervals, grace periods) is a field of [`Timings`] with today's value as default.
+//! Every `BERTH_*` variable is read here and nowhere else (`RUST_LOG` and the `OTEL_*`
+//! variables belong to logging and tracing: `telemetry` and the OTLP exporter read them), and
+//! every service timing (poll intervals, grace periods) is a field of [`Timings`] with today's
+//! value as default.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -492,7 +492,10 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                                 h.message
                             );
                             for step in &h.sub_steps {
-                                println!("    - {}: {} {}", step.step, step.result, step.message);
+                                // The result as the API names it (`SUCCESS`).
+                                let result = serde_json::to_value(step.result).unwrap_or_default();
+                                let result = result.as_str().unwrap_or("-");
+                                println!("    - {}: {result} {}", step.step, step.message);
                             }
                         }
                     })

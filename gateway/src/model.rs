@@ -3,7 +3,7 @@
 //! session detail) to them. One definition of each answer, for the server and its clients.
 
 use chrono::{DateTime, Utc};
-use events::payloads::{KernelPlacement, ResourceSlots};
+use events::payloads::{KernelPlacement, PublishedPort, ResourceSlots, SchedulingStep};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -43,14 +43,6 @@ pub struct SessionPage {
     pub offset: i64,
 }
 
-/// A container port published on the agent's host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Port {
-    pub container: u16,
-    pub host: u16,
-}
-
 /// One kernel's container, as its agent started it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,7 +51,7 @@ pub struct Container {
     pub agent_id: String,
     pub container_id: String,
     pub hostname: Option<String>,
-    pub ports: Vec<Port>,
+    pub ports: Vec<PublishedPort>,
 }
 
 /// What the session asked for beyond its resources.
@@ -128,19 +120,6 @@ pub struct SessionDetail {
     pub usage: Option<Usage>,
 }
 
-/// One step of a scheduling phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SubStep {
-    pub step: String,
-    pub result: String,
-    pub message: String,
-    #[serde(default)]
-    pub error_code: Option<String>,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: DateTime<Utc>,
-}
-
 /// One row of a session's scheduling history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -153,7 +132,7 @@ pub struct HistoryEntry {
     pub attempts: i32,
     pub message: String,
     pub error_code: Option<String>,
-    pub sub_steps: Vec<SubStep>,
+    pub sub_steps: Vec<SchedulingStep>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

@@ -1,6 +1,7 @@
 //! The OpenAPI 3.1 document served at `/openapi.json`. Written as data; a test in `lib.rs`
 //! holds it to exactly the (method, path) pairs the router registers.
 
+use events::payloads::SessionStatus;
 use serde_json::{json, Value};
 
 fn query(name: &str, description: &str) -> Value {
@@ -16,24 +17,16 @@ fn query_of(name: &str, description: &str, schema: Value) -> Value {
     json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
 }
 
+/// Every session status by name, from the domain's one list.
+fn statuses() -> Value {
+    let names: Vec<&str> = SessionStatus::ALL.iter().map(|s| s.as_str()).collect();
+    one_of(&names)
+}
+
 fn one_of(values: &[&str]) -> Value {
     json!({"type": "string", "enum": values})
 }
 
-const STATUSES: &[&str] = &[
-    "PENDING",
-    "SCHEDULED",
-    "PREPARING",
-    "PULLING",
-    "PREPARED",
-    "CREATING",
-    "RUNNING",
-    "RESTARTING",
-    "TERMINATING",
-    "TERMINATED",
-    "ERROR",
-    "CANCELLED",
-];
 /// The results a scheduling phase may have, as the history names them.
 pub(crate) const RESULTS: &[&str] = &[
     "SUCCESS",
@@ -106,7 +99,7 @@ pub fn document() -> Value {
                 "get": op("List my sessions (all, for superadmins)", vec![
                     query_of("type", "the session type", one_of(&["interactive", "batch", "inference", "system"])),
                     query_of("state", "running or finished", one_of(&["running", "finished"])),
-                    query_of("status", "one status", one_of(STATUSES)),
+                    query_of("status", "one status", statuses()),
                     query("owner", "owner's email (superadmins)"),
                     query_of("limit", "default 50", json!({"type": "integer", "minimum": 1, "maximum": 500})),
                     query_of("offset", "default 0", json!({"type": "integer", "minimum": 0, "maximum": i64::MAX})),
@@ -126,8 +119,8 @@ pub fn document() -> Value {
                 "get": op("Scheduling history", vec![id_param(),
                     query_of("id", "history row id", json!({"type": "string", "format": "uuid"})),
                     query("phase", "phase name"), query_of("result", "the phase's result", one_of(RESULTS)),
-                    query_of("from_status", "status before", one_of(STATUSES)),
-                    query_of("to_status", "status after", one_of(STATUSES)),
+                    query_of("from_status", "status before", statuses()),
+                    query_of("to_status", "status after", statuses()),
                     query("error_code", "error code"), query("message", "part of the message"),
                     query_of("sort", "default created_at", one_of(&["created_at", "-created_at", "updated_at", "-updated_at"]))],
                     None, "200", ok("history rows with sub-steps", json!({"type": "object"}))),

@@ -13,7 +13,6 @@ use events::payloads::*;
 use events::relay::Topology;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub const GIB: u64 = 1 << 30;
@@ -33,15 +32,8 @@ pub struct Harness {
     pub admin_key: String,
     pub http: reqwest::Client,
     pub topology: Topology,
-    /// Cancelled when the harness is dropped; tests hang their own tasks on it.
-    pub stop: CancellationToken,
+    /// The control plane; dropping the harness drops it, which aborts its parts.
     app: std::sync::Mutex<App>,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
 }
 
 /// The configuration of a test's control plane: a database and a JetStream stream of its
@@ -87,7 +79,6 @@ pub async fn start() -> Harness {
             .build()
             .unwrap(),
         topology: config.topology,
-        stop: CancellationToken::new(),
         app: std::sync::Mutex::new(app),
     }
 }

@@ -18,15 +18,9 @@ pub async fn replace_logs(
     text: &str,
     complete: bool,
 ) -> Result<(), LedgerError> {
-    let client = pool.get().await?;
-    client
-        .execute(
-            "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()",
-            &[&session_id, &kernel, &text, &complete],
-        )
-        .await?;
-    Ok(())
+    let sql = "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (session_id, kernel) DO UPDATE SET content = $3, complete = $4, updated_at = now()";
+    keep_logs(pool, sql, session_id, kernel, text, complete).await
 }
 
 /// Appends `text` to a kernel's kept output.
@@ -37,14 +31,25 @@ pub async fn append_logs(
     text: &str,
     complete: bool,
 ) -> Result<(), LedgerError> {
+    let sql =
+        "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (session_id, kernel) DO UPDATE
+           SET content = session_logs.content || $3, complete = $4, updated_at = now()";
+    keep_logs(pool, sql, session_id, kernel, text, complete).await
+}
+
+/// Runs one of the two statements above.
+async fn keep_logs(
+    pool: &Pool,
+    sql: &str,
+    session_id: Uuid,
+    kernel: i32,
+    text: &str,
+    complete: bool,
+) -> Result<(), LedgerError> {
     let client = pool.get().await?;
     client
-        .execute(
-            "INSERT INTO session_logs (session_id, kernel, content, complete) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (session_id, kernel) DO UPDATE
-               SET content = session_logs.content || $3, complete = $4, updated_at = now()",
-            &[&session_id, &kernel, &text, &complete],
-        )
+        .execute(sql, &[&session_id, &kernel, &text, &complete])
         .await?;
     Ok(())
 }
