@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs berth's whole test suite on a fresh machine: installs what is missing, starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
-# (infra/images.sh), then runs every test of the workspace against them and Docker. Formatting
-# and clippy are checked first. Ends with the test runner's own summary; nextest's per-test
+# (infra/images.sh) and installs schemathesis, then runs every test of the workspace against
+# them and Docker. Formatting and clippy are checked first. Ends with the test runner's own summary; nextest's per-test
 # limit is in .config/nextest.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +31,17 @@ infra/services.sh up
 eval "$(infra/services.sh env)"
 # The session images the container tests run (built locally; no registry is needed).
 infra/images.sh all
+
+# schemathesis (PyPI) for the contract test (tests/e2e/contract.rs), which holds the API to
+# its OpenAPI document; a pinned release, so its checks do not change under the tests.
+SCHEMATHESIS_RELEASE=4.32.5
+VENV="${BERTH_STATE_DIR:-$ROOT/.berth}/venv"
+if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_RELEASE"; then
+  say "installing schemathesis $SCHEMATHESIS_RELEASE (PyPI) into $VENV"
+  [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_RELEASE"
+fi
+export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
 
 if cargo nextest --version >/dev/null 2>&1; then
   exec cargo nextest run --workspace --no-fail-fast

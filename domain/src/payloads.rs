@@ -13,6 +13,7 @@ use uuid::Uuid;
 ///
 /// CPU and GPU are counted in thousandths (`cpu_milli: 1500` is one and a half cores,
 /// `gpu_milli: 250` is a quarter of one GPU) so fractions add up exactly.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceSlots {
     pub cpu_milli: u64,
@@ -46,6 +47,7 @@ impl ResourceSlots {
     }
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionType {
@@ -56,6 +58,7 @@ pub enum SessionType {
 }
 
 /// The statuses of a session, as Backend.AI names them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SessionStatus {
@@ -160,6 +163,7 @@ impl std::fmt::Display for SessionStatus {
     }
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMode {
@@ -168,6 +172,7 @@ pub enum ClusterMode {
 }
 
 /// The result of one scheduling attempt or sub-step, as Backend.AI names them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SchedulingResult {
@@ -178,6 +183,31 @@ pub enum SchedulingResult {
     Expired,
     GiveUp,
     Skipped,
+}
+
+impl SchedulingResult {
+    pub const ALL: [SchedulingResult; 7] = [
+        SchedulingResult::Success,
+        SchedulingResult::Failure,
+        SchedulingResult::Stale,
+        SchedulingResult::NeedRetry,
+        SchedulingResult::Expired,
+        SchedulingResult::GiveUp,
+        SchedulingResult::Skipped,
+    ];
+
+    /// The name as stored and shown (`NEED_RETRY`), the same as its serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedulingResult::Success => "SUCCESS",
+            SchedulingResult::Failure => "FAILURE",
+            SchedulingResult::Stale => "STALE",
+            SchedulingResult::NeedRetry => "NEED_RETRY",
+            SchedulingResult::Expired => "EXPIRED",
+            SchedulingResult::GiveUp => "GIVE_UP",
+            SchedulingResult::Skipped => "SKIPPED",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,6 +280,7 @@ pub struct SessionRequested {
 }
 
 /// One sub-step of a scheduling attempt.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedulingStep {
     pub step: String,
@@ -354,6 +385,7 @@ fn placements_or_one(
 
 /// What a user may do: `user` acts on their own sessions, `admin` may also create sessions
 /// for other users, `superadmin` sees and acts on everything and manages the platform.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -472,6 +504,7 @@ pub struct PresetSaved {
 }
 
 /// Where one kernel of a session was placed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelPlacement {
     pub agent_id: String,
@@ -479,6 +512,7 @@ pub struct KernelPlacement {
 }
 
 /// A container port published on the agent's host.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedPort {
     pub container: u16,
@@ -520,6 +554,14 @@ mod tests {
             assert_eq!(SessionStatus::parse(status.as_str()), Some(status));
         }
         assert_eq!(SessionStatus::parse("running"), None);
+    }
+
+    #[test]
+    fn a_scheduling_result_name_is_its_serde_form() {
+        for result in SchedulingResult::ALL {
+            let serde_form = serde_json::to_value(result).unwrap();
+            assert_eq!(serde_form.as_str(), Some(result.as_str()));
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! a session, its status) comes from the ledger.
 
 use deadpool_postgres::Pool;
-use events::payloads::{SessionStatus, SessionType};
+use events::payloads::{SchedulingResult, SessionStatus, SessionType};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -47,8 +47,9 @@ impl Where {
     }
 }
 
-/// Live or ended sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Live or ended sessions (`state=running|finished`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Liveness {
     Running,
     Finished,
@@ -66,15 +67,21 @@ pub struct SessionFilter {
     pub status: Option<SessionStatus>,
 }
 
-/// The order of a session list.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The order of a session list (`sort=`, a leading `-` for descending).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 pub enum SessionOrder {
     #[default]
+    #[serde(rename = "-created_at")]
     NewestFirst,
+    #[serde(rename = "created_at")]
     OldestFirst,
+    #[serde(rename = "name")]
     NameAscending,
+    #[serde(rename = "-name")]
     NameDescending,
+    #[serde(rename = "status")]
     StatusAscending,
+    #[serde(rename = "-status")]
     StatusDescending,
 }
 
@@ -249,7 +256,7 @@ pub async fn ledger_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiErro
 pub struct HistoryFilter {
     pub id: Option<Uuid>,
     pub phase: Option<String>,
-    pub result: Option<String>,
+    pub result: Option<SchedulingResult>,
     pub from_status: Option<SessionStatus>,
     pub to_status: Option<SessionStatus>,
     pub error_code: Option<String>,
@@ -257,13 +264,17 @@ pub struct HistoryFilter {
     pub message: Option<String>,
 }
 
-/// The order of a history.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The order of a history (`sort=`, a leading `-` for descending).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 pub enum HistoryOrder {
     #[default]
+    #[serde(rename = "created_at")]
     CreatedAscending,
+    #[serde(rename = "-created_at")]
     CreatedDescending,
+    #[serde(rename = "updated_at")]
     UpdatedAscending,
+    #[serde(rename = "-updated_at")]
     UpdatedDescending,
 }
 
@@ -282,8 +293,8 @@ pub async fn history(
     if let Some(phase) = &filter.phase {
         w.add("phase = ?", phase.clone());
     }
-    if let Some(result) = &filter.result {
-        w.add("result = ?", result.clone());
+    if let Some(result) = filter.result {
+        w.add("result = ?", result.as_str().to_owned());
     }
     if let Some(s) = filter.from_status {
         w.add("from_status = ?", s.as_str().to_owned());

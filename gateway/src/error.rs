@@ -8,7 +8,6 @@ use events::ledger::LedgerError;
 use events::lifecycle::{CommandError, TransitionError};
 use launcher::domain::FieldError;
 use launcher::launch::LaunchError;
-use serde_json::json;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -51,10 +50,32 @@ impl ApiError {
     }
 }
 
+/// Every error's body: `{"error": {"code", "field", "message"}}`.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, for programs: `invalid`, `not_found`, `forbidden`, `conflict`,
+    /// `name_taken`, `unauthenticated`, `bad_json`, `too_large`, `unavailable`, ...
+    pub code: String,
+    /// The field or parameter at fault (`resources.cpu`, `mounts[0]`, `limit`), when one is.
+    pub field: Option<String>,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "field": self.field, "message": self.message}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                field: self.field,
+                message: self.message,
+            },
+        };
         (self.status, Json(body)).into_response()
     }
 }
@@ -71,6 +92,10 @@ impl From<LaunchError> for ApiError {
             LaunchError::Invalid(f) => f.into(),
             LaunchError::Forbidden(f) => {
                 ApiError::new(StatusCode::FORBIDDEN, "forbidden", f.message).field(f.field)
+            }
+            LaunchError::NotFound(f) => ApiError::not_found(f.message).field(f.field),
+            LaunchError::Conflict(f) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", f.message).field(f.field)
             }
             LaunchError::NameTaken(f) => {
                 ApiError::new(StatusCode::CONFLICT, "name_taken", f.message).field(f.field)

@@ -26,14 +26,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use axum::extract::DefaultBodyLimit;
-use axum::handler::Handler;
-use axum::routing::{self, MethodRouter};
 use axum::{Json, Router};
 use deadpool_postgres::Pool;
 use events::ledger::KeyOwner;
 use events::relay::Topology;
 use tokio::sync::{Notify, RwLock};
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::ApiError;
 
@@ -111,73 +112,45 @@ impl AppState {
     }
 }
 
-/// The routes of the API as they are registered, each (method, path) listed, so a test can
-/// hold the OpenAPI document to exactly what the router serves.
-struct Routes {
-    router: Router<AppState>,
-    listed: Vec<(&'static str, &'static str)>,
+/// Every route, registered once here, each with the description its handler's
+/// `#[utoipa::path]` gives; [`openapi::document`] is generated from the same list.
+fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(api::list_sessions, api::create_session))
+        .routes(routes!(
+            api::session_detail,
+            api::rename_session,
+            api::terminate_session
+        ))
+        .routes(routes!(api::session_history))
+        .routes(routes!(api::session_logs))
+        .routes(routes!(api::list_folders, api::create_folder))
+        .routes(routes!(api::resource_summary))
+        .routes(routes!(api::presets))
+        .routes(routes!(api::whoami))
+        .routes(routes!(sse::events))
+        .routes(routes!(openapi_json))
+        .routes(routes!(healthz))
 }
 
-impl Routes {
-    fn new() -> Routes {
-        Routes {
-            router: Router::new(),
-            listed: Vec::new(),
-        }
-    }
-
-    fn add(
-        mut self,
-        method: &'static str,
-        path: &'static str,
-        route: MethodRouter<AppState>,
-    ) -> Routes {
-        self.router = self.router.route(path, route);
-        self.listed.push((method, path));
-        self
-    }
-
-    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
-        self.add("get", path, routing::get(handler))
-    }
-
-    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
-        self.add("post", path, routing::post(handler))
-    }
-
-    fn patch<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
-        self.add("patch", path, routing::patch(handler))
-    }
-
-    fn delete<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, handler: H) -> Routes {
-        self.add("delete", path, routing::delete(handler))
-    }
+/// This document (OpenAPI 3.1).
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
+async fn openapi_json() -> Json<&'static serde_json::Value> {
+    Json(openapi::document())
 }
 
-/// Every route, registered once here.
-fn routes() -> Routes {
-    Routes::new()
-        .get("/v1/sessions", api::list_sessions)
-        .post("/v1/sessions", api::create_session)
-        .get("/v1/sessions/{id}", api::session_detail)
-        .patch("/v1/sessions/{id}", api::rename_session)
-        .delete("/v1/sessions/{id}", api::terminate_session)
-        .get("/v1/sessions/{id}/history", api::session_history)
-        .get("/v1/sessions/{id}/logs", api::session_logs)
-        .get("/v1/folders", api::list_folders)
-        .post("/v1/folders", api::create_folder)
-        .get("/v1/resources", api::resource_summary)
-        .get("/v1/presets", api::presets)
-        .get("/v1/whoami", api::whoami)
-        .get("/v1/events", sse::events)
-        .get("/openapi.json", || async { Json(openapi::document()) })
-        .get("/healthz", || async { "ok" })
+/// Liveness: answers `ok` while the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "ok", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok"
 }
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    routes()
-        .router
+    let (router, _) = routes().split_for_parts();
+    router
         .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
@@ -215,14 +188,27 @@ pub async fn serve(
 mod tests {
     use std::collections::BTreeSet;
 
-    /// The document and the router list the same (method, path) pairs, both ways.
+    use serde_json::Value;
+
+    /// Every `$ref` in `value`.
+    fn refs<'a>(value: &'a Value, found: &mut BTreeSet<&'a str>) {
+        match value {
+            Value::Object(fields) => {
+                if let Some(Value::String(target)) = fields.get("$ref") {
+                    found.insert(target);
+                }
+                fields.values().for_each(|v| refs(v, found));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+            _ => {}
+        }
+    }
+
+    /// The router and the document come from one list; this holds the list to the API berth
+    /// promises (every route, both ways), and the document to itself: each `$ref` names a
+    /// schema it defines, and each authenticated operation states the key and its errors.
     #[test]
-    fn the_openapi_document_describes_exactly_the_routes_served() {
-        let served: BTreeSet<(String, String)> = super::routes()
-            .listed
-            .into_iter()
-            .map(|(m, p)| (m.to_owned(), p.to_owned()))
-            .collect();
+    fn the_document_describes_exactly_the_routes_served_and_refers_only_to_what_it_defines() {
         let doc = super::openapi::document();
         let documented: BTreeSet<(String, String)> = doc["paths"]
             .as_object()
@@ -233,20 +219,91 @@ mod tests {
                     .as_object()
                     .unwrap()
                     .keys()
-                    .filter(|m| m.as_str() != "parameters")
                     .map(move |m| (m.clone(), path.clone()))
             })
             .collect();
-        let undocumented: Vec<_> = served.difference(&documented).collect();
-        let unserved: Vec<_> = documented.difference(&served).collect();
-        assert!(
-            undocumented.is_empty(),
-            "served but not documented: {undocumented:?}"
+        let promised: BTreeSet<(String, String)> = [
+            ("get", "/v1/sessions"),
+            ("post", "/v1/sessions"),
+            ("get", "/v1/sessions/{id}"),
+            ("patch", "/v1/sessions/{id}"),
+            ("delete", "/v1/sessions/{id}"),
+            ("get", "/v1/sessions/{id}/history"),
+            ("get", "/v1/sessions/{id}/logs"),
+            ("get", "/v1/folders"),
+            ("post", "/v1/folders"),
+            ("get", "/v1/resources"),
+            ("get", "/v1/presets"),
+            ("get", "/v1/whoami"),
+            ("get", "/v1/events"),
+            ("get", "/openapi.json"),
+            ("get", "/healthz"),
+        ]
+        .into_iter()
+        .map(|(m, p)| (m.to_owned(), p.to_owned()))
+        .collect();
+        assert_eq!(documented, promised);
+
+        let mut found = BTreeSet::new();
+        refs(doc, &mut found);
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for target in &found {
+            let name = target.strip_prefix("#/components/schemas/").unwrap();
+            assert!(schemas.contains_key(name), "{target} is not defined");
+        }
+        for (method, path) in documented.iter().filter(|(_, p)| p.starts_with("/v1/")) {
+            let operation = &doc["paths"][path][method];
+            assert_eq!(operation["security"][0]["apiKey"], serde_json::json!([]));
+            for status in ["401", "422", "503"] {
+                assert!(
+                    operation["responses"].get(status).is_some(),
+                    "{method} {path} lacks {status}"
+                );
+            }
+        }
+    }
+
+    /// What the server enforces is stated: statuses from the domain's one list, the page size
+    /// range, the name pattern, the port range, unknown fields refused.
+    #[test]
+    fn the_document_states_the_constraints_the_server_enforces() {
+        let doc = super::openapi::document();
+        let text = doc.to_string();
+        let schemas = &doc["components"]["schemas"];
+        let statuses: Vec<&str> = events::payloads::SessionStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            schemas["SessionStatus"]["enum"],
+            serde_json::json!(statuses)
         );
-        assert!(
-            unserved.is_empty(),
-            "documented but not served: {unserved:?}"
+        let list = &doc["paths"]["/v1/sessions"]["get"]["parameters"];
+        let limit = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(
+            (
+                limit["schema"]["minimum"].as_i64(),
+                limit["schema"]["maximum"].as_i64()
+            ),
+            (Some(1), Some(500)),
+            "{limit}"
         );
-        assert!(served.len() >= 15, "{served:?}");
+        let create = &schemas["CreateSession"];
+        assert_eq!(
+            create["additionalProperties"],
+            Value::Bool(false),
+            "{create}"
+        );
+        assert_eq!(create["required"], serde_json::json!(["image"]));
+        assert!(text.contains(launcher::schema::NAME_PATTERN));
+        assert!(text.contains(r#""minimum":1024"#) && text.contains(r#""maximum":65535"#));
+        assert!(create["allOf"]
+            .as_array()
+            .is_some_and(|rules| rules.len() == 3));
     }
 }

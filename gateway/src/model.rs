@@ -1,14 +1,16 @@
 //! The bodies the API answers with, as Rust types: the handlers serialise them, the CLI
 //! (`berth session ...`) reads them back, and tests hold the documents PostgreSQL builds (the
-//! session detail) to them. One definition of each answer, for the server and its clients.
+//! session detail) to them, and the OpenAPI document describes them (utoipa). One definition
+//! of each answer, for the server, its document and its clients.
 
 use chrono::{DateTime, Utc};
 use events::payloads::{KernelPlacement, PublishedPort, ResourceSlots, SchedulingStep};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// Who owns a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OwnerRef {
     pub user_id: Uuid,
@@ -16,7 +18,7 @@ pub struct OwnerRef {
 }
 
 /// A session as a list shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionSummary {
     pub session_id: Uuid,
@@ -34,7 +36,7 @@ pub struct SessionSummary {
 }
 
 /// `GET /v1/sessions`: a page of sessions and how many match in all.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionPage {
     pub sessions: Vec<SessionSummary>,
@@ -44,7 +46,7 @@ pub struct SessionPage {
 }
 
 /// One kernel's container, as its agent started it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Container {
     pub kernel: u32,
@@ -55,7 +57,7 @@ pub struct Container {
 }
 
 /// What the session asked for beyond its resources.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestDetail {
     pub environment: std::collections::BTreeMap<String, String>,
@@ -70,7 +72,7 @@ pub struct RequestDetail {
 }
 
 /// The latest sample of what the session uses.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
     pub cpu_seconds: f64,
@@ -83,7 +85,7 @@ pub struct Usage {
 
 /// `GET /v1/sessions/{id}`: everything about one session. PostgreSQL builds this document in
 /// one statement (`db::detail`); a test holds it to this type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionDetail {
     pub session_id: Uuid,
@@ -121,7 +123,7 @@ pub struct SessionDetail {
 }
 
 /// One row of a session's scheduling history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryEntry {
     pub id: Uuid,
@@ -138,7 +140,7 @@ pub struct HistoryEntry {
 }
 
 /// `GET /v1/sessions/{id}/history`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct History {
     pub session_id: Uuid,
@@ -146,7 +148,7 @@ pub struct History {
 }
 
 /// One kernel's kept output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelLog {
     pub kernel: i32,
@@ -157,7 +159,7 @@ pub struct KernelLog {
 }
 
 /// `GET /v1/sessions/{id}/logs` (without `follow`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Logs {
     pub session_id: Uuid,
@@ -166,7 +168,7 @@ pub struct Logs {
 }
 
 /// Resources as people read them: cores and GPUs in units, memory in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amounts {
     pub cpu: f64,
@@ -175,7 +177,7 @@ pub struct Amounts {
 }
 
 /// What the caller's resource policy allows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub resource_policy: String,
@@ -185,7 +187,7 @@ pub struct Limits {
 }
 
 /// What the caller holds in a group.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MyUsage {
     pub sessions: i32,
@@ -193,7 +195,7 @@ pub struct MyUsage {
 }
 
 /// A group's live agents and what they hold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupResources {
     pub agents: i32,
@@ -203,7 +205,7 @@ pub struct GroupResources {
 }
 
 /// `GET /v1/resources`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSummary {
     pub resource_group: String,
@@ -213,7 +215,7 @@ pub struct ResourceSummary {
 }
 
 /// A saved resource preset.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
     pub name: String,
@@ -222,14 +224,14 @@ pub struct Preset {
 }
 
 /// `GET /v1/presets`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Presets {
     pub presets: Vec<Preset>,
 }
 
 /// One of the caller's folders.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Folder {
     pub name: String,
@@ -237,21 +239,21 @@ pub struct Folder {
 }
 
 /// `GET /v1/folders`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Folders {
     pub folders: Vec<Folder>,
 }
 
 /// `POST /v1/folders`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FolderCreated {
     pub name: String,
 }
 
 /// `GET /v1/whoami`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Whoami {
     pub user_id: Uuid,
@@ -261,14 +263,14 @@ pub struct Whoami {
 }
 
 /// `POST /v1/sessions`: the sessions recorded, each PENDING.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Created {
     pub sessions: Vec<launcher::launch::Launched>,
 }
 
 /// `PATCH /v1/sessions/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Renamed {
     pub session_id: Uuid,
@@ -276,7 +278,7 @@ pub struct Renamed {
 }
 
 /// `DELETE /v1/sessions/{id}`: where the session stands after the request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Terminated {
     pub session_id: Uuid,

@@ -20,11 +20,32 @@ use crate::api::Caller;
 use crate::error::ApiError;
 use crate::AppState;
 
+/// One server-sent event as a client reads it (OpenAPI 3.1 describes an event stream by its
+/// events): its name, its id where it has one, and its data, JSON text. Only described: axum's
+/// `Event` writes the wire form.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct StreamedEvent {
+    /// The event's name: an event type (`SessionScheduled`) on `/v1/events`; `log` or `end`
+    /// on a followed session's logs.
+    event: String,
+    /// The log position (`/v1/events`), from which a client may resume.
+    #[schema(nullable = false)]
+    id: Option<String>,
+    /// JSON text: the recorded event, or `{"kernel", "text"}` for `log`.
+    data: String,
+}
+
 fn session_of(event: &RecordedEvent) -> Option<Uuid> {
     let id = event.stream_id.strip_prefix("session-")?;
     Uuid::parse_str(id).ok()
 }
 
+/// Server-sent events: my sessions' events (every event, for superadmins). Each event's data
+/// is the recorded event as JSON.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    responses((status = 200, description = "`text/event-stream` of recorded events",
+        content_type = "text/event-stream", body = StreamedEvent)))]
 pub async fn events(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -296,7 +296,8 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let (status, err) = h.create(&h.admin_key, unknown).await;
     assert_eq!(
         (status, err["error"]["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("mounts[0]"))
+        (StatusCode::NOT_FOUND, Some("mounts[0]")),
+        "a folder the owner does not have is missing data, not a malformed request"
     );
     let (status, _) = h
         .post(&h.admin_key, "/v1/folders", json!({"name": "data1"}))
@@ -752,7 +753,7 @@ async fn an_image_built_on_the_host_is_offered_without_restarting_the_agent() {
     let body = json!({"type": "batch", "image": tag, "startup_command": "echo fresh",
         "resources": {"cpu": 0.5, "memory": "64m"}});
     let (status, refused) = h.create(&h.admin_key, body.clone()).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
     assert_eq!(refused["error"]["field"], "image");
 
     let docker = agent::docker::connect().await.unwrap();

@@ -5,9 +5,11 @@
 //!
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
+//! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 
 mod common;
 mod containers;
+mod contract;
 mod sessions;
 mod traces;

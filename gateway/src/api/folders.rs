@@ -13,12 +13,18 @@ use crate::error::ApiError;
 use crate::model::{FolderCreated, Folders};
 use crate::AppState;
 
-#[derive(serde::Deserialize)]
+/// `POST /v1/folders`'s body.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewFolder {
+    /// 1 to 64 letters, digits, `_`, `-` or `.`, not starting with `.`.
+    #[schema(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
     name: String,
 }
 
+/// Create a data folder (mounted into sessions, it outlives them).
+#[utoipa::path(post, path = "/v1/folders", tag = "folders", request_body = NewFolder,
+    responses((status = 201, description = "created", body = FolderCreated)))]
 pub async fn create_folder(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -29,6 +35,9 @@ pub async fn create_folder(
     Ok((StatusCode::CREATED, Json(FolderCreated { name })))
 }
 
+/// My data folders.
+#[utoipa::path(get, path = "/v1/folders", tag = "folders",
+    responses((status = 200, description = "the caller's folders", body = Folders)))]
 pub async fn list_folders(
     State(state): State<AppState>,
     Caller(caller): Caller,

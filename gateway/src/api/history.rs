@@ -1,67 +1,72 @@
 //! A session's scheduling history: every phase with its result, filtered and sorted as the
 //! seeds' history panel does.
 
-use std::collections::HashMap;
-
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::Json;
+use events::payloads::{SchedulingResult, SessionStatus};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
-use super::{check_may_see, parse_id, status_param, Caller, Params};
+use super::{check_may_see, parse_id, query, Caller, SessionId};
 use crate::db::{self, HistoryFilter, HistoryOrder};
 use crate::error::ApiError;
 use crate::model::History;
-use crate::openapi::RESULTS;
 use crate::AppState;
 
+/// `GET /v1/sessions/{id}/history`'s parameters: filters, each optional, and the order.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// One history row, by its id.
+    #[param(nullable = false)]
+    id: Option<Uuid>,
+    /// The phase's name.
+    #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
+    phase: Option<String>,
+    /// The phase's result.
+    #[param(inline, nullable = false)]
+    result: Option<SchedulingResult>,
+    /// The status before the phase.
+    #[param(inline, nullable = false)]
+    from_status: Option<SessionStatus>,
+    /// The status after the phase.
+    #[param(inline, nullable = false)]
+    to_status: Option<SessionStatus>,
+    /// The phase's error code.
+    #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
+    error_code: Option<String>,
+    /// Text the message contains, in any case.
+    #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
+    message: Option<String>,
+    /// The order (default `created_at`, oldest first).
+    #[param(inline, nullable = false)]
+    sort: Option<HistoryOrder>,
+}
+
+/// A session's scheduling history: every phase with its result and sub-steps.
+#[utoipa::path(get, path = "/v1/sessions/{id}/history", tag = "sessions",
+    params(SessionId, HistoryParams),
+    responses((status = 200, description = "history rows with sub-steps", body = History)))]
 pub async fn session_history(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Path(SessionId { id }): Path<SessionId>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<History>, ApiError> {
     let id = parse_id(&id)?;
     check_may_see(&state, &caller, id).await?;
-    let p = Params::new(
-        query,
-        &[
-            "id",
-            "phase",
-            "result",
-            "from_status",
-            "to_status",
-            "error_code",
-            "message",
-            "sort",
-        ],
-    )?;
+    let p: HistoryParams = query::parse(query.as_deref())?;
     let filter = HistoryFilter {
-        id: p
-            .get("id")
-            .map(|row| Uuid::parse_str(row).map_err(|_| ApiError::invalid("id", "must be a UUID")))
-            .transpose()?,
-        phase: p.get("phase").map(str::to_owned),
-        result: p.one_of("result", RESULTS)?.map(str::to_owned),
-        from_status: p
-            .get("from_status")
-            .map(|s| status_param("from_status", s))
-            .transpose()?,
-        to_status: p
-            .get("to_status")
-            .map(|s| status_param("to_status", s))
-            .transpose()?,
-        error_code: p.get("error_code").map(str::to_owned),
-        message: p.get("message").map(str::to_owned),
+        id: p.id,
+        phase: p.phase,
+        result: p.result,
+        from_status: p.from_status,
+        to_status: p.to_status,
+        error_code: p.error_code,
+        message: p.message,
     };
-    let order = match p.one_of(
-        "sort",
-        &["created_at", "-created_at", "updated_at", "-updated_at"],
-    )? {
-        Some("-created_at") => HistoryOrder::CreatedDescending,
-        Some("updated_at") => HistoryOrder::UpdatedAscending,
-        Some("-updated_at") => HistoryOrder::UpdatedDescending,
-        _ => HistoryOrder::CreatedAscending,
-    };
+    let order = p.sort.unwrap_or_default();
     let history = db::history(&state.pool, id, &filter, order).await?;
     Ok(Json(History {
         session_id: id,

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,27 +12,45 @@ use deadpool_postgres::Pool;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{check_may_act, parse_id, Caller, Params};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::{check_may_act, parse_id, query, Caller, SessionId};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{KernelLog, Logs};
+use crate::sse::StreamedEvent;
 use crate::AppState;
 
 /// How often a followed session's kept output is read again.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// `GET /v1/sessions/{id}/logs`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsParams {
+    /// `true`: a `text/event-stream` of new output until every kernel's output is complete.
+    #[param(nullable = false)]
+    follow: Option<bool>,
+}
+
 /// The output of each kernel's container: kept every second while it runs, whole once it ends.
 /// With `follow=true`, a server-sent event stream of new output (`event: log`, data
 /// `{"kernel", "text"}`) until every kernel's output is complete.
+#[utoipa::path(get, path = "/v1/sessions/{id}/logs", tag = "sessions",
+    params(SessionId, LogsParams),
+    responses((status = 200, description = "each kernel's kept output; with `follow=true`, \
+        `text/event-stream` of `log` events (`{\"kernel\", \"text\"}`), then `end`",
+        content((Logs = "application/json"), (StreamedEvent = "text/event-stream")))))]
 pub async fn session_logs(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Path(SessionId { id }): Path<SessionId>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let p = Params::new(query, &["follow"])?;
-    let follow = matches!(p.one_of("follow", &["true", "false"])?, Some("true"));
+    let p: LogsParams = query::parse(query.as_deref())?;
+    let follow = p.follow.unwrap_or(false);
     let status = check_may_act(&state, &caller, id).await?;
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());

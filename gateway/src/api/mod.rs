@@ -13,18 +13,15 @@
 mod folders;
 mod history;
 mod logs;
+mod query;
 mod resources;
 mod sessions;
 
-pub use folders::{create_folder, list_folders};
-pub use history::session_history;
-pub use logs::session_logs;
-pub use resources::{presets, resource_summary, whoami};
-pub use sessions::{
-    create_session, list_sessions, rename_session, session_detail, terminate_session, CACHE_HEADER,
-};
-
-use std::collections::HashMap;
+pub use folders::*;
+pub use history::*;
+pub use logs::*;
+pub use resources::*;
+pub use sessions::*;
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::FromRequestParts;
@@ -32,14 +29,25 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use events::ledger::{self, KeyOwner};
-use events::payloads::{Role, SessionStatus};
+use events::payloads::Role;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
+use self::query::NUL_REFUSED;
 use crate::db;
 use crate::error::ApiError;
 use crate::AppState;
+
+/// A session named in a path. Any text is taken, so an id that is not a UUID is a 404 like
+/// any other unknown session (see [`parse_id`]); the document says it is a UUID.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionId {
+    /// The session's id.
+    #[param(value_type = Uuid)]
+    pub id: String,
+}
 
 /// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`).
 pub struct Caller(pub KeyOwner);
@@ -62,9 +70,6 @@ impl FromRequestParts<AppState> for Caller {
         state.authenticate(key).await.map(Caller)
     }
 }
-
-/// PostgreSQL text cannot hold a NUL character, so no value may carry one.
-const NUL_REFUSED: &str = "may not contain a NUL character";
 
 /// The path (`mounts[0]`, `environment.A`) of the first string in `value`, key or value,
 /// that holds a NUL character.
@@ -100,7 +105,9 @@ fn nul_at(value: &Value, path: &str) -> Option<String> {
 }
 
 /// Parses a JSON body, naming the field at fault: 413 above the size limit, 400 when it is
-/// not JSON, 422 when a field is missing or of the wrong type.
+/// not JSON, 422 when a field is missing or of the wrong type, or a string holds a NUL.
+/// A number with no fraction (`95.0`) is read as the integer it is, as JSON Schema's
+/// `integer` (and so the document) allows.
 pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let body = body.map_err(|e| {
         ApiError::new(
@@ -110,18 +117,21 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         )
         .field("body")
     })?;
-    let mut deserializer = serde_json::Deserializer::from_slice(&body);
-    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+    let mut value: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body is not JSON: {e}"),
+        )
+        .field("body")
+    })?;
+    if let Some(field) = nul_at(&value, "") {
+        return Err(ApiError::invalid(field, NUL_REFUSED));
+    }
+    integral_floats_as_integers(&mut value);
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            return ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_json",
-                format!("the body is not JSON: {inner}"),
-            )
-            .field("body");
-        }
         let field = if path == "." {
             // A missing field is reported at the parent; name it from the message.
             inner
@@ -134,82 +144,29 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
             path
         };
         ApiError::invalid(field, inner.to_string())
-    })?;
-    // Only a body that holds an escaped NUL (`\u0000`) needs the second look.
-    if body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
-        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if let Some(field) = nul_at(&value, "") {
-            return Err(ApiError::invalid(field, NUL_REFUSED));
+    })
+}
+
+/// Every number in `value` that has no fraction and fits a 64-bit integer, as that integer.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // 2^63 and 2^64 are exact doubles; below them every integral double fits.
+            if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                *value = Value::from(f as u64);
+            } else if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                *value = Value::from(f as i64);
+            }
         }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
     }
-    Ok(parsed)
 }
 
 pub(crate) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(id).map_err(|_| ApiError::not_found(format!("no session {id}")))
-}
-
-/// Query parameters, each known by name; an unknown one is refused by name.
-pub(crate) struct Params(HashMap<String, String>);
-
-impl Params {
-    fn new(query: HashMap<String, String>, known: &[&str]) -> Result<Params, ApiError> {
-        if let Some(bad) = query.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(ApiError::invalid(
-                bad.clone(),
-                format!("unknown parameter; known: {}", known.join(", ")),
-            ));
-        }
-        // `?status=` says nothing: refused, so a client learns it sent an empty value.
-        if let Some((name, _)) = query.iter().find(|(_, v)| v.is_empty()) {
-            return Err(ApiError::invalid(
-                name.clone(),
-                "is empty: give a value or leave the parameter out",
-            ));
-        }
-        if let Some((name, _)) = query.iter().find(|(_, v)| v.contains('\0')) {
-            return Err(ApiError::invalid(name.clone(), NUL_REFUSED));
-        }
-        Ok(Params(query))
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
-    }
-
-    /// The integer `name`, `default` when absent, refused outside `range`.
-    fn number(
-        &self,
-        name: &str,
-        default: i64,
-        range: std::ops::RangeInclusive<i64>,
-    ) -> Result<i64, ApiError> {
-        match self.get(name) {
-            None => Ok(default),
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|n| range.contains(n))
-                .ok_or_else(|| {
-                    let (min, max) = (range.start(), range.end());
-                    ApiError::invalid(name, format!("must be a number from {min} to {max}"))
-                }),
-        }
-    }
-
-    fn one_of<'a>(&self, name: &str, allowed: &[&'a str]) -> Result<Option<&'a str>, ApiError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => allowed
-                .iter()
-                .find(|a| a.eq_ignore_ascii_case(v))
-                .copied()
-                .map(Some)
-                .ok_or_else(|| {
-                    ApiError::invalid(name, format!("must be one of {}", allowed.join(", ")))
-                }),
-        }
-    }
 }
 
 /// Checks that the caller may see session `id` in the views (a 404 otherwise, whoever owns
@@ -258,12 +215,6 @@ async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
     }
 }
 
-/// A session status named in a query parameter (any case).
-fn status_param(field: &str, value: &str) -> Result<SessionStatus, ApiError> {
-    SessionStatus::parse(&value.to_ascii_uppercase())
-        .ok_or_else(|| ApiError::invalid(field, format!("`{value}` is not a session status")))
-}
-
 /// Looks a key up in the ledger.
 pub async fn lookup_key(state: &AppState, key: &str) -> Result<Option<KeyOwner>, ApiError> {
     let client = state.pool.get().await?;
@@ -305,20 +256,25 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("mounts[1]"));
     }
 
+    /// JSON Schema counts `95.0` as an integer, so the server reads it as one; a fraction
+    /// is still refused by the field's name.
     #[test]
-    fn query_values_may_be_neither_empty_nor_hold_a_nul() {
-        let query = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
-        let known = &["owner", "limit"];
-        assert!(Params::new(query("owner", "a@b.c"), known).is_ok());
-        for bad in ["", "a\0b"] {
-            let err = Params::new(query("owner", bad), known)
-                .err()
-                .expect("refused");
-            assert_eq!(err.field.as_deref(), Some("owner"));
+    fn a_number_without_a_fraction_is_an_integer() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Counted {
+            count: u32,
+            ports: Vec<u16>,
+            cpu: f64,
         }
-        let p = Params::new(query("limit", "0"), known).unwrap();
-        assert!(p.number("limit", 50, 1..=500).is_err());
-        let p = Params::new(query("limit", "500"), known).unwrap();
-        assert_eq!(p.number("limit", 50, 1..=500).unwrap(), 500);
+        let ok: Counted = parse_body(Ok(Bytes::from_static(
+            br#"{"count": 95.0, "ports": [8080.0], "cpu": 2.0}"#,
+        )))
+        .unwrap();
+        assert_eq!((ok.count, ok.ports, ok.cpu), (95, vec![8080], 2.0));
+        let err = parse_body::<Counted>(Ok(Bytes::from_static(
+            br#"{"count": 9.5, "ports": [], "cpu": 1}"#,
+        )))
+        .unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("count"));
     }
 }

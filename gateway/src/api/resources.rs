@@ -1,24 +1,36 @@
 //! What the caller may use: the resource summary of a group, the presets, and who the caller
 //! is.
 
-use std::collections::HashMap;
-
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::Json;
+use serde::Deserialize;
+use utoipa::IntoParams;
 
-use super::{Caller, Params};
+use super::{query, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{Presets, ResourceSummary, Whoami};
 use crate::AppState;
 
+/// `GET /v1/resources`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ResourceParams {
+    /// The resource group (default `default`); an unknown group is a 404.
+    #[param(nullable = false, pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    resource_group: Option<String>,
+}
+
+/// My limits, my usage in a group, and the group's total, used and free resources.
+#[utoipa::path(get, path = "/v1/resources", tag = "resources", params(ResourceParams),
+    responses((status = 200, description = "the summary", body = ResourceSummary)))]
 pub async fn resource_summary(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<ResourceSummary>, ApiError> {
-    let p = Params::new(query, &["resource_group"])?;
-    let group = p.get("resource_group").unwrap_or("default").to_owned();
+    let p: ResourceParams = query::parse(query.as_deref())?;
+    let group = p.resource_group.unwrap_or_else(|| "default".into());
     if !db::group_exists(&state.pool, &group).await? {
         return Err(
             ApiError::not_found(format!("no resource group is named `{group}`"))
@@ -30,6 +42,9 @@ pub async fn resource_summary(
     Ok(Json(summary))
 }
 
+/// The saved resource presets.
+#[utoipa::path(get, path = "/v1/presets", tag = "resources",
+    responses((status = 200, description = "the presets", body = Presets)))]
 pub async fn presets(
     State(state): State<AppState>,
     Caller(_): Caller,
@@ -38,6 +53,9 @@ pub async fn presets(
     Ok(Json(Presets { presets }))
 }
 
+/// The caller.
+#[utoipa::path(get, path = "/v1/whoami", tag = "resources",
+    responses((status = 200, description = "who the API key belongs to", body = Whoami)))]
 pub async fn whoami(Caller(caller): Caller) -> Json<Whoami> {
     Json(Whoami {
         user_id: caller.user_id,

@@ -1,24 +1,31 @@
 //! Sessions: create (one or N), list, detail, rename, terminate.
 
-use std::collections::HashMap;
-
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
 use events::lifecycle;
-use events::payloads::{Role, SessionType};
+use events::payloads::{Role, SessionStatus, SessionType};
 use launcher::domain;
 use launcher::launch::{self, CreateSession};
 use uuid::Uuid;
 
-use super::{check_may_act, parse_body, parse_id, status_param, Caller, Params};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{check_may_act, parse_body, parse_id, query, Caller, SessionId};
 use crate::db::{self, Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;
-use crate::model::{Created, Renamed, SessionPage, Terminated};
+use crate::model::{Created, Renamed, SessionDetail, SessionPage, Terminated};
 use crate::AppState;
 
+/// Create sessions (`count`: N; those that do not fit wait in the queue).
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
+    request_body(content = CreateSession, example = json!({
+        "type": "batch", "image": "berth/shell:latest",
+        "startup_command": "echo hello from berth", "resources": {"cpu": 0.5, "memory": "256m"}})),
+    responses((status = 201, description = "recorded, each PENDING", body = Created)))]
 pub async fn create_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -30,22 +37,53 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(Created { sessions })))
 }
 
+/// `GET /v1/sessions`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// The session type.
+    #[serde(rename = "type")]
+    #[param(rename = "type", inline, nullable = false)]
+    session_type: Option<SessionType>,
+    /// Running (not yet ended) or finished sessions.
+    #[param(inline, nullable = false)]
+    state: Option<Liveness>,
+    /// One status.
+    #[param(inline, nullable = false)]
+    status: Option<SessionStatus>,
+    /// The owner's email (superadmins; anyone else may name only themselves).
+    #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
+    owner: Option<String>,
+    /// How many sessions a page holds (default 50).
+    #[param(nullable = false, minimum = 1, maximum = 500)]
+    limit: Option<i64>,
+    /// How many matching sessions to skip (default 0).
+    #[param(nullable = false, minimum = 0)]
+    offset: Option<i64>,
+    /// The order (default `-created_at`, newest first).
+    #[param(inline, nullable = false)]
+    sort: Option<SessionOrder>,
+}
+
+/// List my sessions (all, for superadmins).
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(ListParams),
+    responses((status = 200, description = "a page of sessions", body = SessionPage)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<SessionPage>, ApiError> {
-    let p = Params::new(
-        query,
-        &[
-            "type", "state", "status", "owner", "limit", "offset", "sort",
-        ],
-    )?;
-    let mut filter = SessionFilter::default();
+    let p: ListParams = query::parse(query.as_deref())?;
+    let mut filter = SessionFilter {
+        session_type: p.session_type,
+        liveness: p.state,
+        status: p.status,
+        ..SessionFilter::default()
+    };
     if caller.role == Role::Superadmin {
-        filter.owner_email = p.get("owner").map(str::to_owned);
+        filter.owner_email = p.owner;
     } else {
-        if p.get("owner").is_some_and(|o| o != caller.email) {
+        if p.owner.is_some_and(|o| o != caller.email) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -55,43 +93,9 @@ pub async fn list_sessions(
         }
         filter.owner = Some(caller.user_id);
     }
-    filter.session_type =
-        match p.one_of("type", &["interactive", "batch", "inference", "system"])? {
-            Some("interactive") => Some(SessionType::Interactive),
-            Some("batch") => Some(SessionType::Batch),
-            Some("inference") => Some(SessionType::Inference),
-            Some(_) => Some(SessionType::System),
-            None => None,
-        };
-    filter.liveness = match p.one_of("state", &["running", "finished"])? {
-        Some("running") => Some(Liveness::Running),
-        Some(_) => Some(Liveness::Finished),
-        None => None,
-    };
-    filter.status = p
-        .get("status")
-        .map(|s| status_param("status", s))
-        .transpose()?;
-    let limit = p.number("limit", 50, 1..=500)?;
-    let offset = p.number("offset", 0, 0..=i64::MAX)?;
-    let order = match p.one_of(
-        "sort",
-        &[
-            "created_at",
-            "-created_at",
-            "name",
-            "-name",
-            "status",
-            "-status",
-        ],
-    )? {
-        Some("created_at") => SessionOrder::OldestFirst,
-        Some("name") => SessionOrder::NameAscending,
-        Some("-name") => SessionOrder::NameDescending,
-        Some("status") => SessionOrder::StatusAscending,
-        Some("-status") => SessionOrder::StatusDescending,
-        _ => SessionOrder::NewestFirst,
-    };
+    let limit = p.limit.unwrap_or(50);
+    let offset = p.offset.unwrap_or(0);
+    let order = p.sort.unwrap_or_default();
     let (total, sessions) = db::list_sessions(&state.pool, &filter, order, limit, offset).await?;
     Ok(Json(SessionPage {
         sessions,
@@ -107,10 +111,14 @@ pub const CACHE_HEADER: &str = "x-berth-cache";
 
 type Headers = [(axum::http::HeaderName, &'static str); 2];
 
+/// Session detail.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(SessionId),
+    responses((status = 200, description = "the session", body = SessionDetail,
+        headers(("x-berth-cache" = String, description = "`hit` when served from memory, `miss` when read from the view")))))]
 pub async fn session_detail(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
 ) -> Result<(Headers, Bytes), ApiError> {
     let id = parse_id(&id)?;
     let visible = |owner: Uuid| caller.role == Role::Superadmin || owner == caller.user_id;
@@ -147,16 +155,23 @@ pub async fn session_detail(
     }
 }
 
-#[derive(serde::Deserialize)]
+/// `PATCH /v1/sessions/{id}`'s body.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rename {
+    /// 4 to 64 ASCII letters and digits, unique among the owner's live sessions.
+    #[schema(pattern = "^[A-Za-z0-9]{4,64}$")]
     name: String,
 }
 
+/// Rename a session.
+#[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(SessionId),
+    request_body = Rename,
+    responses((status = 200, description = "renamed", body = Renamed)))]
 pub async fn rename_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Renamed>, ApiError> {
     let id = parse_id(&id)?;
@@ -177,15 +192,28 @@ pub async fn rename_session(
     }))
 }
 
+/// `DELETE /v1/sessions/{id}`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TerminateParams {
+    /// `true` ends the session at once, without waiting for its container to stop.
+    #[param(nullable = false)]
+    force: Option<bool>,
+}
+
+/// Terminate a session (`force=true` ends it at once).
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions",
+    params(SessionId, TerminateParams),
+    responses((status = 202, description = "terminating, terminated or cancelled", body = Terminated)))]
 pub async fn terminate_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    Path(SessionId { id }): Path<SessionId>,
+    RawQuery(query): RawQuery,
 ) -> Result<(StatusCode, Json<Terminated>), ApiError> {
     let id = parse_id(&id)?;
-    let p = Params::new(query, &["force"])?;
-    let forced = matches!(p.one_of("force", &["true", "false"])?, Some("true"));
+    let p: TerminateParams = query::parse(query.as_deref())?;
+    let forced = p.force.unwrap_or(false);
     check_may_act(&state, &caller, id).await?;
     let who = if forced {
         "force-terminated"

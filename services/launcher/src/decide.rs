@@ -82,6 +82,24 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> LaunchError 
     })
 }
 
+/// A request that names something that does not exist (a user, group, preset, agent, image
+/// or folder): the request itself is well formed, the data it points at is missing.
+fn unknown(field: impl Into<String>, message: impl Into<String>) -> LaunchError {
+    LaunchError::NotFound(FieldError {
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
+/// A request the platform cannot take in its present state (no live agent, more than the
+/// group holds in all).
+fn conflict(field: impl Into<String>, message: impl Into<String>) -> LaunchError {
+    LaunchError::Conflict(FieldError {
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
 fn forbidden(field: &str, message: &str) -> LaunchError {
     LaunchError::Forbidden(FieldError {
         field: field.into(),
@@ -226,7 +244,7 @@ pub fn decide(
     let checked = check_request(&context.actor, request)?;
     let actor = &context.actor;
     let owner = context.owner.as_ref().ok_or_else(|| {
-        invalid(
+        unknown(
             "owner_email",
             format!(
                 "no user has the email `{}`",
@@ -238,16 +256,16 @@ pub fn decide(
     // Project and resource group.
     let group = group_of(request);
     if !context.group_exists {
-        return Err(invalid(
+        return Err(unknown(
             "resource_group",
             format!("no resource group is named `{group}`"),
         ));
     }
     if let Some(project) = &request.project {
         if !context.project_member && owner.role != Role::Superadmin {
-            return Err(invalid(
+            return Err(forbidden(
                 "project",
-                format!(
+                &format!(
                     "`{}` is not a member of a project named `{project}`",
                     owner.email
                 ),
@@ -255,9 +273,9 @@ pub fn decide(
         }
     }
     if owner.role != Role::Superadmin && !context.group_open_to_owner {
-        return Err(invalid(
+        return Err(forbidden(
             "resource_group",
-            format!("`{group}` is not open to the owner's projects"),
+            &format!("`{group}` is not open to the owner's projects"),
         ));
     }
 
@@ -268,7 +286,7 @@ pub fn decide(
         let preset = context
             .preset
             .as_ref()
-            .ok_or_else(|| invalid("preset", format!("no preset is named `{name}`")))?;
+            .ok_or_else(|| unknown("preset", format!("no preset is named `{name}`")))?;
         per_kernel = preset.resources;
         preset_shm = Some(preset.shared_memory_bytes);
     } else if checked.cpu_milli.is_none() || checked.memory_bytes.is_none() {
@@ -315,9 +333,9 @@ pub fn decide(
         )
     })?;
     if let Some((field, asked, limit)) = first_excess(total, policy.max_total) {
-        return Err(invalid(
+        return Err(forbidden(
             field,
-            format!(
+            &format!(
                 "the session asks {asked} in all; resource policy `{}` allows at most {limit}",
                 owner.resource_policy
             ),
@@ -326,7 +344,7 @@ pub fn decide(
 
     // The group: live agents, what they hold in all, which images they offer.
     if context.agents.is_empty() {
-        return Err(invalid(
+        return Err(conflict(
             "resource_group",
             format!("`{group}` has no live agents"),
         ));
@@ -338,7 +356,7 @@ pub fn decide(
             sum.saturating_add(a.capacity)
         });
     if let Some((field, asked, limit)) = first_excess(total, group_total) {
-        return Err(invalid(
+        return Err(conflict(
             field,
             format!("the session asks {asked} in all; resource group `{group}` has {limit} in all"),
         ));
@@ -348,14 +366,14 @@ pub fn decide(
         .iter()
         .any(|a| a.images.contains(&request.image));
     if !offered {
-        return Err(invalid(
+        return Err(unknown(
             "image",
             format!("no agent of `{group}` offers the image `{}`", request.image),
         ));
     }
     if let Some(agent) = &request.agent {
         if !context.agents.iter().any(|a| a.agent_id == *agent) {
-            return Err(invalid(
+            return Err(unknown(
                 "agent",
                 format!("`{agent}` is not a live agent of `{group}`"),
             ));
@@ -369,7 +387,7 @@ pub fn decide(
         .enumerate()
         .find(|(_, m)| !context.owned_folders.contains(m))
     {
-        return Err(invalid(
+        return Err(unknown(
             format!("mounts[{i}]"),
             format!("the owner has no folder named `{missing}` (create it with POST /v1/folders)"),
         ));
@@ -498,7 +516,12 @@ mod tests {
     /// The field a refused request is refused on.
     fn refused(context: &LaunchContext, request: &CreateSession) -> (String, String) {
         match decide(context, request, &mut no_names()) {
-            Err(LaunchError::Invalid(e) | LaunchError::Forbidden(e)) => (e.field, e.message),
+            Err(
+                LaunchError::Invalid(e)
+                | LaunchError::Forbidden(e)
+                | LaunchError::NotFound(e)
+                | LaunchError::Conflict(e),
+            ) => (e.field, e.message),
             other => panic!("expected a field error, got {other:?}"),
         }
     }

@@ -13,8 +13,10 @@ use events::store::ExpectedVersion;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use utoipa::ToSchema;
+
 use crate::domain::{self, FieldError};
-use crate::{db, decide};
+use crate::{db, decide, schema};
 
 /// Most sessions one request may create.
 pub const MAX_COUNT: u32 = 100;
@@ -22,7 +24,7 @@ pub const MAX_COUNT: u32 = 100;
 pub const DEFAULT_SHARED_MEMORY: u64 = 64 << 20;
 
 /// A size in bytes, given as a number or as text with a unit (`512m`, `4g`, `1Gi`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum ByteSize {
     Bytes(u64),
@@ -61,52 +63,91 @@ impl ByteSize {
 }
 
 /// Resources asked for one kernel. CPU and GPU in units (0.5 is half), sizes as [`ByteSize`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceRequest {
+    /// Cores, at most three decimals.
+    #[schema(
+        nullable = false,
+        exclusive_minimum = 0,
+        maximum = 1024,
+        multiple_of = 0.001
+    )]
     pub cpu: Option<f64>,
+    #[schema(nullable = false, schema_with = schema::size)]
     pub memory: Option<ByteSize>,
+    /// At most the memory (default 64 MiB, or the memory when less).
+    #[schema(nullable = false, schema_with = schema::size)]
     pub shared_memory: Option<ByteSize>,
+    /// GPUs; fractions of one share it (at most three decimals).
+    #[schema(nullable = false, minimum = 0, maximum = 64, multiple_of = 0.001)]
     pub gpu: Option<f64>,
 }
 
-/// A request to create sessions, as the gateway receives it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A request to create sessions, as the gateway receives it. Its schema states every rule
+/// that needs nothing but the request ([`schema`] holds the ones a derive cannot say).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
+    /// Random when absent; with `count` above 1, a base that is numbered.
+    #[schema(pattern = "^[A-Za-z0-9]{3,64}$")]
     pub name: Option<String>,
+    /// `interactive` when absent; `system` for superadmins.
     #[serde(rename = "type")]
     pub session_type: Option<SessionType>,
+    /// Not blank; no NUL character.
+    #[schema(
+        min_length = 1,
+        max_length = 512,
+        pattern = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+    )]
     pub image: String,
     #[serde(default)]
+    #[schema(schema_with = schema::environment)]
     pub environment: BTreeMap<String, String>,
+    /// `default` when absent.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub resource_group: Option<String>,
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub project: Option<String>,
+    /// A saved preset's resources; `resources` overrides any of them.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub preset: Option<String>,
     #[serde(default)]
     pub resources: ResourceRequest,
     pub cluster_mode: Option<ClusterMode>,
+    #[schema(minimum = 1, maximum = 32)]
     pub cluster_size: Option<u32>,
     /// An agent chosen by hand.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub agent: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = schema::ports)]
     pub preopen_ports: Vec<u32>,
     /// Names of folders to mount under /home/work.
     #[serde(default)]
+    #[schema(schema_with = schema::mounts)]
     pub mounts: Vec<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub startup_command: Option<String>,
+    /// When a batch session may start, at the earliest.
     pub starts_at: Option<DateTime<Utc>>,
     /// Seconds a batch session may run.
+    #[schema(minimum = 1)]
     pub batch_timeout: Option<u64>,
+    /// OpenMP threads (default: the session's cores, rounded up).
+    #[schema(minimum = 1)]
     pub omp_num_threads: Option<u32>,
     /// How many sessions to create ("Sessions: N"); those that do not fit wait in the queue.
+    #[schema(minimum = 1, maximum = 100)]
     pub count: Option<u32>,
     /// Create the session for this user (admins only).
+    #[schema(format = Email)]
     pub owner_email: Option<String>,
 }
 
 /// A session the launcher recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Launched {
     pub session_id: Uuid,
     pub name: String,
@@ -121,6 +162,14 @@ pub enum LaunchError {
     /// The caller may not do this.
     #[error("{0}")]
     Forbidden(FieldError),
+    /// The request names something that does not exist (a user, group, preset, agent, image
+    /// offered by the group, or folder).
+    #[error("{0}")]
+    NotFound(FieldError),
+    /// The platform cannot take the request as it stands (no live agent in the group, more
+    /// than the group holds in all).
+    #[error("{0}")]
+    Conflict(FieldError),
     /// The owner already has a live session of that name.
     #[error("{0}")]
     NameTaken(FieldError),

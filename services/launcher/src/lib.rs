@@ -5,6 +5,7 @@
 //! - [`decide`]: the launch decision, pure: a request and the facts it depends on (a
 //!   `LaunchContext`) in, `SessionRequested` events or the field at fault out.
 //! - [`launch`]: the request types; loads the context, decides, records all sessions or none.
+//! - [`schema`]: the create request as the OpenAPI document states it, beside its rules.
 //! - [`db`]: the ledger reads above, the crate's only SQL.
 //! - [`access`]: users, API keys, projects, resource groups, policies and presets.
 
@@ -13,3 +14,4 @@ pub mod db;
 pub mod decide;
 pub mod domain;
 pub mod launch;
+pub mod schema;
