@@ -153,16 +153,22 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             Ok(())
         });
     }
-    // In one process the gateway wakes the scheduler at once; apart, the scheduler's
-    // interval bounds the wait.
-    let wake = Arc::new(Notify::new());
     if parts.scheduler {
+        // The bus wakes the scheduler (the events that can change a decision); its interval
+        // is only the safety net, so it works the same in `berth up` and as its own process.
+        let wake = Arc::new(Notify::new());
+        let nats = connect_nats(config).await?;
+        let (w, s, topology) = (wake.clone(), stop.clone(), config.topology.clone());
+        tasks.spawn(async move {
+            scheduler::wake::follow(nats, topology, w, s).await?;
+            Ok(())
+        });
         let config = scheduler::run::SchedulerConfig {
             interval: timings.scheduler_interval,
             ..Default::default()
         };
         let scheduler = scheduler::run::Scheduler::new(pool.clone(), config);
-        let (w, s) = (wake.clone(), stop.clone());
+        let (w, s) = (wake, stop.clone());
         tasks.spawn(async move {
             scheduler.run(w, s).await;
             Ok(())
@@ -187,7 +193,6 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             pool.clone(),
             nats,
             config.topology.clone(),
-            wake,
             timings.detail_cache_ttl,
         );
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)

@@ -88,7 +88,7 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::bench_sessions::schedule(&url, agents, sessions).await
         }
         BenchCommand::Start { sessions, burst } => {
-            crate::bench_sessions::start(&url, sessions, burst).await
+            crate::bench_sessions::start(&config.nats_url, &url, sessions, burst).await
         }
         BenchCommand::Gateway {
             seconds,

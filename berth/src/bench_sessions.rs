@@ -294,7 +294,7 @@ pub async fn gateway(
     ));
     // Without NATS the gateway keeps no detail cache: every read is a projection query.
     let follow = cache.then_some(nats);
-    let state = gateway::AppState::new(pool.clone(), follow, topology.clone(), Arc::default());
+    let state = gateway::AppState::new(pool.clone(), follow, topology.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     tokio::spawn(gateway::serve(listener, state, stop.clone()));
@@ -355,8 +355,10 @@ pub async fn gateway(
 }
 
 /// `berth bench start`: create request to RUNNING through the Docker runtime, next to a plain
-/// `docker run -d` of the same image, and sessions started per second in a burst.
-pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
+/// `docker run -d` of the same image, and sessions started per second in a burst. The
+/// scheduler is woken as in service: the relay publishes the create on NATS, and the wake
+/// follower pokes it.
+pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     events::store::migrate(&pool, &[]).await?;
     launcher::access::bootstrap(&pool).await?;
@@ -394,7 +396,27 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
         config,
         stop.clone(),
     ));
+    let nats = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    let topology = events::relay::Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        Default::default(),
+        stop.clone(),
+    ));
     let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(scheduler::wake::follow(
+        nats,
+        topology.clone(),
+        wake.clone(),
+        stop.clone(),
+    ));
     let scheduler = scheduler::run::Scheduler::new(
         pool.clone(),
         scheduler::run::SchedulerConfig {
@@ -463,7 +485,6 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
     for i in 0..sessions {
         let started = Instant::now();
         let launched = launcher::launch::launch(&pool, &admin, request(1)).await?;
-        wake.notify_one();
         let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
         running(ids.clone()).await?;
         berth_times.push(started.elapsed());
@@ -511,7 +532,6 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     let launched = launcher::launch::launch(&pool, &admin, request(burst as u32)).await?;
-    wake.notify_one();
     let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
     running(ids.clone()).await?;
     let took = started.elapsed().as_secs_f64();
@@ -520,6 +540,7 @@ pub async fn start(url: &str, sessions: usize, burst: usize) -> anyhow::Result<(
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
     let _ = agent_task.await;
+    js.delete_stream(&topology.stream).await?;
     // Whatever is left of the bench's containers goes.
     let _ = tokio::process::Command::new("sh")
         .args(["-c", &format!("docker ps -aq --filter label=ai.berth.agent={agent_id} | xargs -r docker rm -f >/dev/null")])

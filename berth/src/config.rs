@@ -33,7 +33,9 @@ pub struct Timings {
     pub heartbeat_timeout: Duration,
     /// The reconciler's round.
     pub reconcile_every: Duration,
-    /// Longest time between scheduler passes when nothing wakes the scheduler.
+    /// Longest time between scheduler passes when nothing wakes the scheduler: a safety net,
+    /// since the events that can change a decision wake it through NATS and its own deadlines
+    /// (reserved starts, pending timeouts) wake it on time.
     pub scheduler_interval: Duration,
     /// How often the streams projection reads the log when it is caught up.
     pub streams_poll: Duration,
@@ -59,7 +61,7 @@ impl Default for Timings {
         Timings {
             heartbeat_timeout: Duration::from_secs(30),
             reconcile_every: Duration::from_secs(2),
-            scheduler_interval: Duration::from_secs(1),
+            scheduler_interval: Duration::from_secs(10),
             streams_poll: Duration::from_millis(20),
             sessions_poll: Duration::from_millis(10),
             sealer_idle: Duration::from_millis(200),

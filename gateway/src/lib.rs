@@ -30,7 +30,7 @@ use axum::{Json, Router};
 use deadpool_postgres::Pool;
 use events::ledger::KeyOwner;
 use events::relay::Topology;
-use tokio::sync::{Notify, RwLock};
+use tokio::sync::RwLock;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -49,20 +49,13 @@ pub struct AppState {
     pub pool: Pool,
     pub nats: Option<async_nats::Client>,
     pub topology: Topology,
-    /// Poked after a create or terminate so the scheduler looks at once.
-    pub wake_scheduler: Arc<Notify>,
     keys: Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>,
     pub(crate) details: Arc<cache::DetailCache>,
 }
 
 impl AppState {
-    pub fn new(
-        pool: Pool,
-        nats: Option<async_nats::Client>,
-        topology: Topology,
-        wake_scheduler: Arc<Notify>,
-    ) -> AppState {
-        AppState::with_detail_ttl(pool, nats, topology, wake_scheduler, cache::DEFAULT_TTL)
+    pub fn new(pool: Pool, nats: Option<async_nats::Client>, topology: Topology) -> AppState {
+        AppState::with_detail_ttl(pool, nats, topology, cache::DEFAULT_TTL)
     }
 
     /// [`AppState::new`] with detail documents served from memory for at most `detail_ttl`
@@ -71,7 +64,6 @@ impl AppState {
         pool: Pool,
         nats: Option<async_nats::Client>,
         topology: Topology,
-        wake_scheduler: Arc<Notify>,
         detail_ttl: Duration,
     ) -> AppState {
         let details = Arc::new(cache::DetailCache::new(detail_ttl));
@@ -83,7 +75,6 @@ impl AppState {
             pool,
             nats,
             topology,
-            wake_scheduler,
             keys: Arc::default(),
             details,
         }

@@ -64,7 +64,11 @@ pub fn test_config() -> Config {
 }
 
 pub async fn start() -> Harness {
-    let config = test_config();
+    start_with(test_config()).await
+}
+
+/// [`start`] with a configuration of the test's own (from [`test_config`]).
+pub async fn start_with(config: Config) -> Harness {
     let app = app::start(&config, Parts::ALL)
         .await
         .expect("the control plane starts");

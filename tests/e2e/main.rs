@@ -7,9 +7,11 @@
 //! - [`containers`]: real containers run by the agent's Docker runtime.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
+//! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
 mod common;
 mod containers;
 mod contract;
 mod sessions;
 mod traces;
+mod wake;

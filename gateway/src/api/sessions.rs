@@ -33,7 +33,6 @@ pub async fn create_session(
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     let request: CreateSession = parse_body(body)?;
     let sessions = launch::launch(&state.pool, &caller, request).await?;
-    state.wake_scheduler.notify_one();
     Ok((StatusCode::CREATED, Json(Created { sessions })))
 }
 
@@ -226,7 +225,6 @@ pub async fn terminate_session(
         s.terminate(forced, reason.clone())
     })
     .await?;
-    state.wake_scheduler.notify_one();
     Ok((
         StatusCode::ACCEPTED,
         Json(Terminated {

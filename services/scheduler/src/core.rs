@@ -320,6 +320,27 @@ struct Verdict {
     placement: Option<Vec<KernelPlacement>>,
 }
 
+/// The earliest moment after `snapshot.now` at which a decision on its queue changes with
+/// nothing but time passing: a reserved start time arriving, or a wait reaching the group's
+/// pending timeout. Every other change comes with an event, which wakes the scheduler.
+pub fn next_deadline(snapshot: &Snapshot) -> Option<DateTime<Utc>> {
+    let now = snapshot.now;
+    let timeout = snapshot.group.pending_timeout_secs;
+    snapshot
+        .queue
+        .iter()
+        .flat_map(|session| {
+            let expires = (timeout > 0).then(|| {
+                // `plan` expires a wait longer than the timeout, counted in whole seconds.
+                session.created_at + chrono::Duration::seconds(timeout as i64 + 1)
+            });
+            [session.starts_at, expires]
+        })
+        .flatten()
+        .filter(|t| *t > now)
+        .min()
+}
+
 /// Decides every session of the snapshot's queue, in queue order. Placements are applied to
 /// the snapshot's agents and owners as they are made, so later sessions see them.
 pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
@@ -880,6 +901,43 @@ mod tests {
         let d = plan(&mut s);
         assert!(d[0].record);
         assert_eq!(d[0].attempts, 2);
+    }
+
+    #[test]
+    fn the_next_deadline_is_the_earliest_reserved_start_or_timeout_still_ahead() {
+        let mut s = snapshot(vec![agent("a1", 8, 0)], vec![session(1, 1), session(2, 1)]);
+        s.group.pending_timeout_secs = 0;
+        assert_eq!(
+            next_deadline(&s),
+            None,
+            "no start time, no timeout: only events"
+        );
+        s.queue[0].starts_at = Some(t0() + chrono::Duration::seconds(30));
+        s.queue[1].starts_at = Some(t0() + chrono::Duration::seconds(20));
+        assert_eq!(
+            next_deadline(&s),
+            Some(t0() + chrono::Duration::seconds(20))
+        );
+        s.now = t0() + chrono::Duration::seconds(25);
+        assert_eq!(
+            next_deadline(&s),
+            Some(t0() + chrono::Duration::seconds(30)),
+            "a start time already past is no deadline"
+        );
+        s.group.pending_timeout_secs = 10;
+        s.now = t0();
+        s.queue[0].created_at = t0();
+        assert_eq!(
+            next_deadline(&s),
+            Some(t0() + chrono::Duration::seconds(11)),
+            "the first moment `plan` expires the wait"
+        );
+        let mut expired = s.clone();
+        expired.now = t0() + chrono::Duration::seconds(11);
+        assert_eq!(plan(&mut expired)[0].result, Expired);
+        let mut waiting = s.clone();
+        waiting.now = t0() + chrono::Duration::seconds(10);
+        assert_ne!(plan(&mut waiting)[0].result, Expired, "not a moment early");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
+//! - [`wake`]: the events on NATS that wake the scheduler.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
 //! - [`db`]: the ledger reads of both, the crate's only SQL.
 
@@ -10,3 +11,4 @@ pub mod core;
 pub mod db;
 pub mod reconcile;
 pub mod run;
+pub mod wake;

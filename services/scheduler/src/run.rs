@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use events::catalogue::stream_id;
 use events::ledger::{self, LedgerError};
@@ -75,6 +75,8 @@ pub struct Pass {
     pub placed: usize,
     pub recorded: usize,
     pub cancelled: usize,
+    /// When time alone next changes a decision (a reserved start, a pending timeout), if ever.
+    pub next_deadline: Option<DateTime<Utc>>,
 }
 
 /// A scheduler: remembers, per group, the free resources seen by its last pass (to tell
@@ -110,6 +112,8 @@ impl Scheduler {
             let Some((mut snapshot, traceparents)) = self.snapshot(&tx, rules).await? else {
                 continue;
             };
+            let deadline = core::next_deadline(&snapshot);
+            total.next_deadline = total.next_deadline.into_iter().chain(deadline).min();
             let decisions = core::plan(&mut snapshot);
             let free = snapshot
                 .agents
@@ -197,9 +201,12 @@ impl Scheduler {
         Ok(Some((snapshot, traceparents)))
     }
 
-    /// Runs passes until `stop`: after every wake-up, and at least every `interval`.
+    /// Runs passes until `stop`: after every wake-up ([`crate::wake`] turns the events that
+    /// can change a decision into one), when time alone changes a decision (the pass's next
+    /// deadline), and at least every `interval`, the safety net for a wake-up lost.
     pub async fn run(mut self, wake: Arc<Notify>, stop: CancellationToken) {
         while !stop.is_cancelled() {
+            let mut sleep = self.config.interval;
             match self.pass().await {
                 Ok(pass) if pass.placed + pass.cancelled > 0 => {
                     tracing::debug!(?pass, "scheduling pass");
@@ -207,13 +214,18 @@ impl Scheduler {
                     // next wake-up or interval, so attempts are spread over time.
                     continue;
                 }
-                Ok(_) => {}
+                Ok(pass) => {
+                    if let Some(deadline) = pass.next_deadline {
+                        let until = (deadline - Utc::now()).to_std().unwrap_or_default();
+                        sleep = sleep.min(until);
+                    }
+                }
                 Err(e) => tracing::warn!(error = %e, "scheduling pass failed; trying again"),
             }
             tokio::select! {
                 _ = stop.cancelled() => {}
                 _ = wake.notified() => {}
-                _ = tokio::time::sleep(self.config.interval) => {}
+                _ = tokio::time::sleep(sleep) => {}
             }
         }
     }

@@ -1,0 +1,96 @@
+//! The scheduler woken by the bus: the events that can change a decision, as the relay
+//! publishes them on NATS, each poke the scheduler's [`Notify`]. A wake-up is only a hint
+//! (the pass reads the ledger), so a core subscription is enough: one lost while NATS is away
+//! is covered by the scheduler's interval, and a burst coalesces into the one stored permit.
+
+use std::sync::Arc;
+
+use events::relay::Topology;
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// The event types after which a pass may decide differently: a session to place or one
+/// gone from the queue, resources freed, agents come or gone, and the rules of groups,
+/// policies and memberships.
+pub const WAKING_EVENTS: &[&str] = &[
+    "SessionRequested",
+    "SessionTerminationRequested",
+    "SessionResourcesReleased",
+    "AgentRegistered",
+    "AgentLost",
+    "ResourceGroupCreated",
+    "ResourceGroupGranted",
+    "ResourcePolicySet",
+    "UserJoinedProject",
+];
+
+/// Whether an event of `event_type` can change a scheduling decision.
+pub fn wakes_scheduler(event_type: &str) -> bool {
+    WAKING_EVENTS.contains(&event_type)
+}
+
+/// Pokes `wake` for every published event that [wakes the scheduler](wakes_scheduler), until
+/// `stop`. The subscription outlives NATS restarts (the client subscribes again when it
+/// reconnects); should it end all the same, it is made again, and the scheduler's interval
+/// stands in meanwhile.
+pub async fn follow(
+    client: async_nats::Client,
+    topology: Topology,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) -> Result<(), async_nats::SubscribeError> {
+    let mut events = client.subscribe(topology.all_subjects()).await?;
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            message = events.next() => message,
+        };
+        let Some(message) = message else {
+            tracing::warn!("the scheduler's event subscription ended; subscribing again");
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            }
+            if let Ok(again) = client.subscribe(topology.all_subjects()).await {
+                events = again;
+                // Whatever happened meanwhile is looked at by one pass.
+                wake.notify_one();
+            }
+            continue;
+        };
+        let event_type = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(events::trace::headers::EVENT_TYPE))
+            .map(|v| v.as_str());
+        if event_type.is_some_and(wakes_scheduler) {
+            wake.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_waking_event_is_in_the_catalogue_and_heartbeats_are_not_among_them() {
+        let catalogue: Vec<&str> = events::catalogue::EVENT_TYPES
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        for name in WAKING_EVENTS {
+            assert!(catalogue.contains(name), "{name} is not an event type");
+        }
+        for quiet in [
+            "AgentHeartbeated",
+            "SchedulingAttempted",
+            "SessionScheduled",
+            "KernelStarted",
+            "SessionRenamed",
+        ] {
+            assert!(!wakes_scheduler(quiet), "{quiet}");
+        }
+    }
+}
