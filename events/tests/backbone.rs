@@ -482,9 +482,8 @@ async fn relay_and_consumer_survive_kills_and_apply_every_event_once() {
     let start_consumer = || {
         let stop = CancellationToken::new();
         let config = ConsumerConfig {
-            name: "counter".into(),
-            filter_subject: topology.category_subject("agent"),
             ack_wait: Duration::from_secs(5),
+            ..ConsumerConfig::new("counter", vec![topology.category_subject("agent")])
         };
         let handle = tokio::spawn(consumer::run(
             pool.clone(),
@@ -839,4 +838,249 @@ async fn the_service_role_can_append_and_read_the_log_but_never_change_it() {
         store.read_stream("agent-y").await.unwrap().len(),
         before + 1
     );
+}
+
+/// A handler for the consumer tests: counts its calls per event; fails for now on every
+/// `AgentLost`, takes `slow` over each event, and records the rest in `applied`.
+#[derive(Clone, Default)]
+struct Picky {
+    calls: std::sync::Arc<std::sync::Mutex<HashMap<Uuid, usize>>>,
+    slow: Duration,
+}
+
+impl Picky {
+    fn calls(&self, event_id: Uuid) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(&event_id)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Handler for Picky {
+    async fn handle<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        event: &'a events::RecordedEvent,
+    ) -> Result<(), HandlerError> {
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(event.event_id)
+            .or_default() += 1;
+        tokio::time::sleep(self.slow).await;
+        if event.event_type() == "AgentLost" {
+            return Err(HandlerError::Transient("not now".into()));
+        }
+        CountingHandler.handle(tx, event).await
+    }
+}
+
+/// A database with an `applied` table, a relay publishing its log, and JetStream.
+async fn consumer_bench() -> (EventStore, jetstream::Context, Topology, CancellationToken) {
+    let (store, url) = fresh_store().await;
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute("CREATE TABLE applied (event_id uuid PRIMARY KEY, times int NOT NULL)")
+        .await
+        .unwrap();
+    let js = jetstream::new(async_nats::connect(nats_url()).await.expect("nats"));
+    let topology = topology();
+    let stop = CancellationToken::new();
+    tokio::spawn(relay::run(
+        store.pool().clone(),
+        url,
+        js.clone(),
+        topology.clone(),
+        RelayConfig::default(),
+        stop.clone(),
+    ));
+    (store, js, topology, stop)
+}
+
+async fn times_applied(pool: &Pool, event_id: Uuid) -> i32 {
+    pool.get()
+        .await
+        .unwrap()
+        .query_opt(
+            "SELECT times FROM applied WHERE event_id = $1",
+            &[&event_id],
+        )
+        .await
+        .unwrap()
+        .map_or(0, |r| r.get(0))
+}
+
+async fn consumer_info(
+    js: &jetstream::Context,
+    topology: &Topology,
+    name: &str,
+) -> jetstream::consumer::Info {
+    js.get_stream(&topology.stream)
+        .await
+        .unwrap()
+        .consumer_info(name)
+        .await
+        .unwrap()
+}
+
+/// An event whose handler keeps failing is delivered `attempts` times, no more, then given
+/// up; the events behind it are applied meanwhile.
+#[tokio::test]
+async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
+    let (store, js, topology, stop) = consumer_bench().await;
+    let pool = store.pool().clone();
+    let proposed = [registered("p"), lost("agent-p", "poison"), registered("p")];
+    let ids: Vec<Uuid> = proposed.iter().map(|e| e.event_id).collect();
+    store
+        .append("agent-p", ExpectedVersion::Any, &proposed)
+        .await
+        .unwrap();
+    let handler = Picky::default();
+    let config = ConsumerConfig {
+        redelivery: consumer::Redelivery {
+            attempts: 3,
+            base: Duration::from_millis(20),
+            max: Duration::from_millis(100),
+        },
+        ..ConsumerConfig::new("picky", vec![topology.category_subject("agent")])
+    };
+    tokio::spawn(consumer::run(
+        pool.clone(),
+        js.clone(),
+        topology.clone(),
+        config,
+        handler.clone(),
+        stop.clone(),
+    ));
+    wait_until(Duration::from_secs(30), || async {
+        times_applied(&pool, ids[2]).await == 1
+            && handler.calls(ids[1]) == 3
+            && consumer_info(&js, &topology, "picky").await.num_ack_pending == 0
+    })
+    .await;
+    assert_eq!(times_applied(&pool, ids[0]).await, 1);
+    assert_eq!(
+        times_applied(&pool, ids[1]).await,
+        0,
+        "the failing event is not applied"
+    );
+    assert_eq!(
+        handler.calls(ids[1]),
+        3,
+        "delivered exactly `attempts` times"
+    );
+    stop.cancel();
+    js.delete_stream(&topology.stream).await.unwrap();
+}
+
+/// A handler that runs for several ack waits keeps its message: nothing is redelivered.
+#[tokio::test]
+async fn a_long_handler_keeps_its_message_with_progress_acks() {
+    let (store, js, topology, stop) = consumer_bench().await;
+    let pool = store.pool().clone();
+    let proposed = registered("l");
+    let id = proposed.event_id;
+    store
+        .append("agent-l", ExpectedVersion::Any, &[proposed])
+        .await
+        .unwrap();
+    let handler = Picky {
+        slow: Duration::from_millis(3_500),
+        ..Picky::default()
+    };
+    let config = ConsumerConfig {
+        ack_wait: Duration::from_secs(1),
+        ..ConsumerConfig::new("slow", vec![topology.category_subject("agent")])
+    };
+    tokio::spawn(consumer::run(
+        pool.clone(),
+        js.clone(),
+        topology.clone(),
+        config,
+        handler.clone(),
+        stop.clone(),
+    ));
+    wait_until(Duration::from_secs(30), || async {
+        times_applied(&pool, id).await == 1
+    })
+    .await;
+    // One message, delivered once: a redelivery would have taken a second consumer sequence.
+    let info = consumer_info(&js, &topology, "slow").await;
+    assert_eq!(info.delivered.consumer_sequence, 1, "{info:?}");
+    assert_eq!(handler.calls(id), 1);
+    stop.cancel();
+    js.delete_stream(&topology.stream).await.unwrap();
+}
+
+/// A consumer takes only the subjects of its filters, and one deleted on the server is made
+/// again: it goes on with what comes next, and applies nothing twice.
+#[tokio::test]
+async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
+    let (store, js, topology, stop) = consumer_bench().await;
+    let pool = store.pool().clone();
+    let mut ids = HashMap::new();
+    for agent in ["a", "b", "c"] {
+        let stream = format!("agent-{agent}");
+        let proposed = registered(agent);
+        ids.insert(agent, proposed.event_id);
+        store
+            .append(&stream, ExpectedVersion::Any, &[proposed])
+            .await
+            .unwrap();
+    }
+    let subject = |stream: &str| format!("{}.agent.{stream}", topology.prefix);
+    let config = ConsumerConfig::new("two", vec![subject("agent-a"), subject("agent-b")]);
+    tokio::spawn(consumer::run(
+        pool.clone(),
+        js.clone(),
+        topology.clone(),
+        config,
+        CountingHandler,
+        stop.clone(),
+    ));
+    wait_until(Duration::from_secs(30), || async {
+        times_applied(&pool, ids["a"]).await == 1 && times_applied(&pool, ids["b"]).await == 1
+    })
+    .await;
+
+    js.get_stream(&topology.stream)
+        .await
+        .unwrap()
+        .delete_consumer("two")
+        .await
+        .unwrap();
+    let later = registered("a");
+    let later_id = later.event_id;
+    store
+        .append("agent-a", ExpectedVersion::Any, &[later])
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(30), || async {
+        times_applied(&pool, later_id).await == 1
+    })
+    .await;
+    // Made again from the stream's start: the events it had applied were recognised.
+    let most: i32 = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT max(times) FROM applied", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(most, 1, "no event applied twice");
+    assert_eq!(
+        times_applied(&pool, ids["c"]).await,
+        0,
+        "agent-c is outside the filters"
+    );
+    stop.cancel();
+    js.delete_stream(&topology.stream).await.unwrap();
 }
