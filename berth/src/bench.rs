@@ -62,6 +62,12 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         burst: usize,
     },
+    /// Create to placement, one session at a time: the scheduler woken by the bus (relay and
+    /// NATS, as in service) next to an in-process poke (how the gateway woke it before).
+    Wake {
+        #[arg(long, default_value_t = 200)]
+        sessions: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -89,6 +95,9 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Start { sessions, burst } => {
             crate::bench_sessions::start(&config.nats_url, &url, sessions, burst).await
+        }
+        BenchCommand::Wake { sessions } => {
+            crate::bench_sessions::wake(&config.nats_url, &url, sessions).await
         }
         BenchCommand::Gateway {
             seconds,

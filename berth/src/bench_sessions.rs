@@ -548,3 +548,120 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         .await;
     Ok(())
 }
+
+/// `berth bench wake`: the time from a create to its placement, by the log's clock, for
+/// `sessions` sessions created one after another. First woken only by the bus (the relay
+/// publishes the `SessionRequested`, the scheduler's follower pokes it), then, in the same
+/// run and with the same scheduler, also poked in process right after the create (the
+/// gateway's old shortcut), as the baseline.
+pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 16)?;
+    events::store::migrate(&pool, &[]).await?;
+    launcher::access::bootstrap(&pool).await?;
+    agent::register(
+        &pool,
+        &agent::AgentSpec {
+            agent_id: "wake1".into(),
+            resource_group: "default".into(),
+            capacity: ResourceSlots {
+                cpu_milli: 1_000_000,
+                memory_bytes: 1 << 50,
+                gpu_milli: 0,
+            },
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        },
+    )
+    .await?;
+    let admin = {
+        let (_, key) = launcher::access::create_user(
+            &pool,
+            "waker@berth.local",
+            Role::Superadmin,
+            "default",
+            &["default".into()],
+        )
+        .await?;
+        let client = pool.get().await?;
+        events::ledger::key_owner(&client, &key)
+            .await?
+            .expect("just issued")
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let nats = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    let topology = events::relay::Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        Default::default(),
+        stop.clone(),
+    ));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(scheduler::wake::follow(
+        nats,
+        topology.clone(),
+        wake.clone(),
+        stop.clone(),
+    ));
+    let scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    tokio::spawn(scheduler.run(wake.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let request = launcher::launch::CreateSession {
+        image: "berth/shell:latest".into(),
+        resources: launcher::launch::ResourceRequest {
+            cpu: Some(0.25),
+            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut figures = Vec::new();
+    for poke in [false, true] {
+        let mut took = Vec::with_capacity(sessions);
+        for _ in 0..sessions {
+            let launched = launcher::launch::launch(&pool, &admin, request.clone()).await?;
+            if poke {
+                wake.notify_one();
+            }
+            let id = launched[0].session_id;
+            let waited = Instant::now();
+            let seconds = loop {
+                let client = pool.get().await?;
+                if let Some(s) = db::request_to_placement(&client, id).await? {
+                    break s;
+                }
+                anyhow::ensure!(
+                    waited.elapsed() < Duration::from_secs(30),
+                    "session {id} was not placed within 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            took.push(seconds * 1000.0);
+            // Ended at once, so the owner's policy never holds the next one back.
+            let metadata = events::trace::metadata("bench", None);
+            events::lifecycle::command(&pool, id, &metadata, |s| {
+                s.terminate(true, "bench over".into())
+            })
+            .await?;
+        }
+        took.sort_by(f64::total_cmp);
+        let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+        figures.push((at(0.5), at(0.99)));
+    }
+    stop.cancel();
+    let ((bus50, bus99), (poke50, poke99)) = (figures[0], figures[1]);
+    println!(
+        "create to placement over {sessions} sessions, one at a time (log clock): woken by the bus p50 {bus50:.1} ms, p99 {bus99:.1} ms; poked in process (baseline) p50 {poke50:.1} ms, p99 {poke99:.1} ms; bus/poke at p50 = {:.2}",
+        bus50 / poke50
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    js.delete_stream(&topology.stream).await?;
+    Ok(())
+}

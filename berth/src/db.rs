@@ -92,6 +92,24 @@ pub async fn count_in_status(
     Ok(client.query_one(&sql, &[&ids]).await?.get(0))
 }
 
+/// The time from session `id`'s request to its placement, by the log's own clock (both
+/// events' `recorded_at`); `None` while it is not placed.
+pub async fn request_to_placement(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> anyhow::Result<Option<f64>> {
+    let stream = events::catalogue::stream_id("session", id);
+    Ok(client
+        .query_one(
+            "SELECT extract(epoch FROM max(recorded_at) FILTER (WHERE event_type = 'SessionScheduled')
+                                   - max(recorded_at) FILTER (WHERE event_type = 'SessionRequested'))::float8
+             FROM events WHERE stream_id = $1",
+            &[&stream],
+        )
+        .await?
+        .get(0))
+}
+
 /// pgbench's script for the raw single-row insert the store benchmark compares with.
 pub const PGBENCH_SINGLE_INSERT: &str = "\\set s random(1, 1000000)\n\
      INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
