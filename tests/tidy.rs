@@ -4,7 +4,8 @@
 //! - SQL lives at the edges: a statement or a PostgreSQL call appears only in a crate's
 //!   database module (`db.rs` or `db/`), in a projection module, or in the backbone modules
 //!   of `events` (store, ledger, relay, audit, consumer, projection, pg).
-//! - A service never depends on another service (the gateway may embed the launcher).
+//! - A service never depends on another service; the gateway embeds the launcher and no
+//!   other service.
 //! - The domain crate depends on serde, serde_json, chrono, uuid and thiserror only (and,
 //!   behind its `openapi` feature, utoipa), and nothing that does I/O reaches it transitively,
 //!   with every feature the workspace turns on.
@@ -204,6 +205,30 @@ fn no_service_depends_on_another_service() {
             "{service} depends on the services {others:?}"
         );
     }
+}
+
+/// The gateway reaches other services only through the log and the bus: it embeds the
+/// launcher (a library with a small surface) and no other service, so it holds no handle on
+/// the scheduler, which the bus wakes.
+#[test]
+fn the_gateway_embeds_the_launcher_and_no_other_service() {
+    let meta = metadata();
+    let packages = workspace_packages(&meta);
+    let services_dir = workspace_root().join("services");
+    let (_, gateway) = &packages["berth-gateway"];
+    let services: Vec<&String> = gateway
+        .iter()
+        .filter(|d| {
+            packages
+                .get(*d)
+                .is_some_and(|(manifest, _)| manifest.starts_with(&services_dir))
+        })
+        .collect();
+    assert_eq!(
+        services,
+        ["berth-launcher"],
+        "the gateway depends on {services:?}"
+    );
 }
 
 #[test]
