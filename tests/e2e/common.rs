@@ -33,7 +33,9 @@ pub struct Harness {
     pub http: reqwest::Client,
     pub topology: Topology,
     /// The control plane; dropping the harness drops it, which aborts its parts.
-    app: std::sync::Mutex<App>,
+    app: std::sync::Mutex<Option<App>>,
+    /// The test's own database, dropped with the harness unless the test failed.
+    database_url: String,
 }
 
 /// The configuration of a test's control plane: a database and a JetStream stream of its
@@ -83,7 +85,8 @@ pub async fn start_with(config: Config) -> Harness {
             .build()
             .unwrap(),
         topology: config.topology,
-        app: std::sync::Mutex::new(app),
+        app: std::sync::Mutex::new(Some(app)),
+        database_url: config.database_url,
     }
 }
 
@@ -119,7 +122,12 @@ impl Harness {
     /// Panics with the error of a part of the control plane that has stopped: the parts run
     /// until the harness is dropped, so one that ended failed.
     pub fn assert_running(&self) {
-        let ended = self.app.lock().unwrap_or_else(|e| e.into_inner()).ended();
+        let ended = self
+            .app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(App::ended);
         if let Some(e) = ended {
             panic!("a part of berth stopped: {e:#}");
         }
@@ -246,6 +254,52 @@ impl Harness {
             .await
             .unwrap()
             .get(0)
+    }
+}
+
+/// A passing test leaves nothing behind: its control plane stops, then its database and its
+/// JetStream stream are dropped (a test suite run made hundreds of them before). A failing
+/// test keeps both, to be looked at.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        drop(self.app.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if std::thread::panicking() {
+            eprintln!(
+                "kept for a look: database {}, stream {}",
+                self.database_url, self.topology.stream
+            );
+            return;
+        }
+        let (url, stream) = (self.database_url.clone(), self.topology.stream.clone());
+        // Drop runs inside the test's runtime, which cannot be blocked on: a runtime of its own
+        // on a thread of its own does the cleaning.
+        let cleaned = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the cleaning");
+            runtime.block_on(async move {
+                let (prefix, name) = url.rsplit_once('/').expect("url has a database");
+                let (client, connection) = deadpool_postgres::tokio_postgres::connect(
+                    &format!("{prefix}/postgres"),
+                    deadpool_postgres::tokio_postgres::NoTls,
+                )
+                .await?;
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .await?;
+                let nats = async_nats::connect(nats_url()).await?;
+                async_nats::jetstream::new(nats)
+                    .delete_stream(&stream)
+                    .await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = cleaned {
+            eprintln!("the test's database or stream was not dropped: {e}");
+        }
     }
 }
 
