@@ -1,10 +1,12 @@
-//! `berth bench schedule` and `berth bench gateway`: the sessions issue's figures.
+//! `berth bench schedule`, `gateway`, `start` and `wake`: the figures of sessions.
 //!
 //! - schedule: 1,000 registered agents and 10,000 pending sessions. First the scheduling core
 //!   alone (placement decisions per second, in memory), then end to end: scheduler passes
 //!   until the queue is empty, every decision committed with its events and history.
 //! - gateway: session-detail reads per second and their latency percentiles, with concurrent
 //!   clients on the same machine.
+//! - start: create to RUNNING through the Docker runtime, next to `docker run -d`.
+//! - wake: create to placement, the scheduler woken by the bus next to an in-process poke.
 
 // A benchmark measures wall-clock time on purpose, outside any runtime's clock.
 #![allow(clippy::disallowed_types)]
@@ -195,6 +197,101 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The relay publishing the bench database's log on NATS, as in service, on a stream of the
+/// bench's own: the NATS client, JetStream, and the stream's topology.
+async fn relay_on_bus(
+    nats_url: &str,
+    url: &str,
+    pool: &Pool,
+    stop: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<(
+    async_nats::Client,
+    async_nats::jetstream::Context,
+    events::relay::Topology,
+)> {
+    let nats = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    let topology = events::relay::Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        Default::default(),
+        stop.clone(),
+    ));
+    Ok((nats, js, topology))
+}
+
+/// A scheduler woken as in service, by the events on `topology`'s subjects; its wake-up,
+/// for a bench that also pokes it in process.
+fn woken_scheduler(
+    pool: &Pool,
+    nats: async_nats::Client,
+    topology: &events::relay::Topology,
+    config: scheduler::run::SchedulerConfig,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Arc<tokio::sync::Notify> {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(scheduler::wake::follow(
+        nats,
+        topology.clone(),
+        wake.clone(),
+        stop.clone(),
+    ));
+    let scheduler = scheduler::run::Scheduler::new(pool.clone(), config);
+    tokio::spawn(scheduler.run(wake.clone(), stop.clone()));
+    wake
+}
+
+/// A superadmin who launches the bench's sessions.
+async fn superadmin(pool: &Pool, email: &str) -> anyhow::Result<events::ledger::KeyOwner> {
+    let (_, key) = launcher::access::create_user(
+        pool,
+        email,
+        Role::Superadmin,
+        "default",
+        &["default".into()],
+    )
+    .await?;
+    let client = pool.get().await?;
+    Ok(events::ledger::key_owner(&client, &key)
+        .await?
+        .expect("just issued"))
+}
+
+/// `count` interactive `berth/shell` sessions of 0.25 cores and 64 MiB.
+fn small_shell(count: u32) -> launcher::launch::CreateSession {
+    launcher::launch::CreateSession {
+        image: "berth/shell:latest".into(),
+        resources: launcher::launch::ResourceRequest {
+            cpu: Some(0.25),
+            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
+            ..Default::default()
+        },
+        count: Some(count),
+        ..Default::default()
+    }
+}
+
+/// Ends session `id` at once.
+async fn end_session(pool: &Pool, id: Uuid) -> anyhow::Result<()> {
+    let metadata = events::trace::metadata("bench", None);
+    events::lifecycle::command(pool, id, &metadata, |s| {
+        s.terminate(true, "bench over".into())
+    })
+    .await?;
+    Ok(())
+}
+
+/// The value at quantile `q` of `sorted`.
+fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
 pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Result<()> {
     core_figures(agents, sessions, 5);
     let pool = events::store::pool(url, 16)?;
@@ -277,21 +374,8 @@ pub async fn gateway(
     };
     let (ids, key) = key;
     // The relay and NATS run as in production: the detail cache follows the session events.
-    let nats = async_nats::connect(nats_url).await?;
-    let js = async_nats::jetstream::new(nats.clone());
-    let topology = events::relay::Topology {
-        stream: format!("BENCH_{}", std::process::id()),
-        prefix: format!("bench{}.evt", std::process::id()),
-    };
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.to_owned(),
-        js.clone(),
-        topology.clone(),
-        Default::default(),
-        stop.clone(),
-    ));
+    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
     // Without NATS the gateway keeps no detail cache: every read is a projection query.
     let follow = cache.then_some(nats);
     let state = gateway::AppState::new(pool.clone(), follow, topology.clone());
@@ -339,8 +423,7 @@ pub async fn gateway(
     js.delete_stream(&topology.stream).await?;
     all.sort_unstable();
     let measured = seconds.saturating_sub(1).max(1) as f64;
-    let at =
-        |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)].as_secs_f64() * 1000.0;
+    let at = |q: f64| percentile(&all, q).as_secs_f64() * 1000.0;
     println!(
         "gateway session detail ({}): {} requests in {measured:.0} s = {:.0} req/s with {clients} clients; p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         if cache { "detail cache on" } else { "no cache" },
@@ -396,60 +479,14 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         config,
         stop.clone(),
     ));
-    let nats = async_nats::connect(nats_url).await?;
-    let js = async_nats::jetstream::new(nats.clone());
-    let topology = events::relay::Topology {
-        stream: format!("BENCH_{}", std::process::id()),
-        prefix: format!("bench{}.evt", std::process::id()),
-    };
-    tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.to_owned(),
-        js.clone(),
-        topology.clone(),
-        Default::default(),
-        stop.clone(),
-    ));
-    let wake = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(scheduler::wake::follow(
-        nats,
-        topology.clone(),
-        wake.clone(),
-        stop.clone(),
-    ));
-    let scheduler = scheduler::run::Scheduler::new(
-        pool.clone(),
-        scheduler::run::SchedulerConfig {
-            interval: Duration::from_millis(200),
-            ..Default::default()
-        },
-    );
-    tokio::spawn(scheduler.run(wake.clone(), stop.clone()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let admin = {
-        let (_, key) = launcher::access::create_user(
-            &pool,
-            "starter@berth.local",
-            Role::Superadmin,
-            "default",
-            &["default".into()],
-        )
-        .await?;
-        let client = pool.get().await?;
-        events::ledger::key_owner(&client, &key)
-            .await?
-            .expect("just issued")
-    };
-    let request = |count: u32| launcher::launch::CreateSession {
-        image: "berth/shell:latest".into(),
-        resources: launcher::launch::ResourceRequest {
-            cpu: Some(0.25),
-            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
-            ..Default::default()
-        },
-        count: Some(count),
+    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let config = scheduler::run::SchedulerConfig {
+        interval: Duration::from_millis(200),
         ..Default::default()
     };
+    woken_scheduler(&pool, nats, &topology, config, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let admin = superadmin(&pool, "starter@berth.local").await?;
     let running = |ids: Vec<Uuid>| {
         let pool = pool.clone();
         async move {
@@ -468,12 +505,8 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let end_all = |ids: Vec<Uuid>| {
         let pool = pool.clone();
         async move {
-            let metadata = events::trace::metadata("bench", None);
             for id in ids {
-                events::lifecycle::command(&pool, id, &metadata, |s| {
-                    s.terminate(true, "bench over".into())
-                })
-                .await?;
+                end_session(&pool, id).await?;
             }
             anyhow::Ok(())
         }
@@ -484,7 +517,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let mut plain_times = Vec::new();
     for i in 0..sessions {
         let started = Instant::now();
-        let launched = launcher::launch::launch(&pool, &admin, request(1)).await?;
+        let launched = launcher::launch::launch(&pool, &admin, small_shell(1)).await?;
         let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
         running(ids.clone()).await?;
         berth_times.push(started.elapsed());
@@ -522,7 +555,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     }
     let pct = |v: &mut Vec<Duration>, q: f64| {
         v.sort_unstable();
-        v[((v.len() as f64 * q) as usize).min(v.len() - 1)].as_secs_f64() * 1000.0
+        percentile(v, q).as_secs_f64() * 1000.0
     };
     let (b50, b99) = (pct(&mut berth_times, 0.5), pct(&mut berth_times, 0.99));
     let (p50, p99) = (pct(&mut plain_times, 0.5), pct(&mut plain_times, 0.99));
@@ -531,7 +564,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     // A burst: `burst` sessions in one request.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
-    let launched = launcher::launch::launch(&pool, &admin, request(burst as u32)).await?;
+    let launched = launcher::launch::launch(&pool, &admin, small_shell(burst as u32)).await?;
     let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
     running(ids.clone()).await?;
     let took = started.elapsed().as_secs_f64();
@@ -573,60 +606,16 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         },
     )
     .await?;
-    let admin = {
-        let (_, key) = launcher::access::create_user(
-            &pool,
-            "waker@berth.local",
-            Role::Superadmin,
-            "default",
-            &["default".into()],
-        )
-        .await?;
-        let client = pool.get().await?;
-        events::ledger::key_owner(&client, &key)
-            .await?
-            .expect("just issued")
-    };
+    let admin = superadmin(&pool, "waker@berth.local").await?;
     let stop = tokio_util::sync::CancellationToken::new();
-    let nats = async_nats::connect(nats_url).await?;
-    let js = async_nats::jetstream::new(nats.clone());
-    let topology = events::relay::Topology {
-        stream: format!("BENCH_{}", std::process::id()),
-        prefix: format!("bench{}.evt", std::process::id()),
-    };
-    tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.to_owned(),
-        js.clone(),
-        topology.clone(),
-        Default::default(),
-        stop.clone(),
-    ));
-    let wake = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(scheduler::wake::follow(
-        nats,
-        topology.clone(),
-        wake.clone(),
-        stop.clone(),
-    ));
-    let scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
-    tokio::spawn(scheduler.run(wake.clone(), stop.clone()));
+    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let wake = woken_scheduler(&pool, nats, &topology, Default::default(), &stop);
     tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let request = launcher::launch::CreateSession {
-        image: "berth/shell:latest".into(),
-        resources: launcher::launch::ResourceRequest {
-            cpu: Some(0.25),
-            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
     let mut figures = Vec::new();
     for poke in [false, true] {
         let mut took = Vec::with_capacity(sessions);
         for _ in 0..sessions {
-            let launched = launcher::launch::launch(&pool, &admin, request.clone()).await?;
+            let launched = launcher::launch::launch(&pool, &admin, small_shell(1)).await?;
             if poke {
                 wake.notify_one();
             }
@@ -645,15 +634,10 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
             };
             took.push(seconds * 1000.0);
             // Ended at once, so the owner's policy never holds the next one back.
-            let metadata = events::trace::metadata("bench", None);
-            events::lifecycle::command(&pool, id, &metadata, |s| {
-                s.terminate(true, "bench over".into())
-            })
-            .await?;
+            end_session(&pool, id).await?;
         }
         took.sort_by(f64::total_cmp);
-        let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
-        figures.push((at(0.5), at(0.99)));
+        figures.push((percentile(&took, 0.5), percentile(&took, 0.99)));
     }
     stop.cancel();
     let ((bus50, bus99), (poke50, poke99)) = (figures[0], figures[1]);

@@ -879,8 +879,46 @@ impl Handler for Picky {
     }
 }
 
-/// A database with an `applied` table, a relay publishing its log, and JetStream.
-async fn consumer_bench() -> (EventStore, jetstream::Context, Topology, CancellationToken) {
+/// A database with an `applied` table, a relay publishing its log, and JetStream: where the
+/// consumer tests run their consumers.
+struct ConsumerBench {
+    store: EventStore,
+    pool: Pool,
+    js: jetstream::Context,
+    topology: Topology,
+    stop: CancellationToken,
+}
+
+impl ConsumerBench {
+    /// Runs a consumer of `config` with `handler` until [`ConsumerBench::finish`].
+    fn consume<H: Handler + 'static>(&self, config: ConsumerConfig, handler: H) {
+        tokio::spawn(consumer::run(
+            self.pool.clone(),
+            self.js.clone(),
+            self.topology.clone(),
+            config,
+            handler,
+            self.stop.clone(),
+        ));
+    }
+
+    async fn info(&self, consumer: &str) -> jetstream::consumer::Info {
+        self.js
+            .get_stream(&self.topology.stream)
+            .await
+            .unwrap()
+            .consumer_info(consumer)
+            .await
+            .unwrap()
+    }
+
+    async fn finish(self) {
+        self.stop.cancel();
+        self.js.delete_stream(&self.topology.stream).await.unwrap();
+    }
+}
+
+async fn consumer_bench() -> ConsumerBench {
     let (store, url) = fresh_store().await;
     store
         .pool()
@@ -901,7 +939,13 @@ async fn consumer_bench() -> (EventStore, jetstream::Context, Topology, Cancella
         RelayConfig::default(),
         stop.clone(),
     ));
-    (store, js, topology, stop)
+    ConsumerBench {
+        pool: store.pool().clone(),
+        store,
+        js,
+        topology,
+        stop,
+    }
 }
 
 async fn times_applied(pool: &Pool, event_id: Uuid) -> i32 {
@@ -917,25 +961,12 @@ async fn times_applied(pool: &Pool, event_id: Uuid) -> i32 {
         .map_or(0, |r| r.get(0))
 }
 
-async fn consumer_info(
-    js: &jetstream::Context,
-    topology: &Topology,
-    name: &str,
-) -> jetstream::consumer::Info {
-    js.get_stream(&topology.stream)
-        .await
-        .unwrap()
-        .consumer_info(name)
-        .await
-        .unwrap()
-}
-
 /// An event whose handler keeps failing is delivered `attempts` times, no more, then given
 /// up; the events behind it are applied meanwhile.
 #[tokio::test]
 async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
-    let (store, js, topology, stop) = consumer_bench().await;
-    let pool = store.pool().clone();
+    let bench = consumer_bench().await;
+    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
     let proposed = [registered("p"), lost("agent-p", "poison"), registered("p")];
     let ids: Vec<Uuid> = proposed.iter().map(|e| e.event_id).collect();
     store
@@ -951,23 +982,16 @@ async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
         },
         ..ConsumerConfig::new("picky", vec![topology.category_subject("agent")])
     };
-    tokio::spawn(consumer::run(
-        pool.clone(),
-        js.clone(),
-        topology.clone(),
-        config,
-        handler.clone(),
-        stop.clone(),
-    ));
+    bench.consume(config, handler.clone());
     wait_until(Duration::from_secs(30), || async {
-        times_applied(&pool, ids[2]).await == 1
+        times_applied(pool, ids[2]).await == 1
             && handler.calls(ids[1]) == 3
-            && consumer_info(&js, &topology, "picky").await.num_ack_pending == 0
+            && bench.info("picky").await.num_ack_pending == 0
     })
     .await;
-    assert_eq!(times_applied(&pool, ids[0]).await, 1);
+    assert_eq!(times_applied(pool, ids[0]).await, 1);
     assert_eq!(
-        times_applied(&pool, ids[1]).await,
+        times_applied(pool, ids[1]).await,
         0,
         "the failing event is not applied"
     );
@@ -976,15 +1000,14 @@ async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
         3,
         "delivered exactly `attempts` times"
     );
-    stop.cancel();
-    js.delete_stream(&topology.stream).await.unwrap();
+    bench.finish().await;
 }
 
 /// A handler that runs for several ack waits keeps its message: nothing is redelivered.
 #[tokio::test]
 async fn a_long_handler_keeps_its_message_with_progress_acks() {
-    let (store, js, topology, stop) = consumer_bench().await;
-    let pool = store.pool().clone();
+    let bench = consumer_bench().await;
+    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
     let proposed = registered("l");
     let id = proposed.event_id;
     store
@@ -999,32 +1022,24 @@ async fn a_long_handler_keeps_its_message_with_progress_acks() {
         ack_wait: Duration::from_secs(1),
         ..ConsumerConfig::new("slow", vec![topology.category_subject("agent")])
     };
-    tokio::spawn(consumer::run(
-        pool.clone(),
-        js.clone(),
-        topology.clone(),
-        config,
-        handler.clone(),
-        stop.clone(),
-    ));
+    bench.consume(config, handler.clone());
     wait_until(Duration::from_secs(30), || async {
-        times_applied(&pool, id).await == 1
+        times_applied(pool, id).await == 1
     })
     .await;
     // One message, delivered once: a redelivery would have taken a second consumer sequence.
-    let info = consumer_info(&js, &topology, "slow").await;
+    let info = bench.info("slow").await;
     assert_eq!(info.delivered.consumer_sequence, 1, "{info:?}");
     assert_eq!(handler.calls(id), 1);
-    stop.cancel();
-    js.delete_stream(&topology.stream).await.unwrap();
+    bench.finish().await;
 }
 
 /// A consumer takes only the subjects of its filters, and one deleted on the server is made
 /// again: it goes on with what comes next, and applies nothing twice.
 #[tokio::test]
 async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
-    let (store, js, topology, stop) = consumer_bench().await;
-    let pool = store.pool().clone();
+    let bench = consumer_bench().await;
+    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
     let mut ids = HashMap::new();
     for agent in ["a", "b", "c"] {
         let stream = format!("agent-{agent}");
@@ -1037,20 +1052,15 @@ async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
     }
     let subject = |stream: &str| format!("{}.agent.{stream}", topology.prefix);
     let config = ConsumerConfig::new("two", vec![subject("agent-a"), subject("agent-b")]);
-    tokio::spawn(consumer::run(
-        pool.clone(),
-        js.clone(),
-        topology.clone(),
-        config,
-        CountingHandler,
-        stop.clone(),
-    ));
+    bench.consume(config, CountingHandler);
     wait_until(Duration::from_secs(30), || async {
-        times_applied(&pool, ids["a"]).await == 1 && times_applied(&pool, ids["b"]).await == 1
+        times_applied(pool, ids["a"]).await == 1 && times_applied(pool, ids["b"]).await == 1
     })
     .await;
 
-    js.get_stream(&topology.stream)
+    bench
+        .js
+        .get_stream(&topology.stream)
         .await
         .unwrap()
         .delete_consumer("two")
@@ -1063,7 +1073,7 @@ async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
         .await
         .unwrap();
     wait_until(Duration::from_secs(30), || async {
-        times_applied(&pool, later_id).await == 1
+        times_applied(pool, later_id).await == 1
     })
     .await;
     // Made again from the stream's start: the events it had applied were recognised.
@@ -1077,10 +1087,9 @@ async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
         .get(0);
     assert_eq!(most, 1, "no event applied twice");
     assert_eq!(
-        times_applied(&pool, ids["c"]).await,
+        times_applied(pool, ids["c"]).await,
         0,
         "agent-c is outside the filters"
     );
-    stop.cancel();
-    js.delete_stream(&topology.stream).await.unwrap();
+    bench.finish().await;
 }

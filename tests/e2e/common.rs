@@ -244,6 +244,21 @@ impl Harness {
         body["history"].as_array().cloned().expect("a history list")
     }
 
+    /// `seconds` from now by the database's clock, the one the log and the scheduler read.
+    pub async fn database_time_in(&self, seconds: i32) -> chrono::DateTime<chrono::Utc> {
+        self.pool
+            .get()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT now() + make_interval(secs => $1)",
+                &[&f64::from(seconds)],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
     pub async fn count_events(&self, event_type: &str) -> i64 {
         let client = self.pool.get().await.unwrap();
         client

@@ -244,15 +244,7 @@ async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason()
     assert_ne!(ended["exit_code"], 0, "stopped, not finished: {ended}");
 
     // Three seconds from now by the database's clock, the clock `started_at` is read from.
-    let starts_at: chrono::DateTime<chrono::Utc> = h
-        .pool
-        .get()
-        .await
-        .unwrap()
-        .query_one("SELECT now() + interval '3 seconds'", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let starts_at = h.database_time_in(3).await;
     let mut body = batch("date");
     body["starts_at"] = json!(starts_at);
     let ended = run_to_end(&h, body).await;

@@ -16,6 +16,18 @@ async fn start_drowsy() -> Harness {
     start_with(config).await
 }
 
+/// Waits until session `id`'s history has a row whose `field` is `value`.
+async fn wait_for_history(h: &Harness, id: &str, field: &str, value: &str) {
+    wait_for(|| async {
+        h.history(id)
+            .await
+            .iter()
+            .any(|row| row[field] == value)
+            .then_some(())
+    })
+    .await;
+}
+
 fn needs(cpu: u64) -> serde_json::Value {
     json!({"image": "berth/shell:latest", "resources": {"cpu": cpu, "memory": "1g"}})
 }
@@ -32,14 +44,7 @@ async fn only_the_bus_can_have_woken_the_scheduler_that_places_a_waiting_session
     // The second does not fit: a pass sees it and records the wait, then the scheduler sleeps.
     let (_, second) = h.create(&h.admin_key, needs(2)).await;
     let second = ids(&second).remove(0);
-    wait_for(|| async {
-        h.history(&second)
-            .await
-            .iter()
-            .any(|row| row["result"] == "NEED_RETRY")
-            .then_some(())
-    })
-    .await;
+    wait_for_history(&h, &second, "result", "NEED_RETRY").await;
     let detail = h.wait_session(&second, |d| d["status"] == "PENDING").await;
     assert_eq!(detail["agent_id"], serde_json::Value::Null);
 
@@ -61,29 +66,14 @@ async fn a_reserved_start_is_placed_when_it_falls_due_with_no_event_to_wake_it()
     let h = start_drowsy().await;
     h.agent("a1", "default", 4).await;
     // The database's clock decides, so the start time is taken from it.
-    let starts_at: DateTime<Utc> = h
-        .pool
-        .get()
-        .await
-        .unwrap()
-        .query_one("SELECT now() + interval '3 seconds'", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let starts_at = h.database_time_in(3).await;
     let body = json!({"type": "batch", "image": "berth/shell:latest", "startup_command": "true",
         "starts_at": starts_at, "resources": {"cpu": 1, "memory": "1g"}});
     let (status, created) = h.create(&h.admin_key, body).await;
     assert_eq!(status, 201, "{created}");
     let id = ids(&created).remove(0);
     // A pass saw it before its time and left it waiting.
-    wait_for(|| async {
-        h.history(&id)
-            .await
-            .iter()
-            .any(|row| row["error_code"] == "RESERVED_START")
-            .then_some(())
-    })
-    .await;
+    wait_for_history(&h, &id, "error_code", "RESERVED_START").await;
     let placed = h
         .wait_session_within(&id, Duration::from_secs(30), |d| d["status"] == "SCHEDULED")
         .await;
