@@ -270,23 +270,40 @@ fn the_domain_depends_on_no_io_crate() {
     );
 
     // Transitively, through the resolved graph's normal edges.
+    let seen = normal_closure(&meta, "berth-domain");
+    const IO: &[&str] = &[
+        "tokio", "postgres", "nats", "bollard", "hyper", "deadpool", "reqwest", "axum",
+    ];
+    let reached: Vec<&String> = seen
+        .iter()
+        .filter(|id| IO.iter().any(|io| id.contains(io)))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "berth-domain reaches I/O crates: {reached:?}"
+    );
+}
+
+/// The ids of every package `package` reaches through normal (not dev, not build) edges of
+/// the resolved graph, itself included.
+fn normal_closure(meta: &Value, package: &str) -> BTreeSet<String> {
     let nodes: BTreeMap<&str, &Value> = meta["resolve"]["nodes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|n| (n["id"].as_str().unwrap(), n))
         .collect();
-    let domain_id = meta["packages"]
+    let root = meta["packages"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "berth-domain")
+        .find(|p| p["name"] == package)
         .map(|p| p["id"].as_str().unwrap())
-        .unwrap();
+        .unwrap_or_else(|| panic!("no package {package}"));
     let mut seen = BTreeSet::new();
-    let mut todo = vec![domain_id];
+    let mut todo = vec![root];
     while let Some(id) = todo.pop() {
-        if !seen.insert(id) {
+        if !seen.insert(id.to_owned()) {
             continue;
         }
         for dep in nodes[id]["deps"].as_array().unwrap() {
@@ -300,15 +317,24 @@ fn the_domain_depends_on_no_io_crate() {
             }
         }
     }
-    const IO: &[&str] = &[
-        "tokio", "postgres", "nats", "bollard", "hyper", "deadpool", "reqwest", "axum",
-    ];
-    let reached: Vec<&&str> = seen
-        .iter()
-        .filter(|id| IO.iter().any(|io| id.contains(io)))
+    seen
+}
+
+/// Agents speak only NATS (rule 8 of the brief): no database client reaches the agent, so an
+/// agent host holds no database credential and could not use one.
+#[test]
+fn no_database_client_reaches_the_agent() {
+    let meta = metadata();
+    let reached: Vec<String> = normal_closure(&meta, "berth-agent")
+        .into_iter()
+        .filter(|id| {
+            ["postgres", "deadpool", "berth-events"]
+                .iter()
+                .any(|db| id.contains(db))
+        })
         .collect();
-    assert!(
-        reached.is_empty(),
-        "berth-domain reaches I/O crates: {reached:?}"
-    );
+    assert!(reached.is_empty(), "berth-agent reaches {reached:?}");
+    // The check sees a database client where there is one.
+    let events = normal_closure(&meta, "berth-events");
+    assert!(events.iter().any(|id| id.contains("tokio-postgres")));
 }

@@ -1,10 +1,12 @@
 //! The one composition of berth's control plane. [`start`] wires the parts a process runs
-//! (relay and sealer, projections, scheduler, reconciler, gateway) onto one database pool and
-//! one stop token. `berth up` starts every part; `berth relay`, `berth projections`,
-//! `berth scheduler`, `berth reconciler` and `berth gateway` start one each; the end-to-end
-//! tests start the same function, so what they test is what runs.
+//! (relay and sealer, projections, scheduler, reconciler, recorder, gateway) onto one
+//! database pool and one stop token. `berth up` starts every part; `berth relay`,
+//! `berth projections`, `berth scheduler`, `berth reconciler`, `berth recorder` and
+//! `berth gateway` start one each; the end-to-end tests start the same function, so what
+//! they test is what runs.
 //!
-//! Agents are not parts: they run on compute hosts (`berth agent`).
+//! Agents are not parts: they run on compute hosts (`berth agent`) and reach the control
+//! plane only through NATS, where the recorder answers them.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,6 +35,9 @@ pub struct Parts {
     pub scheduler: bool,
     /// Moves on sessions past their deadlines, and marks silent agents lost.
     pub reconciler: bool,
+    /// Meets the agents on NATS: records what they report, sends them their commands, and
+    /// keeps their telemetry.
+    pub recorder: bool,
     /// Serves the HTTP API.
     pub gateway: bool,
 }
@@ -44,6 +49,7 @@ impl Parts {
         projections: true,
         scheduler: true,
         reconciler: true,
+        recorder: true,
         gateway: true,
     };
     const NONE: Parts = Parts {
@@ -51,6 +57,7 @@ impl Parts {
         projections: false,
         scheduler: false,
         reconciler: false,
+        recorder: false,
         gateway: false,
     };
     pub const RELAY: Parts = Parts {
@@ -67,6 +74,10 @@ impl Parts {
     };
     pub const RECONCILER: Parts = Parts {
         reconciler: true,
+        ..Parts::NONE
+    };
+    pub const RECORDER: Parts = Parts {
+        recorder: true,
         ..Parts::NONE
     };
     pub const GATEWAY: Parts = Parts {
@@ -182,6 +193,19 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         let (p, s, every) = (pool.clone(), stop.clone(), timings.reconcile_every);
         tasks.spawn(async move {
             scheduler::reconcile::run(p, deadlines, every, s).await;
+            Ok(())
+        });
+    }
+    if parts.recorder {
+        let nats = connect_nats(config).await?;
+        let (p, subjects, topology, s) = (
+            pool.clone(),
+            config.agent_bus.clone(),
+            config.topology.clone(),
+            stop.clone(),
+        );
+        tasks.spawn(async move {
+            recorder::run(nats, p, subjects, topology, s).await?;
             Ok(())
         });
     }

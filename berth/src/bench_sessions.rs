@@ -226,6 +226,30 @@ async fn relay_on_bus(
     Ok((nats, js, topology))
 }
 
+/// The agents' side of the control plane (recorder, dispatcher, telemetry sink) on
+/// subjects of this bench's own; those subjects.
+fn recorder_on_bus(
+    nats: &async_nats::Client,
+    pool: &Pool,
+    topology: &events::relay::Topology,
+    stop: &tokio_util::sync::CancellationToken,
+) -> bus::Subjects {
+    let id = std::process::id();
+    let subjects = bus::Subjects {
+        root: format!("bench{id}"),
+        commands_stream: format!("BENCH_CMDS_{id}"),
+        telemetry_stream: format!("BENCH_TEL_{id}"),
+    };
+    tokio::spawn(recorder::run(
+        nats.clone(),
+        pool.clone(),
+        subjects.clone(),
+        topology.clone(),
+        stop.clone(),
+    ));
+    subjects
+}
+
 /// A scheduler woken as in service, by the events on `topology`'s subjects; its wake-up,
 /// for a bench that also pokes it in process.
 fn woken_scheduler(
@@ -466,20 +490,26 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let data = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
     std::fs::create_dir_all(&data)?;
     let config = agent::docker::RuntimeConfig {
-        data_dir: data,
+        data_dir: data.clone(),
         stop_grace_secs: 1,
-        poll: Duration::from_millis(10),
         image_refresh: None,
     };
     let stop = tokio_util::sync::CancellationToken::new();
+    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
+    let link = bus::Link::new(
+        nats.clone(),
+        &agent_id,
+        subjects.clone(),
+        &data.join("outbox"),
+    )?;
     let agent_task = tokio::spawn(agent::docker::run(
-        pool.clone(),
+        link,
         docker.clone(),
         spec,
         config,
         stop.clone(),
     ));
-    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
     let config = scheduler::run::SchedulerConfig {
         interval: Duration::from_millis(200),
         ..Default::default()
@@ -574,6 +604,9 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     stop.cancel();
     let _ = agent_task.await;
     js.delete_stream(&topology.stream).await?;
+    for stream in [&subjects.commands_stream, &subjects.telemetry_stream] {
+        let _ = js.delete_stream(stream).await;
+    }
     // Whatever is left of the bench's containers goes.
     let _ = tokio::process::Command::new("sh")
         .args(["-c", &format!("docker ps -aq --filter label=ai.berth.agent={agent_id} | xargs -r docker rm -f >/dev/null")])
@@ -591,21 +624,17 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
     let pool = events::store::pool(url, 16)?;
     events::store::migrate(&pool, &[]).await?;
     launcher::access::bootstrap(&pool).await?;
-    agent::register(
-        &pool,
-        &agent::AgentSpec {
-            agent_id: "wake1".into(),
-            resource_group: "default".into(),
-            capacity: ResourceSlots {
-                cpu_milli: 1_000_000,
-                memory_bytes: 1 << 50,
-                gpu_milli: 0,
-            },
-            images: vec!["berth/shell:latest".into()],
-            address: None,
+    let offer = bus::protocol::Offer {
+        resource_group: "default".into(),
+        capacity: ResourceSlots {
+            cpu_milli: 1_000_000,
+            memory_bytes: 1 << 50,
+            gpu_milli: 0,
         },
-    )
-    .await?;
+        images: vec!["berth/shell:latest".into()],
+        address: None,
+    };
+    recorder::record::register(&pool, "wake1", &offer).await?;
     let admin = superadmin(&pool, "waker@berth.local").await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;

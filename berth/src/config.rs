@@ -16,6 +16,8 @@ pub struct Config {
     pub nats_url: String,
     /// The JetStream stream and subject prefix events are published on.
     pub topology: Topology,
+    /// The subjects and streams agents and the control plane meet on.
+    pub agent_bus: bus::Subjects,
     /// Address the gateway serves the HTTP API on (port 0: any free port).
     pub gateway_listen: String,
     /// Where the CLI finds the gateway.
@@ -46,8 +48,6 @@ pub struct Timings {
     /// Longest time the gateway serves a session's detail from memory when no event says it
     /// changed (events evict it at once).
     pub detail_cache_ttl: Duration,
-    /// How often an agent looks for work.
-    pub agent_poll: Duration,
     /// How long a stopping container gets before it is killed.
     pub agent_stop_grace: Duration,
     /// How often an agent reads its host's images again.
@@ -66,7 +66,6 @@ impl Default for Timings {
             sessions_poll: Duration::from_millis(10),
             sealer_idle: Duration::from_millis(200),
             detail_cache_ttl: Duration::from_secs(5),
-            agent_poll: Duration::from_millis(50),
             agent_stop_grace: Duration::from_secs(10),
             agent_image_refresh: Duration::from_secs(10),
             simulated_step: Duration::from_secs(1),
@@ -97,12 +96,18 @@ impl Config {
         let secs = Duration::from_secs;
         let millis = Duration::from_millis;
         let topology = Topology::default();
+        let agent_bus = bus::Subjects::default();
         Config {
             database_url: or("BERTH_DATABASE_URL", DEFAULT_DATABASE_URL),
             nats_url: or("BERTH_NATS_URL", DEFAULT_NATS_URL),
             topology: Topology {
                 stream: or("BERTH_NATS_STREAM", &topology.stream),
                 prefix: or("BERTH_NATS_PREFIX", &topology.prefix),
+            },
+            agent_bus: bus::Subjects {
+                root: or("BERTH_NATS_AGENT_ROOT", &agent_bus.root),
+                commands_stream: or("BERTH_NATS_COMMANDS_STREAM", &agent_bus.commands_stream),
+                telemetry_stream: or("BERTH_NATS_TELEMETRY_STREAM", &agent_bus.telemetry_stream),
             },
             gateway_url: var("BERTH_GATEWAY_URL").unwrap_or_else(|| format!("http://{listen}")),
             gateway_listen: listen,
@@ -124,7 +129,6 @@ impl Config {
                     millis,
                     defaults.scheduler_interval,
                 ),
-                agent_poll: duration("BERTH_AGENT_POLL_MS", millis, defaults.agent_poll),
                 agent_stop_grace: duration(
                     "BERTH_AGENT_STOP_GRACE_SECS",
                     secs,

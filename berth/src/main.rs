@@ -2,8 +2,8 @@
 //!
 //! `berth up` runs the control plane in one process; each part can also run alone
 //! (`berth relay`, `berth projections`, `berth scheduler`, `berth reconciler`,
-//! `berth gateway`), all through the one composition `berth::app::start`. `berth agent` runs
-//! an agent on a compute host. Operators replay projections and audit the log from here, and
+//! `berth recorder`, `berth gateway`), all through the one composition `berth::app::start`.
+//! `berth agent` runs an agent on a compute host; it needs NATS and nothing else. Operators replay projections and audit the log from here, and
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
 mod admin;
@@ -50,6 +50,9 @@ enum Command {
     Scheduler,
     /// Run only the reconciler (deadlines, lost agents).
     Reconciler,
+    /// Run only the recorder, the dispatcher and the telemetry sink (the agents' side of the
+    /// control plane, on NATS).
+    Recorder,
     /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
     Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
@@ -76,7 +79,8 @@ enum Command {
     #[command(subcommand)]
     Session(session_cli::SessionCommand),
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
-    /// Docker containers (`--simulate`: moves them without containers).
+    /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
+    /// (BERTH_NATS_URL) and never reaches the database.
     Agent {
         #[arg(long, default_value = "local")]
         id: String,
@@ -94,7 +98,8 @@ enum Command {
         /// Images offered (repeatable; default: the images on the host).
         #[arg(long = "image")]
         images: Vec<String>,
-        /// Where folders live on this host (default: BERTH_AGENT_DATA, or .berth/agent-data).
+        /// Where folders and the outbox of unanswered reports live on this host (default:
+        /// BERTH_AGENT_DATA, or .berth/agent-data).
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
         /// Move sessions without containers (no Docker needed).
@@ -157,6 +162,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Projections => serve(&config, Parts::PROJECTIONS).await?,
         Command::Scheduler => serve(&config, Parts::SCHEDULER).await?,
         Command::Reconciler => serve(&config, Parts::RECONCILER).await?,
+        Command::Recorder => serve(&config, Parts::RECORDER).await?,
         Command::Gateway => serve(&config, Parts::GATEWAY).await?,
         Command::Replay {
             projection: name,
@@ -225,7 +231,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             data_dir,
             simulate,
         } => {
-            let store = connect_store(&config).await?;
             let stop = CancellationToken::new();
             let docker = if simulate {
                 None
@@ -265,24 +270,31 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 images,
                 address: None,
             };
-            let pool = store.pool().clone();
+            anyhow::ensure!(
+                bus::subjects::is_valid_agent_id(&spec.agent_id),
+                "--id `{}`: an agent's id is 1 to 64 letters, digits, `-` and `_`",
+                spec.agent_id
+            );
+            let data_dir = data_dir.unwrap_or_else(|| config.agent_data_dir.clone());
+            std::fs::create_dir_all(&data_dir)?;
+            let data_dir = std::fs::canonicalize(&data_dir)?;
+            let nats = app::connect_nats(&config).await?;
+            let outbox = data_dir.join("outbox").join(&spec.agent_id);
+            let link = bus::Link::new(nats, &spec.agent_id, config.agent_bus.clone(), &outbox)?;
             let run = async {
                 match docker {
                     Some(docker) => {
-                        let data_dir = data_dir.unwrap_or_else(|| config.agent_data_dir.clone());
-                        std::fs::create_dir_all(&data_dir)?;
                         let timings = &config.timings;
                         let runtime = agent::docker::RuntimeConfig {
-                            data_dir: std::fs::canonicalize(&data_dir)?,
+                            data_dir,
                             stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
-                            poll: timings.agent_poll,
                             image_refresh: images_from_host.then_some(timings.agent_image_refresh),
                         };
-                        agent::docker::run(pool, docker, spec, runtime, stop.clone()).await?
+                        agent::docker::run(link, docker, spec, runtime, stop.clone()).await?
                     }
                     None => {
                         let step = config.timings.simulated_step;
-                        agent::simulate(pool, spec, step, stop.clone()).await?
+                        agent::simulate(link, spec, step, stop.clone()).await?
                     }
                 }
                 anyhow::Ok(())

@@ -30,11 +30,13 @@ impl Drop for Telemetry {
 const DEFAULT_LOG: &str = "info,tokio_postgres=warn,async_nats=warn";
 
 /// berth's crates, whose spans make the traces whatever the log level.
-const TRACED: [&str; 6] = [
+const TRACED: [&str; 8] = [
     "gateway",
     "launcher",
     "scheduler",
     "agent",
+    "recorder",
+    "bus",
     "events",
     "berth",
 ];

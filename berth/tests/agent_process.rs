@@ -1,6 +1,8 @@
-//! The agent as a real process (`berth agent`, Docker runtime) killed with SIGKILL while its
-//! sessions run, then started again: no orphan container is left and no session is stuck.
-//! The scheduler runs in the test; PostgreSQL and the Docker engine are real.
+//! The agent as a real process (`berth agent`, Docker runtime) that speaks only NATS: its
+//! database URL points where nothing listens, and it runs sessions all the same. Killed with
+//! SIGKILL while its sessions run, then started again: no orphan container is left and no
+//! session is stuck. The control plane (relay, scheduler, recorder) runs in the test through
+//! `berth::app::start`; PostgreSQL, NATS and the Docker engine are real.
 
 mod common;
 
@@ -8,17 +10,21 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use berth::app::{self, Parts};
+use berth::config::Config;
 use common::*;
 use deadpool_postgres::Pool;
 use events::lifecycle;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+/// Where nothing listens: an agent that tried the database would fail to reach it.
+const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
 
 /// A `berth agent` process, killed when dropped so a failing test leaves none behind.
 struct AgentProcess(Child);
 
 impl AgentProcess {
-    fn start(url: &str, id: &str, data_dir: &Path, log: &Path) -> AgentProcess {
+    fn start(config: &Config, id: &str, data_dir: &Path, log: &Path) -> AgentProcess {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -28,7 +34,19 @@ impl AgentProcess {
             .args(["agent", "--id", id, "--cpu", "2", "--memory-gib", "2"])
             .arg("--data-dir")
             .arg(data_dir)
-            .env("BERTH_DATABASE_URL", url)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("BERTH_DATABASE_URL", NO_DATABASE)
+            .env("BERTH_NATS_URL", &config.nats_url)
+            .env("BERTH_NATS_AGENT_ROOT", &config.agent_bus.root)
+            .env(
+                "BERTH_NATS_COMMANDS_STREAM",
+                &config.agent_bus.commands_stream,
+            )
+            .env(
+                "BERTH_NATS_TELEMETRY_STREAM",
+                &config.agent_bus.telemetry_stream,
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -112,7 +130,29 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("agent.log");
-    let agent = AgentProcess::start(&url, &agent_id, &dir.join("data"), &log);
+    let id = Uuid::new_v4().simple().to_string();
+    let mut config = Config::from_source(|_| None);
+    config.database_url = url.clone();
+    config.nats_url =
+        std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
+    config.topology = events::relay::Topology {
+        stream: format!("A_{id}"),
+        prefix: format!("a{id}.evt"),
+    };
+    config.agent_bus = bus::Subjects {
+        root: format!("a{id}"),
+        commands_stream: format!("AC_{id}"),
+        telemetry_stream: format!("AT_{id}"),
+    };
+    config.timings.scheduler_interval = Duration::from_millis(200);
+    let parts = Parts {
+        relay: true,
+        scheduler: true,
+        recorder: true,
+        ..Parts::default()
+    };
+    let control_plane = app::start(&config, parts).await.unwrap();
+    let agent = AgentProcess::start(&config, &agent_id, &dir.join("data"), &log);
     eventually("the agent registers with its images", || async {
         let client = pool.get().await.unwrap();
         client
@@ -125,17 +165,6 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     })
     .await;
 
-    let stop = CancellationToken::new();
-    let scheduling = tokio::spawn({
-        let (pool, stop) = (pool.clone(), stop.clone());
-        async move {
-            let mut scheduler = scheduler::run::Scheduler::new(pool, Default::default());
-            while !stop.is_cancelled() {
-                scheduler.pass().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
     let request = serde_json::from_value(serde_json::json!({
         "image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}, "count": 2}))
     .unwrap();
@@ -167,7 +196,7 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
         "the orphan is still there"
     );
 
-    let agent = AgentProcess::start(&url, &agent_id, &dir.join("data"), &log);
+    let agent = AgentProcess::start(&config, &agent_id, &dir.join("data"), &log);
     eventually("the orphan is removed", || async {
         containers_of(orphaned).is_empty().then_some(())
     })
@@ -201,8 +230,18 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     assert_eq!(stuck, 0);
     let replay = events::ledger::replay(&pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
-    stop.cancel();
-    scheduling.await.unwrap();
+    // The agent never reached the database, and said nothing of one.
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(!said.contains("127.0.0.1:1/"), "{said}");
+    control_plane.stop().await.unwrap();
     agent.kill();
+    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await.unwrap());
+    for stream in [
+        &config.topology.stream,
+        &config.agent_bus.commands_stream,
+        &config.agent_bus.telemetry_stream,
+    ] {
+        let _ = js.delete_stream(stream).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

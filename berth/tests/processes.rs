@@ -1,7 +1,7 @@
 //! The control plane as processes, the two ways an operator runs it: `berth up` alone, and
 //! each part as its own process (`berth relay`, `berth projections`, `berth scheduler`,
-//! `berth reconciler`, `berth gateway`). Either way, with a `berth agent` running real
-//! containers, the README's batch session goes from `berth session create` to TERMINATED,
+//! `berth reconciler`, `berth recorder`, `berth gateway`). Either way, with a `berth agent`
+//! running real containers and reaching only NATS (its database URL points nowhere), the README's batch session goes from `berth session create` to TERMINATED,
 //! with its output kept and its memory limit real. PostgreSQL, NATS and Docker are real.
 
 mod common;
@@ -87,6 +87,9 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         ("BERTH_NATS_URL", nats),
         ("BERTH_NATS_STREAM", format!("P_{id}")),
         ("BERTH_NATS_PREFIX", format!("p{id}.evt")),
+        ("BERTH_NATS_AGENT_ROOT", format!("p{id}")),
+        ("BERTH_NATS_COMMANDS_STREAM", format!("PC_{id}")),
+        ("BERTH_NATS_TELEMETRY_STREAM", format!("PT_{id}")),
         ("BERTH_GATEWAY_LISTEN", listen.clone()),
         ("BERTH_GATEWAY_URL", format!("http://{listen}")),
         ("BERTH_API_KEY", key),
@@ -104,6 +107,12 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         processes.spawn(command, &[command], &env);
     }
     let data = logs.join("data");
+    let mut agent_env = env.clone();
+    for (name, value) in &mut agent_env {
+        if name == "BERTH_DATABASE_URL" {
+            *value = "postgres://denied@127.0.0.1:1/none".into();
+        }
+    }
     let agent_id = format!("proc{}", &id[..8]);
     processes.spawn(
         "agent",
@@ -120,7 +129,7 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         .into_iter()
         .chain([data.to_str().unwrap()])
         .collect::<Vec<_>>(),
-        &env,
+        &agent_env,
     );
 
     let http = reqwest::Client::builder()
@@ -237,5 +246,13 @@ async fn berth_up_and_an_agent_run_the_readme_batch_session() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_part_as_its_own_process_runs_the_readme_batch_session() {
-    batch_session_end_to_end(&["relay", "projections", "scheduler", "reconciler", "gateway"]).await;
+    batch_session_end_to_end(&[
+        "relay",
+        "projections",
+        "scheduler",
+        "reconciler",
+        "recorder",
+        "gateway",
+    ])
+    .await;
 }

@@ -3,7 +3,7 @@
 //! Pure functions, used by `berth audit stream --as-of` to show what a stream looked like at
 //! any moment, and by services that need an aggregate's current state.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::catalogue::Event;
 use crate::payloads::{KernelPlacement, ResourceSlots, SessionRequested, SessionStatus};
@@ -21,7 +21,7 @@ pub struct AgentState {
 }
 
 /// What a session stream folds into.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionState {
     pub request: SessionRequested,
     pub name: String,
@@ -31,6 +31,9 @@ pub struct SessionState {
     /// What the session holds on its agents now; `None` once released (or never placed).
     pub reserved: Option<ResourceSlots>,
     pub kernels: Vec<KernelPlacement>,
+    /// The kernels of the current placement whose `KernelStarted` is recorded, ascending.
+    #[serde(default)]
+    pub kernels_started: Vec<u32>,
     /// Reservations given back so far (one per placement).
     pub releases: u32,
     pub scheduling_attempts: u32,
@@ -77,6 +80,7 @@ impl SessionState {
             agent_id: None,
             reserved: None,
             kernels: Vec::new(),
+            kernels_started: Vec::new(),
             releases: 0,
             scheduling_attempts: 0,
             termination_requested: false,
@@ -91,6 +95,12 @@ impl SessionState {
                 self.agent_id = Some(e.agent_id.clone());
                 self.reserved = Some(e.resources);
                 self.kernels = e.kernels.clone();
+                self.kernels_started.clear();
+            }
+            Event::KernelStarted(e) => {
+                if let Err(at) = self.kernels_started.binary_search(&e.kernel) {
+                    self.kernels_started.insert(at, e.kernel);
+                }
             }
             Event::SessionStatusChanged(e) => {
                 self.status = e.to;

@@ -6,7 +6,7 @@
 use crate::aggregate::SessionState;
 use crate::catalogue::Event;
 use crate::payloads::{
-    SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
+    KernelStarted, SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
     SessionTerminationRequested, SessionType,
 };
 
@@ -77,6 +77,36 @@ pub fn can_move(session_type: SessionType, from: SessionStatus, to: SessionStatu
 }
 
 impl SessionState {
+    /// The events of kernels reported started: a `KernelStarted` for each one not recorded
+    /// yet, and the move to RUNNING when that completes the set while the session is
+    /// CREATING. Multi-node readiness is decided here, not by an agent watching the log.
+    /// Kernels start only while the session is CREATING or later and has not ended.
+    pub fn start_kernels(&self, started: &[KernelStarted]) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if !matches!(self.status, Creating | Running | Restarting | Terminating) {
+            return Err(TransitionError::Forbidden {
+                from: self.status,
+                to: Running,
+            });
+        }
+        let mut events = Vec::new();
+        let mut now_started = self.kernels_started.clone();
+        for kernel in started {
+            if let Err(at) = now_started.binary_search(&kernel.kernel) {
+                now_started.insert(at, kernel.kernel);
+                events.push(Event::KernelStarted(kernel.clone()));
+            }
+        }
+        let size = self.request.cluster_size.max(1);
+        let all = (0..size).all(|k| now_started.binary_search(&k).is_ok());
+        if all && self.status == Creating && !events.is_empty() {
+            events.extend(self.transition(Running, None, None)?);
+        }
+        Ok(events)
+    }
+
     /// The events that move this session to `to`, giving back what it holds when it leaves
     /// its agent (back to the queue or to an end).
     pub fn transition(
@@ -229,6 +259,69 @@ mod tests {
             state = state.evolve(e);
         }
         state
+    }
+
+    fn kernel(session: &SessionState, k: u32, agent: &str) -> KernelStarted {
+        KernelStarted {
+            session_id: session.request.session_id,
+            kernel: k,
+            agent_id: agent.into(),
+            container_id: format!("c{k}"),
+            ports: vec![],
+            hostname: None,
+        }
+    }
+
+    fn creating(size: u32) -> SessionState {
+        let mut state = placed(SessionType::Batch);
+        state.request.cluster_size = size;
+        for (from, to) in [
+            (Scheduled, Preparing),
+            (Preparing, Prepared),
+            (Prepared, Creating),
+        ] {
+            state = apply(state.clone(), &state.transition(to, None, None).unwrap());
+            assert_eq!(state.status, to, "from {from:?}");
+        }
+        state
+    }
+
+    #[test]
+    fn a_cluster_runs_once_its_last_kernel_started_and_repeats_record_nothing() {
+        let state = creating(3);
+        let first = state.start_kernels(&[kernel(&state, 0, "a1")]).unwrap();
+        assert_eq!(first.len(), 1, "kernel 0 recorded, not running yet");
+        let state = apply(state, &first);
+        assert_eq!(state.kernels_started, vec![0]);
+        // A report sent again records nothing.
+        assert!(state
+            .start_kernels(&[kernel(&state, 0, "a1")])
+            .unwrap()
+            .is_empty());
+        let last = state
+            .start_kernels(&[kernel(&state, 2, "a2"), kernel(&state, 1, "a2")])
+            .unwrap();
+        let state = apply(state, &last);
+        assert_eq!(state.status, Running);
+        assert_eq!(state.kernels_started, vec![0, 1, 2]);
+        assert!(matches!(last.last(), Some(Event::SessionStatusChanged(c)) if c.to == Running));
+    }
+
+    #[test]
+    fn a_single_kernel_runs_at_once_and_kernels_start_only_while_creating_or_later() {
+        let state = creating(1);
+        let events = state.start_kernels(&[kernel(&state, 0, "a1")]).unwrap();
+        assert_eq!(apply(state, &events).status, Running);
+        let early = placed(SessionType::Batch);
+        assert!(early.start_kernels(&[kernel(&early, 0, "a1")]).is_err());
+        let ended = apply(
+            early.clone(),
+            &early.transition(Error, Some("x".into()), None).unwrap(),
+        );
+        assert_eq!(
+            ended.start_kernels(&[kernel(&ended, 0, "a1")]),
+            Err(TransitionError::Ended(Error))
+        );
     }
 
     #[test]

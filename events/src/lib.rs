@@ -22,7 +22,7 @@ pub mod projection;
 pub mod relay;
 pub mod sql;
 pub mod store;
-pub mod trace;
+pub use bus::trace;
 
 pub use domain::{aggregate, catalogue, payloads};
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};

@@ -32,6 +32,8 @@ pub struct Harness {
     pub admin_key: String,
     pub http: reqwest::Client,
     pub topology: Topology,
+    /// Where the test's agents meet its control plane.
+    pub agent_bus: bus::Subjects,
     /// The control plane; dropping the harness drops it, which aborts its parts.
     app: std::sync::Mutex<Option<App>>,
     /// The test's own database, dropped with the harness unless the test failed.
@@ -52,6 +54,11 @@ pub fn test_config() -> Config {
         stream: format!("T_{id}"),
         prefix: format!("t{id}.evt"),
     };
+    config.agent_bus = bus::Subjects {
+        root: format!("t{id}"),
+        commands_stream: format!("TC_{id}"),
+        telemetry_stream: format!("TT_{id}"),
+    };
     config.gateway_listen = "127.0.0.1:0".into();
     config.timings = Timings {
         scheduler_interval: Duration::from_millis(100),
@@ -71,7 +78,13 @@ pub async fn start() -> Harness {
 
 /// [`start`] with a configuration of the test's own (from [`test_config`]).
 pub async fn start_with(config: Config) -> Harness {
-    let app = app::start(&config, Parts::ALL)
+    start_parts(config, Parts::ALL).await
+}
+
+/// [`start_with`] running only `parts` (the gateway among them), for a test that runs the
+/// others itself.
+pub async fn start_parts(config: Config, parts: Parts) -> Harness {
+    let app = app::start(&config, parts)
         .await
         .expect("the control plane starts");
     let (_, admin_key) = app.first_superadmin.clone().expect("a fresh install");
@@ -85,6 +98,7 @@ pub async fn start_with(config: Config) -> Harness {
             .build()
             .unwrap(),
         topology: config.topology,
+        agent_bus: config.agent_bus,
         app: std::sync::Mutex::new(Some(app)),
         database_url: config.database_url,
     }
@@ -152,22 +166,19 @@ impl Harness {
     }
 
     pub async fn agent(&self, id: &str, group: &str, cpu: u64) {
-        agent::register(
-            &self.pool,
-            &agent::AgentSpec {
-                agent_id: id.into(),
-                resource_group: group.into(),
-                capacity: ResourceSlots {
-                    cpu_milli: cpu * 1000,
-                    memory_bytes: 64 * GIB,
-                    gpu_milli: 0,
-                },
-                images: vec!["berth/shell:latest".into()],
-                address: None,
+        let offer = bus::protocol::Offer {
+            resource_group: group.into(),
+            capacity: ResourceSlots {
+                cpu_milli: cpu * 1000,
+                memory_bytes: 64 * GIB,
+                gpu_milli: 0,
             },
-        )
-        .await
-        .unwrap();
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        };
+        recorder::record::register(&self.pool, id, &offer)
+            .await
+            .unwrap();
     }
 
     pub async fn user(&self, email: &str) -> String {
@@ -285,7 +296,12 @@ impl Drop for Harness {
             );
             return;
         }
-        let (url, stream) = (self.database_url.clone(), self.topology.stream.clone());
+        let url = self.database_url.clone();
+        let streams = [
+            self.topology.stream.clone(),
+            self.agent_bus.commands_stream.clone(),
+            self.agent_bus.telemetry_stream.clone(),
+        ];
         // Drop runs inside the test's runtime, which cannot be blocked on: a runtime of its own
         // on a thread of its own does the cleaning.
         let cleaned = std::thread::spawn(move || {
@@ -304,10 +320,11 @@ impl Drop for Harness {
                 client
                     .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                     .await?;
-                let nats = async_nats::connect(nats_url()).await?;
-                async_nats::jetstream::new(nats)
-                    .delete_stream(&stream)
-                    .await?;
+                let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await?);
+                for stream in streams {
+                    // The agents' streams exist only once the recorder has started.
+                    let _ = js.delete_stream(&stream).await;
+                }
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
             })
         })

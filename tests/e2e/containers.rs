@@ -65,14 +65,17 @@ async fn spawn_agent(
     let config = agent::docker::RuntimeConfig {
         data_dir: data_dir.to_path_buf(),
         stop_grace_secs: 2,
-        poll: Duration::from_millis(50),
         image_refresh,
     };
+    // The agent speaks only NATS, as `berth agent` does.
+    let nats = async_nats::connect(nats_url()).await.expect("NATS answers");
+    let outbox = data_dir.join("outbox").join(id);
+    let link = bus::Link::new(nats, id, h.agent_bus.clone(), &outbox).expect("an outbox");
     let stop = CancellationToken::new();
     let task = tokio::spawn({
-        let (pool, stop) = (h.pool.clone(), stop.clone());
+        let stop = stop.clone();
         async move {
-            agent::docker::run(pool, docker, spec, config, stop)
+            agent::docker::run(link, docker, spec, config, stop)
                 .await
                 .expect("agent runs");
         }

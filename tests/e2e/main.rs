@@ -3,12 +3,14 @@
 //! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
 //! its own.
 //!
+//! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
+mod bus;
 mod common;
 mod containers;
 mod contract;

@@ -69,7 +69,7 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
     assert_eq!(detail["agent_id"], "large1");
 
     // The agent moves it on; terminating releases it exactly once.
-    agent::report(
+    recorder::record::move_session(
         &h.pool,
         "small1",
         Uuid::parse_str(id).unwrap(),
@@ -81,7 +81,7 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
     .unwrap();
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    agent::report(
+    recorder::record::move_session(
         &h.pool,
         "small1",
         Uuid::parse_str(id).unwrap(),
@@ -938,7 +938,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
     let on_lost = ids(&created)[0].clone();
     h.wait_session(&on_lost, |s| s["status"] == "SCHEDULED")
         .await;
-    agent::report(
+    recorder::record::move_session(
         &h.pool,
         "quiet2",
         Uuid::parse_str(&on_lost).unwrap(),

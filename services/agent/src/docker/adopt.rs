@@ -6,11 +6,12 @@
 use std::collections::{HashMap, HashSet};
 
 use bollard::container::ListContainersOptions;
-use events::payloads::SessionStatus;
+use bus::protocol::{Answer, Request};
+use domain::payloads::SessionStatus;
 use uuid::Uuid;
 
 use super::{
-    db, moved, network_name, remove, Ctx, SessionTasks, LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION,
+    moved, network_name, remove, Ctx, SessionTasks, LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION,
 };
 use crate::AgentError;
 
@@ -33,12 +34,21 @@ pub(super) async fn adopt_leftovers(
         }))
         .await
         .map_err(|e| AgentError::Runtime(format!("listing containers: {e}")))?;
-    let client = ctx.pool.get().await.map_err(db)?;
-    let live: HashMap<Uuid, String> = crate::db::holding_sessions(&client, &ctx.agent_id).await?;
-    // Sessions of other agents with kernels here (multi-node clusters), still going.
-    let live_elsewhere: HashSet<Uuid> =
-        crate::db::secondaries_going(&client, &ctx.agent_id).await?;
-    drop(client);
+    let found_live = match ctx.link.ask(&Request::Sync, &ctx.stop).await? {
+        Answer::Live { sessions } => sessions,
+        other => return Err(AgentError::Denied(format!("{other:?}"))),
+    };
+    // This agent's live sessions, and other agents' clusters with kernels here still going.
+    let live: HashMap<Uuid, SessionStatus> = found_live
+        .iter()
+        .filter(|s| s.main)
+        .map(|s| (s.session_id, s.status))
+        .collect();
+    let live_elsewhere: HashSet<Uuid> = found_live
+        .iter()
+        .filter(|s| !s.main)
+        .map(|s| s.session_id)
+        .collect();
     let mut adopted = HashSet::new();
     let mut adopted_elsewhere: HashMap<Uuid, Vec<(u32, String)>> = HashMap::new();
     // Kernels other than the main one, kept while their session lives.
@@ -66,11 +76,19 @@ pub(super) async fn adopt_leftovers(
                     .or_default()
                     .push((kernel, name));
             }
-            Some(id) if live.get(&id).is_some_and(|s| s != "SCHEDULED") && !main => {
+            Some(id)
+                if live
+                    .get(&id)
+                    .is_some_and(|s| *s != SessionStatus::Scheduled)
+                    && !main =>
+            {
                 others.push((id, name));
             }
             Some(id)
-                if live.get(&id).is_some_and(|s| s != "SCHEDULED") && !adopted.contains(&id) =>
+                if live
+                    .get(&id)
+                    .is_some_and(|s| *s != SessionStatus::Scheduled)
+                    && !adopted.contains(&id) =>
             {
                 adopted.insert(id);
                 tracing::info!(session = %id, container = %name, "adopting a live session's container");
@@ -87,9 +105,25 @@ pub(super) async fn adopt_leftovers(
         sessions.watch_secondary(ctx, id, kernels);
     }
     for (id, status) in &live {
-        if status != "SCHEDULED" && !adopted.contains(id) {
-            moved(ctx, *id, SessionStatus::Error,
-                Some(format!("the agent `{}` restarted and the session's container was gone (it was {status})", ctx.agent_id)), None).await;
+        if adopted.contains(id) {
+            continue;
+        }
+        match leftover(*status) {
+            Leftover::Start => {
+                // Its assignment was taken but the session not started: start it now.
+                sessions.run(ctx, *id);
+                continue;
+            }
+            Leftover::Requeue => {
+                let reason = format!("the agent `{}` restarted before the session's container ran (it was {status}); back in the queue", ctx.agent_id);
+                moved(ctx, *id, SessionStatus::Pending, Some(reason), None).await;
+            }
+            Leftover::Lost => {
+                let reason = format!("the agent `{}` restarted and the session's container was gone (it was {status})", ctx.agent_id);
+                moved(ctx, *id, SessionStatus::Error, Some(reason), None).await;
+            }
+        }
+        {
             for (_, name) in others.iter().filter(|(s, _)| s == id) {
                 remove(ctx, name).await;
             }
@@ -97,4 +131,64 @@ pub(super) async fn adopt_leftovers(
         }
     }
     Ok(())
+}
+
+/// What becomes of a live session of this agent whose main container an agent that starts
+/// again does not find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftover {
+    /// Not started yet: start it.
+    Start,
+    /// Caught before its container ran user code: back to the queue, to be placed again.
+    Requeue,
+    /// Its container ran and is gone: its output and exit are lost, so it ends in ERROR.
+    Lost,
+}
+
+/// Pure.
+fn leftover(status: SessionStatus) -> Leftover {
+    match status {
+        SessionStatus::Scheduled => Leftover::Start,
+        SessionStatus::Preparing | SessionStatus::Prepared | SessionStatus::Creating => {
+            Leftover::Requeue
+        }
+        _ => Leftover::Lost,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::lifecycle::can_move;
+    use domain::payloads::SessionType;
+
+    #[test]
+    fn a_session_caught_before_its_container_ran_is_started_or_requeued() {
+        assert_eq!(leftover(SessionStatus::Scheduled), Leftover::Start);
+        for status in [
+            SessionStatus::Preparing,
+            SessionStatus::Prepared,
+            SessionStatus::Creating,
+        ] {
+            assert_eq!(leftover(status), Leftover::Requeue, "{status}");
+            // The lifecycle allows the move, for every kind of session.
+            for kind in [
+                SessionType::Interactive,
+                SessionType::Batch,
+                SessionType::Inference,
+            ] {
+                assert!(
+                    can_move(kind, status, SessionStatus::Pending),
+                    "{status} {kind:?}"
+                );
+            }
+        }
+        for status in [
+            SessionStatus::Running,
+            SessionStatus::Restarting,
+            SessionStatus::Terminating,
+        ] {
+            assert_eq!(leftover(status), Leftover::Lost, "{status}");
+        }
+    }
 }

@@ -1,13 +1,9 @@
 //! Multi-node clusters seen from an agent that holds some of another agent's kernels:
-//! started when the main agent creates its own, kept until the session ends, then removed;
-//! and the main agent's wait for the others.
-
-use std::collections::HashSet;
-use std::time::Duration;
+//! started when the control plane assigns them (once the main agent is creating its own),
+//! kept until the session ends, then removed.
 
 use bollard::container::StopContainerOptions;
-use events::catalogue::{stream_id, Event};
-use events::EventStore;
+use domain::payloads::SessionStatus;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -19,14 +15,18 @@ use super::{load, remove, Ctx};
 /// This agent's kernels of a multi-node cluster whose main kernel runs elsewhere: started when
 /// the main agent creates its own, kept until the session ends, then removed.
 pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
-    let Ok(Some((state, _))) = load(&ctx.pool, id).await else {
+    let Ok(Some((state, _))) = load(&ctx, id).await else {
         return;
     };
+    // An assignment delivered again, for a cluster that has ended since: nothing to do.
+    if state.status.is_terminal() || state.status == SessionStatus::Terminating {
+        return;
+    }
     let size = state.request.cluster_size.max(1);
     let names = match create_kernels(&ctx, &state).await {
-        Ok(names) => names,
+        Ok((names, _)) => names,
         Err(reason) => {
-            // The main agent's wait for the kernels runs out and ends the session with a reason.
+            // The session stays CREATING until the reconciler's deadline ends it with a reason.
             tracing::warn!(session = %id, %reason, "kernels not started");
             return;
         }
@@ -62,26 +62,4 @@ pub(super) async fn watch_secondary(
         remove(&ctx, name).await;
     }
     let _ = ctx.docker.remove_network(&network_name(id)).await;
-}
-
-/// Whether every kernel of the session has started (its `KernelStarted` is in the log),
-/// waiting up to 120 s.
-pub(super) async fn others_started(ctx: &Ctx, id: Uuid, size: u32) -> bool {
-    let store = EventStore::new(ctx.pool.clone());
-    for _ in 0..600 {
-        if let Ok(recorded) = store.read_stream(&stream_id("session", id)).await {
-            let started: HashSet<u32> = recorded
-                .iter()
-                .filter_map(|e| match &e.event {
-                    Event::KernelStarted(k) => Some(k.kernel),
-                    _ => None,
-                })
-                .collect();
-            if (0..size).all(|k| started.contains(&k)) {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    false
 }

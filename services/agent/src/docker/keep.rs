@@ -1,23 +1,38 @@
-//! What the agent keeps of a running kernel while it runs: its output (into `session_logs`,
-//! read on from where the last keep ended) and its resource usage (into `session_usage`).
-//! Both are telemetry, not events: large or frequent, and nothing is decided on them.
+//! What the agent sends of a running kernel while it runs: its output (read on from where
+//! the last send ended) and its resource usage. Both are telemetry, not events (large or
+//! frequent, and nothing is decided on them): they travel on the telemetry stream, and the
+//! control plane's sink stores them idempotently.
 
 use bollard::container::{LogOutput, LogsOptions};
+use bus::protocol::{LogChunk, UsageSample};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
 use super::Ctx;
-use crate::db;
 
 /// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
 /// how many kept frames carry exactly that timestamp. Output is read from there on, so a
-/// long-running session costs each second only what it printed in that second.
-#[derive(Debug, Default)]
+/// long-running session costs each second only what it printed in that second. `epoch`
+/// names this reading of the output (time-ordered: a later reading replaces an earlier one
+/// at the sink) and `sent` is how many bytes of it have been sent.
+#[derive(Debug)]
 pub(super) struct LogCursor {
-    kept_once: bool,
+    epoch: Uuid,
+    sent: u64,
     last: Option<DateTime<Utc>>,
     at_last: usize,
+}
+
+impl Default for LogCursor {
+    fn default() -> Self {
+        LogCursor {
+            epoch: Uuid::now_v7(),
+            sent: 0,
+            last: None,
+            at_last: 0,
+        }
+    }
 }
 
 impl LogCursor {
@@ -62,8 +77,9 @@ fn split_stamp(frame: &str) -> Option<(DateTime<Utc>, String)> {
     Some((at, text.to_owned()))
 }
 
-/// Keeps the kernel's output not kept yet. The first keep of a cursor replaces what is
-/// stored (an agent restarted mid-session starts a new cursor); later ones append.
+/// Sends the kernel's output not sent yet. A new cursor reads the output from its start
+/// under a new epoch, so what it sends replaces what an earlier reading sent (an agent
+/// restarted mid-session starts a new cursor); later sends append.
 pub(super) async fn save_logs(
     ctx: &Ctx,
     session_id: Uuid,
@@ -99,23 +115,24 @@ pub(super) async fn save_logs(
             LogOutput::StdIn { .. } => {}
         }
     }
-    let replace = !cursor.kept_once;
     let text = cursor.take_new(frames);
-    if !replace && text.is_empty() && !complete {
+    if text.is_empty() && !complete {
         return;
     }
-    let kernel = kernel as i32;
-    let kept = if replace {
-        db::replace_logs(&ctx.pool, session_id, kernel, &text, complete).await
-    } else {
-        db::append_logs(&ctx.pool, session_id, kernel, &text, complete).await
+    let chunk = LogChunk {
+        session_id,
+        kernel,
+        epoch: cursor.epoch,
+        offset: cursor.sent,
+        complete,
+        text,
     };
-    match kept {
-        Ok(_) => cursor.kept_once = true,
+    match ctx.link.send_log(&chunk).await {
+        Ok(()) => cursor.sent += chunk.text.len() as u64,
         Err(e) => {
-            // The frames are lost to the store, not to the cursor's next read: start over.
+            // The frames are lost to the sink, not to the next reading: start over.
             *cursor = LogCursor::default();
-            tracing::warn!(%session_id, error = %e, "could not keep the logs");
+            tracing::warn!(%session_id, error = %e, "could not send the logs");
         }
     }
 }
@@ -154,16 +171,17 @@ pub(super) async fn sample_usage(
         .values()
         .fold((0u64, 0u64), |(r, t), n| (r + n.rx_bytes, t + n.tx_bytes));
     let memory = stats.memory_stats.usage.unwrap_or(0) as i64;
-    let sample = db::UsageSample {
+    let sample = UsageSample {
+        session_id,
+        sampled_at: Utc::now(),
         cpu_seconds: cpu_ns as f64 / 1e9,
         cpu_percent,
         memory_bytes: memory,
         rx_bytes: rx as i64,
         tx_bytes: tx as i64,
     };
-    let written = db::keep_usage(&ctx.pool, session_id, sample).await;
-    if let Err(e) = written {
-        tracing::debug!(%session_id, error = %e, "usage sample not kept");
+    if let Err(e) = ctx.link.send_usage(&sample).await {
+        tracing::debug!(%session_id, error = %e, "usage sample not sent");
     }
     Some((cpu_ns, now))
 }

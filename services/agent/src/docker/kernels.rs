@@ -1,16 +1,14 @@
 //! Creating a session's kernels on this host: the cluster network, the GPUs each kernel
-//! gets, the containers as [`super::spec`] describes them, started, and recorded as
-//! `KernelStarted` with their published ports.
+//! gets, the containers as [`super::spec`] describes them, started, and reported started
+//! with their published ports.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::container::{CreateContainerOptions, ListContainersOptions};
-use events::aggregate::SessionState;
-use events::catalogue::{stream_id, Event};
-use events::ledger;
-use events::payloads::{KernelStarted, PublishedPort};
-use events::store::ExpectedVersion;
+use bus::protocol::{Answer, Fact, StartedKernel};
+use domain::aggregate::SessionState;
+use domain::payloads::{PublishedPort, SessionStatus};
 
 use super::{container_name, remove, remove_all, spec, Ctx, LABEL_GPUS, LABEL_SESSION};
 
@@ -45,8 +43,12 @@ async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
 }
 
 /// Creates and starts this agent's kernels of a session, on the cluster's network, and
-/// records them; the names of their containers (the main kernel's first, when it is here).
-pub(super) async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Vec<String>, String> {
+/// reports them started; the names of their containers (the main kernel's first, when it is
+/// here) and the session's status after the report.
+pub(super) async fn create_kernels(
+    ctx: &Ctx,
+    state: &SessionState,
+) -> Result<(Vec<String>, SessionStatus), String> {
     let request = &state.request;
     let id = request.session_id;
     let mut binds = Vec::new();
@@ -123,7 +125,6 @@ pub(super) async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Ve
             return Err(format!("starting the container failed: {e}"));
         }
     }
-    let metadata = events::trace::metadata(&format!("agent:{}", ctx.agent_id), None);
     let mut started = Vec::with_capacity(names.len());
     for (&k, name) in layout.mine.iter().zip(&names) {
         let inspected = ctx.docker.inspect_container(name, None).await.ok();
@@ -143,27 +144,21 @@ pub(super) async fn create_kernels(ctx: &Ctx, state: &SessionState) -> Result<Ve
             .as_ref()
             .and_then(|c| c.config.as_ref())
             .and_then(|c| c.hostname.clone());
-        started.push(Event::KernelStarted(KernelStarted {
-            session_id: id,
+        started.push(StartedKernel {
             kernel: k,
-            agent_id: ctx.agent_id.clone(),
             container_id: inspected.and_then(|c| c.id).unwrap_or_default(),
             ports,
             hostname,
-        }));
+        });
     }
-    let stream = stream_id("session", id);
-    let recorded = ledger::record_now(
-        &ctx.pool,
-        &stream,
-        ExpectedVersion::Any,
-        &started,
-        &metadata,
-    )
-    .await;
-    if let Err(e) = recorded {
-        remove_all(ctx, &names).await;
-        return Err(format!("recording the kernels failed: {e}"));
+    let fact = Fact::KernelsStarted { kernels: started };
+    match ctx.link.report(id, fact, &ctx.stop).await {
+        Ok(Answer::Recorded { status }) => Ok((names, status)),
+        answered => {
+            remove_all(ctx, &names).await;
+            Err(format!(
+                "the kernels started were not recorded: {answered:?}"
+            ))
+        }
     }
-    Ok(names)
 }

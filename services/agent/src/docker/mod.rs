@@ -1,10 +1,11 @@
 //! The container runtime: turns a session placed on this agent into Docker containers and
 //! back, through the Docker Engine API (bollard).
 //!
-//! One task per session owns its container: it moves the session through PREPARING,
-//! (PULLING,) PREPARED, CREATING and RUNNING, waits for the container to exit, keeps its
-//! output in `session_logs`, removes it (so the scratch of /home/work is gone), and reports
-//! how it ended. Containers carry labels naming their session and agent, so an agent that
+//! The control plane assigns a session with a command; one task per session then owns its
+//! container: it moves the session through PREPARING, (PULLING,) PREPARED and CREATING,
+//! reports its kernels started (the control plane moves the session to RUNNING once every
+//! kernel of it has), waits for the container to exit, sends its output as telemetry,
+//! removes it (so the scratch of /home/work is gone), and reports how it ended. Containers carry labels naming their session and agent, so an agent that
 //! starts again adopts the containers of live sessions (its kernels of other agents'
 //! clusters included), removes the others, and ends in ERROR the live sessions whose
 //! container is gone.
@@ -23,16 +24,15 @@ use std::time::Duration;
 
 use bollard::container::RemoveContainerOptions;
 use bollard::Docker;
-use deadpool_postgres::Pool;
-use events::aggregate::{fold, SessionState, StreamState};
-use events::catalogue::stream_id;
-use events::ledger::LedgerError;
-use events::payloads::*;
-use events::EventStore;
+use bus::protocol::{Answer, Command, Fact};
+use bus::Link;
+use domain::aggregate::SessionState;
+use domain::payloads::*;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{heartbeat, register, report, AgentError, AgentSpec};
+use crate::commands::Commands;
+use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
 
 mod adopt;
 mod cluster;
@@ -56,8 +56,6 @@ pub struct RuntimeConfig {
     pub data_dir: PathBuf,
     /// Seconds a stopping container gets before it is killed.
     pub stop_grace_secs: i64,
-    /// How often the agent looks for work.
-    pub poll: Duration,
     /// How often the images offered are read again from the engine, so an image built or
     /// pulled on the host is offered without a restart; `None` when they were given fixed.
     pub image_refresh: Option<Duration>,
@@ -104,35 +102,30 @@ struct Ctx {
     gpus: std::sync::Arc<crate::gpu::Discovery>,
     /// Taken while GPUs are chosen and their containers created.
     gpu_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
-    pool: Pool,
+    link: Link,
     docker: Docker,
     agent_id: String,
     config: RuntimeConfig,
+    /// The agent's own stop: a request to the control plane waits for an answer until then.
+    stop: CancellationToken,
 }
 
-fn db(e: impl Into<LedgerError>) -> AgentError {
-    AgentError::Ledger(e.into())
-}
-
-/// A session's state, and the trace its journey belongs to (its creation's traceparent).
+/// A session's state, and the trace its journey belongs to (its creation's traceparent),
+/// as the control plane answers for a session placed here.
 async fn load(
-    pool: &Pool,
+    ctx: &Ctx,
     session_id: Uuid,
 ) -> Result<Option<(SessionState, Option<String>)>, AgentError> {
-    let recorded = EventStore::new(pool.clone())
-        .read_stream(&stream_id("session", session_id))
-        .await
-        .map_err(db)?;
-    let traceparent = recorded
-        .first()
-        .and_then(|first| first.metadata.traceparent.clone());
-    Ok(match fold(&recorded) {
-        StreamState::Session(s) => Some((*s, traceparent)),
-        _ => None,
-    })
+    crate::session(&ctx.link, session_id, &ctx.stop).await
 }
 
-/// Moves the session, ignoring a refusal (it moved on meanwhile: terminated, forced, ...).
+/// The session's status now, as the control plane has it.
+async fn status_now(ctx: &Ctx, session_id: Uuid) -> Result<Option<SessionStatus>, AgentError> {
+    Ok(load(ctx, session_id).await?.map(|(s, _)| s.status))
+}
+
+/// Reports that the session moved; false when the control plane refused the move (it moved
+/// on meanwhile: terminated, forced, ...).
 async fn moved(
     ctx: &Ctx,
     session_id: Uuid,
@@ -140,8 +133,17 @@ async fn moved(
     reason: Option<String>,
     exit_code: Option<i32>,
 ) -> bool {
-    match report(&ctx.pool, &ctx.agent_id, session_id, to, reason, exit_code).await {
-        Ok(_) => true,
+    let fact = Fact::Moved {
+        to,
+        reason,
+        exit_code,
+    };
+    match ctx.link.report(session_id, fact, &ctx.stop).await {
+        Ok(Answer::Recorded { .. }) => true,
+        Ok(other) => {
+            tracing::info!(%session_id, ?to, answer = ?other, "session not moved");
+            false
+        }
         Err(e) => {
             tracing::info!(%session_id, ?to, error = %e, "session not moved");
             false
@@ -238,13 +240,17 @@ impl SessionTasks {
 }
 
 pub async fn run(
-    pool: Pool,
+    link: Link,
     docker: Docker,
-    mut spec: AgentSpec,
+    spec: AgentSpec,
     config: RuntimeConfig,
     stop: CancellationToken,
 ) -> Result<(), AgentError> {
-    register(&pool, &spec).await?;
+    register(&link, &spec, &stop).await?;
+    let kept = link.drain_outbox(&stop).await?;
+    if kept > 0 {
+        tracing::info!(kept, "sent the reports an earlier run kept");
+    }
     let gpus = crate::gpu::discover();
     if let crate::gpu::Discovery::None(why) = &gpus {
         tracing::info!(%why, "no GPUs on this host");
@@ -252,10 +258,11 @@ pub async fn run(
     let ctx = Ctx {
         gpus: std::sync::Arc::new(gpus),
         gpu_turn: Default::default(),
-        pool: pool.clone(),
+        link: link.clone(),
         docker: docker.clone(),
         agent_id: spec.agent_id.clone(),
         config: config.clone(),
+        stop: stop.clone(),
     };
     let mut sessions = SessionTasks {
         tasks: HashMap::new(),
@@ -263,49 +270,63 @@ pub async fn run(
         stop: stop.clone(),
     };
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;
-
-    let mut last_beat = tokio::time::Instant::now();
-    let mut images_read = tokio::time::Instant::now();
-    while !stop.is_cancelled() {
-        if last_beat.elapsed() > Duration::from_secs(5) {
-            heartbeat(&pool, &spec.agent_id).await?;
-            last_beat = tokio::time::Instant::now();
-        }
-        if config
-            .image_refresh
-            .is_some_and(|every| images_read.elapsed() >= every)
-        {
-            images_read = tokio::time::Instant::now();
-            match local_images(&docker).await {
-                // A new registration, with the rest unchanged, is how the launcher learns.
-                Ok(images) if images != spec.images => {
-                    tracing::info!(?images, "the images on this host changed");
-                    spec.images = images;
-                    register(&pool, &spec).await?;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not list the host's images"),
-            }
-        }
-        let tracked: Vec<Uuid> = sessions.tasks.keys().copied().collect();
-        let rows = crate::db::work(&pool, &spec.agent_id, &tracked).await?;
-        for (id, status) in rows {
-            match (status.as_str(), sessions.tasks.get(&id)) {
-                ("SCHEDULED", None) => sessions.run(&ctx, id),
-                ("SECONDARY", None) => sessions.run_secondary(&ctx, id),
-                ("TERMINATING" | "TERMINATED" | "ERROR" | "CANCELLED", Some(token)) => {
-                    token.cancel()
-                }
-                _ => {}
-            }
-        }
+    sessions
+        .running
+        .spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, stop.clone()));
+    if let Some(every) = config.image_refresh {
+        let (link, docker, stop) = (link.clone(), docker.clone(), stop.clone());
+        sessions
+            .running
+            .spawn(refresh_images(link, docker, spec, every, stop));
+    }
+    let mut commands = Commands::new(link);
+    while let Some(command) = commands.next(&stop).await {
         sessions.forget_ended();
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = tokio::time::sleep(config.poll) => {}
+        match command {
+            Command::Assign { session_id, main } if !sessions.tasks.contains_key(&session_id) => {
+                if main {
+                    sessions.run(&ctx, session_id);
+                } else {
+                    sessions.run_secondary(&ctx, session_id);
+                }
+            }
+            Command::Assign { .. } => {}
+            Command::Stop { session_id } => {
+                if let Some(token) = sessions.tasks.get(&session_id) {
+                    token.cancel();
+                }
+            }
         }
     }
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     sessions.running.abort_all();
     Ok(())
+}
+
+/// Reads the host's images every `every`; a change is a new registration, with the rest
+/// unchanged, which is how the launcher learns that an image built or pulled here is offered.
+async fn refresh_images(
+    link: Link,
+    docker: Docker,
+    mut spec: AgentSpec,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        match local_images(&docker).await {
+            Ok(images) if images != spec.images => {
+                tracing::info!(?images, "the images on this host changed");
+                spec.images = images;
+                if let Err(e) = register(&link, &spec, &stop).await {
+                    tracing::warn!(error = %e, "the new images were not registered");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not list the host's images"),
+        }
+    }
 }

@@ -6,17 +6,16 @@ use std::time::Duration;
 
 use bollard::container::{StopContainerOptions, WaitContainerOptions};
 use bollard::image::CreateImageOptions;
-use events::aggregate::SessionState;
-use events::payloads::{SessionStatus, SessionType};
+use domain::aggregate::SessionState;
+use domain::payloads::{SessionStatus, SessionType};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::cluster::others_started;
 use super::keep::{sample_usage, save_logs, LogCursor};
 use super::kernels::create_kernels;
-use super::{cleanup, container_name, load, moved, remove, Ctx};
+use super::{cleanup, container_name, load, moved, remove, status_now, Ctx};
 use crate::AgentError;
 
 /// Prepares, creates and starts the session's container; returns its name, or `None` when
@@ -60,24 +59,19 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
     {
         return Ok(None);
     }
-    let names = match create_kernels(ctx, state).await {
-        Ok(names) => names,
+    // Recording the kernels started moves the session to RUNNING once every kernel of it
+    // has started (a multi-node cluster waits for its other agents; the reconciler's
+    // deadline for CREATING ends a cluster that never completes).
+    match create_kernels(ctx, state).await {
+        Ok((_, status)) if status.is_terminal() => {
+            cleanup(ctx, id, &[], request.cluster_size.max(1)).await;
+            return Ok(None);
+        }
+        Ok(_) => {}
         Err(reason) => {
             moved(ctx, id, SessionStatus::Error, Some(reason), None).await;
             return Ok(None);
         }
-    };
-    let size = request.cluster_size.max(1);
-    // A multi-node cluster is RUNNING once the other agents have started their kernels too.
-    if (names.len() as u32) < size && !others_started(ctx, id, size).await {
-        cleanup(ctx, id, &names, size).await;
-        let reason = "the other agents of the cluster did not start their kernels within 120 s";
-        moved(ctx, id, SessionStatus::Error, Some(reason.into()), None).await;
-        return Ok(None);
-    }
-    if !moved(ctx, id, SessionStatus::Running, None, None).await {
-        cleanup(ctx, id, &names, size).await;
-        return Ok(None);
     }
     Ok(Some(container_name(id, 0)))
 }
@@ -182,11 +176,15 @@ async fn follow_session(
     adopted: Option<String>,
     stop: CancellationToken,
 ) -> Result<(), AgentError> {
-    let Some((state, traceparent)) = load(&ctx.pool, session_id).await? else {
+    let Some((state, traceparent)) = load(&ctx, session_id).await? else {
         return Ok(());
     };
+    // An assignment delivered again, for a session that has moved on since: nothing to do.
+    if adopted.is_none() && state.status != SessionStatus::Scheduled {
+        return Ok(());
+    }
     let span = tracing::info_span!("session", session = %session_id, agent = %ctx.agent_id);
-    events::trace::follow(&span, traceparent.as_deref());
+    bus::trace::follow(&span, traceparent.as_deref());
     own_session(ctx, state, adopted, stop)
         .instrument(span)
         .await
@@ -269,7 +267,7 @@ async fn own_session(
             }
         };
         save_logs(&ctx, session_id, 0, &container, true, &log_cursor).await;
-        let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
+        let now = status_now(&ctx, session_id).await?;
         let code32 = i32::try_from(code).ok();
         let session_type = state.request.session_type;
         match outcome(why, now, session_type, code, timeout) {
@@ -295,7 +293,7 @@ async fn own_session(
                 .await
                 {
                     // It moved on meanwhile (asked to stop): finish as asked.
-                    let now = load(&ctx.pool, session_id).await?.map(|(s, _)| s.status);
+                    let now = status_now(&ctx, session_id).await?;
                     if now == Some(SessionStatus::Terminating) {
                         let reason = Some("stopped on request".to_string());
                         moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
@@ -308,9 +306,7 @@ async fn own_session(
                     && moved(&ctx, session_id, SessionStatus::Running, None, None).await
                 {
                     continue;
-                } else if load(&ctx.pool, session_id).await?.map(|(s, _)| s.status)
-                    == Some(SessionStatus::Terminating)
-                {
+                } else if status_now(&ctx, session_id).await? == Some(SessionStatus::Terminating) {
                     let reason = Some("stopped on request".to_string());
                     moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
                 } else {

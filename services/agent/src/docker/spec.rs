@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::container::{Config, NetworkingConfig};
 use bollard::models::{DeviceRequest, EndpointSettings, HostConfig, PortBinding};
-use events::aggregate::SessionState;
+use domain::aggregate::SessionState;
 use uuid::Uuid;
 
 use super::{LABEL_AGENT, LABEL_GPUS, LABEL_KERNEL, LABEL_SESSION};
@@ -202,7 +202,7 @@ pub fn kernel_config(
 mod tests {
     use std::collections::BTreeMap;
 
-    use events::payloads::*;
+    use domain::payloads::*;
 
     use super::*;
     use crate::gpu::Gpu;

@@ -5,7 +5,7 @@
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::catalogue::Metadata;
+use domain::Metadata;
 
 /// The `traceparent` of the current span, when it belongs to a sampled or remote trace.
 pub fn current_traceparent() -> Option<String> {

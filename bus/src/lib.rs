@@ -1,0 +1,22 @@
+//! How agents and the control plane speak over NATS. An agent holds a NATS connection and
+//! nothing else: it receives [`protocol::Command`]s from a JetStream consumer of its own,
+//! reports facts and asks questions as [`protocol::Request`]s that the control plane's
+//! recorder answers, and sends its sessions' output and usage as [`protocol::LogChunk`] and
+//! [`protocol::UsageSample`] telemetry.
+//!
+//! - [`subjects`]: every subject and stream name, from one root so tests can run apart.
+//! - [`protocol`]: the messages, as Rust types (JSON on the wire).
+//! - [`link`]: the agent's side: requests answered or retried, reports kept in an on-disk
+//!   outbox until the control plane has recorded them, commands, telemetry.
+//! - [`trace`]: W3C trace context in event metadata and NATS headers.
+//!
+//! The crate depends on the pure domain and on NATS, never on PostgreSQL: the agent is built
+//! on it, and `tests/tidy.rs` checks that no database client reaches the agent.
+
+pub mod link;
+pub mod protocol;
+pub mod subjects;
+pub mod trace;
+
+pub use link::{Link, LinkError};
+pub use subjects::Subjects;

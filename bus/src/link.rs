@@ -1,0 +1,301 @@
+//! The agent's side of the bus. [`Link::ask`] sends a request to the recorder and waits for
+//! the answer, asking again with capped, jittered backoff while nobody answers or the
+//! control plane says it is unavailable, so an outage is a pause. [`Link::report`] first
+//! keeps the report in an on-disk outbox (one file per report, synced before it is sent)
+//! and removes it once recorded: an agent killed meanwhile sends it again, with the same id,
+//! when it starts ([`Link::drain_outbox`]), and the recorder records it once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use async_nats::{Client, RequestErrorKind};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::protocol::{Answer, Fact, LogChunk, Report, Request, UsageSample};
+use crate::subjects::Subjects;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("the agent is stopping")]
+    Stopped,
+    #[error("outbox `{path}`: {error}")]
+    Outbox {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("NATS: {0}")]
+    Bus(String),
+}
+
+/// An agent's connection to the control plane.
+#[derive(Clone)]
+pub struct Link {
+    client: Client,
+    js: jetstream::Context,
+    agent_id: String,
+    subjects: Subjects,
+    outbox: PathBuf,
+    /// How long one request waits for its answer before it is sent again.
+    answer_within: Duration,
+}
+
+impl Link {
+    /// A link for agent `agent_id` over `client`, keeping unanswered reports under `outbox`.
+    pub fn new(
+        client: Client,
+        agent_id: &str,
+        subjects: Subjects,
+        outbox: &Path,
+    ) -> Result<Link, LinkError> {
+        std::fs::create_dir_all(outbox).map_err(|error| LinkError::Outbox {
+            path: outbox.to_owned(),
+            error,
+        })?;
+        Ok(Link {
+            js: jetstream::new(client.clone()),
+            client,
+            agent_id: agent_id.to_owned(),
+            subjects,
+            outbox: outbox.to_owned(),
+            answer_within: Duration::from_secs(10),
+        })
+    }
+
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    /// Sends `request` to the recorder and returns its answer, asking again while nobody
+    /// answers or the control plane is unavailable, until `stop`.
+    pub async fn ask(
+        &self,
+        request: &Request,
+        stop: &CancellationToken,
+    ) -> Result<Answer, LinkError> {
+        let subject = self.subjects.requests_of(&self.agent_id);
+        let body: bytes::Bytes = serde_json::to_vec(request)
+            .expect("requests always serialise")
+            .into();
+        let mut failures = 0u32;
+        loop {
+            let sent = tokio::time::timeout(
+                self.answer_within,
+                self.client.request(subject.clone(), body.clone()),
+            );
+            let why = tokio::select! {
+                _ = stop.cancelled() => return Err(LinkError::Stopped),
+                answered = sent => match answered {
+                    Ok(Ok(message)) => match serde_json::from_slice::<Answer>(&message.payload) {
+                        Ok(Answer::Unavailable { reason }) => reason,
+                        Ok(answer) => {
+                            if failures > 0 {
+                                tracing::info!(agent = %self.agent_id, "the control plane answers again");
+                            }
+                            return Ok(answer);
+                        }
+                        Err(e) => format!("an answer that does not read: {e}"),
+                    },
+                    Ok(Err(e)) if e.kind() == RequestErrorKind::NoResponders => "no recorder is listening".into(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("no answer within {:?}", self.answer_within),
+                },
+            };
+            if failures == 0 {
+                tracing::warn!(agent = %self.agent_id, %why, "the control plane does not answer; asking again with backoff");
+            }
+            failures += 1;
+            tokio::select! {
+                _ = stop.cancelled() => return Err(LinkError::Stopped),
+                _ = tokio::time::sleep(backoff(failures)) => {}
+            }
+        }
+    }
+
+    /// Reports `fact` about `session_id` under a new id, kept in the outbox until the
+    /// recorder answers; returns the answer.
+    pub async fn report(
+        &self,
+        session_id: Uuid,
+        fact: Fact,
+        stop: &CancellationToken,
+    ) -> Result<Answer, LinkError> {
+        let report = Report {
+            report_id: Uuid::now_v7(),
+            session_id,
+            fact,
+            traceparent: crate::trace::current_traceparent(),
+        };
+        self.keep(&report).await?;
+        self.send_kept(report, stop).await
+    }
+
+    /// Sends the reports an earlier run of this agent kept and did not get answered, oldest
+    /// first (their ids are time-ordered); how many.
+    pub async fn drain_outbox(&self, stop: &CancellationToken) -> Result<usize, LinkError> {
+        let mut kept = Vec::new();
+        let entries = std::fs::read_dir(&self.outbox).map_err(|e| self.outbox_error(e))?;
+        for entry in entries {
+            let path = entry.map_err(|e| self.outbox_error(e))?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let text = tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| self.outbox_error(e))?;
+                match serde_json::from_slice::<Report>(&text) {
+                    Ok(report) => kept.push(report),
+                    Err(e) => {
+                        // A report cut short by a crash mid-write was never sent: drop it.
+                        tracing::warn!(path = %path.display(), error = %e, "dropping an unreadable kept report");
+                        let _ = tokio::fs::remove_file(&path).await;
+                    }
+                }
+            }
+        }
+        kept.sort_by_key(|r| r.report_id);
+        let count = kept.len();
+        for report in kept {
+            let (id, session) = (report.report_id, report.session_id);
+            let answer = self.send_kept(report, stop).await?;
+            tracing::info!(report = %id, %session, ?answer, "a kept report was sent");
+        }
+        Ok(count)
+    }
+
+    /// The durable consumer the control plane made for this agent's commands.
+    pub async fn commands(&self) -> Result<PullConsumer, LinkError> {
+        self.js
+            .get_consumer_from_stream(
+                self.subjects.consumer_of(&self.agent_id),
+                self.subjects.commands_stream.clone(),
+            )
+            .await
+            .map_err(|e| LinkError::Bus(format!("the agent's command consumer: {e}")))
+    }
+
+    /// Sends a piece of a kernel's output, and waits for the stream to have it.
+    pub async fn send_log(&self, chunk: &LogChunk) -> Result<(), LinkError> {
+        let subject = self
+            .subjects
+            .log(&self.agent_id, chunk.session_id, chunk.kernel);
+        // The length is part of the id: an empty last chunk and the text that follows it at
+        // the same offset (an inference session restarted) are two chunks, not a repeat.
+        let id = format!(
+            "{}.{}.{}.{}.{}",
+            chunk.session_id.simple(),
+            chunk.kernel,
+            chunk.epoch.simple(),
+            chunk.offset,
+            chunk.text.len()
+        );
+        self.publish(
+            subject,
+            id,
+            serde_json::to_vec(chunk).expect("chunks serialise"),
+        )
+        .await
+    }
+
+    /// Sends a usage sample, and waits for the stream to have it.
+    pub async fn send_usage(&self, sample: &UsageSample) -> Result<(), LinkError> {
+        let subject = self.subjects.usage(&self.agent_id, sample.session_id);
+        let id = format!(
+            "{}.{}",
+            sample.session_id.simple(),
+            sample.sampled_at.timestamp_micros()
+        );
+        self.publish(
+            subject,
+            id,
+            serde_json::to_vec(sample).expect("samples serialise"),
+        )
+        .await
+    }
+
+    async fn publish(&self, subject: String, id: String, body: Vec<u8>) -> Result<(), LinkError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id.as_str());
+        let ack = self
+            .js
+            .publish_with_headers(subject, headers, body.into())
+            .await
+            .map_err(|e| LinkError::Bus(e.to_string()))?;
+        ack.await.map_err(|e| LinkError::Bus(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn send_kept(
+        &self,
+        report: Report,
+        stop: &CancellationToken,
+    ) -> Result<Answer, LinkError> {
+        let id = report.report_id;
+        let answer = self.ask(&Request::Report(report), stop).await?;
+        let path = self.kept_path(id);
+        tokio::fs::remove_file(&path)
+            .await
+            .map_err(|e| self.outbox_error(e))?;
+        Ok(answer)
+    }
+
+    /// Writes the report to the outbox, synced, before it is sent: written whole or not at
+    /// all (a temporary file renamed).
+    async fn keep(&self, report: &Report) -> Result<(), LinkError> {
+        let path = self.kept_path(report.report_id);
+        let partial = path.with_extension("partial");
+        let body = serde_json::to_vec(report).expect("reports serialise");
+        let (p, f) = (partial.clone(), path.clone());
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&p)?;
+            file.write_all(&body)?;
+            file.sync_all()?;
+            std::fs::rename(&p, &f)
+        })
+        .await
+        .expect("the outbox write does not panic")
+        .map_err(|e| self.outbox_error(e))
+    }
+
+    fn kept_path(&self, id: Uuid) -> PathBuf {
+        self.outbox.join(format!("{id}.json"))
+    }
+
+    fn outbox_error(&self, error: std::io::Error) -> LinkError {
+        LinkError::Outbox {
+            path: self.outbox.clone(),
+            error,
+        }
+    }
+}
+
+/// How long to wait before the `failures`-th retry: doubling from 100 ms, capped at 5 s,
+/// with up to a quarter of jitter so agents that lost the control plane together do not
+/// come back together.
+pub fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(100).saturating_mul(1 << failures.min(7).saturating_sub(1));
+    let capped = base.min(Duration::from_secs(5));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    capped + capped / 4 * (nanos % 1000) / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_then_stays_capped_with_bounded_jitter() {
+        let first = backoff(1);
+        assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
+        assert!(backoff(3) >= Duration::from_millis(400));
+        for n in [7, 50, u32::MAX] {
+            let b = backoff(n);
+            assert!(
+                b >= Duration::from_secs(5) && b <= Duration::from_millis(6250),
+                "{n}: {b:?}"
+            );
+        }
+    }
+}

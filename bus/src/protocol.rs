@@ -1,0 +1,199 @@
+//! The messages agents and the control plane exchange, as Rust types (JSON on the wire).
+//!
+//! Downstream, [`Command`]s are derived from events by the dispatcher and idempotent: an
+//! agent that gets one twice, or about a session that has moved on, does nothing more.
+//! Upstream, a [`Request`] is answered by the recorder with an [`Answer`]; a [`Report`]
+//! carries an id the agent chose, so a retry is recorded once.
+
+use chrono::{DateTime, Utc};
+use domain::aggregate::SessionState;
+use domain::payloads::{PublishedPort, ResourceSlots, SessionStatus};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What the control plane asks an agent to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    /// Run this agent's kernels of the session. `main`: the main kernel is here, and this
+    /// agent moves the session through its statuses; otherwise it only starts its kernels
+    /// (of another agent's multi-node cluster, once that agent is creating its own).
+    Assign { session_id: Uuid, main: bool },
+    /// Stop what this agent runs of the session (it is terminating or has ended).
+    Stop { session_id: Uuid },
+}
+
+impl Command {
+    pub fn session_id(&self) -> Uuid {
+        match self {
+            Command::Assign { session_id, .. } | Command::Stop { session_id } => *session_id,
+        }
+    }
+}
+
+/// What an agent offers when it registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    pub resource_group: String,
+    pub capacity: ResourceSlots,
+    #[serde(default)]
+    pub images: Vec<String>,
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+/// A fact about a session, reported by the agent that runs (some of) its kernels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fact", rename_all = "snake_case")]
+pub enum Fact {
+    /// The session moved (the agent asks for the move; the lifecycle decides).
+    Moved {
+        to: SessionStatus,
+        #[serde(default)]
+        reason: Option<String>,
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
+    /// This agent's kernels of the session are running. Once every kernel of the session
+    /// has started, the control plane moves it to RUNNING.
+    KernelsStarted { kernels: Vec<StartedKernel> },
+}
+
+/// One kernel an agent started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedKernel {
+    pub kernel: u32,
+    pub container_id: String,
+    #[serde(default)]
+    pub ports: Vec<PublishedPort>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+/// A fact with the id its agent gave it: a report sent twice is recorded once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub report_id: Uuid,
+    pub session_id: Uuid,
+    #[serde(flatten)]
+    pub fact: Fact,
+    /// The trace the agent's work belongs to (the session's), for the events recorded.
+    #[serde(default)]
+    pub traceparent: Option<String>,
+}
+
+/// What an agent sends the recorder on its request subject.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum Request {
+    /// Here is what I offer (at start, and when the host's images change).
+    Register(Offer),
+    /// I am alive.
+    Heartbeat,
+    /// A fact about one of my sessions.
+    Report(Report),
+    /// The session, if a kernel of it is placed on me.
+    Session { session_id: Uuid },
+    /// The live sessions with kernels on me (at start, to adopt what an earlier run left).
+    Sync,
+}
+
+/// A session as an agent needs it: its state, and the trace its journey belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub state: SessionState,
+    pub traceparent: Option<String>,
+}
+
+/// A live session with kernels on the asking agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSession {
+    pub session_id: Uuid,
+    pub status: SessionStatus,
+    /// The main kernel is on the asking agent.
+    pub main: bool,
+}
+
+/// The recorder's answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum Answer {
+    /// Registered, or the heartbeat noted.
+    Done,
+    /// The report is recorded (now or before); the session's status after it.
+    Recorded { status: SessionStatus },
+    /// The lifecycle refused the move: the session has moved on (terminated, forced, ...).
+    Refused { reason: String },
+    /// The request is not allowed for this agent (not its session, not its group, ...).
+    Denied { reason: String },
+    /// The session asked for (`None`: unknown, or no kernel of it on the asking agent).
+    Session { session: Option<Box<SessionView>> },
+    /// The live sessions with kernels on the asking agent.
+    Live { sessions: Vec<LiveSession> },
+    /// The control plane could not decide now (its database is away): ask again later.
+    Unavailable { reason: String },
+}
+
+/// A piece of a kernel's output. `epoch` names one reading of the output from its start
+/// (an agent that restarts reads it again, under a new, later epoch); `offset` is where the
+/// text starts, in bytes, within that reading. The sink appends a chunk only at the end of
+/// what it holds of the same epoch and replaces what it holds with a later epoch's first
+/// chunk, so a redelivered chunk is never appended twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogChunk {
+    pub session_id: Uuid,
+    pub kernel: u32,
+    pub epoch: Uuid,
+    pub offset: u64,
+    pub text: String,
+    /// The kernel has ended: this is the end of its output.
+    pub complete: bool,
+}
+
+/// A sample of a session's resource usage; the sink keeps the latest by `sampled_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageSample {
+    pub session_id: Uuid,
+    pub sampled_at: DateTime<Utc>,
+    pub cpu_seconds: f64,
+    pub cpu_percent: Option<f64>,
+    pub memory_bytes: i64,
+    pub rx_bytes: i64,
+    pub tx_bytes: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_read_back_as_written() {
+        let report = Request::Report(Report {
+            report_id: Uuid::now_v7(),
+            session_id: Uuid::now_v7(),
+            fact: Fact::Moved {
+                to: SessionStatus::Terminated,
+                reason: Some("done".into()),
+                exit_code: Some(3),
+            },
+            traceparent: None,
+        });
+        let text = serde_json::to_string(&report).unwrap();
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), report);
+        let command = Command::Assign {
+            session_id: Uuid::nil(),
+            main: true,
+        };
+        let value = serde_json::to_value(&command).unwrap();
+        assert_eq!(value["command"], "assign");
+        assert_eq!(serde_json::from_value::<Command>(value).unwrap(), command);
+    }
+
+    #[test]
+    fn a_request_names_its_kind_and_unknown_kinds_are_refused() {
+        let value = serde_json::to_value(Request::Heartbeat).unwrap();
+        assert_eq!(value, json!({"request": "heartbeat"}));
+        assert!(serde_json::from_value::<Request>(json!({"request": "drop_tables"})).is_err());
+    }
+}

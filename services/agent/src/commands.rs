@@ -1,0 +1,97 @@
+//! The agent's commands, taken one at a time from the durable consumer the control plane
+//! made for it. A command is acknowledged when the next one is asked for, that is once the
+//! agent has acted on it (started or stopped the session's task); one the agent did not get
+//! to is delivered again. A lost subscription (NATS restarted) is made again.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::Message;
+use bus::protocol::Command;
+use bus::Link;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+pub(crate) struct Commands {
+    link: Link,
+    messages: Option<pull::Stream>,
+    unacked: Option<Message>,
+    lost: bool,
+}
+
+impl Commands {
+    pub(crate) fn new(link: Link) -> Commands {
+        Commands {
+            link,
+            messages: None,
+            unacked: None,
+            lost: false,
+        }
+    }
+
+    /// The next command; `None` once `stop` is cancelled.
+    pub(crate) async fn next(&mut self, stop: &CancellationToken) -> Option<Command> {
+        if let Some(done) = self.unacked.take() {
+            if let Err(e) = done.ack().await {
+                tracing::debug!(error = %e, "a command was not acknowledged; it comes again");
+            }
+        }
+        loop {
+            if stop.is_cancelled() {
+                return None;
+            }
+            let Some(messages) = self.messages.as_mut() else {
+                match self.subscribe().await {
+                    Ok(m) => {
+                        if self.lost {
+                            tracing::info!("taking commands again");
+                            self.lost = false;
+                        }
+                        self.messages = Some(m);
+                    }
+                    Err(e) => {
+                        if !self.lost {
+                            tracing::warn!(error = %e, "cannot take commands; trying again");
+                            self.lost = true;
+                        }
+                        tokio::select! {
+                            _ = stop.cancelled() => return None,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                }
+                continue;
+            };
+            let next = tokio::select! {
+                _ = stop.cancelled() => return None,
+                next = messages.next() => next,
+            };
+            match next {
+                Some(Ok(message)) => match serde_json::from_slice::<Command>(&message.payload) {
+                    Ok(command) => {
+                        self.unacked = Some(message);
+                        return Some(command);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an unreadable command was dropped");
+                        let _ = message.ack().await;
+                    }
+                },
+                Some(Err(e)) if e.kind() != pull::MessagesErrorKind::ConsumerDeleted => {
+                    // Missed heartbeats and the like: the stream recovers by itself.
+                    tracing::debug!(error = %e, "command stream");
+                }
+                Some(Err(_)) | None => {
+                    tracing::warn!("the command subscription ended; making it again");
+                    self.lost = true;
+                    self.messages = None;
+                }
+            }
+        }
+    }
+
+    async fn subscribe(&self) -> Result<pull::Stream, String> {
+        let consumer = self.link.commands().await.map_err(|e| e.to_string())?;
+        consumer.messages().await.map_err(|e| e.to_string())
+    }
+}

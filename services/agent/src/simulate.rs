@@ -1,0 +1,153 @@
+//! An agent without containers: it takes the same commands and sends the same reports as
+//! the Docker runtime, over the same bus, and moves each session placed on it through
+//! PREPARING, PREPARED and CREATING to RUNNING with kernels that do not exist; a batch
+//! session ends TERMINATED with exit code 0 after `batch_runs_for`, and a stop ends a
+//! session TERMINATED. The demo and the control plane's benchmarks run on it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bus::protocol::{Answer, Command, Fact, StartedKernel};
+use bus::Link;
+use domain::aggregate::SessionState;
+use domain::payloads::{SessionStatus, SessionType};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::commands::Commands;
+use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
+
+/// Runs a simulated agent until `stop`.
+pub async fn simulate(
+    link: Link,
+    spec: AgentSpec,
+    batch_runs_for: Duration,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    register(&link, &spec, &stop).await?;
+    link.drain_outbox(&stop).await?;
+    let mut running = tokio::task::JoinSet::new();
+    running.spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, stop.clone()));
+    let mut tasks: HashMap<Uuid, CancellationToken> = HashMap::new();
+    let mut commands = Commands::new(link.clone());
+    while let Some(command) = commands.next(&stop).await {
+        tasks.retain(|_, token| !token.is_cancelled());
+        while running.try_join_next().is_some() {}
+        match command {
+            Command::Assign { session_id, main } if !tasks.contains_key(&session_id) => {
+                let token = stop.child_token();
+                tasks.insert(session_id, token.clone());
+                let link = link.clone();
+                running.spawn(async move {
+                    let done = token.clone();
+                    if let Err(e) = run(&link, session_id, main, batch_runs_for, token).await {
+                        tracing::info!(session = %session_id, error = %e, "simulated session ended early");
+                    }
+                    // A finished task is forgotten at the next command.
+                    done.cancel();
+                });
+            }
+            Command::Assign { .. } => {}
+            Command::Stop { session_id } => {
+                if let Some(token) = tasks.get(&session_id) {
+                    token.cancel();
+                }
+            }
+        }
+    }
+    running.abort_all();
+    Ok(())
+}
+
+/// One simulated session, from its assignment to its end.
+async fn run(
+    link: &Link,
+    session_id: Uuid,
+    main: bool,
+    batch_runs_for: Duration,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    // Requests wait on the agent's own stop, not the session's: a stop must still be reported.
+    let agent_stop = CancellationToken::new();
+    let Some((state, _)) = crate::session(link, session_id, &agent_stop).await? else {
+        return Ok(());
+    };
+    let mine = kernels_here(&state, link.agent_id());
+    if !main {
+        report(link, session_id, started(&mine), &agent_stop).await?;
+        return Ok(());
+    }
+    if state.status != SessionStatus::Scheduled {
+        return Ok(());
+    }
+    for to in [
+        SessionStatus::Preparing,
+        SessionStatus::Prepared,
+        SessionStatus::Creating,
+    ] {
+        let fact = Fact::Moved {
+            to,
+            reason: None,
+            exit_code: None,
+        };
+        if !report(link, session_id, fact, &agent_stop).await? {
+            return Ok(());
+        }
+    }
+    if !report(link, session_id, started(&mine), &agent_stop).await? {
+        return Ok(());
+    }
+    let batch = state.request.session_type == SessionType::Batch;
+    let (reason, exit_code) = tokio::select! {
+        _ = stop.cancelled() => ("stopped on request", None),
+        _ = tokio::time::sleep(batch_runs_for), if batch => ("the batch command exited with code 0", Some(0)),
+    };
+    let fact = Fact::Moved {
+        to: SessionStatus::Terminated,
+        reason: Some(reason.into()),
+        exit_code,
+    };
+    report(link, session_id, fact, &agent_stop).await?;
+    Ok(())
+}
+
+/// The kernels of the session placed on `agent`.
+fn kernels_here(state: &SessionState, agent: &str) -> Vec<u32> {
+    (0..state.kernels.len().max(1) as u32)
+        .filter(|k| {
+            state
+                .kernels
+                .get(*k as usize)
+                .map_or(state.agent_id.as_deref() == Some(agent), |p| {
+                    p.agent_id == agent
+                })
+        })
+        .collect()
+}
+
+fn started(kernels: &[u32]) -> Fact {
+    Fact::KernelsStarted {
+        kernels: kernels
+            .iter()
+            .map(|&kernel| StartedKernel {
+                kernel,
+                container_id: format!("simulated-{kernel}"),
+                ports: vec![],
+                hostname: None,
+            })
+            .collect(),
+    }
+}
+
+/// Reports `fact`; whether it was recorded (false: the session moved on).
+async fn report(
+    link: &Link,
+    session_id: Uuid,
+    fact: Fact,
+    stop: &CancellationToken,
+) -> Result<bool, AgentError> {
+    Ok(matches!(
+        link.report(session_id, fact, stop).await?,
+        Answer::Recorded { .. }
+    ))
+}

@@ -1,0 +1,194 @@
+//! The statements this crate makes, as typed functions: the only place in it that writes
+//! SQL (the workspace's tidy test checks it). Events go through `events::ledger`.
+
+use bus::protocol::{LiveSession, LogChunk, UsageSample};
+use deadpool_postgres::{GenericClient, Pool};
+use events::ledger::LedgerError;
+use events::payloads::SessionStatus;
+use uuid::Uuid;
+
+/// The session's status now, if report `report_id` has been recorded on it.
+pub async fn recorded_status(
+    pool: &Pool,
+    session_id: Uuid,
+    report_id: Uuid,
+) -> Result<Option<SessionStatus>, LedgerError> {
+    let client = pool.get().await?;
+    let stream = events::catalogue::stream_id("session", session_id);
+    let row = client
+        .query_opt(
+            "SELECT s.status FROM ledger.sessions s
+             WHERE s.session_id = $1 AND EXISTS (
+               SELECT 1 FROM events e WHERE e.stream_id = $2
+                 AND e.metadata->>'causation_id' = $3)",
+            &[&session_id, &stream, &report_id.to_string()],
+        )
+        .await?;
+    Ok(row.and_then(|r| SessionStatus::parse(r.get(0))))
+}
+
+/// The live sessions with kernels on `agent_id`: those it holds resources for as their main
+/// agent, and other agents' clusters with a kernel here that are still going.
+pub async fn live_sessions(pool: &Pool, agent_id: &str) -> Result<Vec<LiveSession>, LedgerError> {
+    let client = pool.get().await?;
+    let going = events::sql::status_list(&[
+        SessionStatus::Preparing,
+        SessionStatus::Pulling,
+        SessionStatus::Prepared,
+        SessionStatus::Creating,
+        SessionStatus::Running,
+        SessionStatus::Restarting,
+    ]);
+    let sql = format!(
+        "SELECT session_id, status, true FROM ledger.sessions WHERE agent_id = $1 AND {}
+         UNION
+         SELECT DISTINCT s.session_id, s.status, false FROM ledger.kernels k
+           JOIN ledger.sessions s USING (session_id)
+         WHERE k.agent_id = $1 AND s.agent_id <> $1 AND s.status IN ({going})",
+        events::sql::holds_resources("status")
+    );
+    let rows = client.query(&sql, &[&agent_id]).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(LiveSession {
+                session_id: r.get(0),
+                status: SessionStatus::parse(r.get(1))?,
+                main: r.get(2),
+            })
+        })
+        .collect())
+}
+
+/// The agents holding kernels of a session as the ledger has them now, each with whether
+/// it is the session's main agent.
+pub async fn kernel_holders(
+    client: &impl GenericClient,
+    session_id: Uuid,
+) -> Result<Vec<(String, bool)>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT k.agent_id, k.agent_id = s.agent_id FROM ledger.kernels k
+               JOIN ledger.sessions s USING (session_id)
+             WHERE k.session_id = $1",
+            &[&session_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// What became of a chunk of output offered to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Appended, or it replaced an older reading.
+    Now,
+    /// Held already (a redelivery), or of an older reading: nothing to do.
+    Already,
+    /// It starts past what is held of its reading: an earlier chunk is still to come.
+    Early,
+}
+
+/// Keeps a chunk of a kernel's output: appended at the end of what is held of the same
+/// reading (`epoch`), or, as a later reading's first chunk, in place of an older one.
+pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, LedgerError> {
+    let client = pool.get().await?;
+    let kernel = chunk.kernel as i32;
+    let offset = i64::try_from(chunk.offset).unwrap_or(i64::MAX);
+    let params: [&(dyn deadpool_postgres::tokio_postgres::types::ToSql + Sync); 6] = [
+        &chunk.session_id,
+        &kernel,
+        &chunk.text,
+        &chunk.complete,
+        &chunk.epoch,
+        &offset,
+    ];
+    let appended = client
+        .execute(
+            "UPDATE session_logs l SET
+               content = CASE WHEN l.epoch = $5 THEN l.content || $3 ELSE $3 END,
+               kept_bytes = CASE WHEN l.epoch = $5 THEN l.kept_bytes + octet_length($3)
+                                 ELSE octet_length($3) END,
+               complete = $4, epoch = $5, updated_at = now()
+             WHERE l.session_id = $1 AND l.kernel = $2
+               AND ((l.epoch = $5 AND l.kept_bytes = $6)
+                    OR ($6 = 0 AND (l.epoch IS NULL OR l.epoch < $5)))",
+            &params,
+        )
+        .await?;
+    if appended == 1 {
+        return Ok(Kept::Now);
+    }
+    if offset == 0 {
+        let inserted = client
+            .execute(
+                "INSERT INTO session_logs (session_id, kernel, content, complete, epoch, kept_bytes)
+                 SELECT $1::uuid, $2::int4, $3::text, $4::bool, $5::uuid, octet_length($3::text)
+                 WHERE $6::int8 = 0
+                 ON CONFLICT (session_id, kernel) DO NOTHING",
+                &params,
+            )
+            .await?;
+        if inserted == 1 {
+            return Ok(Kept::Now);
+        }
+    }
+    let held = client
+        .query_opt(
+            "SELECT epoch, kept_bytes FROM session_logs WHERE session_id = $1 AND kernel = $2",
+            &[&chunk.session_id, &kernel],
+        )
+        .await?;
+    Ok(match held {
+        None => Kept::Early,
+        Some(row)
+            if row.get::<_, Option<Uuid>>(0) == Some(chunk.epoch)
+                && row.get::<_, i64>(1) < offset =>
+        {
+            Kept::Early
+        }
+        Some(_) => Kept::Already,
+    })
+}
+
+/// Keeps a usage sample unless a later one is kept already.
+pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (session_id) DO UPDATE SET cpu_seconds = $2, cpu_percent = $3,
+               memory_bytes = $4, rx_bytes = $5, tx_bytes = $6, sampled_at = $7
+             WHERE u.sampled_at <= $7",
+            &[
+                &sample.session_id,
+                &sample.cpu_seconds,
+                &sample.cpu_percent,
+                &sample.memory_bytes,
+                &sample.rx_bytes,
+                &sample.tx_bytes,
+                &sample.sampled_at,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether `agent_id` runs the session's main kernel or has started one of its kernels.
+pub async fn has_kernel_on(
+    pool: &Pool,
+    session_id: Uuid,
+    agent_id: &str,
+) -> Result<bool, LedgerError> {
+    let client = pool.get().await?;
+    let stream = events::catalogue::stream_id("session", session_id);
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM ledger.sessions WHERE session_id = $1 AND agent_id = $2)
+                 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $3
+                              AND event_type = 'KernelStarted' AND payload->>'agent_id' = $2)",
+            &[&session_id, &agent_id, &stream],
+        )
+        .await?;
+    Ok(row.get(0))
+}

@@ -1,0 +1,187 @@
+//! The dispatcher: a durable consumer of session events that turns them into agent
+//! commands on the commands stream, where each waits until its agent takes it.
+//!
+//! - a session placed (`SessionScheduled`): `Assign` to its main agent;
+//! - a session CREATING: `Assign` to the other agents of its cluster, whose kernels join the
+//!   network the main agent has made by then;
+//! - a session TERMINATING, or giving back its resources (it ended, or went back to the
+//!   queue): `Stop` to every agent holding a kernel of it.
+//!
+//! Commands are derived from events and idempotent, and each carries the id
+//! `<event id>.<agent>`, so a redelivered event sends nothing twice within the stream's
+//! duplicate window, and an agent ignores a command it has acted on. Only the relay publishes
+//! events; only the dispatcher publishes commands.
+
+use async_nats::jetstream;
+use bus::protocol::Command;
+use bus::Subjects;
+use deadpool_postgres::Transaction;
+use events::catalogue::Event;
+use events::consumer::{Handler, HandlerError};
+use events::payloads::SessionStatus;
+use events::RecordedEvent;
+
+use crate::db;
+
+/// The consumer's durable name.
+pub const NAME: &str = "dispatcher";
+
+pub struct Dispatcher {
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+}
+
+/// The commands an event of a session's stream calls for, given the agents holding its
+/// kernels now (`(agent, is its main agent)`). Pure.
+pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, Command)> {
+    let stop_all = |session_id| {
+        holders
+            .iter()
+            .map(|(agent, _)| (agent.clone(), Command::Stop { session_id }))
+            .collect()
+    };
+    match event {
+        Event::SessionScheduled(e) => vec![(
+            e.agent_id.clone(),
+            Command::Assign {
+                session_id: e.session_id,
+                main: true,
+            },
+        )],
+        Event::SessionStatusChanged(e) if e.to == SessionStatus::Creating => holders
+            .iter()
+            .filter(|(_, main)| !main)
+            .map(|(agent, _)| {
+                let command = Command::Assign {
+                    session_id: e.session_id,
+                    main: false,
+                };
+                (agent.clone(), command)
+            })
+            .collect(),
+        Event::SessionStatusChanged(e) if e.to == SessionStatus::Terminating => {
+            stop_all(e.session_id)
+        }
+        Event::SessionResourcesReleased(e) => {
+            let mut agents: Vec<&str> = e.kernels.iter().map(|k| k.agent_id.as_str()).collect();
+            agents.push(&e.agent_id);
+            agents.sort_unstable();
+            agents.dedup();
+            agents
+                .into_iter()
+                .map(|agent| {
+                    let command = Command::Stop {
+                        session_id: e.session_id,
+                    };
+                    (agent.to_owned(), command)
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn needs_holders(event: &Event) -> bool {
+    matches!(event, Event::SessionStatusChanged(e)
+        if matches!(e.to, SessionStatus::Creating | SessionStatus::Terminating))
+}
+
+impl Handler for Dispatcher {
+    async fn handle<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        event: &'a RecordedEvent,
+    ) -> Result<(), HandlerError> {
+        let holders = match (&event.event, needs_holders(&event.event)) {
+            (Event::SessionStatusChanged(e), true) => db::kernel_holders(tx, e.session_id)
+                .await
+                .map_err(|e| HandlerError::Transient(e.to_string()))?,
+            _ => Vec::new(),
+        };
+        for (agent, command) in commands_for(&event.event, &holders) {
+            let subject = self.subjects.command(&agent, command.session_id());
+            let mut headers = async_nats::HeaderMap::new();
+            let id = format!("{}.{agent}", event.event_id);
+            headers.insert("Nats-Msg-Id", id.as_str());
+            let body = serde_json::to_vec(&command).expect("commands serialise");
+            let sent = self
+                .js
+                .publish_with_headers(subject, headers, body.into())
+                .await
+                .map_err(|e| HandlerError::Transient(e.to_string()))?;
+            sent.await
+                .map_err(|e| HandlerError::Transient(format!("command to `{agent}`: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use events::payloads::*;
+    use uuid::Uuid;
+
+    fn changed(to: SessionStatus) -> Event {
+        Event::SessionStatusChanged(SessionStatusChanged {
+            session_id: Uuid::nil(),
+            from: SessionStatus::Prepared,
+            to,
+            reason: None,
+            exit_code: None,
+        })
+    }
+
+    #[test]
+    fn a_placement_assigns_the_main_agent_and_creating_the_others() {
+        let slots = ResourceSlots::default();
+        let placed = Event::SessionScheduled(SessionScheduled {
+            session_id: Uuid::nil(),
+            agent_id: "a1".into(),
+            resources: slots,
+            kernels: vec![],
+        });
+        let commands = commands_for(&placed, &[]);
+        assert_eq!(commands.len(), 1);
+        assert_eq!(commands[0].0, "a1");
+        assert!(matches!(commands[0].1, Command::Assign { main: true, .. }));
+        let holders = [("a1".to_string(), true), ("a2".to_string(), false)];
+        let creating = commands_for(&changed(SessionStatus::Creating), &holders);
+        assert_eq!(creating.len(), 1);
+        assert_eq!(creating[0].0, "a2");
+        assert!(matches!(creating[0].1, Command::Assign { main: false, .. }));
+        assert!(commands_for(&changed(SessionStatus::Running), &holders).is_empty());
+    }
+
+    #[test]
+    fn terminating_or_releasing_stops_every_holder_once() {
+        let holders = [("a1".to_string(), true), ("a2".to_string(), false)];
+        let stops = commands_for(&changed(SessionStatus::Terminating), &holders);
+        assert_eq!(stops.len(), 2);
+        let slots = ResourceSlots::default();
+        let released = Event::SessionResourcesReleased(SessionResourcesReleased {
+            session_id: Uuid::nil(),
+            agent_id: "a1".into(),
+            resources: slots,
+            kernels: vec![
+                KernelPlacement {
+                    agent_id: "a1".into(),
+                    resources: slots,
+                },
+                KernelPlacement {
+                    agent_id: "a2".into(),
+                    resources: slots,
+                },
+                KernelPlacement {
+                    agent_id: "a2".into(),
+                    resources: slots,
+                },
+            ],
+        });
+        let agents: Vec<String> = commands_for(&released, &[])
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        assert_eq!(agents, ["a1", "a2"]);
+    }
+}

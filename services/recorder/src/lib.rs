@@ -1,0 +1,100 @@
+//! The control plane's side of the agents. Agents speak only NATS (`berth-bus`); this crate
+//! turns what they say into the log and what the log says into what they do:
+//!
+//! - [`record`]: the facts an agent reports, checked against the session's lifecycle and its
+//!   placement (an agent reports only for sessions placed on it), recorded once per report id.
+//! - [`serve`]: the recorder, answering every agent's requests (queue group `recorder`).
+//! - [`dispatch`]: the dispatcher, a consumer of session events that sends each agent its
+//!   commands (assign, stop) on a JetStream stream where they wait while the agent is away.
+//! - [`telemetry`]: the sink that stores the output and usage agents send, idempotently.
+//! - `db`: the statements this crate makes.
+
+mod db;
+pub mod dispatch;
+pub mod record;
+pub mod serve;
+pub mod telemetry;
+
+pub use record::RecordError;
+
+use deadpool_postgres::Pool;
+use events::relay::Topology;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecorderError {
+    #[error("recorder: {0}")]
+    Serve(#[from] serve::ServeError),
+    #[error("dispatcher: {0}")]
+    Dispatch(#[from] events::relay::RelayError),
+}
+
+/// Runs the agents' side of the control plane until `stop`: the recorder, the dispatcher
+/// (a consumer of the session events on `topology`) and the telemetry sink. Returns the
+/// first error any of them ends with.
+pub async fn run(
+    nats: async_nats::Client,
+    pool: Pool,
+    subjects: bus::Subjects,
+    topology: Topology,
+    stop: CancellationToken,
+) -> Result<(), RecorderError> {
+    let js = async_nats::jetstream::new(nats.clone());
+    let dispatcher = dispatch::Dispatcher {
+        js: js.clone(),
+        subjects: subjects.clone(),
+    };
+    let consumer = events::consumer::ConsumerConfig::new(
+        dispatch::NAME,
+        vec![topology.category_subject("session")],
+    );
+    let serving = serve::run(nats, pool.clone(), subjects.clone(), stop.clone());
+    let dispatching = events::consumer::run(
+        pool.clone(),
+        js.clone(),
+        topology,
+        consumer,
+        dispatcher,
+        stop.clone(),
+    );
+    let sinking = async {
+        telemetry::run(js, pool, subjects, stop.clone()).await;
+        Ok::<(), RecorderError>(())
+    };
+    tokio::try_join!(
+        async { Ok::<(), RecorderError>(serving.await?) },
+        async { Ok::<(), RecorderError>(dispatching.await?) },
+        sinking,
+    )?;
+    Ok(())
+}
+
+/// Makes the two JetStream streams agents meet on exist: commands (kept until taken, each
+/// agent's consumer taking its own) and telemetry (kept an hour).
+pub async fn ensure_streams(
+    js: &async_nats::jetstream::Context,
+    subjects: &bus::Subjects,
+) -> Result<(), String> {
+    use async_nats::jetstream::stream::{Config, RetentionPolicy};
+    use std::time::Duration;
+    js.get_or_create_stream(Config {
+        name: subjects.commands_stream.clone(),
+        subjects: vec![subjects.all_commands()],
+        retention: RetentionPolicy::WorkQueue,
+        max_age: Duration::from_secs(7 * 24 * 3600),
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| format!("the commands stream `{}`: {e}", subjects.commands_stream))?;
+    js.get_or_create_stream(Config {
+        name: subjects.telemetry_stream.clone(),
+        subjects: vec![subjects.all_telemetry()],
+        max_age: Duration::from_secs(3600),
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| format!("the telemetry stream `{}`: {e}", subjects.telemetry_stream))?;
+    Ok(())
+}

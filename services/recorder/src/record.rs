@@ -1,0 +1,294 @@
+//! What agents report, recorded. Each function takes the agent's id from where NATS
+//! guarantees it (the subject the agent could publish on), never from the payload, and
+//! checks the report against the session's placement and lifecycle before anything is
+//! appended. A report carries an id its agent chose; the events it causes carry that id as
+//! their `causation_id`, so a report sent again (its answer was lost, or it waited in the
+//! agent's outbox) is answered from the log instead of being recorded twice.
+
+use bus::protocol::{Answer, Fact, LiveSession, Offer, Report, SessionView, StartedKernel};
+use deadpool_postgres::Pool;
+use events::aggregate::{fold, SessionState, StreamState};
+use events::catalogue::{stream_id, Event};
+use events::ledger::{self, LedgerError};
+use events::lifecycle::{self, CommandError, TransitionError};
+use events::payloads::*;
+use events::store::ExpectedVersion;
+use events::{EventStore, Metadata};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::db;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    #[error("session {session} is not placed on agent `{agent}`")]
+    NotMine { session: Uuid, agent: String },
+}
+
+fn stream(agent_id: &str) -> String {
+    format!("agent-{agent_id}")
+}
+
+fn metadata(agent_id: &str, causation: Option<Uuid>) -> Metadata {
+    Metadata {
+        causation_id: causation,
+        ..events::trace::metadata(&format!("agent:{agent_id}"), None)
+    }
+}
+
+/// Registers (or re-registers) agent `agent_id` with what it offers.
+pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), RecordError> {
+    let event = Event::AgentRegistered(AgentRegistered {
+        agent_id: agent_id.to_owned(),
+        resource_group: offer.resource_group.clone(),
+        capacity: offer.capacity,
+        images: offer.images.clone(),
+        address: offer.address.clone(),
+    });
+    ledger::record_now(
+        pool,
+        &stream(agent_id),
+        ExpectedVersion::Any,
+        &[event],
+        &metadata(agent_id, None),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Notes that the agent is alive.
+pub async fn heartbeat(pool: &Pool, agent_id: &str) -> Result<(), RecordError> {
+    let event = Event::AgentHeartbeated(AgentHeartbeated {
+        agent_id: agent_id.to_owned(),
+        at: chrono::Utc::now(),
+    });
+    ledger::record_now(
+        pool,
+        &stream(agent_id),
+        ExpectedVersion::Any,
+        &[event],
+        &metadata(agent_id, None),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Moves a session placed on `agent_id` to `to` (with the reason, and the exit code of a
+/// batch session). Refused when the session is not on this agent or the move is not
+/// allowed.
+pub async fn move_session(
+    pool: &Pool,
+    agent_id: &str,
+    session_id: Uuid,
+    to: SessionStatus,
+    reason: Option<String>,
+    exit_code: Option<i32>,
+) -> Result<SessionState, RecordError> {
+    let metadata = metadata(agent_id, None);
+    decide(
+        pool,
+        agent_id,
+        Reporter::Main,
+        session_id,
+        &metadata,
+        |state| state.transition(to, reason.clone(), exit_code),
+    )
+    .await
+}
+
+/// Records kernels an agent started (`KernelStarted` each) and, once every kernel of the
+/// session has started, its move to RUNNING. Refused for a kernel not placed on the agent.
+pub async fn kernels_started(
+    pool: &Pool,
+    agent_id: &str,
+    session_id: Uuid,
+    kernels: &[StartedKernel],
+    metadata: &Metadata,
+) -> Result<SessionState, RecordError> {
+    let started: Vec<KernelStarted> = kernels
+        .iter()
+        .map(|k| KernelStarted {
+            session_id,
+            kernel: k.kernel,
+            agent_id: agent_id.to_owned(),
+            container_id: k.container_id.clone(),
+            ports: k.ports.clone(),
+            hostname: k.hostname.clone(),
+        })
+        .collect();
+    let mut misplaced = false;
+    let result = decide(
+        pool,
+        agent_id,
+        Reporter::AnyKernel,
+        session_id,
+        metadata,
+        |state| {
+            let placed_here = |k: u32| {
+                state
+                    .kernels
+                    .get(k as usize)
+                    .is_some_and(|p| p.agent_id == agent_id)
+            };
+            if !started.iter().all(|k| placed_here(k.kernel)) {
+                misplaced = true;
+                return Err(TransitionError::Forbidden {
+                    from: state.status,
+                    to: SessionStatus::Running,
+                });
+            }
+            state.start_kernels(&started)
+        },
+    )
+    .await;
+    match result {
+        Err(_) if misplaced => Err(RecordError::NotMine {
+            session: session_id,
+            agent: agent_id.to_owned(),
+        }),
+        other => other,
+    }
+}
+
+/// Which agents may report a fact about a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reporter {
+    /// Only the agent of its main kernel, which moves it through its statuses.
+    Main,
+    /// Any agent holding one of its kernels.
+    AnyKernel,
+}
+
+/// Runs a command on a session placed on `agent_id` as `who` says.
+async fn decide<F>(
+    pool: &Pool,
+    agent_id: &str,
+    who: Reporter,
+    session_id: Uuid,
+    metadata: &Metadata,
+    mut decide: F,
+) -> Result<SessionState, RecordError>
+where
+    F: FnMut(&SessionState) -> Result<Vec<Event>, TransitionError>,
+{
+    let mut not_mine = false;
+    let state = lifecycle::command(pool, session_id, metadata, |state| {
+        let placed_here = state.agent_id.as_deref() == Some(agent_id)
+            || (who == Reporter::AnyKernel && state.kernels.iter().any(|k| k.agent_id == agent_id));
+        if !placed_here {
+            not_mine = true;
+            return Err(TransitionError::Forbidden {
+                from: state.status,
+                to: state.status,
+            });
+        }
+        decide(state)
+    })
+    .await;
+    match state {
+        Err(_) if not_mine => Err(RecordError::NotMine {
+            session: session_id,
+            agent: agent_id.to_owned(),
+        }),
+        other => Ok(other?),
+    }
+}
+
+/// Records `report` from `agent_id` once, and says what became of it. A database that
+/// cannot be reached is an error (the recorder answers "unavailable" and the agent asks
+/// again); everything else is an answer.
+pub async fn report(pool: &Pool, agent_id: &str, report: &Report) -> Result<Answer, RecordError> {
+    let span = tracing::info_span!("report", agent = %agent_id, session = %report.session_id, report = %report.report_id);
+    events::trace::follow(&span, report.traceparent.as_deref());
+    record_report(pool, agent_id, report).instrument(span).await
+}
+
+async fn record_report(
+    pool: &Pool,
+    agent_id: &str,
+    report: &Report,
+) -> Result<Answer, RecordError> {
+    let session_id = report.session_id;
+    if let Some(status) = db::recorded_status(pool, session_id, report.report_id).await? {
+        return Ok(Answer::Recorded { status });
+    }
+    let metadata = metadata(agent_id, Some(report.report_id));
+    let result = match &report.fact {
+        Fact::Moved {
+            to,
+            reason,
+            exit_code,
+        } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                &metadata,
+                |state| state.transition(*to, reason.clone(), *exit_code),
+            )
+            .await
+        }
+        Fact::KernelsStarted { kernels } => {
+            kernels_started(pool, agent_id, session_id, kernels, &metadata).await
+        }
+    };
+    match result {
+        Ok(state) => Ok(Answer::Recorded {
+            status: state.status,
+        }),
+        Err(RecordError::NotMine { session, agent }) => Ok(Answer::Denied {
+            reason: format!("session {session} is not placed on agent `{agent}`"),
+        }),
+        Err(RecordError::Command(CommandError::NotFound(id))) => Ok(Answer::Denied {
+            reason: format!("no session has the id {id}"),
+        }),
+        Err(RecordError::Command(CommandError::Refused(why))) => {
+            // The same report, racing its own retry, may have been recorded meanwhile.
+            match db::recorded_status(pool, session_id, report.report_id).await? {
+                Some(status) => Ok(Answer::Recorded { status }),
+                None => Ok(Answer::Refused {
+                    reason: why.to_string(),
+                }),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The session and the trace it belongs to, when a kernel of it is placed on `agent_id`.
+pub async fn session_for(
+    pool: &Pool,
+    agent_id: &str,
+    session_id: Uuid,
+) -> Result<Option<SessionView>, RecordError> {
+    let recorded = EventStore::new(pool.clone())
+        .read_stream(&stream_id("session", session_id))
+        .await
+        .map_err(LedgerError::from)?;
+    let traceparent = recorded
+        .first()
+        .and_then(|first| first.metadata.traceparent.clone());
+    Ok(match fold(&recorded) {
+        StreamState::Session(state)
+            if state.agent_id.as_deref() == Some(agent_id)
+                || state.kernels.iter().any(|k| k.agent_id == agent_id) =>
+        {
+            Some(SessionView {
+                state: *state,
+                traceparent,
+            })
+        }
+        _ => None,
+    })
+}
+
+/// The live sessions with kernels on `agent_id`: those it runs (main) and the other agents'
+/// clusters it holds kernels of that are still going.
+pub async fn live_sessions(pool: &Pool, agent_id: &str) -> Result<Vec<LiveSession>, RecordError> {
+    Ok(db::live_sessions(pool, agent_id).await?)
+}

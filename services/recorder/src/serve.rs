@@ -1,0 +1,146 @@
+//! The recorder: answers every agent's requests on `<root>.rec.<agent>` (queue group
+//! `recorder`, so recorders share the work). The agent's id comes from the subject; with
+//! NATS authorization on, only that agent can publish there. A request that needs the
+//! database while it is away is answered "unavailable", and the agent asks again later.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use bus::protocol::{Answer, Request};
+use bus::Subjects;
+use deadpool_postgres::Pool;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::record::{self, RecordError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("NATS: {0}")]
+    Bus(String),
+}
+
+/// How many requests one recorder handles at once.
+const IN_FLIGHT: usize = 64;
+
+/// Answers agents' requests until `stop`.
+pub async fn run(
+    client: async_nats::Client,
+    pool: Pool,
+    subjects: Subjects,
+    stop: CancellationToken,
+) -> Result<(), ServeError> {
+    let js = jetstream::new(client.clone());
+    crate::ensure_streams(&js, &subjects)
+        .await
+        .map_err(ServeError::Bus)?;
+    let mut requests = client
+        .queue_subscribe(
+            subjects.all_requests(),
+            bus::subjects::RECORDER_QUEUE.into(),
+        )
+        .await
+        .map_err(|e| ServeError::Bus(e.to_string()))?;
+    let turns = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let recorder = Arc::new(Recorder { pool, js, subjects });
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            message = requests.next() => message,
+        };
+        let Some(message) = message else {
+            return Err(ServeError::Bus("the request subscription ended".into()));
+        };
+        let Some(reply) = message.reply.clone() else {
+            continue;
+        };
+        let Ok(turn) = turns.clone().acquire_owned().await else {
+            return Ok(());
+        };
+        let (recorder, client) = (recorder.clone(), client.clone());
+        tokio::spawn(async move {
+            let answer = recorder.answer(&message.subject, &message.payload).await;
+            let body = serde_json::to_vec(&answer).expect("answers serialise");
+            if let Err(e) = client.publish(reply, body.into()).await {
+                tracing::debug!(error = %e, "an answer was not sent");
+            }
+            drop(turn);
+        });
+    }
+}
+
+struct Recorder {
+    pool: Pool,
+    js: jetstream::Context,
+    subjects: Subjects,
+}
+
+impl Recorder {
+    async fn answer(&self, subject: &str, payload: &[u8]) -> Answer {
+        let Some(agent) = self.subjects.agent_of_request(subject) else {
+            return Answer::Denied {
+                reason: format!("`{subject}` names no agent"),
+            };
+        };
+        let request = match serde_json::from_slice::<Request>(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                return Answer::Denied {
+                    reason: format!("the request does not read: {e}"),
+                }
+            }
+        };
+        match self.handle(agent, request).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(%agent, error = %e, "a request could not be answered now");
+                Answer::Unavailable {
+                    reason: e.to_string(),
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, agent: &str, request: Request) -> Result<Answer, RecordError> {
+        Ok(match request {
+            Request::Register(offer) => {
+                record::register(&self.pool, agent, &offer).await?;
+                if let Err(e) = self.ensure_consumer(agent).await {
+                    return Ok(Answer::Unavailable { reason: e });
+                }
+                Answer::Done
+            }
+            Request::Heartbeat => {
+                record::heartbeat(&self.pool, agent).await?;
+                Answer::Done
+            }
+            Request::Report(report) => record::report(&self.pool, agent, &report).await?,
+            Request::Session { session_id } => Answer::Session {
+                session: record::session_for(&self.pool, agent, session_id)
+                    .await?
+                    .map(Box::new),
+            },
+            Request::Sync => Answer::Live {
+                sessions: record::live_sessions(&self.pool, agent).await?,
+            },
+        })
+    }
+
+    /// Makes the agent's durable command consumer, so its commands wait while it is away.
+    async fn ensure_consumer(&self, agent: &str) -> Result<(), String> {
+        let config = consumer::pull::Config {
+            durable_name: Some(self.subjects.consumer_of(agent)),
+            filter_subject: self.subjects.commands_of(agent),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        };
+        self.js
+            .create_consumer_on_stream(config, self.subjects.commands_stream.clone())
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("the command consumer of agent `{agent}`: {e}"))
+    }
+}
