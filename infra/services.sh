@@ -194,6 +194,8 @@ start_dockerd() {
 print_env() {
   echo "export BERTH_DATABASE_URL=postgres://berth@127.0.0.1:$PG_PORT/berth"
   echo "export BERTH_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+  # The server binary, for tests that start a server of their own (with authorization on).
+  if bin="$(nats_bin 2>/dev/null)"; then echo "export BERTH_NATS_SERVER=$bin"; fi
 }
 
 case "${1:-up}" in

@@ -55,7 +55,15 @@ export BERTH_API_KEY="$(cat "$KEY_FILE")"
 if [ -f "$STATE/agent.pid" ] && kill -0 "$(cat "$STATE/agent.pid")" 2>/dev/null; then
   say "agent already runs (pid $(cat "$STATE/agent.pid"))"
 else
-  nohup "$BERTH" agent --id "$(hostname -s 2>/dev/null || echo local)" \
+  AGENT_ID="$(hostname -s 2>/dev/null | tr -c 'A-Za-z0-9_\n-' '-' || true)"
+  AGENT_ID="${AGENT_ID:-local}"
+  # The agent is admitted (its credential kept beside the data, readable by its owner only);
+  # it reaches the control plane through NATS alone.
+  CREDENTIAL="$STATE/agent.credential"
+  if [ ! -s "$CREDENTIAL" ]; then
+    "$BERTH" admin agent admit "$AGENT_ID" --group default --credential-out "$CREDENTIAL" >/dev/null
+  fi
+  nohup env BERTH_AGENT_CREDENTIAL="$CREDENTIAL" "$BERTH" agent --id "$AGENT_ID" \
     --data-dir "$STATE/agent-data" >"$STATE/log/agent.log" 2>&1 &
   echo $! >"$STATE/agent.pid"
   say "agent started (pid $!, log $STATE/log/agent.log)"

@@ -1,5 +1,5 @@
 //! `berth admin ...`: operators create users, keys, projects, resource groups, policies and
-//! presets. Talks to the database directly (like `berth migrate`), so it works before any
+//! presets, admit and revoke agents, and make the NATS server's authorization. Talks to the database directly (like `berth migrate`), so it works before any
 //! key exists; every change is an event in the log.
 
 use clap::Subcommand;
@@ -74,6 +74,14 @@ pub enum AdminCommand {
         #[arg(long)]
         max_lifetime: Option<u64>,
     },
+    /// Admit or revoke agents.
+    #[command(subcommand)]
+    Agent(AgentAdminCommand),
+    /// Print the NATS server's `authorization` block: the control plane's user (from the
+    /// user and password in BERTH_NATS_URL) with every right, and each admitted agent by its
+    /// key with its own subjects only. Include it in the server's configuration and reload
+    /// the server (SIGHUP) after each admission or revocation.
+    NatsAuthorization,
     /// Save a resource preset that create requests may name.
     SavePreset {
         name: String,
@@ -88,6 +96,35 @@ pub enum AdminCommand {
     },
 }
 
+#[derive(Subcommand)]
+pub enum AgentAdminCommand {
+    /// Admit an agent into a resource group, up to a capacity; prints its credential (an
+    /// nkey seed) once. Admitting it again gives it a new credential.
+    Admit {
+        id: String,
+        #[arg(long, default_value = "default")]
+        group: String,
+        /// Most cores it may offer.
+        #[arg(long, default_value_t = 1024.0)]
+        max_cpu: f64,
+        /// Most GiB it may offer.
+        #[arg(long, default_value_t = 16384.0)]
+        max_memory_gib: f64,
+        /// Most GPUs it may offer.
+        #[arg(long, default_value_t = 64.0)]
+        max_gpu: f64,
+        /// Write the credential to this file (mode 0600) instead of printing it.
+        #[arg(long)]
+        credential_out: Option<std::path::PathBuf>,
+    },
+    /// Revoke an agent: it may no longer register, and is offered to the scheduler no more.
+    Revoke {
+        id: String,
+        #[arg(long, default_value = "revoked by an operator")]
+        reason: String,
+    },
+}
+
 fn milli(v: f64) -> u64 {
     (v * 1000.0).round().max(0.0) as u64
 }
@@ -96,8 +133,66 @@ fn gib(v: f64) -> u64 {
     (v * (1u64 << 30) as f64).round().max(0.0) as u64
 }
 
-pub async fn run(pool: &deadpool_postgres::Pool, command: AdminCommand) -> anyhow::Result<()> {
+pub async fn run(
+    pool: &deadpool_postgres::Pool,
+    config: &berth::config::Config,
+    command: AdminCommand,
+) -> anyhow::Result<()> {
     match command {
+        AdminCommand::Agent(AgentAdminCommand::Admit {
+            id,
+            group,
+            max_cpu,
+            max_memory_gib,
+            max_gpu,
+            credential_out,
+        }) => {
+            let admission = recorder::admission::Admission {
+                agent_id: id.clone(),
+                resource_group: group.clone(),
+                max_capacity: ResourceSlots {
+                    cpu_milli: milli(max_cpu),
+                    memory_bytes: gib(max_memory_gib),
+                    gpu_milli: milli(max_gpu),
+                },
+            };
+            let seed = recorder::admission::admit(pool, &admission, "admin").await?;
+            match credential_out {
+                Some(path) => {
+                    write_secret(&path, &seed)?;
+                    println!(
+                        "agent {id} admitted to {group}; its credential is in {}",
+                        path.display()
+                    );
+                }
+                None => {
+                    println!("agent {id} admitted to {group}");
+                    println!("credential (shown only now; give it to the agent as BERTH_AGENT_CREDENTIAL): {seed}");
+                }
+            }
+            println!("make the NATS server's authorization again (berth admin nats-authorization) and reload it");
+        }
+        AdminCommand::Agent(AgentAdminCommand::Revoke { id, reason }) => {
+            recorder::admission::revoke(pool, &id, &reason, "admin").await?;
+            println!(
+                "agent {id} revoked; make the NATS server's authorization again and reload it"
+            );
+        }
+        AdminCommand::NatsAuthorization => {
+            let url = reqwest::Url::parse(&config.nats_url)?;
+            anyhow::ensure!(
+                !url.username().is_empty() && url.password().is_some(),
+                "BERTH_NATS_URL names no user and password for the control plane"
+            );
+            let keys = recorder::admission::admitted_keys(pool).await?;
+            let block = bus::permissions::authorization(
+                &config.agent_bus,
+                url.username(),
+                url.password().unwrap_or_default(),
+                &keys,
+            );
+            println!("authorization: {}", serde_json::to_string_pretty(&block)?);
+        }
         AdminCommand::Init => match access::bootstrap(pool).await? {
             Some((email, key)) => {
                 println!("created superadmin {email}");
@@ -215,5 +310,19 @@ pub async fn run(pool: &deadpool_postgres::Pool, command: AdminCommand) -> anyho
             println!("preset {name} saved");
         }
     }
+    Ok(())
+}
+
+/// Writes a secret to a file only its owner can read.
+fn write_secret(path: &std::path::Path, secret: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(file, "{secret}")?;
     Ok(())
 }

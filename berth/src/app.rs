@@ -109,14 +109,42 @@ pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Resul
     Ok(pool)
 }
 
-/// Connects to NATS, waiting for it when it is not up yet.
+/// Connects to NATS, waiting for it when it is not up yet. A user and password in the URL
+/// (`nats://control:secret@host:4222`, the control plane's user on a server with
+/// authorization) are sent as such: the client does not read them from the URL itself.
 pub async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::Client> {
-    async_nats::ConnectOptions::new()
+    let address: async_nats::ServerAddr = config
+        .nats_url
+        .parse()
+        .with_context(|| format!("BERTH_NATS_URL `{}`", config.nats_url))?;
+    let options = match (address.username(), address.password()) {
+        (Some(user), Some(password)) => {
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+        }
+        _ => async_nats::ConnectOptions::new(),
+    };
+    options
         .retry_on_initial_connect()
         .connection_timeout(std::time::Duration::from_secs(5))
-        .connect(&config.nats_url)
+        .connect(address)
         .await
-        .with_context(|| format!("connect to NATS at {}", config.nats_url))
+        .with_context(|| {
+            format!(
+                "connect to NATS at {}",
+                address_without_password(&config.nats_url)
+            )
+        })
+}
+
+/// `url` with its password hidden, for messages.
+fn address_without_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// Starts `parts` of the control plane as `config` describes.

@@ -226,6 +226,20 @@ async fn relay_on_bus(
     Ok((nats, js, topology))
 }
 
+/// Admits a bench's agent into `default` with room for whatever it offers.
+async fn admit_for_bench(pool: &Pool, agent_id: &str) -> anyhow::Result<String> {
+    let admission = recorder::admission::Admission {
+        agent_id: agent_id.into(),
+        resource_group: "default".into(),
+        max_capacity: ResourceSlots {
+            cpu_milli: u64::MAX,
+            memory_bytes: u64::MAX,
+            gpu_milli: u64::MAX,
+        },
+    };
+    Ok(recorder::admission::admit(pool, &admission, "bench").await?)
+}
+
 /// The agents' side of the control plane (recorder, dispatcher, telemetry sink) on
 /// subjects of this bench's own; those subjects.
 fn recorder_on_bus(
@@ -476,6 +490,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         "run infra/images.sh first"
     );
     let agent_id = format!("bench{}", std::process::id());
+    admit_for_bench(&pool, &agent_id).await?;
     let spec = agent::AgentSpec {
         agent_id: agent_id.clone(),
         resource_group: "default".into(),
@@ -634,6 +649,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         images: vec!["berth/shell:latest".into()],
         address: None,
     };
+    admit_for_bench(&pool, "wake1").await?;
     recorder::record::register(&pool, "wake1", &offer).await?;
     let admin = superadmin(&pool, "waker@berth.local").await?;
     let stop = tokio_util::sync::CancellationToken::new();

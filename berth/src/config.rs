@@ -25,6 +25,8 @@ pub struct Config {
     pub api_key: Option<String>,
     /// Where an agent keeps folders on its host.
     pub agent_data_dir: PathBuf,
+    /// The file holding an agent's credential (its nkey seed), if it has one.
+    pub agent_credential: Option<PathBuf>,
     pub timings: Timings,
 }
 
@@ -113,6 +115,7 @@ impl Config {
             gateway_listen: listen,
             api_key: var("BERTH_API_KEY"),
             agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
+            agent_credential: var("BERTH_AGENT_CREDENTIAL").map(PathBuf::from),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",

@@ -105,6 +105,10 @@ enum Command {
         /// Move sessions without containers (no Docker needed).
         #[arg(long)]
         simulate: bool,
+        /// A file holding the agent's credential, as `berth admin agent admit` gave it
+        /// (default: BERTH_AGENT_CREDENTIAL).
+        #[arg(long)]
+        credential: Option<std::path::PathBuf>,
     },
 }
 
@@ -218,7 +222,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo => demo(&config).await?,
         Command::Admin(command) => {
             let store = connect_store(&config).await?;
-            admin::run(store.pool(), command).await?;
+            admin::run(store.pool(), &config, command).await?;
         }
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Agent {
@@ -230,6 +234,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             images,
             data_dir,
             simulate,
+            credential,
         } => {
             let stop = CancellationToken::new();
             let docker = if simulate {
@@ -278,7 +283,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let data_dir = data_dir.unwrap_or_else(|| config.agent_data_dir.clone());
             std::fs::create_dir_all(&data_dir)?;
             let data_dir = std::fs::canonicalize(&data_dir)?;
-            let nats = app::connect_nats(&config).await?;
+            let seed = match credential.as_ref().or(config.agent_credential.as_ref()) {
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("read the credential {}", path.display()))?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let nats = bus::link::connect(&config.nats_url, &spec.agent_id, seed).await?;
             let outbox = data_dir.join("outbox").join(&spec.agent_id);
             let link = bus::Link::new(nats, &spec.agent_id, config.agent_bus.clone(), &outbox)?;
             let run = async {

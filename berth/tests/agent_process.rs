@@ -24,7 +24,13 @@ const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
 struct AgentProcess(Child);
 
 impl AgentProcess {
-    fn start(config: &Config, id: &str, data_dir: &Path, log: &Path) -> AgentProcess {
+    fn start(
+        config: &Config,
+        id: &str,
+        credential: &Path,
+        data_dir: &Path,
+        log: &Path,
+    ) -> AgentProcess {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -38,6 +44,7 @@ impl AgentProcess {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("BERTH_DATABASE_URL", NO_DATABASE)
             .env("BERTH_NATS_URL", &config.nats_url)
+            .env("BERTH_AGENT_CREDENTIAL", credential)
             .env("BERTH_NATS_AGENT_ROOT", &config.agent_bus.root)
             .env(
                 "BERTH_NATS_COMMANDS_STREAM",
@@ -152,7 +159,25 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
         ..Parts::default()
     };
     let control_plane = app::start(&config, parts).await.unwrap();
-    let agent = AgentProcess::start(&config, &agent_id, &dir.join("data"), &log);
+    let credential = dir.join("credential");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "agent",
+            "admit",
+            &agent_id,
+            "--group",
+            "default",
+            "--max-cpu",
+            "2",
+        ]
+        .into_iter()
+        .chain(["--credential-out", credential.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+    );
+    assert!(ok, "{text}");
+    let agent = AgentProcess::start(&config, &agent_id, &credential, &dir.join("data"), &log);
     eventually("the agent registers with its images", || async {
         let client = pool.get().await.unwrap();
         client
@@ -196,7 +221,7 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
         "the orphan is still there"
     );
 
-    let agent = AgentProcess::start(&config, &agent_id, &dir.join("data"), &log);
+    let agent = AgentProcess::start(&config, &agent_id, &credential, &dir.join("data"), &log);
     eventually("the orphan is removed", || async {
         containers_of(orphaned).is_empty().then_some(())
     })

@@ -107,13 +107,30 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         processes.spawn(command, &[command], &env);
     }
     let data = logs.join("data");
+    let agent_id = format!("proc{}", &id[..8]);
+    let credential = logs.join("credential");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "agent",
+            "admit",
+            &agent_id,
+            "--credential-out",
+            credential.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{text}");
     let mut agent_env = env.clone();
     for (name, value) in &mut agent_env {
         if name == "BERTH_DATABASE_URL" {
             *value = "postgres://denied@127.0.0.1:1/none".into();
         }
     }
-    let agent_id = format!("proc{}", &id[..8]);
+    agent_env.push((
+        "BERTH_AGENT_CREDENTIAL".into(),
+        credential.to_str().unwrap().into(),
+    ));
     processes.spawn(
         "agent",
         &[

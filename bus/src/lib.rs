@@ -8,12 +8,15 @@
 //! - [`protocol`]: the messages, as Rust types (JSON on the wire).
 //! - [`link`]: the agent's side: requests answered or retried, reports kept in an on-disk
 //!   outbox until the control plane has recorded them, commands, telemetry.
+//! - [`permissions`]: what each agent may publish and subscribe to, and the NATS server's
+//!   authorization block made from it.
 //! - [`trace`]: W3C trace context in event metadata and NATS headers.
 //!
 //! The crate depends on the pure domain and on NATS, never on PostgreSQL: the agent is built
 //! on it, and `tests/tidy.rs` checks that no database client reaches the agent.
 
 pub mod link;
+pub mod permissions;
 pub mod protocol;
 pub mod subjects;
 pub mod trace;

@@ -29,6 +29,23 @@ pub enum LinkError {
     Bus(String),
 }
 
+/// Connects agent `agent_id` to NATS at `url`, with its credential (the nkey seed it got at
+/// admission) when it has one, replies on an inbox of its own (the only one it may read),
+/// and waiting for the server when it is not up yet.
+pub async fn connect(url: &str, agent_id: &str, seed: Option<String>) -> Result<Client, LinkError> {
+    let options = match seed {
+        Some(seed) => async_nats::ConnectOptions::with_nkey(seed),
+        None => async_nats::ConnectOptions::new(),
+    };
+    options
+        .custom_inbox_prefix(crate::permissions::inbox_prefix(agent_id))
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|e| LinkError::Bus(format!("connect to {url}: {e}")))
+}
+
 /// An agent's connection to the control plane.
 #[derive(Clone)]
 pub struct Link {

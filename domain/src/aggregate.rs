@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::catalogue::Event;
-use crate::payloads::{KernelPlacement, ResourceSlots, SessionRequested, SessionStatus};
+use crate::payloads::{
+    AgentAdmitted, KernelPlacement, ResourceSlots, SessionRequested, SessionStatus,
+};
 use crate::RecordedEvent;
 
 /// What an agent stream folds into.
@@ -18,6 +20,10 @@ pub struct AgentState {
     pub images: Vec<String>,
     pub last_heartbeat: Option<chrono::DateTime<chrono::Utc>>,
     pub lost: Option<String>,
+    /// What an operator admitted it to, unless revoked since.
+    pub admitted: Option<AgentAdmitted>,
+    /// Why its admission was revoked, if it was (and not admitted again since).
+    pub revoked: Option<String>,
 }
 
 /// What a session stream folds into.
@@ -45,7 +51,7 @@ pub struct SessionState {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum StreamState {
-    Agent(AgentState),
+    Agent(Box<AgentState>),
     Session(Box<SessionState>),
     /// No events yet, or a category with no fold.
     Empty,
@@ -63,9 +69,50 @@ impl AgentState {
             }
             Event::AgentHeartbeated(e) => self.last_heartbeat = Some(e.at),
             Event::AgentLost(e) => self.lost = Some(e.reason.clone()),
+            Event::AgentAdmitted(e) => {
+                self.agent_id = e.agent_id.clone();
+                self.admitted = Some(e.clone());
+                self.revoked = None;
+            }
+            Event::AgentRevoked(e) => {
+                self.admitted = None;
+                self.revoked = Some(e.reason.clone());
+            }
             _ => {}
         }
         self
+    }
+
+    /// Whether the agent may register `group` with `capacity`: it is admitted (not revoked)
+    /// into that group, and offers no more than it was admitted with. Pure.
+    pub fn may_register(&self, group: &str, capacity: ResourceSlots) -> Result<(), String> {
+        let Some(admitted) = &self.admitted else {
+            return Err(match &self.revoked {
+                Some(why) => format!("agent `{}` was revoked: {why}", self.agent_id),
+                None => "the agent is not admitted (berth admin agent admit)".to_owned(),
+            });
+        };
+        if admitted.resource_group != group {
+            return Err(format!(
+                "agent `{}` is admitted to resource group `{}`, not `{group}`",
+                self.agent_id, admitted.resource_group
+            ));
+        }
+        let max = admitted.max_capacity;
+        let over = [
+            ("cpu", capacity.cpu_milli, max.cpu_milli),
+            ("memory", capacity.memory_bytes, max.memory_bytes),
+            ("gpu", capacity.gpu_milli, max.gpu_milli),
+        ]
+        .into_iter()
+        .find(|(_, offered, most)| offered > most);
+        match over {
+            Some((what, offered, most)) => Err(format!(
+                "agent `{}` offers {what} {offered}, more than the {most} it was admitted with",
+                self.agent_id
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -131,11 +178,63 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a RecordedEvent>) -> StreamSt
                     StreamState::Session(Box::new(SessionState::requested(r)))
                 }
                 (StreamState::Session(s), event) => StreamState::Session(Box::new(s.evolve(event))),
-                (StreamState::Agent(a), event) => StreamState::Agent(a.evolve(event)),
-                (StreamState::Empty, event @ Event::AgentRegistered(_)) => {
-                    StreamState::Agent(AgentState::default().evolve(event))
-                }
+                (StreamState::Agent(a), event) => StreamState::Agent(Box::new(a.evolve(event))),
+                (
+                    StreamState::Empty,
+                    event @ (Event::AgentRegistered(_) | Event::AgentAdmitted(_)),
+                ) => StreamState::Agent(Box::new(AgentState::default().evolve(event))),
                 (other, _) => other,
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payloads::AgentRevoked;
+
+    fn slots(cpu: u64) -> ResourceSlots {
+        ResourceSlots {
+            cpu_milli: cpu * 1000,
+            memory_bytes: 8 << 30,
+            gpu_milli: 0,
+        }
+    }
+
+    fn admitted(group: &str, cpu: u64) -> Event {
+        Event::AgentAdmitted(AgentAdmitted {
+            agent_id: "a1".into(),
+            resource_group: group.into(),
+            max_capacity: slots(cpu),
+            public_key: "UKEY".into(),
+        })
+    }
+
+    #[test]
+    fn an_agent_registers_only_as_it_was_admitted() {
+        let none = AgentState::default();
+        assert!(none
+            .may_register("default", slots(1))
+            .unwrap_err()
+            .contains("not admitted"));
+        let state = none.evolve(&admitted("default", 4));
+        assert_eq!(state.may_register("default", slots(4)), Ok(()));
+        assert!(state
+            .may_register("gpu", slots(1))
+            .unwrap_err()
+            .contains("not `gpu`"));
+        let over = state.may_register("default", slots(5)).unwrap_err();
+        assert!(over.contains("cpu 5000") && over.contains("4000"), "{over}");
+        let revoked = state.evolve(&Event::AgentRevoked(AgentRevoked {
+            agent_id: "a1".into(),
+            reason: "host retired".into(),
+        }));
+        assert!(revoked
+            .may_register("default", slots(1))
+            .unwrap_err()
+            .contains("host retired"));
+        // Admitted again (a rotated key): it may register again.
+        let again = revoked.evolve(&admitted("default", 2));
+        assert_eq!(again.may_register("default", slots(2)), Ok(()));
+    }
 }

@@ -142,6 +142,10 @@ catalogue! {
     AgentHeartbeated(AgentHeartbeated) = "AgentHeartbeated" v 2,
     /// An agent stopped heartbeating and is no longer offered to the scheduler.
     AgentLost(AgentLost) = "AgentLost" v 1,
+    /// An operator admitted an agent into a resource group, up to a capacity, with its key.
+    AgentAdmitted(AgentAdmitted) = "AgentAdmitted" v 1,
+    /// An operator revoked an agent's admission.
+    AgentRevoked(AgentRevoked) = "AgentRevoked" v 1,
     /// A user asked for a session; the launcher validated the request.
     SessionRequested(Box<SessionRequested>) = "SessionRequested" v 1,
     /// The scheduler tried to place a session; one row of its scheduling history.
@@ -389,6 +393,20 @@ mod tests {
             Event::FolderCreated(FolderCreated {
                 owner: id,
                 name: "data".into(),
+            }),
+            Event::AgentAdmitted(AgentAdmitted {
+                agent_id: "a1".into(),
+                resource_group: "default".into(),
+                max_capacity: ResourceSlots {
+                    cpu_milli: 4000,
+                    memory_bytes: 8 << 30,
+                    gpu_milli: 0,
+                },
+                public_key: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGS7SAGJHIUPP33NRZ33S".into(),
+            }),
+            Event::AgentRevoked(AgentRevoked {
+                agent_id: "a1".into(),
+                reason: "host retired".into(),
             }),
         ]
     }

@@ -228,6 +228,23 @@ pub struct AgentHeartbeated {
     pub at: DateTime<Utc>,
 }
 
+/// An operator admitted an agent: the group it may join, the most it may offer, and the
+/// public half of its NATS key (the seed, its secret half, was shown once to the operator).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentAdmitted {
+    pub agent_id: String,
+    pub resource_group: String,
+    pub max_capacity: ResourceSlots,
+    pub public_key: String,
+}
+
+/// An operator revoked an agent's admission: it may no longer connect or register.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRevoked {
+    pub agent_id: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentLost {
     pub agent_id: String,

@@ -176,6 +176,7 @@ impl Harness {
             images: vec!["berth/shell:latest".into()],
             address: None,
         };
+        admit(&self.pool, id, group).await;
         recorder::record::register(&self.pool, id, &offer)
             .await
             .unwrap();
@@ -333,6 +334,22 @@ impl Drop for Harness {
             eprintln!("the test's database or stream was not dropped: {e}");
         }
     }
+}
+
+/// Admits agent `id` into `group` with room for any capacity a test offers; its credential.
+pub async fn admit(pool: &Pool, id: &str, group: &str) -> String {
+    let admission = recorder::admission::Admission {
+        agent_id: id.into(),
+        resource_group: group.into(),
+        max_capacity: ResourceSlots {
+            cpu_milli: 1 << 40,
+            memory_bytes: 1 << 60,
+            gpu_milli: 1 << 40,
+        },
+    };
+    recorder::admission::admit(pool, &admission, "test")
+        .await
+        .expect("the agent is admitted")
 }
 
 pub async fn wait_for<T, F, Fut>(probe: F) -> T

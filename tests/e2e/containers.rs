@@ -67,8 +67,12 @@ async fn spawn_agent(
         stop_grace_secs: 2,
         image_refresh,
     };
-    // The agent speaks only NATS, as `berth agent` does.
-    let nats = async_nats::connect(nats_url()).await.expect("NATS answers");
+    // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
+    // with.
+    let seed = admit(&h.pool, id, "default").await;
+    let nats = bus::link::connect(&nats_url(), id, Some(seed))
+        .await
+        .expect("NATS answers");
     let outbox = data_dir.join("outbox").join(id);
     let link = bus::Link::new(nats, id, h.agent_bus.clone(), &outbox).expect("an outbox");
     let stop = CancellationToken::new();

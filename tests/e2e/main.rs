@@ -3,6 +3,8 @@
 //! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
 //! its own.
 //!
+//! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
+//!   its own subjects.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
@@ -10,6 +12,7 @@
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
+mod admission;
 mod bus;
 mod common;
 mod containers;

@@ -422,6 +422,18 @@ pub(super) async fn apply<C: GenericClient>(
             )
             .await?;
         }
+        // Admission lives in the agent's stream; the recorder folds it from there.
+        Event::AgentAdmitted(_) => {}
+        // A revoked agent is offered to the scheduler no more, as a lost one.
+        Event::AgentRevoked(e) => {
+            exec(
+                client,
+                fold,
+                "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
+                &[&e.agent_id, &format!("revoked: {}", e.reason)],
+            )
+            .await?;
+        }
         Event::SessionRequested(e) => {
             let cluster_mode = serde_json::to_value(e.cluster_mode).expect("serialises");
             let session_type = serde_json::to_value(e.session_type).expect("serialises");

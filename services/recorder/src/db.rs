@@ -192,3 +192,16 @@ pub async fn has_kernel_on(
         .await?;
     Ok(row.get(0))
 }
+
+/// The ids of agents that have ever been admitted, ascending.
+pub async fn admitted_agents(pool: &Pool) -> Result<Vec<String>, LedgerError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT DISTINCT payload->>'agent_id' AS agent FROM events
+             WHERE category = 'agent' AND event_type = 'AgentAdmitted' ORDER BY agent",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -1,6 +1,8 @@
 //! The control plane's side of the agents. Agents speak only NATS (`berth-bus`); this crate
 //! turns what they say into the log and what the log says into what they do:
 //!
+//! - [`admission`]: an operator admits an agent (group, most capacity, NATS key) or revokes
+//!   it; the NATS server's authorization is made from the admitted agents.
 //! - [`record`]: the facts an agent reports, checked against the session's lifecycle and its
 //!   placement (an agent reports only for sessions placed on it), recorded once per report id.
 //! - [`serve`]: the recorder, answering every agent's requests (queue group `recorder`).
@@ -9,6 +11,7 @@
 //! - [`telemetry`]: the sink that stores the output and usage agents send, idempotently.
 //! - `db`: the statements this crate makes.
 
+pub mod admission;
 mod db;
 pub mod dispatch;
 pub mod record;

@@ -27,9 +27,14 @@ pub enum RecordError {
     Command(#[from] CommandError),
     #[error("session {session} is not placed on agent `{agent}`")]
     NotMine { session: Uuid, agent: String },
+    #[error("{0}")]
+    NotAdmitted(String),
+    #[error("{0}")]
+    Invalid(String),
 }
 
-fn stream(agent_id: &str) -> String {
+/// The stream of agent `agent_id`'s events.
+pub(crate) fn agent_stream(agent_id: &str) -> String {
     format!("agent-{agent_id}")
 }
 
@@ -40,8 +45,13 @@ fn metadata(agent_id: &str, causation: Option<Uuid>) -> Metadata {
     }
 }
 
-/// Registers (or re-registers) agent `agent_id` with what it offers.
+/// Registers (or re-registers) agent `agent_id` with what it offers, if it was admitted to
+/// that group with at least that capacity.
 pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), RecordError> {
+    crate::admission::agent_state(pool, agent_id)
+        .await?
+        .may_register(&offer.resource_group, offer.capacity)
+        .map_err(RecordError::NotAdmitted)?;
     let event = Event::AgentRegistered(AgentRegistered {
         agent_id: agent_id.to_owned(),
         resource_group: offer.resource_group.clone(),
@@ -51,7 +61,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
     });
     ledger::record_now(
         pool,
-        &stream(agent_id),
+        &agent_stream(agent_id),
         ExpectedVersion::Any,
         &[event],
         &metadata(agent_id, None),
@@ -68,7 +78,7 @@ pub async fn heartbeat(pool: &Pool, agent_id: &str) -> Result<(), RecordError> {
     });
     ledger::record_now(
         pool,
-        &stream(agent_id),
+        &agent_stream(agent_id),
         ExpectedVersion::Any,
         &[event],
         &metadata(agent_id, None),

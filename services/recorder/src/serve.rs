@@ -105,7 +105,10 @@ impl Recorder {
     async fn handle(&self, agent: &str, request: Request) -> Result<Answer, RecordError> {
         Ok(match request {
             Request::Register(offer) => {
-                record::register(&self.pool, agent, &offer).await?;
+                match record::register(&self.pool, agent, &offer).await {
+                    Err(RecordError::NotAdmitted(reason)) => return Ok(Answer::Denied { reason }),
+                    other => other?,
+                }
                 if let Err(e) = self.ensure_consumer(agent).await {
                     return Ok(Answer::Unavailable { reason: e });
                 }

@@ -1,0 +1,142 @@
+//! What an agent may do on NATS, as subjects: publish its own requests and telemetry, pull
+//! and acknowledge its own command consumer, and read replies on its own inbox; nothing else
+//! (no events, no other agent's subjects, no JetStream API beyond its consumer). An agent
+//! authenticates with an nkey (the public half is recorded at admission), and
+//! [`authorization`] renders the server's `authorization` block from the admitted agents and
+//! the control plane's user. Pure.
+
+use serde_json::{json, Value};
+
+use crate::subjects::Subjects;
+
+/// The inbox prefix agent `agent` uses, so its replies can be allowed to it alone.
+pub fn inbox_prefix(agent: &str) -> String {
+    format!("_INBOX.{agent}")
+}
+
+/// The subjects agent `agent` may publish on and subscribe to.
+pub fn agent_permissions(subjects: &Subjects, agent: &str) -> (Vec<String>, Vec<String>) {
+    let stream = &subjects.commands_stream;
+    let consumer = subjects.consumer_of(agent);
+    let publish = vec![
+        subjects.requests_of(agent),
+        format!("{}.tel.{agent}.>", subjects.root),
+        format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
+        format!("$JS.ACK.{stream}.{consumer}.>"),
+        // The longer form of the ack subject, with a domain and an account hash.
+        format!("$JS.ACK.*.*.{stream}.{consumer}.>"),
+    ];
+    let subscribe = vec![format!("{}.>", inbox_prefix(agent))];
+    (publish, subscribe)
+}
+
+/// An admitted agent, as the server's configuration needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmittedKey {
+    pub agent_id: String,
+    pub public_key: String,
+}
+
+/// The NATS server's `authorization` block (JSON, which the server's configuration format
+/// reads): the control plane's user with every right, and each admitted agent by its nkey,
+/// with its own subjects only.
+pub fn authorization(
+    subjects: &Subjects,
+    control_user: &str,
+    control_password: &str,
+    agents: &[AdmittedKey],
+) -> Value {
+    let mut users = vec![json!({"user": control_user, "password": control_password})];
+    for agent in agents {
+        let (publish, subscribe) = agent_permissions(subjects, &agent.agent_id);
+        users.push(json!({
+            "nkey": agent.public_key,
+            "permissions": {
+                "publish": {"allow": publish},
+                "subscribe": {"allow": subscribe},
+            },
+        }));
+    }
+    json!({"users": users})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(patterns: &[String], subject: &str) -> bool {
+        patterns.iter().any(|p| matches(p, subject))
+    }
+
+    /// NATS subject matching: `*` one token, `>` the rest.
+    fn matches(pattern: &str, subject: &str) -> bool {
+        let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
+        loop {
+            match (p.next(), s.next()) {
+                (Some(">"), Some(_)) => return true,
+                (Some("*"), Some(_)) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+
+    #[test]
+    fn an_agent_may_touch_its_own_subjects_and_no_others() {
+        let subjects = Subjects::default();
+        let (publish, subscribe) = agent_permissions(&subjects, "a1");
+        let session = uuid::Uuid::nil();
+        for own in [
+            subjects.requests_of("a1"),
+            subjects.log("a1", session, 0),
+            subjects.usage("a1", session),
+            "$JS.API.CONSUMER.MSG.NEXT.BERTH_AGENT_CMDS.agent-a1".into(),
+            "$JS.ACK.BERTH_AGENT_CMDS.agent-a1.1.2.3.4.5".into(),
+        ] {
+            assert!(allowed(&publish, &own), "{own}");
+        }
+        for other in [
+            subjects.requests_of("a2"),
+            subjects.log("a2", session, 0),
+            subjects.command("a1", session),
+            "berth.evt.session.x".into(),
+            "$JS.API.CONSUMER.MSG.NEXT.BERTH_AGENT_CMDS.agent-a2".into(),
+            "$JS.API.CONSUMER.CREATE.BERTH_AGENT_CMDS".into(),
+            "$JS.API.STREAM.DELETE.BERTH_EVENTS".into(),
+            "$JS.ACK.BERTH_AGENT_CMDS.agent-a2.1.2.3.4.5".into(),
+        ] {
+            assert!(!allowed(&publish, &other), "{other}");
+        }
+        assert!(allowed(&subscribe, "_INBOX.a1.xyz"));
+        for other in [
+            "_INBOX.a2.xyz",
+            "_INBOX.xyz",
+            "berth.cmd.a1.x",
+            "berth.evt.>",
+        ] {
+            assert!(!allowed(&subscribe, other), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_authorization_block_names_each_agent_by_key() {
+        let keys = [AdmittedKey {
+            agent_id: "a1".into(),
+            public_key: "UA1".into(),
+        }];
+        let block = authorization(&Subjects::default(), "control", "secret", &keys);
+        let users = block["users"].as_array().unwrap();
+        assert_eq!(users[0]["user"], "control");
+        assert!(
+            users[0].get("permissions").is_none(),
+            "the control plane may do anything"
+        );
+        assert_eq!(users[1]["nkey"], "UA1");
+        assert_eq!(
+            users[1]["permissions"]["subscribe"]["allow"][0],
+            "_INBOX.a1.>"
+        );
+    }
+}
