@@ -69,6 +69,7 @@ impl AgentState {
             }
             Event::AgentHeartbeated(e) => self.last_heartbeat = Some(e.at),
             Event::AgentLost(e) => self.lost = Some(e.reason.clone()),
+            Event::AgentReturned(_) => self.lost = None,
             Event::AgentAdmitted(e) => {
                 self.agent_id = e.agent_id.clone();
                 self.admitted = Some(e.clone());

@@ -138,10 +138,13 @@ fn bad_payload(event_type: &str, schema_version: i32, e: serde_json::Error) -> C
 catalogue! {
     /// An agent joined a resource group with the capacity it offers.
     AgentRegistered(AgentRegistered) = "AgentRegistered" v 1,
-    /// An agent is alive. v1 carried the time as epoch milliseconds in `at_ms`.
+    /// An agent is alive. No longer recorded (liveness is kept outside the log); read for
+    /// the logs that have it. v1 carried the time as epoch milliseconds in `at_ms`.
     AgentHeartbeated(AgentHeartbeated) = "AgentHeartbeated" v 2,
     /// An agent stopped heartbeating and is no longer offered to the scheduler.
     AgentLost(AgentLost) = "AgentLost" v 1,
+    /// A lost agent was heard from again.
+    AgentReturned(AgentReturned) = "AgentReturned" v 1,
     /// An operator admitted an agent into a resource group, up to a capacity, with its key.
     AgentAdmitted(AgentAdmitted) = "AgentAdmitted" v 1,
     /// An operator revoked an agent's admission.
@@ -407,6 +410,9 @@ mod tests {
             Event::AgentRevoked(AgentRevoked {
                 agent_id: "a1".into(),
                 reason: "host retired".into(),
+            }),
+            Event::AgentReturned(AgentReturned {
+                agent_id: "a1".into(),
             }),
         ]
     }

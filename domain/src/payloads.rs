@@ -238,6 +238,12 @@ pub struct AgentAdmitted {
     pub public_key: String,
 }
 
+/// A lost agent was heard from again: it is offered to the scheduler again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentReturned {
+    pub agent_id: String,
+}
+
 /// An operator revoked an agent's admission: it may no longer connect or register.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRevoked {

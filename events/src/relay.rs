@@ -191,13 +191,33 @@ async fn publish_loop(
     let mut saved = after;
     let mut last_save = Instant::now();
     tracing::info!(%after, "relay resumes");
+    // Publishes that failed in a row: NATS is away, and the batch is published again (from
+    // the same position: the server's duplicate window and consumers drop what landed twice).
+    let mut failures = 0u32;
     while !stop.is_cancelled() {
         let events = {
             let client = pool.get().await?;
             read_all_with(&client, after, config.batch).await?
         };
         if let Some(last) = events.last() {
-            publish_batch(js, topology, &events).await?;
+            if let Err(e) = publish_batch(js, topology, &events).await {
+                if failures == 0 {
+                    tracing::warn!(error = %e, %after, "NATS does not take the relay's events; publishing again from here with backoff");
+                }
+                failures += 1;
+                let wait = Duration::from_millis(100)
+                    .saturating_mul(1 << failures.min(6))
+                    .min(Duration::from_secs(5));
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            if failures > 0 {
+                tracing::info!(failures, "NATS takes the relay's events again");
+                failures = 0;
+            }
             after = last.position;
         }
         if after != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {

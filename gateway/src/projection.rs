@@ -338,6 +338,15 @@ impl Projection for SessionsView {
                 let sql = format!("UPDATE {schema}.agents SET lost = $2 WHERE agent_id = $1");
                 tx.execute(&sql, &[&e.agent_id, &e.reason]).await?;
             }
+            Event::AgentReturned(e) => {
+                let sql = format!("UPDATE {schema}.agents SET lost = NULL WHERE agent_id = $1");
+                tx.execute(&sql, &[&e.agent_id]).await?;
+            }
+            Event::AgentRevoked(e) => {
+                let sql = format!("UPDATE {schema}.agents SET lost = $2 WHERE agent_id = $1");
+                tx.execute(&sql, &[&e.agent_id, &format!("revoked: {}", e.reason)])
+                    .await?;
+            }
             _ => {}
         }
         Ok(())

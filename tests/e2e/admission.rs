@@ -4,7 +4,6 @@
 //! another agent's commands, publish events, or register beyond its admission. Every
 //! permission violation the server reports to the agent is one the test expected.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,54 +16,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::common::*;
-
-/// A nats-server process, killed when dropped.
-struct NatsServer {
-    child: Child,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn nats_server_binary() -> String {
-    std::env::var("BERTH_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
-}
-
-/// Starts a nats-server with JetStream and `authorization` (a JSON block).
-async fn start_server(port: u16, authorization: &serde_json::Value) -> NatsServer {
-    let dir = std::env::temp_dir().join(format!("berth-nats-{}", Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = format!(
-        "host: 127.0.0.1\nport: {port}\njetstream: {{store_dir: \"{}\"}}\nauthorization: {authorization}\n",
-        dir.join("js").display()
-    );
-    let file = dir.join("nats.conf");
-    std::fs::write(&file, config).unwrap();
-    let child = Command::new(nats_server_binary())
-        .arg("-c")
-        .arg(&file)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
-        .spawn()
-        .expect("nats-server starts (BERTH_NATS_SERVER, or on PATH)");
-    let server = NatsServer { child, dir };
-    wait_for(|| async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() }).await;
-    server
-}
 
 /// The permission violations the server reported to a client, in order.
 type Violations = Arc<Mutex<Vec<String>>>;
@@ -140,7 +91,8 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
     assert_eq!(keys.len(), 2);
     let authorization =
         bus::permissions::authorization(&config.agent_bus, "control", &password, &keys);
-    let _server = start_server(port, &authorization).await;
+    let store = std::env::temp_dir().join(format!("berth-nats-{}", Uuid::new_v4().simple()));
+    let _server = start_server(port, &store, Some(&authorization)).await;
     let h = start_parts(config.clone(), Parts::ALL).await;
     let url = format!("nats://127.0.0.1:{port}");
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use berth::app::{self, App, Parts};
@@ -350,6 +351,74 @@ pub async fn admit(pool: &Pool, id: &str, group: &str) -> String {
     recorder::admission::admit(pool, &admission, "test")
         .await
         .expect("the agent is admitted")
+}
+
+/// A nats-server process, killed when dropped.
+pub struct NatsServer {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl NatsServer {
+    /// Kills the server (SIGKILL), keeping what it stored.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir = std::path::PathBuf::new();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn nats_server_binary() -> String {
+    std::env::var("BERTH_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+}
+
+/// Starts a nats-server of the test's own on `port`, with JetStream kept in `dir` (the same
+/// `dir` again: the server restarted with what it stored) and, when given, `authorization`
+/// (a JSON block).
+pub async fn start_server(
+    port: u16,
+    dir: &std::path::Path,
+    authorization: Option<&serde_json::Value>,
+) -> NatsServer {
+    let dir = dir.to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = format!(
+        "host: 127.0.0.1\nport: {port}\njetstream: {{store_dir: \"{}\"}}\n",
+        dir.join("js").display()
+    );
+    if let Some(authorization) = authorization {
+        config.push_str(&format!("authorization: {authorization}\n"));
+    }
+    let file = dir.join("nats.conf");
+    std::fs::write(&file, config).unwrap();
+    let child = Command::new(nats_server_binary())
+        .arg("-c")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
+        .spawn()
+        .expect("nats-server starts (BERTH_NATS_SERVER, or on PATH)");
+    let server = NatsServer { child, dir };
+    wait_for(|| async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() }).await;
+    server
 }
 
 pub async fn wait_for<T, F, Fut>(probe: F) -> T

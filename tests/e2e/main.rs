@@ -6,6 +6,7 @@
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
+//! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
@@ -17,6 +18,7 @@ mod bus;
 mod common;
 mod containers;
 mod contract;
+mod outage;
 mod sessions;
 mod traces;
 mod wake;

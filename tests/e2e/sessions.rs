@@ -952,6 +952,15 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         heartbeat: Duration::ZERO,
         ..Deadlines::default()
     };
+    // Agents are called lost only while a recorder is listening (its watch is kept).
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        client
+            .query_opt("SELECT 1 FROM liveness_watch", &[])
+            .await
+            .unwrap()
+    })
+    .await;
     let done = reconcile_once(&h.pool, &silent).await.unwrap();
     assert!(done.agents_lost >= 1);
     let ended = h.wait_session(&on_lost, |s| s["status"] == "ERROR").await;

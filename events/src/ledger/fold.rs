@@ -422,6 +422,15 @@ pub(super) async fn apply<C: GenericClient>(
             )
             .await?;
         }
+        Event::AgentReturned(e) => {
+            exec(
+                client,
+                fold,
+                "UPDATE ledger.agents SET lost = NULL WHERE agent_id = $1",
+                &[&e.agent_id],
+            )
+            .await?;
+        }
         // Admission lives in the agent's stream; the recorder folds it from there.
         Event::AgentAdmitted(_) => {}
         // A revoked agent is offered to the scheduler no more, as a lost one.

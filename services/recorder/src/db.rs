@@ -205,3 +205,57 @@ pub async fn admitted_agents(pool: &Pool) -> Result<Vec<String>, LedgerError> {
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
+
+/// Keeps when `agents` were last heard from (`times`, pairwise); the ids among them the
+/// ledger marks lost (and not revoked), which have returned.
+pub async fn keep_seen(
+    pool: &Pool,
+    agents: &[String],
+    times: &[chrono::DateTime<chrono::Utc>],
+) -> Result<Vec<String>, LedgerError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO agent_liveness AS l (agent_id, seen_at)
+             SELECT * FROM unnest($1::text[], $2::timestamptz[])
+             ON CONFLICT (agent_id) DO UPDATE SET seen_at = greatest(l.seen_at, EXCLUDED.seen_at)",
+            &[&agents, &times],
+        )
+        .await?;
+    let rows = client
+        .query(
+            "SELECT agent_id FROM ledger.agents
+             WHERE agent_id = ANY($1) AND lost IS NOT NULL AND lost NOT LIKE 'revoked:%'",
+            &[&agents],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Keeps this recorder's watch: listening without a break since `listening_since` (`None`:
+/// not listening now, so the watch is withdrawn).
+pub async fn keep_watch(
+    pool: &Pool,
+    watcher: &str,
+    listening_since: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<(), LedgerError> {
+    let client = pool.get().await?;
+    match listening_since {
+        Some(since) => {
+            client
+                .execute(
+                    "INSERT INTO liveness_watch (watcher, listening_since, checked_at)
+                     VALUES ($1, $2, now())
+                     ON CONFLICT (watcher) DO UPDATE SET listening_since = $2, checked_at = now()",
+                    &[&watcher, &since],
+                )
+                .await?;
+        }
+        None => {
+            client
+                .execute("DELETE FROM liveness_watch WHERE watcher = $1", &[&watcher])
+                .await?;
+        }
+    }
+    Ok(())
+}

@@ -8,12 +8,14 @@
 //! - [`serve`]: the recorder, answering every agent's requests (queue group `recorder`).
 //! - [`dispatch`]: the dispatcher, a consumer of session events that sends each agent its
 //!   commands (assign, stop) on a JetStream stream where they wait while the agent is away.
+//! - [`liveness`]: when each agent was last heard from, kept outside the log.
 //! - [`telemetry`]: the sink that stores the output and usage agents send, idempotently.
 //! - `db`: the statements this crate makes.
 
 pub mod admission;
 mod db;
 pub mod dispatch;
+pub mod liveness;
 pub mod record;
 pub mod serve;
 pub mod telemetry;
@@ -51,7 +53,9 @@ pub async fn run(
         dispatch::NAME,
         vec![topology.category_subject("session")],
     );
-    let serving = serve::run(nats, pool.clone(), subjects.clone(), stop.clone());
+    let liveness = liveness::Liveness::default();
+    let watching = liveness::keep(pool.clone(), nats.clone(), liveness.clone(), stop.clone());
+    let serving = serve::run(nats, pool.clone(), subjects.clone(), liveness, stop.clone());
     let dispatching = events::consumer::run(
         pool.clone(),
         js.clone(),
@@ -65,6 +69,10 @@ pub async fn run(
         Ok::<(), RecorderError>(())
     };
     tokio::try_join!(
+        async {
+            watching.await;
+            Ok::<(), RecorderError>(())
+        },
         async { Ok::<(), RecorderError>(serving.await?) },
         async { Ok::<(), RecorderError>(dispatching.await?) },
         sinking,

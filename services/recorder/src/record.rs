@@ -70,23 +70,6 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
     Ok(())
 }
 
-/// Notes that the agent is alive.
-pub async fn heartbeat(pool: &Pool, agent_id: &str) -> Result<(), RecordError> {
-    let event = Event::AgentHeartbeated(AgentHeartbeated {
-        agent_id: agent_id.to_owned(),
-        at: chrono::Utc::now(),
-    });
-    ledger::record_now(
-        pool,
-        &agent_stream(agent_id),
-        ExpectedVersion::Any,
-        &[event],
-        &metadata(agent_id, None),
-    )
-    .await?;
-    Ok(())
-}
-
 /// Moves a session placed on `agent_id` to `to` (with the reason, and the exit code of a
 /// batch session). Refused when the session is not on this agent or the move is not
 /// allowed.

@@ -13,6 +13,7 @@ use deadpool_postgres::Pool;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::liveness::Liveness;
 use crate::record::{self, RecordError};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,7 @@ pub async fn run(
     client: async_nats::Client,
     pool: Pool,
     subjects: Subjects,
+    liveness: Liveness,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let js = jetstream::new(client.clone());
@@ -43,7 +45,12 @@ pub async fn run(
         .await
         .map_err(|e| ServeError::Bus(e.to_string()))?;
     let turns = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let recorder = Arc::new(Recorder { pool, js, subjects });
+    let recorder = Arc::new(Recorder {
+        pool,
+        js,
+        subjects,
+        liveness,
+    });
     loop {
         let message = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -74,6 +81,7 @@ struct Recorder {
     pool: Pool,
     js: jetstream::Context,
     subjects: Subjects,
+    liveness: Liveness,
 }
 
 impl Recorder {
@@ -112,10 +120,11 @@ impl Recorder {
                 if let Err(e) = self.ensure_consumer(agent).await {
                     return Ok(Answer::Unavailable { reason: e });
                 }
+                self.liveness.heard_from(agent);
                 Answer::Done
             }
             Request::Heartbeat => {
-                record::heartbeat(&self.pool, agent).await?;
+                self.liveness.heard_from(agent);
                 Answer::Done
             }
             Request::Report(report) => record::report(&self.pool, agent, &report).await?,

@@ -160,16 +160,25 @@ pub async fn owner_loads(
         .collect())
 }
 
-/// Agents not lost whose last heartbeat is older than `timeout`, with their silence in
-/// seconds.
+/// Agents not lost that have not been heard from for longer than `timeout` (by the recorder's
+/// `agent_liveness`, or since they registered), with their silence in seconds. None while no
+/// recorder has listened without a break for longer than `timeout` and is listening now: the
+/// silence may then be the bus's, not the agents'.
 pub async fn silent_agents(
     client: &impl GenericClient,
     timeout: Duration,
 ) -> Result<Vec<(String, i64)>, LedgerError> {
     let rows = client
         .query(
-            "SELECT agent_id, extract(epoch FROM now() - last_heartbeat)::bigint
-             FROM ledger.agents WHERE lost IS NULL AND last_heartbeat < now() - make_interval(secs => $1)",
+            "WITH last AS (
+               SELECT a.agent_id, greatest(a.last_heartbeat, l.seen_at) AS seen_at
+               FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+               WHERE a.lost IS NULL)
+             SELECT agent_id, extract(epoch FROM now() - seen_at)::bigint FROM last
+             WHERE seen_at < now() - make_interval(secs => $1)
+               AND EXISTS (SELECT 1 FROM liveness_watch
+                           WHERE listening_since < now() - make_interval(secs => $1)
+                             AND checked_at > now() - interval '10 seconds')",
             &[&timeout.as_secs_f64()],
         )
         .await?;

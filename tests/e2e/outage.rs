@@ -1,0 +1,115 @@
+//! The bus goes away and comes back: a nats-server of the test's own is killed while an agent
+//! runs, a session is created while it is down, and it is started again on the same store.
+//! No agent is marked lost for the bus's silence, the command created meanwhile is delivered,
+//! and the session runs to its end.
+
+use std::time::Duration;
+
+use berth::app::Parts;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::common::*;
+
+fn batch() -> serde_json::Value {
+    json!({"type": "batch", "image": "berth/shell:latest", "startup_command": "true",
+           "resources": {"cpu": 1, "memory": "256m"}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
+    let port = free_port();
+    let store = std::env::temp_dir().join(format!("berth-nats-{}", Uuid::new_v4().simple()));
+    let server = start_server(port, &store, None).await;
+    let mut config = test_config();
+    config.nats_url = format!("nats://127.0.0.1:{port}");
+    // Silent for 7 s (agents say they are alive every 5 s) is lost, and the reconciler looks
+    // every second.
+    config.timings.heartbeat_timeout = Duration::from_secs(7);
+    config.timings.reconcile_every = Duration::from_secs(1);
+    let h = start_parts(config.clone(), Parts::ALL).await;
+    let seed = admit(&h.pool, "sim1", "default").await;
+    let nats = bus::link::connect(&config.nats_url, "sim1", Some(seed))
+        .await
+        .unwrap();
+    let dir = store.join("agent");
+    let link = bus::Link::new(nats, "sim1", config.agent_bus.clone(), &dir).unwrap();
+    let spec = agent::AgentSpec {
+        agent_id: "sim1".into(),
+        resource_group: "default".into(),
+        capacity: events::payloads::ResourceSlots {
+            cpu_milli: 4000,
+            memory_bytes: 8 * GIB,
+            gpu_milli: 0,
+        },
+        images: vec!["berth/shell:latest".into()],
+        address: None,
+    };
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(agent::simulate(
+        link,
+        spec,
+        Duration::from_millis(500),
+        stop.clone(),
+    ));
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        client
+            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = 'sim1'", &[])
+            .await
+            .unwrap()
+    })
+    .await;
+    let (status, created) = h.create(&h.admin_key, batch()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let first = ids(&created)[0].clone();
+    h.wait_session(&first, |s| s["status"] == "TERMINATED")
+        .await;
+
+    // The bus goes away for twice the heartbeat timeout; a session is created meanwhile.
+    server.kill();
+    let (status, created) = h.create(&h.admin_key, batch()).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the API takes creates without the bus: {created}"
+    );
+    let second = ids(&created)[0].clone();
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    // The agent has been silent for longer than the timeout, with the reconciler running.
+    let silent: f64 = h
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT extract(epoch FROM now() - seen_at)::float8 FROM agent_liveness WHERE agent_id = 'sim1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(silent > 7.0, "silent for {silent} s only");
+    let _server = start_server(port, &store, None).await;
+
+    let detail = h
+        .wait_session_within(&second, Duration::from_secs(60), |s| {
+            s["status"] == "TERMINATED"
+        })
+        .await;
+    assert_eq!(detail["exit_code"], 0, "{detail}");
+    // Reconciled for seconds after the bus came back: the agent's silence was the bus's.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        h.count_events("AgentLost").await,
+        0,
+        "an agent was marked lost"
+    );
+    h.assert_running();
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+}
