@@ -68,6 +68,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         sessions: usize,
     },
+    /// Simulated agents on the bus against `berth up` as its own process: PostgreSQL
+    /// connections and CPU idle, with none and with all of them; then batch sessions
+    /// placed and run per second.
+    Fleet {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 2_000)]
+        sessions: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -98,6 +107,11 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Wake { sessions } => {
             crate::bench_sessions::wake(&config.nats_url, &url, sessions).await
+        }
+        BenchCommand::Fleet { agents, sessions } => {
+            let binary = std::env::current_exe()?;
+            crate::bench_fleet::fleet(&binary, &config.nats_url, &url, &name, agents, sessions)
+                .await
         }
         BenchCommand::Gateway {
             seconds,

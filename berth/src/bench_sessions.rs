@@ -325,6 +325,66 @@ async fn end_session(pool: &Pool, id: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `docker run -d` of the container the start bench compares with.
+async fn docker_run_d(name: &str) -> anyhow::Result<std::process::ExitStatus> {
+    Ok(tokio::process::Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--cpus",
+            "0.25",
+            "-m",
+            "64m",
+            "--label",
+            "ai.berth.bench=1",
+            "berth/shell:latest",
+            "sh",
+            "-c",
+            SLEEPER,
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await?)
+}
+
+/// What the compared containers run: sleep until stopped.
+const SLEEPER: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
+
+/// The same container through the Engine API alone: create, then start.
+async fn bare_create_and_start(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
+    let config = bollard::container::Config {
+        image: Some("berth/shell:latest".to_string()),
+        cmd: Some(vec!["sh".into(), "-c".into(), SLEEPER.into()]),
+        labels: Some(HashMap::from([(
+            "ai.berth.bench".to_string(),
+            "1".to_string(),
+        )])),
+        host_config: Some(bollard::models::HostConfig {
+            nano_cpus: Some(250_000_000),
+            memory: Some(64 << 20),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = bollard::container::CreateContainerOptions {
+        name: name.to_string(),
+        platform: None,
+    };
+    docker.create_container(Some(options), config).await?;
+    docker.start_container::<String>(name, None).await?;
+    Ok(())
+}
+
+async fn remove_bench_container(docker: &bollard::Docker, name: &str) {
+    let options = bollard::container::RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(name, Some(options)).await;
+}
+
 /// The value at quantile `q` of `sorted`.
 fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
@@ -557,9 +617,11 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         }
     };
 
-    // One at a time: berth, then plain `docker run -d`, alternating.
+    // One at a time: berth, then plain `docker run -d`, then the Engine API's bare create
+    // and start of the same container, in turn.
     let mut berth_times = Vec::new();
     let mut plain_times = Vec::new();
+    let mut api_times = Vec::new();
     for i in 0..sessions {
         let started = Instant::now();
         let launched = launcher::launch::launch(&pool, &admin, small_shell(1)).await?;
@@ -570,33 +632,16 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
 
         let name = format!("berth-bench-plain-{}-{i}", std::process::id());
         let started = Instant::now();
-        let status = tokio::process::Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--name",
-                &name,
-                "--cpus",
-                "0.25",
-                "-m",
-                "64m",
-                "--label",
-                "ai.berth.bench=1",
-                "berth/shell:latest",
-                "sh",
-                "-c",
-                "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
-            ])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .await?;
+        let status = docker_run_d(&name).await?;
         anyhow::ensure!(status.success(), "docker run -d failed");
         plain_times.push(started.elapsed());
-        let _ = tokio::process::Command::new("docker")
-            .args(["rm", "-f", &name])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .await;
+        remove_bench_container(&docker, &name).await;
+
+        let name = format!("berth-bench-api-{}-{i}", std::process::id());
+        let started = Instant::now();
+        bare_create_and_start(&docker, &name).await?;
+        api_times.push(started.elapsed());
+        remove_bench_container(&docker, &name).await;
     }
     let pct = |v: &mut Vec<Duration>, q: f64| {
         v.sort_unstable();
@@ -604,7 +649,14 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     };
     let (b50, b99) = (pct(&mut berth_times, 0.5), pct(&mut berth_times, 0.99));
     let (p50, p99) = (pct(&mut plain_times, 0.5), pct(&mut plain_times, 0.99));
-    println!("create to RUNNING over {sessions} sessions: berth p50 {b50:.1} ms, p99 {b99:.1} ms; plain `docker run -d` p50 {p50:.1} ms, p99 {p99:.1} ms; berth/plain at p50 = {:.2}", b50 / p50);
+    let (a50, a99) = (pct(&mut api_times, 0.5), pct(&mut api_times, 0.99));
+    println!("create to RUNNING over {sessions} sessions: berth p50 {b50:.1} ms, p99 {b99:.1} ms; plain `docker run -d` p50 {p50:.1} ms, p99 {p99:.1} ms; bare Engine API create + start p50 {a50:.1} ms, p99 {a99:.1} ms");
+    println!(
+        "berth/docker run at p50 = {:.2}, at p99 = {:.2}; berth/bare API at p50 = {:.2}",
+        b50 / p50,
+        b99 / p99,
+        b50 / a50
+    );
 
     // A burst: `burst` sessions in one request.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -613,8 +665,24 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
     running(ids.clone()).await?;
     let took = started.elapsed().as_secs_f64();
-    println!("burst: {burst} sessions requested at once were all RUNNING after {:.2} s = {:.1} sessions started/s", took, burst as f64 / took);
+    let berth_rate = burst as f64 / took;
     end_all(ids).await?;
+    // The same number of plain `docker run -d`, all at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let names: Vec<String> = (0..burst)
+        .map(|i| format!("berth-bench-burst-{}-{i}", std::process::id()))
+        .collect();
+    let started = Instant::now();
+    let runs = futures::future::join_all(names.iter().map(|n| docker_run_d(n))).await;
+    let plain_took = started.elapsed().as_secs_f64();
+    for run in runs {
+        anyhow::ensure!(run?.success(), "docker run -d failed");
+    }
+    for name in &names {
+        remove_bench_container(&docker, name).await;
+    }
+    let plain_rate = burst as f64 / plain_took;
+    println!("burst of {burst}: berth all RUNNING after {took:.2} s = {berth_rate:.1} sessions started/s; {burst} parallel `docker run -d` after {plain_took:.2} s = {plain_rate:.1}/s; berth/docker = {:.2}", berth_rate / plain_rate);
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
     let _ = agent_task.await;

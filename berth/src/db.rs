@@ -92,6 +92,25 @@ pub async fn count_in_status(
     Ok(client.query_one(&sql, &[&ids]).await?.get(0))
 }
 
+/// How many agents the ledger offers to the scheduler (registered, not lost).
+pub async fn live_agents(client: &impl GenericClient) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one("SELECT count(*) FROM ledger.agents WHERE lost IS NULL", &[])
+        .await?
+        .get(0))
+}
+
+/// How many connections PostgreSQL has open to `database`.
+pub async fn connections_to(client: &impl GenericClient, database: &str) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+            &[&database],
+        )
+        .await?
+        .get(0))
+}
+
 /// The time from session `id`'s request to its placement, by the log's own clock (both
 /// events' `recorded_at`); `None` while it is not placed.
 pub async fn request_to_placement(

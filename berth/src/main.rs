@@ -8,6 +8,7 @@
 
 mod admin;
 mod bench;
+mod bench_fleet;
 mod bench_sessions;
 mod db;
 mod session_cli;

@@ -1,0 +1,267 @@
+//! `berth bench fleet`: many simulated agents on the bus, against the control plane run as a
+//! separate `berth up` process, as an operator runs it. Measured in one run, each next to its
+//! baseline: with no agent, then with all of them registered and idle, the PostgreSQL
+//! connections in use, the CPU of the control-plane process and of PostgreSQL; then batch
+//! sessions created at once, placed, run and ended by the agents through NATS, per second.
+
+// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
+#![allow(clippy::disallowed_types)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Pool;
+use events::payloads::*;
+use tokio_util::sync::CancellationToken;
+
+/// Seconds of CPU (user and system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The command name may hold spaces: the fields start after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Seconds of CPU every PostgreSQL process on this machine has used.
+fn postgres_cpu_seconds() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(cpu_seconds)
+        .sum()
+}
+
+/// The connections to the bench's database.
+async fn connections(pool: &Pool, database: &str) -> anyhow::Result<i64> {
+    let client = pool.get().await?;
+    crate::db::connections_to(&client, database).await
+}
+
+/// Over `window`: the control plane's CPU and PostgreSQL's, in percent of one core.
+async fn idle_cpu(control_plane: u32, window: Duration) -> (f64, f64) {
+    let (c0, p0) = (cpu_seconds(control_plane), postgres_cpu_seconds());
+    tokio::time::sleep(window).await;
+    let (c1, p1) = (cpu_seconds(control_plane), postgres_cpu_seconds());
+    let secs = window.as_secs_f64();
+    ((c1 - c0) / secs * 100.0, (p1 - p0) / secs * 100.0)
+}
+
+/// Runs the bench: `agents` simulated agents, `sessions` batch sessions.
+pub async fn fleet(
+    berth_binary: &Path,
+    nats_url: &str,
+    url: &str,
+    database: &str,
+    agents: usize,
+    sessions: usize,
+) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 4)?;
+    events::store::migrate(&pool, &[]).await?;
+    let id = std::process::id();
+    let subjects = bus::Subjects {
+        root: format!("fleet{id}"),
+        commands_stream: format!("FLEET_CMDS_{id}"),
+        telemetry_stream: format!("FLEET_TEL_{id}"),
+    };
+    let events_stream = format!("FLEET_{id}");
+    let data = std::env::temp_dir().join(format!("berth-fleet-{id}"));
+    std::fs::create_dir_all(&data)?;
+    let log = std::fs::File::create(data.join("up.log"))?;
+    let mut up = std::process::Command::new(berth_binary)
+        .arg("up")
+        .env("BERTH_DATABASE_URL", url)
+        .env("BERTH_NATS_URL", nats_url)
+        .env("BERTH_NATS_STREAM", &events_stream)
+        .env("BERTH_NATS_PREFIX", format!("fleet{id}.evt"))
+        .env("BERTH_NATS_AGENT_ROOT", &subjects.root)
+        .env("BERTH_NATS_COMMANDS_STREAM", &subjects.commands_stream)
+        .env("BERTH_NATS_TELEMETRY_STREAM", &subjects.telemetry_stream)
+        .env("BERTH_GATEWAY_LISTEN", "127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    let result = run_fleet(
+        &pool,
+        up.id(),
+        nats_url,
+        database,
+        &subjects,
+        &data,
+        agents,
+        sessions,
+    )
+    .await;
+    let _ = up.kill();
+    let _ = up.wait();
+    let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
+    for stream in [
+        &events_stream,
+        &subjects.commands_stream,
+        &subjects.telemetry_stream,
+    ] {
+        let _ = js.delete_stream(stream).await;
+    }
+    let _ = std::fs::remove_dir_all(&data);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_fleet(
+    pool: &Pool,
+    control_plane: u32,
+    nats_url: &str,
+    database: &str,
+    subjects: &bus::Subjects,
+    data: &Path,
+    agents: usize,
+    sessions: usize,
+) -> anyhow::Result<()> {
+    let window = Duration::from_secs(10);
+    // The control plane up, with no agent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (cp_none, pg_none) = idle_cpu(control_plane, window).await;
+    let conns_none = connections(pool, database).await?;
+
+    let capacity = ResourceSlots {
+        cpu_milli: 16_000,
+        memory_bytes: 64 << 30,
+        gpu_milli: 0,
+    };
+    let stop = CancellationToken::new();
+    let mut running = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..agents {
+        let agent_id = format!("sim{i:05}");
+        let admission = recorder::admission::Admission {
+            agent_id: agent_id.clone(),
+            resource_group: "default".into(),
+            max_capacity: capacity,
+        };
+        let seed = recorder::admission::admit(pool, &admission, "bench").await?;
+        let nats = bus::link::connect(nats_url, &agent_id, Some(seed)).await?;
+        let link = bus::Link::new(nats, &agent_id, subjects.clone(), &data.join(&agent_id))?;
+        let spec = agent::AgentSpec {
+            agent_id,
+            resource_group: "default".into(),
+            capacity,
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        };
+        running.spawn(agent::simulate(
+            link,
+            spec,
+            Duration::from_secs(1),
+            stop.clone(),
+        ));
+    }
+    loop {
+        let client = pool.get().await?;
+        if crate::db::live_agents(&client).await? as usize >= agents {
+            break;
+        }
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let registered = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (cp_idle, pg_idle) = idle_cpu(control_plane, window).await;
+    let conns_idle = connections(pool, database).await?;
+    println!(
+        "{agents} simulated agents admitted, connected and registered through NATS in {:.1} s",
+        registered.as_secs_f64()
+    );
+    println!("idle, no agent:            control plane {cp_none:.1}% of a core, PostgreSQL {pg_none:.1}%, {conns_none} PostgreSQL connections");
+    println!("idle, {agents} agents:  control plane {cp_idle:.1}% of a core, PostgreSQL {pg_idle:.1}%, {conns_idle} PostgreSQL connections");
+
+    // Sessions created at once, placed and run by the agents through the bus.
+    let owner = {
+        let (_, key) = launcher::access::create_user(
+            pool,
+            "fleet@berth.local",
+            Role::Superadmin,
+            "default",
+            &["default".into()],
+        )
+        .await?;
+        let client = pool.get().await?;
+        events::ledger::key_owner(&client, &key)
+            .await?
+            .expect("just issued")
+    };
+    let mut ids = Vec::with_capacity(sessions);
+    let started = Instant::now();
+    let per_request = 100.min(sessions.max(1));
+    while ids.len() < sessions {
+        let request = launcher::launch::CreateSession {
+            session_type: Some(SessionType::Batch),
+            image: "berth/shell:latest".into(),
+            startup_command: Some("true".into()),
+            resources: launcher::launch::ResourceRequest {
+                cpu: Some(1.0),
+                memory: Some(launcher::launch::ByteSize::Bytes(1 << 30)),
+                ..Default::default()
+            },
+            count: Some(per_request.min(sessions - ids.len()) as u32),
+            ..Default::default()
+        };
+        let launched = launcher::launch::launch(pool, &owner, request).await?;
+        ids.extend(launched.iter().map(|l| l.session_id));
+    }
+    let created = started.elapsed();
+    let mut placed_at = None;
+    loop {
+        let client = pool.get().await?;
+        let pending = crate::db::count_in_status(&client, &ids, &[SessionStatus::Pending]).await?;
+        let ended = crate::db::count_in_status(&client, &ids, &SessionStatus::TERMINAL).await?;
+        drop(client);
+        if pending == 0 && placed_at.is_none() {
+            placed_at = Some(started.elapsed());
+        }
+        if ended as usize == ids.len() {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "sessions did not end in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ended = started.elapsed();
+    let placed = placed_at.unwrap_or(ended);
+    let client = pool.get().await?;
+    let terminated =
+        crate::db::count_in_status(&client, &ids, &[SessionStatus::Terminated]).await?;
+    println!(
+        "{sessions} batch sessions: created in {:.2} s; all placed after {:.2} s = {:.0} placements/s; all ended after {:.2} s = {:.0} sessions run/s ({terminated} TERMINATED)",
+        created.as_secs_f64(),
+        placed.as_secs_f64(),
+        sessions as f64 / placed.as_secs_f64(),
+        ended.as_secs_f64(),
+        sessions as f64 / ended.as_secs_f64(),
+    );
+    stop.cancel();
+    while running.join_next().await.is_some() {}
+    Ok(())
+}
