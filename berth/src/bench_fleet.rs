@@ -195,13 +195,29 @@ async fn run_fleet(
     println!("idle, no agent:            control plane {cp_none:.1}% of a core, PostgreSQL {pg_none:.1}%, {conns_none} PostgreSQL connections");
     println!("idle, {agents} agents:  control plane {cp_idle:.1}% of a core, PostgreSQL {pg_idle:.1}%, {conns_idle} PostgreSQL connections");
 
-    // Sessions created at once, placed and run by the agents through the bus.
+    // Sessions created at once, placed and run by the agents through the bus, for an owner
+    // whose policy lets them all run at once (the default policy's limits would make the
+    // rate the policy's, not the platform's).
+    launcher::access::set_policy(
+        pool,
+        ResourcePolicySet {
+            name: "fleet".into(),
+            max_concurrent_sessions: 1_000_000,
+            max_total: ResourceSlots {
+                cpu_milli: u64::MAX >> 2,
+                memory_bytes: u64::MAX >> 2,
+                gpu_milli: u64::MAX >> 2,
+            },
+            max_session_lifetime_secs: None,
+        },
+    )
+    .await?;
     let owner = {
         let (_, key) = launcher::access::create_user(
             pool,
             "fleet@berth.local",
             Role::Superadmin,
-            "default",
+            "fleet",
             &["default".into()],
         )
         .await?;
