@@ -54,6 +54,10 @@ pub enum Fact {
         #[serde(default)]
         exit_code: Option<i32>,
     },
+    /// The session moved through `through`, in order (the agent's work between them took
+    /// no report's worth of time: PREPARING, PREPARED and CREATING when the image is there).
+    /// Recorded as one report: all of the moves, or, the first refused, none.
+    MovedThrough { through: Vec<SessionStatus> },
     /// This agent's kernels of the session are running. Once every kernel of the session
     /// has started, the control plane moves it to RUNNING.
     KernelsStarted { kernels: Vec<StartedKernel> },

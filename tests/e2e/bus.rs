@@ -161,6 +161,41 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
     assert!(matches!(answer, Answer::Refused { .. }), "{answer:?}");
     assert_eq!(status_changes(&h, &id, "PREPARING").await, 1);
 
+    // Several moves in one report are recorded all or none: PREPARED may follow, RUNNING
+    // may not follow PREPARED, so neither is recorded.
+    let before = stream_version(&h, &id).await;
+    let through = |statuses: Vec<SessionStatus>| {
+        Request::Report(Report {
+            report_id: Uuid::now_v7(),
+            session_id,
+            fact: Fact::MovedThrough { through: statuses },
+            traceparent: None,
+        })
+    };
+    let answer = ask(
+        &nats,
+        &h,
+        "a1",
+        &through(vec![SessionStatus::Prepared, SessionStatus::Running]),
+    )
+    .await;
+    assert!(matches!(answer, Answer::Refused { .. }), "{answer:?}");
+    assert_eq!(stream_version(&h, &id).await, before);
+    let answer = ask(
+        &nats,
+        &h,
+        "a1",
+        &through(vec![SessionStatus::Prepared, SessionStatus::Creating]),
+    )
+    .await;
+    assert_eq!(
+        answer,
+        Answer::Recorded {
+            status: SessionStatus::Creating
+        }
+    );
+    assert_eq!(status_changes(&h, &id, "PREPARED").await, 1);
+
     // What a request cannot be is refused, never recorded.
     let message = nats
         .request(

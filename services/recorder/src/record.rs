@@ -226,6 +226,28 @@ async fn record_report(
             )
             .await
         }
+        Fact::MovedThrough { through } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                &metadata,
+                |state| {
+                    let mut now = state.clone();
+                    let mut events = Vec::new();
+                    for to in through {
+                        let moved = now.transition(*to, None, None)?;
+                        for e in &moved {
+                            now = now.evolve(e);
+                        }
+                        events.extend(moved);
+                    }
+                    Ok(events)
+                },
+            )
+            .await
+        }
         Fact::KernelsStarted { kernels } => {
             kernels_started(pool, agent_id, session_id, kernels, &metadata).await
         }

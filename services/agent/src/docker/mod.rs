@@ -151,6 +151,22 @@ async fn moved(
     }
 }
 
+/// Reports that the session moved through `through`, in order; false when the control plane
+/// refused (it moved on meanwhile).
+async fn moved_through(ctx: &Ctx, session_id: Uuid, through: Vec<SessionStatus>) -> bool {
+    match ctx
+        .link
+        .report(session_id, Fact::MovedThrough { through }, &ctx.stop)
+        .await
+    {
+        Ok(Answer::Recorded { .. }) => true,
+        answered => {
+            tracing::info!(%session_id, ?answered, "session not moved");
+            false
+        }
+    }
+}
+
 async fn remove(ctx: &Ctx, container: &str) {
     let options = RemoveContainerOptions {
         force: true,

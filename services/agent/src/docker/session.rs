@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::keep::{sample_usage, save_logs, LogCursor};
 use super::kernels::create_kernels;
-use super::{cleanup, container_name, load, moved, remove, status_now, Ctx};
+use super::{cleanup, container_name, load, moved, moved_through, remove, status_now, Ctx};
 use crate::AgentError;
 
 /// Prepares, creates and starts the session's container; returns its name, or `None` when
@@ -23,11 +23,21 @@ use crate::AgentError;
 async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentError> {
     let request = &state.request;
     let id = request.session_id;
-    if !moved(ctx, id, SessionStatus::Preparing, None, None).await {
-        return Ok(None);
-    }
-    if ctx.docker.inspect_image(&request.image).await.is_err() {
-        if !moved(ctx, id, SessionStatus::Pulling, None, None).await {
+    let present = ctx.docker.inspect_image(&request.image).await.is_ok();
+    if present {
+        // Nothing to wait for between these: one report of the three moves.
+        let through = vec![
+            SessionStatus::Preparing,
+            SessionStatus::Prepared,
+            SessionStatus::Creating,
+        ];
+        if !moved_through(ctx, id, through).await {
+            return Ok(None);
+        }
+    } else {
+        if !moved(ctx, id, SessionStatus::Preparing, None, None).await
+            || !moved(ctx, id, SessionStatus::Pulling, None, None).await
+        {
             return Ok(None);
         }
         let options = CreateImageOptions::<String> {
@@ -53,11 +63,11 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
             .await;
             return Ok(None);
         }
-    }
-    if !moved(ctx, id, SessionStatus::Prepared, None, None).await
-        || !moved(ctx, id, SessionStatus::Creating, None, None).await
-    {
-        return Ok(None);
+        if !moved(ctx, id, SessionStatus::Prepared, None, None).await
+            || !moved(ctx, id, SessionStatus::Creating, None, None).await
+        {
+            return Ok(None);
+        }
     }
     // Recording the kernels started moves the session to RUNNING once every kernel of it
     // has started (a multi-node cluster waits for its other agents; the reconciler's
