@@ -125,8 +125,24 @@ pub(super) async fn create_kernels(
             return Err(format!("starting the container failed: {e}"));
         }
     }
+    let started = inspect_started(ctx, &layout.mine, &names).await;
+    let fact = Fact::KernelsStarted { kernels: started };
+    match ctx.link.report(id, fact, &ctx.stop).await {
+        Ok(Answer::Recorded { status }) => Ok((names, status)),
+        answered => {
+            remove_all(ctx, &names).await;
+            Err(format!(
+                "the kernels started were not recorded: {answered:?}"
+            ))
+        }
+    }
+}
+
+/// This agent's kernels `mine`, started in containers `names`, as the control plane records
+/// them: container ids, published ports, host names.
+async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<StartedKernel> {
     let mut started = Vec::with_capacity(names.len());
-    for (&k, name) in layout.mine.iter().zip(&names) {
+    for (&k, name) in mine.iter().zip(names) {
         let inspected = ctx.docker.inspect_container(name, None).await.ok();
         let ports = inspected
             .as_ref()
@@ -151,14 +167,25 @@ pub(super) async fn create_kernels(
             hostname,
         });
     }
+    started
+}
+
+/// Reports the kernels of a session an earlier run of this agent created and did not get to
+/// report (the session is still CREATING): the containers ran, so the session reaches
+/// RUNNING before it ends. Whether the control plane recorded them.
+pub(super) async fn report_adopted(ctx: &Ctx, state: &SessionState) -> bool {
+    let layout = spec::layout(state, &ctx.agent_id);
+    let names: Vec<String> = layout
+        .mine
+        .iter()
+        .map(|&k| container_name(state.request.session_id, k))
+        .collect();
+    let started = inspect_started(ctx, &layout.mine, &names).await;
     let fact = Fact::KernelsStarted { kernels: started };
-    match ctx.link.report(id, fact, &ctx.stop).await {
-        Ok(Answer::Recorded { status }) => Ok((names, status)),
-        answered => {
-            remove_all(ctx, &names).await;
-            Err(format!(
-                "the kernels started were not recorded: {answered:?}"
-            ))
-        }
-    }
+    matches!(
+        ctx.link
+            .report(state.request.session_id, fact, &ctx.stop)
+            .await,
+        Ok(Answer::Recorded { .. })
+    )
 }

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::keep::{sample_usage, save_logs, LogCursor};
-use super::kernels::create_kernels;
+use super::kernels::{create_kernels, report_adopted};
 use super::{cleanup, container_name, load, moved, moved_through, remove, status_now, Ctx};
 use crate::AgentError;
 
@@ -208,6 +208,13 @@ async fn own_session(
 ) -> Result<(), AgentError> {
     let session_id = state.request.session_id;
     let container = match adopted {
+        // Created and started by an earlier run that did not get to report them.
+        Some(c) if state.status == SessionStatus::Creating => {
+            if !report_adopted(&ctx, &state).await {
+                tracing::info!(%session_id, "the adopted kernels were not recorded");
+            }
+            c
+        }
         Some(c) => c,
         None => match start(&ctx, &state).await {
             Ok(Some(c)) => c,

@@ -1,0 +1,288 @@
+//! Nothing is lost to a restart. Short batch sessions run in real containers while the agent
+//! (`berth agent`) and the control plane (`berth up`) are each killed with SIGKILL and started
+//! again, at different moments. Afterwards every session is TERMINATED with exit code 0 and
+//! its whole output, each ran in exactly one container, none is left, and the ledger folds
+//! again into exactly the live tables. PostgreSQL, NATS and Docker are real.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use deadpool_postgres::Pool;
+use uuid::Uuid;
+
+/// A `berth` process, killed (SIGKILL) when dropped.
+struct Process(Child);
+
+impl Process {
+    fn start(args: &[&str], env: &[(String, String)], log: &Path) -> Process {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start berth");
+        Process(child)
+    }
+
+    fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn containers_of_agent(agent: &str) -> Vec<String> {
+    let output = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=ai.berth.agent={agent}"))
+        .output()
+        .expect("docker answers");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn launch(pool: &Pool, owner: &events::ledger::KeyOwner, count: u32) -> Vec<Uuid> {
+    let request = serde_json::from_value(serde_json::json!({
+        "type": "batch", "image": "berth/shell:latest",
+        "startup_command": "echo begin; sleep 1; echo done",
+        "resources": {"cpu": 0.25, "memory": "64m"}, "count": count}))
+    .unwrap();
+    launcher::launch::launch(pool, owner, request)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.session_id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_again() {
+    let (pool, url) = fresh_database().await;
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let key = text
+        .split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("the first key is printed");
+    let owner = {
+        let client = pool.get().await.unwrap();
+        events::ledger::key_owner(&client, key)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    // A policy that lets every session of the test run at once.
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "set-policy",
+            "default",
+            "--max-sessions",
+            "100",
+            "--max-cpu",
+            "64",
+            "--max-memory-gib",
+            "64",
+        ],
+    );
+    assert!(ok, "{text}");
+    let id = Uuid::new_v4().simple().to_string();
+    let dir: PathBuf = std::env::temp_dir().join(format!("berth-faults-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent_id = format!("fault{}", &id[..8]);
+    let credential = dir.join("credential");
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "agent",
+            "admit",
+            &agent_id,
+            "--credential-out",
+            credential.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{text}");
+    let nats = std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
+    let shared: Vec<(String, String)> = [
+        ("BERTH_NATS_URL", nats.clone()),
+        ("BERTH_NATS_STREAM", format!("F_{id}")),
+        ("BERTH_NATS_PREFIX", format!("f{id}.evt")),
+        ("BERTH_NATS_AGENT_ROOT", format!("f{id}")),
+        ("BERTH_NATS_COMMANDS_STREAM", format!("FC_{id}")),
+        ("BERTH_NATS_TELEMETRY_STREAM", format!("FT_{id}")),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .into();
+    let mut up_env = shared.clone();
+    up_env.push(("BERTH_DATABASE_URL".into(), url.clone()));
+    up_env.push(("BERTH_GATEWAY_LISTEN".into(), "127.0.0.1:0".into()));
+    up_env.push(("BERTH_SCHEDULER_INTERVAL_MS".into(), "500".into()));
+    let mut agent_env = shared.clone();
+    agent_env.push((
+        "BERTH_DATABASE_URL".into(),
+        "postgres://denied@127.0.0.1:1/none".into(),
+    ));
+    agent_env.push((
+        "BERTH_AGENT_CREDENTIAL".into(),
+        credential.to_str().unwrap().into(),
+    ));
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let agent_args = [
+        "agent",
+        "--id",
+        &agent_id,
+        "--cpu",
+        "4",
+        "--memory-gib",
+        "4",
+        "--data-dir",
+        data,
+    ];
+    let (up_log, agent_log) = (dir.join("up.log"), dir.join("agent.log"));
+
+    let up = Process::start(&["up"], &up_env, &up_log);
+    let agent = Process::start(&agent_args, &agent_env, &agent_log);
+    for _ in 0..300 {
+        let client = pool.get().await.unwrap();
+        let registered = client
+            .query_opt(
+                "SELECT 1 FROM ledger.agents WHERE agent_id = $1",
+                &[&agent_id],
+            )
+            .await
+            .unwrap();
+        if registered.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sessions = launch(&pool, &owner, 6).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    agent.kill();
+    sessions.extend(launch(&pool, &owner, 6).await);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let agent = Process::start(&agent_args, &agent_env, &agent_log);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    up.kill();
+    sessions.extend(launch(&pool, &owner, 6).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let up = Process::start(&["up"], &up_env, &up_log);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    agent.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _agent = Process::start(&agent_args, &agent_env, &agent_log);
+
+    // Every session ends, TERMINATED with its exit code and its whole output.
+    let ended = || async {
+        let client = pool.get().await.unwrap();
+        client
+            .query_one(
+                "SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1)
+                   AND status IN ('TERMINATED', 'ERROR', 'CANCELLED')",
+                &[&sessions],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    for _ in 0..900 {
+        if ended().await as usize == sessions.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let client = pool.get().await.unwrap();
+    let rows = client
+        .query(
+            "SELECT s.session_id, s.status, s.status_reason,
+                    (SELECT (e.payload->>'exit_code')::int FROM events e
+                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
+                    coalesce(l.content, ''),
+                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'KernelStarted'),
+                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'RUNNING')
+             FROM ledger.sessions s LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             WHERE s.session_id = ANY($1)",
+            &[&sessions],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), sessions.len());
+    let logs = || {
+        format!(
+            "agent log:\n{}\nup log (tail):\n{}",
+            std::fs::read_to_string(&agent_log).unwrap_or_default(),
+            std::fs::read_to_string(&up_log)
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+    for row in &rows {
+        let session: Uuid = row.get(0);
+        let status: String = row.get(1);
+        let reason: Option<String> = row.get(2);
+        let exit_code: Option<i32> = row.get(3);
+        let output: String = row.get(4);
+        let (started, running): (i64, i64) = (row.get(5), row.get(6));
+        assert_eq!(
+            status,
+            "TERMINATED",
+            "{session}: {status} ({reason:?})\n{}",
+            logs()
+        );
+        assert_eq!(exit_code, Some(0), "{session}: {reason:?}");
+        assert!(
+            output.contains("begin") && output.contains("done"),
+            "{session}: output {output:?}"
+        );
+        assert_eq!(started, 1, "{session} ran in {started} containers");
+        assert!(running >= 1, "{session} ended without reaching RUNNING");
+    }
+    // No container is left behind.
+    for _ in 0..100 {
+        if containers_of_agent(&agent_id).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers_of_agent(&agent_id), Vec::<String>::new());
+    let replay = events::ledger::replay(&pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    drop(up);
+    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+    for (name, value) in &shared {
+        if name.ends_with("STREAM") {
+            let _ = js.delete_stream(value).await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
