@@ -2,6 +2,7 @@
 //!
 //! - [`catalogue`], [`payloads`], [`aggregate`]: re-exported from the pure `berth-domain`
 //!   crate, so callers keep short paths.
+//! - [`activity`]: an in-process hint that the log grew, so its readers rest while it is quiet.
 //! - [`store`]: the PostgreSQL event store (append with optimistic concurrency, gap-safe
 //!   global reads).
 //! - [`audit`]: the hash chain sealed behind the horizon, and its verification.
@@ -13,6 +14,7 @@
 //! - [`sql`]: SQL fragments built from the domain's status sets.
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
+pub mod activity;
 pub mod audit;
 pub mod consumer;
 pub mod ledger;

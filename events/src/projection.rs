@@ -178,7 +178,9 @@ pub async fn catch_up(pool: &Pool, projection: &impl Projection) -> Result<u64, 
     }
 }
 
-/// Keeps the live projection up to date until `stop` is cancelled.
+/// Keeps the live projection up to date until `stop` is cancelled: reading every `idle_poll`
+/// while the log is active, resting (until an append in this process, or
+/// `activity::QUIET_POLL`) once it is quiet.
 pub async fn run(
     pool: Pool,
     projection: impl Projection,
@@ -187,13 +189,16 @@ pub async fn run(
 ) -> Result<(), ProjectionError> {
     install(&pool, &projection).await?;
     let schema = live_schema(&projection);
+    let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
         let n = step(&pool, &projection, &schema, 1_000, None).await?;
         if n == 0 {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = tokio::time::sleep(idle_poll) => {}
+                _ = activity.rest(idle_poll) => {}
             }
+        } else {
+            activity.saw_events();
         }
     }
     Ok(())

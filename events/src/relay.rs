@@ -95,7 +95,8 @@ pub async fn ensure_stream(
 pub struct RelayConfig {
     /// Most events read and published in one round.
     pub batch: i64,
-    /// Pause after a round that found nothing new.
+    /// Pause after a round that found nothing new while the log is active; once it is quiet,
+    /// the relay rests until an append in this process or `activity::QUIET_POLL`.
     pub idle_poll: Duration,
     /// Least time between two checkpoint writes.
     pub checkpoint_every: Duration,
@@ -194,6 +195,7 @@ async fn publish_loop(
     // Publishes that failed in a row: NATS is away, and the batch is published again (from
     // the same position: the server's duplicate window and consumers drop what landed twice).
     let mut failures = 0u32;
+    let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
         let events = {
             let client = pool.get().await?;
@@ -219,6 +221,7 @@ async fn publish_loop(
                 failures = 0;
             }
             after = last.position;
+            activity.saw_events();
         }
         if after != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
             let client = pool.get().await?;
@@ -229,7 +232,7 @@ async fn publish_loop(
         if events.is_empty() {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = tokio::time::sleep(config.idle_poll) => {}
+                _ = activity.rest(config.idle_poll) => {}
             }
         }
     }

@@ -408,6 +408,9 @@ pub async fn append_with<C: GenericClient>(
         .collect();
     let metadata: Vec<JsonText<'_>> = metadata.iter().map(|m| JsonText(m)).collect();
     let statement = client.prepare_cached(APPEND_SQL).await?;
+    // The readers of the log wake on this (the append may still be rolled back: they read
+    // only what committed).
+    crate::activity::appended();
     let result = client
         .query_one(
             &statement,
