@@ -41,9 +41,11 @@ pub struct Timings {
     /// since the events that can change a decision wake it through NATS and its own deadlines
     /// (reserved starts, pending timeouts) wake it on time.
     pub scheduler_interval: Duration,
-    /// How often the streams projection reads the log when it is caught up.
+    /// How often the streams projection reads the log when it is caught up while the log is
+    /// active (once it is quiet, it rests until an append in its process or 250 ms).
     pub streams_poll: Duration,
-    /// How often the sessions projection reads the log when it is caught up.
+    /// How often the sessions projection reads the log when it is caught up while the log is
+    /// active (once it is quiet, as above).
     pub sessions_poll: Duration,
     /// How long the sealer rests when nothing is left to seal.
     pub sealer_idle: Duration,
