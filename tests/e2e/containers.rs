@@ -371,6 +371,39 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     wait_for(|| async { (containers_of(&id).await == 0).then_some(()) }).await;
 }
 
+/// A session an agent was pulling the image of when it stopped is resumed by the agent started
+/// again (here the image is there by then): it runs to its end, never ERROR for the restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_caught_pulling_by_an_agent_restart_is_resumed() {
+    let h = start().await;
+    let id = fresh_agent_id();
+    // The agent placed on, then "stopped" mid-pull: its moves recorded as it would have.
+    h.agent(&id, "default", 8).await;
+    let mut body = batch("echo resumed");
+    body["agent"] = json!(id);
+    let (status, created) = h.create(&h.admin_key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let session = ids(&created)[0].clone();
+    h.wait_session(&session, |s| s["status"] == "SCHEDULED")
+        .await;
+    let session_id = Uuid::parse_str(&session).unwrap();
+    for to in [SessionStatus::Preparing, SessionStatus::Pulling] {
+        recorder::record::move_session(&h.pool, &id, session_id, to, None, None)
+            .await
+            .unwrap();
+    }
+    // The agent starts (again) and finds it PULLING, with no container.
+    let _agent = docker_agent(&h, &id, &data_dir()).await;
+    let ended = h
+        .wait_session(&session, |s| {
+            matches!(s["status"].as_str(), Some("TERMINATED" | "ERROR"))
+        })
+        .await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    assert!(logs(&h, &session).await.contains("resumed"));
+}
+
 #[tokio::test]
 async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     let h = start().await;

@@ -110,7 +110,8 @@ pub(super) async fn adopt_leftovers(
         }
         match leftover(*status) {
             Leftover::Start => {
-                // Its assignment was taken but the session not started: start it now.
+                // Its assignment was taken but the session not started, or its image was
+                // being pulled: start it now (the pull resumes).
                 sessions.run(ctx, *id);
                 continue;
             }
@@ -137,7 +138,7 @@ pub(super) async fn adopt_leftovers(
 /// again does not find.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leftover {
-    /// Not started yet: start it.
+    /// Not started yet, or caught pulling its image: start it (the pull resumes).
     Start,
     /// Caught before its container ran user code: back to the queue, to be placed again.
     Requeue,
@@ -148,7 +149,7 @@ enum Leftover {
 /// Pure.
 fn leftover(status: SessionStatus) -> Leftover {
     match status {
-        SessionStatus::Scheduled => Leftover::Start,
+        SessionStatus::Scheduled | SessionStatus::Pulling => Leftover::Start,
         SessionStatus::Preparing | SessionStatus::Prepared | SessionStatus::Creating => {
             Leftover::Requeue
         }
@@ -165,6 +166,11 @@ mod tests {
     #[test]
     fn a_session_caught_before_its_container_ran_is_started_or_requeued() {
         assert_eq!(leftover(SessionStatus::Scheduled), Leftover::Start);
+        assert_eq!(
+            leftover(SessionStatus::Pulling),
+            Leftover::Start,
+            "the pull resumes"
+        );
         for status in [
             SessionStatus::Preparing,
             SessionStatus::Prepared,

@@ -24,19 +24,21 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
     let request = &state.request;
     let id = request.session_id;
     let present = ctx.docker.inspect_image(&request.image).await.is_ok();
+    // A session caught PULLING by an earlier run of this agent resumes here.
+    let resumed = state.status == SessionStatus::Pulling;
     if present {
-        // Nothing to wait for between these: one report of the three moves.
-        let through = vec![
-            SessionStatus::Preparing,
-            SessionStatus::Prepared,
-            SessionStatus::Creating,
-        ];
+        // Nothing to wait for between these: one report of the moves.
+        let mut through = vec![SessionStatus::Prepared, SessionStatus::Creating];
+        if !resumed {
+            through.insert(0, SessionStatus::Preparing);
+        }
         if !moved_through(ctx, id, through).await {
             return Ok(None);
         }
     } else {
-        if !moved(ctx, id, SessionStatus::Preparing, None, None).await
-            || !moved(ctx, id, SessionStatus::Pulling, None, None).await
+        if !resumed
+            && (!moved(ctx, id, SessionStatus::Preparing, None, None).await
+                || !moved(ctx, id, SessionStatus::Pulling, None, None).await)
         {
             return Ok(None);
         }
@@ -157,7 +159,8 @@ pub(super) fn outcome(
     }
 }
 
-/// Runs session `id`, placed on this agent, from SCHEDULED to its end.
+/// Runs session `id`, placed on this agent, from SCHEDULED (or from PULLING, where an earlier
+/// run of the agent was caught) to its end.
 pub(super) async fn run_session(
     ctx: Ctx,
     session_id: Uuid,
@@ -190,7 +193,13 @@ async fn follow_session(
         return Ok(());
     };
     // An assignment delivered again, for a session that has moved on since: nothing to do.
-    if adopted.is_none() && state.status != SessionStatus::Scheduled {
+    // (One caught PULLING by an earlier run is resumed.)
+    if adopted.is_none()
+        && !matches!(
+            state.status,
+            SessionStatus::Scheduled | SessionStatus::Pulling
+        )
+    {
         return Ok(());
     }
     let span = tracing::info_span!("session", session = %session_id, agent = %ctx.agent_id);
