@@ -77,6 +77,25 @@ pub fn can_move(session_type: SessionType, from: SessionStatus, to: SessionStatu
 }
 
 impl SessionState {
+    /// The events that move this session through `statuses` in order, each move checked on
+    /// the state the moves before it left: all of them, or the first refusal. No move may
+    /// need a reason.
+    pub fn transition_through(
+        &self,
+        statuses: &[SessionStatus],
+    ) -> Result<Vec<Event>, TransitionError> {
+        let mut now = self.clone();
+        let mut events = Vec::new();
+        for &to in statuses {
+            let moved = now.transition(to, None, None)?;
+            for e in &moved {
+                now = now.evolve(e);
+            }
+            events.extend(moved);
+        }
+        Ok(events)
+    }
+
     /// The events of kernels reported started: a `KernelStarted` for each one not recorded
     /// yet, and the move to RUNNING when that completes the set while the session is
     /// CREATING. Multi-node readiness is decided here, not by an agent watching the log.
@@ -305,6 +324,25 @@ mod tests {
         assert_eq!(state.status, Running);
         assert_eq!(state.kernels_started, vec![0, 1, 2]);
         assert!(matches!(last.last(), Some(Event::SessionStatusChanged(c)) if c.to == Running));
+    }
+
+    #[test]
+    fn moves_through_several_statuses_are_all_or_none() {
+        let state = placed(SessionType::Batch);
+        let events = state
+            .transition_through(&[Preparing, Prepared, Creating])
+            .unwrap();
+        assert_eq!(events.len(), 3);
+        assert_eq!(apply(state.clone(), &events).status, Creating);
+        // PREPARED may follow PREPARING; RUNNING may not follow PREPARED: nothing.
+        assert_eq!(
+            state.transition_through(&[Preparing, Prepared, Running]),
+            Err(TransitionError::Forbidden {
+                from: Prepared,
+                to: Running
+            })
+        );
+        assert!(state.transition_through(&[]).unwrap().is_empty());
     }
 
     #[test]

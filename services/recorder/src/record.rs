@@ -82,15 +82,12 @@ pub async fn move_session(
     exit_code: Option<i32>,
 ) -> Result<SessionState, RecordError> {
     let metadata = metadata(agent_id, None);
-    decide(
-        pool,
-        agent_id,
-        Reporter::Main,
-        session_id,
-        &metadata,
-        |state| state.transition(to, reason.clone(), exit_code),
-    )
-    .await
+    let fact = Fact::Moved {
+        to,
+        reason,
+        exit_code,
+    };
+    record_fact(pool, agent_id, session_id, &fact, &metadata).await
 }
 
 /// Records kernels an agent started (`KernelStarted` each) and, once every kernel of the
@@ -210,48 +207,7 @@ async fn record_report(
         return Ok(Answer::Recorded { status });
     }
     let metadata = metadata(agent_id, Some(report.report_id));
-    let result = match &report.fact {
-        Fact::Moved {
-            to,
-            reason,
-            exit_code,
-        } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                &metadata,
-                |state| state.transition(*to, reason.clone(), *exit_code),
-            )
-            .await
-        }
-        Fact::MovedThrough { through } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                &metadata,
-                |state| {
-                    let mut now = state.clone();
-                    let mut events = Vec::new();
-                    for to in through {
-                        let moved = now.transition(*to, None, None)?;
-                        for e in &moved {
-                            now = now.evolve(e);
-                        }
-                        events.extend(moved);
-                    }
-                    Ok(events)
-                },
-            )
-            .await
-        }
-        Fact::KernelsStarted { kernels } => {
-            kernels_started(pool, agent_id, session_id, kernels, &metadata).await
-        }
-    };
+    let result = record_fact(pool, agent_id, session_id, &report.fact, &metadata).await;
     match result {
         Ok(state) => Ok(Answer::Recorded {
             status: state.status,
@@ -272,6 +228,48 @@ async fn record_report(
             }
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Records `fact` about a session from `agent_id`: a move, or several, only from the agent
+/// of its main kernel; kernels started from any agent holding them.
+async fn record_fact(
+    pool: &Pool,
+    agent_id: &str,
+    session_id: Uuid,
+    fact: &Fact,
+    metadata: &Metadata,
+) -> Result<SessionState, RecordError> {
+    match fact {
+        Fact::Moved {
+            to,
+            reason,
+            exit_code,
+        } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                metadata,
+                |state| state.transition(*to, reason.clone(), *exit_code),
+            )
+            .await
+        }
+        Fact::MovedThrough { through } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                metadata,
+                |state| state.transition_through(through),
+            )
+            .await
+        }
+        Fact::KernelsStarted { kernels } => {
+            kernels_started(pool, agent_id, session_id, kernels, metadata).await
+        }
     }
 }
 
