@@ -17,9 +17,6 @@ use deadpool_postgres::Pool;
 use events::lifecycle;
 use uuid::Uuid;
 
-/// Where nothing listens: an agent that tried the database would fail to reach it.
-const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
-
 /// A `berth agent` process, killed when dropped so a failing test leaves none behind.
 struct AgentProcess(Child);
 
@@ -140,8 +137,7 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     let id = Uuid::new_v4().simple().to_string();
     let mut config = Config::from_source(|_| None);
     config.database_url = url.clone();
-    config.nats_url =
-        std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
+    config.nats_url = nats_url();
     config.topology = events::relay::Topology {
         stream: format!("A_{id}"),
         prefix: format!("a{id}.evt"),
@@ -160,23 +156,12 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     };
     let control_plane = app::start(&config, parts).await.unwrap();
     let credential = dir.join("credential");
-    let (ok, text) = berth(
+    admit_agent(
         &url,
-        &[
-            "admin",
-            "agent",
-            "admit",
-            &agent_id,
-            "--group",
-            "default",
-            "--max-cpu",
-            "2",
-        ]
-        .into_iter()
-        .chain(["--credential-out", credential.to_str().unwrap()])
-        .collect::<Vec<_>>(),
+        &agent_id,
+        &credential,
+        &["--group", "default", "--max-cpu", "2"],
     );
-    assert!(ok, "{text}");
     let agent = AgentProcess::start(&config, &agent_id, &credential, &dir.join("data"), &log);
     eventually("the agent registers with its images", || async {
         let client = pool.get().await.unwrap();

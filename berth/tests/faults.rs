@@ -6,48 +6,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use deadpool_postgres::Pool;
 use uuid::Uuid;
-
-/// A `berth` process, killed (SIGKILL) when dropped.
-struct Process(Child);
-
-impl Process {
-    fn start(args: &[&str], env: &[(String, String)], log: &Path) -> Process {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start berth");
-        Process(child)
-    }
-
-    fn kill(mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn containers_of_agent(agent: &str) -> Vec<String> {
     let output = Command::new("docker")
@@ -112,38 +77,14 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     std::fs::create_dir_all(&dir).unwrap();
     let agent_id = format!("fault{}", &id[..8]);
     let credential = dir.join("credential");
-    let (ok, text) = berth(
-        &url,
-        &[
-            "admin",
-            "agent",
-            "admit",
-            &agent_id,
-            "--credential-out",
-            credential.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "{text}");
-    let nats = std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
-    let shared: Vec<(String, String)> = [
-        ("BERTH_NATS_URL", nats.clone()),
-        ("BERTH_NATS_STREAM", format!("F_{id}")),
-        ("BERTH_NATS_PREFIX", format!("f{id}.evt")),
-        ("BERTH_NATS_AGENT_ROOT", format!("f{id}")),
-        ("BERTH_NATS_COMMANDS_STREAM", format!("FC_{id}")),
-        ("BERTH_NATS_TELEMETRY_STREAM", format!("FT_{id}")),
-    ]
-    .map(|(k, v)| (k.to_owned(), v))
-    .into();
+    admit_agent(&url, &agent_id, &credential, &[]);
+    let shared = bus_env("f", &id);
     let mut up_env = shared.clone();
     up_env.push(("BERTH_DATABASE_URL".into(), url.clone()));
     up_env.push(("BERTH_GATEWAY_LISTEN".into(), "127.0.0.1:0".into()));
     up_env.push(("BERTH_SCHEDULER_INTERVAL_MS".into(), "500".into()));
     let mut agent_env = shared.clone();
-    agent_env.push((
-        "BERTH_DATABASE_URL".into(),
-        "postgres://denied@127.0.0.1:1/none".into(),
-    ));
+    agent_env.push(("BERTH_DATABASE_URL".into(), NO_DATABASE.into()));
     agent_env.push((
         "BERTH_AGENT_CREDENTIAL".into(),
         credential.to_str().unwrap().into(),
@@ -163,8 +104,8 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     ];
     let (up_log, agent_log) = (dir.join("up.log"), dir.join("agent.log"));
 
-    let up = Process::start(&["up"], &up_env, &up_log);
-    let agent = Process::start(&agent_args, &agent_env, &agent_log);
+    let up = BerthProcess::start(&["up"], &up_env, &up_log);
+    let agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
     for _ in 0..300 {
         let client = pool.get().await.unwrap();
         let registered = client
@@ -184,16 +125,16 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     agent.kill();
     sessions.extend(launch(&pool, &owner, 6).await);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let agent = Process::start(&agent_args, &agent_env, &agent_log);
+    let agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     up.kill();
     sessions.extend(launch(&pool, &owner, 6).await);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let up = Process::start(&["up"], &up_env, &up_log);
+    let up = BerthProcess::start(&["up"], &up_env, &up_log);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     agent.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let _agent = Process::start(&agent_args, &agent_env, &agent_log);
+    let _agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
 
     // Every session ends, TERMINATED with its exit code and its whole output.
     let ended = || async {
@@ -278,11 +219,6 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     let replay = events::ledger::replay(&pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
     drop(up);
-    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
-    for (name, value) in &shared {
-        if name.ends_with("STREAM") {
-            let _ = js.delete_stream(value).await;
-        }
-    }
+    delete_streams(&shared).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -81,15 +81,9 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         .to_owned();
     let id = Uuid::new_v4().simple().to_string();
     let listen = format!("127.0.0.1:{}", free_port());
-    let nats = std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into());
-    let env: Vec<(String, String)> = [
+    let mut env = bus_env("p", &id);
+    let more: Vec<(String, String)> = [
         ("BERTH_DATABASE_URL", url.clone()),
-        ("BERTH_NATS_URL", nats),
-        ("BERTH_NATS_STREAM", format!("P_{id}")),
-        ("BERTH_NATS_PREFIX", format!("p{id}.evt")),
-        ("BERTH_NATS_AGENT_ROOT", format!("p{id}")),
-        ("BERTH_NATS_COMMANDS_STREAM", format!("PC_{id}")),
-        ("BERTH_NATS_TELEMETRY_STREAM", format!("PT_{id}")),
         ("BERTH_GATEWAY_LISTEN", listen.clone()),
         ("BERTH_GATEWAY_URL", format!("http://{listen}")),
         ("BERTH_API_KEY", key),
@@ -97,6 +91,7 @@ async fn batch_session_end_to_end(commands: &[&str]) {
     ]
     .map(|(k, v)| (k.to_owned(), v))
     .into();
+    env.extend(more);
     let logs = std::env::temp_dir().join(format!("berth-processes-{id}"));
     std::fs::create_dir_all(&logs).unwrap();
     let mut processes = Processes {
@@ -109,22 +104,11 @@ async fn batch_session_end_to_end(commands: &[&str]) {
     let data = logs.join("data");
     let agent_id = format!("proc{}", &id[..8]);
     let credential = logs.join("credential");
-    let (ok, text) = berth(
-        &url,
-        &[
-            "admin",
-            "agent",
-            "admit",
-            &agent_id,
-            "--credential-out",
-            credential.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "{text}");
+    admit_agent(&url, &agent_id, &credential, &[]);
     let mut agent_env = env.clone();
     for (name, value) in &mut agent_env {
         if name == "BERTH_DATABASE_URL" {
-            *value = "postgres://denied@127.0.0.1:1/none".into();
+            *value = NO_DATABASE.into();
         }
     }
     agent_env.push((

@@ -108,28 +108,9 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
     let a1 = connect_agent(&url, "a1", seed1, &violations).await;
     let dir = std::env::temp_dir().join(format!("berth-a1-{}", Uuid::new_v4().simple()));
     let link = bus::Link::new(a1.clone(), "a1", config.agent_bus.clone(), &dir).unwrap();
-    let spec = agent::AgentSpec {
-        agent_id: "a1".into(),
-        resource_group: "default".into(),
-        capacity: offer("default", 4).capacity,
-        images: vec!["berth/shell:latest".into()],
-        address: None,
-    };
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(agent::simulate(
-        link.clone(),
-        spec,
-        Duration::from_millis(300),
-        stop.clone(),
-    ));
-    wait_for(|| async {
-        let client = h.pool.get().await.unwrap();
-        client
-            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = 'a1'", &[])
-            .await
-            .unwrap()
-    })
-    .await;
+    let agent = h
+        .simulated_agent(&a1, "a1", &dir, Duration::from_millis(300))
+        .await;
     let body = json!({"type": "batch", "image": "berth/shell:latest", "startup_command": "true",
                       "resources": {"cpu": 1, "memory": "256m"}, "agent": "a1"});
     let (status, created) = h.create(&h.admin_key, body).await;
@@ -255,8 +236,7 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
     link2.commands().await.expect("a2 reads its own consumer");
     assert!(a2_violations.lock().unwrap().is_empty());
 
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    agent.stop().await;
     assert_eq!(
         violations.lock().unwrap().len(),
         4,

@@ -43,18 +43,6 @@ async fn ask(nats: &async_nats::Client, h: &Harness, agent: &str, request: &Requ
     serde_json::from_slice(&message.payload).unwrap()
 }
 
-/// Waits until the ledger knows agent `id`.
-async fn registered(h: &Harness, id: &str) {
-    wait_for(|| async {
-        let client = h.pool.get().await.unwrap();
-        client
-            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = $1", &[&id])
-            .await
-            .unwrap()
-    })
-    .await;
-}
-
 async fn status_changes(h: &Harness, session: &str, to: &str) -> i64 {
     let client = h.pool.get().await.unwrap();
     client
@@ -260,34 +248,6 @@ async fn commands_wait_in_the_stream_for_an_agent_that_is_away() {
     assert_eq!(got[1], Command::Stop { session_id });
 }
 
-/// A simulated agent of its own on the test's bus, with its outbox under `dir`.
-fn simulated(
-    h: &Harness,
-    nats: &async_nats::Client,
-    id: &str,
-    dir: &std::path::Path,
-    batch_runs_for: Duration,
-) -> (CancellationToken, tokio::task::JoinHandle<()>) {
-    let link = bus::Link::new(nats.clone(), id, h.agent_bus.clone(), dir).unwrap();
-    let spec = agent::AgentSpec {
-        agent_id: id.into(),
-        resource_group: "default".into(),
-        capacity: offer().capacity,
-        images: offer().images,
-        address: None,
-    };
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            agent::simulate(link, spec, batch_runs_for, stop)
-                .await
-                .unwrap();
-        }
-    });
-    (stop, task)
-}
-
 fn start_recorder(
     h: &Harness,
     nats: &async_nats::Client,
@@ -330,8 +290,9 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
     let (recorder_stop, recorder) = start_recorder(&h, &nats);
     let dir = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
     admit(&h.pool, "sim1", "default").await;
-    let (agent_stop, agent_task) = simulated(&h, &nats, "sim1", &dir, Duration::from_secs(2));
-    registered(&h, "sim1").await;
+    let agent = h
+        .simulated_agent(&nats, "sim1", &dir, Duration::from_secs(2))
+        .await;
     let body = json!({"type": "batch", "image": "berth/shell:latest", "startup_command": "true",
                       "resources": {"cpu": 1, "memory": "256m"}});
     let (status, created) = h.create(&h.admin_key, body).await;
@@ -344,8 +305,7 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
     recorder.await.unwrap();
     wait_for(|| async { (outbox_files(&dir) == 1).then_some(()) }).await;
     // The agent too is stopped and started again: the report waits on its disk.
-    agent_stop.cancel();
-    agent_task.await.unwrap();
+    agent.stop().await;
     assert_eq!(outbox_files(&dir), 1);
     let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
     assert_eq!(
@@ -354,14 +314,15 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
     );
 
     let (recorder_stop, recorder) = start_recorder(&h, &nats);
-    let (agent_stop, agent_task) = simulated(&h, &nats, "sim1", &dir, Duration::from_secs(2));
+    let agent = h
+        .simulated_agent(&nats, "sim1", &dir, Duration::from_secs(2))
+        .await;
     let detail = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
     assert_eq!(detail["exit_code"], 0, "{detail}");
     assert_eq!(status_changes(&h, &id, "TERMINATED").await, 1);
     assert_eq!(outbox_files(&dir), 0);
     h.assert_running();
-    agent_stop.cancel();
-    agent_task.await.unwrap();
+    agent.stop().await;
     recorder_stop.cancel();
     recorder.await.unwrap();
     let replay = events::ledger::replay(&h.pool).await.unwrap();

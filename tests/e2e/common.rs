@@ -183,6 +183,45 @@ impl Harness {
             .unwrap();
     }
 
+    /// Waits until the ledger knows agent `id` (it has registered).
+    pub async fn wait_registered(&self, id: &str) {
+        wait_for(|| async {
+            let client = self.pool.get().await.unwrap();
+            client
+                .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = $1", &[&id])
+                .await
+                .unwrap()
+        })
+        .await;
+    }
+
+    /// Starts a simulated agent `id` (4 cores, 8 GiB, `berth/shell`) on this control plane's
+    /// bus over `nats`, its outbox under `dir`; it has registered when this returns.
+    pub async fn simulated_agent(
+        &self,
+        nats: &async_nats::Client,
+        id: &str,
+        dir: &std::path::Path,
+        batch_runs_for: Duration,
+    ) -> SimulatedAgent {
+        let link = bus::Link::new(nats.clone(), id, self.agent_bus.clone(), dir).unwrap();
+        let spec = agent::AgentSpec {
+            agent_id: id.into(),
+            resource_group: "default".into(),
+            capacity: ResourceSlots {
+                cpu_milli: 4000,
+                memory_bytes: 8 * GIB,
+                gpu_milli: 0,
+            },
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(agent::simulate(link, spec, batch_runs_for, stop.clone()));
+        self.wait_registered(id).await;
+        SimulatedAgent { stop, task }
+    }
+
     pub async fn user(&self, email: &str) -> String {
         let (_, key) = launcher::access::create_user(
             &self.pool,
@@ -334,6 +373,23 @@ impl Drop for Harness {
         if let Ok(Err(e)) = cleaned {
             eprintln!("the test's database or stream was not dropped: {e}");
         }
+    }
+}
+
+/// A simulated agent started by [`Harness::simulated_agent`].
+pub struct SimulatedAgent {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), agent::AgentError>>,
+}
+
+impl SimulatedAgent {
+    /// Stops the agent, which must have run without failing until then.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.task
+            .await
+            .expect("the agent's task ends")
+            .expect("the agent ran without failing");
     }
 }
 

@@ -84,15 +84,7 @@ async fn spawn_agent(
                 .expect("agent runs");
         }
     });
-    // Registered once the ledger knows it.
-    wait_for(|| async {
-        let client = h.pool.get().await.unwrap();
-        client
-            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = $1", &[&id])
-            .await
-            .unwrap()
-    })
-    .await;
+    h.wait_registered(id).await;
     DockerAgent { stop, task }
 }
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use berth::app::Parts;
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::common::*;
@@ -35,33 +34,9 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
         .await
         .unwrap();
     let dir = store.join("agent");
-    let link = bus::Link::new(nats, "sim1", config.agent_bus.clone(), &dir).unwrap();
-    let spec = agent::AgentSpec {
-        agent_id: "sim1".into(),
-        resource_group: "default".into(),
-        capacity: events::payloads::ResourceSlots {
-            cpu_milli: 4000,
-            memory_bytes: 8 * GIB,
-            gpu_milli: 0,
-        },
-        images: vec!["berth/shell:latest".into()],
-        address: None,
-    };
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(agent::simulate(
-        link,
-        spec,
-        Duration::from_millis(500),
-        stop.clone(),
-    ));
-    wait_for(|| async {
-        let client = h.pool.get().await.unwrap();
-        client
-            .query_opt("SELECT 1 FROM ledger.agents WHERE agent_id = 'sim1'", &[])
-            .await
-            .unwrap()
-    })
-    .await;
+    let agent = h
+        .simulated_agent(&nats, "sim1", &dir, Duration::from_millis(500))
+        .await;
     let (status, created) = h.create(&h.admin_key, batch()).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let first = ids(&created)[0].clone();
@@ -108,8 +83,7 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
         "an agent was marked lost"
     );
     h.assert_running();
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    agent.stop().await;
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
 }

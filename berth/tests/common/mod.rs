@@ -74,3 +74,84 @@ pub fn berth_with(args: &[&str], env: &[(String, String)]) -> (bool, String) {
 pub fn berth_line(url: &str, line: &str) -> (bool, String) {
     berth(url, &line.split_whitespace().collect::<Vec<_>>())
 }
+
+/// Where nothing listens: an agent that tried the database would fail to reach it.
+pub const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
+
+pub fn nats_url() -> String {
+    std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
+}
+
+/// The NATS variables of a control plane of the test's own: the server, and the streams and
+/// subjects named after `tag` and `id` (`<TAG>_<id>` for events, `<TAG>C_`/`<TAG>T_` for the
+/// agents' commands and telemetry).
+pub fn bus_env(tag: &str, id: &str) -> Vec<(String, String)> {
+    let upper = tag.to_uppercase();
+    [
+        ("BERTH_NATS_URL", nats_url()),
+        ("BERTH_NATS_STREAM", format!("{upper}_{id}")),
+        ("BERTH_NATS_PREFIX", format!("{tag}{id}.evt")),
+        ("BERTH_NATS_AGENT_ROOT", format!("{tag}{id}")),
+        ("BERTH_NATS_COMMANDS_STREAM", format!("{upper}C_{id}")),
+        ("BERTH_NATS_TELEMETRY_STREAM", format!("{upper}T_{id}")),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .into()
+}
+
+/// Deletes the JetStream streams `env` names (from [`bus_env`]).
+pub async fn delete_streams(env: &[(String, String)]) {
+    let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    for (name, value) in env {
+        if name.ends_with("STREAM") {
+            let _ = js.delete_stream(value).await;
+        }
+    }
+}
+
+/// Admits agent `id` (`berth admin agent admit`, with `extra` arguments), its credential
+/// written to `credential`.
+pub fn admit_agent(url: &str, id: &str, credential: &std::path::Path, extra: &[&str]) {
+    let mut args = vec!["admin", "agent", "admit", id, "--credential-out"];
+    args.push(credential.to_str().unwrap());
+    args.extend(extra);
+    let (ok, text) = berth(url, &args);
+    assert!(ok, "{text}");
+}
+
+/// A `berth` process started by a test, its output appended to a log; killed (SIGKILL) when
+/// dropped, so a failing test leaves none behind.
+pub struct BerthProcess(std::process::Child);
+
+impl BerthProcess {
+    pub fn start(args: &[&str], env: &[(String, String)], log: &std::path::Path) -> BerthProcess {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start berth");
+        BerthProcess(child)
+    }
+
+    /// SIGKILL: the process gets no chance to clean up.
+    pub fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for BerthProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
