@@ -117,19 +117,7 @@ where
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_stuck() {
     let (pool, url) = fresh_database().await;
-    let (ok, text) = berth(&url, &["admin", "init"]);
-    assert!(ok, "{text}");
-    let key = text
-        .split_whitespace()
-        .find(|w| w.starts_with("berth_"))
-        .expect("the first key is printed");
-    let owner = {
-        let client = pool.get().await.unwrap();
-        events::ledger::key_owner(&client, key)
-            .await
-            .unwrap()
-            .unwrap()
-    };
+    let owner = first_superadmin(&pool, &url).await;
     let agent_id = format!("proc{}", &Uuid::new_v4().simple().to_string()[..8]);
     let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
     std::fs::create_dir_all(&dir).unwrap();

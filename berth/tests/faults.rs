@@ -43,19 +43,7 @@ async fn launch(pool: &Pool, owner: &events::ledger::KeyOwner, count: u32) -> Ve
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_again() {
     let (pool, url) = fresh_database().await;
-    let (ok, text) = berth(&url, &["admin", "init"]);
-    assert!(ok, "{text}");
-    let key = text
-        .split_whitespace()
-        .find(|w| w.starts_with("berth_"))
-        .expect("the first key is printed");
-    let owner = {
-        let client = pool.get().await.unwrap();
-        events::ledger::key_owner(&client, key)
-            .await
-            .unwrap()
-            .unwrap()
-    };
+    let owner = first_superadmin(&pool, &url).await;
     // A policy that lets every session of the test run at once.
     let (ok, text) = berth(
         &url,

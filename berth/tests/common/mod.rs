@@ -75,6 +75,21 @@ pub fn berth_line(url: &str, line: &str) -> (bool, String) {
     berth(url, &line.split_whitespace().collect::<Vec<_>>())
 }
 
+/// Sets up a fresh install with `berth admin init`; its first superadmin, as a key's owner.
+pub async fn first_superadmin(pool: &Pool, url: &str) -> events::ledger::KeyOwner {
+    let (ok, text) = berth(url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let key = text
+        .split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("the first key is printed");
+    let client = pool.get().await.unwrap();
+    events::ledger::key_owner(&client, key)
+        .await
+        .unwrap()
+        .expect("the printed key has an owner")
+}
+
 /// Where nothing listens: an agent that tried the database would fail to reach it.
 pub const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
 
