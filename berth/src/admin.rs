@@ -82,6 +82,9 @@ pub enum AdminCommand {
     /// key with its own subjects only. Include it in the server's configuration and reload
     /// the server (SIGHUP) after each admission or revocation.
     NatsAuthorization,
+    /// The idle-reaper's checks: set them, or see what it would reap now.
+    #[command(subcommand)]
+    Idle(IdleAdminCommand),
     /// Save a resource preset that create requests may name.
     SavePreset {
         name: String,
@@ -94,6 +97,45 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 64)]
         shm_mib: u64,
     },
+}
+
+#[derive(Subcommand)]
+pub enum IdleAdminCommand {
+    /// Set the idle checks of a resource group, or of a resource policy (whose checks replace
+    /// the group's, checker by checker, for its users). A checker left out is off.
+    Set {
+        #[arg(long, conflicts_with = "policy", required_unless_present = "policy")]
+        group: Option<String>,
+        #[arg(long)]
+        policy: Option<String>,
+        /// Seconds a session may live, counted from its creation.
+        #[arg(long)]
+        max_lifetime: Option<u64>,
+        /// Seconds without a byte in or out after which an interactive session is reaped.
+        #[arg(long)]
+        network_idle: Option<u64>,
+        /// Utilization: seconds after the start of RUNNING in which it never reaps.
+        #[arg(long, default_value_t = 0)]
+        grace: u64,
+        /// Utilization: seconds the averages are taken over (turns the checker on).
+        #[arg(long)]
+        window: Option<u64>,
+        /// Utilization thresholds, in percent of what the session holds.
+        #[arg(long)]
+        cpu: Option<f64>,
+        #[arg(long)]
+        memory: Option<f64>,
+        #[arg(long)]
+        gpu: Option<f64>,
+        #[arg(long)]
+        gpu_memory: Option<f64>,
+        /// `all`: idle when every resource is below its threshold; `any`: when one is.
+        #[arg(long, default_value = "all")]
+        combine: String,
+    },
+    /// List the sessions the idle-reaper would reap now, and why, without reaping (asks the
+    /// running idle-reaper over NATS).
+    Preview,
 }
 
 #[derive(Subcommand)]
@@ -177,6 +219,71 @@ pub async fn run(
             println!(
                 "agent {id} revoked; make the NATS server's authorization again and reload it"
             );
+        }
+        AdminCommand::Idle(IdleAdminCommand::Set {
+            group,
+            policy,
+            max_lifetime,
+            network_idle,
+            grace,
+            window,
+            cpu,
+            memory,
+            gpu,
+            gpu_memory,
+            combine,
+        }) => {
+            use events::idleness::*;
+            let combine = match combine.as_str() {
+                "all" | "and" => Combine::All,
+                "any" | "or" => Combine::Any,
+                other => anyhow::bail!("--combine: `{other}` is neither `all` nor `any`"),
+            };
+            let utilization = window.map(|window_secs| UtilizationCheck {
+                grace_period_secs: grace,
+                window_secs,
+                thresholds: Thresholds {
+                    cpu_percent: cpu,
+                    memory_percent: memory,
+                    gpu_percent: gpu,
+                    gpu_memory_percent: gpu_memory,
+                },
+                combine,
+            });
+            let scope = match (group, policy) {
+                (Some(g), _) => IdleScope::ResourceGroup(g),
+                (None, Some(p)) => IdleScope::ResourcePolicy(p),
+                (None, None) => anyhow::bail!("name a --group or a --policy"),
+            };
+            let checks = IdleChecks {
+                max_lifetime_secs: max_lifetime,
+                network_idle_timeout_secs: network_idle,
+                utilization,
+            };
+            launcher::access::set_idle_checks(pool, scope.clone(), checks).await?;
+            println!("idle checks of {scope:?} set");
+        }
+        AdminCommand::Idle(IdleAdminCommand::Preview) => {
+            let nats = berth::app::connect_nats(config).await?;
+            let answer = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                nats.request(config.agent_bus.idle_preview(), Vec::new().into()),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("the idle-reaper did not answer (is it running?)"))?
+            .map_err(|e| anyhow::anyhow!("the idle-reaper did not answer: {e}"))?;
+            let due: Vec<events::idleness::IdleVerdict> = serde_json::from_slice(&answer.payload)?;
+            if due.is_empty() {
+                println!("nothing would be reaped now");
+            }
+            for verdict in due {
+                println!(
+                    "{}  {}  {}",
+                    verdict.session_id,
+                    verdict.reading.checker.as_str(),
+                    verdict.reading.explanation
+                );
+            }
         }
         AdminCommand::NatsAuthorization => {
             let url = reqwest::Url::parse(&config.nats_url)?;

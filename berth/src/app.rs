@@ -1,9 +1,9 @@
 //! The one composition of berth's control plane. [`start`] wires the parts a process runs
-//! (relay and sealer, projections, scheduler, reconciler, recorder, gateway) onto one
-//! database pool and one stop token. `berth up` starts every part; `berth relay`,
-//! `berth projections`, `berth scheduler`, `berth reconciler`, `berth recorder` and
-//! `berth gateway` start one each; the end-to-end tests start the same function, so what
-//! they test is what runs.
+//! (relay and sealer, projections, scheduler, reconciler, recorder, idle-reaper, gateway)
+//! onto one database pool and one stop token. `berth up` starts every part; `berth relay`,
+//! `berth projections`, `berth scheduler`, `berth reconciler`, `berth recorder`,
+//! `berth idle-reaper` and `berth gateway` start one each; the end-to-end tests start the
+//! same function, so what they test is what runs.
 //!
 //! Agents are not parts: they run on compute hosts (`berth agent`) and reach the control
 //! plane only through NATS, where the recorder answers them.
@@ -38,6 +38,8 @@ pub struct Parts {
     /// Meets the agents on NATS: records what they report, sends them their commands, and
     /// keeps their telemetry.
     pub recorder: bool,
+    /// Terminates sessions past their lifetime or idle, and says why.
+    pub idle_reaper: bool,
     /// Serves the HTTP API.
     pub gateway: bool,
 }
@@ -50,6 +52,7 @@ impl Parts {
         scheduler: true,
         reconciler: true,
         recorder: true,
+        idle_reaper: true,
         gateway: true,
     };
     const NONE: Parts = Parts {
@@ -58,6 +61,7 @@ impl Parts {
         scheduler: false,
         reconciler: false,
         recorder: false,
+        idle_reaper: false,
         gateway: false,
     };
     pub const RELAY: Parts = Parts {
@@ -78,6 +82,10 @@ impl Parts {
     };
     pub const RECORDER: Parts = Parts {
         recorder: true,
+        ..Parts::NONE
+    };
+    pub const IDLE_REAPER: Parts = Parts {
+        idle_reaper: true,
         ..Parts::NONE
     };
     pub const GATEWAY: Parts = Parts {
@@ -237,6 +245,23 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             Ok(())
         });
     }
+    if parts.idle_reaper {
+        let nats = connect_nats(config).await?;
+        let (p, subjects, topology, s) = (
+            pool.clone(),
+            config.agent_bus.clone(),
+            config.topology.clone(),
+            stop.clone(),
+        );
+        let reaper = idle_reaper::ReaperConfig {
+            tick: timings.reaper_tick,
+            ..Default::default()
+        };
+        tasks.spawn(async move {
+            idle_reaper::run(nats, p, subjects, topology, reaper, s).await?;
+            Ok(())
+        });
+    }
     let mut gateway = None;
     if parts.gateway {
         // NATS feeds the event stream and the detail cache; the API works without it.
@@ -246,7 +271,8 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             nats,
             config.topology.clone(),
             timings.detail_cache_ttl,
-        );
+        )
+        .with_agent_bus(config.agent_bus.clone());
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;

@@ -568,6 +568,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         data_dir: data.clone(),
         stop_grace_secs: 1,
         image_refresh: None,
+        usage_every: std::time::Duration::from_secs(5),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;

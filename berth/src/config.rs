@@ -58,6 +58,11 @@ pub struct Timings {
     pub agent_image_refresh: Duration,
     /// How long a simulated agent keeps a session in each status.
     pub simulated_step: Duration,
+    /// How often an agent samples a running container's usage (what the idle-reaper's
+    /// utilization and network checkers decide on).
+    pub agent_usage_every: Duration,
+    /// How often the idle-reaper compares what it knows with the clock.
+    pub reaper_tick: Duration,
 }
 
 impl Default for Timings {
@@ -73,6 +78,8 @@ impl Default for Timings {
             agent_stop_grace: Duration::from_secs(10),
             agent_image_refresh: Duration::from_secs(10),
             simulated_step: Duration::from_secs(1),
+            agent_usage_every: Duration::from_secs(5),
+            reaper_tick: Duration::from_millis(250),
         }
     }
 }
@@ -139,6 +146,12 @@ impl Config {
                     secs,
                     defaults.agent_stop_grace,
                 ),
+                agent_usage_every: duration(
+                    "BERTH_AGENT_USAGE_EVERY_MS",
+                    millis,
+                    defaults.agent_usage_every,
+                ),
+                reaper_tick: duration("BERTH_REAPER_TICK_MS", millis, defaults.reaper_tick),
                 ..defaults
             },
         }

@@ -54,6 +54,8 @@ enum Command {
     /// Run only the recorder, the dispatcher and the telemetry sink (the agents' side of the
     /// control plane, on NATS).
     Recorder,
+    /// Run only the idle-reaper (sessions past their lifetime, or idle, terminated).
+    IdleReaper,
     /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
     Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
@@ -168,6 +170,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scheduler => serve(&config, Parts::SCHEDULER).await?,
         Command::Reconciler => serve(&config, Parts::RECONCILER).await?,
         Command::Recorder => serve(&config, Parts::RECORDER).await?,
+        Command::IdleReaper => serve(&config, Parts::IDLE_REAPER).await?,
         Command::Gateway => serve(&config, Parts::GATEWAY).await?,
         Command::Replay {
             projection: name,
@@ -304,6 +307,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             data_dir,
                             stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
                             image_refresh: images_from_host.then_some(timings.agent_image_refresh),
+                            usage_every: timings.agent_usage_every,
                         };
                         agent::docker::run(link, docker, spec, runtime, stop.clone()).await?
                     }

@@ -143,6 +143,26 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Output travels as telemetry, beside the reports that end a session: the sink may keep
+    // a session's last chunk a moment after it ends (more so just after a restart).
+    let complete = || async {
+        let client = pool.get().await.unwrap();
+        client
+            .query_one(
+                "SELECT count(*) FROM session_logs
+                 WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'",
+                &[&sessions],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    for _ in 0..150 {
+        if complete().await as usize == sessions.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let client = pool.get().await.unwrap();
     let rows = client
         .query(

@@ -5,7 +5,8 @@
 //! |---|---|---|
 //! | `<root>.cmd.<agent>.<session>` | JetStream `commands_stream` | dispatcher → the agent's durable consumer `agent-<agent>` |
 //! | `<root>.rec.<agent>` | core request-reply, queue group `recorder` | agent → recorder |
-//! | `<root>.tel.<agent>.log.<session>.<kernel>`, `<root>.tel.<agent>.usage.<session>` | JetStream `telemetry_stream` | agent → telemetry sink |
+//! | `<root>.tel.<agent>.log.<session>.<kernel>`, `<root>.tel.<agent>.usage.<session>` | JetStream `telemetry_stream` | agent → telemetry sink, idle-reaper |
+//! | `<root>.idle.readings`, `<root>.idle.preview` | core request-reply | gateway, CLI → idle-reaper |
 //!
 //! The agent's id is a subject token, so an agent's rights can be written as subjects.
 
@@ -98,6 +99,22 @@ impl Subjects {
     /// Every telemetry subject (the telemetry stream's subjects).
     pub fn all_telemetry(&self) -> String {
         format!("{}.tel.>", self.root)
+    }
+
+    /// Every usage subject (the idle-reaper's filter on the telemetry stream).
+    pub fn all_usage(&self) -> String {
+        format!("{}.tel.*.usage.>", self.root)
+    }
+
+    /// Where the idle-reaper answers what its checkers say of a session
+    /// (`domain::idleness::SessionReadings`, or null when it does not watch it).
+    pub fn idle_readings(&self) -> String {
+        format!("{}.idle.readings", self.root)
+    }
+
+    /// Where the idle-reaper answers which sessions it would reap now, and why.
+    pub fn idle_preview(&self) -> String {
+        format!("{}.idle.preview", self.root)
     }
 
     /// The agent a telemetry subject names, when it is one.

@@ -45,6 +45,9 @@ pub struct SessionState {
     pub scheduling_attempts: u32,
     pub termination_requested: bool,
     pub exit_code: Option<i32>,
+    /// Exempted from the idle checks by its owner or an admin.
+    #[serde(default)]
+    pub idle_exempt: bool,
 }
 
 /// The state of one stream, by its category.
@@ -133,6 +136,7 @@ impl SessionState {
             scheduling_attempts: 0,
             termination_requested: false,
             exit_code: None,
+            idle_exempt: false,
         }
     }
 
@@ -159,6 +163,7 @@ impl SessionState {
             }
             Event::SessionRenamed(e) => self.name = e.new_name.clone(),
             Event::SessionTerminationRequested(_) => self.termination_requested = true,
+            Event::SessionIdleExempted(_) => self.idle_exempt = true,
             Event::SessionResourcesReleased(_) => {
                 self.reserved = None;
                 self.releases += 1;

@@ -183,6 +183,13 @@ catalogue! {
     KernelStarted(KernelStarted) = "KernelStarted" v 1,
     /// A user created a named folder to mount into sessions.
     FolderCreated(FolderCreated) = "FolderCreated" v 1,
+    /// An operator set the idle checks of a resource group or a resource policy.
+    IdleChecksSet(IdleChecksSet) = "IdleChecksSet" v 1,
+    /// An owner or an admin exempted a session from the idle checks.
+    SessionIdleExempted(SessionIdleExempted) = "SessionIdleExempted" v 1,
+    /// The idle-reaper found a session idle: the checker and the figures that decided it
+    /// (its termination follows in the same append).
+    SessionIdleReaped(SessionIdleReaped) = "SessionIdleReaped" v 1,
 }
 
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
@@ -413,6 +420,44 @@ mod tests {
             }),
             Event::AgentReturned(AgentReturned {
                 agent_id: "a1".into(),
+            }),
+            Event::IdleChecksSet(IdleChecksSet {
+                scope: crate::idleness::IdleScope::ResourceGroup("default".into()),
+                checks: crate::idleness::IdleChecks {
+                    max_lifetime_secs: Some(3600),
+                    network_idle_timeout_secs: Some(600),
+                    utilization: Some(crate::idleness::UtilizationCheck {
+                        grace_period_secs: 300,
+                        window_secs: 600,
+                        thresholds: crate::idleness::Thresholds {
+                            cpu_percent: Some(5.0),
+                            memory_percent: Some(10.0),
+                            gpu_percent: Some(1.0),
+                            gpu_memory_percent: Some(2.5),
+                        },
+                        combine: crate::idleness::Combine::Any,
+                    }),
+                },
+            }),
+            Event::SessionIdleExempted(SessionIdleExempted {
+                session_id: id,
+                by: id,
+                reason: "a long training run".into(),
+            }),
+            Event::SessionIdleReaped(SessionIdleReaped {
+                session_id: id,
+                reading: crate::idleness::IdleReading {
+                    checker: crate::idleness::IdleChecker::Utilization,
+                    measures: vec![crate::idleness::IdleMeasure {
+                        name: "cpu_percent".into(),
+                        value: 0.25,
+                        threshold: 5.0,
+                    }],
+                    remaining_secs: Some(0.0),
+                    fires: true,
+                    explanation: "average over the last 600 s: cpu_percent 0.2% (threshold 5%)"
+                        .into(),
+                },
             }),
         ]
     }

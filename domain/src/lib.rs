@@ -3,6 +3,8 @@
 //! - [`catalogue`] and [`payloads`]: every event type, versioned, upcast on read; the one
 //!   serialised boundary every service shares.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
+//! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
+//!   did and a clock.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
 //! - [`RecordedEvent`] and [`LogPosition`]: an event as the log returns it, and its place in
@@ -14,6 +16,7 @@
 
 pub mod aggregate;
 pub mod catalogue;
+pub mod idleness;
 pub mod lifecycle;
 pub mod payloads;
 

@@ -5,10 +5,13 @@
 
 use crate::aggregate::SessionState;
 use crate::catalogue::Event;
+use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
-    KernelStarted, SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
-    SessionTerminationRequested, SessionType,
+    KernelStarted, SessionIdleExempted, SessionIdleReaped, SessionRenamed,
+    SessionResourcesReleased, SessionStatus, SessionStatusChanged, SessionTerminationRequested,
+    SessionType,
 };
+use uuid::Uuid;
 
 use SessionStatus::*;
 
@@ -143,7 +146,17 @@ impl SessionState {
                 to,
             });
         }
-        let reason = reason.filter(|r| !r.trim().is_empty());
+        let mut reason = reason.filter(|r| !r.trim().is_empty());
+        // A session asked to stop ends for the reason it was asked (who terminated it, or
+        // which idle checker reaped it); how its container stopped follows.
+        if self.status == Terminating && is_terminal(to) {
+            if let Some(why) = self.status_reason.as_deref() {
+                reason = Some(match reason {
+                    Some(how) if how != why => format!("{why} ({how})"),
+                    _ => why.to_owned(),
+                });
+            }
+        }
         if needs_reason(to) && reason.is_none() {
             return Err(TransitionError::ReasonRequired(to));
         }
@@ -196,6 +209,44 @@ impl SessionState {
         };
         events.extend(self.transition(to, Some(reason), None)?);
         Ok(events)
+    }
+
+    /// The idle-reaper's verdict carried out: why (the reading) and the termination, as a
+    /// user's would be. Nothing when the session was exempted or is already being
+    /// terminated; refused once it has ended.
+    pub fn reap(&self, reading: IdleReading) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if self.idle_exempt || self.termination_requested {
+            return Ok(Vec::new());
+        }
+        let reason = reap_reason(&reading);
+        let mut events = vec![Event::SessionIdleReaped(SessionIdleReaped {
+            session_id: self.request.session_id,
+            reading,
+        })];
+        events.extend(self.terminate(false, reason)?);
+        Ok(events)
+    }
+
+    /// Exempts the session from the idle checks (once; again is nothing).
+    pub fn exempt_from_idleness(
+        &self,
+        by: Uuid,
+        reason: String,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if self.idle_exempt {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event::SessionIdleExempted(SessionIdleExempted {
+            session_id: self.request.session_id,
+            by,
+            reason,
+        })])
     }
 
     /// A new name (the caller has checked the name's rules).
@@ -504,6 +555,64 @@ mod tests {
         assert_eq!(gone.status, Terminated);
         assert_eq!(gone.reserved, None);
         assert!(gone.terminate(true, "x".into()).is_err());
+    }
+
+    #[test]
+    fn a_reaped_session_says_why_and_stops_once_unless_exempted() {
+        let running = apply(
+            placed(SessionType::Interactive),
+            &[Event::SessionStatusChanged(SessionStatusChanged {
+                session_id: uuid::Uuid::nil(),
+                from: Scheduled,
+                to: Running,
+                reason: None,
+                exit_code: None,
+            })],
+        );
+        let reading = IdleReading {
+            checker: crate::idleness::IdleChecker::Lifetime,
+            measures: Vec::new(),
+            remaining_secs: Some(0.0),
+            fires: true,
+            explanation: "created 3.0 s ago; the most a session lives is 3 s".into(),
+        };
+        let events = running.reap(reading.clone()).unwrap();
+        assert!(matches!(events[0], Event::SessionIdleReaped(_)));
+        let stopping = apply(running.clone(), &events);
+        assert_eq!(stopping.status, Terminating);
+        let reason = stopping.status_reason.clone().unwrap();
+        assert!(reason.contains("lifetime checker"), "{reason}");
+        let stopped = stopping
+            .transition(Terminated, Some("stopped on request".into()), Some(0))
+            .unwrap();
+        let ended = apply(stopping.clone(), &stopped);
+        assert_eq!(
+            ended.status_reason,
+            Some(format!("{reason} (stopped on request)")),
+            "the end keeps why it was asked to stop"
+        );
+        assert!(
+            stopping.reap(reading.clone()).unwrap().is_empty(),
+            "reaped once"
+        );
+
+        let exempted = apply(
+            running.clone(),
+            &running
+                .exempt_from_idleness(Uuid::nil(), "a long run".into())
+                .unwrap(),
+        );
+        assert!(exempted.idle_exempt);
+        assert!(exempted.reap(reading.clone()).unwrap().is_empty());
+        assert!(exempted
+            .exempt_from_idleness(Uuid::nil(), "again".into())
+            .unwrap()
+            .is_empty());
+        let ended = apply(
+            stopping.clone(),
+            &stopping.terminate(true, "forced".into()).unwrap(),
+        );
+        assert_eq!(ended.reap(reading), Err(TransitionError::Ended(Terminated)));
     }
 
     #[test]

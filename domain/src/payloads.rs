@@ -565,6 +565,29 @@ pub struct FolderCreated {
     pub name: String,
 }
 
+/// The idle checks of a resource group or a resource policy, set again whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleChecksSet {
+    pub scope: crate::idleness::IdleScope,
+    pub checks: crate::idleness::IdleChecks,
+}
+
+/// A session the idle checks leave alone from now on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionIdleExempted {
+    pub session_id: Uuid,
+    /// The user who exempted it.
+    pub by: Uuid,
+    pub reason: String,
+}
+
+/// Why the idle-reaper terminated a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionIdleReaped {
+    pub session_id: Uuid,
+    pub reading: crate::idleness::IdleReading,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,6 +49,8 @@ pub struct AppState {
     pub pool: Pool,
     pub nats: Option<async_nats::Client>,
     pub topology: Topology,
+    /// Where the control plane's services answer on NATS (the idle-reaper's readings).
+    pub agent_bus: bus::Subjects,
     keys: Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>,
     pub(crate) details: Arc<cache::DetailCache>,
 }
@@ -75,9 +77,16 @@ impl AppState {
             pool,
             nats,
             topology,
+            agent_bus: bus::Subjects::default(),
             keys: Arc::default(),
             details,
         }
+    }
+
+    /// This state with the services answering under `subjects` (a test's own root).
+    pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
+        self.agent_bus = subjects;
+        self
     }
 
     async fn authenticate(&self, key: &str) -> Result<KeyOwner, ApiError> {
@@ -114,6 +123,8 @@ fn routes() -> OpenApiRouter<AppState> {
             api::terminate_session
         ))
         .routes(routes!(api::session_history))
+        .routes(routes!(api::session_idle))
+        .routes(routes!(api::exempt_session))
         .routes(routes!(api::session_logs))
         .routes(routes!(api::list_folders, api::create_folder))
         .routes(routes!(api::resource_summary))
@@ -220,6 +231,8 @@ mod tests {
             ("patch", "/v1/sessions/{id}"),
             ("delete", "/v1/sessions/{id}"),
             ("get", "/v1/sessions/{id}/history"),
+            ("get", "/v1/sessions/{id}/idle"),
+            ("post", "/v1/sessions/{id}/idle-exemption"),
             ("get", "/v1/sessions/{id}/logs"),
             ("get", "/v1/folders"),
             ("post", "/v1/folders"),

@@ -286,6 +286,14 @@ pub struct Terminated {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/sessions/{id}/idle-exemption`: the session and whether it is exempt now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Exempted {
+    pub session_id: Uuid,
+    pub idle_exempt: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

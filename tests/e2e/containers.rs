@@ -66,6 +66,8 @@ async fn spawn_agent(
         data_dir: data_dir.to_path_buf(),
         stop_grace_secs: 2,
         image_refresh,
+        // Usage every second, so the idle checks decide within a test's patience.
+        usage_every: Duration::from_secs(1),
     };
     // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
     // with.
@@ -359,7 +361,10 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
-    assert_eq!(ended["status_reason"], "stopped on request");
+    assert_eq!(
+        ended["status_reason"], "terminated by admin@berth.local (stopped on request)",
+        "who asked, then how the container stopped"
+    );
     wait_for(|| async { (containers_of(&id).await == 0).then_some(()) }).await;
 }
 

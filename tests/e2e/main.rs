@@ -9,6 +9,8 @@
 //! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
+//! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
+//!   its restart.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
@@ -18,6 +20,7 @@ mod bus;
 mod common;
 mod containers;
 mod contract;
+mod idle;
 mod outage;
 mod sessions;
 mod traces;

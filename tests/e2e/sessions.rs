@@ -92,7 +92,10 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
     .await
     .unwrap();
     let detail = h.wait_session(id, |s| s["status"] == "TERMINATED").await;
-    assert_eq!(detail["status_reason"], "stopped");
+    assert_eq!(
+        detail["status_reason"],
+        "terminated by admin@berth.local (stopped)"
+    );
     assert_eq!(h.count_events("SessionResourcesReleased").await, 1);
     let client = h.pool.get().await.unwrap();
     let used: i64 = client

@@ -46,6 +46,10 @@ impl SessionPatch {
             Event::SessionRenamed(e) => e.session_id,
             Event::SessionTerminationRequested(e) => e.session_id,
             Event::KernelStarted(e) => e.session_id,
+            // Only the session's version moves: the reaper and the detail read these from
+            // the log.
+            Event::SessionIdleExempted(e) => e.session_id,
+            Event::SessionIdleReaped(e) => e.session_id,
             _ => return Ok(false),
         };
         if self.session_id.is_some_and(|s| s != session_id) {
@@ -433,6 +437,8 @@ pub(super) async fn apply<C: GenericClient>(
         }
         // Admission lives in the agent's stream; the recorder folds it from there.
         Event::AgentAdmitted(_) => {}
+        // The idle-reaper folds its checks itself; the ledger decides nothing on them.
+        Event::IdleChecksSet(_) => {}
         // A revoked agent is offered to the scheduler no more, as a lost one.
         Event::AgentRevoked(e) => {
             exec(
@@ -483,7 +489,9 @@ pub(super) async fn apply<C: GenericClient>(
         | Event::SessionStatusChanged(_)
         | Event::SessionRenamed(_)
         | Event::SessionTerminationRequested(_)
-        | Event::KernelStarted(_) => {
+        | Event::KernelStarted(_)
+        | Event::SessionIdleExempted(_)
+        | Event::SessionIdleReaped(_) => {
             let mut patch = SessionPatch::default();
             patch
                 .absorb(client, fold, event, stream_version, at)

@@ -12,6 +12,7 @@
 
 mod folders;
 mod history;
+mod idle;
 mod logs;
 mod query;
 mod resources;
@@ -19,6 +20,7 @@ mod sessions;
 
 pub use folders::*;
 pub use history::*;
+pub use idle::*;
 pub use logs::*;
 pub use resources::*;
 pub use sessions::*;

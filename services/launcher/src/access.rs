@@ -244,6 +244,30 @@ pub async fn set_policy(pool: &Pool, policy: ResourcePolicySet) -> Result<(), Ac
     record(pool, stream, &[Event::ResourcePolicySet(policy)]).await
 }
 
+/// Sets the idle checks of a resource group or a resource policy (whole: a checker left out
+/// is off, or on a policy, as the group sets it).
+pub async fn set_idle_checks(
+    pool: &Pool,
+    scope: events::idleness::IdleScope,
+    checks: events::idleness::IdleChecks,
+) -> Result<(), AccessError> {
+    let (field, name) = match &scope {
+        events::idleness::IdleScope::ResourceGroup(n) => ("resource_group", n),
+        events::idleness::IdleScope::ResourcePolicy(n) => ("resource_policy", n),
+    };
+    check_object_name(field, name)?;
+    if let Some((field, message)) = checks.problem() {
+        return Err(AccessError::Invalid { field, message });
+    }
+    let stream = scope.stream_id();
+    record(
+        pool,
+        stream,
+        &[Event::IdleChecksSet(IdleChecksSet { scope, checks })],
+    )
+    .await
+}
+
 pub async fn save_preset(pool: &Pool, preset: PresetSaved) -> Result<(), AccessError> {
     check_object_name("preset", &preset.name)?;
     if preset.resources.cpu_milli == 0 || preset.resources.memory_bytes == 0 {

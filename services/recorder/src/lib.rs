@@ -80,32 +80,4 @@ pub async fn run(
     Ok(())
 }
 
-/// Makes the two JetStream streams agents meet on exist: commands (kept until taken, each
-/// agent's consumer taking its own) and telemetry (kept an hour).
-pub async fn ensure_streams(
-    js: &async_nats::jetstream::Context,
-    subjects: &bus::Subjects,
-) -> Result<(), String> {
-    use async_nats::jetstream::stream::{Config, RetentionPolicy};
-    use std::time::Duration;
-    js.get_or_create_stream(Config {
-        name: subjects.commands_stream.clone(),
-        subjects: vec![subjects.all_commands()],
-        retention: RetentionPolicy::WorkQueue,
-        max_age: Duration::from_secs(7 * 24 * 3600),
-        duplicate_window: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| format!("the commands stream `{}`: {e}", subjects.commands_stream))?;
-    js.get_or_create_stream(Config {
-        name: subjects.telemetry_stream.clone(),
-        subjects: vec![subjects.all_telemetry()],
-        max_age: Duration::from_secs(3600),
-        duplicate_window: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| format!("the telemetry stream `{}`: {e}", subjects.telemetry_stream))?;
-    Ok(())
-}
+pub use bus::ensure_streams;

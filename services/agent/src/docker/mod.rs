@@ -59,6 +59,8 @@ pub struct RuntimeConfig {
     /// How often the images offered are read again from the engine, so an image built or
     /// pulled on the host is offered without a restart; `None` when they were given fixed.
     pub image_refresh: Option<Duration>,
+    /// How often a running container's usage is sampled (a first sample at its start).
+    pub usage_every: Duration,
 }
 
 /// Connects to the local engine, agreeing on an API version it speaks.

@@ -256,18 +256,18 @@ async fn own_session(
         let (ctx, container, keeping) = (ctx.clone(), container.clone(), keeping.clone());
         let cursor = log_cursor.clone();
         tokio::spawn(async move {
-            let mut tick = 0u64;
             // A first sample at once: a short batch session is gone before the first tick.
             let mut previous = sample_usage(&ctx, session_id, &container, None).await;
+            let mut sampled = tokio::time::Instant::now();
             while !keeping.is_cancelled() {
                 tokio::select! {
                     _ = keeping.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {
                         save_logs(&ctx, session_id, 0, &container, false, &cursor).await;
-                        if tick.is_multiple_of(5) {
+                        if sampled.elapsed() >= ctx.config.usage_every {
+                            sampled = tokio::time::Instant::now();
                             previous = sample_usage(&ctx, session_id, &container, previous).await;
                         }
-                        tick += 1;
                     }
                 }
             }
