@@ -77,6 +77,14 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2_000)]
         sessions: usize,
     },
+    /// The idle-reaper: from a session falling due to its reaping, next to terminating it in
+    /// process when due; the CPU of watching sessions, next to watching none.
+    Reap {
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        #[arg(long, default_value_t = 1_000)]
+        watched: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -107,6 +115,9 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Wake { sessions } => {
             crate::bench_sessions::wake(&config.nats_url, &url, sessions).await
+        }
+        BenchCommand::Reap { sessions, watched } => {
+            crate::bench_reap::reap(&config.nats_url, &url, sessions, watched).await
         }
         BenchCommand::Fleet { agents, sessions } => {
             let binary = std::env::current_exe()?;

@@ -15,7 +15,7 @@ use events::payloads::*;
 use tokio_util::sync::CancellationToken;
 
 /// Seconds of CPU (user and system) a process has used, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };

@@ -199,7 +199,7 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
 
 /// The relay publishing the bench database's log on NATS, as in service, on a stream of the
 /// bench's own: the NATS client, JetStream, and the stream's topology.
-async fn relay_on_bus(
+pub(crate) async fn relay_on_bus(
     nats_url: &str,
     url: &str,
     pool: &Pool,
@@ -227,7 +227,7 @@ async fn relay_on_bus(
 }
 
 /// Admits a bench's agent into `default` with room for whatever it offers.
-async fn admit_for_bench(pool: &Pool, agent_id: &str) -> anyhow::Result<String> {
+pub(crate) async fn admit_for_bench(pool: &Pool, agent_id: &str) -> anyhow::Result<String> {
     let admission = recorder::admission::Admission {
         agent_id: agent_id.into(),
         resource_group: "default".into(),
@@ -286,7 +286,10 @@ fn woken_scheduler(
 }
 
 /// A superadmin who launches the bench's sessions.
-async fn superadmin(pool: &Pool, email: &str) -> anyhow::Result<events::ledger::KeyOwner> {
+pub(crate) async fn superadmin(
+    pool: &Pool,
+    email: &str,
+) -> anyhow::Result<events::ledger::KeyOwner> {
     let (_, key) = launcher::access::create_user(
         pool,
         email,
@@ -302,7 +305,7 @@ async fn superadmin(pool: &Pool, email: &str) -> anyhow::Result<events::ledger::
 }
 
 /// `count` interactive `berth/shell` sessions of 0.25 cores and 64 MiB.
-fn small_shell(count: u32) -> launcher::launch::CreateSession {
+pub(crate) fn small_shell(count: u32) -> launcher::launch::CreateSession {
     launcher::launch::CreateSession {
         image: "berth/shell:latest".into(),
         resources: launcher::launch::ResourceRequest {
@@ -386,7 +389,7 @@ async fn remove_bench_container(docker: &bollard::Docker, name: &str) {
 }
 
 /// The value at quantile `q` of `sorted`.
-fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
+pub(crate) fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 

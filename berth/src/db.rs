@@ -139,3 +139,32 @@ pub const PGBENCH_BATCH_INSERT: &str = "\\set s random(1, 1000000)\n\
      INSERT INTO raw_events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata) \
      SELECT gen_random_uuid(), 'agent-' || :s, 'agent', g, 'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb \
      FROM generate_series(0, 99) AS g;\n";
+
+/// When session `id` was requested, by the log's clock.
+pub async fn requested_at(pool: &Pool, id: Uuid) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    let client = pool.get().await?;
+    let stream = events::catalogue::stream_id("session", id);
+    Ok(client
+        .query_one(
+            "SELECT recorded_at FROM events WHERE stream_id = $1 AND event_type = 'SessionRequested'",
+            &[&stream],
+        )
+        .await?
+        .get(0))
+}
+
+/// Seconds from session `id`'s request to its first `event_type` event, by the log's clock.
+pub async fn requested_to(pool: &Pool, id: Uuid, event_type: &str) -> anyhow::Result<f64> {
+    let client = pool.get().await?;
+    let stream = events::catalogue::stream_id("session", id);
+    let seconds: Option<f64> = client
+        .query_one(
+            "SELECT extract(epoch FROM min(recorded_at) FILTER (WHERE event_type = $2)
+                                   - min(recorded_at) FILTER (WHERE event_type = 'SessionRequested'))::float8
+             FROM events WHERE stream_id = $1",
+            &[&stream, &event_type],
+        )
+        .await?
+        .get(0);
+    seconds.ok_or_else(|| anyhow::anyhow!("session {id} has no {event_type}"))
+}

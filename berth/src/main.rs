@@ -9,6 +9,7 @@
 mod admin;
 mod bench;
 mod bench_fleet;
+mod bench_reap;
 mod bench_sessions;
 mod db;
 mod session_cli;
