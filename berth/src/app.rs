@@ -1,9 +1,9 @@
 //! The one composition of berth's control plane. [`start`] wires the parts a process runs
-//! (relay and sealer, projections, scheduler, reconciler, recorder, idle-reaper, gateway)
-//! onto one database pool and one stop token. `berth up` starts every part; `berth relay`,
-//! `berth projections`, `berth scheduler`, `berth reconciler`, `berth recorder`,
-//! `berth idle-reaper` and `berth gateway` start one each; the end-to-end tests start the
-//! same function, so what they test is what runs.
+//! (relay and sealer, projections, scheduler, reconciler, recorder, idle-reaper,
+//! notification, gateway) onto one database pool and one stop token. `berth up` starts every
+//! part; `berth relay`, `berth projections`, `berth scheduler`, `berth reconciler`,
+//! `berth recorder`, `berth idle-reaper`, `berth notification` and `berth gateway` start one
+//! each; the end-to-end tests start the same function, so what they test is what runs.
 //!
 //! Agents are not parts: they run on compute hosts (`berth agent`) and reach the control
 //! plane only through NATS, where the recorder answers them.
@@ -40,6 +40,8 @@ pub struct Parts {
     pub recorder: bool,
     /// Terminates sessions past their lifetime or idle, and says why.
     pub idle_reaper: bool,
+    /// Tells each session's owner what became of it.
+    pub notification: bool,
     /// Serves the HTTP API.
     pub gateway: bool,
 }
@@ -53,6 +55,7 @@ impl Parts {
         reconciler: true,
         recorder: true,
         idle_reaper: true,
+        notification: true,
         gateway: true,
     };
     const NONE: Parts = Parts {
@@ -62,6 +65,7 @@ impl Parts {
         reconciler: false,
         recorder: false,
         idle_reaper: false,
+        notification: false,
         gateway: false,
     };
     pub const RELAY: Parts = Parts {
@@ -86,6 +90,10 @@ impl Parts {
     };
     pub const IDLE_REAPER: Parts = Parts {
         idle_reaper: true,
+        ..Parts::NONE
+    };
+    pub const NOTIFICATION: Parts = Parts {
+        notification: true,
         ..Parts::NONE
     };
     pub const GATEWAY: Parts = Parts {
@@ -259,6 +267,19 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         };
         tasks.spawn(async move {
             idle_reaper::run(nats, p, subjects, topology, reaper, s).await?;
+            Ok(())
+        });
+    }
+    if parts.notification {
+        let nats = connect_nats(config).await?;
+        let (p, subjects, topology, s) = (
+            pool.clone(),
+            config.agent_bus.clone(),
+            config.topology.clone(),
+            stop.clone(),
+        );
+        tasks.spawn(async move {
+            notification::run(nats, p, subjects, topology, s).await?;
             Ok(())
         });
     }

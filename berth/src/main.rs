@@ -57,6 +57,8 @@ enum Command {
     Recorder,
     /// Run only the idle-reaper (sessions past their lifetime, or idle, terminated).
     IdleReaper,
+    /// Run only the notification service (each owner told what became of their sessions).
+    Notification,
     /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
     Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
@@ -172,6 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconciler => serve(&config, Parts::RECONCILER).await?,
         Command::Recorder => serve(&config, Parts::RECORDER).await?,
         Command::IdleReaper => serve(&config, Parts::IDLE_REAPER).await?,
+        Command::Notification => serve(&config, Parts::NOTIFICATION).await?,
         Command::Gateway => serve(&config, Parts::GATEWAY).await?,
         Command::Replay {
             projection: name,

@@ -7,6 +7,7 @@
 //! | `<root>.rec.<agent>` | core request-reply, queue group `recorder` | agent → recorder |
 //! | `<root>.tel.<agent>.log.<session>.<kernel>`, `<root>.tel.<agent>.usage.<session>` | JetStream `telemetry_stream` | agent → telemetry sink, idle-reaper |
 //! | `<root>.idle.readings`, `<root>.idle.preview` | core request-reply | gateway, CLI → idle-reaper |
+//! | `<root>.notify.<user>` | core publish | notification service → the gateway's notification streams |
 //!
 //! The agent's id is a subject token, so an agent's rights can be written as subjects.
 
@@ -115,6 +116,11 @@ impl Subjects {
     /// Where the idle-reaper answers which sessions it would reap now, and why.
     pub fn idle_preview(&self) -> String {
         format!("{}.idle.preview", self.root)
+    }
+
+    /// Where the notification service pushes a user's new notifications, live.
+    pub fn notices(&self, user: Uuid) -> String {
+        format!("{}.notify.{}", self.root, user.simple())
     }
 
     /// The agent a telemetry subject names, when it is one.

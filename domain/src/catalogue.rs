@@ -190,6 +190,8 @@ catalogue! {
     /// The idle-reaper found a session idle: the checker and the figures that decided it
     /// (its termination follows in the same append).
     SessionIdleReaped(SessionIdleReaped) = "SessionIdleReaped" v 1,
+    /// A user marked notifications read.
+    NotificationsRead(NotificationsRead) = "NotificationsRead" v 1,
 }
 
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
@@ -443,6 +445,11 @@ mod tests {
                 session_id: id,
                 by: id,
                 reason: "a long training run".into(),
+            }),
+            Event::NotificationsRead(NotificationsRead {
+                user_id: id,
+                notice_ids: vec![id],
+                all: false,
             }),
             Event::SessionIdleReaped(SessionIdleReaped {
                 session_id: id,

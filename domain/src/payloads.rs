@@ -588,6 +588,16 @@ pub struct SessionIdleReaped {
     pub reading: crate::idleness::IdleReading,
 }
 
+/// A user marked some of their notifications read, or all those made before this event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotificationsRead {
+    pub user_id: Uuid,
+    #[serde(default)]
+    pub notice_ids: Vec<Uuid>,
+    #[serde(default)]
+    pub all: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (8, include_str!("../migrations/0008_log_epochs.sql")),
     (9, include_str!("../migrations/0009_liveness.sql")),
     (10, include_str!("../migrations/0010_idle_reaper.sql")),
+    (11, include_str!("../migrations/0011_notification.sql")),
 ];
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.

@@ -125,6 +125,9 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::session_history))
         .routes(routes!(api::session_idle))
         .routes(routes!(api::exempt_session))
+        .routes(routes!(api::list_notifications))
+        .routes(routes!(api::mark_read))
+        .routes(routes!(api::notification_stream))
         .routes(routes!(api::session_logs))
         .routes(routes!(api::list_folders, api::create_folder))
         .routes(routes!(api::resource_summary))
@@ -233,6 +236,9 @@ mod tests {
             ("get", "/v1/sessions/{id}/history"),
             ("get", "/v1/sessions/{id}/idle"),
             ("post", "/v1/sessions/{id}/idle-exemption"),
+            ("get", "/v1/notifications"),
+            ("post", "/v1/notifications/read"),
+            ("get", "/v1/notifications/stream"),
             ("get", "/v1/sessions/{id}/logs"),
             ("get", "/v1/folders"),
             ("post", "/v1/folders"),

@@ -286,6 +286,36 @@ pub struct Terminated {
     pub reason: Option<String>,
 }
 
+/// One notification, as its owner lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoticeItem {
+    /// The id of the event it tells of.
+    pub notice_id: Uuid,
+    pub session_id: Uuid,
+    pub session_name: String,
+    pub kind: events::notices::NoticeKind,
+    pub message: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// When it was marked read; null while unread.
+    pub read_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// `GET /v1/notifications`: a page, newest first, and how many are unread in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoticePage {
+    pub unread: i64,
+    pub items: Vec<NoticeItem>,
+}
+
+/// `POST /v1/notifications/read`: how many are left unread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Unread {
+    pub unread: i64,
+}
+
 /// `POST /v1/sessions/{id}/idle-exemption`: the session and whether it is exempt now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

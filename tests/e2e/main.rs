@@ -6,6 +6,7 @@
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
+//! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
@@ -21,6 +22,7 @@ mod common;
 mod containers;
 mod contract;
 mod idle;
+mod notifications;
 mod outage;
 mod sessions;
 mod traces;

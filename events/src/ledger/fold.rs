@@ -439,6 +439,8 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentAdmitted(_) => {}
         // The idle-reaper folds its checks itself; the ledger decides nothing on them.
         Event::IdleChecksSet(_) => {}
+        // The notification service folds what was read.
+        Event::NotificationsRead(_) => {}
         // A revoked agent is offered to the scheduler no more, as a lost one.
         Event::AgentRevoked(e) => {
             exec(

@@ -14,6 +14,7 @@ mod folders;
 mod history;
 mod idle;
 mod logs;
+mod notifications;
 mod query;
 mod resources;
 mod sessions;
@@ -22,6 +23,7 @@ pub use folders::*;
 pub use history::*;
 pub use idle::*;
 pub use logs::*;
+pub use notifications::*;
 pub use resources::*;
 pub use sessions::*;
 

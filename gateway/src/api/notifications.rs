@@ -1,0 +1,157 @@
+//! A user's notifications: the list with the unread count (the notification service's
+//! projection), marking them read (an event that service folds), and new ones live as
+//! server-sent events (pushed by that service on NATS).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::Json;
+use bytes::Bytes;
+use events::catalogue::{Event, Metadata};
+use events::notices::Notice;
+use events::payloads::NotificationsRead;
+use events::store::ExpectedVersion;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::{parse_body, query, Caller};
+use crate::db;
+use crate::error::ApiError;
+use crate::model::{NoticePage, Unread};
+use crate::AppState;
+
+/// `GET /v1/notifications`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NoticeParams {
+    /// Only those not read yet.
+    #[param(nullable = false)]
+    unread: Option<bool>,
+    /// How many a page holds, newest first (default 50).
+    #[param(nullable = false, minimum = 1, maximum = 500)]
+    limit: Option<i64>,
+}
+
+/// My notifications, newest first, and how many I have not read.
+#[utoipa::path(get, path = "/v1/notifications", tag = "notifications", params(NoticeParams),
+    responses((status = 200, description = "a page of notifications", body = NoticePage)))]
+pub async fn list_notifications(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<NoticePage>, ApiError> {
+    let p: NoticeParams = query::parse(raw.as_deref())?;
+    let page = db::notices(
+        &state.pool,
+        caller.user_id,
+        p.unread.unwrap_or(false),
+        p.limit.unwrap_or(50),
+    )
+    .await?;
+    Ok(Json(page))
+}
+
+/// Which notifications to mark read.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MarkRead {
+    /// These notifications (mine; others' are ignored).
+    #[serde(default)]
+    #[schema(max_items = 500)]
+    ids: Vec<Uuid>,
+    /// Every notification I have now.
+    #[serde(default)]
+    all: bool,
+}
+
+/// How long marking read waits for the notification service to have folded it.
+const READ_SETTLES: Duration = Duration::from_secs(2);
+
+/// Mark notifications read; answers with what is left unread once the mark is applied.
+#[utoipa::path(post, path = "/v1/notifications/read", tag = "notifications",
+    request_body = MarkRead,
+    responses((status = 200, description = "marked read", body = Unread)))]
+pub async fn mark_read(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Unread>, ApiError> {
+    let MarkRead { ids, all } = parse_body(body)?;
+    if ids.len() > 500 {
+        return Err(ApiError::invalid("ids", "at most 500 at once"));
+    }
+    if ids.is_empty() && !all {
+        return Ok(Json(Unread {
+            unread: db::unread_count(&state.pool, caller.user_id).await?,
+        }));
+    }
+    let stream = events::catalogue::stream_id("notice", caller.user_id);
+    let event = Event::NotificationsRead(NotificationsRead {
+        user_id: caller.user_id,
+        notice_ids: ids.clone(),
+        all,
+    });
+    let metadata: Metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    let asked_at = chrono::Utc::now();
+    events::ledger::record_now(
+        &state.pool,
+        &stream,
+        ExpectedVersion::Any,
+        &[event],
+        &metadata,
+    )
+    .await?;
+    // Read your own writes: wait until the service has folded the mark.
+    let deadline = tokio::time::Instant::now() + READ_SETTLES;
+    loop {
+        let pending =
+            db::unread(&state.pool, caller.user_id, &ids, all.then_some(asked_at)).await?;
+        if pending == 0 || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(Json(Unread {
+        unread: db::unread_count(&state.pool, caller.user_id).await?,
+    }))
+}
+
+/// My new notifications, live, as server-sent events named by their kind
+/// (`session_started`, ...), each with the notification's id and its JSON.
+#[utoipa::path(get, path = "/v1/notifications/stream", tag = "notifications",
+    responses((status = 200, description = "`text/event-stream` of new notifications",
+        content_type = "text/event-stream", body = crate::sse::StreamedEvent)))]
+pub async fn notification_stream(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let nats = state.nats.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the notification stream needs NATS; set BERTH_NATS_URL",
+        )
+    })?;
+    let subscriber = nats
+        .subscribe(state.agent_bus.notices(caller.user_id))
+        .await
+        .map_err(ApiError::internal)?;
+    // Once the server has the subscription, the response starts: nothing pushed after the
+    // client has the response's headers is missed.
+    nats.flush().await.map_err(ApiError::internal)?;
+    let stream = subscriber.filter_map(|message| async move {
+        let notice: Notice = serde_json::from_slice(&message.payload).ok()?;
+        let event = SseEvent::default()
+            .event(notice.kind.as_str())
+            .id(notice.notice_id.to_string())
+            .data(String::from_utf8_lossy(&message.payload));
+        Some(Ok(event))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

@@ -1,0 +1,101 @@
+//! The notification service: turns session events into notices for their owner (created,
+//! started, failed, terminated or cancelled with the reason, reaped by which checker), keeps
+//! them in its projection (schema `notification`, migration 0011) where the gateway serves
+//! them with unread counts, and pushes each new one live on `<root>.notify.<user>` for the
+//! gateway's notification streams. `berth notification` on its own, or part of `berth up`.
+//!
+//! A durable consumer of the session and notice events applies each event once, in the
+//! transaction that keeps its notice (whose id is the event's), so a restart loses and
+//! duplicates nothing. The live push is published before that transaction commits: a notice
+//! whose transaction fails is pushed again with the same id when its event comes back.
+//! Marking read is an event (`NotificationsRead`) the gateway records and this service folds.
+
+mod db;
+
+use async_nats::jetstream;
+use bus::Subjects;
+use deadpool_postgres::{Pool, Transaction};
+use events::catalogue::Event;
+use events::consumer::{ConsumerConfig, Handler, HandlerError};
+use events::notices::notice_for;
+use events::relay::{RelayError, Topology};
+use events::RecordedEvent;
+use tokio_util::sync::CancellationToken;
+
+/// The consumer's durable name.
+pub const NAME: &str = "notification";
+
+/// Runs the service until `stop`.
+pub async fn run(
+    nats: async_nats::Client,
+    pool: Pool,
+    subjects: Subjects,
+    topology: Topology,
+    stop: CancellationToken,
+) -> Result<(), RelayError> {
+    let js = jetstream::new(nats.clone());
+    let consumer = ConsumerConfig::new(
+        NAME,
+        ["session", "notice"]
+            .iter()
+            .map(|c| topology.category_subject(c))
+            .collect(),
+    );
+    let notifier = Notifier { nats, subjects };
+    events::consumer::run(pool, js, topology, consumer, notifier, stop).await
+}
+
+struct Notifier {
+    nats: async_nats::Client,
+    subjects: Subjects,
+}
+
+impl Handler for Notifier {
+    async fn handle<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        event: &'a RecordedEvent,
+    ) -> Result<(), HandlerError> {
+        match &event.event {
+            Event::SessionRequested(r) => {
+                db::remember(tx, r.session_id, r.owner.user_id, &r.name).await?
+            }
+            Event::SessionRenamed(e) => db::rename(tx, e.session_id, &e.new_name).await?,
+            Event::NotificationsRead(e) => {
+                db::mark_read(tx, e.user_id, &e.notice_ids, e.all, event.recorded_at).await?;
+                return Ok(());
+            }
+            _ => {}
+        }
+        let session = match session_of(&event.event) {
+            Some(id) if !matches!(event.event, Event::SessionRequested(_)) => {
+                db::session(tx, id).await?
+            }
+            _ => None,
+        };
+        let Some(notice) = notice_for(
+            &event.event,
+            event.event_id,
+            event.recorded_at,
+            session.as_ref(),
+        ) else {
+            return Ok(());
+        };
+        if db::keep(tx, &notice).await? {
+            let body = serde_json::to_vec(&notice).expect("a notice serialises");
+            self.nats
+                .publish(self.subjects.notices(notice.user_id), body.into())
+                .await
+                .map_err(|e| HandlerError::Transient(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn session_of(event: &Event) -> Option<uuid::Uuid> {
+    match event {
+        Event::SessionStatusChanged(e) => Some(e.session_id),
+        Event::SessionIdleReaped(e) => Some(e.session_id),
+        _ => None,
+    }
+}
