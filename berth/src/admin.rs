@@ -73,6 +73,9 @@ pub enum AdminCommand {
         /// seconds
         #[arg(long)]
         max_lifetime: Option<u64>,
+        /// Most customized images (committed sessions) a user may keep.
+        #[arg(long)]
+        max_custom_images: Option<u32>,
     },
     /// Admit or revoke agents.
     #[command(subcommand)]
@@ -377,6 +380,7 @@ pub async fn run(
             max_memory_gib,
             max_gpu,
             max_lifetime,
+            max_custom_images,
         } => {
             access::set_policy(
                 pool,
@@ -389,6 +393,7 @@ pub async fn run(
                         gpu_milli: milli(max_gpu),
                     },
                     max_session_lifetime_secs: max_lifetime,
+                    max_custom_images,
                 },
             )
             .await?;

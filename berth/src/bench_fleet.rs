@@ -209,6 +209,7 @@ async fn run_fleet(
                 gpu_milli: u64::MAX >> 2,
             },
             max_session_lifetime_secs: None,
+            max_custom_images: None,
         },
     )
     .await?;

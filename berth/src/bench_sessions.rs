@@ -134,6 +134,7 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
                 gpu_milli: 0,
             },
             max_session_lifetime_secs: None,
+            max_custom_images: None,
         },
     )
     .await?;
@@ -572,6 +573,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         stop_grace_secs: 1,
         image_refresh: None,
         usage_every: std::time::Duration::from_secs(5),
+        registry: None,
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;

@@ -27,6 +27,8 @@ pub struct Config {
     pub agent_data_dir: PathBuf,
     /// The file holding an agent's credential (its nkey seed), if it has one.
     pub agent_credential: Option<PathBuf>,
+    /// Where agents push customized images (`BERTH_REGISTRY`); none keeps them on the host.
+    pub registry: Option<String>,
     pub timings: Timings,
 }
 
@@ -125,6 +127,7 @@ impl Config {
             api_key: var("BERTH_API_KEY"),
             agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
             agent_credential: var("BERTH_AGENT_CREDENTIAL").map(PathBuf::from),
+            registry: var("BERTH_REGISTRY"),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",

@@ -312,6 +312,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
                             image_refresh: images_from_host.then_some(timings.agent_image_refresh),
                             usage_every: timings.agent_usage_every,
+                            registry: config.registry.clone(),
                         };
                         agent::docker::run(link, docker, spec, runtime, stop.clone()).await?
                     }

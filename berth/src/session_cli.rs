@@ -76,6 +76,20 @@ pub enum SessionCommand {
     },
     /// Follow the events of your sessions (all events for superadmins).
     Events,
+    /// Commit a RUNNING interactive session to a customized image of its owner's (4 to 32
+    /// letters, digits, `-` and `_`); folders and /home/work are left out.
+    Commit {
+        session: String,
+        name: String,
+        /// Print the commit's steps as they happen, until it is done or failed.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// List your customized images, or remove one (`--rm NAME`).
+    Images {
+        #[arg(long)]
+        rm: Option<String>,
+    },
 }
 
 /// What `berth session create` takes.
@@ -564,6 +578,26 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .await?
                 .map(|v| println!("{}", pretty(&v)))
         }
+        SessionCommand::Commit {
+            session,
+            name,
+            follow,
+        } => {
+            let id = client.resolve(&session).await?;
+            commit(&client, id, &name, follow).await?
+        }
+        SessionCommand::Images { rm: Some(name) } => client
+            .send(
+                client
+                    .http
+                    .delete(client.url(&format!("/v1/images/{name}"))),
+            )
+            .await?
+            .map(|_| println!("image {name} removed")),
+        SessionCommand::Images { rm: None } => client
+            .send(client.http.get(client.url("/v1/images")))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
         SessionCommand::Events => {
             follow_events(&client, "/v1/events", |_, data| {
                 println!("{data}");
@@ -576,6 +610,66 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
         Ok(()) => ExitCode::SUCCESS,
         Err(body) => print_error(&body),
     })
+}
+
+/// Commits session `id` to image `name`; with `follow`, prints its steps from the event
+/// stream (opened before the request, so none is missed) until it ends.
+async fn commit(
+    client: &Client,
+    id: String,
+    name: &str,
+    follow: bool,
+) -> anyhow::Result<Result<(), Value>> {
+    use eventsource_stream::Eventsource;
+    let stream = if follow {
+        let response = client
+            .http
+            .get(client.url("/v1/events"))
+            .header("x-api-key", &client.key)
+            .send()
+            .await
+            .context("reach the gateway")?;
+        if !response.status().is_success() {
+            return Ok(Err(response.json().await.unwrap_or(Value::Null)));
+        }
+        Some(response.bytes_stream().eventsource())
+    } else {
+        None
+    };
+    let started = match client
+        .send(
+            client
+                .http
+                .post(client.url(&format!("/v1/sessions/{id}/commit")))
+                .json(&json!({"name": name})),
+        )
+        .await?
+    {
+        Ok(started) => started,
+        Err(body) => return Ok(Err(body)),
+    };
+    println!("{}", pretty(&started));
+    let Some(mut events) = stream else {
+        return Ok(Ok(()));
+    };
+    let commit_id = started["commit_id"].as_str().unwrap_or_default().to_owned();
+    while let Some(event) = events.next().await {
+        let event = event.context("read the event stream")?;
+        let recorded: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        let payload = &recorded["payload"];
+        if payload["commit_id"] != commit_id.as_str() {
+            continue;
+        }
+        match event.event.as_str() {
+            "SessionCommitProgressed" => println!("{}  {}", payload["step"], payload["detail"]),
+            "SessionCommitEnded" => {
+                println!("{}", pretty(&payload["outcome"]));
+                break;
+            }
+            _ => {}
+        }
+    }
+    Ok(Ok(()))
 }
 
 /// Reads the gateway's server-sent events at `path`, handing each (event name, data) to `on`

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use domain::aggregate::SessionState;
-use domain::payloads::{PublishedPort, ResourceSlots, SessionStatus};
+use domain::payloads::{CommitOutcome, CommitStep, PublishedPort, ResourceSlots, SessionStatus};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -21,12 +21,26 @@ pub enum Command {
     Assign { session_id: Uuid, main: bool },
     /// Stop what this agent runs of the session (it is terminating or has ended).
     Stop { session_id: Uuid },
+    /// Commit the session's main container to `image` (labelled with its owner), report the
+    /// steps and the end (`Fact::CommitProgressed`, `Fact::CommitEnded`).
+    Commit {
+        session_id: Uuid,
+        commit_id: Uuid,
+        owner: Uuid,
+        image: String,
+    },
+    /// Remove customized image `image`, which session `session_id` made here; its owner
+    /// removed it.
+    RemoveImage { session_id: Uuid, image: String },
 }
 
 impl Command {
     pub fn session_id(&self) -> Uuid {
         match self {
-            Command::Assign { session_id, .. } | Command::Stop { session_id } => *session_id,
+            Command::Assign { session_id, .. }
+            | Command::Stop { session_id }
+            | Command::Commit { session_id, .. }
+            | Command::RemoveImage { session_id, .. } => *session_id,
         }
     }
 }
@@ -61,6 +75,19 @@ pub enum Fact {
     /// This agent's kernels of the session are running. Once every kernel of the session
     /// has started, the control plane moves it to RUNNING.
     KernelsStarted { kernels: Vec<StartedKernel> },
+    /// A commit went a step further.
+    CommitProgressed {
+        commit_id: Uuid,
+        step: CommitStep,
+        #[serde(default)]
+        detail: String,
+    },
+    /// A commit ended. Refused when the commit is over (the session ended meanwhile): the
+    /// agent then removes the image it made.
+    CommitEnded {
+        commit_id: Uuid,
+        outcome: CommitOutcome,
+    },
 }
 
 /// One kernel an agent started.

@@ -48,6 +48,9 @@ pub struct SessionState {
     /// Exempted from the idle checks by its owner or an admin.
     #[serde(default)]
     pub idle_exempt: bool,
+    /// The commit to an image in progress, if any.
+    #[serde(default)]
+    pub commit: Option<crate::payloads::SessionCommitRequested>,
 }
 
 /// The state of one stream, by its category.
@@ -137,6 +140,7 @@ impl SessionState {
             termination_requested: false,
             exit_code: None,
             idle_exempt: false,
+            commit: None,
         }
     }
 
@@ -164,6 +168,15 @@ impl SessionState {
             Event::SessionRenamed(e) => self.name = e.new_name.clone(),
             Event::SessionTerminationRequested(_) => self.termination_requested = true,
             Event::SessionIdleExempted(_) => self.idle_exempt = true,
+            Event::SessionCommitRequested(e) => self.commit = Some(e.clone()),
+            Event::SessionCommitEnded(e)
+                if self
+                    .commit
+                    .as_ref()
+                    .is_some_and(|c| c.commit_id == e.commit_id) =>
+            {
+                self.commit = None;
+            }
             Event::SessionResourcesReleased(_) => {
                 self.reserved = None;
                 self.releases += 1;

@@ -190,6 +190,14 @@ catalogue! {
     /// The idle-reaper found a session idle: the checker and the figures that decided it
     /// (its termination follows in the same append).
     SessionIdleReaped(SessionIdleReaped) = "SessionIdleReaped" v 1,
+    /// Somebody asked to commit a running session to a customized image.
+    SessionCommitRequested(SessionCommitRequested) = "SessionCommitRequested" v 1,
+    /// A commit went a step further (started, layer written, pushed).
+    SessionCommitProgressed(SessionCommitProgressed) = "SessionCommitProgressed" v 1,
+    /// A commit ended: the image made, or why not.
+    SessionCommitEnded(SessionCommitEnded) = "SessionCommitEnded" v 1,
+    /// An owner removed a customized image.
+    CustomImageRemoved(CustomImageRemoved) = "CustomImageRemoved" v 1,
     /// A user marked notifications read.
     NotificationsRead(NotificationsRead) = "NotificationsRead" v 1,
 }
@@ -385,6 +393,7 @@ mod tests {
                 max_concurrent_sessions: 8,
                 max_total: slots,
                 max_session_lifetime_secs: Some(86_400),
+                max_custom_images: Some(3),
             }),
             Event::PresetSaved(PresetSaved {
                 name: "small".into(),
@@ -445,6 +454,37 @@ mod tests {
                 session_id: id,
                 by: id,
                 reason: "a long training run".into(),
+            }),
+            Event::SessionCommitRequested(SessionCommitRequested {
+                session_id: id,
+                commit_id: id,
+                owner: id,
+                name: "my-env".into(),
+                image: crate::images::custom_image(id, "my-env"),
+            }),
+            Event::SessionCommitProgressed(SessionCommitProgressed {
+                session_id: id,
+                commit_id: id,
+                step: CommitStep::LayerWritten,
+                detail: "sha256:abc".into(),
+            }),
+            Event::SessionCommitEnded(SessionCommitEnded {
+                session_id: id,
+                commit_id: id,
+                owner: id,
+                image: crate::images::custom_image(id, "my-env"),
+                agent_id: Some("a1".into()),
+                outcome: CommitOutcome::Done {
+                    image_id: "sha256:abc".into(),
+                    size_bytes: 1 << 20,
+                    pushed: false,
+                },
+            }),
+            Event::CustomImageRemoved(CustomImageRemoved {
+                owner: id,
+                image: crate::images::custom_image(id, "my-env"),
+                session_id: Some(id),
+                agent_id: Some("a1".into()),
             }),
             Event::NotificationsRead(NotificationsRead {
                 user_id: id,

@@ -6,6 +6,7 @@
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
 //! - [`notices`]: which events a session's owner is told about, in what words.
+//! - [`images`]: customized images' names and owners.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
 //! - [`RecordedEvent`] and [`LogPosition`]: an event as the log returns it, and its place in
@@ -18,6 +19,7 @@
 pub mod aggregate;
 pub mod catalogue;
 pub mod idleness;
+pub mod images;
 pub mod lifecycle;
 pub mod notices;
 pub mod payloads;

@@ -7,7 +7,8 @@ use crate::aggregate::SessionState;
 use crate::catalogue::Event;
 use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
-    KernelStarted, SessionIdleExempted, SessionIdleReaped, SessionRenamed,
+    CommitOutcome, CommitStep, KernelStarted, SessionCommitEnded, SessionCommitProgressed,
+    SessionCommitRequested, SessionIdleExempted, SessionIdleReaped, SessionRenamed,
     SessionResourcesReleased, SessionStatus, SessionStatusChanged, SessionTerminationRequested,
     SessionType,
 };
@@ -27,6 +28,12 @@ pub enum TransitionError {
     ReasonRequired(SessionStatus),
     #[error("the session has already ended ({0:?})")]
     Ended(SessionStatus),
+    #[error("the session is being committed to an image; wait for the commit, or force-terminate it (the commit then fails)")]
+    Committing,
+    #[error("{0}")]
+    NotCommittable(String),
+    #[error("commit {0} is not in progress")]
+    NoSuchCommit(Uuid),
 }
 
 /// Statuses a session never leaves (the set is [`SessionStatus::TERMINAL`]).
@@ -161,13 +168,21 @@ impl SessionState {
             return Err(TransitionError::ReasonRequired(to));
         }
         let session_id = self.request.session_id;
-        let mut events = vec![Event::SessionStatusChanged(SessionStatusChanged {
+        let mut events = Vec::new();
+        // A session that ends, or leaves RUNNING, while committing takes its commit with it.
+        if to != Running {
+            if let Some(commit) = &self.commit {
+                let why = reason.as_deref().unwrap_or(to.as_str());
+                events.push(self.commit_failed(commit, format!("the session left RUNNING: {why}")));
+            }
+        }
+        events.push(Event::SessionStatusChanged(SessionStatusChanged {
             session_id,
             from: self.status,
             to,
             reason,
             exit_code,
-        })];
+        }));
         if !holds_resources(to) {
             if let Some(release) = self.release() {
                 events.push(release);
@@ -194,6 +209,9 @@ impl SessionState {
         if is_terminal(self.status) {
             return Err(TransitionError::Ended(self.status));
         }
+        if self.commit.is_some() && !forced {
+            return Err(TransitionError::Committing);
+        }
         let session_id = self.request.session_id;
         let requested = Event::SessionTerminationRequested(SessionTerminationRequested {
             session_id,
@@ -218,7 +236,8 @@ impl SessionState {
         if is_terminal(self.status) {
             return Err(TransitionError::Ended(self.status));
         }
-        if self.idle_exempt || self.termination_requested {
+        // A session being committed is left alone: still idle after the commit, it is reaped.
+        if self.idle_exempt || self.termination_requested || self.commit.is_some() {
             return Ok(Vec::new());
         }
         let reason = reap_reason(&reading);
@@ -228,6 +247,99 @@ impl SessionState {
         })];
         events.extend(self.terminate(false, reason)?);
         Ok(events)
+    }
+
+    /// Asks for the session's main container to be committed to `image`: only a RUNNING
+    /// interactive session, one commit at a time.
+    pub fn request_commit(
+        &self,
+        commit_id: Uuid,
+        name: String,
+        image: String,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if self.commit.is_some() {
+            return Err(TransitionError::Committing);
+        }
+        if self.request.session_type != SessionType::Interactive {
+            return Err(TransitionError::NotCommittable(
+                "only an interactive session can be committed to an image".into(),
+            ));
+        }
+        if self.status != Running || self.termination_requested {
+            return Err(TransitionError::NotCommittable(format!(
+                "only a RUNNING session can be committed; this one is {}",
+                self.status.as_str()
+            )));
+        }
+        Ok(vec![Event::SessionCommitRequested(
+            SessionCommitRequested {
+                session_id: self.request.session_id,
+                commit_id,
+                owner: self.request.owner.user_id,
+                name,
+                image,
+            },
+        )])
+    }
+
+    /// A step of commit `commit_id`; nothing once that commit is over (a late report).
+    pub fn commit_progressed(
+        &self,
+        commit_id: Uuid,
+        step: CommitStep,
+        detail: String,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if self
+            .commit
+            .as_ref()
+            .is_none_or(|c| c.commit_id != commit_id)
+        {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event::SessionCommitProgressed(
+            SessionCommitProgressed {
+                session_id: self.request.session_id,
+                commit_id,
+                step,
+                detail,
+            },
+        )])
+    }
+
+    /// Commit `commit_id` ended, done on `agent_id` or failed. Refused when that commit is
+    /// not in progress (it failed when the session ended): the agent then removes what it
+    /// made.
+    pub fn end_commit(
+        &self,
+        commit_id: Uuid,
+        agent_id: &str,
+        outcome: CommitOutcome,
+    ) -> Result<Vec<Event>, TransitionError> {
+        let Some(commit) = self.commit.as_ref().filter(|c| c.commit_id == commit_id) else {
+            return Err(TransitionError::NoSuchCommit(commit_id));
+        };
+        Ok(vec![Event::SessionCommitEnded(SessionCommitEnded {
+            session_id: self.request.session_id,
+            commit_id,
+            owner: commit.owner,
+            image: commit.image.clone(),
+            agent_id: Some(agent_id.to_owned()),
+            outcome,
+        })])
+    }
+
+    fn commit_failed(&self, commit: &SessionCommitRequested, reason: String) -> Event {
+        Event::SessionCommitEnded(SessionCommitEnded {
+            session_id: self.request.session_id,
+            commit_id: commit.commit_id,
+            owner: commit.owner,
+            image: commit.image.clone(),
+            agent_id: self.agent_id.clone(),
+            outcome: CommitOutcome::Failed { reason },
+        })
     }
 
     /// Exempts the session from the idle checks (once; again is nothing).
@@ -613,6 +725,85 @@ mod tests {
             &stopping.terminate(true, "forced".into()).unwrap(),
         );
         assert_eq!(ended.reap(reading), Err(TransitionError::Ended(Terminated)));
+    }
+
+    #[test]
+    fn a_commit_holds_off_a_terminate_and_fails_when_forced() {
+        let running = apply(
+            placed(SessionType::Interactive),
+            &[Event::SessionStatusChanged(SessionStatusChanged {
+                session_id: uuid::Uuid::nil(),
+                from: Scheduled,
+                to: Running,
+                reason: None,
+                exit_code: None,
+            })],
+        );
+        let commit_id = Uuid::now_v7();
+        let events = running
+            .request_commit(commit_id, "env1".into(), "berth-custom/u0:env1".into())
+            .unwrap();
+        let committing = apply(running.clone(), &events);
+        assert_eq!(
+            committing.request_commit(Uuid::now_v7(), "env2".into(), "x".into()),
+            Err(TransitionError::Committing),
+            "one at a time"
+        );
+        assert_eq!(
+            committing.terminate(false, "by user".into()),
+            Err(TransitionError::Committing)
+        );
+        let forced = committing.terminate(true, "forced".into()).unwrap();
+        let Event::SessionCommitEnded(ended) = &forced[1] else {
+            panic!("the commit fails first: {forced:?}")
+        };
+        assert!(matches!(ended.outcome, CommitOutcome::Failed { .. }));
+        let gone = apply(committing.clone(), &forced);
+        assert_eq!((gone.status, gone.commit.clone()), (Terminated, None));
+        assert_eq!(
+            gone.end_commit(
+                commit_id,
+                "a1",
+                CommitOutcome::Failed { reason: "x".into() }
+            ),
+            Err(TransitionError::NoSuchCommit(commit_id)),
+            "a late end is refused"
+        );
+        // Done, the session may be terminated again.
+        let done = committing
+            .end_commit(
+                commit_id,
+                "a1",
+                CommitOutcome::Done {
+                    image_id: "sha256:1".into(),
+                    size_bytes: 1,
+                    pushed: false,
+                },
+            )
+            .unwrap();
+        let after = apply(committing, &done);
+        assert!(after.commit.is_none());
+        assert!(after.terminate(false, "by user".into()).is_ok());
+        // Only RUNNING interactive sessions are committed.
+        let queued = SessionState::requested(&request(SessionType::Interactive));
+        assert!(matches!(
+            queued.request_commit(commit_id, "env1".into(), "x".into()),
+            Err(TransitionError::NotCommittable(_))
+        ));
+        let batch = apply(
+            placed(SessionType::Batch),
+            &[Event::SessionStatusChanged(SessionStatusChanged {
+                session_id: uuid::Uuid::nil(),
+                from: Scheduled,
+                to: Running,
+                reason: None,
+                exit_code: None,
+            })],
+        );
+        assert!(matches!(
+            batch.request_commit(commit_id, "env1".into(), "x".into()),
+            Err(TransitionError::NotCommittable(_))
+        ));
     }
 
     #[test]

@@ -127,6 +127,19 @@ pub fn notice_for(
                 e.reading.explanation
             ),
         ),
+        Event::SessionCommitEnded(e) => match &e.outcome {
+            crate::payloads::CommitOutcome::Done { .. } => (
+                NoticeKind::CommitDone,
+                format!("session {name} is committed to the image {}", e.image),
+            ),
+            crate::payloads::CommitOutcome::Failed { reason } => (
+                NoticeKind::CommitFailed,
+                format!(
+                    "the commit of session {name} to {} failed: {reason}",
+                    e.image
+                ),
+            ),
+        },
         _ => return None,
     };
     Some(Notice {

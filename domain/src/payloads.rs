@@ -516,6 +516,9 @@ pub struct ResourcePolicySet {
     /// Most resources one user may hold at once, over all their sessions.
     pub max_total: ResourceSlots,
     pub max_session_lifetime_secs: Option<u64>,
+    /// Most customized images (committed sessions) one user may keep; none: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_custom_images: Option<u32>,
 }
 
 /// A named resource preset was created or changed.
@@ -586,6 +589,81 @@ pub struct SessionIdleExempted {
 pub struct SessionIdleReaped {
     pub session_id: Uuid,
     pub reading: crate::idleness::IdleReading,
+}
+
+/// Somebody asked to commit a RUNNING session's main container to a customized image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionCommitRequested {
+    pub session_id: Uuid,
+    pub commit_id: Uuid,
+    /// The session's owner, who will own the image.
+    pub owner: Uuid,
+    pub name: String,
+    /// The image it becomes (`images::custom_image`).
+    pub image: String,
+}
+
+/// A step of a commit, as the agent doing it reports it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitStep {
+    /// The agent began.
+    Started,
+    /// The container's layer is written: the image exists on the agent's host.
+    LayerWritten,
+    /// The image is pushed to the registry.
+    Pushed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionCommitProgressed {
+    pub session_id: Uuid,
+    pub commit_id: Uuid,
+    pub step: CommitStep,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// How a commit ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "result")]
+pub enum CommitOutcome {
+    Done {
+        /// The engine's id of the image.
+        image_id: String,
+        size_bytes: u64,
+        /// Pushed to the configured registry.
+        pushed: bool,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionCommitEnded {
+    pub session_id: Uuid,
+    pub commit_id: Uuid,
+    pub owner: Uuid,
+    pub image: String,
+    /// The agent whose engine holds the image (the main kernel's).
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    pub outcome: CommitOutcome,
+}
+
+/// An owner removed a customized image: offered no more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomImageRemoved {
+    pub owner: Uuid,
+    pub image: String,
+    /// The session that made it, and the agent whose engine holds it (told to remove it).
+    #[serde(default)]
+    pub session_id: Option<Uuid>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
 }
 
 /// A user marked some of their notifications read, or all those made before this event.

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (9, include_str!("../migrations/0009_liveness.sql")),
     (10, include_str!("../migrations/0010_idle_reaper.sql")),
     (11, include_str!("../migrations/0011_notification.sql")),
+    (12, include_str!("../migrations/0012_custom_images.sql")),
 ];
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.

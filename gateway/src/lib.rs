@@ -125,6 +125,9 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::session_history))
         .routes(routes!(api::session_idle))
         .routes(routes!(api::exempt_session))
+        .routes(routes!(api::commit_session))
+        .routes(routes!(api::list_images))
+        .routes(routes!(api::remove_image))
         .routes(routes!(api::list_notifications))
         .routes(routes!(api::mark_read))
         .routes(routes!(api::notification_stream))
@@ -236,6 +239,9 @@ mod tests {
             ("get", "/v1/sessions/{id}/history"),
             ("get", "/v1/sessions/{id}/idle"),
             ("post", "/v1/sessions/{id}/idle-exemption"),
+            ("post", "/v1/sessions/{id}/commit"),
+            ("get", "/v1/images"),
+            ("delete", "/v1/images/{name}"),
             ("get", "/v1/notifications"),
             ("post", "/v1/notifications/read"),
             ("get", "/v1/notifications/stream"),

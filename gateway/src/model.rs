@@ -286,6 +286,38 @@ pub struct Terminated {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/sessions/{id}/commit`: the commit under way and the image it makes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommitStarted {
+    pub session_id: Uuid,
+    pub commit_id: Uuid,
+    /// The image a new session names to start from it (`berth-custom/u<owner>:<name>`).
+    pub image: String,
+}
+
+/// One customized image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustomImage {
+    pub name: String,
+    pub image: String,
+    /// The session it was committed from.
+    pub session_id: Uuid,
+    /// The agent whose engine holds it.
+    pub agent_id: Option<String>,
+    pub image_id: String,
+    pub size_bytes: i64,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// `GET /v1/images`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustomImages {
+    pub items: Vec<CustomImage>,
+}
+
 /// One notification, as its owner lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

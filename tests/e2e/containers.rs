@@ -33,7 +33,7 @@ async fn docker_agent_with(
     spawn_agent(h, id, data_dir, cpu_milli, None).await
 }
 
-async fn spawn_agent(
+pub(crate) async fn spawn_agent(
     h: &Harness,
     id: &str,
     data_dir: &std::path::Path,
@@ -68,6 +68,7 @@ async fn spawn_agent(
         image_refresh,
         // Usage every second, so the idle checks decide within a test's patience.
         usage_every: Duration::from_secs(1),
+        registry: None,
     };
     // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
     // with.
@@ -105,11 +106,11 @@ pub(crate) async fn local_agent(h: &Harness) -> DockerAgent {
     docker_agent(h, &fresh_agent_id(), &data_dir()).await
 }
 
-fn fresh_agent_id() -> String {
+pub(crate) fn fresh_agent_id() -> String {
     format!("dock{}", &Uuid::new_v4().simple().to_string()[..8])
 }
 
-fn data_dir() -> PathBuf {
+pub(crate) fn data_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("berth-test-{}", Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -133,7 +134,7 @@ async fn run_to_end(h: &Harness, body: Value) -> Value {
     .await
 }
 
-async fn logs(h: &Harness, id: &str) -> String {
+pub(crate) async fn logs(h: &Harness, id: &str) -> String {
     let (status, body) = h
         .get(&h.admin_key, &format!("/v1/sessions/{id}/logs"))
         .await;

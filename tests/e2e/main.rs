@@ -5,6 +5,7 @@
 //!
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
+//! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`outage`]: NATS killed and started again under a running agent.
@@ -18,6 +19,7 @@
 
 mod admission;
 mod bus;
+mod commit;
 mod common;
 mod containers;
 mod contract;

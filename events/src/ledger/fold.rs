@@ -50,6 +50,9 @@ impl SessionPatch {
             // the log.
             Event::SessionIdleExempted(e) => e.session_id,
             Event::SessionIdleReaped(e) => e.session_id,
+            Event::SessionCommitRequested(e) => e.session_id,
+            Event::SessionCommitProgressed(e) => e.session_id,
+            Event::SessionCommitEnded(e) => e.session_id,
             _ => return Ok(false),
         };
         if self.session_id.is_some_and(|s| s != session_id) {
@@ -94,6 +97,32 @@ impl SessionPatch {
                 .await?;
                 self.agent_id = Some(Some(e.agent_id.clone()));
                 self.holds = Some(true);
+            }
+            Event::SessionCommitEnded(e) => {
+                if let CommitOutcome::Done {
+                    image_id,
+                    size_bytes,
+                    ..
+                } = &e.outcome
+                {
+                    exec(
+                        client,
+                        fold,
+                        "INSERT INTO ledger.custom_images VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (image) DO UPDATE SET owner = $2, session_id = $3,
+                           agent_id = $4, image_id = $5, size_bytes = $6, created_at = $7",
+                        &[
+                            &e.image,
+                            &e.owner,
+                            &e.session_id,
+                            &e.agent_id,
+                            image_id,
+                            &i64_of(*size_bytes),
+                            &at,
+                        ],
+                    )
+                    .await?;
+                }
             }
             Event::SessionResourcesReleased(e) => {
                 exec(
@@ -353,10 +382,10 @@ pub(super) async fn apply<C: GenericClient>(
             exec(
                 client,
                 fold,
-                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
-                       max_session_lifetime_secs = $6",
+                       max_session_lifetime_secs = $6, max_custom_images = $7",
                 &[
                     &e.name,
                     &(e.max_concurrent_sessions as i32),
@@ -364,6 +393,7 @@ pub(super) async fn apply<C: GenericClient>(
                     &i64_of(e.max_total.memory_bytes),
                     &i64_of(e.max_total.gpu_milli),
                     &e.max_session_lifetime_secs.map(i64_of),
+                    &e.max_custom_images.map(|n| n as i32),
                 ],
             )
             .await?;
@@ -441,6 +471,15 @@ pub(super) async fn apply<C: GenericClient>(
         Event::IdleChecksSet(_) => {}
         // The notification service folds what was read.
         Event::NotificationsRead(_) => {}
+        Event::CustomImageRemoved(e) => {
+            exec(
+                client,
+                fold,
+                "DELETE FROM ledger.custom_images WHERE image = $1 AND owner = $2",
+                &[&e.image, &e.owner],
+            )
+            .await?;
+        }
         // A revoked agent is offered to the scheduler no more, as a lost one.
         Event::AgentRevoked(e) => {
             exec(
@@ -493,7 +532,10 @@ pub(super) async fn apply<C: GenericClient>(
         | Event::SessionTerminationRequested(_)
         | Event::KernelStarted(_)
         | Event::SessionIdleExempted(_)
-        | Event::SessionIdleReaped(_) => {
+        | Event::SessionIdleReaped(_)
+        | Event::SessionCommitRequested(_)
+        | Event::SessionCommitProgressed(_)
+        | Event::SessionCommitEnded(_) => {
             let mut patch = SessionPatch::default();
             patch
                 .absorb(client, fold, event, stream_version, at)

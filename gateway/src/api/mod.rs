@@ -13,6 +13,7 @@
 mod folders;
 mod history;
 mod idle;
+mod images;
 mod logs;
 mod notifications;
 mod query;
@@ -22,6 +23,7 @@ mod sessions;
 pub use folders::*;
 pub use history::*;
 pub use idle::*;
+pub use images::*;
 pub use logs::*;
 pub use notifications::*;
 pub use resources::*;

@@ -53,6 +53,25 @@ pub async fn simulate(
                     token.cancel();
                 }
             }
+            // No container, no image: a simulated commit fails, saying so.
+            Command::Commit {
+                session_id,
+                commit_id,
+                ..
+            } => {
+                let fact = bus::protocol::Fact::CommitEnded {
+                    commit_id,
+                    outcome: domain::payloads::CommitOutcome::Failed {
+                        reason: "a simulated agent has no container to commit".into(),
+                    },
+                };
+                let link = link.clone();
+                let stop = stop.clone();
+                running.spawn(async move {
+                    let _ = link.report(session_id, fact, &stop).await;
+                });
+            }
+            Command::RemoveImage { .. } => {}
         }
     }
     running.abort_all();

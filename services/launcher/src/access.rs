@@ -314,6 +314,7 @@ pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessEr
                 gpu_milli: 64 * 1000,
             },
             max_session_lifetime_secs: None,
+            max_custom_images: None,
         })],
     ));
     put.push((

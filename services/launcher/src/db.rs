@@ -178,6 +178,19 @@ pub async fn load_context(
     } else {
         Vec::new()
     };
+    let custom_images = if ::domain::images::custom_image_owner(&request.image).is_some() {
+        client
+            .query(
+                "SELECT image FROM ledger.custom_images WHERE owner = $1 AND image = $2",
+                &[&who.user_id, &request.image],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(LaunchContext {
         actor: actor.clone(),
         owner,
@@ -189,5 +202,6 @@ pub async fn load_context(
         agents,
         owned_folders,
         live_names,
+        custom_images,
     })
 }

@@ -61,6 +61,8 @@ pub struct LaunchContext {
     pub owned_folders: Vec<String>,
     /// Names of the owner's live sessions (read only when random names are to be drawn).
     pub live_names: Vec<String>,
+    /// The requested image, when it is a customized image of the owner's that exists.
+    pub custom_images: Vec<String>,
 }
 
 /// The amounts of a request, checked without any fact from the database.
@@ -361,10 +363,18 @@ pub fn decide(
             format!("the session asks {asked} in all; resource group `{group}` has {limit} in all"),
         ));
     }
-    let offered = context
-        .agents
-        .iter()
-        .any(|a| a.images.contains(&request.image));
+    // A customized image is offered to its owner alone, and only while they keep it.
+    let offered_to_owner = match ::domain::images::custom_image_owner(&request.image) {
+        Some(image_owner) => {
+            image_owner == owner.user_id && context.custom_images.contains(&request.image)
+        }
+        None => true,
+    };
+    let offered = offered_to_owner
+        && context
+            .agents
+            .iter()
+            .any(|a| a.images.contains(&request.image));
     if !offered {
         return Err(unknown(
             "image",
@@ -493,6 +503,7 @@ mod tests {
             }],
             owned_folders: vec!["data".into()],
             live_names: vec![],
+            custom_images: vec![],
         }
     }
 
@@ -570,6 +581,26 @@ mod tests {
             message.contains("resource group `default` has 32768 MiB"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_customized_image_is_offered_to_its_owner_alone_while_they_keep_it() {
+        let mut c = context();
+        let owner = c.owner.clone().unwrap().user_id;
+        let mine = ::domain::images::custom_image(owner, "env1");
+        let theirs = ::domain::images::custom_image(uuid::Uuid::now_v7(), "env1");
+        c.agents[0].images.extend([mine.clone(), theirs.clone()]);
+        let mut request = request();
+        request.image = mine.clone();
+        assert_eq!(
+            refused(&c, &request).0,
+            "image",
+            "removed, or never committed"
+        );
+        c.custom_images = vec![mine.clone()];
+        assert!(decide(&c, &request, &mut no_names()).is_ok());
+        request.image = theirs;
+        assert_eq!(refused(&c, &request).0, "image", "another user's image");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The notification service: turns session events into notices for their owner (created,
-//! started, failed, terminated or cancelled with the reason, reaped by which checker), keeps
-//! them in its projection (schema `notification`, migration 0011) where the gateway serves
-//! them with unread counts, and pushes each new one live on `<root>.notify.<user>` for the
-//! gateway's notification streams. `berth notification` on its own, or part of `berth up`.
+//! started, failed, terminated or cancelled with the reason, reaped by which checker, a
+//! commit done or failed), keeps them in its projection (schema `notification`, migration
+//! 0011) where the gateway serves them with unread counts, and pushes each new one live on
+//! `<root>.notify.<user>` for the gateway's notification streams. `berth notification` on its own, or part of `berth up`.
 //!
 //! A durable consumer of the session and notice events applies each event once, in the
 //! transaction that keeps its notice (whose id is the event's), so a restart loses and
@@ -96,6 +96,7 @@ fn session_of(event: &Event) -> Option<uuid::Uuid> {
     match event {
         Event::SessionStatusChanged(e) => Some(e.session_id),
         Event::SessionIdleReaped(e) => Some(e.session_id),
+        Event::SessionCommitEnded(e) => Some(e.session_id),
         _ => None,
     }
 }

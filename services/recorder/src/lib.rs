@@ -51,7 +51,10 @@ pub async fn run(
     };
     let consumer = events::consumer::ConsumerConfig::new(
         dispatch::NAME,
-        vec![topology.category_subject("session")],
+        vec![
+            topology.category_subject("session"),
+            topology.category_subject("customimage"),
+        ],
     );
     let liveness = liveness::Liveness::default();
     let watching = liveness::keep(pool.clone(), nats.clone(), liveness.clone(), stop.clone());

@@ -270,6 +270,32 @@ async fn record_fact(
         Fact::KernelsStarted { kernels } => {
             kernels_started(pool, agent_id, session_id, kernels, metadata).await
         }
+        Fact::CommitProgressed {
+            commit_id,
+            step,
+            detail,
+        } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                metadata,
+                |state| state.commit_progressed(*commit_id, *step, detail.clone()),
+            )
+            .await
+        }
+        Fact::CommitEnded { commit_id, outcome } => {
+            decide(
+                pool,
+                agent_id,
+                Reporter::Main,
+                session_id,
+                metadata,
+                |state| state.end_commit(*commit_id, agent_id, outcome.clone()),
+            )
+            .await
+        }
     }
 }
 

@@ -36,6 +36,7 @@ use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
 
 mod adopt;
 mod cluster;
+mod commit;
 mod keep;
 mod kernels;
 mod session;
@@ -61,6 +62,9 @@ pub struct RuntimeConfig {
     pub image_refresh: Option<Duration>,
     /// How often a running container's usage is sampled (a first sample at its start).
     pub usage_every: Duration,
+    /// Where customized images are pushed once committed (`host[:port][/path]`); none
+    /// keeps them on this host.
+    pub registry: Option<String>,
 }
 
 /// Connects to the local engine, agreeing on an API version it speaks.
@@ -313,6 +317,26 @@ pub async fn run(
                 if let Some(token) = sessions.tasks.get(&session_id) {
                     token.cancel();
                 }
+            }
+            Command::Commit {
+                session_id,
+                commit_id,
+                owner,
+                image,
+            } => {
+                let order = commit::CommitOrder {
+                    session_id,
+                    commit_id,
+                    owner,
+                    image,
+                };
+                sessions.running.spawn(commit::commit(ctx.clone(), order));
+            }
+            Command::RemoveImage { image, .. } => {
+                let ctx = ctx.clone();
+                sessions
+                    .running
+                    .spawn(async move { commit::remove_image(&ctx, &image).await });
             }
         }
     }

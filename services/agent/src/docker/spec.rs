@@ -14,6 +14,9 @@ use uuid::Uuid;
 use super::{LABEL_AGENT, LABEL_GPUS, LABEL_KERNEL, LABEL_SESSION};
 use crate::gpu::GpuShare;
 
+/// The session's working directory, and its scratch space.
+pub const SCRATCH: &str = "/home/work";
+
 /// The command of a kernel that has nothing to run: idle until terminated.
 pub const IDLE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
 
@@ -181,6 +184,9 @@ pub fn kernel_config(
         hostname: layout.network.as_ref().map(|_| host.clone()),
         exposed_ports: main.then_some(exposed),
         working_dir: Some("/home/work".into()),
+        // Scratch space is a volume of its own: removed with the container, and never part of
+        // an image the session is committed to.
+        volumes: Some(HashMap::from([(SCRATCH.to_owned(), HashMap::new())])),
         networking_config,
         host_config: Some(HostConfig {
             nano_cpus: Some(resources.cpu_milli as i64 * 1_000_000),
@@ -304,6 +310,10 @@ mod tests {
         let config = kernel_config(&state, "a1", &layout, 0, &binds, &no_gpu());
         assert_eq!(config.host_config.unwrap().binds, Some(binds));
         assert_eq!(config.working_dir.as_deref(), Some("/home/work"));
+        assert!(
+            config.volumes.unwrap().contains_key("/home/work"),
+            "scratch is a volume, outside any committed image"
+        );
     }
 
     #[test]

@@ -1,0 +1,72 @@
+//! Customized images: what a session committed to an image is called, and whose it is. Pure.
+//!
+//! A committed image is `berth-custom/u<owner>:<name>`: the repository names its owner (an
+//! image reference's repository is lower case, so the owner's id goes there and the name a
+//! user chose, which may hold capitals, is the tag). Only its owner is offered it.
+
+use uuid::Uuid;
+
+/// The repository every customized image lives under.
+pub const CUSTOM_PREFIX: &str = "berth-custom/u";
+
+/// Whether `name` can name a customized image: 4 to 32 letters, digits, `-` and `_`.
+pub fn check_image_name(name: &str) -> Result<(), String> {
+    let fits = (4..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not 4 to 32 letters, digits, `-` and `_`"
+        ))
+    }
+}
+
+/// The image `owner`'s customized image `name` is.
+pub fn custom_image(owner: Uuid, name: &str) -> String {
+    format!("{CUSTOM_PREFIX}{}:{name}", owner.simple())
+}
+
+/// The owner of a customized image; `None` for any other image.
+pub fn custom_image_owner(image: &str) -> Option<Uuid> {
+    let rest = image.strip_prefix(CUSTOM_PREFIX)?;
+    let (owner, _) = rest.split_once(':')?;
+    Uuid::try_parse(owner).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_4_to_32_letters_digits_dashes_and_underscores() {
+        for good in ["mine", "My_env-2", &"x".repeat(32)] {
+            assert!(check_image_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "abc",
+            &"x".repeat(33),
+            "a b c",
+            "a/bcd",
+            "ab:cd",
+            "émoi",
+            "",
+        ] {
+            assert!(check_image_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_customized_image_names_its_owner() {
+        let owner = Uuid::now_v7();
+        let image = custom_image(owner, "Env_1");
+        assert!(image.starts_with("berth-custom/u"), "{image}");
+        assert!(image.ends_with(":Env_1"));
+        assert_eq!(image, image.to_string());
+        assert_eq!(custom_image_owner(&image), Some(owner));
+        assert_eq!(custom_image_owner("berth/shell:latest"), None);
+        assert_eq!(custom_image_owner("berth-custom/unot-an-id:x"), None);
+    }
+}
