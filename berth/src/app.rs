@@ -1,9 +1,9 @@
 //! The one composition of berth's control plane. [`start`] wires the parts a process runs
 //! (relay and sealer, projections, scheduler, reconciler, recorder, idle-reaper,
-//! notification, gateway) onto one database pool and one stop token. `berth up` starts every
-//! part; `berth relay`, `berth projections`, `berth scheduler`, `berth reconciler`,
-//! `berth recorder`, `berth idle-reaper`, `berth notification` and `berth gateway` start one
-//! each; the end-to-end tests start the same function, so what they test is what runs.
+//! notification, image-commit, gateway) onto one database pool and one stop token. `berth up`
+//! starts every part; `berth relay`, `berth projections`, `berth scheduler`,
+//! `berth reconciler`, `berth recorder`, `berth idle-reaper`, `berth notification`,
+//! `berth image-commit` and `berth gateway` start one each; the end-to-end tests start the same function, so what they test is what runs.
 //!
 //! Agents are not parts: they run on compute hosts (`berth agent`) and reach the control
 //! plane only through NATS, where the recorder answers them.
@@ -42,6 +42,8 @@ pub struct Parts {
     pub idle_reaper: bool,
     /// Tells each session's owner what became of it.
     pub notification: bool,
+    /// Sends commits to the agents that make them, and fails those never finished.
+    pub image_commit: bool,
     /// Serves the HTTP API.
     pub gateway: bool,
 }
@@ -56,6 +58,7 @@ impl Parts {
         recorder: true,
         idle_reaper: true,
         notification: true,
+        image_commit: true,
         gateway: true,
     };
     const NONE: Parts = Parts {
@@ -66,6 +69,7 @@ impl Parts {
         recorder: false,
         idle_reaper: false,
         notification: false,
+        image_commit: false,
         gateway: false,
     };
     pub const RELAY: Parts = Parts {
@@ -94,6 +98,10 @@ impl Parts {
     };
     pub const NOTIFICATION: Parts = Parts {
         notification: true,
+        ..Parts::NONE
+    };
+    pub const IMAGE_COMMIT: Parts = Parts {
+        image_commit: true,
         ..Parts::NONE
     };
     pub const GATEWAY: Parts = Parts {
@@ -280,6 +288,23 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         );
         tasks.spawn(async move {
             notification::run(nats, p, subjects, topology, s).await?;
+            Ok(())
+        });
+    }
+    if parts.image_commit {
+        let nats = connect_nats(config).await?;
+        let (p, subjects, topology, s) = (
+            pool.clone(),
+            config.agent_bus.clone(),
+            config.topology.clone(),
+            stop.clone(),
+        );
+        let commits = image_commit::CommitConfig {
+            deadline: timings.commit_deadline,
+            check_every: (timings.commit_deadline / 4).min(std::time::Duration::from_secs(5)),
+        };
+        tasks.spawn(async move {
+            image_commit::run(nats, p, subjects, topology, commits, s).await?;
             Ok(())
         });
     }

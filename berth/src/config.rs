@@ -65,6 +65,8 @@ pub struct Timings {
     pub agent_usage_every: Duration,
     /// How often the idle-reaper compares what it knows with the clock.
     pub reaper_tick: Duration,
+    /// How long an agent has to finish a commit before the image-commit service fails it.
+    pub commit_deadline: Duration,
 }
 
 impl Default for Timings {
@@ -82,6 +84,7 @@ impl Default for Timings {
             simulated_step: Duration::from_secs(1),
             agent_usage_every: Duration::from_secs(5),
             reaper_tick: Duration::from_millis(250),
+            commit_deadline: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -155,6 +158,11 @@ impl Config {
                     defaults.agent_usage_every,
                 ),
                 reaper_tick: duration("BERTH_REAPER_TICK_MS", millis, defaults.reaper_tick),
+                commit_deadline: duration(
+                    "BERTH_COMMIT_DEADLINE_SECS",
+                    secs,
+                    defaults.commit_deadline,
+                ),
                 ..defaults
             },
         }

@@ -59,6 +59,8 @@ enum Command {
     IdleReaper,
     /// Run only the notification service (each owner told what became of their sessions).
     Notification,
+    /// Run only the image-commit service (commits sent to their agents, overdue ones failed).
+    ImageCommit,
     /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
     Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
@@ -175,6 +177,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Recorder => serve(&config, Parts::RECORDER).await?,
         Command::IdleReaper => serve(&config, Parts::IDLE_REAPER).await?,
         Command::Notification => serve(&config, Parts::NOTIFICATION).await?,
+        Command::ImageCommit => serve(&config, Parts::IMAGE_COMMIT).await?,
         Command::Gateway => serve(&config, Parts::GATEWAY).await?,
         Command::Replay {
             projection: name,

@@ -461,6 +461,7 @@ mod tests {
                 owner: id,
                 name: "my-env".into(),
                 image: crate::images::custom_image(id, "my-env"),
+                agent_id: Some("a1".into()),
             }),
             Event::SessionCommitProgressed(SessionCommitProgressed {
                 session_id: id,

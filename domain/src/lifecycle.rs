@@ -281,8 +281,22 @@ impl SessionState {
                 owner: self.request.owner.user_id,
                 name,
                 image,
+                agent_id: self.agent_id.clone(),
             },
         )])
+    }
+
+    /// Fails commit `commit_id` for `reason` (its agent never reported its end); nothing
+    /// once that commit is over.
+    pub fn fail_commit(
+        &self,
+        commit_id: Uuid,
+        reason: String,
+    ) -> Result<Vec<Event>, TransitionError> {
+        match self.commit.as_ref().filter(|c| c.commit_id == commit_id) {
+            Some(commit) => Ok(vec![self.commit_failed(commit, reason)]),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// A step of commit `commit_id`; nothing once that commit is over (a late report).
@@ -781,8 +795,17 @@ mod tests {
                 },
             )
             .unwrap();
+        let overdue = committing
+            .fail_commit(commit_id, "no end within 1800 s".into())
+            .unwrap();
+        assert!(matches!(&overdue[0], Event::SessionCommitEnded(e)
+            if matches!(e.outcome, CommitOutcome::Failed { .. })));
         let after = apply(committing, &done);
         assert!(after.commit.is_none());
+        assert!(after
+            .fail_commit(commit_id, "late".into())
+            .unwrap()
+            .is_empty());
         assert!(after.terminate(false, "by user".into()).is_ok());
         // Only RUNNING interactive sessions are committed.
         let queued = SessionState::requested(&request(SessionType::Interactive));

@@ -601,6 +601,9 @@ pub struct SessionCommitRequested {
     pub name: String,
     /// The image it becomes (`images::custom_image`).
     pub image: String,
+    /// The agent of the main kernel, which commits it.
+    #[serde(default)]
+    pub agent_id: Option<String>,
 }
 
 /// A step of a commit, as the agent doing it reports it.

@@ -12,3 +12,13 @@ CREATE TABLE ledger.custom_images (
 );
 CREATE INDEX custom_images_by_owner ON ledger.custom_images (owner);
 GRANT SELECT, INSERT, UPDATE, DELETE ON ledger.custom_images TO berth_service;
+-- The image-commit service's commits in progress, each with when it was asked, so a commit
+-- whose agent never reports its end fails after a deadline, across restarts.
+CREATE SCHEMA image_commit;
+GRANT USAGE ON SCHEMA image_commit TO berth_service;
+CREATE TABLE image_commit.pending (
+    commit_id    uuid        PRIMARY KEY,
+    session_id   uuid        NOT NULL,
+    requested_at timestamptz NOT NULL
+);
+GRANT SELECT, INSERT, UPDATE, DELETE ON image_commit.pending TO berth_service;

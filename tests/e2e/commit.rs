@@ -313,3 +313,42 @@ async fn a_commit_holds_off_a_terminate_force_fails_it_and_the_limit_is_checked_
     let (status, taken) = commit(second.clone(), "kept1").await;
     assert_eq!(status, StatusCode::CONFLICT, "{taken}");
 }
+
+#[tokio::test]
+async fn a_commit_never_finished_fails_at_its_deadline_and_the_session_can_be_terminated() {
+    let mut config = test_config();
+    config.timings.commit_deadline = Duration::from_secs(2);
+    let h = start_with(config).await;
+    h.agent("hand2", "default", 8).await;
+    let id = create(
+        &h,
+        &h.admin_key,
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "128m"}}),
+    )
+    .await;
+    run_by_hand(&h, "hand2", &id).await;
+    let (status, _) = h
+        .post(
+            &h.admin_key,
+            &format!("/v1/sessions/{id}/commit"),
+            json!({"name": "never"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let reason = wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        let row = client
+            .query_opt(
+                "SELECT payload->'outcome'->>'reason' FROM events
+                 WHERE event_type = 'SessionCommitEnded'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.map(|r| r.get::<_, String>(0))
+    })
+    .await;
+    assert!(reason.contains("no end within 2 s"), "{reason}");
+    let (status, body) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}

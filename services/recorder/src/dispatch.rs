@@ -5,9 +5,9 @@
 //! - a session CREATING: `Assign` to the other agents of its cluster, whose kernels join the
 //!   network the main agent has made by then;
 //! - a session TERMINATING, or giving back its resources (it ended, or went back to the
-//!   queue): `Stop` to every agent holding a kernel of it;
-//! - a commit requested: `Commit` to its main agent; a customized image removed:
-//!   `RemoveImage` to the agent whose engine holds it.
+//!   queue): `Stop` to every agent holding a kernel of it.
+//!
+//! Commits and image removals are the image-commit service's.
 //!
 //! Commands are derived from events and idempotent, and each carries the id
 //! `<event id>.<agent>`, so a redelivered event sends nothing twice within the stream's
@@ -64,29 +64,6 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
         Event::SessionStatusChanged(e) if e.to == SessionStatus::Terminating => {
             stop_all(e.session_id)
         }
-        Event::SessionCommitRequested(e) => holders
-            .iter()
-            .filter(|(_, main)| *main)
-            .map(|(agent, _)| {
-                let command = Command::Commit {
-                    session_id: e.session_id,
-                    commit_id: e.commit_id,
-                    owner: e.owner,
-                    image: e.image.clone(),
-                };
-                (agent.clone(), command)
-            })
-            .collect(),
-        Event::CustomImageRemoved(e) => match (&e.agent_id, e.session_id) {
-            (Some(agent), Some(session_id)) => vec![(
-                agent.clone(),
-                Command::RemoveImage {
-                    session_id,
-                    image: e.image.clone(),
-                },
-            )],
-            _ => Vec::new(),
-        },
         Event::SessionResourcesReleased(e) => {
             let mut agents: Vec<&str> = e.kernels.iter().map(|k| k.agent_id.as_str()).collect();
             agents.push(&e.agent_id);
@@ -109,7 +86,6 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
 fn needs_holders(event: &Event) -> bool {
     matches!(event, Event::SessionStatusChanged(e)
         if matches!(e.to, SessionStatus::Creating | SessionStatus::Terminating))
-        || matches!(event, Event::SessionCommitRequested(_))
 }
 
 impl Handler for Dispatcher {
@@ -120,9 +96,6 @@ impl Handler for Dispatcher {
     ) -> Result<(), HandlerError> {
         let holders = match (&event.event, needs_holders(&event.event)) {
             (Event::SessionStatusChanged(e), true) => db::kernel_holders(tx, e.session_id)
-                .await
-                .map_err(|e| HandlerError::Transient(e.to_string()))?,
-            (Event::SessionCommitRequested(e), true) => db::kernel_holders(tx, e.session_id)
                 .await
                 .map_err(|e| HandlerError::Transient(e.to_string()))?,
             _ => Vec::new(),

@@ -51,10 +51,7 @@ pub async fn run(
     };
     let consumer = events::consumer::ConsumerConfig::new(
         dispatch::NAME,
-        vec![
-            topology.category_subject("session"),
-            topology.category_subject("customimage"),
-        ],
+        vec![topology.category_subject("session")],
     );
     let liveness = liveness::Liveness::default();
     let watching = liveness::keep(pool.clone(), nats.clone(), liveness.clone(), stop.clone());
