@@ -85,6 +85,12 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         watched: usize,
     },
+    /// A RUNNING berth/python session committed to an image, next to `docker commit` of the
+    /// same container.
+    Commit {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -115,6 +121,9 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Wake { sessions } => {
             crate::bench_sessions::wake(&config.nats_url, &url, sessions).await
+        }
+        BenchCommand::Commit { rounds } => {
+            crate::bench_commit::commit(&config.nats_url, &url, rounds).await
         }
         BenchCommand::Reap { sessions, watched } => {
             crate::bench_reap::reap(&config.nats_url, &url, sessions, watched).await

@@ -243,7 +243,7 @@ pub(crate) async fn admit_for_bench(pool: &Pool, agent_id: &str) -> anyhow::Resu
 
 /// The agents' side of the control plane (recorder, dispatcher, telemetry sink) on
 /// subjects of this bench's own; those subjects.
-fn recorder_on_bus(
+pub(crate) fn recorder_on_bus(
     nats: &async_nats::Client,
     pool: &Pool,
     topology: &events::relay::Topology,
@@ -267,7 +267,7 @@ fn recorder_on_bus(
 
 /// A scheduler woken as in service, by the events on `topology`'s subjects; its wake-up,
 /// for a bench that also pokes it in process.
-fn woken_scheduler(
+pub(crate) fn woken_scheduler(
     pool: &Pool,
     nats: async_nats::Client,
     topology: &events::relay::Topology,
@@ -320,7 +320,7 @@ pub(crate) fn small_shell(count: u32) -> launcher::launch::CreateSession {
 }
 
 /// Ends session `id` at once.
-async fn end_session(pool: &Pool, id: Uuid) -> anyhow::Result<()> {
+pub(crate) async fn end_session(pool: &Pool, id: Uuid) -> anyhow::Result<()> {
     let metadata = events::trace::metadata("bench", None);
     events::lifecycle::command(pool, id, &metadata, |s| {
         s.terminate(true, "bench over".into())
