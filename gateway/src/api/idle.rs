@@ -63,8 +63,8 @@ pub async fn session_idle(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Exemption {
-    /// Kept with the event, for whoever wonders why the session was left alone; not blank.
-    #[schema(min_length = 1, max_length = 500, pattern = "\\S")]
+    /// Kept with the event, for whoever wonders why the session was left alone.
+    #[schema(min_length = 1, max_length = 500, pattern = r"^[^\u0000]+$")]
     reason: String,
 }
 
@@ -81,7 +81,6 @@ pub async fn exempt_session(
 ) -> Result<Json<Exempted>, ApiError> {
     let id = parse_id(&id)?;
     let Exemption { reason } = parse_body(body)?;
-    let reason = reason.trim().to_owned();
     if reason.is_empty() || reason.chars().count() > 500 {
         return Err(ApiError::invalid("reason", "1 to 500 characters"));
     }
