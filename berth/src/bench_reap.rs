@@ -232,6 +232,7 @@ fn checkers_cost(sessions: usize) -> (f64, f64) {
             exempt: false,
             usage: Default::default(),
             last_traffic_at: None,
+            observed_since: None,
             network_bytes: None,
         };
         for i in (0..120).rev() {

@@ -198,6 +198,8 @@ catalogue! {
     SessionCommitEnded(SessionCommitEnded) = "SessionCommitEnded" v 1,
     /// An owner removed a customized image.
     CustomImageRemoved(CustomImageRemoved) = "CustomImageRemoved" v 1,
+    /// A user set (or removed) the webhook their notifications are delivered to.
+    NotificationWebhookSet(NotificationWebhookSet) = "NotificationWebhookSet" v 1,
     /// A user marked notifications read.
     NotificationsRead(NotificationsRead) = "NotificationsRead" v 1,
 }
@@ -486,6 +488,10 @@ mod tests {
                 image: crate::images::custom_image(id, "my-env"),
                 session_id: Some(id),
                 agent_id: Some("a1".into()),
+            }),
+            Event::NotificationWebhookSet(NotificationWebhookSet {
+                user_id: id,
+                url: Some("http://hooks.example.com/berth".into()),
             }),
             Event::NotificationsRead(NotificationsRead {
                 user_id: id,

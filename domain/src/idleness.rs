@@ -204,9 +204,13 @@ pub struct Watched {
     /// telemetry stream).
     #[serde(skip)]
     pub usage: VecDeque<UsagePoint>,
-    /// When bytes last went in or out (the start of RUNNING before any did).
+    /// When bytes last went in or out, as far as the readings seen show.
     #[serde(skip)]
     pub last_traffic_at: Option<DateTime<Utc>>,
+    /// The first reading seen (a reaper started again reads the recent ones again): network
+    /// idleness is never counted from before it.
+    #[serde(skip)]
+    pub observed_since: Option<DateTime<Utc>>,
     #[serde(skip)]
     pub network_bytes: Option<u64>,
 }
@@ -265,6 +269,7 @@ impl Watched {
         if self.usage.back().is_some_and(|last| last.at >= point.at) {
             return;
         }
+        self.observed_since.get_or_insert(point.at);
         if let Some(bytes) = point.network_bytes {
             if self.network_bytes.is_some_and(|before| before != bytes) {
                 self.last_traffic_at = Some(point.at);
@@ -470,6 +475,7 @@ mod tests {
             exempt: false,
             usage: VecDeque::new(),
             last_traffic_at: None,
+            observed_since: None,
             network_bytes: None,
         }
     }

@@ -53,6 +53,28 @@ pub struct Notice {
     pub at: DateTime<Utc>,
 }
 
+/// Whether `url` can be a webhook: `http://` with a host, at most 2,048 characters, no
+/// whitespace or control characters (this build speaks no TLS, so no `https://`). Pure.
+pub fn check_webhook_url(url: &str) -> Result<(), String> {
+    if url.chars().count() > 2048 {
+        return Err("at most 2,048 characters".into());
+    }
+    if url.starts_with("https://") {
+        return Err("https webhooks need a TLS-enabled build; give an http:// URL".into());
+    }
+    let host = url
+        .strip_prefix("http://")
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    // What the API document's pattern forbids: JSON Schema's `\s` and control characters.
+    let clean = !url
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '\u{feff}');
+    match host {
+        Some(host) if !host.is_empty() && clean => Ok(()),
+        _ => Err(format!("`{url}` is not an http:// URL")),
+    }
+}
+
 /// What the service knows of a session to word its notices.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NoticedSession {
@@ -227,6 +249,24 @@ mod tests {
             None,
             "an unknown session"
         );
+    }
+
+    #[test]
+    fn a_webhook_is_an_http_url() {
+        assert!(check_webhook_url("http://hooks.example.com:8080/berth?x=1").is_ok());
+        assert!(check_webhook_url("https://hooks.example.com")
+            .unwrap_err()
+            .contains("TLS"));
+        for bad in [
+            "ftp://x",
+            "not a url",
+            "http://",
+            "http:///path",
+            "http://a b",
+        ] {
+            assert!(check_webhook_url(bad).is_err(), "{bad}");
+        }
+        assert!(check_webhook_url(&format!("http://x/{}", "a".repeat(2100))).is_err());
     }
 
     #[test]

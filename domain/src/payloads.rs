@@ -669,6 +669,14 @@ pub struct CustomImageRemoved {
     pub agent_id: Option<String>,
 }
 
+/// A user set where their notifications are also POSTed, or (`None`) stopped it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotificationWebhookSet {
+    pub user_id: Uuid,
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
 /// A user marked some of their notifications read, or all those made before this event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NotificationsRead {

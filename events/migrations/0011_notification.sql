@@ -23,3 +23,20 @@ CREATE TABLE notification.notices (
 CREATE INDEX notices_by_user ON notification.notices (user_id, at DESC, notice_id DESC);
 CREATE INDEX unread_by_user ON notification.notices (user_id) WHERE read_at IS NULL;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA notification TO berth_service;
+-- Webhooks: each user's, and each notice to deliver to one (written with the notice, sent and
+-- retried by the service's sender).
+CREATE TABLE notification.webhooks (
+    user_id uuid PRIMARY KEY,
+    url     text NOT NULL
+);
+CREATE TABLE notification.deliveries (
+    notice_id    uuid        PRIMARY KEY,
+    url          text        NOT NULL,
+    body         text        NOT NULL,
+    attempts     integer     NOT NULL,
+    next_at      timestamptz NOT NULL,
+    delivered_at timestamptz,
+    last_error   text
+);
+CREATE INDEX deliveries_due ON notification.deliveries (next_at) WHERE delivered_at IS NULL;
+GRANT SELECT, INSERT, UPDATE, DELETE ON notification.webhooks, notification.deliveries TO berth_service;

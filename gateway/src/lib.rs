@@ -131,6 +131,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::list_notifications))
         .routes(routes!(api::mark_read))
         .routes(routes!(api::notification_stream))
+        .routes(routes!(api::set_webhook))
         .routes(routes!(api::session_logs))
         .routes(routes!(api::list_folders, api::create_folder))
         .routes(routes!(api::resource_summary))
@@ -245,6 +246,7 @@ mod tests {
             ("get", "/v1/notifications"),
             ("post", "/v1/notifications/read"),
             ("get", "/v1/notifications/stream"),
+            ("put", "/v1/notifications/webhook"),
             ("get", "/v1/sessions/{id}/logs"),
             ("get", "/v1/folders"),
             ("post", "/v1/folders"),

@@ -341,6 +341,13 @@ pub struct NoticePage {
     pub items: Vec<NoticeItem>,
 }
 
+/// `PUT /v1/notifications/webhook`: where notifications are delivered now (null: nowhere).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    pub url: Option<String>,
+}
+
 /// `POST /v1/notifications/read`: how many are left unread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -314,11 +314,21 @@ async fn a_commit_holds_off_a_terminate_force_fails_it_and_the_limit_is_checked_
     assert_eq!(status, StatusCode::CONFLICT, "{taken}");
 }
 
-#[tokio::test]
-async fn a_commit_never_finished_fails_at_its_deadline_and_the_session_can_be_terminated() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_never_finished_fails_at_its_deadline_even_across_a_restart() {
     let mut config = test_config();
-    config.timings.commit_deadline = Duration::from_secs(2);
-    let h = start_with(config).await;
+    config.timings.commit_deadline = Duration::from_secs(3);
+    let h = start_parts(
+        config.clone(),
+        berth::app::Parts {
+            image_commit: false,
+            ..berth::app::Parts::ALL
+        },
+    )
+    .await;
+    let service = berth::app::start(&config, berth::app::Parts::IMAGE_COMMIT)
+        .await
+        .unwrap();
     h.agent("hand2", "default", 8).await;
     let id = create(
         &h,
@@ -335,6 +345,23 @@ async fn a_commit_never_finished_fails_at_its_deadline_and_the_session_can_be_te
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    // The service has the commit in progress, then stops and starts again before its
+    // deadline: it fails it all the same, once.
+    wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        let n: i64 = client
+            .query_one("SELECT count(*) FROM image_commit.pending", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (n == 1).then_some(())
+    })
+    .await;
+    service.stop().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let service = berth::app::start(&config, berth::app::Parts::IMAGE_COMMIT)
+        .await
+        .unwrap();
     let reason = wait_for(|| async {
         let client = h.pool.get().await.unwrap();
         let row = client
@@ -348,7 +375,10 @@ async fn a_commit_never_finished_fails_at_its_deadline_and_the_session_can_be_te
         row.map(|r| r.get::<_, String>(0))
     })
     .await;
-    assert!(reason.contains("no end within 2 s"), "{reason}");
+    assert!(reason.contains("no end within 3 s"), "{reason}");
     let (status, body) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.count_events("SessionCommitEnded").await, 1);
+    service.stop().await.unwrap();
 }

@@ -209,3 +209,140 @@ async fn a_restarted_notification_service_loses_and_duplicates_nothing() {
     assert_eq!(notices(&h, &h.admin_key, "").await["unread"], 10);
     service.stop().await.unwrap();
 }
+
+/// A webhook receiver on a port of its own: it answers its first request 500 and the others
+/// 200, and keeps each request's `Idempotency-Key` and body, in order.
+async fn receiver() -> (
+    u16,
+    std::sync::Arc<tokio::sync::Mutex<Vec<(String, Value)>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: std::sync::Arc<tokio::sync::Mutex<Vec<(String, Value)>>> = Default::default();
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            let (head, body) = loop {
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                if n == 0 {
+                    break (String::new(), Vec::new());
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                let Some(end) = text.find("\r\n\r\n") else {
+                    continue;
+                };
+                let head = text[..end].to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if request.len() >= end + 4 + length {
+                    break (head, request[end + 4..end + 4 + length].to_vec());
+                }
+            };
+            let key = head
+                .lines()
+                .find_map(|l| l.strip_prefix("idempotency-key:"))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_default();
+            let mut seen = kept.lock().await;
+            let status = if seen.is_empty() {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            seen.push((key, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+            drop(seen);
+            let answer =
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn a_webhook_gets_each_notice_once_it_answers_with_its_id_as_idempotency_key() {
+    let h = start().await;
+    h.agent("hooked1", "default", 8).await;
+    let alice = h.user("alice@example.com").await;
+    let (status, err) = h
+        .call(
+            &alice,
+            reqwest::Method::PUT,
+            "/v1/notifications/webhook",
+            Some(json!({"url": "https://hooks.example.com"})),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("url"))
+    );
+    let (port, seen) = receiver().await;
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let (status, set) = h
+        .call(
+            &alice,
+            reqwest::Method::PUT,
+            "/v1/notifications/webhook",
+            Some(json!({"url": url})),
+        )
+        .await;
+    assert_eq!((status, &set["url"]), (StatusCode::OK, &json!(url)));
+    // The service folds the webhook before the session's events, which come after it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut later = json!({"type": "batch", "image": "berth/shell:latest",
+                           "startup_command": "true", "resources": {"cpu": 1, "memory": "128m"}});
+    later["starts_at"] = json!((chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339());
+    let (_, created) = h.create(&alice, later).await;
+    let id = ids(&created)[0].clone();
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    // The first delivery is refused and comes again a second later with the same key.
+    let deliveries = wait_for(|| async {
+        let seen = seen.lock().await.clone();
+        (seen.len() >= 3).then_some(seen)
+    })
+    .await;
+    let page = notices(&h, &alice, "").await;
+    let mut expected: Vec<String> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["notice_id"].as_str().unwrap().to_owned())
+        .collect();
+    expected.reverse();
+    assert_eq!(expected.len(), 2, "{page}");
+    let keys: Vec<&str> = deliveries.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys[0], expected[0], "created first: {deliveries:?}");
+    let mut distinct: Vec<&str> = keys.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut want: Vec<&str> = expected.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(distinct, want, "every notice, under its id: {deliveries:?}");
+    assert_eq!(
+        keys.iter().filter(|k| **k == expected[0]).count(),
+        2,
+        "refused once, delivered again: {deliveries:?}"
+    );
+    for (key, body) in &deliveries {
+        assert_eq!(body["notice_id"], key.as_str(), "{body}");
+        assert_eq!(body["session_id"], id.as_str());
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        seen.lock().await.len(),
+        3,
+        "nothing delivered twice once answered"
+    );
+}

@@ -470,7 +470,7 @@ pub(super) async fn apply<C: GenericClient>(
         // The idle-reaper folds its checks itself; the ledger decides nothing on them.
         Event::IdleChecksSet(_) => {}
         // The notification service folds what was read.
-        Event::NotificationsRead(_) => {}
+        Event::NotificationsRead(_) | Event::NotificationWebhookSet(_) => {}
         Event::CustomImageRemoved(e) => {
             exec(
                 client,

@@ -13,7 +13,7 @@ use axum::Json;
 use bytes::Bytes;
 use events::catalogue::{Event, Metadata};
 use events::notices::Notice;
-use events::payloads::NotificationsRead;
+use events::payloads::{NotificationWebhookSet, NotificationsRead};
 use events::store::ExpectedVersion;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
@@ -23,7 +23,7 @@ use uuid::Uuid;
 use super::{parse_body, query, Caller};
 use crate::db;
 use crate::error::ApiError;
-use crate::model::{NoticePage, Unread};
+use crate::model::{NoticePage, Unread, Webhook};
 use crate::AppState;
 
 /// `GET /v1/notifications`'s parameters.
@@ -154,4 +154,47 @@ pub async fn notification_stream(
         Some(Ok(event))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Where my notifications are also delivered.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRequest {
+    /// An `http://` URL (POSTed each new notification as JSON, with its id as
+    /// `Idempotency-Key`, retried with backoff until it answers 2xx), or null to stop.
+    #[schema(
+        max_length = 2048,
+        pattern = r"^http://[^/?#\s\u0000-\u001f\u007f-\u009f]+[^\s\u0000-\u001f\u007f-\u009f]*$"
+    )]
+    url: Option<String>,
+}
+
+/// Set (or, with null, remove) the webhook my notifications are delivered to.
+#[utoipa::path(put, path = "/v1/notifications/webhook", tag = "notifications",
+    request_body = WebhookRequest,
+    responses((status = 200, description = "set", body = Webhook)))]
+pub async fn set_webhook(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Webhook>, ApiError> {
+    let WebhookRequest { url } = parse_body(body)?;
+    if let Some(url) = &url {
+        events::notices::check_webhook_url(url).map_err(|m| ApiError::invalid("url", m))?;
+    }
+    let stream = events::catalogue::stream_id("notice", caller.user_id);
+    let event = Event::NotificationWebhookSet(NotificationWebhookSet {
+        user_id: caller.user_id,
+        url: url.clone(),
+    });
+    let metadata: Metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    events::ledger::record_now(
+        &state.pool,
+        &stream,
+        ExpectedVersion::Any,
+        &[event],
+        &metadata,
+    )
+    .await?;
+    Ok(Json(Webhook { url }))
 }

@@ -54,6 +54,7 @@ impl Watchlist {
                     exempt: false,
                     usage: Default::default(),
                     last_traffic_at: None,
+                    observed_since: None,
                     network_bytes: None,
                 };
                 self.sessions.insert(r.session_id, watched.clone());
@@ -66,6 +67,7 @@ impl Watchlist {
                 w.usage.clear();
                 w.network_bytes = None;
                 w.last_traffic_at = None;
+                w.observed_since = None;
             }),
             Event::SessionStatusChanged(e) if e.to.is_terminal() => self.unwatch(e.session_id),
             Event::SessionStatusChanged(e) if e.to == SessionStatus::Running => {
@@ -123,11 +125,18 @@ impl Watchlist {
             .with_lifetime_cap(w.lifetime_cap_secs)
     }
 
-    /// How long usage must be kept: the longest utilization window of any checks.
+    /// How far back usage matters: the longest utilization window or network timeout of any
+    /// checks (a reaper started again reads that much again).
     pub fn keep_secs(&self) -> u64 {
         self.checks
             .values()
-            .filter_map(|c| c.utilization.map(|u| u.window_secs))
+            .flat_map(|c| {
+                [
+                    c.utilization.map(|u| u.window_secs),
+                    c.network_idle_timeout_secs,
+                ]
+            })
+            .flatten()
             .max()
             .unwrap_or(0)
     }

@@ -92,3 +92,142 @@ pub async fn mark_read(
         .await?;
     Ok(())
 }
+
+/// Sets (or, with `None`, removes) `user`'s webhook.
+pub async fn set_webhook(
+    client: &impl GenericClient,
+    user: Uuid,
+    url: Option<&str>,
+) -> Result<(), Error> {
+    match url {
+        Some(url) => {
+            client
+                .execute(
+                    "INSERT INTO notification.webhooks (user_id, url) VALUES ($1, $2)
+                     ON CONFLICT (user_id) DO UPDATE SET url = EXCLUDED.url",
+                    &[&user, &url],
+                )
+                .await?
+        }
+        None => {
+            client
+                .execute(
+                    "DELETE FROM notification.webhooks WHERE user_id = $1",
+                    &[&user],
+                )
+                .await?
+        }
+    };
+    Ok(())
+}
+
+/// Queues `notice` for its owner's webhook, if they set one; whether it was queued.
+pub async fn queue_delivery(client: &impl GenericClient, notice: &Notice) -> Result<bool, Error> {
+    let body = serde_json::to_string(notice).expect("a notice serialises");
+    let queued = client
+        .execute(
+            "INSERT INTO notification.deliveries (notice_id, url, body, attempts, next_at)
+             SELECT $1, url, $3, 0, now() FROM notification.webhooks WHERE user_id = $2
+             ON CONFLICT (notice_id) DO NOTHING",
+            &[&notice.notice_id, &notice.user_id, &body],
+        )
+        .await?;
+    Ok(queued == 1)
+}
+
+/// A delivery claimed for sending.
+pub struct Delivery {
+    pub notice_id: Uuid,
+    pub url: String,
+    pub body: String,
+    pub attempts: i32,
+}
+
+/// Claims up to `limit` due deliveries for `lease`, in one short statement.
+pub async fn claim_deliveries(
+    pool: &deadpool_postgres::Pool,
+    lease: std::time::Duration,
+    limit: i64,
+) -> Result<Vec<Delivery>, String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let lease_secs = lease.as_secs_f64();
+    // In the order they fell due (a statement's RETURNING keeps no order of its own).
+    let rows = client
+        .query(
+            "WITH due AS (
+               SELECT notice_id, next_at FROM notification.deliveries
+               WHERE delivered_at IS NULL AND attempts < $3 AND next_at <= now()
+               ORDER BY next_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+             UPDATE notification.deliveries d SET next_at = now() + make_interval(secs => $1)
+             FROM due WHERE d.notice_id = due.notice_id
+             RETURNING d.notice_id, d.url, d.body, d.attempts, due.next_at",
+            &[&lease_secs, &limit, &crate::webhook::MAX_ATTEMPTS],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut claimed: Vec<(chrono::DateTime<chrono::Utc>, Delivery)> = rows
+        .iter()
+        .map(|r| {
+            let delivery = Delivery {
+                notice_id: r.get(0),
+                url: r.get(1),
+                body: r.get(2),
+                attempts: r.get(3),
+            };
+            (r.get(4), delivery)
+        })
+        .collect();
+    claimed.sort_by_key(|(due, d)| (*due, d.notice_id));
+    Ok(claimed.into_iter().map(|(_, d)| d).collect())
+}
+
+pub async fn delivered(pool: &deadpool_postgres::Pool, notice_id: Uuid) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .execute(
+            "UPDATE notification.deliveries SET delivered_at = now(), attempts = attempts + 1
+             WHERE notice_id = $1",
+            &[&notice_id],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+pub async fn failed(
+    pool: &deadpool_postgres::Pool,
+    notice_id: Uuid,
+    attempts: i32,
+    wait: std::time::Duration,
+    why: &str,
+) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .execute(
+            "UPDATE notification.deliveries SET attempts = $2,
+               next_at = now() + make_interval(secs => $3), last_error = $4
+             WHERE notice_id = $1",
+            &[&notice_id, &attempts, &wait.as_secs_f64(), &why],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// How long until the next delivery falls due, if any waits.
+pub async fn next_delivery_in(
+    pool: &deadpool_postgres::Pool,
+) -> Result<Option<std::time::Duration>, String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM notification.deliveries
+             WHERE delivered_at IS NULL AND attempts < $1",
+            &[&crate::webhook::MAX_ATTEMPTS],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(row
+        .get::<_, Option<f64>>(0)
+        .map(|s| std::time::Duration::from_secs_f64(s.max(0.0))))
+}

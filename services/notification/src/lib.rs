@@ -8,9 +8,14 @@
 //! transaction that keeps its notice (whose id is the event's), so a restart loses and
 //! duplicates nothing. The live push is published before that transaction commits: a notice
 //! whose transaction fails is pushed again with the same id when its event comes back.
-//! Marking read is an event (`NotificationsRead`) the gateway records and this service folds.
+//! Marking read is an event (`NotificationsRead`) the gateway records and this service folds;
+//! so is a user's webhook (`NotificationWebhookSet`), to which [`webhook`] delivers each new
+//! notice with retries.
 
 mod db;
+pub mod webhook;
+
+use std::sync::Arc;
 
 use async_nats::jetstream;
 use bus::Subjects;
@@ -41,13 +46,23 @@ pub async fn run(
             .map(|c| topology.category_subject(c))
             .collect(),
     );
-    let notifier = Notifier { nats, subjects };
-    events::consumer::run(pool, js, topology, consumer, notifier, stop).await
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let notifier = Notifier {
+        nats,
+        subjects,
+        wake: wake.clone(),
+    };
+    let delivering = webhook::deliver(pool.clone(), wake, stop.clone());
+    let consuming = events::consumer::run(pool, js, topology, consumer, notifier, stop);
+    let (consumed, _) = tokio::join!(consuming, delivering);
+    consumed
 }
 
 struct Notifier {
     nats: async_nats::Client,
     subjects: Subjects,
+    /// Wakes the webhook sender when a delivery was queued.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl Handler for Notifier {
@@ -63,6 +78,10 @@ impl Handler for Notifier {
             Event::SessionRenamed(e) => db::rename(tx, e.session_id, &e.new_name).await?,
             Event::NotificationsRead(e) => {
                 db::mark_read(tx, e.user_id, &e.notice_ids, e.all, event.recorded_at).await?;
+                return Ok(());
+            }
+            Event::NotificationWebhookSet(e) => {
+                db::set_webhook(tx, e.user_id, e.url.as_deref()).await?;
                 return Ok(());
             }
             _ => {}
@@ -82,6 +101,9 @@ impl Handler for Notifier {
             return Ok(());
         };
         if db::keep(tx, &notice).await? {
+            if db::queue_delivery(tx, &notice).await? {
+                self.wake.notify_one();
+            }
             let body = serde_json::to_vec(&notice).expect("a notice serialises");
             self.nats
                 .publish(self.subjects.notices(notice.user_id), body.into())
