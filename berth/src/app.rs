@@ -249,62 +249,38 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         });
     }
     if parts.recorder {
-        let nats = connect_nats(config).await?;
-        let (p, subjects, topology, s) = (
-            pool.clone(),
-            config.agent_bus.clone(),
-            config.topology.clone(),
-            stop.clone(),
-        );
+        let b = OnBus::connect(config, &pool, &stop).await?;
         tasks.spawn(async move {
-            recorder::run(nats, p, subjects, topology, s).await?;
+            recorder::run(b.nats, b.pool, b.subjects, b.topology, b.stop).await?;
             Ok(())
         });
     }
     if parts.idle_reaper {
-        let nats = connect_nats(config).await?;
-        let (p, subjects, topology, s) = (
-            pool.clone(),
-            config.agent_bus.clone(),
-            config.topology.clone(),
-            stop.clone(),
-        );
+        let b = OnBus::connect(config, &pool, &stop).await?;
         let reaper = idle_reaper::ReaperConfig {
             tick: timings.reaper_tick,
             ..Default::default()
         };
         tasks.spawn(async move {
-            idle_reaper::run(nats, p, subjects, topology, reaper, s).await?;
+            idle_reaper::run(b.nats, b.pool, b.subjects, b.topology, reaper, b.stop).await?;
             Ok(())
         });
     }
     if parts.notification {
-        let nats = connect_nats(config).await?;
-        let (p, subjects, topology, s) = (
-            pool.clone(),
-            config.agent_bus.clone(),
-            config.topology.clone(),
-            stop.clone(),
-        );
+        let b = OnBus::connect(config, &pool, &stop).await?;
         tasks.spawn(async move {
-            notification::run(nats, p, subjects, topology, s).await?;
+            notification::run(b.nats, b.pool, b.subjects, b.topology, b.stop).await?;
             Ok(())
         });
     }
     if parts.image_commit {
-        let nats = connect_nats(config).await?;
-        let (p, subjects, topology, s) = (
-            pool.clone(),
-            config.agent_bus.clone(),
-            config.topology.clone(),
-            stop.clone(),
-        );
+        let b = OnBus::connect(config, &pool, &stop).await?;
         let commits = image_commit::CommitConfig {
             deadline: timings.commit_deadline,
             check_every: (timings.commit_deadline / 4).min(std::time::Duration::from_secs(5)),
         };
         tasks.spawn(async move {
-            image_commit::run(nats, p, subjects, topology, commits, s).await?;
+            image_commit::run(b.nats, b.pool, b.subjects, b.topology, commits, b.stop).await?;
             Ok(())
         });
     }
@@ -338,6 +314,32 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         stop,
         tasks,
     })
+}
+
+/// What a service that meets the others on the bus is given: a NATS connection of its own,
+/// the pool, the subjects agents and services meet on, where events are published, the stop.
+struct OnBus {
+    nats: async_nats::Client,
+    pool: Pool,
+    subjects: bus::Subjects,
+    topology: events::relay::Topology,
+    stop: CancellationToken,
+}
+
+impl OnBus {
+    async fn connect(
+        config: &Config,
+        pool: &Pool,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<OnBus> {
+        Ok(OnBus {
+            nats: connect_nats(config).await?,
+            pool: pool.clone(),
+            subjects: config.agent_bus.clone(),
+            topology: config.topology.clone(),
+            stop: stop.clone(),
+        })
+    }
 }
 
 /// Seals the log behind the horizon a little after it is written.

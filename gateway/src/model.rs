@@ -341,11 +341,11 @@ pub struct NoticePage {
     pub items: Vec<NoticeItem>,
 }
 
-/// `PUT /v1/notifications/webhook`: where notifications are delivered now (null: nowhere).
+/// `PUT /v1/notifications/webhook`: whether notifications are delivered to a webhook now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
-    pub url: Option<String>,
+    pub delivering: bool,
 }
 
 /// `POST /v1/notifications/read`: how many are left unread.

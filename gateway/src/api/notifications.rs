@@ -183,9 +183,10 @@ pub async fn set_webhook(
         events::notices::check_webhook_url(url).map_err(|m| ApiError::invalid("url", m))?;
     }
     let stream = events::catalogue::stream_id("notice", caller.user_id);
+    let delivering = url.is_some();
     let event = Event::NotificationWebhookSet(NotificationWebhookSet {
         user_id: caller.user_id,
-        url: url.clone(),
+        url,
     });
     let metadata: Metadata = events::trace::metadata(&caller.user_id.to_string(), None);
     events::ledger::record_now(
@@ -196,5 +197,5 @@ pub async fn set_webhook(
         &metadata,
     )
     .await?;
-    Ok(Json(Webhook { url }))
+    Ok(Json(Webhook { delivering }))
 }

@@ -231,8 +231,8 @@ async fn record_report(
     }
 }
 
-/// Records `fact` about a session from `agent_id`: a move, or several, only from the agent
-/// of its main kernel; kernels started from any agent holding them.
+/// Records `fact` about a session from `agent_id`: a move, or several, and a commit's steps
+/// only from the agent of its main kernel; kernels started from any agent holding them.
 async fn record_fact(
     pool: &Pool,
     agent_id: &str,
@@ -240,63 +240,35 @@ async fn record_fact(
     fact: &Fact,
     metadata: &Metadata,
 ) -> Result<SessionState, RecordError> {
-    match fact {
-        Fact::Moved {
-            to,
-            reason,
-            exit_code,
-        } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                metadata,
-                |state| state.transition(*to, reason.clone(), *exit_code),
-            )
-            .await
-        }
-        Fact::MovedThrough { through } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                metadata,
-                |state| state.transition_through(through),
-            )
-            .await
-        }
-        Fact::KernelsStarted { kernels } => {
-            kernels_started(pool, agent_id, session_id, kernels, metadata).await
-        }
-        Fact::CommitProgressed {
-            commit_id,
-            step,
-            detail,
-        } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                metadata,
-                |state| state.commit_progressed(*commit_id, *step, detail.clone()),
-            )
-            .await
-        }
-        Fact::CommitEnded { commit_id, outcome } => {
-            decide(
-                pool,
-                agent_id,
-                Reporter::Main,
-                session_id,
-                metadata,
-                |state| state.end_commit(*commit_id, agent_id, outcome.clone()),
-            )
-            .await
-        }
+    if let Fact::KernelsStarted { kernels } = fact {
+        return kernels_started(pool, agent_id, session_id, kernels, metadata).await;
     }
+    // Everything else only the main kernel's agent reports.
+    decide(
+        pool,
+        agent_id,
+        Reporter::Main,
+        session_id,
+        metadata,
+        |state| match fact {
+            Fact::Moved {
+                to,
+                reason,
+                exit_code,
+            } => state.transition(*to, reason.clone(), *exit_code),
+            Fact::MovedThrough { through } => state.transition_through(through),
+            Fact::CommitProgressed {
+                commit_id,
+                step,
+                detail,
+            } => state.commit_progressed(*commit_id, *step, detail.clone()),
+            Fact::CommitEnded { commit_id, outcome } => {
+                state.end_commit(*commit_id, agent_id, outcome.clone())
+            }
+            Fact::KernelsStarted { .. } => unreachable!("recorded above"),
+        },
+    )
+    .await
 }
 
 /// The session and the trace it belongs to, when a kernel of it is placed on `agent_id`.

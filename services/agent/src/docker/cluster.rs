@@ -7,7 +7,7 @@ use domain::payloads::SessionStatus;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::keep::save_logs;
+use super::keep::save_final_logs;
 use super::kernels::create_kernels;
 use super::spec::network_name;
 use super::{load, remove, Ctx};
@@ -58,7 +58,7 @@ pub(super) async fn watch_secondary(
             .docker
             .stop_container(name, Some(StopContainerOptions { t: 1 }))
             .await;
-        save_logs(&ctx, id, *k, name, true, &Default::default()).await;
+        save_final_logs(&ctx, id, *k, name, &Default::default()).await;
         remove(&ctx, name).await;
     }
     let _ = ctx.docker.remove_network(&network_name(id)).await;

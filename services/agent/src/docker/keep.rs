@@ -87,7 +87,7 @@ pub(super) async fn save_logs(
     container: &str,
     complete: bool,
     cursor: &tokio::sync::Mutex<LogCursor>,
-) {
+) -> bool {
     // Held across the read and the write, so the keeper and the final keep never both
     // append the same frames.
     let mut cursor = cursor.lock().await;
@@ -117,7 +117,7 @@ pub(super) async fn save_logs(
     }
     let text = cursor.take_new(frames);
     if text.is_empty() && !complete {
-        return;
+        return true;
     }
     let chunk = LogChunk {
         session_id,
@@ -128,13 +128,41 @@ pub(super) async fn save_logs(
         text,
     };
     match ctx.link.send_log(&chunk).await {
-        Ok(()) => cursor.sent += chunk.text.len() as u64,
+        Ok(()) => {
+            cursor.sent += chunk.text.len() as u64;
+            true
+        }
         Err(e) => {
             // The frames are lost to the sink, not to the next reading: start over.
             *cursor = LogCursor::default();
             tracing::warn!(%session_id, error = %e, "could not send the logs");
+            false
         }
     }
+}
+
+/// Sends the kernel's whole remaining output, the last send before its end is reported and
+/// its container removed: a failed send (the stream slow to acknowledge) is tried again, from
+/// a new reading, with growing waits, rather than losing the output with the container.
+pub(super) async fn save_final_logs(
+    ctx: &Ctx,
+    session_id: Uuid,
+    kernel: u32,
+    container: &str,
+    cursor: &tokio::sync::Mutex<LogCursor>,
+) {
+    let mut wait = std::time::Duration::from_millis(250);
+    for _ in 0..8 {
+        if save_logs(ctx, session_id, kernel, container, true, cursor).await {
+            return;
+        }
+        tokio::select! {
+            _ = ctx.stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(5));
+    }
+    tracing::error!(%session_id, kernel, "the output could not be sent; it is lost with the container");
 }
 
 /// Samples the container's CPU, memory and network counters and keeps the latest; returns

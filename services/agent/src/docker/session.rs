@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::keep::{sample_usage, save_logs, LogCursor};
+use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::{cleanup, container_name, load, moved, moved_through, remove, status_now, Ctx};
 use crate::AgentError;
@@ -292,7 +292,7 @@ async fn own_session(
                 (exit_code(&ctx, &container).await, Ended::TimedOut)
             }
         };
-        save_logs(&ctx, session_id, 0, &container, true, &log_cursor).await;
+        save_final_logs(&ctx, session_id, 0, &container, &log_cursor).await;
         let now = status_now(&ctx, session_id).await?;
         let code32 = i32::try_from(code).ok();
         let session_type = state.request.session_type;
@@ -348,7 +348,7 @@ async fn own_session(
                 .docker
                 .stop_container(&name, Some(StopContainerOptions { t: 1 }))
                 .await;
-            save_logs(&ctx, session_id, k, &name, true, &Default::default()).await;
+            save_final_logs(&ctx, session_id, k, &name, &Default::default()).await;
         }
         remove(&ctx, &container).await;
         cleanup(&ctx, session_id, &[], size).await;
