@@ -450,6 +450,18 @@ mod tests {
         apply(SessionState::requested(&r), &[scheduled, moved])
     }
 
+    /// A session of `session_type` placed and RUNNING.
+    fn running_session(session_type: SessionType) -> SessionState {
+        let moved = Event::SessionStatusChanged(SessionStatusChanged {
+            session_id: uuid::Uuid::nil(),
+            from: Scheduled,
+            to: Running,
+            reason: None,
+            exit_code: None,
+        });
+        apply(placed(session_type), &[moved])
+    }
+
     fn apply(mut state: SessionState, events: &[Event]) -> SessionState {
         for e in events {
             state = state.evolve(e);
@@ -660,16 +672,7 @@ mod tests {
         assert_eq!(last.status, Cancelled);
         assert_eq!(last.status_reason.as_deref(), Some("by user"));
 
-        let running = apply(
-            placed(SessionType::Interactive),
-            &[Event::SessionStatusChanged(SessionStatusChanged {
-                session_id: uuid::Uuid::nil(),
-                from: Scheduled,
-                to: Running,
-                reason: None,
-                exit_code: None,
-            })],
-        );
+        let running = running_session(SessionType::Interactive);
         let events = running.terminate(false, "by user".into()).unwrap();
         let stopping = apply(running.clone(), &events);
         assert_eq!(stopping.status, Terminating);
@@ -685,16 +688,7 @@ mod tests {
 
     #[test]
     fn a_reaped_session_says_why_and_stops_once_unless_exempted() {
-        let running = apply(
-            placed(SessionType::Interactive),
-            &[Event::SessionStatusChanged(SessionStatusChanged {
-                session_id: uuid::Uuid::nil(),
-                from: Scheduled,
-                to: Running,
-                reason: None,
-                exit_code: None,
-            })],
-        );
+        let running = running_session(SessionType::Interactive);
         let reading = IdleReading {
             checker: crate::idleness::IdleChecker::Lifetime,
             measures: Vec::new(),
@@ -743,16 +737,7 @@ mod tests {
 
     #[test]
     fn a_commit_holds_off_a_terminate_and_fails_when_forced() {
-        let running = apply(
-            placed(SessionType::Interactive),
-            &[Event::SessionStatusChanged(SessionStatusChanged {
-                session_id: uuid::Uuid::nil(),
-                from: Scheduled,
-                to: Running,
-                reason: None,
-                exit_code: None,
-            })],
-        );
+        let running = running_session(SessionType::Interactive);
         let commit_id = Uuid::now_v7();
         let events = running
             .request_commit(commit_id, "env1".into(), "berth-custom/u0:env1".into())
@@ -813,16 +798,7 @@ mod tests {
             queued.request_commit(commit_id, "env1".into(), "x".into()),
             Err(TransitionError::NotCommittable(_))
         ));
-        let batch = apply(
-            placed(SessionType::Batch),
-            &[Event::SessionStatusChanged(SessionStatusChanged {
-                session_id: uuid::Uuid::nil(),
-                from: Scheduled,
-                to: Running,
-                reason: None,
-                exit_code: None,
-            })],
-        );
+        let batch = running_session(SessionType::Batch);
         assert!(matches!(
             batch.request_commit(commit_id, "env1".into(), "x".into()),
             Err(TransitionError::NotCommittable(_))

@@ -91,22 +91,13 @@ pub async fn mark_read(
             unread: db::unread_count(&state.pool, caller.user_id).await?,
         }));
     }
-    let stream = events::catalogue::stream_id("notice", caller.user_id);
     let event = Event::NotificationsRead(NotificationsRead {
         user_id: caller.user_id,
         notice_ids: ids.clone(),
         all,
     });
-    let metadata: Metadata = events::trace::metadata(&caller.user_id.to_string(), None);
     let asked_at = chrono::Utc::now();
-    events::ledger::record_now(
-        &state.pool,
-        &stream,
-        ExpectedVersion::Any,
-        &[event],
-        &metadata,
-    )
-    .await?;
+    record_for(&state, caller.user_id, event).await?;
     // Read your own writes: wait until the service has folded the mark.
     let deadline = tokio::time::Instant::now() + READ_SETTLES;
     loop {
@@ -182,13 +173,19 @@ pub async fn set_webhook(
     if let Some(url) = &url {
         events::notices::check_webhook_url(url).map_err(|m| ApiError::invalid("url", m))?;
     }
-    let stream = events::catalogue::stream_id("notice", caller.user_id);
     let delivering = url.is_some();
     let event = Event::NotificationWebhookSet(NotificationWebhookSet {
         user_id: caller.user_id,
         url,
     });
-    let metadata: Metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    record_for(&state, caller.user_id, event).await?;
+    Ok(Json(Webhook { delivering }))
+}
+
+/// Records `event` of `user`'s notifications (their `notice-<user>` stream), as done by them.
+async fn record_for(state: &AppState, user: Uuid, event: Event) -> Result<(), ApiError> {
+    let stream = events::catalogue::stream_id("notice", user);
+    let metadata: Metadata = events::trace::metadata(&user.to_string(), None);
     events::ledger::record_now(
         &state.pool,
         &stream,
@@ -197,5 +194,5 @@ pub async fn set_webhook(
         &metadata,
     )
     .await?;
-    Ok(Json(Webhook { delivering }))
+    Ok(())
 }
