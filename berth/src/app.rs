@@ -299,6 +299,14 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;
         let address = listener.local_addr()?;
+        let state = match config.proxy_ports {
+            Some(ports) => {
+                let listen = config.proxy_address.unwrap_or(address.ip());
+                tracing::info!(%listen, first = ports.0, last = ports.1, "app proxy on");
+                state.with_proxy(gateway::proxy::ProxyConfig { listen, ports }, stop.clone())
+            }
+            None => state,
+        };
         tracing::info!(%address, "gateway listening");
         gateway = Some(address);
         let s = stop.clone();

@@ -27,7 +27,7 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
     let docker = agent::docker::connect().await?;
     let images = agent::docker::local_images(&docker).await?;
     anyhow::ensure!(
-        images.iter().any(|i| i == IMAGE),
+        images.names.iter().any(|i| i == IMAGE),
         "run infra/images.sh first"
     );
     let agent_id = format!("commit{}", std::process::id());
@@ -40,8 +40,9 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
             memory_bytes: 8 * GIB,
             gpu_milli: 0,
         },
-        images,
-        address: None,
+        images: images.names,
+        address: Some("127.0.0.1".into()),
+        image_apps: images.apps,
     };
     let data = std::env::temp_dir().join(format!("berth-bench-commit-{}", std::process::id()));
     std::fs::create_dir_all(&data)?;
@@ -51,6 +52,7 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
         image_refresh: None,
         usage_every: Duration::from_secs(5),
         registry: None,
+        publish_address: "127.0.0.1".into(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;

@@ -168,6 +168,7 @@ async fn run_fleet(
             capacity,
             images: vec!["berth/shell:latest".into()],
             address: None,
+            image_apps: Default::default(),
         };
         running.spawn(agent::simulate(
             link,

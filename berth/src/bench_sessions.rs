@@ -149,6 +149,7 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
             capacity: agent_capacity(),
             images: vec!["berth/shell:latest".into()],
             address: None,
+            image_apps: Default::default(),
         });
         events::ledger::record(
             &tx,
@@ -550,7 +551,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let docker = agent::docker::connect().await?;
     let images = agent::docker::local_images(&docker).await?;
     anyhow::ensure!(
-        images.iter().any(|i| i == "berth/shell:latest"),
+        images.names.iter().any(|i| i == "berth/shell:latest"),
         "run infra/images.sh first"
     );
     let agent_id = format!("bench{}", std::process::id());
@@ -563,8 +564,9 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
             memory_bytes: 64 * GIB,
             gpu_milli: 0,
         },
-        images,
-        address: None,
+        images: images.names,
+        address: Some("127.0.0.1".into()),
+        image_apps: images.apps,
     };
     let data = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
     std::fs::create_dir_all(&data)?;
@@ -574,6 +576,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         image_refresh: None,
         usage_every: std::time::Duration::from_secs(5),
         registry: None,
+        publish_address: "127.0.0.1".into(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
@@ -722,6 +725,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         },
         images: vec!["berth/shell:latest".into()],
         address: None,
+        image_apps: Default::default(),
     };
     admit_for_bench(&pool, "wake1").await?;
     recorder::record::register(&pool, "wake1", &offer).await?;

@@ -29,6 +29,14 @@ pub struct Config {
     pub agent_credential: Option<PathBuf>,
     /// Where agents push customized images (`BERTH_REGISTRY`); none keeps them on the host.
     pub registry: Option<String>,
+    /// The host address an agent publishes app and preopen ports on, where the proxy reaches
+    /// them (`BERTH_AGENT_ADDRESS`; loopback by default, for one machine).
+    pub agent_address: String,
+    /// The app proxy's pool of ports (`BERTH_PROXY_PORTS`, `first-last`; `off` for none).
+    pub proxy_ports: Option<(u16, u16)>,
+    /// Where the proxy's circuits listen (`BERTH_PROXY_ADDRESS`); the gateway's address
+    /// when unset.
+    pub proxy_address: Option<std::net::IpAddr>,
     pub timings: Timings,
 }
 
@@ -92,6 +100,14 @@ impl Default for Timings {
 pub const DEFAULT_DATABASE_URL: &str = "postgres://berth@127.0.0.1:55432/berth";
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:54222";
 pub const DEFAULT_GATEWAY: &str = "127.0.0.1:8480";
+pub const DEFAULT_PROXY_PORTS: &str = "10200-10299";
+
+/// `first-last` as a range of ports (`None` for `off` or anything unreadable).
+pub fn port_range(text: &str) -> Option<(u16, u16)> {
+    let (first, last) = text.split_once('-')?;
+    let (first, last): (u16, u16) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    (0 < first && first <= last).then_some((first, last))
+}
 
 impl Config {
     /// The configuration the process environment describes.
@@ -131,6 +147,9 @@ impl Config {
             agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
             agent_credential: var("BERTH_AGENT_CREDENTIAL").map(PathBuf::from),
             registry: var("BERTH_REGISTRY"),
+            agent_address: or("BERTH_AGENT_ADDRESS", "127.0.0.1"),
+            proxy_ports: port_range(&or("BERTH_PROXY_PORTS", DEFAULT_PROXY_PORTS)),
+            proxy_address: var("BERTH_PROXY_ADDRESS").and_then(|a| a.parse().ok()),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",

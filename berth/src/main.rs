@@ -269,8 +269,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let images_from_host = images.is_empty();
             let images = match (&docker, images_from_host) {
                 (Some(d), true) => agent::docker::local_images(d).await?,
-                (None, true) => vec!["berth/shell:latest".into(), "berth/python:latest".into()],
-                (_, false) => images,
+                (None, true) => agent::docker::HostImages {
+                    names: vec!["berth/shell:latest".into(), "berth/python:latest".into()],
+                    ..Default::default()
+                },
+                (_, false) => agent::docker::HostImages {
+                    names: images,
+                    ..Default::default()
+                },
             };
             let spec = agent::AgentSpec {
                 agent_id: id,
@@ -284,8 +290,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         |g| (g * 1000.0) as u64,
                     ),
                 },
-                images,
-                address: None,
+                images: images.names,
+                // Only a Docker agent publishes ports.
+                address: docker.as_ref().map(|_| config.agent_address.clone()),
+                image_apps: images.apps,
             };
             anyhow::ensure!(
                 bus::subjects::is_valid_agent_id(&spec.agent_id),
@@ -317,6 +325,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             image_refresh: images_from_host.then_some(timings.agent_image_refresh),
                             usage_every: timings.agent_usage_every,
                             registry: config.registry.clone(),
+                            publish_address: config.agent_address.clone(),
                         };
                         agent::docker::run(link, docker, spec, runtime, stop.clone()).await?
                     }
@@ -434,6 +443,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
         },
         images: vec![],
         address: None,
+        image_apps: Default::default(),
     });
     let heartbeat = Event::AgentHeartbeated(AgentHeartbeated {
         agent_id,

@@ -102,6 +102,7 @@ async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
         capacity: events::payloads::ResourceSlots::default(),
         images: vec![],
         address: None,
+        image_apps: Default::default(),
     });
     let lost = |reason: &str| {
         Event::AgentLost(AgentLost {

@@ -54,6 +54,9 @@ pub struct Offer {
     pub images: Vec<String>,
     #[serde(default)]
     pub address: Option<String>,
+    /// The apps each image declares (only images that declare some).
+    #[serde(default)]
+    pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
 }
 
 /// A fact about a session, reported by the agent that runs (some of) its kernels.
@@ -99,6 +102,9 @@ pub struct StartedKernel {
     pub ports: Vec<PublishedPort>,
     #[serde(default)]
     pub hostname: Option<String>,
+    /// The host address its ports are published on.
+    #[serde(default)]
+    pub address: Option<String>,
 }
 
 /// A fact with the id its agent gave it: a report sent twice is recorded once.

@@ -202,6 +202,10 @@ catalogue! {
     NotificationWebhookSet(NotificationWebhookSet) = "NotificationWebhookSet" v 1,
     /// A user marked notifications read.
     NotificationsRead(NotificationsRead) = "NotificationsRead" v 1,
+    /// A circuit of the app proxy opened: a proxy port leads to an app of a session.
+    AppCircuitOpened(AppCircuitOpened) = "AppCircuitOpened" v 1,
+    /// A circuit of the app proxy closed (on request, with its session, or idle).
+    AppCircuitClosed(AppCircuitClosed) = "AppCircuitClosed" v 1,
 }
 
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
@@ -277,6 +281,7 @@ mod tests {
                 capacity: slots,
                 images: vec!["berth/shell:latest".into()],
                 address: Some("10.0.0.1:6001".into()),
+                image_apps: Default::default(),
             }),
             Event::AgentHeartbeated(AgentHeartbeated {
                 agent_id: "a1".into(),
@@ -311,6 +316,7 @@ mod tests {
                 batch_timeout_secs: Some(60),
                 omp_num_threads: 2,
                 max_lifetime_secs: Some(3600),
+                apps: Vec::new(),
             })),
             Event::SchedulingAttempted(SchedulingAttempted {
                 session_id: id,
@@ -412,6 +418,7 @@ mod tests {
                     host: 32768,
                 }],
                 hostname: Some("sub1".into()),
+                address: None,
             }),
             Event::FolderCreated(FolderCreated {
                 owner: id,
@@ -497,6 +504,26 @@ mod tests {
                 user_id: id,
                 notice_ids: vec![id],
                 all: false,
+            }),
+            Event::AppCircuitOpened(AppCircuitOpened {
+                circuit_id: id,
+                session_id: id,
+                owner: id,
+                opened_by: id,
+                app: "jupyter".into(),
+                protocol: crate::apps::AppProtocol::Http,
+                container_port: 8888,
+                port: 10205,
+                admission: crate::apps::Admission {
+                    public: false,
+                    allowed: vec!["10.0.0.0/8".to_owned().try_into().unwrap()],
+                },
+            }),
+            Event::AppCircuitClosed(AppCircuitClosed {
+                circuit_id: id,
+                session_id: id,
+                port: 10205,
+                reason: crate::apps::CircuitCloseReason::SessionEnded,
             }),
             Event::SessionIdleReaped(SessionIdleReaped {
                 session_id: id,

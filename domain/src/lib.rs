@@ -2,6 +2,8 @@
 //!
 //! - [`catalogue`] and [`payloads`]: every event type, versioned, upcast on read; the one
 //!   serialised boundary every service shares.
+//! - [`apps`]: the apps a session offers (the terminal, its image's, its preopen ports) and
+//!   the rules of the proxy circuits that reach them.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
@@ -17,6 +19,7 @@
 //! without a server and no service can reach a database or the bus through it.
 
 pub mod aggregate;
+pub mod apps;
 pub mod catalogue;
 pub mod idleness;
 pub mod images;

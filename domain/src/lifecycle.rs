@@ -426,6 +426,7 @@ mod tests {
             batch_timeout_secs: None,
             omp_num_threads: 1,
             max_lifetime_secs: None,
+            apps: Vec::new(),
         }
     }
 
@@ -477,6 +478,7 @@ mod tests {
             container_id: format!("c{k}"),
             ports: vec![],
             hostname: None,
+            address: None,
         }
     }
 

@@ -218,8 +218,12 @@ pub struct AgentRegistered {
     /// Images present on the agent host, by full name.
     #[serde(default)]
     pub images: Vec<String>,
+    /// Where the agent's published ports are reached (the proxy connects there).
     #[serde(default)]
     pub address: Option<String>,
+    /// The apps each image declares (only images that declare some), by full name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub image_apps: BTreeMap<String, Vec<crate::apps::ServicePort>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -300,6 +304,9 @@ pub struct SessionRequested {
     /// The owner's policy's maximum lifetime at the time of the request.
     #[serde(default)]
     pub max_lifetime_secs: Option<u64>,
+    /// The apps the image declared when the session was requested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<crate::apps::ServicePort>,
 }
 
 /// One sub-step of a scheduling attempt.
@@ -558,6 +565,10 @@ pub struct KernelStarted {
     /// before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// The host address its ports are published on (the agent's); absent before it was
+    /// recorded, or when the agent named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// A user created a named folder; its data lives on the agents' data directories and
@@ -720,4 +731,31 @@ mod tests {
         assert!(!SessionStatus::Pending.holds_resources());
         assert!(SessionStatus::Pending.is_live());
     }
+}
+
+/// A circuit of berth's proxy opened: `port` of the proxy now leads to `container_port` of
+/// the session's main kernel, for the session's owner alone unless `admission` is public.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppCircuitOpened {
+    pub circuit_id: Uuid,
+    pub session_id: Uuid,
+    /// The session's owner, the one user a private circuit lets through.
+    pub owner: Uuid,
+    /// Who opened it (the owner, or an admin).
+    pub opened_by: Uuid,
+    pub app: String,
+    pub protocol: crate::apps::AppProtocol,
+    pub container_port: u16,
+    /// The proxy's port.
+    pub port: u16,
+    pub admission: crate::apps::Admission,
+}
+
+/// A circuit of berth's proxy closed: its port no longer leads anywhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppCircuitClosed {
+    pub circuit_id: Uuid,
+    pub session_id: Uuid,
+    pub port: u16,
+    pub reason: crate::apps::CircuitCloseReason,
 }

@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (10, include_str!("../migrations/0010_idle_reaper.sql")),
     (11, include_str!("../migrations/0011_notification.sql")),
     (12, include_str!("../migrations/0012_custom_images.sql")),
+    (13, include_str!("../migrations/0013_apps.sql")),
 ];
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.

@@ -74,6 +74,7 @@ fn registered(agent: &str) -> ProposedEvent {
             },
             images: vec!["berth/shell:latest".into()],
             address: None,
+            image_apps: Default::default(),
         }),
         Metadata::default(),
     )

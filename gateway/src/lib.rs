@@ -6,6 +6,7 @@
 //! - `db`: the reads the handlers make, the crate's only SQL besides the projection.
 //! - [`model`]: the bodies the API answers with, as types the CLI reads back.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
+//! - [`proxy`]: the app proxy, the only door into a session's apps.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
 //! - [`error`]: every error as a status and JSON naming the field.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod model;
 pub mod openapi;
 pub mod projection;
+pub mod proxy;
 pub mod sse;
 
 use std::collections::HashMap;
@@ -53,6 +55,8 @@ pub struct AppState {
     pub agent_bus: bus::Subjects,
     keys: Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>,
     pub(crate) details: Arc<cache::DetailCache>,
+    /// The app proxy, when this gateway serves one.
+    pub proxy: Option<Arc<proxy::Proxy>>,
 }
 
 impl AppState {
@@ -80,7 +84,24 @@ impl AppState {
             agent_bus: bus::Subjects::default(),
             keys: Arc::default(),
             details,
+            proxy: None,
         }
+    }
+
+    /// This state with the app proxy serving circuits as `config` says, following session
+    /// events (to close their circuits) until `stop`.
+    pub fn with_proxy(
+        mut self,
+        config: proxy::ProxyConfig,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> AppState {
+        let proxy = proxy::Proxy::new(config, self.pool.clone());
+        if let Some(nats) = &self.nats {
+            let subject = self.topology.category_subject("session");
+            tokio::spawn(proxy.clone().follow_sessions(nats.clone(), subject, stop));
+        }
+        self.proxy = Some(proxy);
+        self
     }
 
     /// This state with the services answering under `subjects` (a test's own root).
@@ -132,6 +153,9 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::mark_read))
         .routes(routes!(api::notification_stream))
         .routes(routes!(api::set_webhook))
+        .routes(routes!(api::list_apps))
+        .routes(routes!(api::open_app))
+        .routes(routes!(api::close_app))
         .routes(routes!(api::session_logs))
         .routes(routes!(api::list_folders, api::create_folder))
         .routes(routes!(api::resource_summary))
@@ -241,6 +265,9 @@ mod tests {
             ("get", "/v1/sessions/{id}/idle"),
             ("post", "/v1/sessions/{id}/idle-exemption"),
             ("post", "/v1/sessions/{id}/commit"),
+            ("get", "/v1/sessions/{id}/apps"),
+            ("post", "/v1/sessions/{id}/apps/{app}/open"),
+            ("post", "/v1/sessions/{id}/apps/{app}/close"),
             ("get", "/v1/images"),
             ("delete", "/v1/images/{name}"),
             ("get", "/v1/notifications"),

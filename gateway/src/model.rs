@@ -54,6 +54,9 @@ pub struct Container {
     pub container_id: String,
     pub hostname: Option<String>,
     pub ports: Vec<PublishedPort>,
+    /// The host address its ports are published on (berth's proxy connects there).
+    #[serde(default)]
+    pub address: Option<String>,
 }
 
 /// What the session asked for beyond its resources.
@@ -69,6 +72,9 @@ pub struct RequestDetail {
     pub omp_num_threads: u32,
     pub max_lifetime_secs: Option<u64>,
     pub wanted_agent: Option<String>,
+    /// The session's apps: the terminal, its image's apps, its preopen ports.
+    #[serde(default)]
+    pub apps: Vec<domain::apps::SessionApp>,
 }
 
 /// The latest sample of what the session uses.

@@ -142,6 +142,7 @@ impl Projection for SessionsView {
                     "omp_num_threads": r.omp_num_threads,
                     "max_lifetime_secs": r.max_lifetime_secs,
                     "wanted_agent": r.agent_id,
+                    "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports),
                 });
                 let sql = format!(
                     "INSERT INTO {schema}.sessions (session_id, name, owner, owner_email,
@@ -299,7 +300,8 @@ impl Projection for SessionsView {
             }
             Event::KernelStarted(e) => {
                 let container = json!({"kernel": e.kernel, "agent_id": e.agent_id,
-                    "container_id": e.container_id, "hostname": e.hostname, "ports": e.ports});
+                    "container_id": e.container_id, "hostname": e.hostname, "ports": e.ports,
+                    "address": e.address});
                 let sql = format!(
                     "UPDATE {schema}.sessions SET containers = containers || $2::jsonb,
                        version = $3 WHERE session_id = $1"

@@ -70,6 +70,7 @@ fn offer(group: &str, cpu: u64) -> Offer {
         },
         images: vec!["berth/shell:latest".into()],
         address: None,
+        image_apps: Default::default(),
     }
 }
 

@@ -27,6 +27,7 @@ fn offer() -> Offer {
         },
         images: vec!["berth/shell:latest".into()],
         address: None,
+        image_apps: Default::default(),
     }
 }
 
@@ -122,6 +123,7 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
                 container_id: "forged".into(),
                 ports: vec![],
                 hostname: None,
+                address: None,
             }],
         },
         traceparent: None,

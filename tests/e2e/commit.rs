@@ -159,6 +159,7 @@ async fn run_by_hand(h: &Harness, agent: &str, id: &str) {
         container_id: "c0".into(),
         ports: Vec::new(),
         hostname: None,
+        address: None,
     };
     recorder::record::kernels_started(&h.pool, agent, session, &[kernel], &Default::default())
         .await

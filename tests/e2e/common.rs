@@ -176,6 +176,7 @@ impl Harness {
             },
             images: vec!["berth/shell:latest".into()],
             address: None,
+            image_apps: Default::default(),
         };
         admit(&self.pool, id, group).await;
         recorder::record::register(&self.pool, id, &offer)
@@ -215,6 +216,7 @@ impl Harness {
             },
             images: vec!["berth/shell:latest".into()],
             address: None,
+            image_apps: Default::default(),
         };
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(agent::simulate(link, spec, batch_runs_for, stop.clone()));

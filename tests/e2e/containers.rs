@@ -45,11 +45,11 @@ pub(crate) async fn spawn_agent(
         .expect("the Docker engine answers");
     let mut images = agent::docker::local_images(&docker).await.unwrap();
     assert!(
-        images.iter().any(|i| i == "berth/shell:latest"),
+        images.names.iter().any(|i| i == "berth/shell:latest"),
         "run infra/images.sh first (infra/test.sh does)"
     );
     if image_refresh.is_none() {
-        images.push(ABSENT.into());
+        images.names.push(ABSENT.into());
     }
     let spec = agent::AgentSpec {
         agent_id: id.into(),
@@ -59,8 +59,9 @@ pub(crate) async fn spawn_agent(
             memory_bytes: 8 * GIB,
             gpu_milli: 0,
         },
-        images,
-        address: None,
+        images: images.names,
+        address: Some("127.0.0.1".into()),
+        image_apps: images.apps,
     };
     let config = agent::docker::RuntimeConfig {
         data_dir: data_dir.to_path_buf(),
@@ -69,6 +70,7 @@ pub(crate) async fn spawn_agent(
         // Usage every second, so the idle checks decide within a test's patience.
         usage_every: Duration::from_secs(1),
         registry: None,
+        publish_address: "127.0.0.1".into(),
     };
     // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
     // with.

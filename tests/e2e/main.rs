@@ -18,6 +18,7 @@
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
 mod admission;
+mod apps;
 mod bus;
 mod commit;
 mod common;

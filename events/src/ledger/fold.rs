@@ -420,11 +420,11 @@ pub(super) async fn apply<C: GenericClient>(
                 client,
                 fold,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
-                       gpu_milli, images, registered_at, last_heartbeat)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+                       gpu_milli, images, registered_at, last_heartbeat, address, image_apps)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)
                      ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
                        memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
-                       lost = NULL",
+                       lost = NULL, address = $8, image_apps = $9",
                 &[
                     &e.agent_id,
                     &e.resource_group,
@@ -433,6 +433,8 @@ pub(super) async fn apply<C: GenericClient>(
                     &i64_of(e.capacity.gpu_milli),
                     &e.images,
                     &at,
+                    &e.address,
+                    &serde_json::to_value(&e.image_apps).expect("apps serialise"),
                 ],
             )
             .await?;
@@ -471,6 +473,36 @@ pub(super) async fn apply<C: GenericClient>(
         Event::IdleChecksSet(_) => {}
         // The notification service folds what was read.
         Event::NotificationsRead(_) | Event::NotificationWebhookSet(_) => {}
+        Event::AppCircuitOpened(e) => {
+            let admission = serde_json::to_value(&e.admission).expect("admissions serialise");
+            let protocol = serde_json::to_value(e.protocol).expect("protocols serialise");
+            exec(
+                client,
+                fold,
+                "INSERT INTO ledger.circuits VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &e.circuit_id,
+                    &e.session_id,
+                    &e.owner,
+                    &e.app,
+                    &protocol.as_str().unwrap_or_default(),
+                    &i32::from(e.container_port),
+                    &i32::from(e.port),
+                    &admission,
+                    &at,
+                ],
+            )
+            .await?;
+        }
+        Event::AppCircuitClosed(e) => {
+            exec(
+                client,
+                fold,
+                "DELETE FROM ledger.circuits WHERE circuit_id = $1",
+                &[&e.circuit_id],
+            )
+            .await?;
+        }
         Event::CustomImageRemoved(e) => {
             exec(
                 client,

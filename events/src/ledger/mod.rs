@@ -61,6 +61,14 @@ impl From<tokio_postgres::Error> for LedgerError {
                 .unwrap_or_default();
             return LedgerError::NameTaken(name);
         }
+        if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+            && db.and_then(|d| d.constraint()) == Some("circuits_port_key")
+        {
+            return LedgerError::Exists {
+                what: "circuit on port",
+                name: db.and_then(|d| d.detail()).unwrap_or_default().to_owned(),
+            };
+        }
         LedgerError::Database(e)
     }
 }

@@ -10,6 +10,7 @@
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`folders`]: the caller's data folders.
 
+mod apps;
 mod folders;
 mod history;
 mod idle;
@@ -20,6 +21,7 @@ mod query;
 mod resources;
 mod sessions;
 
+pub use apps::*;
 pub use folders::*;
 pub use history::*;
 pub use idle::*;

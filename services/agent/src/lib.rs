@@ -28,6 +28,9 @@ pub struct AgentSpec {
     pub resource_group: String,
     pub capacity: ResourceSlots,
     pub images: Vec<String>,
+    /// The apps each image declares (only images that declare some).
+    pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
+    /// Where its published ports are reached.
     pub address: Option<String>,
 }
 
@@ -38,6 +41,7 @@ impl AgentSpec {
             capacity: self.capacity,
             images: self.images.clone(),
             address: self.address.clone(),
+            image_apps: self.image_apps.clone(),
         }
     }
 }

@@ -153,6 +153,7 @@ fn started(kernels: &[u32]) -> Fact {
                 container_id: format!("simulated-{kernel}"),
                 ports: vec![],
                 hostname: None,
+                address: None,
             })
             .collect(),
     }

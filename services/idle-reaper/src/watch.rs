@@ -232,6 +232,7 @@ mod tests {
             batch_timeout_secs: None,
             omp_num_threads: 1,
             max_lifetime_secs: lifetime_cap,
+            apps: Vec::new(),
         }))
     }
 

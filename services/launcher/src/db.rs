@@ -139,9 +139,9 @@ pub async fn load_context(
         });
     let agents = client
         .query(
-            "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, images FROM ledger.agents
-             WHERE resource_group = $1 AND lost IS NULL",
-            &[&group],
+            "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, images, image_apps -> $2
+             FROM ledger.agents WHERE resource_group = $1 AND lost IS NULL",
+            &[&group, &request.image],
         )
         .await?
         .iter()
@@ -149,6 +149,11 @@ pub async fn load_context(
             agent_id: row.get(0),
             capacity: slots_of(row, 1),
             images: row.get(4),
+            // Written by the ledger's fold from a typed event: it reads back.
+            image_apps: row
+                .get::<_, Option<serde_json::Value>>(5)
+                .and_then(|apps| serde_json::from_value(apps).ok())
+                .unwrap_or_default(),
         })
         .collect();
     let owned_folders = if request.mounts.is_empty() {

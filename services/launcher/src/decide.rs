@@ -35,6 +35,8 @@ pub struct GroupAgent {
     pub agent_id: String,
     pub capacity: ResourceSlots,
     pub images: Vec<String>,
+    /// The apps the requested image declares on this agent's host.
+    pub image_apps: Vec<::domain::apps::ServicePort>,
 }
 
 /// Every fact the launch decision needs, read before it is made.
@@ -381,6 +383,17 @@ pub fn decide(
             format!("no agent of `{group}` offers the image `{}`", request.image),
         ));
     }
+    // The image's apps, as an agent that offers it read them; a preopen port may not take
+    // one of their ports.
+    let image_apps = context
+        .agents
+        .iter()
+        .find(|a| a.images.contains(&request.image))
+        .map(|a| a.image_apps.clone())
+        .unwrap_or_default();
+    if let Err((i, message)) = ::domain::apps::check_preopen(&checked.preopen_ports, &image_apps) {
+        return Err(invalid(format!("preopen_ports[{i}]"), message));
+    }
     if let Some(agent) = &request.agent {
         if !context.agents.iter().any(|a| a.agent_id == *agent) {
             return Err(unknown(
@@ -452,6 +465,7 @@ pub fn decide(
             batch_timeout_secs: request.batch_timeout,
             omp_num_threads,
             max_lifetime_secs: policy.max_lifetime_secs,
+            apps: image_apps.clone(),
         })
         .collect())
 }
@@ -500,6 +514,7 @@ mod tests {
                 agent_id: "a1".into(),
                 capacity: slots(8, 32, 1),
                 images: vec!["python".into()],
+                image_apps: ::domain::apps::parse_service_ports("jupyter:http:8888").unwrap(),
             }],
             owned_folders: vec!["data".into()],
             live_names: vec![],
@@ -601,6 +616,24 @@ mod tests {
         assert!(decide(&c, &request, &mut no_names()).is_ok());
         request.image = theirs;
         assert_eq!(refused(&c, &request).0, "image", "another user's image");
+    }
+
+    #[test]
+    fn a_preopen_port_that_is_the_images_app_or_reserved_is_refused_by_name() {
+        let c = context();
+        let mut request = request();
+        request.preopen_ports = vec![8080, 8888];
+        let (field, message) = refused(&c, &request);
+        assert_eq!(field, "preopen_ports[1]");
+        assert!(message.contains("jupyter"), "{message}");
+        request.preopen_ports = vec![2200];
+        assert!(refused(&c, &request).1.contains("reserved"));
+        request.preopen_ports = vec![8080];
+        let launched = decide(&c, &request, &mut no_names()).unwrap();
+        assert_eq!(
+            launched[0].apps[0].name, "jupyter",
+            "the image's apps are kept"
+        );
     }
 
     #[test]

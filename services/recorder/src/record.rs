@@ -58,6 +58,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
         capacity: offer.capacity,
         images: offer.images.clone(),
         address: offer.address.clone(),
+        image_apps: offer.image_apps.clone(),
     });
     ledger::record_now(
         pool,
@@ -108,6 +109,7 @@ pub async fn kernels_started(
             container_id: k.container_id.clone(),
             ports: k.ports.clone(),
             hostname: k.hostname.clone(),
+            address: k.address.clone(),
         })
         .collect();
     let mut misplaced = false;

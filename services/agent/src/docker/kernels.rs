@@ -105,7 +105,15 @@ pub(super) async fn create_kernels(
     for &k in &layout.mine {
         let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &held);
         crate::gpu::add_held(&gpu.to_label(), &mut held);
-        let config = spec::kernel_config(state, &ctx.agent_id, &layout, k, &binds, &gpu);
+        let config = spec::kernel_config(
+            state,
+            &ctx.agent_id,
+            &layout,
+            k,
+            &binds,
+            &gpu,
+            &ctx.config.publish_address,
+        );
         let name = container_name(id, k);
         remove(ctx, &name).await; // a leftover of an earlier try
         let options = CreateContainerOptions {
@@ -165,6 +173,7 @@ async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<Start
             container_id: inspected.and_then(|c| c.id).unwrap_or_default(),
             ports,
             hostname,
+            address: Some(ctx.config.publish_address.clone()),
         });
     }
     started

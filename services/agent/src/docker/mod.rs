@@ -18,7 +18,7 @@
 //! - `keep`: output and usage kept while a container runs.
 //! - this module: the engine connection, the shared context and the agent's loop.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use bollard::Docker;
 use bus::protocol::{Answer, Command, Fact};
 use bus::Link;
 use domain::aggregate::SessionState;
+use domain::apps::ServicePort;
 use domain::payloads::*;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -65,6 +66,9 @@ pub struct RuntimeConfig {
     /// Where customized images are pushed once committed (`host[:port][/path]`); none
     /// keeps them on this host.
     pub registry: Option<String>,
+    /// The host address app and preopen ports are published on, and where berth's proxy
+    /// reaches them: loopback on a single machine, never every interface.
+    pub publish_address: String,
 }
 
 /// Connects to the local engine, agreeing on an API version it speaks.
@@ -84,19 +88,37 @@ pub async fn host_capacity(docker: &Docker) -> Result<ResourceSlots, bollard::er
     })
 }
 
-/// Every `repository:tag` present on the host.
-pub async fn local_images(docker: &Docker) -> Result<Vec<String>, bollard::errors::Error> {
+/// The images present on the host, and the apps those that declare some declare.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostImages {
+    /// Every `repository:tag`, sorted.
+    pub names: Vec<String>,
+    pub apps: BTreeMap<String, Vec<ServicePort>>,
+}
+
+/// Every `repository:tag` present on the host, with its apps (an image whose service-ports
+/// label cannot be read is offered without apps, and the label's fault is logged).
+pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors::Error> {
     let images = docker
         .list_images::<String>(Some(bollard::image::ListImagesOptions::default()))
         .await?;
-    let mut tags: Vec<String> = images
-        .into_iter()
-        .flat_map(|i| i.repo_tags)
-        .filter(|t| t != "<none>:<none>")
-        .collect();
-    tags.sort();
-    tags.dedup();
-    Ok(tags)
+    let mut host = HostImages::default();
+    for image in images {
+        let apps = domain::apps::image_apps(|name| image.labels.get(name).map(String::as_str))
+            .unwrap_or_else(|e| {
+                tracing::warn!(tags = ?image.repo_tags, error = %e, "an image's apps are unreadable");
+                Vec::new()
+            });
+        for tag in image.repo_tags.into_iter().filter(|t| t != "<none>:<none>") {
+            if !apps.is_empty() {
+                host.apps.insert(tag.clone(), apps.clone());
+            }
+            host.names.push(tag);
+        }
+    }
+    host.names.sort();
+    host.names.dedup();
+    Ok(host)
 }
 
 fn container_name(session_id: Uuid, kernel: u32) -> String {
@@ -360,9 +382,10 @@ async fn refresh_images(
             _ = tokio::time::sleep(every) => {}
         }
         match local_images(&docker).await {
-            Ok(images) if images != spec.images => {
-                tracing::info!(?images, "the images on this host changed");
-                spec.images = images;
+            Ok(host) if host.names != spec.images || host.apps != spec.image_apps => {
+                tracing::info!(images = ?host.names, "the images on this host changed");
+                spec.images = host.names;
+                spec.image_apps = host.apps;
                 if let Err(e) = register(&link, &spec, &stop).await {
                     tracing::warn!(error = %e, "the new images were not registered");
                 }

@@ -117,6 +117,7 @@ pub fn kernel_config(
     k: u32,
     binds: &[String],
     gpu: &GpuShare,
+    publish_address: &str,
 ) -> Config<String> {
     let request = &state.request;
     let main = k == 0;
@@ -149,13 +150,15 @@ pub fn kernel_config(
             ..Default::default()
         }]
     });
-    // Preopen ports are published on the main kernel, each on a free port of the host.
-    let ports = || request.preopen_ports.iter().map(|p| format!("{p}/tcp"));
+    // The image's app ports and the preopen ports are published on the main kernel, each on
+    // a free port of the host at `publish_address` alone: berth's proxy is the only door.
+    let published = domain::apps::published_ports(&request.apps, &request.preopen_ports);
+    let ports = || published.iter().map(|p| format!("{p}/tcp"));
     let exposed: HashMap<String, HashMap<(), ()>> = ports().map(|p| (p, HashMap::new())).collect();
     let bindings: HashMap<String, Option<Vec<PortBinding>>> = ports()
         .map(|p| {
             let any_host_port = PortBinding {
-                host_ip: Some("0.0.0.0".into()),
+                host_ip: Some(publish_address.to_owned()),
                 host_port: Some(String::new()),
             };
             (p, Some(vec![any_host_port]))
@@ -243,6 +246,7 @@ mod tests {
             batch_timeout_secs: None,
             omp_num_threads: 2,
             max_lifetime_secs: None,
+            apps: Vec::new(),
         };
         SessionState::requested(&request)
     }
@@ -259,7 +263,7 @@ mod tests {
     fn the_environment_carries_the_request_omp_default_and_the_session() {
         let state = session(1);
         let layout = layout(&state, "a1");
-        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
         let env = env_of(&config);
         assert!(env.contains(&"LANG=C.UTF-8".into()));
         assert!(env.contains(&"OMP_NUM_THREADS=2".into()), "{env:?}");
@@ -274,7 +278,15 @@ mod tests {
         own.request
             .environment
             .insert("OMP_NUM_THREADS".into(), "7".into());
-        let env = env_of(&kernel_config(&own, "a1", &layout, 0, &[], &no_gpu()));
+        let env = env_of(&kernel_config(
+            &own,
+            "a1",
+            &layout,
+            0,
+            &[],
+            &no_gpu(),
+            "127.0.0.1",
+        ));
         let omp: Vec<&String> = env.iter().filter(|v| v.starts_with("OMP_")).collect();
         assert_eq!(omp, ["OMP_NUM_THREADS=7"], "the request's own value wins");
     }
@@ -283,7 +295,7 @@ mod tests {
     fn limits_are_the_requested_resources_with_no_swap() {
         let state = session(1);
         let layout = layout(&state, "a1");
-        let host = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu())
+        let host = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1")
             .host_config
             .unwrap();
         assert_eq!(host.nano_cpus, Some(1_500_000_000));
@@ -307,7 +319,7 @@ mod tests {
         );
         let binds: Vec<String> = found.into_iter().map(|(_, b)| b).collect();
         let layout = layout(&state, "a1");
-        let config = kernel_config(&state, "a1", &layout, 0, &binds, &no_gpu());
+        let config = kernel_config(&state, "a1", &layout, 0, &binds, &no_gpu(), "127.0.0.1");
         assert_eq!(config.host_config.unwrap().binds, Some(binds));
         assert_eq!(config.working_dir.as_deref(), Some("/home/work"));
         assert!(
@@ -317,20 +329,25 @@ mod tests {
     }
 
     #[test]
-    fn ports_are_published_on_the_main_kernel_only_on_any_host_port() {
-        let state = session(2);
+    fn app_and_preopen_ports_are_published_on_the_main_kernel_only_on_the_agents_address() {
+        let mut state = session(2);
+        state.request.apps = domain::apps::parse_service_ports("jupyter:http:8888").unwrap();
         let layout = layout(&state, "a1");
-        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
+        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "10.0.0.5");
         let exposed = main.exposed_ports.unwrap();
         assert!(exposed.contains_key("8080/tcp"));
+        assert!(exposed.contains_key("8888/tcp"), "the image's app");
         let bindings = main.host_config.unwrap().port_bindings.unwrap();
-        let binding = &bindings["8080/tcp"].as_ref().unwrap()[0];
-        assert_eq!(
-            binding.host_port.as_deref(),
-            Some(""),
-            "the engine picks the port"
-        );
-        let sub = kernel_config(&state, "a1", &layout, 1, &[], &no_gpu());
+        for port in ["8080/tcp", "8888/tcp"] {
+            let binding = &bindings[port].as_ref().unwrap()[0];
+            assert_eq!(binding.host_port.as_deref(), Some(""), "the engine picks");
+            assert_eq!(
+                binding.host_ip.as_deref(),
+                Some("10.0.0.5"),
+                "never every interface"
+            );
+        }
+        let sub = kernel_config(&state, "a1", &layout, 1, &[], &no_gpu(), "127.0.0.1");
         assert_eq!(sub.exposed_ports, None);
         assert_eq!(sub.host_config.unwrap().port_bindings, None);
     }
@@ -339,7 +356,7 @@ mod tests {
     fn labels_name_the_session_agent_and_kernel() {
         let state = session(1);
         let layout = layout(&state, "a1");
-        let labels = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu())
+        let labels = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1")
             .labels
             .unwrap();
         assert_eq!(labels[LABEL_SESSION], state.request.session_id.to_string());
@@ -357,8 +374,8 @@ mod tests {
         let net = network_name(state.request.session_id);
         assert_eq!(layout.network.as_deref(), Some(net.as_str()));
 
-        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu());
-        let sub = kernel_config(&state, "a1", &layout, 2, &[], &no_gpu());
+        let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
+        let sub = kernel_config(&state, "a1", &layout, 2, &[], &no_gpu(), "127.0.0.1");
         let env = env_of(&sub);
         for wanted in [
             "BERTH_CLUSTER_SIZE=3",
@@ -408,7 +425,7 @@ mod tests {
         }];
         let share = crate::gpu::assign(500, &gpus, &HashMap::new());
         let layout = layout(&state, "a1");
-        let config = kernel_config(&state, "a1", &layout, 0, &[], &share);
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &share, "127.0.0.1");
         let host = config.host_config.unwrap();
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.driver.as_deref(), Some("nvidia"));

@@ -1,0 +1,313 @@
+//! A session's apps through berth's proxy: the list (the terminal, the image's apps, the
+//! preopen ports, and the circuits open to them), opening one (a circuit and a single-use
+//! link for its owner), and closing an app's circuits.
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+use bytes::Bytes;
+use domain::apps::{AddressRange, Admission, CircuitCloseReason};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::{check_may_act, parse_body, parse_id, Caller};
+use crate::error::ApiError;
+use crate::model::SessionDetail;
+use crate::proxy::{OpenRequest, ProxyError};
+use crate::AppState;
+
+/// A session and one of its apps.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionApp {
+    /// The session's id.
+    #[param(value_type = Uuid)]
+    pub id: String,
+    /// The app's name (`GET /v1/sessions/{id}/apps` lists them).
+    #[param(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
+    pub app: String,
+}
+
+/// A circuit open to one of the session's apps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Circuit {
+    pub circuit_id: Uuid,
+    pub app: String,
+    pub container_port: u16,
+    /// The proxy's port.
+    pub port: u16,
+    pub public: bool,
+    /// Client address ranges let through (all when empty).
+    pub allowed_ips: Vec<String>,
+    /// Bytes from clients and to them since this gateway serves it.
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+}
+
+/// `GET /v1/sessions/{id}/apps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionApps {
+    pub session_id: Uuid,
+    pub apps: Vec<domain::apps::SessionApp>,
+    pub circuits: Vec<Circuit>,
+}
+
+/// How to open an app.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenApp {
+    /// Which of the app's container ports (its first when absent).
+    #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Let through anyone who reaches the proxy's port, not only the session's owner.
+    #[serde(default)]
+    pub public: bool,
+    /// Only clients in these IPv4 ranges (`10.0.0.0/8`, `192.168.1.7`); all when empty.
+    #[serde(default)]
+    #[schema(max_items = 64, value_type = Vec<ClientRange>)]
+    pub allowed_ips: Vec<String>,
+    /// The proxy port wanted; another free one (and `preferred_port_honoured: false`) when
+    /// it is taken or outside the pool.
+    #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default)]
+    pub preferred_port: Option<u16>,
+}
+
+/// An IPv4 address, or an address and a prefix length: what `allowed_ips` holds.
+pub struct ClientRange;
+
+/// Dotted decimal as the address parser reads it (no leading zeros), with an optional
+/// `/0` to `/32`.
+const CLIENT_RANGE: &str = r"^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(/([0-9]|[12][0-9]|3[0-2]))?$";
+
+impl utoipa::PartialSchema for ClientRange {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(CLIENT_RANGE))
+            .into()
+    }
+}
+
+impl ToSchema for ClientRange {}
+
+/// The app path parameter's rule, as the document states it.
+fn check_app(app: &str) -> Result<(), ApiError> {
+    let fits = (1..=64).contains(&app.len())
+        && app
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if fits {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "app",
+            "an app's name is 1 to 64 letters, digits, - or _",
+        ))
+    }
+}
+
+/// An opened app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OpenedApp {
+    pub circuit_id: Uuid,
+    pub app: String,
+    /// The proxy's port the app is served on.
+    pub port: u16,
+    pub preferred_port_honoured: bool,
+    /// An open circuit of the same app and admission served this request.
+    pub reused: bool,
+    pub public: bool,
+    /// Where to point a browser: for a private circuit a single-use link (valid a minute)
+    /// that sets the circuit's cookie.
+    pub url: String,
+}
+
+/// `POST /v1/sessions/{id}/apps/{app}/close`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ClosedApp {
+    pub closed: usize,
+}
+
+fn proxy_off() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "no_proxy",
+        "this gateway runs without the app proxy (set BERTH_PROXY_PORTS)",
+    )
+}
+
+impl From<ProxyError> for ApiError {
+    fn from(e: ProxyError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            ProxyError::NotRunning(_) | ProxyError::NotPublished(_) | ProxyError::Terminal => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message).field("app")
+            }
+            ProxyError::Protocol(..) => ApiError::invalid("app", message),
+            ProxyError::UnknownApp(_) => ApiError::not_found(message).field("app"),
+            ProxyError::UnknownPort { .. } => ApiError::invalid("port", message),
+            ProxyError::PoolExhausted(_) => {
+                ApiError::new(StatusCode::CONFLICT, "pool_exhausted", message)
+                    .field("preferred_port")
+            }
+            ProxyError::Ledger(e) => e.into(),
+            ProxyError::Database(e) => ApiError::internal(e),
+        }
+    }
+}
+
+async fn session(state: &AppState, id: Uuid) -> Result<SessionDetail, ApiError> {
+    let detail = crate::db::detail(&state.pool, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    serde_json::from_str(&detail.body).map_err(ApiError::internal)
+}
+
+/// The session's apps (the terminal `ttyd`, its image's apps, its preopen ports) and the
+/// circuits open to them.
+#[utoipa::path(get, path = "/v1/sessions/{id}/apps", tag = "apps", params(super::SessionId),
+    responses((status = 200, description = "the apps and open circuits", body = SessionApps)))]
+pub async fn list_apps(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(super::SessionId { id }): Path<super::SessionId>,
+) -> Result<Json<SessionApps>, ApiError> {
+    let id = parse_id(&id)?;
+    check_may_act(&state, &caller, id).await?;
+    let detail = session(&state, id).await?;
+    let circuits = crate::db::circuits(&state.pool, Some(id), None)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let traffic = state.proxy.as_ref().and_then(|p| p.traffic(row.circuit_id));
+            Circuit {
+                circuit_id: row.circuit_id,
+                app: row.app,
+                container_port: row.container_port,
+                port: row.port,
+                public: row.admission.public,
+                allowed_ips: row
+                    .admission
+                    .allowed
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+                bytes_in: traffic.map(|t| t.bytes_in),
+                bytes_out: traffic.map(|t| t.bytes_out),
+            }
+        })
+        .collect();
+    Ok(Json(SessionApps {
+        session_id: id,
+        apps: detail.request.apps,
+        circuits,
+    }))
+}
+
+/// The host name the caller reached the gateway by, for the app's URL.
+fn host_of(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name.to_owned(),
+        _ => host.to_owned(),
+    }
+}
+
+/// Open one of the session's apps through the proxy (its owner or an admin). The answer's
+/// `url` is served by berth's proxy on a port of its pool: the preferred port when it is
+/// free, otherwise another (and `preferred_port_honoured` says so). A private circuit lets
+/// in only a browser that followed the single-use link; a public one, anyone who reaches
+/// the port (within `allowed_ips`, when given).
+#[utoipa::path(post, path = "/v1/sessions/{id}/apps/{app}/open", tag = "apps",
+    params(SessionApp), request_body = OpenApp,
+    responses((status = 200, description = "the app's circuit", body = OpenedApp)))]
+pub async fn open_app(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(SessionApp { id, app }): Path<SessionApp>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<OpenedApp>, ApiError> {
+    let id = parse_id(&id)?;
+    check_app(&app)?;
+    // Whose session comes first: someone else's is a 404 whatever the body says.
+    check_may_act(&state, &caller, id).await?;
+    let open: OpenApp = parse_body(body)?;
+    let allowed = open
+        .allowed_ips
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            AddressRange::try_from(text.clone())
+                .ok()
+                .filter(|r| r.address.is_ipv4())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("allowed_ips[{i}]"),
+                        format!("`{text}` is not an IPv4 address or address/prefix"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if open.allowed_ips.len() > 64 {
+        return Err(ApiError::invalid("allowed_ips", "at most 64 ranges"));
+    }
+    let proxy = state.proxy.clone().ok_or_else(proxy_off)?;
+    let detail = session(&state, id).await?;
+    let request = OpenRequest {
+        app: app.clone(),
+        container_port: open.port,
+        admission: Admission {
+            public: open.public,
+            allowed,
+        },
+        preferred_port: open.preferred_port,
+    };
+    let opened = proxy.open(&detail, caller.user_id, request).await?;
+    let host = host_of(&headers);
+    let url = match &opened.ticket {
+        Some(ticket) => format!(
+            "http://{host}:{}{}?ticket={ticket}",
+            opened.port,
+            crate::proxy::LOGIN_PATH
+        ),
+        None => format!("http://{host}:{}/", opened.port),
+    };
+    Ok(Json(OpenedApp {
+        circuit_id: opened.circuit_id,
+        app,
+        port: opened.port,
+        preferred_port_honoured: opened.preferred_honoured,
+        reused: opened.reused,
+        public: opened.public,
+        url,
+    }))
+}
+
+/// Close every circuit open to one of the session's apps (its owner or an admin): their
+/// ports stop serving and their connections are cut.
+#[utoipa::path(post, path = "/v1/sessions/{id}/apps/{app}/close", tag = "apps",
+    params(SessionApp),
+    responses((status = 200, description = "how many circuits closed", body = ClosedApp)))]
+pub async fn close_app(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(SessionApp { id, app }): Path<SessionApp>,
+) -> Result<Json<ClosedApp>, ApiError> {
+    let id = parse_id(&id)?;
+    check_app(&app)?;
+    check_may_act(&state, &caller, id).await?;
+    let proxy = state.proxy.clone().ok_or_else(proxy_off)?;
+    let actor = caller.user_id.to_string();
+    let closed = proxy
+        .close_session(id, Some(&app), &actor, CircuitCloseReason::Requested)
+        .await?;
+    Ok(Json(ClosedApp { closed }))
+}

@@ -1,0 +1,427 @@
+//! What one circuit's port serves: `/__berth/login?ticket=` (a ticket for a cookie bound to
+//! this circuit), the cookie check of a private circuit, and everything else forwarded to
+//! the app: HTTP streamed both ways, a WebSocket (or any upgrade) handed through unchanged
+//! once the app answered 101, so subprotocols and close codes pass end to end. berth's own
+//! cookies never reach the app. Bytes are counted on the client's connection, in each
+//! direction, and a closed circuit cuts its connections.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rand::Rng;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::{lock, Live, Proxy};
+
+/// The path a ticket is redeemed at, on the circuit's own port.
+pub const LOGIN_PATH: &str = "/__berth/login";
+
+pub(super) type Upstream = Client<HttpConnector, Body>;
+
+pub(super) fn upstream_client() -> Upstream {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+#[derive(Clone)]
+struct Door {
+    proxy: Arc<Proxy>,
+    live: Arc<Live>,
+}
+
+/// Serves `live` on `listener` until the circuit closes.
+pub(super) async fn serve(proxy: Arc<Proxy>, live: Arc<Live>, listener: TcpListener) {
+    let stop = live.stop.clone();
+    let metered = Metered {
+        listener,
+        live: live.clone(),
+    };
+    let router = Router::new()
+        .fallback(pass)
+        .with_state(Door { proxy, live });
+    let served = axum::serve(
+        metered,
+        router.into_make_service_with_connect_info::<Peer>(),
+    )
+    .with_graceful_shutdown(stop.cancelled_owned());
+    if let Err(e) = served.await {
+        tracing::warn!(error = %e, "a circuit's door failed");
+    }
+}
+
+async fn pass(
+    State(door): State<Door>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    mut request: Request,
+) -> Response {
+    let live = &door.live;
+    if request.uri().path() == LOGIN_PATH {
+        return login(&door, request.uri().query().unwrap_or_default());
+    }
+    let cookie_name = live.cookie_name();
+    if !live.opened.admission.public && !holds_cookie(live, request.headers(), &cookie_name) {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "Not signed in to this app",
+            "This app is open to its session's owner only. Open it again from berth \
+             (berth session app open) to get a new link.",
+        );
+    }
+    strip_berth_cookies(request.headers_mut());
+    let upgrade = is_upgrade(request.headers());
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let Ok(uri) = format!("http://{}{path}", live.upstream).parse() else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Bad request",
+            "The path is not valid.",
+        );
+    };
+    *request.uri_mut() = uri;
+    forwarded_headers(request.headers_mut(), peer, upgrade);
+    let mut answer = match door.proxy.client.request(request).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let port = live.opened.container_port;
+            return page(
+                StatusCode::BAD_GATEWAY,
+                "Nothing answers yet",
+                &format!(
+                    "No server listens on port {port} inside the session yet. Start one \
+                     there (for example `python3 -m http.server {port}`) and reload."
+                ),
+            );
+        }
+    };
+    if answer.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_side) = client_side {
+            let app_side = hyper::upgrade::on(&mut answer);
+            tokio::spawn(async move {
+                let (Ok(client), Ok(app)) = tokio::join!(client_side, app_side) else {
+                    return;
+                };
+                let (mut client, mut app) = (TokioIo::new(client), TokioIo::new(app));
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
+            });
+        }
+        return answer.map(|_| Body::empty());
+    }
+    drop_hop_by_hop(answer.headers_mut());
+    answer.map(Body::new)
+}
+
+/// Trades a ticket for the circuit's cookie, then sends the browser to the app's root.
+fn login(door: &Door, query: &str) -> Response {
+    let ticket = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "ticket")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    let live = &door.live;
+    if !door.proxy.redeem(&ticket, live.opened.circuit_id) {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "This link was used already",
+            "A link to an app works once, within a minute. Open the app again from berth \
+             for a new one.",
+        );
+    }
+    let secret = hex::encode(rand::rng().random::<[u8; 32]>());
+    lock(&live.cookies).insert(Sha256::digest(secret.as_bytes()).into());
+    let cookie = format!(
+        "{}={secret}; Path=/; HttpOnly; SameSite=Lax",
+        live.cookie_name()
+    );
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+}
+
+fn holds_cookie(live: &Live, headers: &HeaderMap, name: &str) -> bool {
+    let issued = lock(&live.cookies);
+    cookies(headers).any(|(k, v)| {
+        k == name && issued.contains::<[u8; 32]>(&Sha256::digest(v.as_bytes()).into())
+    })
+}
+
+/// Removes every `berth_*` cookie (this circuit's, other circuits', the console's): cookies
+/// ignore ports, so a browser sends them all to every app on the host.
+fn strip_berth_cookies(headers: &mut HeaderMap) {
+    let kept: Vec<String> = cookies(headers)
+        .filter(|(k, _)| !k.starts_with("berth_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&kept.join("; ")) {
+            headers.insert(header::COOKIE, value);
+        }
+    }
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+const HOP_BY_HOP: [header::HeaderName; 6] = [
+    header::CONNECTION,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn drop_hop_by_hop(headers: &mut HeaderMap) {
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+}
+
+/// The headers an app behind a proxy expects; an upgrade keeps its `Connection` and
+/// `Upgrade`, which the app needs to answer 101.
+fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, upgrade: bool) {
+    let host = headers.get(header::HOST).cloned();
+    if !upgrade {
+        drop_hop_by_hop(headers);
+    }
+    if let Ok(value) = HeaderValue::from_str(&peer.ip().to_string()) {
+        headers.insert("x-forwarded-for", value);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if let Some(host) = host {
+        headers.insert("x-forwarded-host", host);
+    }
+}
+
+/// A small page a person reads, with its status.
+fn page(status: StatusCode, title: &str, text: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title></head>\
+         <body><h1>{title}</h1><p>{text}</p><p><small>berth app proxy</small></p></body></html>"
+    );
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A client's address, as the circuit's listener accepted it.
+#[derive(Debug, Clone, Copy)]
+struct Peer(SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Metered>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Metered>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// The circuit's listener: refuses clients outside its allowed ranges, and hands axum
+/// connections that count their bytes and end when the circuit closes.
+struct Metered {
+    listener: TcpListener,
+    live: Arc<Live>,
+}
+
+impl axum::serve::Listener for Metered {
+    type Io = MeteredStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was taken: wait
+                    // a moment, as axum's own listener does.
+                    tracing::debug!(error = %e, "a circuit could not accept");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if !self.live.opened.admission.admits_address(peer.ip()) {
+                tracing::info!(%peer, circuit = %self.live.opened.circuit_id,
+                    "a client outside the circuit's allowed addresses was refused");
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let cut = Box::pin(self.live.stop.clone().cancelled_owned());
+            let io = MeteredStream {
+                inner: stream,
+                live: self.live.clone(),
+                cut,
+            };
+            return (io, peer);
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
+/// A client's connection: counts what it reads (into the app) and writes (out of it), and
+/// fails once the circuit closes, which ends it even mid-WebSocket.
+pub(super) struct MeteredStream {
+    inner: TcpStream,
+    live: Arc<Live>,
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl MeteredStream {
+    fn closed(&mut self, cx: &mut Context<'_>) -> bool {
+        self.cut.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn aborted<T>() -> Poll<io::Result<T>> {
+    Poll::Ready(Err(io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the circuit closed",
+    )))
+}
+
+impl AsyncRead for MeteredStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.closed(cx) {
+            return aborted();
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.live.bytes_in.fetch_add(read as u64, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl AsyncWrite for MeteredStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.closed(cx) {
+            return aborted();
+        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.live.bytes_out.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.closed(cx) {
+            return aborted();
+        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.live.bytes_out.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn berth_cookies_never_reach_the_app() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("berth_app_x=1; _xsrf=abc; berth_console=k; theme=dark"),
+        );
+        strip_berth_cookies(&mut headers);
+        assert_eq!(headers[header::COOKIE], "_xsrf=abc; theme=dark");
+        let mut only_ours = HeaderMap::new();
+        only_ours.insert(header::COOKIE, HeaderValue::from_static("berth_app_x=1"));
+        strip_berth_cookies(&mut only_ours);
+        assert!(!only_ours.contains_key(header::COOKIE));
+    }
+
+    #[test]
+    fn an_upgrade_is_told_by_its_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert!(is_upgrade(&headers));
+        headers.remove(header::CONNECTION);
+        assert!(!is_upgrade(&headers));
+    }
+}

@@ -1,0 +1,505 @@
+//! berth's app proxy: the only door into a session's apps (its image's apps and its preopen
+//! ports; agents publish them on their own address alone).
+//!
+//! Opening an app opens a *circuit*: a port of the proxy's pool, listened on by this gateway
+//! process, that leads to one container port of the session's main kernel. The circuit is an
+//! event (`AppCircuitOpened`, stream `circuit-<id>`); the ledger keeps the open ones, one per
+//! port. A private circuit lets through only a browser that redeemed a single-use ticket,
+//! minted for the session's owner by the open call, for a cookie bound to that circuit; a
+//! public one lets through anyone who reaches the port. Either may be narrowed to a list of
+//! client address ranges. Circuits close on request, when their session ends (the proxy
+//! follows session events on NATS), and at start for sessions that ended meanwhile.
+//!
+//! - [`door`]: what one circuit's port serves (login, cookie check, HTTP and WebSocket
+//!   forwarding, byte counts).
+
+mod door;
+
+pub use door::LOGIN_PATH;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use domain::apps::{self, Admission, AppProtocol, CircuitCloseReason, PoolExhausted};
+use domain::payloads::{AppCircuitClosed, AppCircuitOpened, SessionStatus};
+use events::catalogue::Event;
+use events::ledger::{self, LedgerError};
+use events::store::ExpectedVersion;
+use futures::StreamExt;
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::db;
+use crate::error::ApiError;
+use crate::model::SessionDetail;
+
+/// How long a ticket minted by an open call may be redeemed.
+pub const TICKET_TTL: Duration = Duration::from_secs(60);
+
+/// Where circuits listen.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The address circuits' ports are bound on (`BERTH_PROXY_ADDRESS`).
+    pub listen: IpAddr,
+    /// The pool of ports, first and last (`BERTH_PROXY_PORTS`, e.g. `10200-10299`).
+    pub ports: (u16, u16),
+}
+
+/// Why an app could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("the session is {0}; apps open only while it is RUNNING")]
+    NotRunning(String),
+    #[error("the session has no app `{0}`")]
+    UnknownApp(String),
+    #[error("app `{app}` has no container port {port}")]
+    UnknownPort { app: String, port: u16 },
+    #[error("the terminal is not served by the proxy yet")]
+    Terminal,
+    #[error("app `{0}` speaks {1:?}, which the proxy does not carry yet (HTTP and preopen only)")]
+    Protocol(String, AppProtocol),
+    #[error("the session's main kernel has not published port {0} (is it on an agent that publishes ports?)")]
+    NotPublished(u16),
+    #[error(transparent)]
+    PoolExhausted(#[from] PoolExhausted),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("database: {0}")]
+    Database(String),
+}
+
+impl From<ApiError> for ProxyError {
+    fn from(e: ApiError) -> ProxyError {
+        ProxyError::Database(e.message)
+    }
+}
+
+/// What a user asks for when opening an app.
+#[derive(Debug, Clone)]
+pub struct OpenRequest {
+    pub app: String,
+    /// One of the app's container ports; its first when none.
+    pub container_port: Option<u16>,
+    pub admission: Admission,
+    pub preferred_port: Option<u16>,
+}
+
+/// An opened (or reused) circuit, and the ticket that lets its owner's browser in.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub circuit_id: Uuid,
+    pub port: u16,
+    pub preferred_honoured: bool,
+    pub reused: bool,
+    pub public: bool,
+    /// Redeemed at `/__berth/login?ticket=` on the circuit's port, once, within
+    /// [`TICKET_TTL`]; none for a public circuit.
+    pub ticket: Option<String>,
+}
+
+/// A circuit this process serves.
+pub(crate) struct Live {
+    opened: AppCircuitOpened,
+    upstream: SocketAddr,
+    stop: CancellationToken,
+    /// Bytes from clients, and to them.
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    /// SHA-256 of the cookies its logins handed out.
+    cookies: Mutex<HashSet<[u8; 32]>>,
+}
+
+impl Live {
+    pub(crate) fn cookie_name(&self) -> String {
+        format!("berth_app_{}", self.opened.circuit_id.simple())
+    }
+}
+
+/// Bytes a circuit carried so far (since this process serves it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+struct Ticket {
+    circuit_id: Uuid,
+    expires: Instant,
+}
+
+/// The proxy: the circuits this gateway serves and the tickets it minted.
+pub struct Proxy {
+    config: ProxyConfig,
+    pool: Pool,
+    circuits: Mutex<HashMap<Uuid, Arc<Live>>>,
+    tickets: Mutex<HashMap<String, Ticket>>,
+    client: door::Upstream,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn random_token() -> String {
+    hex::encode(rand::rng().random::<[u8; 32]>())
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig, pool: Pool) -> Arc<Proxy> {
+        Arc::new(Proxy {
+            config,
+            pool,
+            circuits: Mutex::default(),
+            tickets: Mutex::default(),
+            client: door::upstream_client(),
+        })
+    }
+
+    /// Opens `request.app` of `session` for `actor`, or reuses an open circuit of the same
+    /// app, port and admission; mints a ticket for a private one.
+    pub async fn open(
+        self: &Arc<Self>,
+        session: &SessionDetail,
+        actor: Uuid,
+        request: OpenRequest,
+    ) -> Result<Opened, ProxyError> {
+        if session.status != SessionStatus::Running.as_str() {
+            return Err(ProxyError::NotRunning(session.status.clone()));
+        }
+        let app = session
+            .request
+            .apps
+            .iter()
+            .find(|a| a.name == request.app)
+            .ok_or_else(|| ProxyError::UnknownApp(request.app.clone()))?;
+        if app.protocol == AppProtocol::Pty {
+            return Err(ProxyError::Terminal);
+        }
+        if !app.protocol.is_http() {
+            return Err(ProxyError::Protocol(app.name.clone(), app.protocol));
+        }
+        let container_port = match request.container_port {
+            Some(p) if app.ports.contains(&p) => p,
+            Some(p) => {
+                return Err(ProxyError::UnknownPort {
+                    app: app.name.clone(),
+                    port: p,
+                })
+            }
+            None => app.ports[0],
+        };
+        let upstream = upstream_of(session, container_port)?;
+        let reusable = lock(&self.circuits)
+            .values()
+            .find(|live| {
+                apps::reusable(
+                    &live.opened,
+                    session.session_id,
+                    &app.name,
+                    container_port,
+                    &request.admission,
+                )
+            })
+            .cloned();
+        if let Some(live) = reusable {
+            return Ok(self.answer(&live, false, true));
+        }
+
+        let mut taken: BTreeSet<u16> = self.recorded_ports().await?;
+        taken.extend(lock(&self.circuits).values().map(|l| l.opened.port));
+        let mut preferred = request.preferred_port;
+        loop {
+            let choice = apps::choose_port(self.config.ports, &taken, preferred, rand::random())?;
+            let Ok(listener) =
+                tokio::net::TcpListener::bind((self.config.listen, choice.port)).await
+            else {
+                // Something else on this host holds the port.
+                taken.insert(choice.port);
+                preferred = None;
+                continue;
+            };
+            let opened = AppCircuitOpened {
+                circuit_id: Uuid::now_v7(),
+                session_id: session.session_id,
+                owner: session.owner.user_id,
+                opened_by: actor,
+                app: app.name.clone(),
+                protocol: app.protocol,
+                container_port,
+                port: choice.port,
+                admission: request.admission.clone(),
+            };
+            match record(&self.pool, actor, Event::AppCircuitOpened(opened.clone())).await {
+                Ok(()) => {}
+                // Another gateway recorded a circuit on this port first.
+                Err(LedgerError::Exists { .. }) => {
+                    taken.insert(choice.port);
+                    preferred = None;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let live = self.serve(opened, upstream, listener);
+            return Ok(self.answer(&live, choice.preferred_honoured, false));
+        }
+    }
+
+    fn answer(&self, live: &Live, preferred_honoured: bool, reused: bool) -> Opened {
+        let public = live.opened.admission.public;
+        let ticket = (!public).then(|| {
+            let ticket = random_token();
+            let mut tickets = lock(&self.tickets);
+            tickets.retain(|_, t| t.expires > Instant::now());
+            tickets.insert(
+                ticket.clone(),
+                Ticket {
+                    circuit_id: live.opened.circuit_id,
+                    expires: Instant::now() + TICKET_TTL,
+                },
+            );
+            ticket
+        });
+        Opened {
+            circuit_id: live.opened.circuit_id,
+            port: live.opened.port,
+            preferred_honoured,
+            reused,
+            public,
+            ticket,
+        }
+    }
+
+    /// Takes a ticket for `circuit_id`: true once, within its time.
+    pub(crate) fn redeem(&self, ticket: &str, circuit_id: Uuid) -> bool {
+        let mut tickets = lock(&self.tickets);
+        match tickets.get(ticket) {
+            Some(t) if t.circuit_id == circuit_id => {
+                let fresh = t.expires > Instant::now();
+                tickets.remove(ticket);
+                fresh
+            }
+            _ => false,
+        }
+    }
+
+    fn serve(
+        self: &Arc<Self>,
+        opened: AppCircuitOpened,
+        upstream: SocketAddr,
+        listener: tokio::net::TcpListener,
+    ) -> Arc<Live> {
+        let live = Arc::new(Live {
+            opened,
+            upstream,
+            stop: CancellationToken::new(),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            cookies: Mutex::default(),
+        });
+        lock(&self.circuits).insert(live.opened.circuit_id, live.clone());
+        tracing::info!(circuit = %live.opened.circuit_id, port = live.opened.port,
+            app = %live.opened.app, session = %live.opened.session_id, "circuit open");
+        tokio::spawn(door::serve(self.clone(), live.clone(), listener));
+        live
+    }
+
+    /// Closes `circuit_id` (recorded), cutting its connections.
+    pub async fn close(
+        &self,
+        circuit_id: Uuid,
+        actor: &str,
+        reason: CircuitCloseReason,
+    ) -> Result<bool, ProxyError> {
+        let recorded = db::circuit(&self.pool, circuit_id).await?;
+        if let Some(live) = lock(&self.circuits).remove(&circuit_id) {
+            live.stop.cancel();
+        }
+        let Some((session_id, port)) = recorded else {
+            return Ok(false);
+        };
+        let closed = AppCircuitClosed {
+            circuit_id,
+            session_id,
+            port,
+            reason,
+        };
+        record_as(&self.pool, actor, Event::AppCircuitClosed(closed)).await?;
+        tracing::info!(circuit = %circuit_id, ?reason, "circuit closed");
+        Ok(true)
+    }
+
+    /// Closes every open circuit of `session_id` (of `app` only, when given).
+    pub async fn close_session(
+        &self,
+        session_id: Uuid,
+        app: Option<&str>,
+        actor: &str,
+        reason: CircuitCloseReason,
+    ) -> Result<usize, ProxyError> {
+        let open = db::circuits(&self.pool, Some(session_id), app).await?;
+        let mut closed = 0;
+        for circuit in open {
+            if self.close(circuit.circuit_id, actor, reason).await? {
+                closed += 1;
+            }
+        }
+        Ok(closed)
+    }
+
+    /// Bytes each circuit this process serves carried so far.
+    pub fn traffic(&self, circuit_id: Uuid) -> Option<Traffic> {
+        lock(&self.circuits).get(&circuit_id).map(|l| Traffic {
+            bytes_in: l.bytes_in.load(Ordering::Relaxed),
+            bytes_out: l.bytes_out.load(Ordering::Relaxed),
+        })
+    }
+
+    async fn recorded_ports(&self) -> Result<BTreeSet<u16>, ProxyError> {
+        Ok(db::circuit_ports(&self.pool).await?.into_iter().collect())
+    }
+
+    /// Serves again the circuits the ledger holds open (after this gateway restarted), and
+    /// closes those whose session ended or whose port is no longer ours to take. Cookies
+    /// handed out before do not survive: their owners open the app again for a new ticket.
+    pub async fn restore(self: &Arc<Self>) -> Result<(), ProxyError> {
+        for row in db::circuits(&self.pool, None, None).await? {
+            let circuit_id = row.circuit_id;
+            if lock(&self.circuits).contains_key(&circuit_id) {
+                continue;
+            }
+            let session_id = row.session_id;
+            let detail = db::detail(&self.pool, session_id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|d| serde_json::from_str::<SessionDetail>(&d.body).ok());
+            let (port, container_port) = (row.port, row.container_port);
+            let restorable = row.session_status.as_deref() == Some(SessionStatus::Running.as_str());
+            let upstream = detail
+                .as_ref()
+                .and_then(|d| upstream_of(d, container_port).ok());
+            let listener = match (restorable, upstream) {
+                (true, Some(_)) => tokio::net::TcpListener::bind((self.config.listen, port))
+                    .await
+                    .ok(),
+                _ => None,
+            };
+            let (Some(listener), Some(upstream), Some(detail)) = (listener, upstream, detail)
+            else {
+                let reason = if restorable {
+                    CircuitCloseReason::Requested
+                } else {
+                    CircuitCloseReason::SessionEnded
+                };
+                self.close(circuit_id, "gateway", reason).await?;
+                continue;
+            };
+            let Some(app) = detail.request.apps.iter().find(|a| a.name == row.app) else {
+                continue;
+            };
+            let opened = AppCircuitOpened {
+                circuit_id,
+                session_id,
+                owner: row.owner,
+                opened_by: row.owner,
+                app: app.name.clone(),
+                protocol: app.protocol,
+                container_port,
+                port,
+                admission: row.admission,
+            };
+            self.serve(opened, upstream, listener);
+        }
+        Ok(())
+    }
+
+    /// Closes a session's circuits as soon as its end crosses the bus, until `stop`.
+    pub async fn follow_sessions(
+        self: Arc<Self>,
+        nats: async_nats::Client,
+        subject: String,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let mut subscriber = match nats.subscribe(subject.clone()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the proxy cannot follow sessions; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            // Whatever ended while nobody listened.
+            if let Err(e) = self.restore().await {
+                tracing::warn!(error = %e, "circuits not restored");
+            }
+            loop {
+                let message = tokio::select! {
+                    _ = stop.cancelled() => {
+                        for live in lock(&self.circuits).drain().map(|(_, l)| l) {
+                            live.stop.cancel();
+                        }
+                        return;
+                    }
+                    m = subscriber.next() => m,
+                };
+                let Some(message) = message else { break };
+                let Ok(event) = serde_json::from_slice::<events::RecordedEvent>(&message.payload)
+                else {
+                    continue;
+                };
+                if let Event::SessionStatusChanged(e) = &event.event {
+                    if e.to.is_terminal() {
+                        let session = e.session_id;
+                        if let Err(e) = self
+                            .close_session(
+                                session,
+                                None,
+                                "gateway",
+                                CircuitCloseReason::SessionEnded,
+                            )
+                            .await
+                        {
+                            tracing::warn!(error = %e, %session, "circuits not closed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the main kernel publishes `container_port`.
+fn upstream_of(session: &SessionDetail, container_port: u16) -> Result<SocketAddr, ProxyError> {
+    let main = session.containers.iter().find(|c| c.kernel == 0);
+    let published = main.and_then(|c| {
+        let address: IpAddr = c.address.as_deref()?.parse().ok()?;
+        let port = c.ports.iter().find(|p| p.container == container_port)?;
+        Some(SocketAddr::new(address, port.host))
+    });
+    published.ok_or(ProxyError::NotPublished(container_port))
+}
+
+async fn record(pool: &Pool, actor: Uuid, event: Event) -> Result<(), LedgerError> {
+    record_as(pool, &actor.to_string(), event).await
+}
+
+async fn record_as(pool: &Pool, actor: &str, event: Event) -> Result<(), LedgerError> {
+    let id = match &event {
+        Event::AppCircuitOpened(e) => e.circuit_id,
+        Event::AppCircuitClosed(e) => e.circuit_id,
+        _ => unreachable!("the proxy records circuits only"),
+    };
+    let stream = events::catalogue::stream_id("circuit", id);
+    let metadata = events::trace::metadata(actor, None);
+    ledger::record_now(pool, &stream, ExpectedVersion::Any, &[event], &metadata).await?;
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! App services through berth's proxy, with real containers: the agent publishes a
+//! session's ports on loopback only; opening an app gives a circuit on a port of the proxy's
+//! pool (the preferred one when free, another when not, and it says which); a private
+//! circuit lets in only a browser that redeemed its single-use ticket, and never forwards
+//! berth's cookies; a public one lets in anyone; a full pool is a clear refusal; a preopen
+//! port answers 502 until a server listens inside; circuits close when their session ends.
+
+use std::time::Duration;
+
+use crate::common::*;
+use crate::containers::{data_dir, fresh_agent_id, spawn_agent};
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A server that answers every GET with what it was sent (path, cookies, forwarded-for),
+/// started once `/tmp/go` exists, so the test sees the port before and after.
+const ECHO_SERVER: &str = r#"while [ ! -f /tmp/go ]; do sleep 0.2; done
+exec python3 - <<'PY'
+import http.server, json
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"path": self.path, "cookie": self.headers.get("Cookie"),
+                           "forwarded_for": self.headers.get("X-Forwarded-For")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Echo).serve_forever()
+PY"#;
+
+/// A host address other than loopback, if this machine has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // A UDP "connect" sends nothing; it only picks the interface a packet would leave by.
+    socket.connect("10.255.255.255:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Two neighbouring ports nothing listens on now, for a pool of two.
+fn free_port_pair() -> u16 {
+    loop {
+        let first = free_port();
+        if first < 65535 && std::net::TcpListener::bind(("127.0.0.1", first + 1)).is_ok() {
+            return first;
+        }
+    }
+}
+
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap()
+}
+
+/// Follows a ticket link: the circuit's cookie (`name=value`) it sets.
+async fn redeem(url: &str) -> Result<String, StatusCode> {
+    let answer = browser().get(url).send().await.unwrap();
+    if answer.status() != StatusCode::SEE_OTHER {
+        return Err(answer.status());
+    }
+    assert_eq!(answer.headers()[LOCATION], "/");
+    let cookie = answer.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    Ok(cookie.split(';').next().unwrap().to_owned())
+}
+
+async fn get(port: u16, cookie: Option<&str>) -> (StatusCode, String) {
+    let mut request = browser().get(format!("http://127.0.0.1:{port}/some/path?q=1"));
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    let answer = request.send().await.unwrap();
+    (answer.status(), answer.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
+    let mut config = test_config();
+    let first = free_port_pair();
+    config.proxy_ports = Some((first, first + 1));
+    let h = start_with(config).await;
+    let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/python:latest", "preopen_ports": [8080],
+                   "startup_command": ECHO_SERVER, "resources": {"cpu": 1, "memory": "256m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let apps: Vec<&str> = detail["request"]["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        apps,
+        ["ttyd", "8080"],
+        "the terminal, then the preopen port"
+    );
+
+    // Published on loopback alone: the proxy is the only door.
+    let container = &detail["containers"][0];
+    assert_eq!(container["address"], "127.0.0.1");
+    let published = container["ports"][0]["host"].as_u64().unwrap() as u16;
+    assert!(std::net::TcpStream::connect(("127.0.0.1", published)).is_ok());
+    match outside_address() {
+        Some(ip) => assert!(
+            std::net::TcpStream::connect_timeout(&(ip, published).into(), Duration::from_secs(2))
+                .is_err(),
+            "port {published} answers on {ip}"
+        ),
+        None => eprintln!("no address but loopback here: the outside check is skipped"),
+    }
+
+    // Bad input is refused by name; another user cannot see the session.
+    let open = format!("/v1/sessions/{id}/apps/8080/open");
+    let (status, bad) = h
+        .post(&alice, &open, json!({"allowed_ips": ["not-an-address"]}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert_eq!(bad["error"]["field"], "allowed_ips[0]");
+    let (status, _) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/nope/open"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, bad) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/a.b/close"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (status, bad["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("app"))
+    );
+    let (status, _) = h.post(&bob, &open, json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not bob's session");
+
+    // The owner's private circuit on the preferred port.
+    let (status, private) = h
+        .post(&alice, &open, json!({"preferred_port": first}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{private}");
+    assert_eq!(private["port"], first);
+    assert_eq!(private["preferred_port_honoured"], true);
+    assert_eq!(private["public"], false);
+    let url = private["url"].as_str().unwrap().to_owned();
+    assert!(url.contains("/__berth/login?ticket="), "{url}");
+
+    let (status, _) = get(first, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no cookie, no entry");
+    let cookie = redeem(&url).await.expect("the ticket works once");
+    assert_eq!(
+        redeem(&url).await.unwrap_err(),
+        StatusCode::UNAUTHORIZED,
+        "and only once"
+    );
+    let (status, page) = get(first, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{page}");
+    assert!(page.contains("port 8080"), "{page}");
+    let (status, _) = get(first, Some("berth_app_forged=123")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a forged cookie");
+
+    // A server starts inside: the same door now answers, and berth's cookies stay outside.
+    let container_id = container["container_id"].as_str().unwrap();
+    let touched = std::process::Command::new("docker")
+        .args(["exec", container_id, "touch", "/tmp/go"])
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let all_cookies = format!("{cookie}; berth_console=secret; theme=dark");
+    let echoed = wait_for(|| async {
+        let (status, body) = get(first, Some(&all_cookies)).await;
+        (status == StatusCode::OK).then_some(body)
+    })
+    .await;
+    let echoed: Value = serde_json::from_str(&echoed).unwrap();
+    assert_eq!(echoed["path"], "/some/path?q=1");
+    assert_eq!(
+        echoed["cookie"], "theme=dark",
+        "berth's cookies never reach the app"
+    );
+    assert_eq!(echoed["forwarded_for"], "127.0.0.1");
+
+    // The same request again reuses the circuit, with a new ticket.
+    let (_, again) = h.post(&alice, &open, json!({})).await;
+    assert_eq!(again["reused"], true, "{again}");
+    assert_eq!(again["port"], first);
+    assert!(redeem(again["url"].as_str().unwrap()).await.is_ok());
+
+    // A public circuit: the preferred port is taken, so another, and it says so.
+    let (status, public) = h
+        .post(
+            &alice,
+            &open,
+            json!({"public": true, "preferred_port": first}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{public}");
+    assert_eq!(public["preferred_port_honoured"], false);
+    let public_port = public["port"].as_u64().unwrap() as u16;
+    assert_eq!(public_port, first + 1);
+    let (status, _) = get(public_port, None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "anyone gets through a public circuit"
+    );
+
+    // Both ports of the pool are taken.
+    let (status, full) = h
+        .post(&alice, &open, json!({"allowed_ips": ["127.0.0.1"]}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{full}");
+    assert_eq!(full["error"]["code"], "pool_exhausted");
+
+    let (_, listed) = h.get(&alice, &format!("/v1/sessions/{id}/apps")).await;
+    let circuits = listed["circuits"].as_array().unwrap();
+    assert_eq!(circuits.len(), 2, "{listed}");
+    assert!(circuits[0]["bytes_in"].as_u64().unwrap() > 0, "{listed}");
+    assert!(circuits[0]["bytes_out"].as_u64().unwrap() > 0, "{listed}");
+
+    // The session ends: its circuits close and their ports stop answering.
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    wait_for(|| async {
+        let closed = h.count_events("AppCircuitClosed").await;
+        (closed == 2).then_some(())
+    })
+    .await;
+    assert!(browser()
+        .get(format!("http://127.0.0.1:{public_port}/"))
+        .send()
+        .await
+        .is_err());
+    assert_eq!(h.count_events("AppCircuitOpened").await, 2);
+}
