@@ -2,8 +2,11 @@
 # Builds the local session images used by the demo and the tests, without a registry:
 #   berth/shell:latest   FROM scratch with Debian's busybox-static (sh, cat, sleep, nc, wget ...)
 #   berth/python:latest  a Debian minbase root file system with python3 (debootstrap), imported
+#   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter and tmux, its app
+#                        declared (label ai.berth.service-ports) and defined
+#                        (/etc/berth/service-defs/jupyter.json)
 # Idempotent: an image that exists is kept (BERTH_REBUILD_IMAGES=1 rebuilds).
-#   infra/images.sh [shell|python|all]   (default: all)
+#   infra/images.sh [shell|python|jupyter|all]   (default: all)
 set -euo pipefail
 say() { printf '[images] %s\n' "$*" >&2; }
 WHICH="${1:-all}"
@@ -59,10 +62,54 @@ python_image() {
   rm -rf "$root"
 }
 
+jupyter_image() {
+  if have berth/jupyter:latest; then return 0; fi
+  python_image
+  local dir; dir="$(mktemp -d)"
+  # The server is started on demand by berth with a secret of its own, which berth's proxy
+  # hands it on every request: the published port alone lets nobody in.
+  cat >"$dir/jupyter.json" <<'JSON'
+{"command": ["/opt/jupyter/bin/jupyter", "lab", "--no-browser", "--allow-root",
+             "--ServerApp.ip=0.0.0.0", "--ServerApp.port={port}",
+             "--IdentityProvider.token={token}", "--ServerApp.allow_remote_access=True",
+             "--ServerApp.root_dir=/home/work"],
+ "ready_timeout_secs": 120}
+JSON
+  # The wheels come through the host's pip (and the host's trust in its package index), chosen
+  # for the image's own Python; the image installs them without reaching the index itself.
+  local python_version
+  python_version="$(docker run --rm berth/python:latest python3 -c \
+    'import platform; print(platform.python_version())')"
+  apt_install python3-venv
+  python3 -m venv "$dir/venv" >/dev/null
+  "$dir/venv/bin/pip" download -q --only-binary=:all: --python-version "$python_version" \
+    -d "$dir/wheels" "jupyterlab>=4.2,<5"
+  rm -rf "$dir/venv"
+  cat >"$dir/Dockerfile" <<'DOCKERFILE'
+FROM berth/python:latest
+RUN apt-get update -q >/dev/null \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv tmux >/dev/null \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+COPY wheels /tmp/wheels
+RUN python3 -m venv /opt/jupyter \
+ && /opt/jupyter/bin/pip install -q --no-cache-dir --no-index --find-links /tmp/wheels jupyterlab \
+ && /opt/jupyter/bin/python -m ipykernel install --name python3 --display-name "Python (berth)" --prefix /opt/jupyter \
+ && rm -rf /tmp/wheels
+COPY jupyter.json /etc/berth/service-defs/jupyter.json
+ENV PATH=/opt/jupyter/bin:/usr/local/bin:/usr/bin:/bin HOME=/home/work
+LABEL ai.berth.image="jupyter" ai.berth.service-ports="jupyter:http:8888"
+DOCKERFILE
+  say "building berth/jupyter:latest (JupyterLab from PyPI; a few minutes)"
+  # The host's network: its resolver and route to Debian's mirror, for tmux and venv.
+  docker build --network host -q -t berth/jupyter:latest "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
 case "$WHICH" in
   shell) shell_image ;;
   python) python_image ;;
-  all) shell_image; python_image ;;
-  *) say "usage: infra/images.sh [shell|python|all]"; exit 2 ;;
+  jupyter) jupyter_image ;;
+  all) shell_image; python_image; jupyter_image ;;
+  *) say "usage: infra/images.sh [shell|python|jupyter|all]"; exit 2 ;;
 esac
 say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}}' 'berth/*' | tr '\n' ' ')"

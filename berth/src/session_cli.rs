@@ -90,6 +90,50 @@ pub enum SessionCommand {
         #[arg(long)]
         rm: Option<String>,
     },
+    /// A session's apps: list them, start one, open one through berth's proxy (prints its
+    /// URL), close one.
+    #[command(subcommand)]
+    App(AppCommand),
+}
+
+#[derive(Subcommand)]
+pub enum AppCommand {
+    /// The session's apps (the terminal, its image's apps, its preopen ports) and the
+    /// circuits open to them.
+    List {
+        session: String,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Start an app in the session (from its image's definition); returns once it listens.
+    Start {
+        session: String,
+        app: String,
+        /// One of the app's container ports (its first by default).
+        #[arg(long)]
+        port: Option<u16>,
+    },
+    /// Open an app through berth's proxy, starting it first when the image defines how, and
+    /// print the URL to point a browser at (for a private app a link that works once, within
+    /// a minute).
+    Open {
+        session: String,
+        app: String,
+        /// Let anyone who reaches the proxy's port in, not only you.
+        #[arg(long)]
+        public: bool,
+        /// Only clients from these IPv4 addresses or ranges (repeatable).
+        #[arg(long = "allow")]
+        allowed_ips: Vec<String>,
+        /// The proxy port you would like (another is given, and said, when it is taken).
+        #[arg(long)]
+        preferred_port: Option<u16>,
+        /// One of the app's container ports (its first by default).
+        #[arg(long)]
+        port: Option<u16>,
+    },
+    /// Close an app's circuits: their ports stop serving.
+    Close { session: String, app: String },
 }
 
 /// What `berth session create` takes.
@@ -598,6 +642,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             .send(client.http.get(client.url("/v1/images")))
             .await?
             .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::App(command) => app(&client, command).await?,
         SessionCommand::Events => {
             follow_events(&client, "/v1/events", |_, data| {
                 println!("{data}");
@@ -610,6 +655,110 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
         Ok(()) => ExitCode::SUCCESS,
         Err(body) => print_error(&body),
     })
+}
+
+/// `berth session app ...`.
+async fn app(client: &Client, command: AppCommand) -> anyhow::Result<Result<(), Value>> {
+    let post = |id: &str, app: &str, verb: &str, body: Value| {
+        client
+            .http
+            .post(client.url(&format!("/v1/sessions/{id}/apps/{app}/{verb}")))
+            .json(&body)
+    };
+    Ok(match command {
+        AppCommand::List { session, output } => {
+            let id = client.resolve(&session).await?;
+            let listed = client
+                .send(
+                    client
+                        .http
+                        .get(client.url(&format!("/v1/sessions/{id}/apps"))),
+                )
+                .await?;
+            listed.map(|v| match output {
+                Output::Json => println!("{v}"),
+                Output::Human => print_apps(&v),
+            })
+        }
+        AppCommand::Start { session, app, port } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(post(&id, &app, "start", json!({"port": port})))
+                .await?
+                .map(|v| println!("{}", pretty(&v)))
+        }
+        AppCommand::Open {
+            session,
+            app,
+            public,
+            allowed_ips,
+            preferred_port,
+            port,
+        } => {
+            let id = client.resolve(&session).await?;
+            // A preopen port or an app already listening answers at once.
+            if let Err(body) = client
+                .send(post(&id, &app, "start", json!({"port": port})))
+                .await?
+            {
+                return Ok(Err(body));
+            }
+            let body = json!({"public": public, "allowed_ips": allowed_ips,
+                              "preferred_port": preferred_port, "port": port});
+            client.send(post(&id, &app, "open", body)).await?.map(|v| {
+                if v["preferred_port_honoured"] == false && preferred_port.is_some() {
+                    eprintln!(
+                        "port {} was taken; the proxy serves the app on {}",
+                        preferred_port.unwrap_or_default(),
+                        v["port"]
+                    );
+                }
+                println!("{}", v["url"].as_str().unwrap_or_default());
+            })
+        }
+        AppCommand::Close { session, app } => {
+            let id = client.resolve(&session).await?;
+            client
+                .send(post(&id, &app, "close", json!({})))
+                .await?
+                .map(|v| println!("{} circuit(s) closed", v["closed"]))
+        }
+    })
+}
+
+fn print_apps(listed: &Value) {
+    println!("{:<16} {:<8} PORTS", "APP", "PROTOCOL");
+    for app in listed["apps"].as_array().into_iter().flatten() {
+        let ports: Vec<String> = app["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p.to_string())
+            .collect();
+        println!(
+            "{:<16} {:<8} {}",
+            app["name"].as_str().unwrap_or_default(),
+            app["protocol"].as_str().unwrap_or_default(),
+            ports.join(",")
+        );
+    }
+    let circuits = listed["circuits"].as_array().cloned().unwrap_or_default();
+    if !circuits.is_empty() {
+        println!(
+            "\n{:<16} {:<6} {:<7} {:>12} {:>12}",
+            "OPEN", "PORT", "PUBLIC", "BYTES IN", "BYTES OUT"
+        );
+        for c in circuits {
+            println!(
+                "{:<16} {:<6} {:<7} {:>12} {:>12}",
+                c["app"].as_str().unwrap_or_default(),
+                c["port"],
+                c["public"],
+                c["bytes_in"],
+                c["bytes_out"]
+            );
+        }
+    }
 }
 
 /// Commits session `id` to image `name`; with `follow`, prints its steps from the event

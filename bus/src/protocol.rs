@@ -7,7 +7,9 @@
 
 use chrono::{DateTime, Utc};
 use domain::aggregate::SessionState;
-use domain::payloads::{CommitOutcome, CommitStep, PublishedPort, ResourceSlots, SessionStatus};
+use domain::payloads::{
+    AppStartOutcome, CommitOutcome, CommitStep, PublishedPort, ResourceSlots, SessionStatus,
+};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -32,6 +34,15 @@ pub enum Command {
     /// Remove customized image `image`, which session `session_id` made here; its owner
     /// removed it.
     RemoveImage { session_id: Uuid, image: String },
+    /// Start `app` in the session's main kernel (from the image's service definition) and
+    /// report when container `port` accepts connections, or why not (`Fact::AppStartEnded`).
+    /// An app whose port already listens is reported started at once.
+    StartApp {
+        session_id: Uuid,
+        start_id: Uuid,
+        app: String,
+        port: u16,
+    },
 }
 
 impl Command {
@@ -40,7 +51,8 @@ impl Command {
             Command::Assign { session_id, .. }
             | Command::Stop { session_id }
             | Command::Commit { session_id, .. }
-            | Command::RemoveImage { session_id, .. } => *session_id,
+            | Command::RemoveImage { session_id, .. }
+            | Command::StartApp { session_id, .. } => *session_id,
         }
     }
 }
@@ -90,6 +102,12 @@ pub enum Fact {
     CommitEnded {
         commit_id: Uuid,
         outcome: CommitOutcome,
+    },
+    /// An app's start ended.
+    AppStartEnded {
+        start_id: Uuid,
+        app: String,
+        outcome: AppStartOutcome,
     },
 }
 

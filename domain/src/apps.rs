@@ -18,6 +18,9 @@ pub const SERVICE_PORTS_LABELS: [&str; 2] = ["ai.berth.service-ports", "ai.backe
 /// The terminal's app name (Backend.AI's, so clients that know it find it).
 pub const TERMINAL: &str = "ttyd";
 
+/// The container port the terminal serves on (ttyd's, reserved for it).
+pub const TERMINAL_PORT: u16 = 7681;
+
 /// Container ports neither an image's app nor a preopen port may take: Backend.AI's REPL
 /// ports (2000-2003), SSH (2200) and terminal (7681), kept free so that an image made for
 /// either platform runs on both.
@@ -36,7 +39,8 @@ pub enum AppProtocol {
     Preopen,
     Vnc,
     Rdp,
-    /// The terminal: a shell in the main kernel over a WebSocket.
+    /// The terminal: a shell in the main kernel over a WebSocket (ttyd's protocol), through
+    /// the proxy's HTTP door like any web app.
     Pty,
 }
 
@@ -55,7 +59,10 @@ impl AppProtocol {
 
     /// Whether the proxy speaks HTTP (and WebSocket) to it.
     pub fn is_http(self) -> bool {
-        matches!(self, AppProtocol::Http | AppProtocol::Preopen)
+        matches!(
+            self,
+            AppProtocol::Http | AppProtocol::Preopen | AppProtocol::Pty
+        )
     }
 }
 
@@ -198,7 +205,7 @@ pub struct SessionApp {
     /// `ttyd` for the terminal, the image's name for its apps, the port for a preopen port.
     pub name: String,
     pub protocol: AppProtocol,
-    /// Container ports; none for the terminal, which is a shell, not a server.
+    /// Container ports.
     pub ports: Vec<u16>,
 }
 
@@ -207,7 +214,7 @@ pub fn session_apps(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<SessionA
     let terminal = SessionApp {
         name: TERMINAL.to_owned(),
         protocol: AppProtocol::Pty,
-        ports: Vec::new(),
+        ports: vec![TERMINAL_PORT],
     };
     let declared = image_apps.iter().map(|a| SessionApp {
         name: a.name.clone(),
@@ -225,13 +232,14 @@ pub fn session_apps(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<SessionA
         .collect()
 }
 
-/// Every container port a session's main kernel publishes: its image's apps' and its
-/// preopen ports.
+/// Every container port a session's main kernel publishes: the terminal's, its image's
+/// apps' and its preopen ports.
 pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<u16> {
     let mut ports: Vec<u16> = image_apps
         .iter()
         .flat_map(|a| a.ports.iter().copied())
         .chain(preopen.iter().copied())
+        .chain([TERMINAL_PORT])
         .collect();
     ports.sort_unstable();
     ports.dedup();
@@ -449,7 +457,11 @@ mod tests {
         let listed = session_apps(&apps, &[8080]);
         let names: Vec<&str> = listed.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["ttyd", "jupyter", "8080"]);
-        assert_eq!(published_ports(&apps, &[8080, 8888]), vec![8080, 8888]);
+        assert_eq!(listed[0].ports, vec![TERMINAL_PORT]);
+        assert_eq!(
+            published_ports(&apps, &[8080, 8888]),
+            vec![7681, 8080, 8888]
+        );
     }
 
     #[test]

@@ -206,6 +206,10 @@ catalogue! {
     AppCircuitOpened(AppCircuitOpened) = "AppCircuitOpened" v 1,
     /// A circuit of the app proxy closed (on request, with its session, or idle).
     AppCircuitClosed(AppCircuitClosed) = "AppCircuitClosed" v 1,
+    /// Somebody asked for an app of a session to be started in its main kernel.
+    AppStartRequested(AppStartRequested) = "AppStartRequested" v 1,
+    /// An app's start ended: its port accepts connections, or why not.
+    AppStartEnded(AppStartEnded) = "AppStartEnded" v 1,
 }
 
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
@@ -517,6 +521,21 @@ mod tests {
                 admission: crate::apps::Admission {
                     public: false,
                     allowed: vec!["10.0.0.0/8".to_owned().try_into().unwrap()],
+                },
+            }),
+            Event::AppStartRequested(AppStartRequested {
+                session_id: id,
+                start_id: id,
+                app: "jupyter".into(),
+                port: 8888,
+                by: id,
+            }),
+            Event::AppStartEnded(AppStartEnded {
+                session_id: id,
+                start_id: id,
+                app: "jupyter".into(),
+                outcome: AppStartOutcome::Started {
+                    token: Some("t0k3n".into()),
                 },
             }),
             Event::AppCircuitClosed(AppCircuitClosed {

@@ -7,10 +7,10 @@ use crate::aggregate::SessionState;
 use crate::catalogue::Event;
 use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
-    CommitOutcome, CommitStep, KernelStarted, SessionCommitEnded, SessionCommitProgressed,
-    SessionCommitRequested, SessionIdleExempted, SessionIdleReaped, SessionRenamed,
-    SessionResourcesReleased, SessionStatus, SessionStatusChanged, SessionTerminationRequested,
-    SessionType,
+    AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep, KernelStarted,
+    SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested, SessionIdleExempted,
+    SessionIdleReaped, SessionRenamed, SessionResourcesReleased, SessionStatus,
+    SessionStatusChanged, SessionTerminationRequested, SessionType,
 };
 use uuid::Uuid;
 
@@ -34,6 +34,8 @@ pub enum TransitionError {
     NotCommittable(String),
     #[error("commit {0} is not in progress")]
     NoSuchCommit(Uuid),
+    #[error("apps start only while the session is RUNNING; this one is {0}")]
+    NotRunning(&'static str),
 }
 
 /// Statuses a session never leaves (the set is [`SessionStatus::TERMINAL`]).
@@ -354,6 +356,54 @@ impl SessionState {
             agent_id: self.agent_id.clone(),
             outcome: CommitOutcome::Failed { reason },
         })
+    }
+
+    /// Asks for `app`, serving on container `port`, to be started in the main kernel: only
+    /// while the session runs and nobody asked it to stop.
+    pub fn request_app_start(
+        &self,
+        start_id: Uuid,
+        app: String,
+        port: u16,
+        by: Uuid,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if is_terminal(self.status) {
+            return Err(TransitionError::Ended(self.status));
+        }
+        if self.status != Running || self.termination_requested {
+            let status = if self.termination_requested {
+                "stopping"
+            } else {
+                self.status.as_str()
+            };
+            return Err(TransitionError::NotRunning(status));
+        }
+        Ok(vec![Event::AppStartRequested(AppStartRequested {
+            session_id: self.request.session_id,
+            start_id,
+            app,
+            port,
+            by,
+        })])
+    }
+
+    /// How start `start_id` of `app` ended, as the main agent reports it; nothing once the
+    /// session no longer runs (a late report).
+    pub fn end_app_start(
+        &self,
+        start_id: Uuid,
+        app: String,
+        outcome: AppStartOutcome,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if self.status != Running {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event::AppStartEnded(AppStartEnded {
+            session_id: self.request.session_id,
+            start_id,
+            app,
+            outcome,
+        })])
     }
 
     /// Exempts the session from the idle checks (once; again is nothing).
@@ -805,6 +855,33 @@ mod tests {
             batch.request_commit(commit_id, "env1".into(), "x".into()),
             Err(TransitionError::NotCommittable(_))
         ));
+    }
+
+    #[test]
+    fn an_app_starts_only_while_running_and_a_late_end_records_nothing() {
+        let s = running_session(SessionType::Interactive);
+        let (start, by) = (Uuid::now_v7(), Uuid::now_v7());
+        let asked = s
+            .request_app_start(start, "jupyter".into(), 8888, by)
+            .unwrap();
+        assert!(matches!(&asked[0], Event::AppStartRequested(e) if e.port == 8888));
+        let started = AppStartOutcome::Started { token: None };
+        assert_eq!(
+            s.end_app_start(start, "jupyter".into(), started.clone())
+                .unwrap()
+                .len(),
+            1
+        );
+        let stop = s.terminate(false, "done".into()).unwrap();
+        let stopping = apply(s, &stop);
+        assert_eq!(
+            stopping.request_app_start(start, "jupyter".into(), 8888, by),
+            Err(TransitionError::NotRunning("stopping"))
+        );
+        assert!(stopping
+            .end_app_start(start, "jupyter".into(), started)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -759,3 +759,41 @@ pub struct AppCircuitClosed {
     pub port: u16,
     pub reason: crate::apps::CircuitCloseReason,
 }
+
+/// Somebody asked for one of a session's apps to be started in its main kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppStartRequested {
+    pub session_id: Uuid,
+    /// Names this start; its end carries it.
+    pub start_id: Uuid,
+    pub app: String,
+    /// The container port the app serves on.
+    pub port: u16,
+    pub by: Uuid,
+}
+
+/// How an app's start ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum AppStartOutcome {
+    /// Its port accepts connections (it was already running, or it was started). `token`:
+    /// the secret the app was started with, which berth's proxy hands it on every request
+    /// (absent when berth did not start it).
+    Started {
+        #[serde(default)]
+        token: Option<String>,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+/// An app's start ended, as the agent running the main kernel reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppStartEnded {
+    pub session_id: Uuid,
+    pub start_id: Uuid,
+    pub app: String,
+    pub outcome: AppStartOutcome,
+}

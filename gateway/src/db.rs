@@ -718,3 +718,15 @@ pub async fn circuit(pool: &Pool, id: Uuid) -> Result<Option<(Uuid, u16)>, ApiEr
         .await?;
     Ok(row.map(|r| (r.get(0), r.get::<_, i32>(1) as u16)))
 }
+
+/// The secret app `app` of `session` was started with, if berth started it.
+pub async fn app_token(pool: &Pool, session: Uuid, app: &str) -> Result<Option<String>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT token FROM ledger.app_services WHERE session_id = $1 AND app = $2",
+            &[&session, &app],
+        )
+        .await?;
+    Ok(row.and_then(|r| r.get(0)))
+}

@@ -155,6 +155,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::set_webhook))
         .routes(routes!(api::list_apps))
         .routes(routes!(api::open_app))
+        .routes(routes!(api::start_app))
         .routes(routes!(api::close_app))
         .routes(routes!(api::session_logs))
         .routes(routes!(api::list_folders, api::create_folder))
@@ -267,6 +268,7 @@ mod tests {
             ("post", "/v1/sessions/{id}/commit"),
             ("get", "/v1/sessions/{id}/apps"),
             ("post", "/v1/sessions/{id}/apps/{app}/open"),
+            ("post", "/v1/sessions/{id}/apps/{app}/start"),
             ("post", "/v1/sessions/{id}/apps/{app}/close"),
             ("get", "/v1/images"),
             ("delete", "/v1/images/{name}"),

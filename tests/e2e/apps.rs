@@ -254,3 +254,194 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         .is_err());
     assert_eq!(h.count_events("AppCircuitOpened").await, 2);
 }
+
+/// How long JupyterLab gets to come up in a small container, with the bus's round trips.
+const JUPYTER_PATIENCE: Duration = Duration::from_secs(160);
+
+#[tokio::test]
+async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy() {
+    let mut config = test_config();
+    let first = free_port_pair();
+    config.proxy_ports = Some((first, first + 1));
+    let h = start_with(config).await;
+    let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+
+    // The image's label declares the app; a preopen port may not take its port.
+    let (status, refused) = h
+        .create(
+            &alice,
+            json!({"image": "berth/jupyter:latest", "preopen_ports": [8888],
+                   "resources": {"cpu": 1, "memory": "1g"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["field"], "preopen_ports[0]");
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "1g"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    assert_eq!(detail["request"]["apps"][1]["name"], "jupyter");
+
+    let start = format!("/v1/sessions/{id}/apps/jupyter/start");
+    let (status, _) = h.post(&bob, &start, json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not bob's session");
+    let started = tokio::time::timeout(JUPYTER_PATIENCE, h.post(&alice, &start, json!({})))
+        .await
+        .expect("the start is answered");
+    assert_eq!(started.0, StatusCode::OK, "{}", started.1);
+    assert_eq!(started.1["spawned"], true);
+    let (status, again) = h.post(&alice, &start, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(
+        again["spawned"], false,
+        "a listening app is not started twice"
+    );
+
+    // Its published port alone is useless: JupyterLab wants the secret berth started it with.
+    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let published = detail["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["container"] == 8888)
+        .expect("the app's port is published")["host"]
+        .as_u64()
+        .unwrap();
+    let direct = browser()
+        .get(format!("http://127.0.0.1:{published}/api/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), StatusCode::FORBIDDEN);
+
+    let (status, opened) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/jupyter/open"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let port = opened["port"].as_u64().unwrap();
+    let api = format!("http://127.0.0.1:{port}/api/status");
+    let anonymous = browser().get(&api).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "no cookie");
+    let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let owners = browser()
+        .get(&api)
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(owners.status(), StatusCode::OK);
+    let status: Value = owners.json().await.unwrap();
+    assert!(
+        status.get("kernels").is_some(),
+        "JupyterLab's API: {status}"
+    );
+    let (_, listed) = h.get(&bob, &format!("/v1/sessions/{id}/apps")).await;
+    assert_eq!(listed["error"]["code"], "not_found", "bob sees nothing");
+
+    // The terminal: ttyd's protocol over a WebSocket through the same door, tmux inside.
+    let (status, started) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/ttyd/start"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let (status, opened) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/ttyd/open"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let mut terminal = terminal(opened["port"].as_u64().unwrap() as u16, &cookie).await;
+    let files = terminal
+        .run("ls /home/work; echo done-$((6*7))", "done-42")
+        .await;
+    assert!(!files.contains("No such file"), "{files}");
+    let windows = terminal
+        .run(
+            "tmux new-window -d; tmux list-windows -F 'window-#{window_index}' | tr '\\n' ' '; echo",
+            "window-1",
+        )
+        .await;
+    assert!(windows.contains("window-0"), "{windows}");
+}
+
+/// A ttyd client: the WebSocket (subprotocol `tty`), its hello, and keystrokes.
+struct Terminal {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+async fn terminal(port: u16, cookie: &str) -> Terminal {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut request = format!("ws://127.0.0.1:{port}/ws")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("cookie", cookie.parse().unwrap());
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", "tty".parse().unwrap());
+    let (mut socket, answer) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the terminal answers through the proxy");
+    assert_eq!(
+        answer.headers()["sec-websocket-protocol"],
+        "tty",
+        "the subprotocol passes the proxy"
+    );
+    let hello = json!({"AuthToken": "", "columns": 120, "rows": 30}).to_string();
+    socket.send(Message::text(hello)).await.unwrap();
+    Terminal { socket }
+}
+
+impl Terminal {
+    /// Types `line` and Enter; what the terminal printed until `until` appears.
+    async fn run(&mut self, line: &str, until: &str) -> String {
+        use futures::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let keys = format!("0{line}\r");
+        self.socket
+            .send(Message::binary(keys.into_bytes()))
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        let read = async {
+            while let Some(Ok(message)) = self.socket.next().await {
+                let data = message.into_data();
+                if data.first() == Some(&b'0') {
+                    seen.push_str(&String::from_utf8_lossy(&data[1..]));
+                    if seen.contains(until) {
+                        return;
+                    }
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .is_err()
+        {
+            panic!("`{until}` never came; the terminal printed: {seen}");
+        }
+        seen
+    }
+}

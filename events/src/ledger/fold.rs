@@ -53,6 +53,8 @@ impl SessionPatch {
             Event::SessionCommitRequested(e) => e.session_id,
             Event::SessionCommitProgressed(e) => e.session_id,
             Event::SessionCommitEnded(e) => e.session_id,
+            Event::AppStartRequested(e) => e.session_id,
+            Event::AppStartEnded(e) => e.session_id,
             _ => return Ok(false),
         };
         if self.session_id.is_some_and(|s| s != session_id) {
@@ -98,6 +100,20 @@ impl SessionPatch {
                 self.agent_id = Some(Some(e.agent_id.clone()));
                 self.holds = Some(true);
             }
+            Event::AppStartEnded(e) => {
+                if let AppStartOutcome::Started { token } = &e.outcome {
+                    // A start that found the app running keeps the secret it was started with.
+                    exec(
+                        client,
+                        fold,
+                        "INSERT INTO ledger.app_services VALUES ($1, $2, $3, $4)
+                         ON CONFLICT (session_id, app) DO UPDATE
+                           SET token = coalesce(excluded.token, ledger.app_services.token)",
+                        &[&e.session_id, &e.app, token, &at],
+                    )
+                    .await?;
+                }
+            }
             Event::SessionCommitEnded(e) => {
                 if let CommitOutcome::Done {
                     image_id,
@@ -125,6 +141,13 @@ impl SessionPatch {
                 }
             }
             Event::SessionResourcesReleased(e) => {
+                exec(
+                    client,
+                    fold,
+                    "DELETE FROM ledger.app_services WHERE session_id = $1",
+                    &[&e.session_id],
+                )
+                .await?;
                 exec(
                     client,
                     fold,
@@ -567,7 +590,9 @@ pub(super) async fn apply<C: GenericClient>(
         | Event::SessionIdleReaped(_)
         | Event::SessionCommitRequested(_)
         | Event::SessionCommitProgressed(_)
-        | Event::SessionCommitEnded(_) => {
+        | Event::SessionCommitEnded(_)
+        | Event::AppStartRequested(_)
+        | Event::AppStartEnded(_) => {
             let mut patch = SessionPatch::default();
             patch
                 .absorb(client, fold, event, stream_version, at)

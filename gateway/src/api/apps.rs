@@ -126,6 +126,26 @@ pub struct OpenedApp {
     pub url: String,
 }
 
+/// How to start an app.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartApp {
+    /// Which of the app's container ports (its first when absent).
+    #[schema(minimum = 1, maximum = 65535)]
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+/// A started app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StartedApp {
+    pub app: String,
+    pub port: u16,
+    /// Whether berth started a server (false: it listened already, or it is a preopen port,
+    /// which its user serves).
+    pub spawned: bool,
+}
+
 /// `POST /v1/sessions/{id}/apps/{app}/close`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ClosedApp {
@@ -144,7 +164,7 @@ impl From<ProxyError> for ApiError {
     fn from(e: ProxyError) -> ApiError {
         let message = e.to_string();
         match e {
-            ProxyError::NotRunning(_) | ProxyError::NotPublished(_) | ProxyError::Terminal => {
+            ProxyError::NotRunning(_) | ProxyError::NotPublished(_) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message).field("app")
             }
             ProxyError::Protocol(..) => ApiError::invalid("app", message),
@@ -289,6 +309,112 @@ pub async fn open_app(
         public: opened.public,
         url,
     }))
+}
+
+/// How long the gateway waits for an app to open its port (the longest an image's
+/// definition may ask, and the bus's round trips).
+const START_PATIENCE: std::time::Duration = std::time::Duration::from_secs(150);
+
+/// Start one of the session's apps in its main kernel (the owner or an admin), from the
+/// image's service definition, and answer once its port accepts connections. An app already
+/// listening is not started twice; a preopen port is its user's to serve and answers at once.
+/// A start that fails is a 409 with the app's reason.
+#[utoipa::path(post, path = "/v1/sessions/{id}/apps/{app}/start", tag = "apps",
+    params(SessionApp), request_body = StartApp,
+    responses((status = 200, description = "the app listens", body = StartedApp)))]
+pub async fn start_app(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(SessionApp { id, app }): Path<SessionApp>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<StartedApp>, ApiError> {
+    let id = parse_id(&id)?;
+    check_app(&app)?;
+    check_may_act(&state, &caller, id).await?;
+    let StartApp { port } = parse_body(body)?;
+    let detail = session(&state, id).await?;
+    let declared = detail
+        .request
+        .apps
+        .iter()
+        .find(|a| a.name == app)
+        .ok_or_else(|| ApiError::from(ProxyError::UnknownApp(app.clone())))?;
+    let port = match (port, declared.ports.first()) {
+        (Some(p), _) if declared.ports.contains(&p) => p,
+        (Some(p), _) => {
+            return Err(ProxyError::UnknownPort {
+                app: app.clone(),
+                port: p,
+            }
+            .into())
+        }
+        (None, Some(first)) => *first,
+        (None, None) => return Err(ProxyError::UnknownApp(app.clone()).into()),
+    };
+    if declared.protocol == domain::apps::AppProtocol::Preopen {
+        return Ok(Json(StartedApp {
+            app,
+            port,
+            spawned: false,
+        }));
+    }
+    let nats = state.nats.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "no_bus",
+            "this gateway is not on the bus, so it cannot hear the app start",
+        )
+    })?;
+    // Listen before asking, so the end cannot pass unheard.
+    let subject = format!(
+        "{}.session.{}",
+        state.topology.prefix,
+        events::catalogue::stream_id("session", id)
+    );
+    let mut ends = nats.subscribe(subject).await.map_err(ApiError::internal)?;
+    let start_id = Uuid::now_v7();
+    let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    events::lifecycle::command(&state.pool, id, &metadata, |s| {
+        s.request_app_start(start_id, app.clone(), port, caller.user_id)
+    })
+    .await?;
+    let outcome = tokio::time::timeout(START_PATIENCE, async {
+        use futures::StreamExt;
+        while let Some(message) = ends.next().await {
+            let Ok(event) = serde_json::from_slice::<events::RecordedEvent>(&message.payload)
+            else {
+                continue;
+            };
+            if let events::catalogue::Event::AppStartEnded(e) = event.event {
+                if e.start_id == start_id {
+                    return Some(e.outcome);
+                }
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten();
+    match outcome {
+        Some(domain::payloads::AppStartOutcome::Started { token }) => Ok(Json(StartedApp {
+            app,
+            port,
+            spawned: token.is_some(),
+        })),
+        Some(domain::payloads::AppStartOutcome::Failed { reason }) => {
+            Err(ApiError::new(StatusCode::CONFLICT, "app_failed", reason).field("app"))
+        }
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "app_unanswered",
+            format!(
+                "the app's start was not answered within {} s; its agent may be away",
+                START_PATIENCE.as_secs()
+            ),
+        )
+        .field("app")),
+    }
 }
 
 /// Close every circuit open to one of the session's apps (its owner or an admin): their

@@ -103,6 +103,13 @@ async fn pass(
     };
     *request.uri_mut() = uri;
     forwarded_headers(request.headers_mut(), peer, upgrade);
+    if let Some(token) = &live.token {
+        if !request.headers().contains_key(header::AUTHORIZATION) {
+            if let Ok(value) = HeaderValue::from_str(&format!("token {token}")) {
+                request.headers_mut().insert(header::AUTHORIZATION, value);
+            }
+        }
+    }
     let mut answer = match door.proxy.client.request(request).await {
         Ok(answer) => answer,
         Err(_) => {

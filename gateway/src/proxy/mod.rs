@@ -60,8 +60,6 @@ pub enum ProxyError {
     UnknownApp(String),
     #[error("app `{app}` has no container port {port}")]
     UnknownPort { app: String, port: u16 },
-    #[error("the terminal is not served by the proxy yet")]
-    Terminal,
     #[error("app `{0}` speaks {1:?}, which the proxy does not carry yet (HTTP and preopen only)")]
     Protocol(String, AppProtocol),
     #[error("the session's main kernel has not published port {0} (is it on an agent that publishes ports?)")]
@@ -107,6 +105,9 @@ pub struct Opened {
 pub(crate) struct Live {
     opened: AppCircuitOpened,
     upstream: SocketAddr,
+    /// The secret berth started the app with, handed to it on every request
+    /// (`Authorization: token ...`), so its published port alone is useless.
+    token: Option<String>,
     stop: CancellationToken,
     /// Bytes from clients, and to them.
     bytes_in: AtomicU64,
@@ -178,9 +179,6 @@ impl Proxy {
             .iter()
             .find(|a| a.name == request.app)
             .ok_or_else(|| ProxyError::UnknownApp(request.app.clone()))?;
-        if app.protocol == AppProtocol::Pty {
-            return Err(ProxyError::Terminal);
-        }
         if !app.protocol.is_http() {
             return Err(ProxyError::Protocol(app.name.clone(), app.protocol));
         }
@@ -245,7 +243,8 @@ impl Proxy {
                 }
                 Err(e) => return Err(e.into()),
             }
-            let live = self.serve(opened, upstream, listener);
+            let token = db::app_token(&self.pool, session.session_id, &app.name).await?;
+            let live = self.serve(opened, upstream, token, listener);
             return Ok(self.answer(&live, choice.preferred_honoured, false));
         }
     }
@@ -292,11 +291,13 @@ impl Proxy {
         self: &Arc<Self>,
         opened: AppCircuitOpened,
         upstream: SocketAddr,
+        token: Option<String>,
         listener: tokio::net::TcpListener,
     ) -> Arc<Live> {
         let live = Arc::new(Live {
             opened,
             upstream,
+            token,
             stop: CancellationToken::new(),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
@@ -414,7 +415,8 @@ impl Proxy {
                 port,
                 admission: row.admission,
             };
-            self.serve(opened, upstream, listener);
+            let token = db::app_token(&self.pool, session_id, &row.app).await?;
+            self.serve(opened, upstream, token, listener);
         }
         Ok(())
     }

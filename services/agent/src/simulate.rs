@@ -72,6 +72,26 @@ pub async fn simulate(
                 });
             }
             Command::RemoveImage { .. } => {}
+            // No container: a simulated app fails to start, saying so.
+            Command::StartApp {
+                session_id,
+                start_id,
+                app,
+                ..
+            } => {
+                let fact = bus::protocol::Fact::AppStartEnded {
+                    start_id,
+                    app,
+                    outcome: domain::payloads::AppStartOutcome::Failed {
+                        reason: "a simulated agent has no container to start an app in".into(),
+                    },
+                };
+                let link = link.clone();
+                let stop = stop.clone();
+                running.spawn(async move {
+                    let _ = link.report(session_id, fact, &stop).await;
+                });
+            }
         }
     }
     running.abort_all();

@@ -5,7 +5,8 @@
 //! - a session CREATING: `Assign` to the other agents of its cluster, whose kernels join the
 //!   network the main agent has made by then;
 //! - a session TERMINATING, or giving back its resources (it ended, or went back to the
-//!   queue): `Stop` to every agent holding a kernel of it.
+//!   queue): `Stop` to every agent holding a kernel of it;
+//! - an app's start asked (`AppStartRequested`): `StartApp` to its main agent.
 //!
 //! Commits and image removals are the image-commit service's.
 //!
@@ -64,6 +65,20 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
         Event::SessionStatusChanged(e) if e.to == SessionStatus::Terminating => {
             stop_all(e.session_id)
         }
+        // Apps run in the main kernel.
+        Event::AppStartRequested(e) => holders
+            .iter()
+            .filter(|(_, main)| *main)
+            .map(|(agent, _)| {
+                let command = Command::StartApp {
+                    session_id: e.session_id,
+                    start_id: e.start_id,
+                    app: e.app.clone(),
+                    port: e.port,
+                };
+                (agent.clone(), command)
+            })
+            .collect(),
         Event::SessionResourcesReleased(e) => {
             let mut agents: Vec<&str> = e.kernels.iter().map(|k| k.agent_id.as_str()).collect();
             agents.push(&e.agent_id);
@@ -83,9 +98,16 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
     }
 }
 
-fn needs_holders(event: &Event) -> bool {
-    matches!(event, Event::SessionStatusChanged(e)
-        if matches!(e.to, SessionStatus::Creating | SessionStatus::Terminating))
+fn needs_holders(event: &Event) -> Option<uuid::Uuid> {
+    match event {
+        Event::SessionStatusChanged(e)
+            if matches!(e.to, SessionStatus::Creating | SessionStatus::Terminating) =>
+        {
+            Some(e.session_id)
+        }
+        Event::AppStartRequested(e) => Some(e.session_id),
+        _ => None,
+    }
 }
 
 impl Handler for Dispatcher {
@@ -94,11 +116,11 @@ impl Handler for Dispatcher {
         tx: &'a Transaction<'a>,
         event: &'a RecordedEvent,
     ) -> Result<(), HandlerError> {
-        let holders = match (&event.event, needs_holders(&event.event)) {
-            (Event::SessionStatusChanged(e), true) => db::kernel_holders(tx, e.session_id)
+        let holders = match needs_holders(&event.event) {
+            Some(session_id) => db::kernel_holders(tx, session_id)
                 .await
                 .map_err(|e| HandlerError::Transient(e.to_string()))?,
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         for (agent, command) in commands_for(&event.event, &holders) {
             let subject = self.subjects.command(&agent, command.session_id());
@@ -153,6 +175,25 @@ mod tests {
         assert_eq!(creating[0].0, "a2");
         assert!(matches!(creating[0].1, Command::Assign { main: false, .. }));
         assert!(commands_for(&changed(SessionStatus::Running), &holders).is_empty());
+    }
+
+    #[test]
+    fn an_apps_start_goes_to_the_main_agent_alone() {
+        let holders = [("a1".to_string(), false), ("a2".to_string(), true)];
+        let asked = Event::AppStartRequested(events::payloads::AppStartRequested {
+            session_id: Uuid::nil(),
+            start_id: Uuid::nil(),
+            app: "jupyter".into(),
+            port: 8888,
+            by: Uuid::nil(),
+        });
+        let commands = commands_for(&asked, &holders);
+        assert_eq!(commands.len(), 1);
+        assert_eq!(commands[0].0, "a2");
+        assert!(matches!(
+            &commands[0].1,
+            Command::StartApp { port: 8888, .. }
+        ));
     }
 
     #[test]

@@ -267,6 +267,11 @@ async fn record_fact(
             Fact::CommitEnded { commit_id, outcome } => {
                 state.end_commit(*commit_id, agent_id, outcome.clone())
             }
+            Fact::AppStartEnded {
+                start_id,
+                app,
+                outcome,
+            } => state.end_app_start(*start_id, app.clone(), outcome.clone()),
             Fact::KernelsStarted { .. } => unreachable!("recorded above"),
         },
     )

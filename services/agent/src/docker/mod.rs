@@ -36,6 +36,7 @@ use crate::commands::Commands;
 use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
 
 mod adopt;
+mod apps;
 mod cluster;
 mod commit;
 mod keep;
@@ -323,6 +324,7 @@ pub async fn run(
             .running
             .spawn(refresh_images(link, docker, spec, every, stop));
     }
+    let app_turns = apps::Turns::default();
     let mut commands = Commands::new(link);
     while let Some(command) = commands.next(&stop).await {
         sessions.forget_ended();
@@ -359,6 +361,17 @@ pub async fn run(
                 sessions
                     .running
                     .spawn(async move { commit::remove_image(&ctx, &image).await });
+            }
+            Command::StartApp {
+                session_id,
+                start_id,
+                app,
+                port,
+            } => {
+                let (ctx, turns) = (ctx.clone(), app_turns.clone());
+                sessions
+                    .running
+                    .spawn(apps::start(ctx, turns, session_id, start_id, app, port));
             }
         }
     }
