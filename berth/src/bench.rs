@@ -91,6 +91,12 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// The app proxy next to the published port (a small request's latency, a 100 MB
+    /// download), the terminal's keystroke echo, and JupyterLab's first page.
+    Apps {
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -125,6 +131,7 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Commit { rounds } => {
             crate::bench_commit::commit(&config.nats_url, &url, rounds).await
         }
+        BenchCommand::Apps { requests } => crate::bench_apps::apps(config, &url, requests).await,
         BenchCommand::Reap { sessions, watched } => {
             crate::bench_reap::reap(&config.nats_url, &url, sessions, watched).await
         }

@@ -8,6 +8,7 @@
 
 mod admin;
 mod bench;
+mod bench_apps;
 mod bench_commit;
 mod bench_fleet;
 mod bench_reap;

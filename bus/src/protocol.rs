@@ -252,3 +252,13 @@ mod tests {
         assert!(serde_json::from_value::<Request>(json!({"request": "drop_tables"})).is_err());
     }
 }
+
+/// Bytes moved through a session's app circuits since the last report, as berth's proxy
+/// saw them at `at` (sent only when some did): the idle-reaper's network activity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppActivity {
+    pub session_id: Uuid,
+    pub at: DateTime<Utc>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}

@@ -113,6 +113,12 @@ impl Subjects {
         format!("{}.idle.readings", self.root)
     }
 
+    /// Where berth's app proxy tells the idle-reaper that bytes moved through a session's
+    /// circuits (`protocol::AppActivity`).
+    pub fn idle_activity(&self) -> String {
+        format!("{}.idle.activity", self.root)
+    }
+
     /// Where the idle-reaper answers which sessions it would reap now, and why.
     pub fn idle_preview(&self) -> String {
         format!("{}.idle.preview", self.root)

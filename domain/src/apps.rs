@@ -209,8 +209,13 @@ pub struct SessionApp {
     pub ports: Vec<u16>,
 }
 
-/// Every app of a session: the terminal, the image's apps, then each preopen port.
-pub fn session_apps(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<SessionApp> {
+/// Every app of a session: the terminal (an interactive session's), the image's apps, then
+/// each preopen port.
+pub fn session_apps(
+    image_apps: &[ServicePort],
+    preopen: &[u16],
+    interactive: bool,
+) -> Vec<SessionApp> {
     let terminal = SessionApp {
         name: TERMINAL.to_owned(),
         protocol: AppProtocol::Pty,
@@ -226,20 +231,23 @@ pub fn session_apps(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<SessionA
         protocol: AppProtocol::Preopen,
         ports: vec![*p],
     });
-    std::iter::once(terminal)
+    interactive
+        .then_some(terminal)
+        .into_iter()
         .chain(declared)
         .chain(preopen)
         .collect()
 }
 
-/// Every container port a session's main kernel publishes: the terminal's, its image's
-/// apps' and its preopen ports.
-pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16]) -> Vec<u16> {
+/// Every container port a session's main kernel publishes: the terminal's (an interactive
+/// session's; each published port costs the engine a proxy process), its image's apps' and
+/// its preopen ports.
+pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16], interactive: bool) -> Vec<u16> {
     let mut ports: Vec<u16> = image_apps
         .iter()
         .flat_map(|a| a.ports.iter().copied())
         .chain(preopen.iter().copied())
-        .chain([TERMINAL_PORT])
+        .chain(interactive.then_some(TERMINAL_PORT))
         .collect();
     ports.sort_unstable();
     ports.dedup();
@@ -454,14 +462,20 @@ mod tests {
     #[test]
     fn a_session_lists_the_terminal_its_images_apps_and_its_preopen_ports() {
         let apps = parse_service_ports("jupyter:http:8888").unwrap();
-        let listed = session_apps(&apps, &[8080]);
+        let listed = session_apps(&apps, &[8080], true);
         let names: Vec<&str> = listed.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["ttyd", "jupyter", "8080"]);
         assert_eq!(listed[0].ports, vec![TERMINAL_PORT]);
         assert_eq!(
-            published_ports(&apps, &[8080, 8888]),
+            published_ports(&apps, &[8080, 8888], true),
             vec![7681, 8080, 8888]
         );
+        assert_eq!(
+            published_ports(&apps, &[], false),
+            vec![8888],
+            "a batch session's"
+        );
+        assert_eq!(session_apps(&apps, &[], false)[0].name, "jupyter");
     }
 
     #[test]

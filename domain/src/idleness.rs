@@ -263,6 +263,15 @@ fn secs_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 }
 
 impl Watched {
+    /// Takes in traffic berth's app proxy carried to or from the session at `at`: network
+    /// activity of the user's own, whatever the container's counters say.
+    pub fn saw_traffic(&mut self, at: DateTime<Utc>) {
+        self.observed_since.get_or_insert(at);
+        if self.last_traffic_at.is_none_or(|last| last < at) {
+            self.last_traffic_at = Some(at);
+        }
+    }
+
     /// Takes in a usage reading (readings out of order are dropped), keeping those of the
     /// last `keep_secs`.
     pub fn observe(&mut self, point: UsagePoint, keep_secs: u64) {
@@ -532,6 +541,34 @@ mod tests {
         assert!(
             reap_reason(&reading).contains("lifetime checker"),
             "{reading:?}"
+        );
+    }
+
+    #[test]
+    fn traffic_through_the_proxy_keeps_a_session_from_being_network_idle() {
+        let mut w = session(SessionType::Interactive);
+        let checks = IdleChecks {
+            network_idle_timeout_secs: Some(60),
+            ..Default::default()
+        };
+        // The container's counters do not move.
+        steady(&mut w, 100, 50.0, 50.0);
+        assert!(w.verdict(&checks, t(100)).is_some(), "idle from t 10");
+        w.saw_traffic(t(90));
+        assert_eq!(
+            w.verdict(&checks, t(100)),
+            None,
+            "the proxy saw bytes at t 90"
+        );
+        w.saw_traffic(t(50));
+        assert_eq!(
+            w.last_traffic_at,
+            Some(t(90)),
+            "an older report changes nothing"
+        );
+        assert!(
+            w.verdict(&checks, t(150)).is_some(),
+            "idle again 60 s later"
         );
     }
 

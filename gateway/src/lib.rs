@@ -98,7 +98,13 @@ impl AppState {
         let proxy = proxy::Proxy::new(config, self.pool.clone());
         if let Some(nats) = &self.nats {
             let subject = self.topology.category_subject("session");
-            tokio::spawn(proxy.clone().follow_sessions(nats.clone(), subject, stop));
+            tokio::spawn(
+                proxy
+                    .clone()
+                    .follow_sessions(nats.clone(), subject, stop.clone()),
+            );
+            let activity = self.agent_bus.idle_activity();
+            tokio::spawn(proxy.clone().report_activity(nats.clone(), activity, stop));
         }
         self.proxy = Some(proxy);
         self

@@ -142,7 +142,8 @@ impl Projection for SessionsView {
                     "omp_num_threads": r.omp_num_threads,
                     "max_lifetime_secs": r.max_lifetime_secs,
                     "wanted_agent": r.agent_id,
-                    "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports),
+                    "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports,
+                        r.session_type == domain::payloads::SessionType::Interactive),
                 });
                 let sql = format!(
                     "INSERT INTO {schema}.sessions (session_id, name, owner, owner_email,

@@ -198,11 +198,8 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
         output.contains("size=32768k"),
         "32 MiB of shared memory: {output}"
     );
-    assert_eq!(
-        containers_of(id).await,
-        0,
-        "the container is gone with the session"
-    );
+    // The container is removed once the end is recorded.
+    wait_for(|| async { (containers_of(id).await == 0).then_some(()) }).await;
 
     let failed = run_to_end(&h, batch("echo about to fail; sleep 1; exit 3")).await;
     assert_eq!(

@@ -42,6 +42,9 @@ use crate::model::SessionDetail;
 /// How long a ticket minted by an open call may be redeemed.
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
 
+/// How often the proxy tells the idle-reaper which sessions' circuits carried bytes.
+pub const ACTIVITY_EVERY: Duration = Duration::from_secs(5);
+
 /// Where circuits listen.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -419,6 +422,50 @@ impl Proxy {
             self.serve(opened, upstream, token, listener);
         }
         Ok(())
+    }
+
+    /// Every [`ACTIVITY_EVERY`], tells the idle-reaper (on `subject`) of each session whose
+    /// circuits carried bytes since the last time, until `stop`: a session in use through
+    /// its apps is never network-idle, and an open tab that moves nothing is not use.
+    pub async fn report_activity(
+        self: Arc<Self>,
+        nats: async_nats::Client,
+        subject: String,
+        stop: CancellationToken,
+    ) {
+        let mut seen: HashMap<Uuid, u64> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(ACTIVITY_EVERY) => {}
+            }
+            let mut moved: HashMap<Uuid, (u64, u64)> = HashMap::new();
+            for live in lock(&self.circuits).values() {
+                let (bytes_in, bytes_out) = (
+                    live.bytes_in.load(Ordering::Relaxed),
+                    live.bytes_out.load(Ordering::Relaxed),
+                );
+                let before = seen.insert(live.opened.circuit_id, bytes_in + bytes_out);
+                if before != Some(bytes_in + bytes_out) && bytes_in + bytes_out > 0 {
+                    let sum = moved.entry(live.opened.session_id).or_default();
+                    sum.0 += bytes_in;
+                    sum.1 += bytes_out;
+                }
+            }
+            let at = chrono::Utc::now();
+            for (session_id, (bytes_in, bytes_out)) in moved {
+                let activity = bus::protocol::AppActivity {
+                    session_id,
+                    at,
+                    bytes_in,
+                    bytes_out,
+                };
+                let body = serde_json::to_vec(&activity).expect("activity serialises");
+                if let Err(e) = nats.publish(subject.clone(), body.into()).await {
+                    tracing::debug!(error = %e, "app activity not sent");
+                }
+            }
+        }
     }
 
     /// Closes a session's circuits as soon as its end crosses the bus, until `stop`.

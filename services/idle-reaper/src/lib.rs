@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
-use bus::protocol::UsageSample;
+use bus::protocol::{AppActivity, UsageSample};
 use bus::Subjects;
 use deadpool_postgres::{Pool, Transaction};
 use events::consumer::{ConsumerConfig, Handler, HandlerError};
@@ -228,15 +228,27 @@ async fn answer(
         .queue_subscribe(subjects.idle_preview(), NAME.into())
         .await
         .map_err(bus_error)?;
+    let activity_subject = subjects.idle_activity();
+    let mut activity = nats
+        .queue_subscribe(activity_subject.clone(), NAME.into())
+        .await
+        .map_err(bus_error)?;
     loop {
         let message = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             m = readings.next() => m,
             m = preview.next() => m,
+            m = activity.next() => m,
         };
         let Some(message) = message else {
             return Err(ReaperError::Bus("a request subscription ended".into()));
         };
+        if message.subject.as_str() == activity_subject {
+            if let Ok(moved) = serde_json::from_slice::<AppActivity>(&message.payload) {
+                lock(&list).app_activity(moved.session_id, moved.at);
+            }
+            continue;
+        }
         let Some(reply) = message.reply else { continue };
         let now = chrono::Utc::now();
         let body = if message.subject.as_str() == readings_subject {

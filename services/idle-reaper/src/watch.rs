@@ -163,6 +163,18 @@ impl Watchlist {
         true
     }
 
+    /// Takes in traffic berth's proxy carried for a running session; false for a session
+    /// this reaper does not watch running.
+    pub fn app_activity(&mut self, session_id: Uuid, at: DateTime<Utc>) -> bool {
+        match self.sessions.get_mut(&session_id) {
+            Some(w) if w.running_since.is_some() => {
+                w.saw_traffic(at);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// What every checker says of `session_id` now.
     pub fn readings(&self, session_id: Uuid, now: DateTime<Utc>) -> Option<SessionReadings> {
         let w = self.sessions.get(&session_id)?;

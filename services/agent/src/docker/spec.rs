@@ -152,7 +152,9 @@ pub fn kernel_config(
     });
     // The image's app ports and the preopen ports are published on the main kernel, each on
     // a free port of the host at `publish_address` alone: berth's proxy is the only door.
-    let published = domain::apps::published_ports(&request.apps, &request.preopen_ports);
+    let interactive = request.session_type == domain::payloads::SessionType::Interactive;
+    let published =
+        domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive);
     let ports = || published.iter().map(|p| format!("{p}/tcp"));
     let exposed: HashMap<String, HashMap<(), ()>> = ports().map(|p| (p, HashMap::new())).collect();
     let bindings: HashMap<String, Option<Vec<PortBinding>>> = ports()
