@@ -52,13 +52,15 @@ impl Api {
     }
 }
 
-fn free_port_pair() -> u16 {
+/// The first of `n` neighbouring ports nothing listens on now, for the proxy's pool.
+fn free_ports(n: u16) -> u16 {
     loop {
         let first = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or(20000);
-        if first < 65535 && std::net::TcpListener::bind(("127.0.0.1", first + 1)).is_ok() {
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if first < 65535 - n && (1..n).all(|i| free(first + i)) {
             return first;
         }
     }
@@ -78,8 +80,8 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         commands_stream: format!("BENCH_CMDS_{id}"),
         telemetry_stream: format!("BENCH_TEL_{id}"),
     };
-    let first = free_port_pair();
-    config.proxy_ports = Some((first, first + 1));
+    let first = free_ports(4);
+    config.proxy_ports = Some((first, first + 3));
     let platform = app::start(&config, Parts::ALL).await?;
     let (_, key) = platform
         .first_superadmin
@@ -194,8 +196,9 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         .build()?;
     let waited = Instant::now();
     loop {
-        let ready = client.head(format!("{direct_url}/big")).send().await;
-        if ready.is_ok_and(|r| r.content_length() == Some(100_000_000)) {
+        // The small file is written after the big one, so once it is served both are whole.
+        let ready = client.get(format!("{direct_url}/small")).send().await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
             break;
         }
         anyhow::ensure!(

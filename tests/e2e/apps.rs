@@ -72,7 +72,11 @@ async fn redeem(url: &str) -> Result<String, StatusCode> {
 }
 
 async fn get(port: u16, cookie: Option<&str>) -> (StatusCode, String) {
-    let mut request = browser().get(format!("http://127.0.0.1:{port}/some/path?q=1"));
+    get_path(port, "/some/path?q=1", cookie).await
+}
+
+async fn get_path(port: u16, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
+    let mut request = browser().get(format!("http://127.0.0.1:{port}{path}"));
     if let Some(cookie) = cookie {
         request = request.header(COOKIE, cookie);
     }
@@ -373,6 +377,13 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
         .await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let terminal_port = opened["port"].as_u64().unwrap() as u16;
+    let (status, page) = get_path(terminal_port, "/", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("[\"tty\"]"),
+        "the gateway's terminal page: {page}"
+    );
     let mut terminal = terminal(opened["port"].as_u64().unwrap() as u16, &cookie).await;
     let files = terminal
         .run("ls /home/work; echo done-$((6*7))", "done-42")

@@ -33,6 +33,13 @@ use super::{lock, Live, Proxy};
 /// The path a ticket is redeemed at, on the circuit's own port.
 pub const LOGIN_PATH: &str = "/__berth/login";
 
+/// The terminal's page, served by the gateway at the root of a terminal circuit: ttyd's
+/// protocol on `/ws`, drawn by Debian's term.js when the gateway's host has it
+/// (`libjs-term.js`), otherwise as text.
+const TERMINAL_PAGE: &str = include_str!("terminal.html");
+/// Where Debian's `libjs-term.js` keeps its script.
+const TERM_JS: &str = "/usr/share/javascript/term.js/term.js";
+
 pub(super) type Upstream = Client<HttpConnector, Body>;
 
 pub(super) fn upstream_client() -> Upstream {
@@ -86,8 +93,31 @@ async fn pass(
              (berth session app open) to get a new link.",
         );
     }
-    strip_berth_cookies(request.headers_mut());
     let upgrade = is_upgrade(request.headers());
+    if live.opened.protocol == domain::apps::AppProtocol::Pty && !upgrade {
+        match request.uri().path() {
+            "/" => {
+                return (
+                    [
+                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                        (header::CACHE_CONTROL, "no-store"),
+                    ],
+                    TERMINAL_PAGE,
+                )
+                    .into_response()
+            }
+            "/__berth/term.js" => {
+                return match tokio::fs::read(TERM_JS).await {
+                    Ok(script) => {
+                        ([(header::CONTENT_TYPE, "text/javascript")], script).into_response()
+                    }
+                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+                }
+            }
+            _ => {}
+        }
+    }
+    strip_berth_cookies(request.headers_mut());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     let path = request
         .uri()
