@@ -343,6 +343,13 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     let api = format!("http://127.0.0.1:{port}/api/status");
     let anonymous = browser().get(&api).send().await.unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "no cookie");
+    let bobs = browser()
+        .get(&api)
+        .header("x-api-key", &bob)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bobs.status(), StatusCode::UNAUTHORIZED, "another user");
     let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
     let owners = browser()
         .get(&api)
@@ -388,7 +395,21 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     let files = terminal
         .run("ls /home/work; echo done-$((6*7))", "done-42")
         .await;
-    assert!(!files.contains("No such file"), "{files}");
+    assert!(
+        files.contains("id_container"),
+        "the session's SSH key: {files}"
+    );
+    let authorized = terminal
+        .run(
+            "cut -c1-11 /home/work/.ssh/authorized_keys; stat -c %a /home/work/id_container; echo end-$((1+1))",
+            "end-2",
+        )
+        .await;
+    assert!(authorized.contains("ssh-ed25519"), "{authorized}");
+    assert!(
+        authorized.contains("600"),
+        "the private key is its owner's: {authorized}"
+    );
     let windows = terminal
         .run(
             "tmux new-window -d; tmux list-windows -F 'window-#{window_index}' | tr '\\n' ' '; echo",

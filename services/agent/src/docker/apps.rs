@@ -227,6 +227,64 @@ fn terminal_def() -> ServiceDef {
     }
 }
 
+/// Gives an interactive session its SSH key, as Backend.AI's users expect: a new ed25519 pair,
+/// the private half at `/home/work/id_container` and the public half in
+/// `/home/work/.ssh/authorized_keys` (both 0600, the directory 0700), unless the session's
+/// scratch already has an `authorized_keys`. Runs beside the session's start, so it delays
+/// nothing; a failure is logged.
+pub(super) async fn install_ssh_key(ctx: Ctx, session_id: Uuid) {
+    use ssh_key::rand_core::OsRng;
+    let key =
+        ssh_key::PrivateKey::random(&mut OsRng, ssh_key::Algorithm::Ed25519).and_then(|mut key| {
+            key.set_comment(format!("berth-session-{}", session_id.simple()));
+            let private = key.to_openssh(ssh_key::LineEnding::LF)?;
+            Ok((private.to_string(), key.public_key().to_openssh()?))
+        });
+    let (private, public) = match key {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(%session_id, error = %e, "no SSH key was made");
+            return;
+        }
+    };
+    let exec = ctx
+        .docker
+        .create_exec(
+            &container_name(session_id, 0),
+            CreateExecOptions {
+                cmd: Some(vec![
+                    "/bin/sh".to_owned(),
+                    "-c".to_owned(),
+                    "umask 077; cd /home/work && [ ! -e .ssh/authorized_keys ] && mkdir -p .ssh \
+                     && printf '%s\n' \"$BERTH_SSH_PUBLIC\" > .ssh/authorized_keys \
+                     && printf '%s' \"$BERTH_SSH_PRIVATE\" > id_container"
+                        .to_owned(),
+                ]),
+                env: Some(vec![
+                    format!("BERTH_SSH_PUBLIC={public}"),
+                    format!("BERTH_SSH_PRIVATE={private}"),
+                ]),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await;
+    let started = match exec {
+        Ok(exec) => {
+            ctx.docker
+                .start_exec(&exec.id, None::<StartExecOptions>)
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    match started {
+        Ok(StartExecResults::Attached { mut output, .. }) => while output.next().await.is_some() {},
+        Ok(StartExecResults::Detached) => {}
+        Err(e) => tracing::warn!(%session_id, error = %e, "the SSH key was not written"),
+    }
+}
+
 async fn listening(ctx: &Ctx, container: &str, port: u16) -> Result<bool, String> {
     let table = output(
         ctx,

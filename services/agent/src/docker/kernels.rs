@@ -133,6 +133,11 @@ pub(super) async fn create_kernels(
             return Err(format!("starting the container failed: {e}"));
         }
     }
+    if layout.mine.contains(&0)
+        && request.session_type == domain::payloads::SessionType::Interactive
+    {
+        tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
+    }
     let started = inspect_started(ctx, &layout.mine, &names).await;
     let fact = Fact::KernelsStarted { kernels: started };
     match ctx.link.report(id, fact, &ctx.stop).await {
