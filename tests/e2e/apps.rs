@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::common::*;
-use crate::containers::{data_dir, fresh_agent_id, spawn_agent};
+use crate::containers::{data_dir, fresh_agent_id, spawn_agent, DockerAgent};
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -84,8 +84,17 @@ async fn get_path(port: u16, path: &str, cookie: Option<&str>) -> (StatusCode, S
     (answer.status(), answer.text().await.unwrap())
 }
 
-#[tokio::test]
-async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
+/// A control plane whose proxy has a pool of two ports (from `first`), a Docker agent, and
+/// two users.
+struct Scene {
+    h: Harness,
+    first: u16,
+    alice: String,
+    bob: String,
+    _agent: DockerAgent,
+}
+
+async fn scene() -> Scene {
     let mut config = test_config();
     let first = free_port_pair();
     config.proxy_ports = Some((first, first + 1));
@@ -93,6 +102,24 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
     let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
+    Scene {
+        h,
+        first,
+        alice,
+        bob,
+        _agent,
+    }
+}
+
+#[tokio::test]
+async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
+    let Scene {
+        h,
+        first,
+        alice,
+        bob,
+        _agent,
+    } = scene().await;
 
     let (status, created) = h
         .create(
@@ -252,6 +279,7 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
     // The session ends: its circuits close and their ports stop answering.
     let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
     wait_for(|| async {
         let closed = h.count_events("AppCircuitClosed").await;
         (closed == 2).then_some(())
@@ -270,13 +298,13 @@ const JUPYTER_PATIENCE: Duration = Duration::from_secs(160);
 
 #[tokio::test]
 async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy() {
-    let mut config = test_config();
-    let first = free_port_pair();
-    config.proxy_ports = Some((first, first + 1));
-    let h = start_with(config).await;
-    let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
-    let alice = h.user("alice@example.com").await;
-    let bob = h.user("bob@example.com").await;
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob,
+        _agent,
+    } = scene().await;
 
     // The image's label declares the app; a preopen port may not take its port.
     let (status, refused) = h

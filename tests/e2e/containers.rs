@@ -328,7 +328,13 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
             s["status"] == "RUNNING" && s["containers"][0]["ports"][0]["host"].is_u64()
         })
         .await;
-    let port = running["containers"][0]["ports"][0]["host"]
+    // An interactive session also publishes its terminal's port.
+    let port = running["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["container"] == 8080)
+        .expect("the preopen port is published")["host"]
         .as_u64()
         .unwrap();
     let typed: gateway::model::SessionDetail =
