@@ -63,7 +63,7 @@ pub enum ProxyError {
     UnknownApp(String),
     #[error("app `{app}` has no container port {port}")]
     UnknownPort { app: String, port: u16 },
-    #[error("app `{0}` speaks {1:?}, which the proxy does not carry yet (HTTP and preopen only)")]
+    #[error("app `{0}` speaks {1:?}, which the proxy does not carry yet (HTTP apps, preopen ports and the terminal only)")]
     Protocol(String, AppProtocol),
     #[error("the session's main kernel has not published port {0} (is it on an agent that publishes ports?)")]
     NotPublished(u16),
