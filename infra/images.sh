@@ -2,17 +2,24 @@
 # Builds the local session images used by the demo and the tests, without a registry:
 #   berth/shell:latest   FROM scratch with Debian's busybox-static (sh, cat, sleep, nc, wget ...)
 #   berth/python:latest  a Debian minbase root file system with python3 (debootstrap), imported
-#   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter and tmux, its app
-#                        declared (label ai.berth.service-ports) and defined
-#                        (/etc/berth/service-defs/jupyter.json)
-# Idempotent: an image that exists is kept (BERTH_REBUILD_IMAGES=1 rebuilds).
+#   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter, tmux and an SSH
+#                        server (Debian's dropbear), its app declared (label
+#                        ai.berth.service-ports) and defined (/etc/berth/service-defs/jupyter.json)
+# Idempotent: an image that exists is kept unless its recipe changed since (label
+# ai.berth.recipe); BERTH_REBUILD_IMAGES=1 rebuilds.
 #   infra/images.sh [shell|python|jupyter|all]   (default: all)
 set -euo pipefail
 say() { printf '[images] %s\n' "$*" >&2; }
 WHICH="${1:-all}"
 REBUILD="${BERTH_REBUILD_IMAGES:-0}"
 
-have() { [ "$REBUILD" != 1 ] && docker image inspect "$1" >/dev/null 2>&1; }
+# have IMAGE [RECIPE]: the image is there (built from that recipe, when one is named).
+have() {
+  [ "$REBUILD" != 1 ] || return 1
+  local recipe
+  recipe="$(docker image inspect -f '{{index .Config.Labels "ai.berth.recipe"}}' "$1" 2>/dev/null)" || return 1
+  [ -z "${2:-}" ] || [ "$recipe" = "$2" ]
+}
 
 apt_install() {
   local missing=()
@@ -62,8 +69,11 @@ python_image() {
   rm -rf "$root"
 }
 
+# Bumped whenever the recipe changes what the image holds.
+JUPYTER_RECIPE=2
+
 jupyter_image() {
-  if have berth/jupyter:latest; then return 0; fi
+  if have berth/jupyter:latest "$JUPYTER_RECIPE"; then return 0; fi
   python_image
   local dir; dir="$(mktemp -d)"
   # The server is started on demand by berth with a secret of its own, which berth's proxy
@@ -88,8 +98,11 @@ JSON
   cat >"$dir/Dockerfile" <<'DOCKERFILE'
 FROM berth/python:latest
 RUN apt-get update -q >/dev/null \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv tmux >/dev/null \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv tmux dropbear-bin >/dev/null \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+# The session runs as root; `work` names the same account with the session's home, so that
+# `ssh -i id_container work@...` (Backend.AI's habit) finds /home/work/.ssh/authorized_keys.
+RUN echo 'work:x:0:0:work:/home/work:/bin/bash' >> /etc/passwd
 COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/jupyter \
  && /opt/jupyter/bin/pip install -q --no-cache-dir --no-index --find-links /tmp/wheels jupyterlab \
@@ -97,8 +110,9 @@ RUN python3 -m venv /opt/jupyter \
  && rm -rf /tmp/wheels
 COPY jupyter.json /etc/berth/service-defs/jupyter.json
 ENV PATH=/opt/jupyter/bin:/usr/local/bin:/usr/bin:/bin HOME=/home/work
-LABEL ai.berth.image="jupyter" ai.berth.service-ports="jupyter:http:8888"
+LABEL ai.berth.image="jupyter" ai.berth.service-ports="jupyter:http:8888" ai.berth.recipe="RECIPE"
 DOCKERFILE
+  sed -i "s/RECIPE/$JUPYTER_RECIPE/" "$dir/Dockerfile"
   say "building berth/jupyter:latest (JupyterLab from PyPI; a few minutes)"
   # The host's network: its resolver and route to Debian's mirror, for tmux and venv.
   docker build --network host -q -t berth/jupyter:latest "$dir" >/dev/null

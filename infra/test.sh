@@ -17,6 +17,11 @@ if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null
   say "installing docker-compose from Debian's packages"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
+if ! command -v ssh >/dev/null; then
+  # The app test logs in to a session's SSH server with its own key.
+  say "installing an SSH client from Debian's packages"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+fi
 
 # The habits first: formatting and lints fail in seconds, before anything is started.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then

@@ -303,7 +303,12 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             Some(ports) => {
                 let listen = config.proxy_address.unwrap_or(address.ip());
                 tracing::info!(%listen, first = ports.0, last = ports.1, "app proxy on");
-                state.with_proxy(gateway::proxy::ProxyConfig { listen, ports }, stop.clone())
+                let proxy = gateway::proxy::ProxyConfig {
+                    listen,
+                    ports,
+                    idle_after: config.proxy_idle,
+                };
+                state.with_proxy(proxy, stop.clone())
             }
             None => state,
         };

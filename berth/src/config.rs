@@ -37,6 +37,9 @@ pub struct Config {
     /// Where the proxy's circuits listen (`BERTH_PROXY_ADDRESS`); the gateway's address
     /// when unset.
     pub proxy_address: Option<std::net::IpAddr>,
+    /// How long a circuit nobody uses stays open (`BERTH_PROXY_IDLE_SECS`, Backend.AI's hour
+    /// by default; `0`: until its session ends or it is closed).
+    pub proxy_idle: Option<Duration>,
     pub timings: Timings,
 }
 
@@ -101,6 +104,7 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://berth@127.0.0.1:55432/berth";
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:54222";
 pub const DEFAULT_GATEWAY: &str = "127.0.0.1:8480";
 pub const DEFAULT_PROXY_PORTS: &str = "10200-10299";
+pub const DEFAULT_PROXY_IDLE: Duration = Duration::from_secs(3600);
 
 /// `first-last` as a range of ports (`None` for `off` or anything unreadable).
 pub fn port_range(text: &str) -> Option<(u16, u16)> {
@@ -150,6 +154,8 @@ impl Config {
             agent_address: or("BERTH_AGENT_ADDRESS", "127.0.0.1"),
             proxy_ports: port_range(&or("BERTH_PROXY_PORTS", DEFAULT_PROXY_PORTS)),
             proxy_address: var("BERTH_PROXY_ADDRESS").and_then(|a| a.parse().ok()),
+            proxy_idle: Some(duration("BERTH_PROXY_IDLE_SECS", secs, DEFAULT_PROXY_IDLE))
+                .filter(|d| !d.is_zero()),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",
@@ -199,6 +205,7 @@ mod tests {
         assert_eq!(config.gateway_url, "http://127.0.0.1:8480");
         assert_eq!(config.timings, Timings::default());
         assert_eq!(config.topology, Topology::default());
+        assert_eq!(config.proxy_idle, Some(DEFAULT_PROXY_IDLE));
 
         let config = Config::from_source(|name| match name {
             "BERTH_GATEWAY_LISTEN" => Some("0.0.0.0:9000".into()),
@@ -206,6 +213,7 @@ mod tests {
             "BERTH_HEARTBEAT_TIMEOUT_SECS" => Some("7".into()),
             "BERTH_NATS_STREAM" => Some("T_1".into()),
             "BERTH_API_KEY" => Some(String::new()),
+            "BERTH_PROXY_IDLE_SECS" => Some("0".into()),
             _ => None,
         });
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
@@ -216,5 +224,6 @@ mod tests {
         assert_eq!(config.timings.heartbeat_timeout, Duration::from_secs(7));
         assert_eq!(config.topology.stream, "T_1");
         assert_eq!(config.api_key, None, "an empty variable is unset");
+        assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
     }
 }

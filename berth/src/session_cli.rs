@@ -94,6 +94,9 @@ pub enum SessionCommand {
     /// URL), close one.
     #[command(subcommand)]
     App(AppCommand),
+    /// Open the session's terminal (tmux inside) in this terminal, through berth's proxy;
+    /// it ends when the shell inside exits.
+    Shell { session: String },
 }
 
 #[derive(Subcommand)]
@@ -134,6 +137,20 @@ pub enum AppCommand {
     },
     /// Close an app's circuits: their ports stop serving.
     Close { session: String, app: String },
+    /// Reach a raw TCP app (the SSH server `sshd`, VNC, ...) from this machine: starts it,
+    /// opens it privately, and carries each connection to a local port through the proxy
+    /// (e.g. `ssh -i id_container -p PORT work@127.0.0.1`).
+    Tunnel {
+        session: String,
+        app: String,
+        /// The local address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Carry one connection on standard input and output instead, and end with it (for
+        /// `ssh -o ProxyCommand="berth session app tunnel SESSION sshd --stdio"`).
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
+    },
 }
 
 /// What `berth session create` takes.
@@ -643,6 +660,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             .await?
             .map(|v| println!("{}", pretty(&v))),
         SessionCommand::App(command) => app(&client, command).await?,
+        SessionCommand::Shell { session } => return shell(&client, &session).await,
         SessionCommand::Events => {
             follow_events(&client, "/v1/events", |_, data| {
                 println!("{data}");
@@ -716,6 +734,47 @@ async fn app(client: &Client, command: AppCommand) -> anyhow::Result<Result<(), 
                 println!("{}", v["url"].as_str().unwrap_or_default());
             })
         }
+        AppCommand::Tunnel {
+            session,
+            app,
+            listen,
+            stdio,
+        } => {
+            let id = client.resolve(&session).await?;
+            let door = match enter(client, &id, &app).await? {
+                Ok(door) => door,
+                Err(body) => return Ok(Err(body)),
+            };
+            if stdio {
+                let mut remote = berth::console::tunnel(&door).await?;
+                let mut local = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+                tokio::io::copy_bidirectional(&mut local, &mut remote).await?;
+                // Standard input's reader thread would hold the runtime open.
+                std::process::exit(0);
+            }
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("listen on {listen}"))?;
+            let local = listener.local_addr()?;
+            println!("{local}");
+            eprintln!(
+                "app `{app}` of session {id} answers on {local} until you stop this (Ctrl-C){}",
+                if app == domain::apps::SSH {
+                    format!(
+                        ": ssh -i id_container -p {} work@{}",
+                        local.port(),
+                        local.ip()
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            tokio::select! {
+                served = berth::console::serve_tunnels(door, listener) => served?,
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            Ok(())
+        }
         AppCommand::Close { session, app } => {
             let id = client.resolve(&session).await?;
             client
@@ -724,6 +783,78 @@ async fn app(client: &Client, command: AppCommand) -> anyhow::Result<Result<(), 
                 .map(|v| println!("{} circuit(s) closed", v["closed"]))
         }
     })
+}
+
+/// Starts `app` of session `id` and opens it privately: the door its link gives.
+async fn enter(
+    client: &Client,
+    id: &str,
+    app: &str,
+) -> anyhow::Result<Result<berth::console::Door, Value>> {
+    let post = |verb: &str| {
+        client
+            .http
+            .post(client.url(&format!("/v1/sessions/{id}/apps/{app}/{verb}")))
+            .json(&json!({}))
+    };
+    if let Err(body) = client.send(post("start")).await? {
+        return Ok(Err(body));
+    }
+    let opened = match client.send(post("open")).await? {
+        Ok(opened) => opened,
+        Err(body) => return Ok(Err(body)),
+    };
+    let url = opened["url"].as_str().unwrap_or_default();
+    Ok(Ok(berth::console::redeem(url).await?))
+}
+
+/// `berth session shell`: the terminal in this terminal, raw while it runs.
+async fn shell(client: &Client, session: &str) -> anyhow::Result<ExitCode> {
+    use crossterm::terminal;
+    use std::io::IsTerminal;
+    let id = client.resolve(session).await?;
+    let door = match enter(client, &id, domain::apps::TERMINAL).await? {
+        Ok(door) => door,
+        Err(body) => return Ok(print_error(&body)),
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let size = terminal::size().unwrap_or((80, 24));
+    let (resize, resizes) = tokio::sync::mpsc::channel(4);
+    if interactive {
+        terminal::enable_raw_mode().context("put the terminal in raw mode")?;
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut changes) = signal(SignalKind::window_change()) else {
+                return;
+            };
+            while changes.recv().await.is_some() {
+                if let Ok(size) = terminal::size() {
+                    if resize.send(size).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    } else {
+        drop(resize);
+    }
+    let ran = berth::console::shell(
+        &door,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        size,
+        resizes,
+    )
+    .await;
+    if interactive {
+        let _ = terminal::disable_raw_mode();
+    }
+    if let Err(e) = ran {
+        eprintln!("{e:#}");
+        std::process::exit(1);
+    }
+    // Standard input's reader thread would hold the runtime open.
+    std::process::exit(0);
 }
 
 fn print_apps(listed: &Value) {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -20,6 +21,13 @@ pub const TERMINAL: &str = "ttyd";
 
 /// The container port the terminal serves on (ttyd's, reserved for it).
 pub const TERMINAL_PORT: u16 = 7681;
+
+/// The SSH server's app name (Backend.AI's): Debian's dropbear, when the image has it,
+/// reached through a raw TCP circuit.
+pub const SSH: &str = "sshd";
+
+/// The container port the SSH server listens on (Backend.AI's, reserved for it).
+pub const SSH_PORT: u16 = 2200;
 
 /// Container ports neither an image's app nor a preopen port may take: Backend.AI's REPL
 /// ports (2000-2003), SSH (2200) and terminal (7681), kept free so that an image made for
@@ -57,7 +65,8 @@ impl AppProtocol {
         })
     }
 
-    /// Whether the proxy speaks HTTP (and WebSocket) to it.
+    /// Whether the proxy speaks HTTP (and WebSocket) to it; every other app is carried as
+    /// raw TCP.
     pub fn is_http(self) -> bool {
         matches!(
             self,
@@ -209,18 +218,30 @@ pub struct SessionApp {
     pub ports: Vec<u16>,
 }
 
-/// Every app of a session: the terminal (an interactive session's), the image's apps, then
-/// each preopen port.
+/// The apps berth itself gives every interactive session: the terminal, and the SSH server
+/// (which answers only when the image ships one).
+fn intrinsic_apps() -> [SessionApp; 2] {
+    [
+        SessionApp {
+            name: TERMINAL.to_owned(),
+            protocol: AppProtocol::Pty,
+            ports: vec![TERMINAL_PORT],
+        },
+        SessionApp {
+            name: SSH.to_owned(),
+            protocol: AppProtocol::Tcp,
+            ports: vec![SSH_PORT],
+        },
+    ]
+}
+
+/// Every app of a session: the terminal and the SSH server (an interactive session's), the
+/// image's apps, then each preopen port.
 pub fn session_apps(
     image_apps: &[ServicePort],
     preopen: &[u16],
     interactive: bool,
 ) -> Vec<SessionApp> {
-    let terminal = SessionApp {
-        name: TERMINAL.to_owned(),
-        protocol: AppProtocol::Pty,
-        ports: vec![TERMINAL_PORT],
-    };
     let declared = image_apps.iter().map(|a| SessionApp {
         name: a.name.clone(),
         protocol: a.protocol,
@@ -231,23 +252,32 @@ pub fn session_apps(
         protocol: AppProtocol::Preopen,
         ports: vec![*p],
     });
-    interactive
-        .then_some(terminal)
+    let intrinsic = if interactive {
+        intrinsic_apps().to_vec()
+    } else {
+        Vec::new()
+    };
+    intrinsic
         .into_iter()
         .chain(declared)
         .chain(preopen)
         .collect()
 }
 
-/// Every container port a session's main kernel publishes: the terminal's (an interactive
-/// session's; each published port costs the engine a proxy process), its image's apps' and
-/// its preopen ports.
+/// Every container port a session's main kernel publishes: the terminal's and the SSH
+/// server's (an interactive session's; each published port costs the engine a proxy
+/// process), its image's apps' and its preopen ports.
 pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16], interactive: bool) -> Vec<u16> {
     let mut ports: Vec<u16> = image_apps
         .iter()
         .flat_map(|a| a.ports.iter().copied())
         .chain(preopen.iter().copied())
-        .chain(interactive.then_some(TERMINAL_PORT))
+        .chain(
+            interactive
+                .then_some([TERMINAL_PORT, SSH_PORT])
+                .into_iter()
+                .flatten(),
+        )
         .collect();
     ports.sort_unstable();
     ports.dedup();
@@ -341,7 +371,7 @@ pub struct PortChoice {
 
 /// Every port of the pool is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("all {size} ports of the proxy's pool ({first}-{last}) are taken by open circuits")]
+#[error("all {size} ports of the proxy's pool ({first}-{last}) are taken (by open circuits, or by other programs on the proxy's host)")]
 pub struct PoolExhausted {
     pub first: u16,
     pub last: u16,
@@ -390,6 +420,13 @@ pub enum CircuitCloseReason {
     SessionEnded,
     /// Nothing passed through it for the proxy's idle timeout.
     Idle,
+}
+
+/// Whether a circuit has sat idle long enough to close: no connection open through it and no
+/// byte through it for `timeout`. An open connection keeps it (a terminal left open with
+/// nothing typed is still somebody's), unlike the idle-reaper, which counts bytes alone.
+pub fn circuit_is_idle(open_connections: usize, quiet_for: Duration, timeout: Duration) -> bool {
+    open_connections == 0 && quiet_for >= timeout
 }
 
 /// Whether an open circuit can serve a new request to open the same app: same session,
@@ -460,15 +497,20 @@ mod tests {
     }
 
     #[test]
-    fn a_session_lists_the_terminal_its_images_apps_and_its_preopen_ports() {
+    fn a_session_lists_the_terminal_the_ssh_server_its_images_apps_and_its_preopen_ports() {
         let apps = parse_service_ports("jupyter:http:8888").unwrap();
         let listed = session_apps(&apps, &[8080], true);
         let names: Vec<&str> = listed.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(names, ["ttyd", "jupyter", "8080"]);
+        assert_eq!(names, ["ttyd", "sshd", "jupyter", "8080"]);
         assert_eq!(listed[0].ports, vec![TERMINAL_PORT]);
         assert_eq!(
+            (listed[1].protocol, listed[1].ports.clone()),
+            (AppProtocol::Tcp, vec![SSH_PORT])
+        );
+        assert!(!listed[1].protocol.is_http(), "carried as raw TCP");
+        assert_eq!(
             published_ports(&apps, &[8080, 8888], true),
-            vec![7681, 8080, 8888]
+            vec![2200, 7681, 8080, 8888]
         );
         assert_eq!(
             published_ports(&apps, &[], false),
@@ -491,6 +533,17 @@ mod tests {
         assert!(!outside.preferred_honoured && (10200..=10203).contains(&outside.port));
         let full = BTreeSet::from([10200, 10201, 10202, 10203]);
         assert_eq!(choose_port(pool, &full, None, 0).unwrap_err().size, 4);
+    }
+
+    #[test]
+    fn a_circuit_is_idle_once_nobody_is_connected_and_nothing_moved_for_its_timeout() {
+        let hour = Duration::from_secs(3600);
+        assert!(circuit_is_idle(0, hour, hour));
+        assert!(!circuit_is_idle(0, hour - Duration::from_secs(1), hour));
+        assert!(
+            !circuit_is_idle(1, 2 * hour, hour),
+            "an open terminal with nothing typed is still in use"
+        );
     }
 
     #[test]

@@ -89,13 +89,14 @@ impl AppState {
     }
 
     /// This state with the app proxy serving circuits as `config` says, following session
-    /// events (to close their circuits) until `stop`.
+    /// events (to close their circuits) and closing idle circuits until `stop`.
     pub fn with_proxy(
         mut self,
         config: proxy::ProxyConfig,
         stop: tokio_util::sync::CancellationToken,
     ) -> AppState {
         let proxy = proxy::Proxy::new(config, self.pool.clone());
+        tokio::spawn(proxy.clone().close_idle(stop.clone()));
         if let Some(nats) = &self.nats {
             let subject = self.topology.category_subject("session");
             tokio::spawn(

@@ -3,7 +3,10 @@
 //! pool (the preferred one when free, another when not, and it says which); a private
 //! circuit lets in only a browser that redeemed its single-use ticket, and never forwards
 //! berth's cookies; a public one lets in anyone; a full pool is a clear refusal; a preopen
-//! port answers 502 until a server listens inside; circuits close when their session ends.
+//! port answers 502 until a server listens inside; circuits close when their session ends,
+//! or when nobody used them for the proxy's idle time. A raw TCP app (the SSH server) is
+//! reached through a private tunnel or straight from a public circuit's port, and the
+//! terminal runs in the caller's own terminal (`berth session shell`).
 
 use std::time::Duration;
 
@@ -41,14 +44,23 @@ fn outside_address() -> Option<std::net::IpAddr> {
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
-/// Two neighbouring ports nothing listens on now, for a pool of two.
+/// Two neighbouring ports nothing listens on now, for a pool of two: below the kernel's
+/// ephemeral range (32768 and up), where neither outgoing connections nor the engine's
+/// published ports (both drawn from that range) take them while the test runs.
 fn free_port_pair() -> u16 {
     loop {
-        let first = free_port();
-        if first < 65535 && std::net::TcpListener::bind(("127.0.0.1", first + 1)).is_ok() {
+        let first = 20_000 + rand_below(12_000);
+        let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(first) && free(first + 1) {
             return first;
         }
     }
+}
+
+/// A number below `n` that differs between tests run at once (no random crate needed).
+fn rand_below(n: u16) -> u16 {
+    use std::hash::{BuildHasher, RandomState};
+    (RandomState::new().hash_one(std::time::Instant::now()) % n as u64) as u16
 }
 
 fn browser() -> reqwest::Client {
@@ -95,9 +107,18 @@ struct Scene {
 }
 
 async fn scene() -> Scene {
+    scene_with_idle(None).await
+}
+
+/// A [`Scene`] whose proxy closes circuits unused for `idle` (its default, an hour, when
+/// none).
+async fn scene_with_idle(idle: Option<Duration>) -> Scene {
     let mut config = test_config();
     let first = free_port_pair();
     config.proxy_ports = Some((first, first + 1));
+    if idle.is_some() {
+        config.proxy_idle = idle;
+    }
     let h = start_with(config).await;
     let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
     let alice = h.user("alice@example.com").await;
@@ -139,8 +160,8 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         .collect();
     assert_eq!(
         apps,
-        ["ttyd", "8080"],
-        "the terminal, then the preopen port"
+        ["ttyd", "sshd", "8080"],
+        "the terminal and the SSH server, then the preopen port"
     );
 
     // Published on loopback alone: the proxy is the only door.
@@ -331,7 +352,7 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
     let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
-    assert_eq!(detail["request"]["apps"][1]["name"], "jupyter");
+    assert_eq!(detail["request"]["apps"][2]["name"], "jupyter");
 
     let start = format!("/v1/sessions/{id}/apps/jupyter/start");
     let (status, _) = h.post(&bob, &start, json!({})).await;
@@ -451,6 +472,249 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
         )
         .await;
     assert!(windows.contains("window-0"), "{windows}");
+}
+
+#[tokio::test]
+async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_callers_terminal() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent,
+    } = scene().await;
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "512m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let sshd = detail["request"]["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "sshd")
+        .expect("an interactive session lists the SSH server")
+        .clone();
+    assert_eq!(
+        (&sshd["protocol"], &sshd["ports"]),
+        (&json!("tcp"), &json!([2200]))
+    );
+    let (status, started) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/sshd/start"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+
+    // A private circuit: its port opens a tunnel to the holder of its cookie, and only that.
+    let (status, opened) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/sshd/open"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    assert_eq!(opened["protocol"], "tcp");
+    let port = opened["port"].as_u64().unwrap() as u16;
+    let (status, _) = get_path(port, "/__berth/tunnel", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no cookie, no tunnel");
+    let door = berth::console::redeem(opened["url"].as_str().unwrap())
+        .await
+        .unwrap();
+    let (status, page) = get_path(port, "/", Some(&door.cookie)).await;
+    assert_eq!(status, StatusCode::UPGRADE_REQUIRED, "{page}");
+    assert!(page.contains("berth session app tunnel"), "{page}");
+    let mut banner = String::new();
+    let mut remote = berth::console::tunnel(&door).await.unwrap();
+    remote.read_line(&mut banner).await.unwrap();
+    assert!(banner.starts_with("SSH-2.0-dropbear"), "{banner}");
+    let forged = berth::console::Door {
+        authority: door.authority.clone(),
+        cookie: "berth_app_forged=1".into(),
+    };
+    let refused = berth::console::tunnel(&forged).await.unwrap_err();
+    assert!(refused.to_string().contains("401"), "{refused:#}");
+
+    // A real login with the session's own key, through a local port the tunnel serves.
+    let key = std::env::temp_dir().join(format!("berth-test-key-{id}"));
+    let private = std::process::Command::new("docker")
+        .args([
+            "exec",
+            detail["containers"][0]["container_id"].as_str().unwrap(),
+            "cat",
+            "/home/work/id_container",
+        ])
+        .output()
+        .unwrap();
+    assert!(private.status.success());
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&key)
+            .unwrap();
+        file.write_all(&private.stdout).unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap();
+    let tunnels = tokio::spawn(berth::console::serve_tunnels(door.clone(), listener));
+    let login = tokio::process::Command::new("ssh")
+        .arg("-i")
+        .arg(&key)
+        .args(["-p", &local.port().to_string()])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=30"])
+        .args(["work@127.0.0.1", "echo ssh-$((6*7)) $HOME"])
+        .output();
+    let login = tokio::time::timeout(Duration::from_secs(60), login)
+        .await
+        .expect("ssh ends")
+        .expect("an ssh client is installed (infra/test.sh installs openssh-client)");
+    let _ = std::fs::remove_file(&key);
+    tunnels.abort();
+    let said = String::from_utf8_lossy(&login.stdout);
+    assert!(
+        login.status.success() && said.contains("ssh-42 /home/work"),
+        "{said} {}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+
+    // A public circuit carries the bytes straight from its port.
+    let (status, public) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/sshd/open"),
+            json!({"public": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{public}");
+    let public_port = public["port"].as_u64().unwrap() as u16;
+    assert_eq!(
+        public["url"],
+        format!("tcp://127.0.0.1:{public_port}"),
+        "{public}"
+    );
+    let raw = tokio::net::TcpStream::connect(("127.0.0.1", public_port))
+        .await
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(raw).read_line(&mut banner).await.unwrap();
+    assert!(banner.starts_with("SSH-2.0-"), "{banner}");
+
+    // `berth session shell`: the terminal on the caller's own input and output, until the
+    // shell inside exits. (The pool's two ports are taken: the SSH circuits close first.)
+    let (status, _) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/sshd/close"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/ttyd/start"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, opened) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/ttyd/open"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let door = berth::console::redeem(opened["url"].as_str().unwrap())
+        .await
+        .unwrap();
+    let keys: &[u8] = b"echo shell-$((6*7))\rexit\r";
+    let mut screen = Vec::new();
+    let (_, resizes) = tokio::sync::mpsc::channel(1);
+    let ran = berth::console::shell(&door, keys, &mut screen, (100, 30), resizes);
+    tokio::time::timeout(Duration::from_secs(30), ran)
+        .await
+        .expect("the terminal ends when its shell exits")
+        .unwrap();
+    let screen = String::from_utf8_lossy(&screen);
+    assert!(screen.contains("shell-42"), "{screen}");
+}
+
+#[tokio::test]
+async fn a_circuit_nobody_uses_closes_by_itself() {
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent,
+    } = scene_with_idle(Some(Duration::from_secs(2))).await;
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/python:latest", "preopen_ports": [8080],
+                   "resources": {"cpu": 1, "memory": "256m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let (status, opened) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/apps/8080/open"),
+            json!({"public": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let port = opened["port"].as_u64().unwrap() as u16;
+
+    // A connection open through it keeps it, silent as it is, past the idle time.
+    let held = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.count_events("AppCircuitClosed").await, 0, "in use");
+
+    // Nobody connected and nothing moving: it closes, saying why, and its port goes quiet.
+    drop(held);
+    let reason: String = wait_for(|| async {
+        let client = h.pool.get().await.unwrap();
+        let row = client
+            .query_opt(
+                "SELECT payload->>'reason' FROM events WHERE event_type = 'AppCircuitClosed'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.map(|r| r.get(0))
+    })
+    .await;
+    assert_eq!(reason, "idle");
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err());
+    let (_, listed) = h.get(&alice, &format!("/v1/sessions/{id}/apps")).await;
+    assert_eq!(listed["circuits"], json!([]), "{listed}");
 }
 
 /// A ttyd client: the WebSocket (subprotocol `tty`), its hello, and keystrokes.

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
 use bytes::Bytes;
-use domain::apps::{AddressRange, Admission, CircuitCloseReason};
+use domain::apps::{AddressRange, Admission, AppProtocol, CircuitCloseReason};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -121,8 +121,12 @@ pub struct OpenedApp {
     /// An open circuit of the same app and admission served this request.
     pub reused: bool,
     pub public: bool,
+    /// How the proxy carries the app: an HTTP app (`http`, `preopen`, `pty`) is opened in a
+    /// browser; any other is raw TCP.
+    pub protocol: AppProtocol,
     /// Where to point a browser: for a private circuit a single-use link (valid a minute)
-    /// that sets the circuit's cookie.
+    /// that sets the circuit's cookie. For a raw TCP app, `tcp://host:port` when public; when
+    /// private, that link's cookie opens a tunnel on the port (`berth session app tunnel`).
     pub url: String,
 }
 
@@ -167,7 +171,6 @@ impl From<ProxyError> for ApiError {
             ProxyError::NotRunning(_) | ProxyError::NotPublished(_) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message).field("app")
             }
-            ProxyError::Protocol(..) => ApiError::invalid("app", message),
             ProxyError::UnknownApp(_) => ApiError::not_found(message).field("app"),
             ProxyError::UnknownPort { .. } => ApiError::invalid("port", message),
             ProxyError::PoolExhausted(_) => {
@@ -292,13 +295,14 @@ pub async fn open_app(
     };
     let opened = proxy.open(&detail, caller.user_id, request).await?;
     let host = host_of(&headers);
-    let url = match &opened.ticket {
-        Some(ticket) => format!(
+    let url = match (&opened.ticket, opened.protocol.is_http()) {
+        (Some(ticket), _) => format!(
             "http://{host}:{}{}?ticket={ticket}",
             opened.port,
             crate::proxy::LOGIN_PATH
         ),
-        None => format!("http://{host}:{}/", opened.port),
+        (None, true) => format!("http://{host}:{}/", opened.port),
+        (None, false) => format!("tcp://{host}:{}", opened.port),
     };
     Ok(Json(OpenedApp {
         circuit_id: opened.circuit_id,
@@ -307,6 +311,7 @@ pub async fn open_app(
         preferred_port_honoured: opened.preferred_honoured,
         reused: opened.reused,
         public: opened.public,
+        protocol: opened.protocol,
         url,
     }))
 }

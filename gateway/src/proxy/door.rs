@@ -2,8 +2,14 @@
 //! this circuit), the cookie check of a private circuit, and everything else forwarded to
 //! the app: HTTP streamed both ways, a WebSocket (or any upgrade) handed through unchanged
 //! once the app answered 101, so subprotocols and close codes pass end to end. berth's own
-//! cookies never reach the app. Bytes are counted on the client's connection, in each
-//! direction, and a closed circuit cuts its connections.
+//! cookies never reach the app.
+//!
+//! A raw TCP app's port relays bytes: each connection straight to the app when the circuit
+//! is public; for a private one, after an HTTP upgrade at [`TUNNEL_PATH`] (`Upgrade: tcp`,
+//! as Docker's attach speaks it) that carries the circuit's cookie.
+//!
+//! Bytes are counted on the client's connection, in each direction, as are the connections
+//! open; a closed circuit cuts its connections.
 
 use std::future::Future;
 use std::io;
@@ -33,6 +39,13 @@ use super::{lock, Live, Proxy};
 /// The path a ticket is redeemed at, on the circuit's own port.
 pub const LOGIN_PATH: &str = "/__berth/login";
 
+/// Where a private raw TCP circuit is entered: an upgrade to [`TUNNEL_PROTOCOL`] with the
+/// circuit's cookie, after which the connection carries the app's bytes.
+pub const TUNNEL_PATH: &str = "/__berth/tunnel";
+
+/// The protocol a tunnel upgrades to.
+pub const TUNNEL_PROTOCOL: &str = "tcp";
+
 /// The terminal's page, served by the gateway at the root of a terminal circuit: ttyd's
 /// protocol on `/ws`, drawn by Debian's term.js when the gateway's host has it
 /// (`libjs-term.js`), otherwise as text.
@@ -58,10 +71,20 @@ struct Door {
 /// Serves `live` on `listener` until the circuit closes.
 pub(super) async fn serve(proxy: Arc<Proxy>, live: Arc<Live>, listener: TcpListener) {
     let stop = live.stop.clone();
-    let metered = Metered {
+    let mut metered = Metered {
         listener,
         live: live.clone(),
     };
+    if !live.opened.protocol.is_http() && live.opened.admission.public {
+        loop {
+            use axum::serve::Listener;
+            let (client, _) = tokio::select! {
+                _ = stop.cancelled() => return,
+                accepted = metered.accept() => accepted,
+            };
+            tokio::spawn(relay(client, live.upstream));
+        }
+    }
     let router = Router::new()
         .fallback(pass)
         .with_state(Door { proxy, live });
@@ -94,6 +117,9 @@ async fn pass(
         );
     }
     let upgrade = is_upgrade(request.headers());
+    if !live.opened.protocol.is_http() {
+        return tunnel(live, request).await;
+    }
     if live.opened.protocol == domain::apps::AppProtocol::Pty && !upgrade {
         match request.uri().path() {
             "/" => {
@@ -169,6 +195,74 @@ async fn pass(
     }
     drop_hop_by_hop(answer.headers_mut());
     answer.map(Body::new)
+}
+
+/// Carries a client's bytes to a raw TCP app and back, until either side ends or the
+/// circuit closes.
+async fn relay<C>(mut client: C, upstream: SocketAddr)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    match TcpStream::connect(upstream).await {
+        Ok(mut app) => {
+            let _ = app.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
+        }
+        Err(e) => tracing::debug!(error = %e, %upstream, "a raw TCP app does not answer"),
+    }
+}
+
+/// A private raw TCP circuit past its cookie check: an upgrade to a tunnel at
+/// [`TUNNEL_PATH`] is answered 101 once the app accepts a connection, and then carries its
+/// bytes; anything else is told how to get in.
+async fn tunnel(live: &Live, mut request: Request) -> Response {
+    let wants_tunnel = request.uri().path() == TUNNEL_PATH
+        && is_upgrade(request.headers())
+        && request
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case(TUNNEL_PROTOCOL));
+    if !wants_tunnel {
+        return page(
+            StatusCode::UPGRADE_REQUIRED,
+            "A raw TCP app",
+            &format!(
+                "App `{}` speaks raw TCP, not HTTP. Reach it through a tunnel:                  `berth session app tunnel SESSION {}` listens on your machine and carries                  each connection here.",
+                live.opened.app, live.opened.app
+            ),
+        );
+    }
+    let app = match TcpStream::connect(live.upstream).await {
+        Ok(app) => app,
+        Err(_) => {
+            return page(
+                StatusCode::BAD_GATEWAY,
+                "Nothing answers yet",
+                &format!(
+                    "No server listens on port {} inside the session yet; start app `{}`.",
+                    live.opened.container_port, live.opened.app
+                ),
+            )
+        }
+    };
+    let client_side = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let Ok(client) = client_side.await else {
+            return;
+        };
+        let (mut client, mut app) = (TokioIo::new(client), app);
+        let _ = app.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
+    });
+    (
+        StatusCode::SWITCHING_PROTOCOLS,
+        [
+            (header::CONNECTION, "upgrade"),
+            (header::UPGRADE, TUNNEL_PROTOCOL),
+        ],
+    )
+        .into_response()
 }
 
 /// Trades a ticket for the circuit's cookie, then sends the browser to the app's root.
@@ -333,6 +427,7 @@ impl axum::serve::Listener for Metered {
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            self.live.connections.fetch_add(1, Ordering::Relaxed);
             let cut = Box::pin(self.live.stop.clone().cancelled_owned());
             let io = MeteredStream {
                 inner: stream,
@@ -359,6 +454,12 @@ pub(super) struct MeteredStream {
 impl MeteredStream {
     fn closed(&mut self, cx: &mut Context<'_>) -> bool {
         self.cut.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl Drop for MeteredStream {
+    fn drop(&mut self) {
+        self.live.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -8,23 +8,29 @@
 //! minted for the session's owner by the open call, for a cookie bound to that circuit; a
 //! public one lets through anyone who reaches the port. Either may be narrowed to a list of
 //! client address ranges. Circuits close on request, when their session ends (the proxy
-//! follows session events on NATS), and at start for sessions that ended meanwhile.
+//! follows session events on NATS), when idle (nobody connected and nothing moved for the
+//! configured time), and at start for sessions that ended meanwhile.
+//!
+//! An HTTP app (a web app, a preopen port, the terminal) is spoken to as HTTP. A raw TCP app
+//! (SSH, VNC, RDP, any `tcp` app) is carried byte for byte: straight from the port when the
+//! circuit is public, and for a private one through a tunnel, an HTTP upgrade to `tcp` that
+//! carries the circuit's cookie (`berth session app tunnel` speaks it).
 //!
 //! - [`door`]: what one circuit's port serves (login, cookie check, HTTP and WebSocket
-//!   forwarding, byte counts).
+//!   forwarding, tunnels, raw relays, byte and connection counts).
 
 mod door;
 
-pub use door::LOGIN_PATH;
+pub use door::{LOGIN_PATH, TUNNEL_PATH, TUNNEL_PROTOCOL};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use domain::apps::{self, Admission, AppProtocol, CircuitCloseReason, PoolExhausted};
+use domain::apps::{self, Admission, CircuitCloseReason, PoolExhausted};
 use domain::payloads::{AppCircuitClosed, AppCircuitOpened, SessionStatus};
 use events::catalogue::Event;
 use events::ledger::{self, LedgerError};
@@ -52,6 +58,9 @@ pub struct ProxyConfig {
     pub listen: IpAddr,
     /// The pool of ports, first and last (`BERTH_PROXY_PORTS`, e.g. `10200-10299`).
     pub ports: (u16, u16),
+    /// How long a circuit with nobody connected and nothing moving stays open
+    /// (`BERTH_PROXY_IDLE_SECS`; none: until its session ends or it is closed).
+    pub idle_after: Option<Duration>,
 }
 
 /// Why an app could not be opened.
@@ -63,8 +72,6 @@ pub enum ProxyError {
     UnknownApp(String),
     #[error("app `{app}` has no container port {port}")]
     UnknownPort { app: String, port: u16 },
-    #[error("app `{0}` speaks {1:?}, which the proxy does not carry yet (HTTP apps, preopen ports and the terminal only)")]
-    Protocol(String, AppProtocol),
     #[error("the session's main kernel has not published port {0} (is it on an agent that publishes ports?)")]
     NotPublished(u16),
     #[error(transparent)]
@@ -99,6 +106,7 @@ pub struct Opened {
     pub preferred_honoured: bool,
     pub reused: bool,
     pub public: bool,
+    pub protocol: domain::apps::AppProtocol,
     /// Redeemed at `/__berth/login?ticket=` on the circuit's port, once, within
     /// [`TICKET_TTL`]; none for a public circuit.
     pub ticket: Option<String>,
@@ -115,6 +123,10 @@ pub(crate) struct Live {
     /// Bytes from clients, and to them.
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    /// Client connections open now.
+    connections: AtomicUsize,
+    /// The task serving the circuit's port; it ends (and frees the port) once `stop` fires.
+    served: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// SHA-256 of the cookies its logins handed out.
     cookies: Mutex<HashSet<[u8; 32]>>,
 }
@@ -182,9 +194,6 @@ impl Proxy {
             .iter()
             .find(|a| a.name == request.app)
             .ok_or_else(|| ProxyError::UnknownApp(request.app.clone()))?;
-        if !app.protocol.is_http() {
-            return Err(ProxyError::Protocol(app.name.clone(), app.protocol));
-        }
         let container_port = match request.container_port {
             Some(p) if app.ports.contains(&p) => p,
             Some(p) => {
@@ -273,6 +282,7 @@ impl Proxy {
             preferred_honoured,
             reused,
             public,
+            protocol: live.opened.protocol,
             ticket,
         }
     }
@@ -304,12 +314,15 @@ impl Proxy {
             stop: CancellationToken::new(),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            connections: AtomicUsize::new(0),
+            served: Mutex::default(),
             cookies: Mutex::default(),
         });
         lock(&self.circuits).insert(live.opened.circuit_id, live.clone());
         tracing::info!(circuit = %live.opened.circuit_id, port = live.opened.port,
             app = %live.opened.app, session = %live.opened.session_id, "circuit open");
-        tokio::spawn(door::serve(self.clone(), live.clone(), listener));
+        let served = tokio::spawn(door::serve(self.clone(), live.clone(), listener));
+        *lock(&live.served) = Some(served);
         live
     }
 
@@ -321,8 +334,15 @@ impl Proxy {
         reason: CircuitCloseReason,
     ) -> Result<bool, ProxyError> {
         let recorded = db::circuit(&self.pool, circuit_id).await?;
-        if let Some(live) = lock(&self.circuits).remove(&circuit_id) {
+        let live = lock(&self.circuits).remove(&circuit_id);
+        if let Some(live) = live {
             live.stop.cancel();
+            let served = lock(&live.served).take();
+            if let Some(served) = served {
+                // Once its door has stopped, the port is free: a circuit opened right after
+                // this one closed may take it.
+                let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
+            }
         }
         let Some((session_id, port)) = recorded else {
             return Ok(false);
@@ -463,6 +483,50 @@ impl Proxy {
                 let body = serde_json::to_vec(&activity).expect("activity serialises");
                 if let Err(e) = nats.publish(subject.clone(), body.into()).await {
                     tracing::debug!(error = %e, "app activity not sent");
+                }
+            }
+        }
+    }
+
+    /// Closes each circuit that has had no client connected and no byte through it for the
+    /// configured idle time (checked every tenth of it, at most every minute), until `stop`.
+    /// The time counts from when this process began to serve the circuit.
+    pub async fn close_idle(self: Arc<Self>, stop: CancellationToken) {
+        let Some(idle_after) = self.config.idle_after else {
+            return;
+        };
+        let every = (idle_after / 10).clamp(Duration::from_millis(200), Duration::from_secs(60));
+        // Each circuit's bytes when last seen, and since when they have not changed.
+        let mut quiet: HashMap<Uuid, (u64, Instant)> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let now = Instant::now();
+            let mut idle = Vec::new();
+            {
+                let circuits = lock(&self.circuits);
+                quiet.retain(|id, _| circuits.contains_key(id));
+                for live in circuits.values() {
+                    let moved = live.bytes_in.load(Ordering::Relaxed)
+                        + live.bytes_out.load(Ordering::Relaxed);
+                    let since = quiet.entry(live.opened.circuit_id).or_insert((moved, now));
+                    if since.0 != moved {
+                        *since = (moved, now);
+                    }
+                    let connections = live.connections.load(Ordering::Relaxed);
+                    if apps::circuit_is_idle(connections, now - since.1, idle_after) {
+                        idle.push(live.opened.circuit_id);
+                    }
+                }
+            }
+            for circuit in idle {
+                if let Err(e) = self
+                    .close(circuit, "gateway", CircuitCloseReason::Idle)
+                    .await
+                {
+                    tracing::warn!(error = %e, %circuit, "an idle circuit was not closed");
                 }
             }
         }

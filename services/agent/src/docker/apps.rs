@@ -128,7 +128,11 @@ async fn run(ctx: &Ctx, session_id: Uuid, app: &str, port: u16) -> Result<AppSta
     if listening(ctx, &container, port).await? {
         return Ok(AppStartOutcome::Started { token: None });
     }
-    let intrinsic = (app == domain::apps::TERMINAL).then(terminal_def);
+    let intrinsic = match app {
+        domain::apps::TERMINAL => Some(terminal_def()),
+        domain::apps::SSH => Some(ssh_def()),
+        _ => None,
+    };
     let def = match intrinsic {
         Some(def) => Some(def),
         None => service_def(ctx, &container, app).await?,
@@ -222,6 +226,27 @@ fn terminal_def() -> ServiceDef {
             TERMINAL_SERVER.into(),
             "{port}".into(),
         ]),
+        env: BTreeMap::new(),
+        ready_timeout_secs: Some(15),
+    }
+}
+
+/// What starts the SSH server: Debian's dropbear, when the image has it (berth cannot lend
+/// an image a binary, as Backend.AI's agent does), keys only, with a host key made once per
+/// session in its scratch. It logs in whoever `authorized_keys` lets in, as the account the
+/// client names (`work` in berth's images).
+const SSH_SERVER: &str = r#"PATH="$PATH:/usr/sbin:/sbin"
+if ! command -v dropbear >/dev/null; then
+  echo "the image has no SSH server; install Debian's dropbear-bin in it"; exit 127
+fi
+mkdir -p /home/work/.ssh && chmod 700 /home/work/.ssh
+key=/home/work/.ssh/berth_host_ed25519
+[ -f "$key" ] || dropbearkey -t ed25519 -f "$key" >/dev/null
+exec dropbear -F -E -s -p {port} -r "$key" -K 15"#;
+
+fn ssh_def() -> ServiceDef {
+    ServiceDef {
+        command: CommandLine::Shell(SSH_SERVER.to_owned()),
         env: BTreeMap::new(),
         ready_timeout_secs: Some(15),
     }

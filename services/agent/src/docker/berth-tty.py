@@ -117,6 +117,10 @@ async def terminal(reader, writer):
                 break
             writer.write(frame(0x2, b"0" + data))
             await writer.drain()
+        # The shell exited: say so with a normal close, as ttyd does, and hang up.
+        writer.write(frame(0x8, struct.pack("!H", 1000)))
+        await writer.drain()
+        writer.close()
 
     pump = asyncio.ensure_future(pump_out())
     try:
