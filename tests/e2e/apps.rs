@@ -57,10 +57,10 @@ fn free_port_pair() -> u16 {
     }
 }
 
-/// A number below `n` that differs between tests run at once (no random crate needed).
+/// A number below `n`, different at each call (a `RandomState` is seeded afresh each time).
 fn rand_below(n: u16) -> u16 {
     use std::hash::{BuildHasher, RandomState};
-    (RandomState::new().hash_one(std::time::Instant::now()) % n as u64) as u16
+    (RandomState::new().hash_one(std::process::id()) % n as u64) as u16
 }
 
 fn browser() -> reqwest::Client {
@@ -94,6 +94,19 @@ async fn get_path(port: u16, path: &str, cookie: Option<&str>) -> (StatusCode, S
     }
     let answer = request.send().await.unwrap();
     (answer.status(), answer.text().await.unwrap())
+}
+
+/// `POST /v1/sessions/{id}/apps/{app}/{verb}` as `key`.
+async fn app_call(
+    h: &Harness,
+    key: &str,
+    id: &str,
+    app: &str,
+    verb: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    h.post(key, &format!("/v1/sessions/{id}/apps/{app}/{verb}"), body)
+        .await
 }
 
 /// A control plane whose proxy has a pool of two ports (from `first`), a Docker agent, and
@@ -185,13 +198,7 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert_eq!(bad["error"]["field"], "allowed_ips[0]");
-    let (status, _) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/nope/open"),
-            json!({}),
-        )
-        .await;
+    let (status, _) = app_call(&h, &alice, &id, "nope", "open", json!({})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, bad) = h
         .post(
@@ -386,13 +393,7 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
         .unwrap();
     assert_eq!(direct.status(), StatusCode::FORBIDDEN);
 
-    let (status, opened) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/jupyter/open"),
-            json!({}),
-        )
-        .await;
+    let (status, opened) = app_call(&h, &alice, &id, "jupyter", "open", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let port = opened["port"].as_u64().unwrap();
     let api = format!("http://127.0.0.1:{port}/api/status");
@@ -422,21 +423,9 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     assert_eq!(listed["error"]["code"], "not_found", "bob sees nothing");
 
     // The terminal: ttyd's protocol over a WebSocket through the same door, tmux inside.
-    let (status, started) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/ttyd/start"),
-            json!({}),
-        )
-        .await;
+    let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{started}");
-    let (status, opened) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/ttyd/open"),
-            json!({}),
-        )
-        .await;
+    let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
     let terminal_port = opened["port"].as_u64().unwrap() as u16;
@@ -504,23 +493,11 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
         (&sshd["protocol"], &sshd["ports"]),
         (&json!("tcp"), &json!([2200]))
     );
-    let (status, started) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/sshd/start"),
-            json!({}),
-        )
-        .await;
+    let (status, started) = app_call(&h, &alice, &id, "sshd", "start", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{started}");
 
     // A private circuit: its port opens a tunnel to the holder of its cookie, and only that.
-    let (status, opened) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/sshd/open"),
-            json!({}),
-        )
-        .await;
+    let (status, opened) = app_call(&h, &alice, &id, "sshd", "open", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     assert_eq!(opened["protocol"], "tcp");
     let port = opened["port"].as_u64().unwrap() as u16;
@@ -597,13 +574,7 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
     );
 
     // A public circuit carries the bytes straight from its port.
-    let (status, public) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/sshd/open"),
-            json!({"public": true}),
-        )
-        .await;
+    let (status, public) = app_call(&h, &alice, &id, "sshd", "open", json!({"public": true})).await;
     assert_eq!(status, StatusCode::OK, "{public}");
     let public_port = public["port"].as_u64().unwrap() as u16;
     assert_eq!(
@@ -620,29 +591,11 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
 
     // `berth session shell`: the terminal on the caller's own input and output, until the
     // shell inside exits. (The pool's two ports are taken: the SSH circuits close first.)
-    let (status, _) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/sshd/close"),
-            json!({}),
-        )
-        .await;
+    let (status, _) = app_call(&h, &alice, &id, "sshd", "close", json!({})).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/ttyd/start"),
-            json!({}),
-        )
-        .await;
+    let (status, _) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, opened) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/ttyd/open"),
-            json!({}),
-        )
-        .await;
+    let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let door = berth::console::redeem(opened["url"].as_str().unwrap())
         .await
@@ -678,13 +631,7 @@ async fn a_circuit_nobody_uses_closes_by_itself() {
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
     h.wait_session(&id, |s| s["status"] == "RUNNING").await;
-    let (status, opened) = h
-        .post(
-            &alice,
-            &format!("/v1/sessions/{id}/apps/8080/open"),
-            json!({"public": true}),
-        )
-        .await;
+    let (status, opened) = app_call(&h, &alice, &id, "8080", "open", json!({"public": true})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let port = opened["port"].as_u64().unwrap() as u16;
 

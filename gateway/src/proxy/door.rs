@@ -228,8 +228,10 @@ async fn tunnel(live: &Live, mut request: Request) -> Response {
             StatusCode::UPGRADE_REQUIRED,
             "A raw TCP app",
             &format!(
-                "App `{}` speaks raw TCP, not HTTP. Reach it through a tunnel:                  `berth session app tunnel SESSION {}` listens on your machine and carries                  each connection here.",
-                live.opened.app, live.opened.app
+                "App `{app}` speaks raw TCP, not HTTP. Reach it through a tunnel: \
+                 `berth session app tunnel SESSION {app}` listens on your machine and carries \
+                 each connection here.",
+                app = live.opened.app
             ),
         );
     }
