@@ -880,13 +880,14 @@ fn print_apps(listed: &Value) {
             "OPEN", "PORT", "PUBLIC", "BYTES IN", "BYTES OUT"
         );
         for c in circuits {
+            // A JSON value ignores widths: each is made text first.
             println!(
                 "{:<16} {:<6} {:<7} {:>12} {:>12}",
                 c["app"].as_str().unwrap_or_default(),
-                c["port"],
-                c["public"],
-                c["bytes_in"],
-                c["bytes_out"]
+                c["port"].to_string(),
+                c["public"].to_string(),
+                c["bytes_in"].to_string(),
+                c["bytes_out"].to_string()
             );
         }
     }

@@ -116,7 +116,30 @@ struct Scene {
     first: u16,
     alice: String,
     bob: String,
-    _agent: DockerAgent,
+    _agent: (DockerAgent, Cleanup),
+}
+
+/// The scene's containers go with it: its sessions run JupyterLab and SSH servers, which a
+/// test need not end one by one.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let label = format!("label=ai.berth.agent={}", self.0);
+        let listed = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output();
+        if let Ok(listed) = listed {
+            let ids = String::from_utf8_lossy(&listed.stdout);
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
 }
 
 async fn scene() -> Scene {
@@ -133,7 +156,11 @@ async fn scene_with_idle(idle: Option<Duration>) -> Scene {
         config.proxy_idle = idle;
     }
     let h = start_with(config).await;
-    let _agent = spawn_agent(&h, &fresh_agent_id(), &data_dir(), 8_000, None).await;
+    let agent_id = fresh_agent_id();
+    let _agent = (
+        spawn_agent(&h, &agent_id, &data_dir(), 8_000, None).await,
+        Cleanup(agent_id),
+    );
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
     Scene {
