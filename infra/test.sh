@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs berth's whole test suite on a fresh machine: installs what is missing, starts
+# Runs berth's whole test suite on a fresh machine: installs what is missing (Debian's
+# docker-compose, openssh-client, chromium, chromium-driver and libjs-term.js), starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
 # (infra/images.sh) and installs schemathesis, then runs every test of the workspace against
 # them and Docker. Formatting and clippy are checked first. Ends with the test runner's own summary; nextest's per-test
@@ -17,10 +18,16 @@ if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null
   say "installing docker-compose from Debian's packages"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
-if ! command -v ssh >/dev/null; then
-  # The app test logs in to a session's SSH server with its own key.
-  say "installing an SSH client from Debian's packages"
-  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+# The app tests log in to a session's SSH server with its own key, and drive the terminal's
+# page in a headless Chromium, drawn by Debian's term.js.
+missing=()
+command -v ssh >/dev/null || missing+=(openssh-client)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
+[ -f /usr/share/javascript/term.js/term.js ] || missing+=(libjs-term.js)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]} from Debian's packages"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # The habits first: formatting and lints fail in seconds, before anything is started.

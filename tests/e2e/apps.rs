@@ -691,6 +691,66 @@ async fn a_circuit_nobody_uses_closes_by_itself() {
     assert_eq!(listed["circuits"], json!([]), "{listed}");
 }
 
+#[tokio::test]
+async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
+    let Some(browser) = crate::chrome::browser().await else {
+        return;
+    };
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent,
+    } = scene().await;
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/python:latest", "resources": {"cpu": 1, "memory": "256m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+
+    // The link leaves the circuit's cookie and lands on the gateway's terminal page, whose
+    // WebSocket brings the shell's prompt.
+    let client = &browser.client;
+    client
+        .goto(opened["url"].as_str().unwrap())
+        .await
+        .expect("the browser follows the link");
+    let port = opened["port"].as_u64().unwrap();
+    assert_eq!(
+        client.current_url().await.unwrap().as_str(),
+        format!("http://127.0.0.1:{port}/")
+    );
+    browser.wait_for_text("#").await;
+    let emulator = client
+        .execute("return typeof window.Terminal === 'function'", vec![])
+        .await
+        .unwrap();
+    if std::path::Path::new("/usr/share/javascript/term.js/term.js").exists() {
+        assert_eq!(
+            emulator,
+            json!(true),
+            "the page draws with the host's term.js"
+        );
+    }
+
+    // Keys typed into the page run in the session.
+    let body = client.find(fantoccini::Locator::Css("body")).await.unwrap();
+    let enter = char::from(fantoccini::key::Key::Enter);
+    body.send_keys(&format!("echo browser-$((6*7)){enter}"))
+        .await
+        .unwrap();
+    browser.wait_for_text("browser-42").await;
+}
+
 /// A ttyd client: the WebSocket (subprotocol `tty`), its hello, and keystrokes.
 struct Terminal {
     socket: tokio_tungstenite::WebSocketStream<

@@ -3,6 +3,8 @@
 //! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
 //! its own.
 //!
+//! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
+//!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
@@ -20,6 +22,7 @@
 mod admission;
 mod apps;
 mod bus;
+mod chrome;
 mod commit;
 mod common;
 mod containers;
