@@ -1,9 +1,11 @@
 //! berth as a library: the one composition of its control plane ([`app`]), its
-//! configuration ([`config`]), its logging and tracing ([`telemetry`]), and the client side
-//! of its app proxy ([`console`]: tunnels and the terminal). The `berth` binary and the
+//! configuration ([`config`]), its logging and tracing ([`telemetry`]), backups that keep the
+//! log's order across a restore ([`backup`]), and the client side of its app proxy
+//! ([`console`]: tunnels and the terminal). The `berth` binary and the
 //! end-to-end tests both start berth through [`app::start`].
 
 pub mod app;
+pub mod backup;
 pub mod config;
 pub mod console;
 pub mod telemetry;

@@ -46,6 +46,13 @@ enum Command {
     Up,
     /// Apply database migrations and exit.
     Migrate,
+    /// Write a dump of berth's database (BERTH_DATABASE_URL) to FILE (`pg_dump`, custom
+    /// format), while berth runs or not.
+    Backup { file: std::path::PathBuf },
+    /// Restore a dump made by `berth backup` into an empty database (BERTH_DATABASE_URL, on
+    /// any cluster), then move the log's clock past every restored event, so that what is
+    /// written from now on sorts after it. Run it before berth starts on the database.
+    Restore { file: std::path::PathBuf },
     /// Run only the relay (PostgreSQL -> NATS JetStream) and the audit sealer.
     Relay,
     /// Run only the projections (the streams index and the sessions view).
@@ -170,6 +177,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate => {
             connect_store(&config).await?;
             println!("migrations applied");
+        }
+        Command::Backup { file } => {
+            berth::backup::backup(&config.database_url, &file).await?;
+            println!("backed up to {}", file.display());
+        }
+        Command::Restore { file } => {
+            let restored = berth::backup::restore(&config.database_url, &file).await?;
+            println!(
+                "restored {} events; the log's clock continues after them (offset {})",
+                restored.events, restored.clock_offset
+            );
         }
         Command::Up => serve(&config, Parts::ALL).await?,
         Command::Relay => serve(&config, Parts::RELAY).await?,

@@ -122,7 +122,7 @@ pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
     };
     let sql = format!(
         "SELECT {LINK_COLUMNS} FROM events e
-         WHERE (e.tx_id, e.seq) > ($1, $2) AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+         WHERE (e.tx_id, e.seq) > ($1, $2) AND e.tx_id < berth_log_horizon()
          ORDER BY e.tx_id, e.seq LIMIT $3"
     );
     let rows = tx

@@ -2,7 +2,9 @@
 //! stream, and a gap-safe read of the whole log in one global order.
 //!
 //! The global order is `(tx_id, seq)`, read only behind the transaction horizon (the xmin of
-//! a fresh snapshot): see `migrations/0001_event_store.sql` and docs/ARCHITECTURE.md.
+//! a fresh snapshot): see `migrations/0001_event_store.sql` and docs/ARCHITECTURE.md. Both
+//! run on the log's own clock, which a restore moves past every restored event
+//! ([`continue_clock`]; `migrations/0014_log_clock.sql`).
 
 use std::str::FromStr;
 
@@ -37,6 +39,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (11, include_str!("../migrations/0011_notification.sql")),
     (12, include_str!("../migrations/0012_custom_images.sql")),
     (13, include_str!("../migrations/0013_apps.sql")),
+    (14, include_str!("../migrations/0014_log_clock.sql")),
 ];
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.
@@ -125,6 +128,14 @@ pub enum StoreError {
     PayloadTooLarge { index: usize, size: usize },
     #[error("an append carries 1 to {MAX_EVENTS_PER_APPEND} events, not {0}")]
     BadBatchSize(usize),
+    #[error(
+        "the log's newest event (transaction {newest}) is ahead of this database's clock \
+         ({clock}): it was restored without `berth restore`, and new events would sort before \
+         old ones; restore it again with `berth restore`"
+    )]
+    ClockBehind { newest: u64, clock: u64 },
+    #[error("the database already holds a berth log: restore into an empty database")]
+    NotEmpty,
     #[error("database: {0}")]
     Database(#[from] tokio_postgres::Error),
     #[error("database pool: {0}")]
@@ -249,9 +260,98 @@ pub async fn migrate(pool: &Pool, extra: &[(&str, i32, &str)]) -> Result<(), Sto
             .await?;
         }
     }
+    check_clock(&tx).await?;
     tx.commit().await?;
     become_service_role(&client).await?;
     Ok(())
+}
+
+/// Refuses a log whose newest event is ahead of the clock the next transaction would write
+/// at: a database restored without [`continue_clock`].
+async fn check_clock<C: GenericClient>(client: &C) -> Result<(), StoreError> {
+    let row = client
+        .query_one(
+            "SELECT (SELECT tx_id::text::bigint FROM events ORDER BY tx_id DESC, seq DESC LIMIT 1),
+                    pg_snapshot_xmax(pg_current_snapshot())::text::bigint + berth_xid_offset()",
+            &[],
+        )
+        .await?;
+    let (newest, clock): (Option<i64>, i64) = (row.get(0), row.get(1));
+    match newest {
+        Some(newest) if newest >= clock => Err(StoreError::ClockBehind {
+            newest: newest as u64,
+            clock: clock as u64,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Before a logical restore into this database: refuses one that holds a log already, and
+/// makes the role berth's services run as (roles belong to the cluster, not to a dump), as
+/// migration 0006 does, so that the dump's owners and grants apply.
+pub async fn prepare_restore(client: &tokio_postgres::Client) -> Result<(), StoreError> {
+    let occupied: bool = client
+        .query_one("SELECT to_regclass('public.events') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if occupied {
+        return Err(StoreError::NotEmpty);
+    }
+    client
+        .batch_execute(
+            "DO $$
+             BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'berth_service') THEN
+                     CREATE ROLE berth_service NOLOGIN;
+                 END IF;
+                 IF NOT pg_has_role(current_user, 'berth_service', 'MEMBER') THEN
+                     EXECUTE format('GRANT berth_service TO %I', current_user);
+                 END IF;
+                 EXECUTE format('GRANT CONNECT, TEMPORARY, CREATE ON DATABASE %I TO berth_service',
+                                current_database());
+             END
+             $$",
+        )
+        .await?;
+    Ok(())
+}
+
+/// How far [`continue_clock`] moved the log's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockContinued {
+    /// The events the log holds.
+    pub events: i64,
+    /// What the clock now adds to the cluster's transaction ids.
+    pub offset: i64,
+}
+
+/// After a logical restore into this database: sets the log's clock (`berth.xid_offset`)
+/// so that every transaction from now on writes after the newest restored event, and returns
+/// the offset. Takes effect for new connections, so it runs before berth starts on the
+/// database. Needs the database owner's rights.
+pub async fn continue_clock(client: &tokio_postgres::Client) -> Result<ClockContinued, StoreError> {
+    // Every transaction that starts from now on has an id at or above the oldest one
+    // running now.
+    let row = client
+        .query_one(
+            "SELECT greatest(0, coalesce((SELECT tx_id::text::bigint FROM events
+                                          ORDER BY tx_id DESC, seq DESC LIMIT 1), 0)
+                               + 1 - pg_snapshot_xmin(pg_current_snapshot())::text::bigint),
+                    (SELECT count(*) FROM events)",
+            &[],
+        )
+        .await?;
+    let (offset, events): (i64, i64) = (row.get(0), row.get(1));
+    let statement: String = client
+        .query_one(
+            "SELECT format('ALTER DATABASE %I SET berth.xid_offset = %L',
+                           current_database(), $1::bigint::text)",
+            &[&offset],
+        )
+        .await?
+        .get(0);
+    client.batch_execute(&statement).await?;
+    Ok(ClockContinued { events, offset })
 }
 
 /// The category of a stream id (`session-1f2e` is in `session`), once the id is valid.
@@ -501,7 +601,7 @@ pub async fn read_all_with<C: GenericClient>(
 ) -> Result<Vec<RecordedEvent>, StoreError> {
     let sql = format!(
         "SELECT {READ_COLUMNS} FROM events
-         WHERE (tx_id, seq) > ($1, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+         WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
          ORDER BY tx_id, seq LIMIT $3"
     );
     read_rows(client, &sql, after, limit).await

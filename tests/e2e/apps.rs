@@ -96,6 +96,14 @@ async fn get_path(port: u16, path: &str, cookie: Option<&str>) -> (StatusCode, S
     (answer.status(), answer.text().await.unwrap())
 }
 
+/// The session's detail once it runs. A container's start gets longer than the harness's
+/// usual 20 s: the app tests start theirs (JupyterLab's image among them) while the rest of
+/// the suite starts its own, on two cores.
+async fn running(h: &Harness, id: &str) -> Value {
+    h.wait_session_within(id, Duration::from_secs(90), |s| s["status"] == "RUNNING")
+        .await
+}
+
 /// `POST /v1/sessions/{id}/apps/{app}/{verb}` as `key`.
 async fn app_call(
     h: &Harness,
@@ -191,7 +199,7 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let detail = running(&h, &id).await;
     let apps: Vec<&str> = detail["request"]["apps"]
         .as_array()
         .unwrap()
@@ -385,7 +393,7 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let detail = running(&h, &id).await;
     assert_eq!(detail["request"]["apps"][2]["name"], "jupyter");
 
     let start = format!("/v1/sessions/{id}/apps/jupyter/start");
@@ -404,7 +412,7 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     );
 
     // Its published port alone is useless: JupyterLab wants the secret berth started it with.
-    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let detail = running(&h, &id).await;
     let published = detail["containers"][0]["ports"]
         .as_array()
         .unwrap()
@@ -508,7 +516,7 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let detail = running(&h, &id).await;
     let sshd = detail["request"]["apps"]
         .as_array()
         .unwrap()
@@ -657,7 +665,7 @@ async fn a_circuit_nobody_uses_closes_by_itself() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    running(&h, &id).await;
     let (status, opened) = app_call(&h, &alice, &id, "8080", "open", json!({"public": true})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let port = opened["port"].as_u64().unwrap() as u16;
@@ -711,7 +719,7 @@ async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    running(&h, &id).await;
     let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{started}");
     let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;

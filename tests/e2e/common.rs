@@ -89,6 +89,20 @@ pub async fn start_parts(config: Config, parts: Parts) -> Harness {
         .await
         .expect("the control plane starts");
     let (_, admin_key) = app.first_superadmin.clone().expect("a fresh install");
+    harness(config, app, admin_key)
+}
+
+/// The whole control plane on a database that holds an install already (a restored one),
+/// whose superadmin's key is `admin_key`.
+pub async fn start_existing(config: Config, admin_key: String) -> Harness {
+    let app = app::start(&config, Parts::ALL)
+        .await
+        .expect("the control plane starts");
+    assert!(app.first_superadmin.is_none(), "not a fresh install");
+    harness(config, app, admin_key)
+}
+
+fn harness(config: Config, app: app::App, admin_key: String) -> Harness {
     let address = app.gateway.expect("the gateway listens");
     Harness {
         pool: app.pool.clone(),
@@ -311,6 +325,16 @@ impl Harness {
             .await
             .unwrap()
             .get(0)
+    }
+
+    /// The test's own database.
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    /// Stops the control plane, keeping its database and streams (dropped with the harness).
+    pub fn stop(&self) {
+        drop(self.app.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
     pub async fn count_events(&self, event_type: &str) -> i64 {

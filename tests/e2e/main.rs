@@ -11,6 +11,7 @@
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`outage`]: NATS killed and started again under a running agent.
+//! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
@@ -30,6 +31,7 @@ mod contract;
 mod idle;
 mod notifications;
 mod outage;
+mod restore;
 mod sessions;
 mod traces;
 mod wake;

@@ -1,0 +1,94 @@
+//! Backing berth's database up and restoring it, with the log's order kept: `berth backup`
+//! is PostgreSQL's own `pg_dump` (custom format) of the database; `berth restore` replays
+//! such a dump into an empty database, on any cluster, with `pg_restore`, then moves the
+//! log's clock past every restored event (`events::store::continue_clock`). Without that
+//! step a fresh cluster's transaction counter, which starts low again, would sort new events
+//! before the restored ones, behind every checkpoint and the audit chain's head.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+use tokio_postgres::NoTls;
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// The events the dump held.
+    pub events: i64,
+    /// What the log's clock now adds to the cluster's transaction ids.
+    pub clock_offset: i64,
+}
+
+/// Writes a dump of the database at `database_url` to `file` (`pg_dump --format=custom`).
+pub async fn backup(database_url: &str, file: &Path) -> anyhow::Result<()> {
+    let mut dump = tokio::process::Command::new(pg_tool("pg_dump"));
+    dump.args(["--format=custom", "--no-password", "--file"])
+        .arg(file)
+        .arg("--dbname")
+        .arg(database_url);
+    run(dump, "pg_dump").await
+}
+
+/// Restores the dump in `file` into the database at `database_url` (created when missing;
+/// it must hold no berth tables yet), then continues the log's clock after it.
+pub async fn restore(database_url: &str, file: &Path) -> anyhow::Result<Restored> {
+    events::store::ensure_database(database_url)
+        .await
+        .context("reach PostgreSQL")?;
+    let config = tokio_postgres::Config::from_str(database_url).context("BERTH_DATABASE_URL")?;
+    let (client, connection) = config.connect(NoTls).await.context("reach the database")?;
+    tokio::spawn(connection);
+    events::store::prepare_restore(&client)
+        .await
+        .context("prepare the database")?;
+    let mut load = tokio::process::Command::new(pg_tool("pg_restore"));
+    load.args(["--exit-on-error", "--no-password", "--dbname"])
+        .arg(database_url)
+        .arg(file);
+    run(load, "pg_restore").await?;
+    let continued = events::store::continue_clock(&client)
+        .await
+        .context("continue the log's clock")?;
+    Ok(Restored {
+        events: continued.events,
+        clock_offset: continued.offset,
+    })
+}
+
+async fn run(mut command: tokio::process::Command, name: &str) -> anyhow::Result<()> {
+    let output = command
+        .output()
+        .await
+        .with_context(|| format!("run {name} (PostgreSQL's client programs)"))?;
+    if !output.status.success() {
+        bail!(
+            "{name} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// PostgreSQL's `tool`: from `BERTH_PG_BIN` when set, else from the newest server install
+/// under `/usr/lib/postgresql` (Debian's layout, where the versioned tools live), else from
+/// the `PATH`.
+fn pg_tool(tool: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("BERTH_PG_BIN") {
+        return Path::new(&dir).join(tool);
+    }
+    let mut installs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let path = entry.path().join("bin").join(tool);
+            path.exists().then_some((version, path))
+        })
+        .collect();
+    installs.sort();
+    installs
+        .pop()
+        .map_or_else(|| PathBuf::from(tool), |(_, path)| path)
+}

@@ -1,0 +1,285 @@
+//! A log that survives backup and restore: sessions run and recorded, the database dumped
+//! (`berth backup`) and restored (`berth restore`) into a fresh PostgreSQL cluster the test
+//! starts, whose transaction counter starts far below the log's; berth started on it runs a
+//! new session that sorts after every restored event: the relay delivers it, the projections
+//! show it, the consumers apply it, the audit chain verifies across the restore, and every
+//! replay is equal.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::common::*;
+
+/// A PostgreSQL cluster of the test's own: a new data directory, on a free port; stopped and
+/// removed with it.
+struct Cluster {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+}
+
+/// PostgreSQL's server programs (Debian's layout: the newest under /usr/lib/postgresql).
+fn server_bin() -> PathBuf {
+    let mut installs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is installed (infra/services.sh installs it)")
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("initdb").exists())
+        .collect();
+    installs.sort();
+    installs.pop().expect("a PostgreSQL server install").1
+}
+
+/// `program` run as the cluster's owner: PostgreSQL refuses to run as root, so as `postgres`
+/// there (as infra/services.sh does).
+fn as_owner(program: &std::path::Path) -> Command {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if root {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command.current_dir("/");
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let bin = server_bin();
+        let data = std::env::temp_dir().join(format!("berth-cluster-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&data).unwrap();
+        // The owner must reach the directory; a non-root test owns it already.
+        let _ = Command::new("chown").arg("postgres").arg(&data).output();
+        let made = as_owner(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "berth", "--auth=trust", "-E", "UTF8"])
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let port = free_port();
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            data.display()
+        );
+        let started = as_owner(&bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(data.join("server.log"))
+            .args(["-o", &options, "-w", "-t", "60", "start"])
+            .output()
+            .unwrap();
+        assert!(
+            started.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+        Cluster { bin, data, port }
+    }
+
+    fn url(&self, database: &str) -> String {
+        format!("postgres://berth@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = as_owner(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.data);
+        }
+    }
+}
+
+/// A batch session the simulated agent runs for a moment and ends with exit code 0.
+fn batch(command: &str) -> serde_json::Value {
+    json!({"type": "batch", "image": "berth/shell:latest", "startup_command": command,
+           "resources": {"cpu": 1, "memory": "256m"}})
+}
+
+async fn newest(pool: &deadpool_postgres::Pool) -> events::LogPosition {
+    let client = pool.get().await.unwrap();
+    events::store::last_committed(&client)
+        .await
+        .unwrap()
+        .expect("the log holds events")
+}
+
+#[tokio::test]
+async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
+    // Before: sessions run to their end, the log sealed and relayed.
+    let h = start().await;
+    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
+    admit(&h.pool, "sim-before", "default").await;
+    let agent = h
+        .simulated_agent(&nats, "sim-before", &outbox, Duration::from_millis(200))
+        .await;
+    let alice = h.user("alice@example.com").await;
+    for _ in 0..2 {
+        let (status, created) = h.create(&alice, batch("true")).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let id = ids(&created)[0].clone();
+        h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    }
+    events::audit::seal_all(&h.pool).await.unwrap();
+    let before = newest(&h.pool).await;
+    let events_before = h.count_events("SessionStatusChanged").await;
+
+    // The backup, taken while berth runs; then berth stops.
+    let dump = std::env::temp_dir().join(format!("berth-dump-{}", Uuid::new_v4().simple()));
+    berth::backup::backup(h.database_url(), &dump)
+        .await
+        .expect("berth backup");
+    agent.stop().await;
+    h.stop();
+
+    // A new cluster counts transactions from a few hundred: far behind the log.
+    let cluster = Cluster::start();
+    let (admin, connection) = deadpool_postgres::tokio_postgres::connect(
+        &cluster.url("postgres"),
+        deadpool_postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let fresh: i64 = admin
+        .query_one("SELECT pg_current_xact_id()::text::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        (fresh as u64) < before.tx,
+        "the test needs a cluster behind the log: {fresh} vs {}",
+        before.tx
+    );
+
+    // Restored, with the log's clock moved past it.
+    let mut config = test_config();
+    config.database_url = cluster.url("berth_restored");
+    config.topology = h.topology.clone();
+    config.agent_bus = h.agent_bus.clone();
+    let restored = berth::backup::restore(&config.database_url, &dump)
+        .await
+        .expect("berth restore");
+    assert!(restored.clock_offset > 0, "{restored:?}");
+    assert!(restored.events > 0);
+    let again = berth::backup::restore(&config.database_url, &dump).await;
+    let refused = again.expect_err("a restore into a database that holds a log is refused");
+    assert!(
+        format!("{refused:#}").contains("empty database"),
+        "{refused:#}"
+    );
+
+    // `pg_restore` alone leaves the clock behind the log: berth refuses to start on it.
+    admin
+        .batch_execute("CREATE DATABASE berth_raw")
+        .await
+        .unwrap();
+    let raw = Command::new(server_bin().join("pg_restore"))
+        .args(["--exit-on-error", "--dbname", &cluster.url("berth_raw")])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        raw.status.success(),
+        "{}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    let _ = std::fs::remove_file(&dump);
+    let mut behind = config.clone();
+    behind.database_url = cluster.url("berth_raw");
+    let refused = berth::app::start(&behind, berth::app::Parts::ALL)
+        .await
+        .err()
+        .expect("berth does not start on a log its clock is behind");
+    assert!(
+        format!("{refused:#}").contains("berth restore"),
+        "{refused:#}"
+    );
+
+    // berth on it: a new session runs, and everything downstream of the log sees it.
+    let h2 = start_existing(config, h.admin_key.clone()).await;
+    assert_eq!(
+        h2.count_events("SessionStatusChanged").await,
+        events_before,
+        "the restored log"
+    );
+    let mut relayed = nats
+        .subscribe(h2.topology.category_subject("session"))
+        .await
+        .unwrap();
+    // The same agent comes back: its admission was restored with the rest.
+    let agent = h2
+        .simulated_agent(&nats, "sim-before", &outbox, Duration::from_millis(200))
+        .await;
+    let (status, created) = h2.create(&alice, batch("true")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = h2.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(detail["exit_code"], 0, "the projections show it: {detail}");
+    let delivered = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(message) = relayed.next().await {
+            if String::from_utf8_lossy(&message.payload).contains(&id) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(delivered.is_ok(), "the relay delivered the new session");
+    let notices = wait_for(|| async {
+        let (_, page) = h2.get(&alice, "/v1/notifications").await;
+        let told = page["items"]
+            .as_array()?
+            .iter()
+            .any(|n| n["kind"] == "session_terminated" && n.to_string().contains(&id));
+        told.then_some(page)
+    })
+    .await;
+    assert!(notices["unread"].as_u64().unwrap() >= 3, "{notices}");
+
+    // Its events sort after every restored one, and the chain verifies across the restore.
+    let client = h2.pool.get().await.unwrap();
+    let first_new: Option<i64> = client
+        .query_one(
+            "SELECT min(tx_id::text::bigint) FROM events WHERE payload->>'session_id' = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let first_new = first_new.expect("the new session's events");
+    assert!(first_new as u64 > before.tx, "{first_new} after {before}");
+    drop(client);
+    agent.stop().await;
+    events::audit::seal_all(&h2.pool).await.unwrap();
+    let verified = events::audit::verify(&h2.pool).await.unwrap();
+    assert_eq!(verified.first_break, None);
+    assert!(verified.sealed > events_before);
+    let replay = events::ledger::replay(&h2.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    let rebuild = events::projection::rebuild(&h2.pool, &gateway::projection::SessionsView, false)
+        .await
+        .unwrap();
+    assert!(rebuild.equal(), "{:?}", rebuild.differences);
+    let _ = std::fs::remove_dir_all(&outbox);
+}
