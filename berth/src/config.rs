@@ -60,7 +60,9 @@ pub struct Timings {
     /// How often the sessions projection reads the log when it is caught up while the log is
     /// active (once it is quiet, as above).
     pub sessions_poll: Duration,
-    /// How long the sealer rests when nothing is left to seal.
+    /// How long the sealer rests when nothing is left to seal: the chain trails a quiet log
+    /// by at most this (`berth audit verify` seals what is left before it checks), and a
+    /// busy log is sealed without rest.
     pub sealer_idle: Duration,
     /// Longest time the gateway serves a session's detail from memory when no event says it
     /// changed (events evict it at once).
@@ -88,7 +90,7 @@ impl Default for Timings {
             scheduler_interval: Duration::from_secs(10),
             streams_poll: Duration::from_millis(20),
             sessions_poll: Duration::from_millis(10),
-            sealer_idle: Duration::from_millis(200),
+            sealer_idle: Duration::from_secs(1),
             detail_cache_ttl: Duration::from_secs(5),
             agent_stop_grace: Duration::from_secs(10),
             agent_image_refresh: Duration::from_secs(10),

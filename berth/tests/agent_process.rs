@@ -3,6 +3,11 @@
 //! SIGKILL while its sessions run, then started again: no orphan container is left and no
 //! session is stuck. The control plane (relay, scheduler, recorder) runs in the test through
 //! `berth::app::start`; PostgreSQL, NATS and the Docker engine are real.
+//!
+//! The agent also runs on a host of its own: a network namespace joined to this machine by a
+//! veth pair, from which only NATS is reachable (through a relay of the test's on the pair's
+//! far end); it runs a batch session created through the gateway to its end, exit code and
+//! output included.
 
 mod common;
 
@@ -28,12 +33,33 @@ impl AgentProcess {
         data_dir: &Path,
         log: &Path,
     ) -> AgentProcess {
+        Self::start_in(None, config, id, credential, data_dir, log)
+    }
+
+    /// [`AgentProcess::start`] inside `host` when given.
+    fn start_in(
+        host: Option<&Netns>,
+        config: &Config,
+        id: &str,
+        credential: &Path,
+        data_dir: &Path,
+        log: &Path,
+    ) -> AgentProcess {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        let berth = env!("CARGO_BIN_EXE_berth");
+        let mut command = match host {
+            Some(host) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &host.name, berth]);
+                command
+            }
+            None => Command::new(berth),
+        };
+        let child = command
             .args(["agent", "--id", id, "--cpu", "2", "--memory-gib", "2"])
             .arg("--data-dir")
             .arg(data_dir)
@@ -242,4 +268,269 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
         let _ = js.delete_stream(stream).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host of the test's own: a network namespace joined to this machine by a veth pair
+/// (`ip netns`, root only), whose only way out is the pair's far end. Removed when dropped.
+struct Netns {
+    name: String,
+    /// This machine's address on the pair.
+    near: String,
+    /// The namespace's address on the pair.
+    far: String,
+}
+
+impl Netns {
+    /// A new namespace, or `None` (and why, printed) where namespaces cannot be made.
+    fn create() -> Option<Netns> {
+        let tag = &Uuid::new_v4().simple().to_string()[..8];
+        let name = format!("berth{tag}");
+        if !run("ip", &["netns", "add", &name]) {
+            println!("SKIPPED: `ip netns add` failed (it needs root and iproute2)");
+            return None;
+        }
+        let (near_link, far_link) = (format!("vb{tag}"), format!("vn{tag}"));
+        let octet = u8::from_str_radix(&tag[..2], 16).unwrap();
+        let (near, far) = (format!("10.213.{octet}.1"), format!("10.213.{octet}.2"));
+        let netns = Netns { name, near, far };
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &netns.name, "ip"];
+            all.extend(args);
+            run("ip", &all)
+        };
+        let made = run(
+            "ip",
+            &[
+                "link", "add", &near_link, "type", "veth", "peer", "name", &far_link,
+            ],
+        ) && run("ip", &["link", "set", &far_link, "netns", &netns.name])
+            && run(
+                "ip",
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/30", netns.near),
+                    "dev",
+                    &near_link,
+                ],
+            )
+            && run("ip", &["link", "set", &near_link, "up"])
+            && inside(&[
+                "addr",
+                "add",
+                &format!("{}/30", netns.far),
+                "dev",
+                &far_link,
+            ])
+            && inside(&["link", "set", &far_link, "up"])
+            && inside(&["link", "set", "lo", "up"]);
+        assert!(made, "the namespace's link could not be made");
+        Some(netns)
+    }
+
+    /// Whether a TCP connection from inside the namespace to `address:port` opens.
+    fn reaches(&self, address: &str, port: u16) -> bool {
+        let probe = format!("exec 3<>/dev/tcp/{address}/{port}");
+        Command::new("ip")
+            .args([
+                "netns", "exec", &self.name, "timeout", "3", "bash", "-c", &probe,
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // The pair goes with the namespace.
+        run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Carries every connection to `listen` on to `upstream`, until dropped: the namespace's one
+/// way to the NATS server, which listens on this machine's loopback. Keeps each client's
+/// address.
+async fn relay_tcp(
+    listen: &str,
+    upstream: String,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::Mutex<Vec<std::net::IpAddr>>>,
+) {
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    let clients = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = clients.clone();
+    let relay = tokio::spawn(async move {
+        while let Ok((mut client, peer)) = listener.accept().await {
+            seen.lock().unwrap().push(peer.ip());
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (relay, clients)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
+    let Some(host) = Netns::create() else {
+        return;
+    };
+    let (pool, url) = fresh_database().await;
+    let agent_id = format!("ns{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("agent.log");
+    let id = Uuid::new_v4().simple().to_string();
+    let mut config = Config::from_source(|_| None);
+    config.database_url = url.clone();
+    config.nats_url = nats_url();
+    config.gateway_listen = "127.0.0.1:0".into();
+    config.proxy_ports = None;
+    config.topology = events::relay::Topology {
+        stream: format!("N_{id}"),
+        prefix: format!("n{id}.evt"),
+    };
+    config.agent_bus = bus::Subjects {
+        root: format!("n{id}"),
+        commands_stream: format!("NC_{id}"),
+        telemetry_stream: format!("NT_{id}"),
+    };
+    config.timings.scheduler_interval = Duration::from_millis(200);
+    let control_plane = app::start(&config, Parts::ALL).await.unwrap();
+    let (_, key) = control_plane
+        .first_superadmin
+        .clone()
+        .expect("a fresh install");
+    let gateway = format!("http://{}", control_plane.gateway.unwrap());
+
+    // The host's one way out leads to NATS; PostgreSQL is out of its reach.
+    let server = nats_url();
+    let server = server.trim_start_matches("nats://").to_owned();
+    let nats_port = free_port_on(&host.near);
+    let (_relay, clients) = relay_tcp(&format!("{}:{nats_port}", host.near), server).await;
+    assert!(host.reaches(&host.near, nats_port), "NATS, from the host");
+    let database_port = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok())
+        .expect("the database URL names a port");
+    assert!(
+        !host.reaches(&host.near, database_port),
+        "PostgreSQL on the pair"
+    );
+    assert!(
+        !host.reaches("127.0.0.1", database_port),
+        "PostgreSQL on its loopback"
+    );
+    // Whoever speaks to NATS through the pair from now on is the agent.
+    clients.lock().unwrap().clear();
+
+    let credential = dir.join("credential");
+    admit_agent(
+        &url,
+        &agent_id,
+        &credential,
+        &["--group", "default", "--max-cpu", "2"],
+    );
+    let mut inside = config.clone();
+    inside.nats_url = format!("nats://{}:{nats_port}", host.near);
+    let agent = AgentProcess::start_in(
+        Some(&host),
+        &inside,
+        &agent_id,
+        &credential,
+        &dir.join("data"),
+        &log,
+    );
+
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let request = http
+            .get(format!("{gateway}{path}"))
+            .header("x-api-key", &key);
+        async move {
+            let answer = request.send().await.ok()?;
+            answer.status().is_success().then_some(())?;
+            answer.json::<serde_json::Value>().await.ok()
+        }
+    };
+    eventually("the agent registers from its own host", || async {
+        let resources = get("/v1/resources".into()).await?;
+        (resources["group"]["agents"].as_i64() == Some(1)).then_some(())
+    })
+    .await;
+    let created: serde_json::Value = http
+        .post(format!("{gateway}/v1/sessions"))
+        .header("x-api-key", &key)
+        .json(
+            &serde_json::json!({"type": "batch", "image": "berth/shell:latest",
+            "startup_command": "echo hello from a host of its own; exit 3",
+            "resources": {"cpu": 1, "memory": "128m"}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let session = created["sessions"][0]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("created: {created}"))
+        .to_owned();
+    let detail = eventually("the session ends", || async {
+        let detail = get(format!("/v1/sessions/{session}")).await?;
+        (detail["status"] == "TERMINATED").then_some(detail)
+    })
+    .await;
+    assert_eq!(detail["exit_code"], 3, "{detail:#}");
+    let logs = eventually("its output is kept", || async {
+        let logs = get(format!("/v1/sessions/{session}/logs")).await?;
+        let text = logs["kernels"][0]["content"].as_str()?.to_owned();
+        text.contains("hello from a host of its own")
+            .then_some(text)
+    })
+    .await;
+    assert!(logs.contains("hello"), "{logs}");
+    let far: std::net::IpAddr = host.far.parse().unwrap();
+    assert!(
+        clients.lock().unwrap().contains(&far),
+        "the agent spoke from the namespace's address"
+    );
+    let replay = events::ledger::replay(&pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+
+    agent.kill();
+    control_plane.stop().await.unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(!said.contains("127.0.0.1:1/"), "{said}");
+    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await.unwrap());
+    for stream in [
+        &config.topology.stream,
+        &config.agent_bus.commands_stream,
+        &config.agent_bus.telemetry_stream,
+    ] {
+        let _ = js.delete_stream(stream).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A port nothing listens on at `address`.
+fn free_port_on(address: &str) -> u16 {
+    std::net::TcpListener::bind((address, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
