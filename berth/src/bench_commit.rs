@@ -57,7 +57,7 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
     let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
-    tokio::spawn(image_commit::run(
+    let mut committer = tokio::spawn(image_commit::run(
         nats.clone(),
         pool.clone(),
         subjects.clone(),
@@ -124,6 +124,12 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
             let client = pool.get().await?;
             if db::count_events(&client, &["SessionCommitEnded"]).await? > round as i64 {
                 break;
+            }
+            if committer.is_finished() {
+                anyhow::bail!(
+                    "the image-commit service stopped: {:?}",
+                    (&mut committer).await
+                );
             }
             anyhow::ensure!(
                 started.elapsed() < Duration::from_secs(120),
