@@ -148,20 +148,7 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("agent.log");
-    let id = Uuid::new_v4().simple().to_string();
-    let mut config = Config::from_source(|_| None);
-    config.database_url = url.clone();
-    config.nats_url = nats_url();
-    config.topology = events::relay::Topology {
-        stream: format!("A_{id}"),
-        prefix: format!("a{id}.evt"),
-    };
-    config.agent_bus = bus::Subjects {
-        root: format!("a{id}"),
-        commands_stream: format!("AC_{id}"),
-        telemetry_stream: format!("AT_{id}"),
-    };
-    config.timings.scheduler_interval = Duration::from_millis(200);
+    let config = config_for(&url, "a");
     let parts = Parts {
         relay: true,
         scheduler: true,
@@ -268,6 +255,27 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
         let _ = js.delete_stream(stream).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A control plane's configuration of the test's own: its database, and NATS streams and
+/// subjects named after `tag` and a fresh id; the scheduler's safety net at 200 ms.
+fn config_for(url: &str, tag: &str) -> Config {
+    let id = Uuid::new_v4().simple().to_string();
+    let upper = tag.to_uppercase();
+    let mut config = Config::from_source(|_| None);
+    config.database_url = url.to_owned();
+    config.nats_url = nats_url();
+    config.topology = events::relay::Topology {
+        stream: format!("{upper}_{id}"),
+        prefix: format!("{tag}{id}.evt"),
+    };
+    config.agent_bus = bus::Subjects {
+        root: format!("{tag}{id}"),
+        commands_stream: format!("{upper}C_{id}"),
+        telemetry_stream: format!("{upper}T_{id}"),
+    };
+    config.timings.scheduler_interval = Duration::from_millis(200);
+    config
 }
 
 /// A host of the test's own: a network namespace joined to this machine by a veth pair
@@ -393,22 +401,9 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
     let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("agent.log");
-    let id = Uuid::new_v4().simple().to_string();
-    let mut config = Config::from_source(|_| None);
-    config.database_url = url.clone();
-    config.nats_url = nats_url();
+    let mut config = config_for(&url, "n");
     config.gateway_listen = "127.0.0.1:0".into();
     config.proxy_ports = None;
-    config.topology = events::relay::Topology {
-        stream: format!("N_{id}"),
-        prefix: format!("n{id}.evt"),
-    };
-    config.agent_bus = bus::Subjects {
-        root: format!("n{id}"),
-        commands_stream: format!("NC_{id}"),
-        telemetry_stream: format!("NT_{id}"),
-    };
-    config.timings.scheduler_interval = Duration::from_millis(200);
     let control_plane = app::start(&config, Parts::ALL).await.unwrap();
     let (_, key) = control_plane
         .first_superadmin
