@@ -73,7 +73,7 @@ async fn run(mut command: tokio::process::Command, name: &str) -> anyhow::Result
 /// PostgreSQL's `tool`: from `BERTH_PG_BIN` when set, else from the newest server install
 /// under `/usr/lib/postgresql` (Debian's layout, where the versioned tools live), else from
 /// the `PATH`.
-fn pg_tool(tool: &str) -> PathBuf {
+pub fn pg_tool(tool: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("BERTH_PG_BIN") {
         return Path::new(&dir).join(tool);
     }

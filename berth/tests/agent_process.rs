@@ -246,6 +246,12 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     assert!(!said.contains("127.0.0.1:1/"), "{said}");
     control_plane.stop().await.unwrap();
     agent.kill();
+    delete_streams_of(&config).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Deletes the JetStream streams `config` names (from [`config_for`]).
+async fn delete_streams_of(config: &Config) {
     let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await.unwrap());
     for stream in [
         &config.topology.stream,
@@ -254,7 +260,6 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     ] {
         let _ = js.delete_stream(stream).await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A control plane's configuration of the test's own: its database, and NATS streams and
@@ -510,14 +515,7 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
     control_plane.stop().await.unwrap();
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(!said.contains("127.0.0.1:1/"), "{said}");
-    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await.unwrap());
-    for stream in [
-        &config.topology.stream,
-        &config.agent_bus.commands_stream,
-        &config.agent_bus.telemetry_stream,
-    ] {
-        let _ = js.delete_stream(stream).await;
-    }
+    delete_streams_of(&config).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -104,6 +104,15 @@ async fn running(h: &Harness, id: &str) -> Value {
         .await
 }
 
+/// Creates a session of `key`'s from `body` and waits for it to run: its id and detail.
+async fn running_session(h: &Harness, key: &str, body: Value) -> (String, Value) {
+    let (status, created) = h.create(key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = running(h, &id).await;
+    (id, detail)
+}
+
 /// `POST /v1/sessions/{id}/apps/{app}/{verb}` as `key`.
 async fn app_call(
     h: &Harness,
@@ -190,16 +199,13 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         _agent,
     } = scene().await;
 
-    let (status, created) = h
-        .create(
-            &alice,
-            json!({"image": "berth/python:latest", "preopen_ports": [8080],
+    let (id, detail) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/python:latest", "preopen_ports": [8080],
                    "startup_command": ECHO_SERVER, "resources": {"cpu": 1, "memory": "256m"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    let detail = running(&h, &id).await;
+    )
+    .await;
     let apps: Vec<&str> = detail["request"]["apps"]
         .as_array()
         .unwrap()
@@ -385,15 +391,12 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
     assert_eq!(refused["error"]["field"], "preopen_ports[0]");
-    let (status, created) = h
-        .create(
-            &alice,
-            json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "1g"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    let detail = running(&h, &id).await;
+    let (id, detail) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "1g"}}),
+    )
+    .await;
     assert_eq!(detail["request"]["apps"][2]["name"], "jupyter");
 
     let start = format!("/v1/sessions/{id}/apps/jupyter/start");
@@ -508,15 +511,12 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
         bob: _,
         _agent,
     } = scene().await;
-    let (status, created) = h
-        .create(
-            &alice,
-            json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "512m"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    let detail = running(&h, &id).await;
+    let (id, detail) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/jupyter:latest", "resources": {"cpu": 1, "memory": "512m"}}),
+    )
+    .await;
     let sshd = detail["request"]["apps"]
         .as_array()
         .unwrap()
@@ -656,16 +656,13 @@ async fn a_circuit_nobody_uses_closes_by_itself() {
         bob: _,
         _agent,
     } = scene_with_idle(Some(Duration::from_secs(2))).await;
-    let (status, created) = h
-        .create(
-            &alice,
-            json!({"image": "berth/python:latest", "preopen_ports": [8080],
+    let (id, _) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/python:latest", "preopen_ports": [8080],
                    "resources": {"cpu": 1, "memory": "256m"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    running(&h, &id).await;
+    )
+    .await;
     let (status, opened) = app_call(&h, &alice, &id, "8080", "open", json!({"public": true})).await;
     assert_eq!(status, StatusCode::OK, "{opened}");
     let port = opened["port"].as_u64().unwrap() as u16;
@@ -711,15 +708,12 @@ async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
         bob: _,
         _agent,
     } = scene().await;
-    let (status, created) = h
-        .create(
-            &alice,
-            json!({"image": "berth/python:latest", "resources": {"cpu": 1, "memory": "256m"}}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    running(&h, &id).await;
+    let (id, _) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/python:latest", "resources": {"cpu": 1, "memory": "256m"}}),
+    )
+    .await;
     let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{started}");
     let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;

@@ -24,18 +24,6 @@ struct Cluster {
     port: u16,
 }
 
-/// PostgreSQL's server programs (Debian's layout: the newest under /usr/lib/postgresql).
-fn server_bin() -> PathBuf {
-    let mut installs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL is installed (infra/services.sh installs it)")
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
-        .filter(|(_, bin)| bin.join("initdb").exists())
-        .collect();
-    installs.sort();
-    installs.pop().expect("a PostgreSQL server install").1
-}
-
 /// `program` run as the cluster's owner: PostgreSQL refuses to run as root, so as `postgres`
 /// there (as infra/services.sh does).
 fn as_owner(program: &std::path::Path) -> Command {
@@ -55,7 +43,12 @@ fn as_owner(program: &std::path::Path) -> Command {
 
 impl Cluster {
     fn start() -> Cluster {
-        let bin = server_bin();
+        // Where `berth restore` finds PostgreSQL's programs, the server's among them.
+        let initdb = berth::backup::pg_tool("initdb");
+        let bin = initdb
+            .parent()
+            .expect("PostgreSQL's server programs are installed (infra/services.sh installs them)")
+            .to_path_buf();
         let data = std::env::temp_dir().join(format!("berth-cluster-{}", Uuid::new_v4().simple()));
         std::fs::create_dir_all(&data).unwrap();
         // The owner must reach the directory; a non-root test owns it already.
@@ -195,7 +188,7 @@ async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
         .batch_execute("CREATE DATABASE berth_raw")
         .await
         .unwrap();
-    let raw = Command::new(server_bin().join("pg_restore"))
+    let raw = Command::new(berth::backup::pg_tool("pg_restore"))
         .args(["--exit-on-error", "--dbname", &cluster.url("berth_raw")])
         .arg(&dump)
         .output()

@@ -199,17 +199,23 @@ async fn pass(
 
 /// Carries a client's bytes to a raw TCP app and back, until either side ends or the
 /// circuit closes.
-async fn relay<C>(mut client: C, upstream: SocketAddr)
+async fn relay<C>(client: C, upstream: SocketAddr)
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     match TcpStream::connect(upstream).await {
-        Ok(mut app) => {
-            let _ = app.set_nodelay(true);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
-        }
+        Ok(app) => pipe(client, app).await,
         Err(e) => tracing::debug!(error = %e, %upstream, "a raw TCP app does not answer"),
     }
+}
+
+/// Carries bytes both ways between a client and a raw TCP app until either side ends.
+async fn pipe<C>(mut client: C, mut app: TcpStream)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let _ = app.set_nodelay(true);
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
 }
 
 /// A private raw TCP circuit past its cookie check: an upgrade to a tunnel at
@@ -250,12 +256,9 @@ async fn tunnel(live: &Live, mut request: Request) -> Response {
     };
     let client_side = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
-        let Ok(client) = client_side.await else {
-            return;
-        };
-        let (mut client, mut app) = (TokioIo::new(client), app);
-        let _ = app.set_nodelay(true);
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
+        if let Ok(client) = client_side.await {
+            pipe(TokioIo::new(client), app).await;
+        }
     });
     (
         StatusCode::SWITCHING_PROTOCOLS,
