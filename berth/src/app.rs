@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::supervise;
 
 /// Which parts of the control plane a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,10 +123,23 @@ pub struct App {
 }
 
 /// Connects to PostgreSQL (creating the database when it does not exist) and migrates it.
+/// While PostgreSQL is unreachable or starting it waits, saying so once; a refusal that
+/// waiting will not mend (a wrong password, no such database server) is the error.
 pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Result<Pool> {
-    store::ensure_database(&config.database_url)
-        .await
-        .context("reach PostgreSQL (is `infra/services.sh up` running?)")?;
+    let mut failures = 0u32;
+    while let Err(e) = store::ensure_database(&config.database_url).await {
+        if !e.is_unavailable() {
+            return Err(e).context("reach PostgreSQL");
+        }
+        if failures == 0 {
+            tracing::warn!(error = %e, "waiting for PostgreSQL (is `infra/services.sh up` running?)");
+        }
+        failures += 1;
+        tokio::time::sleep(bus::link::backoff(failures)).await;
+    }
+    if failures > 0 {
+        tracing::info!("PostgreSQL is up");
+    }
     let pool = store::pool(&config.database_url, max_size)?;
     store::migrate(&pool, &[])
         .await
@@ -133,10 +147,63 @@ pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Resul
     Ok(pool)
 }
 
-/// Connects to NATS, waiting for it when it is not up yet. A user and password in the URL
-/// (`nats://control:secret@host:4222`, the control plane's user on a server with
-/// authorization) are sent as such: the client does not read them from the URL itself.
+/// Connects to NATS. While the server is unreachable it waits, saying so once (and the
+/// client reconnects by itself after any later outage); a refused login is the error.
 pub async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::Client> {
+    let mut failures = 0u32;
+    loop {
+        match try_connect_nats(config, false).await {
+            Ok(client) => {
+                if failures > 0 {
+                    tracing::info!("NATS is up");
+                }
+                return Ok(client);
+            }
+            Err(e) if !nats_refused(&e) => {
+                if failures == 0 {
+                    tracing::warn!(error = format!("{e:#}"), "waiting for NATS");
+                }
+                failures += 1;
+                tokio::time::sleep(bus::link::backoff(failures)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A NATS client that connects in the background when the server is away now (the gateway
+/// serves its API without the bus); a refused login is still the error.
+async fn connect_nats_later(config: &Config) -> anyhow::Result<async_nats::Client> {
+    match try_connect_nats(config, false).await {
+        Err(e) if !nats_refused(&e) => {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "NATS is away; the event stream waits for it"
+            );
+            try_connect_nats(config, true).await
+        }
+        connected => connected,
+    }
+}
+
+/// Whether NATS refused the login (no waiting mends that).
+fn nats_refused(error: &anyhow::Error) -> bool {
+    use async_nats::ConnectErrorKind::{Authentication, AuthorizationViolation};
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<async_nats::ConnectError>()
+            .is_some_and(|e| matches!(e.kind(), Authentication | AuthorizationViolation))
+    })
+}
+
+/// One attempt to connect to NATS (`in_background`: the client keeps trying by itself). A
+/// user and password in the URL (`nats://control:secret@host:4222`, the control plane's user
+/// on a server with authorization) are sent as such: the client does not read them from the
+/// URL itself.
+async fn try_connect_nats(
+    config: &Config,
+    in_background: bool,
+) -> anyhow::Result<async_nats::Client> {
     let address: async_nats::ServerAddr = config
         .nats_url
         .parse()
@@ -147,8 +214,12 @@ pub async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::Client>
         }
         _ => async_nats::ConnectOptions::new(),
     };
+    let options = if in_background {
+        options.retry_on_initial_connect()
+    } else {
+        options
+    };
     options
-        .retry_on_initial_connect()
         .connection_timeout(std::time::Duration::from_secs(5))
         .connect(address)
         .await
@@ -187,33 +258,43 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
 
     if parts.relay {
         let js = async_nats::jetstream::new(connect_nats(config).await?);
-        let (p, url, topology, s) = (
+        let (p, url, topology) = (
             pool.clone(),
             config.database_url.clone(),
             config.topology.clone(),
-            stop.clone(),
         );
-        tasks.spawn(async move {
-            events::relay::run(p, url, js, topology, RelayConfig::default(), s).await?;
-            Ok(())
+        keep(&mut tasks, "relay", &stop, move |s| {
+            let (p, url, js, topology) = (p.clone(), url.clone(), js.clone(), topology.clone());
+            async move {
+                events::relay::run(p, url, js, topology, RelayConfig::default(), s).await?;
+                Ok(())
+            }
         });
-        let (p, s, idle) = (pool.clone(), stop.clone(), timings.sealer_idle);
-        tasks.spawn(seal(p, idle, s));
+        let (p, idle) = (pool.clone(), timings.sealer_idle);
+        keep(&mut tasks, "sealer", &stop, move |s| {
+            seal(p.clone(), idle, s)
+        });
     }
     // The gateway reads the sessions view: its tables exist before the first request.
     if parts.projections || parts.gateway {
         projection::install(&pool, &SessionsView).await?;
     }
     if parts.projections {
-        let (p, s, poll) = (pool.clone(), stop.clone(), timings.streams_poll);
-        tasks.spawn(async move {
-            projection::run(p, StreamIndex, poll, s).await?;
-            Ok(())
+        let (p, poll) = (pool.clone(), timings.streams_poll);
+        keep(&mut tasks, "streams projection", &stop, move |s| {
+            let p = p.clone();
+            async move {
+                projection::run(p, StreamIndex, poll, s).await?;
+                Ok(())
+            }
         });
-        let (p, s, poll) = (pool.clone(), stop.clone(), timings.sessions_poll);
-        tasks.spawn(async move {
-            projection::run(p, SessionsView, poll, s).await?;
-            Ok(())
+        let (p, poll) = (pool.clone(), timings.sessions_poll);
+        keep(&mut tasks, "sessions projection", &stop, move |s| {
+            let p = p.clone();
+            async move {
+                projection::run(p, SessionsView, poll, s).await?;
+                Ok(())
+            }
         });
     }
     if parts.scheduler {
@@ -221,20 +302,26 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         // is only the safety net, so it works the same in `berth up` and as its own process.
         let wake = Arc::new(Notify::new());
         let nats = connect_nats(config).await?;
-        let (w, s, topology) = (wake.clone(), stop.clone(), config.topology.clone());
-        tasks.spawn(async move {
-            scheduler::wake::follow(nats, topology, w, s).await?;
-            Ok(())
+        let (w, topology) = (wake.clone(), config.topology.clone());
+        keep(&mut tasks, "scheduler wake-ups", &stop, move |s| {
+            let (nats, topology, w) = (nats.clone(), topology.clone(), w.clone());
+            async move {
+                scheduler::wake::follow(nats, topology, w, s).await?;
+                Ok(())
+            }
         });
         let config = scheduler::run::SchedulerConfig {
             interval: timings.scheduler_interval,
             ..Default::default()
         };
-        let scheduler = scheduler::run::Scheduler::new(pool.clone(), config);
-        let (w, s) = (wake, stop.clone());
-        tasks.spawn(async move {
-            scheduler.run(w, s).await;
-            Ok(())
+        let p = pool.clone();
+        keep(&mut tasks, "scheduler", &stop, move |s| {
+            let scheduler = scheduler::run::Scheduler::new(p.clone(), config.clone());
+            let w = wake.clone();
+            async move {
+                scheduler.run(w, s).await;
+                Ok(())
+            }
         });
     }
     if parts.reconciler {
@@ -242,59 +329,76 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             heartbeat: timings.heartbeat_timeout,
             ..Default::default()
         };
-        let (p, s, every) = (pool.clone(), stop.clone(), timings.reconcile_every);
-        tasks.spawn(async move {
-            scheduler::reconcile::run(p, deadlines, every, s).await;
-            Ok(())
+        let (p, every) = (pool.clone(), timings.reconcile_every);
+        keep(&mut tasks, "reconciler", &stop, move |s| {
+            let (p, deadlines) = (p.clone(), deadlines.clone());
+            async move {
+                scheduler::reconcile::run(p, deadlines, every, s).await;
+                Ok(())
+            }
         });
     }
     if parts.recorder {
-        let b = OnBus::connect(config, &pool, &stop).await?;
-        tasks.spawn(async move {
-            recorder::run(b.nats, b.pool, b.subjects, b.topology, b.stop).await?;
-            Ok(())
+        let b = OnBus::connect(config, &pool).await?;
+        keep(&mut tasks, "recorder", &stop, move |s| {
+            let b = b.clone();
+            async move {
+                recorder::run(b.nats, b.pool, b.subjects, b.topology, s).await?;
+                Ok(())
+            }
         });
     }
     if parts.idle_reaper {
-        let b = OnBus::connect(config, &pool, &stop).await?;
+        let b = OnBus::connect(config, &pool).await?;
         let reaper = idle_reaper::ReaperConfig {
             tick: timings.reaper_tick,
             ..Default::default()
         };
-        tasks.spawn(async move {
-            idle_reaper::run(b.nats, b.pool, b.subjects, b.topology, reaper, b.stop).await?;
-            Ok(())
+        keep(&mut tasks, "idle-reaper", &stop, move |s| {
+            let b = b.clone();
+            async move {
+                idle_reaper::run(b.nats, b.pool, b.subjects, b.topology, reaper, s).await?;
+                Ok(())
+            }
         });
     }
     if parts.notification {
-        let b = OnBus::connect(config, &pool, &stop).await?;
-        tasks.spawn(async move {
-            notification::run(b.nats, b.pool, b.subjects, b.topology, b.stop).await?;
-            Ok(())
+        let b = OnBus::connect(config, &pool).await?;
+        keep(&mut tasks, "notification", &stop, move |s| {
+            let b = b.clone();
+            async move {
+                notification::run(b.nats, b.pool, b.subjects, b.topology, s).await?;
+                Ok(())
+            }
         });
     }
     if parts.image_commit {
-        let b = OnBus::connect(config, &pool, &stop).await?;
+        let b = OnBus::connect(config, &pool).await?;
         let commits = image_commit::CommitConfig {
             deadline: timings.commit_deadline,
             check_every: (timings.commit_deadline / 4).min(std::time::Duration::from_secs(5)),
         };
-        tasks.spawn(async move {
-            image_commit::run(b.nats, b.pool, b.subjects, b.topology, commits, b.stop).await?;
-            Ok(())
+        keep(&mut tasks, "image-commit", &stop, move |s| {
+            let b = b.clone();
+            async move {
+                image_commit::run(b.nats, b.pool, b.subjects, b.topology, commits, s).await?;
+                Ok(())
+            }
         });
     }
     let mut gateway = None;
     if parts.gateway {
         // NATS feeds the event stream and the detail cache; the API works without it.
-        let nats = connect_nats(config).await.ok();
+        let nats = connect_nats_later(config).await?;
         let state = gateway::AppState::with_detail_ttl(
             pool.clone(),
-            nats,
+            Some(nats),
             config.topology.clone(),
             timings.detail_cache_ttl,
         )
-        .with_agent_bus(config.agent_bus.clone());
+        .with_agent_bus(config.agent_bus.clone())
+        .with_create_queue(config.create_queue)
+        .watch_readiness(stop.clone());
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;
@@ -330,29 +434,42 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
 }
 
 /// What a service that meets the others on the bus is given: a NATS connection of its own,
-/// the pool, the subjects agents and services meet on, where events are published, the stop.
+/// the pool, the subjects agents and services meet on, where events are published.
+#[derive(Clone)]
 struct OnBus {
     nats: async_nats::Client,
     pool: Pool,
     subjects: bus::Subjects,
     topology: events::relay::Topology,
-    stop: CancellationToken,
 }
 
 impl OnBus {
-    async fn connect(
-        config: &Config,
-        pool: &Pool,
-        stop: &CancellationToken,
-    ) -> anyhow::Result<OnBus> {
+    async fn connect(config: &Config, pool: &Pool) -> anyhow::Result<OnBus> {
         Ok(OnBus {
             nats: connect_nats(config).await?,
             pool: pool.clone(),
             subjects: config.agent_bus.clone(),
             topology: config.topology.clone(),
-            stop: stop.clone(),
         })
     }
+}
+
+/// Runs `part` on its own task, started again after each outage ([`supervise`]); `start`
+/// makes a fresh run from the stop token it is given.
+fn keep<F, Fut>(
+    tasks: &mut JoinSet<anyhow::Result<()>>,
+    part: &'static str,
+    stop: &CancellationToken,
+    start: F,
+) where
+    F: Fn(CancellationToken) -> Fut + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let stop = stop.clone();
+    tasks.spawn(async move {
+        let s = stop.clone();
+        supervise::keep_running(part, stop, move || start(s.clone())).await
+    });
 }
 
 /// Seals the log behind the horizon a little after it is written.

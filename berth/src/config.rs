@@ -40,6 +40,10 @@ pub struct Config {
     /// How long a circuit nobody uses stays open (`BERTH_PROXY_IDLE_SECS`, Backend.AI's hour
     /// by default; `0`: until its session ends or it is closed).
     pub proxy_idle: Option<Duration>,
+    /// Session creates the gateway takes in flight at once (`BERTH_CREATE_QUEUE`, 64 by
+    /// default); one more is answered 503 `busy` with `Retry-After`, so a slow PostgreSQL
+    /// makes clients wait and retry rather than pile up connections.
+    pub create_queue: usize,
     pub timings: Timings,
 }
 
@@ -158,6 +162,10 @@ impl Config {
             proxy_address: var("BERTH_PROXY_ADDRESS").and_then(|a| a.parse().ok()),
             proxy_idle: Some(duration("BERTH_PROXY_IDLE_SECS", secs, DEFAULT_PROXY_IDLE))
                 .filter(|d| !d.is_zero()),
+            create_queue: var("BERTH_CREATE_QUEUE")
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(gateway::DEFAULT_CREATE_QUEUE),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",

@@ -1,6 +1,7 @@
 //! berth as a library: the one composition of its control plane ([`app`]), its
 //! configuration ([`config`]), its logging and tracing ([`telemetry`]), backups that keep the
-//! log's order across a restore ([`backup`]), and the client side of its app proxy
+//! log's order across a restore ([`backup`]), each part kept running through outages of
+//! PostgreSQL and NATS ([`supervise`]), and the client side of its app proxy
 //! ([`console`]: tunnels and the terminal). The `berth` binary and the
 //! end-to-end tests both start berth through [`app::start`].
 
@@ -8,4 +9,5 @@ pub mod app;
 pub mod backup;
 pub mod config;
 pub mod console;
+pub mod supervise;
 pub mod telemetry;

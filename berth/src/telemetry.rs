@@ -27,7 +27,9 @@ impl Drop for Telemetry {
 }
 
 /// The log filter when `RUST_LOG` is not set.
-const DEFAULT_LOG: &str = "info,tokio_postgres=warn,async_nats=warn";
+// deadpool logs every connection it cannot make or recycle; an outage is logged once by
+// the part that meets it (`events::fault::Outage`), so only its errors are kept.
+const DEFAULT_LOG: &str = "info,tokio_postgres=warn,async_nats=warn,deadpool.postgres=error";
 
 /// berth's crates, whose spans make the traces whatever the log level.
 const TRACED: [&str; 8] = [

@@ -11,12 +11,14 @@
 //! - [`projection`]: read models with checkpoints, rebuilt and compared on demand.
 //! - [`lifecycle`]: the pure moves of `berth-domain`, and `command`, which records them.
 //! - [`ledger`]: the write-side tables kept in the same transaction as each append.
+//! - [`fault`]: which database failures are an outage (wait and retry) and which a mistake.
 //! - [`sql`]: SQL fragments built from the domain's status sets.
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
 pub mod activity;
 pub mod audit;
 pub mod consumer;
+pub mod fault;
 pub mod ledger;
 pub mod lifecycle;
 mod pg;

@@ -149,6 +149,17 @@ pub enum StoreError {
     BadUrl(String),
 }
 
+impl StoreError {
+    /// Whether PostgreSQL was unavailable (an outage, not a mistake): nothing was written.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(e) => crate::fault::postgres_unavailable(e),
+            StoreError::Pool(e) => crate::fault::pool_unavailable(e),
+            _ => false,
+        }
+    }
+}
+
 /// The event store over a connection pool.
 #[derive(Clone)]
 pub struct EventStore {
@@ -166,8 +177,13 @@ pub fn pool(url: &str, max_size: usize) -> Result<Pool, StoreError> {
             recycling_method: RecyclingMethod::Fast,
         },
     );
+    // A server that accepts but does not answer (stopped, swamped) costs a bounded wait per
+    // new connection, not a hang: the caller gets an outage it can retry.
     Pool::builder(manager)
         .max_size(max_size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .recycle_timeout(Some(std::time::Duration::from_secs(5)))
         .post_create(Hook::async_fn(|client, _| {
             Box::pin(async move {
                 become_service_role(client)

@@ -1,5 +1,8 @@
 //! Errors as the API answers them: a status and `{"error": {"code", "field", "message"}}`.
-//! Bad input is a 4xx naming the field; only a failure of berth itself is a 5xx.
+//! Bad input is a 4xx naming the field; only a failure of berth itself is a 5xx. Every 503
+//! says when to try again (`Retry-After`), and one caused by an outage names what is away:
+//! `database_unavailable` (PostgreSQL), `bus_unavailable` (NATS), `busy` (too many creates
+//! waiting). A request answered so wrote nothing.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -8,6 +11,9 @@ use events::ledger::LedgerError;
 use events::lifecycle::{CommandError, TransitionError};
 use launcher::domain::FieldError;
 use launcher::launch::LaunchError;
+
+/// What a 503 asks a client to wait before trying again, in seconds.
+pub const RETRY_AFTER_SECS: &str = "2";
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -40,6 +46,24 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
     }
 
+    /// PostgreSQL is away (restarting, unreachable): nothing was written.
+    pub fn database_unavailable() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "PostgreSQL is unavailable; nothing was written, try again",
+        )
+    }
+
+    /// NATS is away: what needs the bus cannot be done now.
+    pub fn bus_unavailable(what: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "bus_unavailable",
+            format!("NATS is unavailable, so {what}; try again"),
+        )
+    }
+
     pub fn internal(e: impl std::fmt::Display) -> ApiError {
         tracing::error!(error = %e, "request failed inside berth");
         ApiError::new(
@@ -59,7 +83,8 @@ pub struct ErrorBody {
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// What went wrong, for programs: `invalid`, `not_found`, `forbidden`, `conflict`,
-    /// `name_taken`, `unauthenticated`, `bad_json`, `too_large`, `unavailable`, ...
+    /// `name_taken`, `unauthenticated`, `bad_json`, `too_large`, `unavailable`,
+    /// `database_unavailable`, `bus_unavailable`, `busy`, ...
     pub code: String,
     /// The field or parameter at fault (`resources.cpu`, `mounts[0]`, `limit`), when one is.
     pub field: Option<String>,
@@ -76,7 +101,14 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
+        }
+        response
     }
 }
 
@@ -119,6 +151,7 @@ impl From<LedgerError> for ApiError {
                 "conflict",
                 "the session changed meanwhile; try again",
             ),
+            e if e.is_unavailable() => ApiError::database_unavailable(),
             other => ApiError::internal(other),
         }
     }
@@ -141,12 +174,27 @@ impl From<CommandError> for ApiError {
 
 impl From<tokio_postgres::Error> for ApiError {
     fn from(e: tokio_postgres::Error) -> Self {
+        if events::fault::postgres_unavailable(&e) {
+            return ApiError::database_unavailable();
+        }
         ApiError::internal(e)
     }
 }
 
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
+        if events::fault::pool_unavailable(&e) {
+            return ApiError::database_unavailable();
+        }
+        ApiError::internal(e)
+    }
+}
+
+impl From<events::StoreError> for ApiError {
+    fn from(e: events::StoreError) -> Self {
+        if e.is_unavailable() {
+            return ApiError::database_unavailable();
+        }
         ApiError::internal(e)
     }
 }

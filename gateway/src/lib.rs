@@ -19,6 +19,7 @@ pub mod model;
 pub mod openapi;
 pub mod projection;
 pub mod proxy;
+pub mod ready;
 pub mod sse;
 
 use std::collections::HashMap;
@@ -57,7 +58,15 @@ pub struct AppState {
     pub(crate) details: Arc<cache::DetailCache>,
     /// The app proxy, when this gateway serves one.
     pub proxy: Option<Arc<proxy::Proxy>>,
+    /// The last check of PostgreSQL, NATS and the log's readers (`/readyz`).
+    pub readiness: ready::Readiness,
+    /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
+    /// for a connection PostgreSQL is slow to give.
+    creates: Arc<tokio::sync::Semaphore>,
 }
+
+/// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
+pub const DEFAULT_CREATE_QUEUE: usize = 64;
 
 impl AppState {
     pub fn new(pool: Pool, nats: Option<async_nats::Client>, topology: Topology) -> AppState {
@@ -85,7 +94,37 @@ impl AppState {
             keys: Arc::default(),
             details,
             proxy: None,
+            readiness: ready::Readiness::default(),
+            creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
         }
+    }
+
+    /// Checks PostgreSQL, NATS and the log's readers every second until `stop`, for
+    /// `/readyz` and to answer writes 503 at once while PostgreSQL is down.
+    pub fn watch_readiness(self, stop: tokio_util::sync::CancellationToken) -> AppState {
+        let watch = self
+            .readiness
+            .clone()
+            .watch(self.pool.clone(), self.nats.clone(), stop);
+        tokio::spawn(watch);
+        self
+    }
+
+    /// At most `creates` create requests in flight; more are answered 503 `busy`.
+    pub fn with_create_queue(mut self, creates: usize) -> AppState {
+        self.creates = Arc::new(tokio::sync::Semaphore::new(creates));
+        self
+    }
+
+    /// A place among the creates in flight, or 503 `busy` when the queue is full.
+    pub(crate) fn admit_create(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.creates.clone().try_acquire_owned().map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "too many sessions are being created at once; try again",
+            )
+        })
     }
 
     /// This state with the app proxy serving circuits as `config` says, following session
@@ -172,6 +211,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
+        .routes(routes!(ready::readyz))
 }
 
 /// This document (OpenAPI 3.1).
@@ -193,8 +233,20 @@ pub fn router(state: AppState) -> Router {
     let (router, _) = routes().split_for_parts();
     router
         .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ready::refuse_writes_while_down,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                // A 5xx is logged where it is made (a failure of berth by
+                // `ApiError::internal`, an outage once by its watch), not per response.
+                .on_failure(
+                    tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
+                ),
+        )
         .with_state(state)
 }
 
@@ -266,6 +318,7 @@ mod tests {
         let promised: BTreeSet<(String, String)> = [
             ("get", "/v1/sessions"),
             ("post", "/v1/sessions"),
+            ("get", "/readyz"),
             ("get", "/v1/sessions/{id}"),
             ("patch", "/v1/sessions/{id}"),
             ("delete", "/v1/sessions/{id}"),

@@ -899,7 +899,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         ..Deadlines::default()
     };
     // The agent never picks it up: past the deadline it goes back to the queue, released.
-    let done = reconcile_once(&h.pool, &deadlines).await.unwrap();
+    let done = reconcile_once(&h.pool, &deadlines, true).await.unwrap();
     assert_eq!(done.sessions_moved, 1);
     let history = wait_for(|| async {
         let hs = h.history(&id).await;
@@ -917,7 +917,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         .contains("retry 1 of 1"));
     // It is placed again, stalls again, and this time ends in ERROR with the reason.
     h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
-    reconcile_once(&h.pool, &deadlines).await.unwrap();
+    reconcile_once(&h.pool, &deadlines, true).await.unwrap();
     let ended = h.wait_session(&id, |s| s["status"] == "ERROR").await;
     assert!(
         ended["status_reason"]
@@ -964,7 +964,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
             .unwrap()
     })
     .await;
-    let done = reconcile_once(&h.pool, &silent).await.unwrap();
+    let done = reconcile_once(&h.pool, &silent, true).await.unwrap();
     assert!(done.agents_lost >= 1);
     let ended = h.wait_session(&on_lost, |s| s["status"] == "ERROR").await;
     assert!(

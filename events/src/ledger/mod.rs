@@ -74,6 +74,17 @@ impl From<tokio_postgres::Error> for LedgerError {
 }
 
 impl LedgerError {
+    /// Whether PostgreSQL was unavailable (an outage, not a mistake): nothing was written,
+    /// and the same request may succeed once it is back.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            LedgerError::Store(e) => e.is_unavailable(),
+            LedgerError::Database(e) => crate::fault::postgres_unavailable(e),
+            LedgerError::Pool(e) => crate::fault::pool_unavailable(e),
+            _ => false,
+        }
+    }
+
     /// Whether the caller should re-read and decide again (a race, not a mistake).
     pub fn is_conflict(&self) -> bool {
         matches!(

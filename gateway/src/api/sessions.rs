@@ -25,13 +25,15 @@ use crate::AppState;
     request_body(content = CreateSession, example = json!({
         "type": "batch", "image": "berth/shell:latest",
         "startup_command": "echo hello from berth", "resources": {"cpu": 0.5, "memory": "256m"}})),
-    responses((status = 201, description = "recorded, each PENDING", body = Created)))]
+    responses((status = 201, description = "recorded, each PENDING", body = Created),
+              (status = 503, description = "PostgreSQL is unavailable (`database_unavailable`) or too many creates are in flight (`busy`): nothing was written; try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn create_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     let request: CreateSession = parse_body(body)?;
+    let _place = state.admit_create()?;
     let sessions = launch::launch(&state.pool, &caller, request).await?;
     Ok((StatusCode::CREATED, Json(Created { sessions })))
 }

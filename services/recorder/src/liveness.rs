@@ -4,7 +4,8 @@
 //! `AgentLost`, and the recorder records `AgentReturned` when a lost agent is heard from
 //! again. Each recorder also keeps its watch (`liveness_watch`): since when it has listened
 //! without a break. A NATS outage restarts the watch, so silence that only the bus caused
-//! never marks agents lost (the reconciler waits for a watch longer than its timeout).
+//! never marks agents lost (the reconciler waits for a watch longer than its timeout); so
+//! does a PostgreSQL outage that kept what was heard from being written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,7 @@ pub async fn keep(
 ) {
     let watcher = uuid::Uuid::new_v4().to_string();
     let mut listening_since: Option<DateTime<Utc>> = None;
+    let mut outage = events::fault::Outage::default();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -65,12 +67,18 @@ pub async fn keep(
             listening_since = Some(Utc::now());
         }
         let heard = liveness.take();
-        if let Err(e) = flush(&pool, &watcher, listening_since, &heard).await {
-            tracing::warn!(error = %e, "liveness not written; kept for the next round");
-            let mut pending = liveness.heard.lock().unwrap_or_else(|e| e.into_inner());
-            for (agent, at) in heard {
-                let latest = pending.entry(agent).or_insert(at);
-                *latest = (*latest).max(at);
+        match flush(&pool, &watcher, listening_since, &heard).await {
+            Ok(()) => outage.passed("liveness"),
+            Err(e) => {
+                outage.failed("liveness", &e);
+                // What was heard could not be written, so the watch breaks as it does for a
+                // bus outage: the reconciler waits a whole timeout before trusting silence.
+                listening_since = None;
+                let mut pending = liveness.heard.lock().unwrap_or_else(|e| e.into_inner());
+                for (agent, at) in heard {
+                    let latest = pending.entry(agent).or_insert(at);
+                    *latest = (*latest).max(at);
+                }
             }
         }
     }

@@ -50,6 +50,7 @@ pub async fn run(
         js,
         subjects,
         liveness,
+        outage: Default::default(),
     });
     loop {
         let message = tokio::select! {
@@ -82,6 +83,8 @@ struct Recorder {
     js: jetstream::Context,
     subjects: Subjects,
     liveness: Liveness,
+    /// Requests failing for want of PostgreSQL, logged once per outage.
+    outage: std::sync::Mutex<events::fault::Outage>,
 }
 
 impl Recorder {
@@ -99,10 +102,16 @@ impl Recorder {
                 }
             }
         };
-        match self.handle(agent, request).await {
-            Ok(answer) => answer,
+        let handled = self.handle(agent, request).await;
+        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
+        match handled {
+            Ok(answer) => {
+                outage.passed("recorder");
+                answer
+            }
             Err(e) => {
-                tracing::warn!(%agent, error = %e, "a request could not be answered now");
+                // The agent asks again; an outage is logged once, not per request.
+                outage.failed("recorder", &format_args!("agent {agent}: {e}"));
                 Answer::Unavailable {
                     reason: e.to_string(),
                 }

@@ -162,14 +162,32 @@ async fn settle(
     Ok(after.status == to)
 }
 
-/// One round: marks silent agents lost (ending their sessions) and moves overdue sessions on.
+/// Whether the reconciler may mark silent agents lost, its last failed round (PostgreSQL
+/// away) having been at `last_failure`. Not until it has worked for a whole heartbeat
+/// timeout since: what it would read of the agents' silence may be its own outage's, and
+/// marking every agent lost at once would end every session. Pure.
+pub fn may_mark_lost(
+    last_failure: Option<tokio::time::Instant>,
+    now: tokio::time::Instant,
+    timeout: Duration,
+) -> bool {
+    last_failure.is_none_or(|failed| now.saturating_duration_since(failed) >= timeout)
+}
+
+/// One round: marks silent agents lost (ending their sessions) when `mark_lost`, and moves
+/// overdue sessions on.
 pub async fn reconcile_once(
     pool: &Pool,
     deadlines: &Deadlines,
+    mark_lost: bool,
 ) -> Result<Reconciled, ReconcileError> {
     let mut done = Reconciled::default();
     let client = pool.get().await?;
-    let silent = db::silent_agents(&client, deadlines.heartbeat).await?;
+    let silent = if mark_lost {
+        db::silent_agents(&client, deadlines.heartbeat).await?
+    } else {
+        Vec::new()
+    };
     for (agent_id, silence) in silent {
         let reason = format!("agent `{agent_id}` lost: no heartbeat for {silence} s");
         let lost = Event::AgentLost(AgentLost {
@@ -238,11 +256,22 @@ pub async fn run(
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    let mut outage = events::fault::Outage::default();
+    let mut last_failure = None;
     while !stop.is_cancelled() {
-        match reconcile_once(&pool, &deadlines).await {
-            Ok(r) if r != Reconciled::default() => tracing::info!(?r, "reconciled"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "reconciliation failed; trying again"),
+        let now = tokio::time::Instant::now();
+        let mark_lost = may_mark_lost(last_failure, now, deadlines.heartbeat);
+        match reconcile_once(&pool, &deadlines, mark_lost).await {
+            Ok(r) => {
+                outage.passed("reconciler");
+                if r != Reconciled::default() {
+                    tracing::info!(?r, "reconciled");
+                }
+            }
+            Err(e) => {
+                outage.failed("reconciler", &e);
+                last_failure = Some(now);
+            }
         }
         tokio::select! {
             _ = stop.cancelled() => {}
@@ -255,6 +284,20 @@ pub async fn run(
 mod tests {
     use super::*;
     use SessionStatus::*;
+
+    #[test]
+    fn after_its_own_outage_the_reconciler_waits_a_whole_timeout_before_marking_agents_lost() {
+        let timeout = Duration::from_secs(30);
+        let now = tokio::time::Instant::now();
+        assert!(may_mark_lost(None, now, timeout));
+        let failed = now - Duration::from_secs(10);
+        assert!(!may_mark_lost(Some(failed), now, timeout));
+        assert!(may_mark_lost(
+            Some(failed),
+            now + Duration::from_secs(20),
+            timeout
+        ));
+    }
 
     #[test]
     fn stalled_placements_are_retried_a_bounded_number_of_times_then_error() {

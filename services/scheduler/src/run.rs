@@ -25,6 +25,10 @@ use uuid::Uuid;
 use crate::core::{self, AgentView, GroupRules, Snapshot};
 use crate::db;
 
+/// How soon a pass that failed (PostgreSQL away) is tried again: an outage's end is
+/// noticed within this, not at the safety net's interval.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
     #[error(transparent)]
@@ -205,9 +209,15 @@ impl Scheduler {
     /// can change a decision into one), when time alone changes a decision (the pass's next
     /// deadline), and at least every `interval`, the safety net for a wake-up lost.
     pub async fn run(mut self, wake: Arc<Notify>, stop: CancellationToken) {
+        let mut outage = events::fault::Outage::default();
         while !stop.is_cancelled() {
             let mut sleep = self.config.interval;
-            match self.pass().await {
+            let pass = self.pass().await;
+            match &pass {
+                Ok(_) => outage.passed("scheduler"),
+                Err(e) => outage.failed("scheduler", e),
+            }
+            match pass {
                 Ok(pass) if pass.placed + pass.cancelled > 0 => {
                     tracing::debug!(?pass, "scheduling pass");
                     // The queue moved; look again at once. Failures are retried only at the
@@ -220,7 +230,8 @@ impl Scheduler {
                         sleep = sleep.min(until);
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "scheduling pass failed; trying again"),
+                // An outage is retried soon, not at the safety net's interval.
+                Err(_) => sleep = sleep.min(RETRY_AFTER_FAILURE),
             }
             tokio::select! {
                 _ = stop.cancelled() => {}

@@ -77,6 +77,17 @@ fn split_stamp(frame: &str) -> Option<(DateTime<Utc>, String)> {
     Some((at, text.to_owned()))
 }
 
+/// What became of a keep of a kernel's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kept {
+    /// Sent (or nothing new to send).
+    Sent,
+    /// The telemetry stream did not take it.
+    NotSent,
+    /// The engine could not be read.
+    EngineAway,
+}
+
 /// Sends the kernel's output not sent yet. A new cursor reads the output from its start
 /// under a new epoch, so what it sends replaces what an earlier reading sent (an agent
 /// restarted mid-session starts a new cursor); later sends append.
@@ -87,7 +98,7 @@ pub(super) async fn save_logs(
     container: &str,
     complete: bool,
     cursor: &tokio::sync::Mutex<LogCursor>,
-) -> bool {
+) -> Kept {
     // Held across the read and the write, so the keeper and the final keep never both
     // append the same frames.
     let mut cursor = cursor.lock().await;
@@ -103,21 +114,27 @@ pub(super) async fn save_logs(
         }),
     );
     let mut frames = Vec::new();
-    while let Some(Ok(chunk)) = stream.next().await {
+    while let Some(chunk) = stream.next().await {
         match chunk {
-            LogOutput::StdOut { message }
-            | LogOutput::StdErr { message }
-            | LogOutput::Console { message } => {
+            Ok(
+                LogOutput::StdOut { message }
+                | LogOutput::StdErr { message }
+                | LogOutput::Console { message },
+            ) => {
                 if let Some(frame) = split_stamp(&String::from_utf8_lossy(&message)) {
                     frames.push(frame);
                 }
             }
-            LogOutput::StdIn { .. } => {}
+            Ok(LogOutput::StdIn { .. }) => {}
+            // The engine went away mid-read: nothing is taken, so the next reading starts
+            // where this one did.
+            Err(e) if super::engine::unreachable(&e) => return Kept::EngineAway,
+            Err(_) => break,
         }
     }
     let text = cursor.take_new(frames);
     if text.is_empty() && !complete {
-        return true;
+        return Kept::Sent;
     }
     let chunk = LogChunk {
         session_id,
@@ -130,20 +147,21 @@ pub(super) async fn save_logs(
     match ctx.link.send_log(&chunk).await {
         Ok(()) => {
             cursor.sent += chunk.text.len() as u64;
-            true
+            Kept::Sent
         }
         Err(e) => {
             // The frames are lost to the sink, not to the next reading: start over.
             *cursor = LogCursor::default();
             tracing::warn!(%session_id, error = %e, "could not send the logs");
-            false
+            Kept::NotSent
         }
     }
 }
 
 /// Sends the kernel's whole remaining output, the last send before its end is reported and
 /// its container removed: a failed send (the stream slow to acknowledge) is tried again, from
-/// a new reading, with growing waits, rather than losing the output with the container.
+/// a new reading, with growing waits, rather than losing the output with the container; an
+/// engine out of reach is waited for.
 pub(super) async fn save_final_logs(
     ctx: &Ctx,
     session_id: Uuid,
@@ -152,9 +170,16 @@ pub(super) async fn save_final_logs(
     cursor: &tokio::sync::Mutex<LogCursor>,
 ) {
     let mut wait = std::time::Duration::from_millis(250);
-    for _ in 0..8 {
-        if save_logs(ctx, session_id, kernel, container, true, cursor).await {
-            return;
+    let mut tries = 0;
+    while tries < 8 {
+        match save_logs(ctx, session_id, kernel, container, true, cursor).await {
+            Kept::Sent => return,
+            // Not a try: the output is still in the engine, read once it answers.
+            Kept::EngineAway if !ctx.stop.is_cancelled() => {
+                super::engine::wait_for_engine(ctx).await;
+                continue;
+            }
+            Kept::EngineAway | Kept::NotSent => tries += 1,
         }
         tokio::select! {
             _ = ctx.stop.cancelled() => return,

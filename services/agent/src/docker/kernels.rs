@@ -115,12 +115,20 @@ pub(super) async fn create_kernels(
             &ctx.config.publish_address,
         );
         let name = container_name(id, k);
-        remove(ctx, &name).await; // a leftover of an earlier try
         let options = CreateContainerOptions {
             name: name.clone(),
             platform: None,
         };
-        if let Err(e) = ctx.docker.create_container(Some(options), config).await {
+        // A leftover of an earlier try is removed first; so, when the engine went away, is
+        // a create that went through before the connection was cut.
+        let created = super::engine::patiently(ctx, || async {
+            remove(ctx, &name).await;
+            ctx.docker
+                .create_container(Some(options.clone()), config.clone())
+                .await
+        })
+        .await;
+        if let Err(e) = created {
             remove_all(ctx, &names).await;
             return Err(format!("creating the container of kernel {k} failed: {e}"));
         }
@@ -128,7 +136,18 @@ pub(super) async fn create_kernels(
     }
     // The others first, so the main kernel finds them when it starts.
     for name in names.iter().skip(1).chain(names.iter().take(1)) {
-        if let Err(e) = ctx.docker.start_container::<String>(name, None).await {
+        let started =
+            super::engine::patiently(ctx, || ctx.docker.start_container::<String>(name, None))
+                .await;
+        // 304: a start the engine's absence cut had gone through.
+        let already = matches!(
+            started,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304,
+                ..
+            })
+        );
+        if let Err(e) = started.or_else(|e| if already { Ok(()) } else { Err(e) }) {
             remove_all(ctx, &names).await;
             return Err(format!("starting the container failed: {e}"));
         }
@@ -156,7 +175,9 @@ pub(super) async fn create_kernels(
 async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<StartedKernel> {
     let mut started = Vec::with_capacity(names.len());
     for (&k, name) in mine.iter().zip(names) {
-        let inspected = ctx.docker.inspect_container(name, None).await.ok();
+        let inspected = super::engine::patiently(ctx, || ctx.docker.inspect_container(name, None))
+            .await
+            .ok();
         let ports = inspected
             .as_ref()
             .and_then(|c| c.network_settings.as_ref())

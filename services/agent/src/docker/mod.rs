@@ -16,6 +16,7 @@
 //! - `cluster`: kernels of another agent's multi-node session.
 //! - `adopt`: what an earlier run left, taken back at start.
 //! - `keep`: output and usage kept while a container runs.
+//! - `engine`: the engine's absence waited out, never taken for a session's end.
 //! - this module: the engine connection, the shared context and the agent's loop.
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,6 +40,7 @@ mod adopt;
 mod apps;
 mod cluster;
 mod commit;
+mod engine;
 mod keep;
 mod kernels;
 mod session;
@@ -72,11 +74,26 @@ pub struct RuntimeConfig {
     pub publish_address: String,
 }
 
-/// Connects to the local engine, agreeing on an API version it speaks.
+/// Connects to the local engine (`DOCKER_HOST` when it names a Unix socket), agreeing on an
+/// API version it speaks; while the engine is out of reach it waits, saying so once.
 pub async fn connect() -> Result<Docker, bollard::errors::Error> {
-    Docker::connect_with_local_defaults()?
-        .negotiate_version()
-        .await
+    let mut failures = 0u32;
+    loop {
+        let connected = match Docker::connect_with_local_defaults() {
+            Ok(docker) => docker.negotiate_version().await,
+            Err(e) => Err(e),
+        };
+        match connected {
+            Err(e) if engine::unreachable(&e) => {
+                if failures == 0 {
+                    tracing::warn!(error = %e, "waiting for the Docker engine");
+                }
+                failures += 1;
+                tokio::time::sleep(bus::link::backoff(failures)).await;
+            }
+            connected => return connected,
+        }
+    }
 }
 
 /// The host's CPU cores and memory, as the engine sees them.
@@ -133,6 +150,8 @@ struct Ctx {
     gpu_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
     link: Link,
     docker: Docker,
+    /// Whether the engine is out of reach, for every task of the agent.
+    engine: engine::EngineWatch,
     agent_id: String,
     config: RuntimeConfig,
     /// The agent's own stop: a request to the control plane waits for an answer until then.
@@ -202,7 +221,11 @@ async fn remove(ctx: &Ctx, container: &str) {
         v: true,
         ..Default::default()
     };
-    if let Err(e) = ctx.docker.remove_container(container, Some(options)).await {
+    let removed = engine::patiently(ctx, || {
+        ctx.docker.remove_container(container, Some(options))
+    })
+    .await;
+    if let Err(e) = removed {
         tracing::debug!(container, error = %e, "remove");
     }
 }
@@ -305,6 +328,7 @@ pub async fn run(
         gpu_turn: Default::default(),
         link: link.clone(),
         docker: docker.clone(),
+        engine: Default::default(),
         agent_id: spec.agent_id.clone(),
         config: config.clone(),
         stop: stop.clone(),

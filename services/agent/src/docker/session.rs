@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::engine::{self, patiently};
 use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::{cleanup, container_name, load, moved, moved_through, remove, status_now, Ctx};
@@ -23,7 +24,9 @@ use crate::AgentError;
 async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentError> {
     let request = &state.request;
     let id = request.session_id;
-    let present = ctx.docker.inspect_image(&request.image).await.is_ok();
+    let present = patiently(ctx, || ctx.docker.inspect_image(&request.image))
+        .await
+        .is_ok();
     // A session caught PULLING by an earlier run of this agent resumes here.
     let resumed = state.status == SessionStatus::Pulling;
     if present {
@@ -46,13 +49,28 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
             from_image: request.image.clone(),
             ..Default::default()
         };
-        let mut pull = ctx.docker.create_image(Some(options), None, None);
         let mut failure = None;
-        while let Some(step) = pull.next().await {
-            if let Err(e) = step {
-                failure = Some(e.to_string());
+        loop {
+            let mut pull = ctx.docker.create_image(Some(options.clone()), None, None);
+            let mut cut = false;
+            while let Some(step) = pull.next().await {
+                match step {
+                    // The engine went away mid-pull: wait for it, then pull on.
+                    Err(e) if engine::unreachable(&e) && !ctx.stop.is_cancelled() => {
+                        cut = true;
+                        break;
+                    }
+                    Err(e) => {
+                        failure = Some(e.to_string());
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+            }
+            if !cut {
                 break;
             }
+            engine::wait_for_engine(ctx).await;
         }
         if let Some(reason) = failure {
             moved(
@@ -88,15 +106,23 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
     Ok(Some(container_name(id, 0)))
 }
 
-/// Waits for the container to exit; its exit code.
+/// Waits for the container to exit; its exit code. A wait the engine's absence cut is made
+/// again once it answers: the container ran on meanwhile, and may have exited.
 async fn exit_code(ctx: &Ctx, container: &str) -> i64 {
-    let mut wait = ctx
-        .docker
-        .wait_container(container, None::<WaitContainerOptions<String>>);
-    match wait.next().await {
-        Some(Ok(r)) => r.status_code,
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-        _ => -1,
+    loop {
+        let mut wait = ctx
+            .docker
+            .wait_container(container, None::<WaitContainerOptions<String>>);
+        match wait.next().await {
+            Some(Ok(r)) => return r.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                return code
+            }
+            Some(Err(e)) if engine::unreachable(&e) && !ctx.stop.is_cancelled() => {
+                engine::wait_for_engine(ctx).await;
+            }
+            _ => return -1,
+        }
     }
 }
 
@@ -283,12 +309,12 @@ async fn own_session(
                 // the keeper is stopped before the container is.
                 keeping.cancel();
                 let grace = ctx.config.stop_grace_secs;
-                let _ = ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace })).await;
+                let _ = patiently(&ctx, || ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace }))).await;
                 (exit_code(&ctx, &container).await, Ended::Stopped)
             }
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 keeping.cancel();
-                let _ = ctx.docker.stop_container(&container, Some(StopContainerOptions { t: 2 })).await;
+                let _ = patiently(&ctx, || ctx.docker.stop_container(&container, Some(StopContainerOptions { t: 2 }))).await;
                 (exit_code(&ctx, &container).await, Ended::TimedOut)
             }
         };

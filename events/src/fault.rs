@@ -1,0 +1,112 @@
+//! Which database failures are an outage, and which are a mistake. An outage (PostgreSQL
+//! restarting, unreachable, out of connections, a connection cut) passes: the caller waits
+//! and tries again, and the gateway answers 503 with `Retry-After`. A mistake (a wrong
+//! password, a database that is not there, a statement PostgreSQL refuses) does not pass by
+//! waiting: a process stops on it with its message.
+
+use deadpool_postgres::{HookError, PoolError};
+use tokio_postgres::error::SqlState;
+
+/// Whether `e` says PostgreSQL is unavailable for now rather than that something is wrong:
+/// the connection could not be made, was closed or timed out, or the server answered with a
+/// connection exception (class 08), an operator intervention (57P01 shutting down, 57P02
+/// crash shutdown, 57P03 cannot connect now) or too many connections (53300).
+pub fn postgres_unavailable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08")
+                || [
+                    SqlState::ADMIN_SHUTDOWN.code(),
+                    SqlState::CRASH_SHUTDOWN.code(),
+                    SqlState::CANNOT_CONNECT_NOW.code(),
+                    SqlState::TOO_MANY_CONNECTIONS.code(),
+                ]
+                .contains(&code)
+        }
+        // No SQLSTATE: the server never answered. A failed connect or a broken socket
+        // carries the I/O error; a connect that timed out carries nothing.
+        None => match std::error::Error::source(e) {
+            Some(source) => source.is::<std::io::Error>(),
+            None => e.to_string().contains("timed out"),
+        },
+    }
+}
+
+/// [`postgres_unavailable`] for an error of the pool: a connection that could not be made
+/// (or made in time) is an outage; a closed pool or a missing runtime is a mistake.
+pub fn pool_unavailable(e: &PoolError) -> bool {
+    match e {
+        PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => {
+            postgres_unavailable(e)
+        }
+        PoolError::Timeout(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether PostgreSQL refused on grounds that waiting does not change: the login (class 28:
+/// a wrong password, a role that may not log in) or the database named (3D000).
+pub fn postgres_refused(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|code| {
+        code.code().starts_with("28") || code == &SqlState::INVALID_CATALOG_NAME
+    })
+}
+
+/// An outage as a loop that retries by itself sees it: logged once when its first failure
+/// comes and once when it works again, never at every retry.
+#[derive(Debug, Default)]
+pub struct Outage {
+    since: Option<tokio::time::Instant>,
+}
+
+impl Outage {
+    /// Notes a failure of `part`; the first of an outage is logged as a warning.
+    pub fn failed(&mut self, part: &str, error: &dyn std::fmt::Display) {
+        if self.since.is_none() {
+            self.since = Some(tokio::time::Instant::now());
+            tracing::warn!(part, error = %error, "failing; retrying with backoff until it works");
+        } else {
+            tracing::debug!(part, error = %error, "failed again");
+        }
+    }
+
+    /// Notes that `part` works; the end of an outage is logged with how long it lasted.
+    pub fn passed(&mut self, part: &str) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                part,
+                after_secs = since.elapsed().as_secs_f64(),
+                "working again"
+            );
+        }
+    }
+
+    /// Whether the last thing noted was a failure.
+    pub fn is_on(&self) -> bool {
+        self.since.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection to a port nobody listens on fails with the I/O error: an outage.
+    #[tokio::test]
+    async fn a_refused_connection_is_an_outage() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let url = format!("postgres://nobody@127.0.0.1:{port}/none");
+        let e = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .err()
+            .expect("nothing listens there");
+        assert!(postgres_unavailable(&e), "{e}");
+        assert!(!postgres_refused(&e), "{e}");
+    }
+}

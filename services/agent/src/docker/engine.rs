@@ -1,0 +1,101 @@
+//! The engine away. A Docker socket that refuses or cuts connections (dockerd restarting,
+//! its socket paused) is an outage the agent waits out, never a session's end: the calls a
+//! session's life depends on (inspect, create, start, wait, logs, stop, remove) are asked
+//! again with capped, jittered backoff until the engine answers, and containers keep running
+//! meanwhile. The outage is logged once when it starts and once when it ends, for the whole
+//! agent.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
+
+use bollard::errors::Error;
+
+use super::Ctx;
+
+/// Whether `e` says the engine could not be reached (no socket, a connection refused or cut,
+/// no answer in time), rather than that it refused what was asked.
+pub(crate) fn unreachable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::IOError { .. }
+            | Error::HyperLegacyError { .. }
+            | Error::HyperResponseError { .. }
+            | Error::HttpClientError { .. }
+            | Error::RequestTimeoutError
+            | Error::SocketNotFoundError(_)
+    )
+}
+
+/// Since when the engine has been unreachable, shared by every task of the agent.
+#[derive(Clone, Default)]
+pub(crate) struct EngineWatch(Arc<Mutex<Option<Instant>>>);
+
+impl EngineWatch {
+    fn failed(&self, e: &Error) {
+        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_none() {
+            *since = Some(Instant::now());
+            tracing::warn!(error = %e, "the Docker engine is unreachable; containers keep running, and the agent waits for it");
+        }
+    }
+
+    fn answered(&self) {
+        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = since.take() {
+            tracing::info!(
+                after_secs = at.elapsed().as_secs_f64(),
+                "the Docker engine answers again"
+            );
+        }
+    }
+}
+
+/// Runs `call` until the engine answers it (with a result or a refusal), waiting out its
+/// absence; gives up only when the agent stops, with the last error.
+pub(super) async fn patiently<T, F, Fut>(ctx: &Ctx, mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let mut failures = 0u32;
+    loop {
+        match call().await {
+            Err(e) if unreachable(&e) => {
+                ctx.engine.failed(&e);
+                failures += 1;
+                tokio::select! {
+                    _ = ctx.stop.cancelled() => return Err(e),
+                    _ = tokio::time::sleep(bus::link::backoff(failures)) => {}
+                }
+            }
+            answered => {
+                ctx.engine.answered();
+                return answered;
+            }
+        }
+    }
+}
+
+/// Waits until the engine answers a ping (or the agent stops).
+pub(super) async fn wait_for_engine(ctx: &Ctx) {
+    let _ = patiently(ctx, || ctx.docker.ping()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_engine_out_of_reach_is_waited_for() {
+        assert!(unreachable(&Error::RequestTimeoutError));
+        assert!(unreachable(&Error::SocketNotFoundError(
+            "/run/docker.sock".into()
+        )));
+        let refused = Error::DockerResponseServerError {
+            status_code: 404,
+            message: "No such image".into(),
+        };
+        assert!(!unreachable(&refused));
+    }
+}
