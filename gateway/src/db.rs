@@ -4,7 +4,7 @@
 //! come from the `proj_sessions` projection; what must be exact right after a write (who owns
 //! a session, its status) comes from the ledger.
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{GenericClient, Pool};
 use events::payloads::{SchedulingResult, SessionStatus, SessionType};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -729,4 +729,29 @@ pub async fn app_token(pool: &Pool, session: Uuid, app: &str) -> Result<Option<S
         )
         .await?;
     Ok(row.and_then(|r| r.get(0)))
+}
+
+/// Each checkpointed reader of the log (the relay, the projections): its name, how many
+/// events it has not read (counted up to `counted_up_to`) and how long the oldest of them
+/// has waited, in seconds.
+pub async fn reader_lags(
+    client: &impl GenericClient,
+    counted_up_to: i64,
+) -> Result<Vec<(String, i64, f64)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT c.name,
+                    (SELECT count(*) FROM (SELECT 1 FROM events e
+                       WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) LIMIT $1) unread),
+                    coalesce(extract(epoch FROM clock_timestamp() -
+                      (SELECT e.recorded_at FROM events e WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq)
+                       ORDER BY e.tx_id, e.seq LIMIT 1))::float8, 0)
+             FROM checkpoints c ORDER BY c.name",
+            &[&counted_up_to],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }

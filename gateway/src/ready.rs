@@ -179,25 +179,15 @@ impl Readiness {
 /// Each checkpointed reader's lag behind the log.
 async fn lags(pool: &Pool) -> Result<Vec<ReaderLag>, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    let rows = client
-        .query(
-            "SELECT c.name,
-                    (SELECT count(*) FROM (SELECT 1 FROM events e
-                       WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) LIMIT $1) unread),
-                    coalesce(extract(epoch FROM clock_timestamp() -
-                      (SELECT e.recorded_at FROM events e WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq)
-                       ORDER BY e.tx_id, e.seq LIMIT 1))::float8, 0)
-             FROM checkpoints c ORDER BY c.name",
-            &[&LAG_COUNTED_UP_TO],
-        )
+    let lags = crate::db::reader_lags(&client, LAG_COUNTED_UP_TO)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(rows
-        .iter()
-        .map(|r| ReaderLag {
-            name: r.get(0),
-            events_behind: r.get(1),
-            seconds_behind: r.get(2),
+    Ok(lags
+        .into_iter()
+        .map(|(name, events_behind, seconds_behind)| ReaderLag {
+            name,
+            events_behind,
+            seconds_behind,
         })
         .collect())
 }

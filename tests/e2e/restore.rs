@@ -5,7 +5,6 @@
 //! show it, the consumers apply it, the audit chain verifies across the restore, and every
 //! replay is equal.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -15,93 +14,6 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::common::*;
-
-/// A PostgreSQL cluster of the test's own: a new data directory, on a free port; stopped and
-/// removed with it.
-struct Cluster {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-}
-
-/// `program` run as the cluster's owner: PostgreSQL refuses to run as root, so as `postgres`
-/// there (as infra/services.sh does).
-fn as_owner(program: &std::path::Path) -> Command {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if root {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(program);
-        command.current_dir("/");
-        command
-    } else {
-        Command::new(program)
-    }
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        // Where `berth restore` finds PostgreSQL's programs, the server's among them.
-        let initdb = berth::backup::pg_tool("initdb");
-        let bin = initdb
-            .parent()
-            .expect("PostgreSQL's server programs are installed (infra/services.sh installs them)")
-            .to_path_buf();
-        let data = std::env::temp_dir().join(format!("berth-cluster-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&data).unwrap();
-        // The owner must reach the directory; a non-root test owns it already.
-        let _ = Command::new("chown").arg("postgres").arg(&data).output();
-        let made = as_owner(&bin.join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "berth", "--auth=trust", "-E", "UTF8"])
-            .output()
-            .unwrap();
-        assert!(
-            made.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&made.stderr)
-        );
-        let port = free_port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            data.display()
-        );
-        let started = as_owner(&bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(data.join("server.log"))
-            .args(["-o", &options, "-w", "-t", "60", "start"])
-            .output()
-            .unwrap();
-        assert!(
-            started.status.success(),
-            "pg_ctl start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-        Cluster { bin, data, port }
-    }
-
-    fn url(&self, database: &str) -> String {
-        format!("postgres://berth@127.0.0.1:{}/{database}", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = as_owner(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.data);
-        }
-    }
-}
 
 /// A batch session the simulated agent runs for a moment and ends with exit code 0.
 fn batch(command: &str) -> serde_json::Value {
@@ -147,7 +59,8 @@ async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
     h.stop();
 
     // A new cluster counts transactions from a few hundred: far behind the log.
-    let cluster = Cluster::start();
+    // A cluster of the test's own: a new data directory, on a free port.
+    let cluster = berth::scratch::Postgres::start().unwrap();
     let (admin, connection) = deadpool_postgres::tokio_postgres::connect(
         &cluster.url("postgres"),
         deadpool_postgres::tokio_postgres::NoTls,

@@ -90,6 +90,13 @@ pub async fn first_superadmin(pool: &Pool, url: &str) -> events::ledger::KeyOwne
         .expect("the printed key has an owner")
 }
 
+/// A new directory under the temporary one, named `<prefix>-<uuid>`.
+pub fn tempdir(prefix: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Where nothing listens: an agent that tried the database would fail to reach it.
 pub const NO_DATABASE: &str = "postgres://denied@127.0.0.1:1/none";
 
@@ -155,6 +162,11 @@ impl BerthProcess {
             .spawn()
             .expect("start berth");
         BerthProcess(child)
+    }
+
+    /// Whether the process has not exited.
+    pub fn still_running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
     }
 
     /// SIGKILL: the process gets no chance to clean up.

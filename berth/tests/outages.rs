@@ -1,0 +1,391 @@
+//! berth rides through its dependencies' outages. `berth up` and `berth agent` run as
+//! processes on a PostgreSQL cluster, a nats-server and a door to the Docker engine of the
+//! test's own; with batch sessions in flight the test stops PostgreSQL (`pg_ctl stop -m
+//! fast`), kills nats-server and shuts the engine's socket, each for longer than the agents'
+//! heartbeat timeout, and gives each back, never touching berth's processes. During the
+//! PostgreSQL outage a create answers 503 with `Retry-After` and writes nothing, and
+//! `/readyz` names PostgreSQL; once it is back the same create succeeds. Afterwards both
+//! processes still run, no agent was marked lost, every session ended TERMINATED with exit
+//! code 0 and its whole output in exactly one container, none is left, every replay is
+//! equal and the audit chain verifies.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use berth::scratch::{EngineDoor, Nats, Postgres};
+use common::*;
+use deadpool_postgres::Pool;
+use serde_json::{json, Value};
+
+/// How long each outage lasts: longer than the heartbeat timeout the processes are given,
+/// so an agent marked lost for the outage's silence would show.
+const OUTAGE: Duration = Duration::from_secs(12);
+const HEARTBEAT_TIMEOUT_SECS: &str = "8";
+
+fn batch(count: u32) -> Value {
+    json!({"type": "batch", "image": "berth/shell:latest",
+           "startup_command": "echo begin; sleep 5; echo done",
+           "resources": {"cpu": 0.25, "memory": "64m"}, "count": count})
+}
+
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Api {
+    async fn create(&self, body: &Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/sessions", self.base))
+            .header("X-API-Key", &self.key)
+            .json(body)
+            .send()
+            .await
+            .expect("the gateway answers")
+    }
+
+    /// Creates `count` sessions; their ids.
+    async fn launch(&self, count: u32) -> Vec<uuid::Uuid> {
+        let response = self.create(&batch(count)).await;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    async fn readyz(&self) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}/readyz", self.base))
+            .send()
+            .await
+            .expect("the gateway answers");
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+}
+
+/// How many of `sessions` the ledger has in one of `statuses`.
+async fn count_in(pool: &Pool, sessions: &[uuid::Uuid], statuses: &[&str]) -> usize {
+    let client = pool.get().await.unwrap();
+    let statuses: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
+    client
+        .query_one(
+            "SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1) AND status = ANY($2)",
+            &[&sessions, &statuses],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as usize
+}
+
+/// Waits (up to `within`) until every one of `sessions` is in one of `statuses`.
+async fn wait_all(pool: &Pool, sessions: &[uuid::Uuid], statuses: &[&str], within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while count_in(pool, sessions, statuses).await < sessions.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every session reached {statuses:?} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn count_events(pool: &Pool, event_type: &str) -> i64 {
+    let client = pool.get().await.unwrap();
+    client
+        .query_one(
+            "SELECT count(*) FROM events WHERE event_type = $1",
+            &[&event_type],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn containers_of_agent(agent: &str) -> Vec<String> {
+    let output = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=ai.berth.agent={agent}"))
+        .output()
+        .expect("docker answers");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
+    let postgres = Postgres::start().unwrap();
+    let mut nats = Nats::start().unwrap();
+    let door = EngineDoor::open().unwrap();
+    let url = postgres.url("berth");
+    events::store::ensure_database(&url).await.unwrap();
+    let pool = events::store::pool(&url, 4).unwrap();
+    events::store::migrate(&pool, &[]).await.unwrap();
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let key = text
+        .split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("the first key is printed")
+        .to_owned();
+    let (ok, text) = berth_line(
+        &url,
+        "admin set-policy default --max-sessions 100 --max-cpu 64 --max-memory-gib 64",
+    );
+    assert!(ok, "{text}");
+    let dir = tempdir("berth-outages");
+    let agent_id = format!("out{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let credential = dir.join("credential");
+    admit_agent(&url, &agent_id, &credential, &[]);
+
+    let port = berth::scratch::free_port();
+    let up_env: Vec<(String, String)> = [
+        ("BERTH_DATABASE_URL", url.clone()),
+        ("BERTH_NATS_URL", nats.url()),
+        ("BERTH_GATEWAY_LISTEN", format!("127.0.0.1:{port}")),
+        ("BERTH_PROXY_PORTS", "off".into()),
+        ("BERTH_SCHEDULER_INTERVAL_MS", "500".into()),
+        ("BERTH_RECONCILE_EVERY_MS", "1000".into()),
+        (
+            "BERTH_HEARTBEAT_TIMEOUT_SECS",
+            HEARTBEAT_TIMEOUT_SECS.into(),
+        ),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .into();
+    let agent_env: Vec<(String, String)> = [
+        ("BERTH_DATABASE_URL", NO_DATABASE.to_owned()),
+        ("BERTH_NATS_URL", nats.url()),
+        ("BERTH_AGENT_CREDENTIAL", credential.display().to_string()),
+        ("DOCKER_HOST", door.docker_host()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .into();
+    let data = dir.join("data");
+    let agent_args = [
+        "agent",
+        "--id",
+        &agent_id,
+        "--cpu",
+        "4",
+        "--memory-gib",
+        "4",
+        "--image",
+        "berth/shell:latest",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let (up_log, agent_log) = (dir.join("up.log"), dir.join("agent.log"));
+    let mut up = BerthProcess::start(&["up"], &up_env, &up_log);
+    let mut agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
+    let logs = || {
+        let tail = |path: &std::path::Path| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(60)..].join("\n")
+        };
+        format!(
+            "up (tail):\n{}\nagent (tail):\n{}",
+            tail(&up_log),
+            tail(&agent_log)
+        )
+    };
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: format!("http://127.0.0.1:{port}"),
+        key,
+    };
+    let registered = || async {
+        let client = pool.get().await.unwrap();
+        client
+            .query_opt(
+                "SELECT 1 FROM ledger.agents WHERE agent_id = $1",
+                &[&agent_id],
+            )
+            .await
+            .unwrap()
+            .is_some()
+    };
+    for _ in 0..600 {
+        if registered().await && api.http.get(&api.base).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(registered().await, "the agent never registered\n{}", logs());
+    let mut sessions = Vec::new();
+
+    // PostgreSQL goes away while sessions run.
+    let running = api.launch(4).await;
+    wait_all(&pool, &running, &["RUNNING"], Duration::from_secs(90)).await;
+    sessions.extend(&running);
+    drop(pool);
+    postgres.stop().unwrap();
+    let refused = api.create(&batch(1)).await;
+    assert_eq!(refused.status(), 503);
+    assert!(
+        refused.headers().contains_key("retry-after"),
+        "{:?}",
+        refused.headers()
+    );
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
+    let mut named = Value::Null;
+    for _ in 0..50 {
+        let (status, report) = api.readyz().await;
+        if status == 503 && report["postgres"]["up"] == false {
+            named = report;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(named["postgres"]["up"], false, "/readyz: {named}");
+    assert!(named["postgres"]["error"].is_string(), "{named}");
+    tokio::time::sleep(OUTAGE).await;
+    postgres.start_again().unwrap();
+    // The same create, retried as its Retry-After says, succeeds once PostgreSQL is back.
+    let mut created = None;
+    for _ in 0..60 {
+        let response = api.create(&batch(1)).await;
+        if response.status() == 201 {
+            created = Some(response.json::<Value>().await.unwrap());
+            break;
+        }
+        assert_eq!(response.status(), 503);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let created = created.expect("a create succeeds once PostgreSQL is back");
+    let pool = events::store::pool(&url, 4).unwrap();
+    sessions.push(
+        created["sessions"][0]["session_id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+    );
+    // The refused create wrote nothing: one request per session created so far.
+    assert_eq!(
+        count_events(&pool, "SessionRequested").await,
+        sessions.len() as i64
+    );
+
+    // NATS goes away while sessions run; creates are taken meanwhile.
+    let running = api.launch(3).await;
+    wait_all(&pool, &running, &["RUNNING"], Duration::from_secs(90)).await;
+    sessions.extend(&running);
+    nats.kill();
+    sessions.extend(api.launch(2).await);
+    tokio::time::sleep(OUTAGE).await;
+    nats.start_again().unwrap();
+
+    // The Docker engine goes out of reach while sessions run (and end).
+    let running = api.launch(3).await;
+    wait_all(&pool, &running, &["RUNNING"], Duration::from_secs(90)).await;
+    sessions.extend(&running);
+    door.shut();
+    tokio::time::sleep(OUTAGE).await;
+    door.reopen().unwrap();
+
+    // Every session ends TERMINATED, with its exit code and its whole output.
+    let ended = ["TERMINATED", "ERROR", "CANCELLED"];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while count_in(&pool, &sessions, &ended).await < sessions.len()
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let complete = || async {
+        let client = pool.get().await.unwrap();
+        client
+            .query_one(
+                "SELECT count(*) FROM session_logs
+                 WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'",
+                &[&sessions],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0) as usize
+    };
+    for _ in 0..150 {
+        if complete().await == sessions.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let client = pool.get().await.unwrap();
+    let rows = client
+        .query(
+            "SELECT s.session_id, s.status, s.status_reason,
+                    (SELECT (e.payload->>'exit_code')::int FROM events e
+                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
+                    coalesce(l.content, ''),
+                    (SELECT count(*) FROM events e
+                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'KernelStarted')
+             FROM ledger.sessions s
+             LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             WHERE s.session_id = ANY($1)",
+            &[&sessions],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), sessions.len());
+    for row in &rows {
+        let session: uuid::Uuid = row.get(0);
+        let status: String = row.get(1);
+        let reason: Option<String> = row.get(2);
+        let exit_code: Option<i32> = row.get(3);
+        let output: String = row.get(4);
+        let containers: i64 = row.get(5);
+        assert_eq!(
+            status,
+            "TERMINATED",
+            "{session}: {status} ({reason:?})\n{}",
+            logs()
+        );
+        assert_eq!(exit_code, Some(0), "{session}: {reason:?}");
+        assert!(
+            output.contains("begin") && output.contains("done"),
+            "{session}: output {output:?}\n{}",
+            logs()
+        );
+        assert_eq!(containers, 1, "{session} ran in {containers} containers");
+    }
+    assert_eq!(
+        count_events(&pool, "AgentLost").await,
+        0,
+        "an agent was marked lost for an outage's silence\n{}",
+        logs()
+    );
+    for _ in 0..100 {
+        if containers_of_agent(&agent_id).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers_of_agent(&agent_id), Vec::<String>::new());
+    // Neither process exited, though every dependency went away under it.
+    assert!(up.still_running(), "berth up exited\n{}", logs());
+    assert!(agent.still_running(), "berth agent exited\n{}", logs());
+    let replay = events::ledger::replay(&pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    for projection in ["sessions", "streams"] {
+        let (ok, text) = berth(&url, &["replay", projection]);
+        assert!(ok, "replay {projection}: {text}");
+    }
+    let (ok, text) = berth(&url, &["audit", "verify"]);
+    assert!(ok, "audit verify: {text}");
+    drop((up, agent));
+    let _ = std::fs::remove_dir_all(&dir);
+}
