@@ -1,5 +1,6 @@
 //! docker-compose.yml is valid: `docker compose config` (or the older `docker-compose`)
-//! accepts it and it names the whole stack.
+//! accepts it, it names the whole stack, every long-running service restarts unless
+//! stopped, and berth's health is its `/readyz`.
 
 use std::path::Path;
 use std::process::Command;
@@ -46,4 +47,33 @@ fn docker_compose_file_is_valid() {
             "service {service} missing: {stdout}"
         );
     }
+    let file = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    // A service's block: the lines under its name, indented deeper (blank lines and
+    // comments included).
+    let block = |service: &str| -> String {
+        let header = format!("  {service}:");
+        let mut lines = file.lines().skip_while(|l| *l != header);
+        assert!(lines.next().is_some(), "no block for {service}");
+        lines
+            .take_while(|l| l.is_empty() || l.starts_with("   ") || l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for service in ["postgres", "nats", "berth", "agent"] {
+        let block = block(service);
+        assert!(
+            block.contains("restart: unless-stopped"),
+            "{service} does not restart: {block}"
+        );
+    }
+    for service in ["postgres", "nats", "berth"] {
+        assert!(
+            block(service).contains("healthcheck:"),
+            "{service} has no health check"
+        );
+    }
+    assert!(
+        block("berth").contains("/readyz"),
+        "berth's health check is not /readyz"
+    );
 }

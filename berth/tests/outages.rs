@@ -7,7 +7,8 @@
 //! `/readyz` names PostgreSQL; once it is back the same create succeeds. Afterwards both
 //! processes still run, no agent was marked lost, every session ended TERMINATED with exit
 //! code 0 and its whole output in exactly one container, none is left, every replay is
-//! equal and the audit chain verifies.
+//! equal and the audit chain verifies. Both processes also start while PostgreSQL and NATS
+//! are away, and wait for them; a login PostgreSQL refuses stops `berth up` with the reason.
 
 mod common;
 
@@ -122,6 +123,30 @@ fn containers_of_agent(agent: &str) -> Vec<String> {
         .collect()
 }
 
+/// A fault that waiting does not mend stops the process, saying what it is: here a role
+/// PostgreSQL does not know.
+#[test]
+fn a_login_postgresql_refuses_stops_berth_with_the_reason() {
+    let base = base_url();
+    let (_, rest) = base.split_once('@').unwrap();
+    let url = format!("postgres://nobody_{}@{rest}", uuid::Uuid::new_v4().simple());
+    let (ok, text) = berth_with(
+        &["up"],
+        &[
+            ("BERTH_DATABASE_URL".into(), url),
+            ("BERTH_GATEWAY_LISTEN".into(), "127.0.0.1:0".into()),
+        ],
+    );
+    assert!(
+        !ok,
+        "berth up went on with a login PostgreSQL refuses: {text}"
+    );
+    assert!(
+        text.contains("reach PostgreSQL") && text.contains("does not exist"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let postgres = Postgres::start().unwrap();
@@ -186,8 +211,35 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
         data.to_str().unwrap(),
     ];
     let (up_log, agent_log) = (dir.join("up.log"), dir.join("agent.log"));
+    // berth starts while PostgreSQL and NATS are both away: it waits for each, saying so.
+    postgres.stop().unwrap();
+    nats.kill();
     let mut up = BerthProcess::start(&["up"], &up_env, &up_log);
     let mut agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
+    let said = |log: &std::path::Path, line: &str| {
+        std::fs::read_to_string(log).is_ok_and(|text| text.contains(line))
+    };
+    for waited_for in ["waiting for PostgreSQL", "waiting for NATS"] {
+        for _ in 0..100 {
+            if said(&up_log, waited_for) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            said(&up_log, waited_for),
+            "berth up never said `{waited_for}`"
+        );
+        assert!(up.still_running(), "berth up exited instead of waiting");
+        if waited_for.ends_with("PostgreSQL") {
+            postgres.start_again().unwrap();
+        }
+    }
+    assert!(
+        agent.still_running(),
+        "berth agent exited instead of waiting"
+    );
+    nats.start_again().unwrap();
     let logs = || {
         let tail = |path: &std::path::Path| {
             let text = std::fs::read_to_string(path).unwrap_or_default();

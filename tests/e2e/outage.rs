@@ -1,7 +1,8 @@
-//! The bus goes away and comes back: a nats-server of the test's own is killed while an agent
-//! runs, a session is created while it is down, and it is started again on the same store.
-//! No agent is marked lost for the bus's silence, the command created meanwhile is delivered,
-//! and the session runs to its end.
+//! Outages seen from the control plane. The bus goes away and comes back: a nats-server of
+//! the test's own is killed while an agent runs, a session is created while it is down, and
+//! it is started again on the same store; no agent is marked lost for the bus's silence, the
+//! command created meanwhile is delivered, and the session runs to its end. PostgreSQL slows
+//! down: creates beyond the gateway's queue are answered 503 `busy` at once.
 
 use std::time::Duration;
 
@@ -86,4 +87,71 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
     agent.stop().await;
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
+}
+
+/// PostgreSQL slow rather than down (the sessions table held by a lock): creates beyond the
+/// gateway's queue are answered 503 `busy` with `Retry-After` at once, instead of piling up
+/// connections; those in the queue complete once it is fast again, and nothing else was
+/// written.
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_beyond_the_queue_are_answered_busy_while_postgresql_is_slow() {
+    let mut config = test_config();
+    config.create_queue = 2;
+    let h = start_with(config).await;
+    h.agent("a1", "default", 8).await;
+    // The caller's key is looked up (and cached) before PostgreSQL slows down.
+    let (status, created) = h.create(&h.admin_key, batch()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    let mut holder = h.pool.get().await.unwrap();
+    let lock = holder.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE ledger.sessions IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/sessions", h.base);
+    let requests = (0..6).map(|_| {
+        let (http, url, key) = (http.clone(), url.clone(), h.admin_key.clone());
+        tokio::spawn(async move {
+            let response = http
+                .post(url)
+                .header("X-API-Key", key)
+                .json(&batch())
+                .send()
+                .await
+                .unwrap();
+            let retry_after = response.headers().get("retry-after").cloned();
+            let status = response.status();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, retry_after, body)
+        })
+    });
+    let requests: Vec<_> = requests.collect();
+    // The four beyond the queue are answered while the lock is still held.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let finished = requests.iter().filter(|r| r.is_finished()).count();
+    assert_eq!(
+        finished, 4,
+        "only the creates beyond the queue are answered"
+    );
+    lock.commit().await.unwrap();
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    let busy: Vec<_> = answers
+        .iter()
+        .filter(|(status, _, _)| *status == StatusCode::SERVICE_UNAVAILABLE)
+        .collect();
+    assert_eq!(busy.len(), 4, "{answers:?}");
+    for (_, retry_after, body) in &busy {
+        assert_eq!(body["error"]["code"], "busy", "{body}");
+        assert!(retry_after.is_some(), "a 503 without Retry-After: {body}");
+    }
+    let created = answers
+        .iter()
+        .filter(|(status, _, _)| *status == StatusCode::CREATED)
+        .count();
+    assert_eq!(created, 2, "{answers:?}");
+    assert_eq!(h.count_events("SessionRequested").await, 3);
 }
