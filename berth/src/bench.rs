@@ -97,6 +97,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 500)]
         requests: usize,
     },
+    /// How soon sessions are placed and RUNNING again once PostgreSQL or NATS returns from
+    /// an outage, next to a create's own times with nothing away. Runs on a PostgreSQL
+    /// cluster and a nats-server of its own, which it stops and starts.
+    Recovery {
+        /// Outages of each dependency.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Seconds each outage lasts.
+        #[arg(long, default_value_t = 3)]
+        outage: u64,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -139,6 +150,9 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             let binary = std::env::current_exe()?;
             crate::bench_fleet::fleet(&binary, &config.nats_url, &url, &name, agents, sessions)
                 .await
+        }
+        BenchCommand::Recovery { rounds, outage } => {
+            crate::bench_recovery::recovery(rounds, Duration::from_secs(outage)).await
         }
         BenchCommand::Gateway {
             seconds,

@@ -92,6 +92,25 @@ pub async fn count_in_status(
     Ok(client.query_one(&sql, &[&ids]).await?.get(0))
 }
 
+/// Session `id`'s status in the ledger (none when it has no such session).
+pub async fn session_status(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> anyhow::Result<Option<SessionStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(match row {
+        Some(row) => Some(serde_json::from_value(serde_json::Value::String(
+            row.get(0),
+        ))?),
+        None => None,
+    })
+}
+
 /// How many agents the ledger offers to the scheduler (registered, not lost).
 pub async fn live_agents(client: &impl GenericClient) -> anyhow::Result<i64> {
     Ok(client

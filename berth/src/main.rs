@@ -12,6 +12,7 @@ mod bench_apps;
 mod bench_commit;
 mod bench_fleet;
 mod bench_reap;
+mod bench_recovery;
 mod bench_sessions;
 mod db;
 mod session_cli;

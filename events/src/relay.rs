@@ -207,9 +207,11 @@ async fn publish_loop(
                     tracing::warn!(error = %e, %after, "NATS does not take the relay's events; publishing again from here with backoff");
                 }
                 failures += 1;
+                // Capped at a second: a try costs one failed publish, and the bus's return
+                // is noticed within it.
                 let wait = Duration::from_millis(100)
                     .saturating_mul(1 << failures.min(6))
-                    .min(Duration::from_secs(5));
+                    .min(Duration::from_secs(1));
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     _ = tokio::time::sleep(wait) => {}

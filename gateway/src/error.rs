@@ -55,7 +55,7 @@ impl ApiError {
         )
     }
 
-    /// NATS is away: what needs the bus cannot be done now.
+    /// NATS is away (or not configured): what needs the bus cannot be done now.
     pub fn bus_unavailable(what: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

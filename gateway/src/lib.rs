@@ -116,6 +116,19 @@ impl AppState {
         self
     }
 
+    /// The NATS client while it is connected; otherwise 503 `bus_unavailable`, saying that
+    /// `what` cannot be done now.
+    pub(crate) fn bus(&self, what: &str) -> Result<&async_nats::Client, ApiError> {
+        match &self.nats {
+            Some(client)
+                if client.connection_state() == async_nats::connection::State::Connected =>
+            {
+                Ok(client)
+            }
+            _ => Err(ApiError::bus_unavailable(what)),
+        }
+    }
+
     /// A place among the creates in flight, or 503 `busy` when the queue is full.
     pub(crate) fn admit_create(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
         self.creates.clone().try_acquire_owned().map_err(|_| {

@@ -2,8 +2,8 @@
 //! dependency (PostgreSQL answering, NATS connected) and how far each reader of the log
 //! (the relay, the projections) trails it, so an orchestrator or a person sees what is
 //! wrong; `/healthz` stays a liveness probe. While PostgreSQL is down, writes are answered
-//! 503 `database_unavailable` at once ([`refuse_writes_while_down`]) instead of waiting
-//! on a pool that cannot connect.
+//! 503 `database_unavailable` within half a second ([`refuse_writes_while_down`]) instead
+//! of waiting on a pool that cannot connect.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -24,6 +24,8 @@ use crate::AppState;
 
 /// How often the dependencies are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long a write that finds PostgreSQL down waits for a connection before it is refused.
+const RECHECK_WITHIN: Duration = Duration::from_millis(500);
 /// How long a check of PostgreSQL may take before it counts as down.
 const CHECK_WITHIN: Duration = Duration::from_secs(2);
 /// A reader further behind the log than this makes the gateway not ready: what it serves
@@ -124,6 +126,21 @@ impl Readiness {
         !self.0.read().unwrap_or_else(|e| e.into_inner()).postgres.up
     }
 
+    /// Whether PostgreSQL answers again, asked now rather than at the next check (a write
+    /// that finds it down asks, so the first write after its return goes through); noted
+    /// when it does.
+    pub async fn postgres_back(&self, pool: &Pool) -> bool {
+        let answered = matches!(
+            tokio::time::timeout(RECHECK_WITHIN, pool.get()).await,
+            Ok(Ok(_))
+        );
+        if answered {
+            let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
+            report.postgres = report.postgres.noted(Utc::now(), None, "PostgreSQL", "");
+        }
+        answered
+    }
+
     /// Checks every second until `stop`; a change of a dependency's state is logged once.
     pub async fn watch(
         self,
@@ -206,15 +223,19 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(report)).into_response()
 }
 
-/// Answers a write 503 `database_unavailable` at once while the last check found PostgreSQL
-/// down; reads go on (what can be served from memory still is).
+/// Answers a write 503 `database_unavailable` while the last check found PostgreSQL down
+/// and it does not answer now either (at most half a second); reads go on (what can be
+/// served from memory still is).
 pub async fn refuse_writes_while_down(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
     let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
-    if !reads.contains(request.method()) && state.readiness.postgres_down() {
+    if !reads.contains(request.method())
+        && state.readiness.postgres_down()
+        && !state.readiness.postgres_back(&state.pool).await
+    {
         return ApiError::database_unavailable().into_response();
     }
     next.run(request).await

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use events::payloads::Role;
 use events::RecordedEvent;
@@ -45,18 +44,13 @@ fn session_of(event: &RecordedEvent) -> Option<Uuid> {
 /// is the recorded event as JSON.
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     responses((status = 200, description = "`text/event-stream` of recorded events",
-        content_type = "text/event-stream", body = StreamedEvent)))]
+        content_type = "text/event-stream", body = StreamedEvent),
+              (status = 503, description = "NATS is unavailable (`bus_unavailable`); try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let nats = state.nats.clone().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the event stream needs NATS; set BERTH_NATS_URL",
-        )
-    })?;
+    let nats = state.bus("the event stream cannot be followed")?.clone();
     let everything = caller.role == Role::Superadmin;
     let subject = if everything {
         state.topology.all_subjects()

@@ -41,7 +41,7 @@ pub async fn session_idle(
             "the idle-reaper does not answer; try again",
         )
     };
-    let nats = state.nats.as_ref().ok_or_else(reaper_away)?;
+    let nats = state.bus("the idle-reaper cannot be asked")?;
     let body = serde_json::to_vec(&id).expect("an id serialises");
     let answer = tokio::time::timeout(
         ASK_REAPER,

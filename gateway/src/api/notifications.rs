@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
 use bytes::Bytes;
@@ -117,18 +116,15 @@ pub async fn mark_read(
 /// (`session_started`, ...), each with the notification's id and its JSON.
 #[utoipa::path(get, path = "/v1/notifications/stream", tag = "notifications",
     responses((status = 200, description = "`text/event-stream` of new notifications",
-        content_type = "text/event-stream", body = crate::sse::StreamedEvent)))]
+        content_type = "text/event-stream", body = crate::sse::StreamedEvent),
+              (status = 503, description = "NATS is unavailable (`bus_unavailable`); try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn notification_stream(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let nats = state.nats.clone().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the notification stream needs NATS; set BERTH_NATS_URL",
-        )
-    })?;
+    let nats = state
+        .bus("the notification stream cannot be followed")?
+        .clone();
     let subscriber = nats
         .subscribe(state.agent_bus.notices(caller.user_id))
         .await
