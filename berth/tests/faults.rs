@@ -7,24 +7,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use deadpool_postgres::Pool;
 use uuid::Uuid;
-
-fn containers_of_agent(agent: &str) -> Vec<String> {
-    let output = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=ai.berth.agent={agent}"))
-        .output()
-        .expect("docker answers");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
 
 async fn launch(pool: &Pool, owner: &events::ledger::KeyOwner, count: u32) -> Vec<Uuid> {
     let request = serde_json::from_value(serde_json::json!({
@@ -124,64 +111,8 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _agent = BerthProcess::start(&agent_args, &agent_env, &agent_log);
 
-    // Every session ends, TERMINATED with its exit code and its whole output.
-    let ended = || async {
-        let client = pool.get().await.unwrap();
-        client
-            .query_one(
-                "SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1)
-                   AND status IN ('TERMINATED', 'ERROR', 'CANCELLED')",
-                &[&sessions],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-    };
-    for _ in 0..900 {
-        if ended().await as usize == sessions.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Output travels as telemetry, beside the reports that end a session: the sink may keep
-    // a session's last chunk a moment after it ends (more so just after a restart).
-    let complete = || async {
-        let client = pool.get().await.unwrap();
-        client
-            .query_one(
-                "SELECT count(*) FROM session_logs
-                 WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'",
-                &[&sessions],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-    };
-    for _ in 0..150 {
-        if complete().await as usize == sessions.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let client = pool.get().await.unwrap();
-    let rows = client
-        .query(
-            "SELECT s.session_id, s.status, s.status_reason,
-                    (SELECT (e.payload->>'exit_code')::int FROM events e
-                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
-                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
-                    coalesce(l.content, ''),
-                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
-                       AND e.event_type = 'KernelStarted'),
-                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
-                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'RUNNING')
-             FROM ledger.sessions s LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
-             WHERE s.session_id = ANY($1)",
-            &[&sessions],
-        )
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), sessions.len());
+    // Every session ends, TERMINATED with its exit code and its whole output, in one
+    // container, and none is left behind.
     let logs = || {
         format!(
             "agent log:\n{}\nup log (tail):\n{}",
@@ -195,35 +126,7 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
                 .join("\n")
         )
     };
-    for row in &rows {
-        let session: Uuid = row.get(0);
-        let status: String = row.get(1);
-        let reason: Option<String> = row.get(2);
-        let exit_code: Option<i32> = row.get(3);
-        let output: String = row.get(4);
-        let (started, running): (i64, i64) = (row.get(5), row.get(6));
-        assert_eq!(
-            status,
-            "TERMINATED",
-            "{session}: {status} ({reason:?})\n{}",
-            logs()
-        );
-        assert_eq!(exit_code, Some(0), "{session}: {reason:?}");
-        assert!(
-            output.contains("begin") && output.contains("done"),
-            "{session}: output {output:?}"
-        );
-        assert_eq!(started, 1, "{session} ran in {started} containers");
-        assert!(running >= 1, "{session} ended without reaching RUNNING");
-    }
-    // No container is left behind.
-    for _ in 0..100 {
-        if containers_of_agent(&agent_id).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(containers_of_agent(&agent_id), Vec::<String>::new());
+    assert_every_batch_ended_whole(&pool, &sessions, &agent_id, logs).await;
     let replay = events::ledger::replay(&pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
     drop(up);

@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use berth::scratch::{EngineDoor, Nats, Postgres};
@@ -111,18 +110,6 @@ async fn count_events(pool: &Pool, event_type: &str) -> i64 {
         .get(0)
 }
 
-fn containers_of_agent(agent: &str) -> Vec<String> {
-    let output = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=ai.berth.agent={agent}"))
-        .output()
-        .expect("docker answers");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// A fault that waiting does not mend stops the process, saying what it is: here a role
 /// PostgreSQL does not know.
 #[test]
@@ -156,13 +143,7 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     events::store::ensure_database(&url).await.unwrap();
     let pool = events::store::pool(&url, 4).unwrap();
     events::store::migrate(&pool, &[]).await.unwrap();
-    let (ok, text) = berth(&url, &["admin", "init"]);
-    assert!(ok, "{text}");
-    let key = text
-        .split_whitespace()
-        .find(|w| w.starts_with("berth_"))
-        .expect("the first key is printed")
-        .to_owned();
+    let key = init_install(&url);
     let (ok, text) = berth_line(
         &url,
         "admin set-policy default --max-sessions 100 --max-cpu 64 --max-memory-gib 64",
@@ -348,85 +329,15 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     tokio::time::sleep(OUTAGE).await;
     door.reopen().unwrap();
 
-    // Every session ends TERMINATED, with its exit code and its whole output.
-    let ended = ["TERMINATED", "ERROR", "CANCELLED"];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    while count_in(&pool, &sessions, &ended).await < sessions.len()
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let complete = || async {
-        let client = pool.get().await.unwrap();
-        client
-            .query_one(
-                "SELECT count(*) FROM session_logs
-                 WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'",
-                &[&sessions],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0) as usize
-    };
-    for _ in 0..150 {
-        if complete().await == sessions.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let client = pool.get().await.unwrap();
-    let rows = client
-        .query(
-            "SELECT s.session_id, s.status, s.status_reason,
-                    (SELECT (e.payload->>'exit_code')::int FROM events e
-                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
-                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
-                    coalesce(l.content, ''),
-                    (SELECT count(*) FROM events e
-                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
-                       AND e.event_type = 'KernelStarted')
-             FROM ledger.sessions s
-             LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
-             WHERE s.session_id = ANY($1)",
-            &[&sessions],
-        )
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), sessions.len());
-    for row in &rows {
-        let session: uuid::Uuid = row.get(0);
-        let status: String = row.get(1);
-        let reason: Option<String> = row.get(2);
-        let exit_code: Option<i32> = row.get(3);
-        let output: String = row.get(4);
-        let containers: i64 = row.get(5);
-        assert_eq!(
-            status,
-            "TERMINATED",
-            "{session}: {status} ({reason:?})\n{}",
-            logs()
-        );
-        assert_eq!(exit_code, Some(0), "{session}: {reason:?}");
-        assert!(
-            output.contains("begin") && output.contains("done"),
-            "{session}: output {output:?}\n{}",
-            logs()
-        );
-        assert_eq!(containers, 1, "{session} ran in {containers} containers");
-    }
+    // Every session ends TERMINATED, with its exit code and its whole output, in one
+    // container, and none is left behind.
+    assert_every_batch_ended_whole(&pool, &sessions, &agent_id, logs).await;
     assert_eq!(
         count_events(&pool, "AgentLost").await,
         0,
         "an agent was marked lost for an outage's silence\n{}",
         logs()
     );
-    for _ in 0..100 {
-        if containers_of_agent(&agent_id).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(containers_of_agent(&agent_id), Vec::<String>::new());
     // Neither process exited, though every dependency went away under it.
     assert!(up.still_running(), "berth up exited\n{}", logs());
     assert!(agent.still_running(), "berth agent exited\n{}", logs());

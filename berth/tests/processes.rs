@@ -72,13 +72,7 @@ fn free_port() -> u16 {
 /// (each a `berth` subcommand), with an agent; checks it ends TERMINATED with its output.
 async fn batch_session_end_to_end(commands: &[&str]) {
     let (_pool, url) = fresh_database().await;
-    let (ok, text) = berth(&url, &["admin", "init"]);
-    assert!(ok, "{text}");
-    let key = text
-        .split_whitespace()
-        .find(|w| w.starts_with("berth_"))
-        .expect("the first key is printed")
-        .to_owned();
+    let key = init_install(&url);
     let id = Uuid::new_v4().simple().to_string();
     let listen = format!("127.0.0.1:{}", free_port());
     let mut env = bus_env("p", &id);

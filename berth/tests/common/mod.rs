@@ -77,14 +77,9 @@ pub fn berth_line(url: &str, line: &str) -> (bool, String) {
 
 /// Sets up a fresh install with `berth admin init`; its first superadmin, as a key's owner.
 pub async fn first_superadmin(pool: &Pool, url: &str) -> events::ledger::KeyOwner {
-    let (ok, text) = berth(url, &["admin", "init"]);
-    assert!(ok, "{text}");
-    let key = text
-        .split_whitespace()
-        .find(|w| w.starts_with("berth_"))
-        .expect("the first key is printed");
+    let key = init_install(url);
     let client = pool.get().await.unwrap();
-    events::ledger::key_owner(&client, key)
+    events::ledger::key_owner(&client, &key)
         .await
         .unwrap()
         .expect("the printed key has an owner")
@@ -181,4 +176,115 @@ impl Drop for BerthProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The containers of `agent` on this machine's engine (by label), stopped ones too.
+pub fn containers_of_agent(agent: &str) -> Vec<String> {
+    let output = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=ai.berth.agent={agent}"))
+        .output()
+        .expect("docker answers");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits (a few minutes at most) until each of `sessions` has ended and its output ends with
+/// `done`, then checks that each ended TERMINATED with exit code 0, printed `begin` and
+/// `done`, ran in exactly one container and reached RUNNING, and that `agent` left no
+/// container behind. `logs` says what the processes printed, for a failure.
+pub async fn assert_every_batch_ended_whole(
+    pool: &Pool,
+    sessions: &[Uuid],
+    agent: &str,
+    logs: impl Fn() -> String,
+) {
+    let client = pool.get().await.unwrap();
+    let count = |sql: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_one(sql, &[&sessions])
+                .await
+                .unwrap()
+                .get::<_, i64>(0) as usize
+        }
+    };
+    for _ in 0..900 {
+        let ended = "SELECT count(*) FROM ledger.sessions WHERE session_id = ANY($1)
+                       AND status IN ('TERMINATED', 'ERROR', 'CANCELLED')";
+        if count(ended).await == sessions.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Output travels as telemetry, beside the reports that end a session: the sink may keep
+    // a session's last chunk a moment after it ends (more so just after a restart).
+    for _ in 0..150 {
+        let complete = "SELECT count(*) FROM session_logs
+                        WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'";
+        if count(complete).await == sessions.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rows = client
+        .query(
+            "SELECT s.session_id, s.status, s.status_reason,
+                    (SELECT (e.payload->>'exit_code')::int FROM events e
+                     WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
+                    coalesce(l.content, ''),
+                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'KernelStarted'),
+                    (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                       AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'RUNNING')
+             FROM ledger.sessions s LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             WHERE s.session_id = ANY($1)",
+            &[&sessions],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), sessions.len());
+    for row in &rows {
+        let session: Uuid = row.get(0);
+        let status: String = row.get(1);
+        let reason: Option<String> = row.get(2);
+        let exit_code: Option<i32> = row.get(3);
+        let output: String = row.get(4);
+        let (started, running): (i64, i64) = (row.get(5), row.get(6));
+        assert_eq!(
+            status,
+            "TERMINATED",
+            "{session}: {status} ({reason:?})\n{}",
+            logs()
+        );
+        assert_eq!(exit_code, Some(0), "{session}: {reason:?}\n{}", logs());
+        assert!(
+            output.contains("begin") && output.contains("done"),
+            "{session}: output {output:?}\n{}",
+            logs()
+        );
+        assert_eq!(started, 1, "{session} ran in {started} containers");
+        assert!(running >= 1, "{session} ended without reaching RUNNING");
+    }
+    for _ in 0..100 {
+        if containers_of_agent(agent).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers_of_agent(agent), Vec::<String>::new());
+}
+
+/// `berth admin init` on the database at `url`: the first superadmin's API key.
+pub fn init_install(url: &str) -> String {
+    let (ok, text) = berth(url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    text.split_whitespace()
+        .find(|w| w.starts_with("berth_"))
+        .expect("the first key is printed")
+        .to_owned()
 }

@@ -413,12 +413,18 @@ async fn refresh_images(
     every: Duration,
     stop: CancellationToken,
 ) {
+    let mut unreadable = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match local_images(&docker).await {
+        let read = local_images(&docker).await;
+        // An engine out of reach is said once, not every round.
+        if read.is_ok() {
+            unreadable = false;
+        }
+        match read {
             Ok(host) if host.names != spec.images || host.apps != spec.image_apps => {
                 tracing::info!(images = ?host.names, "the images on this host changed");
                 spec.images = host.names;
@@ -428,7 +434,11 @@ async fn refresh_images(
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not list the host's images"),
+            Err(e) if !unreadable => {
+                unreadable = true;
+                tracing::warn!(error = %e, "could not list the host's images; offering those last read");
+            }
+            Err(_) => {}
         }
     }
 }
