@@ -637,6 +637,55 @@ pub(crate) async fn read_visible_with<C: GenericClient>(
     read_rows(client, &sql, after, limit).await
 }
 
+/// Reads every event after `after` in global order (behind the horizon, as [`read_all_with`]
+/// does), `batch` at a time, handing each batch to `each`; returns how many were read. Each
+/// batch is decoded on a blocking thread while the next is fetched, so the database and the
+/// decoding work at once instead of in turn: how a whole log is read (the `berth bench store`
+/// read, rebuilds).
+pub async fn read_through<C, F>(
+    client: &C,
+    after: LogPosition,
+    batch: i64,
+    mut each: F,
+) -> Result<u64, StoreError>
+where
+    C: GenericClient,
+    F: FnMut(Vec<RecordedEvent>) -> Result<(), StoreError>,
+{
+    let sql = format!(
+        "SELECT {READ_COLUMNS} FROM events
+         WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
+         ORDER BY tx_id, seq LIMIT $3"
+    );
+    let statement = client.prepare_cached(&sql).await?;
+    let fetch = |after: LogPosition| {
+        let statement = statement.clone();
+        async move {
+            client
+                .query(&statement, &[&Xid8(after.tx), &after.seq, &batch])
+                .await
+        }
+    };
+    let mut read = 0u64;
+    let mut rows = fetch(after).await?;
+    while let Some(last) = rows.last() {
+        let Xid8(tx) = last.get(0);
+        let after = LogPosition {
+            tx,
+            seq: last.get(1),
+        };
+        let decode = tokio::task::spawn_blocking(move || {
+            rows.iter().map(decode_row).collect::<Result<Vec<_>, _>>()
+        });
+        let (next, decoded) = tokio::join!(fetch(after), decode);
+        let events = decoded.expect("decoding a batch does not panic")?;
+        read += events.len() as u64;
+        each(events)?;
+        rows = next?;
+    }
+    Ok(read)
+}
+
 async fn read_rows<C: GenericClient>(
     client: &C,
     sql: &str,

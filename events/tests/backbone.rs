@@ -320,6 +320,57 @@ async fn old_schema_versions_are_upcast_on_read() {
     assert_eq!(at.timestamp_millis(), 1_700_000_000_123);
 }
 
+/// `read_through` hands over the whole log in global order, batch by batch, each event once,
+/// the same events `read_all` reads one batch at a time; a corrupt event stops it with the
+/// event's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_log_read_through_in_batches_is_the_log_in_order() {
+    let (store, _) = fresh_store().await;
+    for agent in 0..23 {
+        let events: Vec<ProposedEvent> = (0..7).map(|_| registered(&format!("a{agent}"))).collect();
+        store
+            .append(&format!("agent-a{agent}"), ExpectedVersion::Any, &events)
+            .await
+            .unwrap();
+    }
+    let everything = store.read_all(LogPosition::START, 1_000).await.unwrap();
+    assert_eq!(everything.len(), 23 * 7);
+    let client = store.pool().get().await.unwrap();
+    let mut batches = Vec::new();
+    let read = store::read_through(&client, LogPosition::START, 10, |batch| {
+        batches.push(batch);
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(read, everything.len() as u64);
+    assert!(batches.iter().all(|b| b.len() <= 10) && batches.len() == 17);
+    let through: Vec<_> = batches.concat();
+    let ids = |events: &[events::RecordedEvent]| -> Vec<Uuid> {
+        events.iter().map(|e| e.event_id).collect()
+    };
+    assert_eq!(ids(&through), ids(&everything));
+    // From a position on, only what follows it.
+    let from = everything[100].position;
+    let rest = store::read_through(&client, from, 10, |_| Ok(()))
+        .await
+        .unwrap();
+    assert_eq!(rest, (everything.len() - 101) as u64);
+    // An event that does not decode is an error naming where it is.
+    client
+        .execute(
+            "INSERT INTO events (event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata)
+             VALUES ($1, 'agent-bad', 'agent', 0, 'AgentHeartbeated', 1, '{\"nonsense\": true}', '{}')",
+            &[&Uuid::new_v4()],
+        )
+        .await
+        .unwrap();
+    let error = store::read_through(&client, LogPosition::START, 10, |_| Ok(()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
+}
+
 /// 8 writers append 20,000 events (single and batched, many streams) while a reader tails
 /// the log: the reader sees each event exactly once, in one global order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
