@@ -205,6 +205,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             swap,
         } => {
             let store = connect_store(&config).await?;
+            let began = tokio::time::Instant::now();
+            // How fast the log was folded again: the operator's measure of a check's cost.
+            let rate = |events: u64| {
+                let seconds = began.elapsed().as_secs_f64();
+                format!(
+                    "in {seconds:.2} s, {:.0} events/s",
+                    events as f64 / seconds.max(1e-9)
+                )
+            };
             if name == "ledger" {
                 anyhow::ensure!(
                     !swap,
@@ -212,8 +221,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 let report = events::ledger::replay(store.pool()).await?;
                 println!(
-                    "ledger: {} tables folded again from {} events and compared with the live ones",
-                    report.tables, report.events
+                    "ledger: {} tables folded again from {} events and compared with the live ones, {}",
+                    report.tables,
+                    report.events,
+                    rate(report.events)
                 );
                 if report.equal() {
                     println!("equal: the folded tables match the live ones");
@@ -232,8 +243,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             println!(
-                "projection {name}: rebuilt from {} events, compared at position {}",
-                report.events, report.at
+                "projection {name}: rebuilt from {} events, compared at position {}, {}",
+                report.events,
+                report.at,
+                rate(report.events)
             );
             if report.equal() {
                 println!("equal: the rebuilt tables match the live ones");
