@@ -157,6 +157,8 @@ async fn an_idle_session_is_reaped_by_utilization_while_a_busy_one_survives() {
         .delete(&h.admin_key, &format!("/v1/sessions/{busy}"))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    // Its container is stopped before the agent goes with the test: none is left behind.
+    h.wait_session(&busy, is("TERMINATED")).await;
 }
 
 #[tokio::test]
@@ -198,6 +200,8 @@ async fn an_exempted_session_survives_and_only_its_owner_or_an_admin_may_exempt_
     assert_eq!(h.count_events("SessionIdleExempted").await, 1);
     let (status, _) = h.delete(&owner, &format!("/v1/sessions/{kept}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    // Its container is stopped before the agent goes with the test: none is left behind.
+    h.wait_session(&kept, is("TERMINATED")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
