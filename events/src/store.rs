@@ -615,12 +615,17 @@ pub async fn read_all_with<C: GenericClient>(
     after: LogPosition,
     limit: i64,
 ) -> Result<Vec<RecordedEvent>, StoreError> {
-    let sql = format!(
+    read_rows(client, &read_all_sql(), after, limit).await
+}
+
+/// The next events after a position (`$1`, `$2`) in global order, at most `$3`, only from
+/// transactions behind the horizon.
+fn read_all_sql() -> String {
+    format!(
         "SELECT {READ_COLUMNS} FROM events
          WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
          ORDER BY tx_id, seq LIMIT $3"
-    );
-    read_rows(client, &sql, after, limit).await
+    )
 }
 
 /// Every event the caller's snapshot sees after `after`, in log order, horizon or not: inside
@@ -652,12 +657,7 @@ where
     C: GenericClient,
     F: FnMut(Vec<RecordedEvent>) -> Result<(), StoreError>,
 {
-    let sql = format!(
-        "SELECT {READ_COLUMNS} FROM events
-         WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
-         ORDER BY tx_id, seq LIMIT $3"
-    );
-    let statement = client.prepare_cached(&sql).await?;
+    let statement = client.prepare_cached(&read_all_sql()).await?;
     let fetch = |after: LogPosition| {
         let statement = statement.clone();
         async move {

@@ -212,26 +212,25 @@ impl Scheduler {
         let mut outage = events::fault::Outage::default();
         while !stop.is_cancelled() {
             let mut sleep = self.config.interval;
-            let pass = self.pass().await;
-            match &pass {
-                Ok(_) => outage.passed("scheduler"),
-                Err(e) => outage.failed("scheduler", e),
-            }
-            match pass {
-                Ok(pass) if pass.placed + pass.cancelled > 0 => {
-                    tracing::debug!(?pass, "scheduling pass");
-                    // The queue moved; look again at once. Failures are retried only at the
-                    // next wake-up or interval, so attempts are spread over time.
-                    continue;
-                }
+            match self.pass().await {
                 Ok(pass) => {
+                    outage.passed("scheduler");
+                    if pass.placed + pass.cancelled > 0 {
+                        tracing::debug!(?pass, "scheduling pass");
+                        // The queue moved; look again at once. Failures are retried only at
+                        // the next wake-up or interval, so attempts are spread over time.
+                        continue;
+                    }
                     if let Some(deadline) = pass.next_deadline {
                         let until = (deadline - Utc::now()).to_std().unwrap_or_default();
                         sleep = sleep.min(until);
                     }
                 }
-                // An outage is retried soon, not at the safety net's interval.
-                Err(_) => sleep = sleep.min(RETRY_AFTER_FAILURE),
+                Err(e) => {
+                    outage.failed("scheduler", &e);
+                    // An outage is retried soon, not at the safety net's interval.
+                    sleep = sleep.min(RETRY_AFTER_FAILURE);
+                }
             }
             tokio::select! {
                 _ = stop.cancelled() => {}

@@ -139,17 +139,16 @@ pub(super) async fn create_kernels(
         let started =
             super::engine::patiently(ctx, || ctx.docker.start_container::<String>(name, None))
                 .await;
-        // 304: a start the engine's absence cut had gone through.
-        let already = matches!(
-            started,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304,
-                ..
-            })
-        );
-        if let Err(e) = started.or_else(|e| if already { Ok(()) } else { Err(e) }) {
-            remove_all(ctx, &names).await;
-            return Err(format!("starting the container failed: {e}"));
+        match started {
+            // 304: started already (a start the engine's absence cut had gone through).
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => {
+                remove_all(ctx, &names).await;
+                return Err(format!("starting the container failed: {e}"));
+            }
         }
     }
     if layout.mine.contains(&0)
