@@ -126,20 +126,14 @@ pub struct App {
 /// While PostgreSQL is unreachable or starting it waits, saying so once; a refusal that
 /// waiting will not mend (a wrong password, no such database server) is the error.
 pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Result<Pool> {
-    let mut failures = 0u32;
-    while let Err(e) = store::ensure_database(&config.database_url).await {
-        if !e.is_unavailable() {
-            return Err(e).context("reach PostgreSQL");
-        }
-        if failures == 0 {
-            tracing::warn!(error = %e, "waiting for PostgreSQL (is `infra/services.sh up` running?)");
-        }
-        failures += 1;
-        tokio::time::sleep(bus::link::backoff(failures)).await;
-    }
-    if failures > 0 {
-        tracing::info!("PostgreSQL is up");
-    }
+    let url = &config.database_url;
+    bus::patience::until_up(
+        "PostgreSQL",
+        || store::ensure_database(url),
+        |e| e.is_unavailable(),
+    )
+    .await
+    .context("reach PostgreSQL")?;
     let pool = store::pool(&config.database_url, max_size)?;
     store::migrate(&pool, &[])
         .await
@@ -150,25 +144,12 @@ pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Resul
 /// Connects to NATS. While the server is unreachable it waits, saying so once (and the
 /// client reconnects by itself after any later outage); a refused login is the error.
 pub async fn connect_nats(config: &Config) -> anyhow::Result<async_nats::Client> {
-    let mut failures = 0u32;
-    loop {
-        match try_connect_nats(config, false).await {
-            Ok(client) => {
-                if failures > 0 {
-                    tracing::info!("NATS is up");
-                }
-                return Ok(client);
-            }
-            Err(e) if !nats_refused(&e) => {
-                if failures == 0 {
-                    tracing::warn!(error = format!("{e:#}"), "waiting for NATS");
-                }
-                failures += 1;
-                tokio::time::sleep(bus::link::backoff(failures)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    bus::patience::until_up(
+        "NATS",
+        || try_connect_nats(config, false),
+        |e| !nats_refused(e),
+    )
+    .await
 }
 
 /// A NATS client that connects in the background when the server is away now (the gateway

@@ -8,6 +8,8 @@
 //! - [`protocol`]: the messages, as Rust types (JSON on the wire).
 //! - [`link`]: the agent's side: requests answered or retried, reports kept in an on-disk
 //!   outbox until the control plane has recorded them, commands, telemetry.
+//! - [`patience`]: an outage logged once at its start and once at its end, and a dependency
+//!   waited for at start (the control plane's and the agent's).
 //! - [`permissions`]: what each agent may publish and subscribe to, and the NATS server's
 //!   authorization block made from it.
 //! - [`trace`]: W3C trace context in event metadata and NATS headers.
@@ -16,6 +18,7 @@
 //! on it, and `tests/tidy.rs` checks that no database client reaches the agent.
 
 pub mod link;
+pub mod patience;
 pub mod permissions;
 pub mod protocol;
 pub mod subjects;

@@ -56,40 +56,8 @@ pub fn postgres_refused(e: &tokio_postgres::Error) -> bool {
     })
 }
 
-/// An outage as a loop that retries by itself sees it: logged once when its first failure
-/// comes and once when it works again, never at every retry.
-#[derive(Debug, Default)]
-pub struct Outage {
-    since: Option<tokio::time::Instant>,
-}
-
-impl Outage {
-    /// Notes a failure of `part`; the first of an outage is logged as a warning.
-    pub fn failed(&mut self, part: &str, error: &dyn std::fmt::Display) {
-        if self.since.is_none() {
-            self.since = Some(tokio::time::Instant::now());
-            tracing::warn!(part, error = %error, "failing; retrying with backoff until it works");
-        } else {
-            tracing::debug!(part, error = %error, "failed again");
-        }
-    }
-
-    /// Notes that `part` works; the end of an outage is logged with how long it lasted.
-    pub fn passed(&mut self, part: &str) {
-        if let Some(since) = self.since.take() {
-            tracing::info!(
-                part,
-                after_secs = since.elapsed().as_secs_f64(),
-                "working again"
-            );
-        }
-    }
-
-    /// Whether the last thing noted was a failure.
-    pub fn is_on(&self) -> bool {
-        self.since.is_some()
-    }
-}
+/// An outage logged once when it starts and once when it ends (shared with the agent).
+pub use bus::patience::Outage;
 
 #[cfg(test)]
 mod tests {

@@ -7,9 +7,9 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use tokio::time::Instant;
 
 use bollard::errors::Error;
+use bus::patience::Outage;
 
 use super::Ctx;
 
@@ -27,27 +27,20 @@ pub(crate) fn unreachable(e: &Error) -> bool {
     )
 }
 
-/// Since when the engine has been unreachable, shared by every task of the agent.
+/// Whether the engine is out of reach, shared by every task of the agent, so the outage is
+/// logged once for them all.
 #[derive(Clone, Default)]
-pub(crate) struct EngineWatch(Arc<Mutex<Option<Instant>>>);
+pub(crate) struct EngineWatch(Arc<Mutex<Outage>>);
 
 impl EngineWatch {
     fn failed(&self, e: &Error) {
-        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if since.is_none() {
-            *since = Some(Instant::now());
-            tracing::warn!(error = %e, "the Docker engine is unreachable; containers keep running, and the agent waits for it");
-        }
+        let mut outage = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        outage.failed("the Docker engine (containers keep running)", e);
     }
 
     fn answered(&self) {
-        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(at) = since.take() {
-            tracing::info!(
-                after_secs = at.elapsed().as_secs_f64(),
-                "the Docker engine answers again"
-            );
-        }
+        let mut outage = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        outage.passed("the Docker engine (containers keep running)");
     }
 }
 

@@ -77,23 +77,12 @@ pub struct RuntimeConfig {
 /// Connects to the local engine (`DOCKER_HOST` when it names a Unix socket), agreeing on an
 /// API version it speaks; while the engine is out of reach it waits, saying so once.
 pub async fn connect() -> Result<Docker, bollard::errors::Error> {
-    let mut failures = 0u32;
-    loop {
-        let connected = match Docker::connect_with_local_defaults() {
-            Ok(docker) => docker.negotiate_version().await,
-            Err(e) => Err(e),
-        };
-        match connected {
-            Err(e) if engine::unreachable(&e) => {
-                if failures == 0 {
-                    tracing::warn!(error = %e, "waiting for the Docker engine");
-                }
-                failures += 1;
-                tokio::time::sleep(bus::link::backoff(failures)).await;
-            }
-            connected => return connected,
-        }
-    }
+    let connect = || async {
+        Docker::connect_with_local_defaults()?
+            .negotiate_version()
+            .await
+    };
+    bus::patience::until_up("the Docker engine", connect, engine::unreachable).await
 }
 
 /// The host's CPU cores and memory, as the engine sees them.
