@@ -108,6 +108,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         outage: u64,
     },
+    /// The ledger replayed and each projection folded again over a log of sessions' lives,
+    /// next to a raw `COPY` of the log and to applying events a statement at a time.
+    Replay {
+        /// Events in the log (at least; whole sessions are recorded).
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -154,6 +161,7 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Recovery { rounds, outage } => {
             crate::bench_recovery::recovery(rounds, Duration::from_secs(outage)).await
         }
+        BenchCommand::Replay { events } => crate::bench_replay::replay(&url, events).await,
         BenchCommand::Gateway {
             seconds,
             clients,

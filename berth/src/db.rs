@@ -69,6 +69,26 @@ pub async fn count_events(client: &impl GenericClient, types: &[&str]) -> anyhow
         .get(0))
 }
 
+/// How many events the log holds.
+pub async fn log_length(client: &impl GenericClient) -> anyhow::Result<u64> {
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM events", &[])
+        .await?
+        .get(0);
+    Ok(n as u64)
+}
+
+/// Whether every event is behind the horizon, where every reader of the log sees it.
+pub async fn log_behind_horizon(client: &impl GenericClient) -> anyhow::Result<bool> {
+    Ok(client
+        .query_one(
+            "SELECT berth_log_horizon() > (SELECT max(tx_id) FROM events)",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
 /// Every session id in the ledger.
 pub async fn session_ids(client: &impl GenericClient) -> anyhow::Result<Vec<Uuid>> {
     Ok(client

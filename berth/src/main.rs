@@ -13,6 +13,7 @@ mod bench_commit;
 mod bench_fleet;
 mod bench_reap;
 mod bench_recovery;
+mod bench_replay;
 mod bench_sessions;
 mod db;
 mod session_cli;

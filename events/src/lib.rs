@@ -13,6 +13,7 @@
 //! - [`ledger`]: the write-side tables kept in the same transaction as each append.
 //! - [`fault`]: which database failures are an outage (wait and retry) and which a mistake.
 //! - [`sql`]: SQL fragments built from the domain's status sets.
+//! - [`pg`]: wire types the store needs, and `copy_rows` (a fold in memory written out).
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
 pub mod activity;
@@ -21,7 +22,7 @@ pub mod consumer;
 pub mod fault;
 pub mod ledger;
 pub mod lifecycle;
-mod pg;
+pub mod pg;
 pub mod projection;
 pub mod relay;
 pub mod sql;

@@ -9,11 +9,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Pool, Transaction};
+use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
 use crate::pg::Xid8;
 use crate::relay::write_checkpoint;
-use crate::store::{read_all_with, LogPosition, StoreError};
+use crate::store::{read_all_with, read_through, LogPosition, StoreError};
 use crate::RecordedEvent;
 
 /// A read model. Its `apply` must be deterministic: it may use only the event (its
@@ -31,6 +32,23 @@ pub trait Projection: Send + Sync {
         tx: &'a Transaction<'a>,
         schema: &'a str,
         event: &'a RecordedEvent,
+    ) -> impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a;
+    /// The same tables folded in memory, how a whole log is folded at once (a first install,
+    /// a rebuild). It is a second account of `apply`'s rules, written apart: a rebuild
+    /// compares the two, so a rule one of them lacks shows as a difference.
+    type Rows: FoldedRows;
+}
+
+/// A projection's tables as a fold of the log in memory, written out with one `COPY` per
+/// table: about a hundred times faster than a statement per event.
+pub trait FoldedRows: Default + Send {
+    /// Folds one event in, as the projection's `apply` changes its tables.
+    fn apply(&mut self, event: &RecordedEvent);
+    /// Writes the rows into the tables in `schema` (which exist and are empty).
+    fn write<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        schema: &'a str,
     ) -> impl Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a;
 }
 
@@ -67,8 +85,9 @@ fn shape_of(ddl: &str) -> String {
 
 /// Creates the live schema and tables of `projection` when they do not exist. A projection
 /// whose tables changed shape since it was installed (its DDL's digest, kept as the schema's
-/// comment, differs) is dropped and folded again from the start of the log.
-pub async fn install(pool: &Pool, projection: &impl Projection) -> Result<(), ProjectionError> {
+/// comment, differs) is dropped and folded again from the start of the log. A new one folds
+/// what the log holds in memory and writes it at once.
+pub async fn install<P: Projection>(pool: &Pool, projection: &P) -> Result<(), ProjectionError> {
     let schema = live_schema(projection);
     let ddl = projection.create_tables(&schema);
     let shape = shape_of(&ddl);
@@ -102,9 +121,40 @@ pub async fn install(pool: &Pool, projection: &impl Projection) -> Result<(), Pr
             "CREATE SCHEMA {schema}; {ddl}; COMMENT ON SCHEMA {schema} IS '{shape}'"
         ))
         .await?;
+        // What the log already holds is folded at once rather than a statement an event.
+        let (rows, at, _) = fold_in_memory::<P>(&tx, LogPosition::START, None).await?;
+        if let Some(at) = at {
+            rows.write(&tx, &schema).await?;
+            write_checkpoint(&tx, &checkpoint_name(&schema), at).await?;
+        }
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Folds the events after `after` (up to `until`, when given) in memory, reading the log
+/// behind the horizon; returns the rows, the position of the last event folded and how many.
+async fn fold_in_memory<P: Projection>(
+    client: &impl GenericClient,
+    after: LogPosition,
+    until: Option<LogPosition>,
+) -> Result<(P::Rows, Option<LogPosition>, u64), ProjectionError> {
+    let mut rows = P::Rows::default();
+    let mut last = None;
+    let mut events = 0;
+    read_through(client, after, 20_000, |batch| {
+        for event in batch
+            .iter()
+            .filter(|e| until.is_none_or(|until| e.position <= until))
+        {
+            rows.apply(event);
+            last = Some(event.position);
+            events += 1;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok((rows, last, events))
 }
 
 /// Applies at most `batch` new events to the projection in `schema`; returns how many.
@@ -225,9 +275,9 @@ impl Rebuild {
 
 /// Folds the whole log again into a fresh schema and compares it with the live projection
 /// at the same position. With `swap`, the rebuilt tables replace the live ones.
-pub async fn rebuild(
+pub async fn rebuild<P: Projection>(
     pool: &Pool,
-    projection: &impl Projection,
+    projection: &P,
     swap: bool,
 ) -> Result<Rebuild, ProjectionError> {
     install(pool, projection).await?;
@@ -244,33 +294,31 @@ pub async fn rebuild(
             ))
             .await?;
     }
-    // Fold up to wherever the live projection is now, without holding it up.
+    // Fold in memory up to wherever the live projection is now, without holding it up.
     let target = current_checkpoint(pool, &checkpoint_name(&live)).await?;
-    let mut events = 0u64;
-    loop {
-        let n = step(pool, projection, &fresh, 5_000, Some(target)).await?;
-        if n == 0 {
-            break;
-        }
-        events += n as u64;
-    }
-    // Then hold the live checkpoint still, catch up to it and compare.
+    let (mut rows, folded, mut events) = {
+        let client = pool.get().await?;
+        fold_in_memory::<P>(&client, LogPosition::START, Some(target)).await?
+    };
+    let mut folded = folded.unwrap_or(LogPosition::START);
+    // Then hold the live checkpoint still, fold what it moved on by, write out and compare.
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let at = lock_checkpoint(&tx, &checkpoint_name(&live)).await?;
     loop {
-        let rebuilt_at = current_checkpoint_in(&tx, &checkpoint_name(&fresh)).await?;
-        let mut batch = read_all_with(&tx, rebuilt_at, 5_000).await?;
+        let mut batch = read_all_with(&tx, folded, 5_000).await?;
         batch.retain(|e| e.position <= at);
         let Some(last) = batch.last().map(|e| e.position) else {
             break;
         };
         for event in &batch {
-            projection.apply(&tx, &fresh, event).await?;
+            rows.apply(event);
         }
-        write_checkpoint(&tx, &checkpoint_name(&fresh), last).await?;
         events += batch.len() as u64;
+        folded = last;
     }
+    rows.write(&tx, &fresh).await?;
+    write_checkpoint(&tx, &checkpoint_name(&fresh), folded).await?;
     let mut differences = Vec::new();
     for table in projection.tables() {
         let row = tx
@@ -332,7 +380,87 @@ async fn current_checkpoint_in<C: GenericClient>(
 /// `berth audit` and operators use it to find streams.
 pub struct StreamIndex;
 
+/// One stream's row of [`StreamIndex`].
+pub struct StreamRow {
+    category: String,
+    version: i64,
+    events: i64,
+    last_event_type: &'static str,
+    first_recorded_at: chrono::DateTime<chrono::Utc>,
+    last_recorded_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// [`StreamIndex`] folded in memory.
+#[derive(Default)]
+pub struct StreamRows(std::collections::HashMap<String, StreamRow>);
+
+impl FoldedRows for StreamRows {
+    fn apply(&mut self, event: &RecordedEvent) {
+        let version = event.stream_version as i64;
+        match self.0.get_mut(&event.stream_id) {
+            Some(row) => {
+                row.version = row.version.max(version);
+                row.events += 1;
+                row.last_event_type = event.event_type();
+                row.last_recorded_at = event.recorded_at;
+            }
+            None => {
+                self.0.insert(
+                    event.stream_id.clone(),
+                    StreamRow {
+                        category: event.category().to_owned(),
+                        version,
+                        events: 1,
+                        last_event_type: event.event_type(),
+                        first_recorded_at: event.recorded_at,
+                        last_recorded_at: event.recorded_at,
+                    },
+                );
+            }
+        }
+    }
+
+    async fn write<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        schema: &'a str,
+    ) -> Result<(), tokio_postgres::Error> {
+        crate::pg::copy_rows(
+            tx,
+            &format!("{schema}.streams"),
+            [
+                "stream_id",
+                "category",
+                "version",
+                "events",
+                "last_event_type",
+                "first_recorded_at",
+                "last_recorded_at",
+            ],
+            &self
+                .0
+                .iter()
+                .map(|(id, r)| -> [&(dyn ToSql + Sync); 7] {
+                    [
+                        id,
+                        &r.category,
+                        &r.version,
+                        &r.events,
+                        &r.last_event_type,
+                        &r.first_recorded_at,
+                        &r.last_recorded_at,
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 impl Projection for StreamIndex {
+    type Rows = StreamRows;
+
     fn name(&self) -> &'static str {
         "streams"
     }

@@ -628,18 +628,14 @@ fn read_all_sql() -> String {
     )
 }
 
-/// Every event the caller's snapshot sees after `after`, in log order, horizon or not: inside
-/// a REPEATABLE READ transaction, exactly the events whose effects that snapshot shows.
-pub(crate) async fn read_visible_with<C: GenericClient>(
-    client: &C,
-    after: LogPosition,
-    limit: i64,
-) -> Result<Vec<RecordedEvent>, StoreError> {
-    let sql = format!(
+/// Every event the caller's snapshot sees after a position (`$1`, `$2`), in log order, horizon
+/// or not, at most `$3`: inside a REPEATABLE READ transaction, exactly the events whose effects
+/// that snapshot shows.
+fn read_visible_sql() -> String {
+    format!(
         "SELECT {READ_COLUMNS} FROM events WHERE (tx_id, seq) > ($1, $2)
          ORDER BY tx_id, seq LIMIT $3"
-    );
-    read_rows(client, &sql, after, limit).await
+    )
 }
 
 /// Reads every event after `after` in global order (behind the horizon, as [`read_all_with`]
@@ -651,13 +647,42 @@ pub async fn read_through<C, F>(
     client: &C,
     after: LogPosition,
     batch: i64,
+    each: F,
+) -> Result<u64, StoreError>
+where
+    C: GenericClient,
+    F: FnMut(Vec<RecordedEvent>) -> Result<(), StoreError>,
+{
+    read_batches(client, &read_all_sql(), after, batch, each).await
+}
+
+/// [`read_through`] of every event the caller's snapshot sees, horizon or not: a replay
+/// inside a REPEATABLE READ transaction.
+pub(crate) async fn read_visible_through<C, F>(
+    client: &C,
+    after: LogPosition,
+    batch: i64,
+    each: F,
+) -> Result<u64, StoreError>
+where
+    C: GenericClient,
+    F: FnMut(Vec<RecordedEvent>) -> Result<(), StoreError>,
+{
+    read_batches(client, &read_visible_sql(), after, batch, each).await
+}
+
+async fn read_batches<C, F>(
+    client: &C,
+    sql: &str,
+    after: LogPosition,
+    batch: i64,
     mut each: F,
 ) -> Result<u64, StoreError>
 where
     C: GenericClient,
     F: FnMut(Vec<RecordedEvent>) -> Result<(), StoreError>,
 {
-    let statement = client.prepare_cached(&read_all_sql()).await?;
+    let statement = client.prepare_cached(sql).await?;
     let fetch = |after: LogPosition| {
         let statement = statement.clone();
         async move {

@@ -62,6 +62,21 @@ fn lost(agent: &str, reason: &str) -> ProposedEvent {
     )
 }
 
+/// Appends `events` losses spread over `streams` agents' streams (`agent-<prefix><n>`).
+async fn append_losses(store: &EventStore, prefix: &str, events: usize, streams: usize) {
+    for i in 0..events {
+        let stream = format!("agent-{prefix}{}", i % streams);
+        store
+            .append(
+                &stream,
+                ExpectedVersion::Any,
+                &[lost(&stream, &i.to_string())],
+            )
+            .await
+            .unwrap();
+    }
+}
+
 fn registered(agent: &str) -> ProposedEvent {
     ProposedEvent::new(
         &Event::AgentRegistered(AgentRegistered {
@@ -739,19 +754,11 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
 #[tokio::test]
 async fn a_rebuilt_projection_equals_the_live_one() {
     let (store, _) = fresh_store().await;
-    for i in 0..40 {
-        let stream = format!("agent-p{}", i % 6);
-        store
-            .append(
-                &stream,
-                ExpectedVersion::Any,
-                &[lost(&stream, &i.to_string())],
-            )
-            .await
-            .unwrap();
-    }
     let pool = store.pool();
+    // Installed on an empty log, the live projection applies every event with its SQL; the
+    // rebuild folds the log in memory: two accounts of the same rules, compared.
     projection::install(pool, &StreamIndex).await.unwrap();
+    append_losses(&store, "p", 40, 6).await;
     assert_eq!(projection::catch_up(pool, &StreamIndex).await.unwrap(), 40);
     // More events arrive after the live projection caught up; the rebuild compares at the
     // live projection's position, not the log's head.
@@ -792,19 +799,52 @@ async fn a_rebuilt_projection_equals_the_live_one() {
 }
 
 #[tokio::test]
+async fn a_projection_installed_on_a_written_log_folds_it_at_once() {
+    let (store, _) = fresh_store().await;
+    append_losses(&store, "i", 30, 4).await;
+    let pool = store.pool();
+    // The log is read behind the horizon, which other tests' transactions on the cluster
+    // may hold back a moment.
+    let client = pool.get().await.unwrap();
+    let behind = "SELECT berth_log_horizon() > (SELECT max(tx_id) FROM events)";
+    for _ in 0..300 {
+        if client
+            .query_one(behind, &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    projection::install(pool, &StreamIndex).await.unwrap();
+    assert_eq!(
+        projection::catch_up(pool, &StreamIndex).await.unwrap(),
+        0,
+        "the install folded the whole log and left its checkpoint after it"
+    );
+    let row = client
+        .query_one(
+            "SELECT count(*), sum(events)::bigint, max(version) FROM proj_streams.streams",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2)
+        ),
+        (4, 30, 7)
+    );
+}
+
+#[tokio::test]
 async fn the_relay_keeps_global_order_on_jetstream() {
     let (store, url) = fresh_store().await;
-    for i in 0..50 {
-        let stream = format!("agent-o{}", i % 5);
-        store
-            .append(
-                &stream,
-                ExpectedVersion::Any,
-                &[lost(&stream, &i.to_string())],
-            )
-            .await
-            .unwrap();
-    }
+    append_losses(&store, "o", 50, 5).await;
     let js = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
     let topology = topology();
     let stop = CancellationToken::new();

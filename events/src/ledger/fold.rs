@@ -1,7 +1,6 @@
-//! How each event changes the ledger's tables. [`record`](super::record) applies events
-//! this way as they are appended; [`replay`](super::replay) folds the whole log this way into
-//! a scratch copy, so the live ledger and a fold of the log cannot differ in how an event
-//! changes a row.
+//! How each event changes the ledger's tables, as [`record`](super::record) applies events
+//! in the transaction that appends them. A replay folds the log with a second account of the
+//! same rules (`memory`), written apart, and compares the two.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -12,8 +11,7 @@ use crate::catalogue::Event;
 use crate::payloads::*;
 
 /// Changes to one session's ledger row, gathered from consecutive events and written by one
-/// statement. Both [`record`](super::record) and [`apply`] go through it, so the live ledger and a fold of
-/// the log cannot differ in how an event changes a row.
+/// statement.
 #[derive(Default)]
 pub(super) struct SessionPatch {
     session_id: Option<Uuid>,
@@ -33,7 +31,6 @@ impl SessionPatch {
     pub(super) async fn absorb<C: GenericClient>(
         &mut self,
         client: &C,
-        fold: &Fold<'_>,
         event: &Event,
         stream_version: u64,
         at: DateTime<Utc>,
@@ -58,7 +55,7 @@ impl SessionPatch {
             _ => return Ok(false),
         };
         if self.session_id.is_some_and(|s| s != session_id) {
-            self.flush(client, fold).await?;
+            self.flush(client).await?;
         }
         self.session_id = Some(session_id);
         self.version = i64_of(stream_version);
@@ -73,7 +70,7 @@ impl SessionPatch {
             }
             Event::SessionScheduled(e) => {
                 let kernels = e.placements();
-                reserve(client, fold, &kernels).await?;
+                reserve(client, &kernels).await?;
                 let agents: Vec<&str> = kernels.iter().map(|k| k.agent_id.as_str()).collect();
                 let idx: Vec<i32> = (0..kernels.len() as i32).collect();
                 let cpu: Vec<i64> = kernels
@@ -90,7 +87,6 @@ impl SessionPatch {
                     .collect();
                 exec(
                     client,
-                    fold,
                     "INSERT INTO ledger.kernels
                      SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[],
                        $6::bigint[])",
@@ -105,7 +101,6 @@ impl SessionPatch {
                     // A start that found the app running keeps the secret it was started with.
                     exec(
                         client,
-                        fold,
                         "INSERT INTO ledger.app_services VALUES ($1, $2, $3, $4)
                          ON CONFLICT (session_id, app) DO UPDATE
                            SET token = coalesce(excluded.token, ledger.app_services.token)",
@@ -123,7 +118,6 @@ impl SessionPatch {
                 {
                     exec(
                         client,
-                        fold,
                         "INSERT INTO ledger.custom_images VALUES ($1, $2, $3, $4, $5, $6, $7)
                          ON CONFLICT (image) DO UPDATE SET owner = $2, session_id = $3,
                            agent_id = $4, image_id = $5, size_bytes = $6, created_at = $7",
@@ -143,14 +137,12 @@ impl SessionPatch {
             Event::SessionResourcesReleased(e) => {
                 exec(
                     client,
-                    fold,
                     "DELETE FROM ledger.app_services WHERE session_id = $1",
                     &[&e.session_id],
                 )
                 .await?;
                 exec(
                     client,
-                    fold,
                     "WITH gone AS (DELETE FROM ledger.kernels WHERE session_id = $1 RETURNING *),
                      per_agent AS (SELECT agent_id, sum(cpu_milli) c, sum(memory_bytes) m,
                        sum(gpu_milli) g FROM gone GROUP BY agent_id)
@@ -182,11 +174,7 @@ impl SessionPatch {
     }
 
     /// Writes what was gathered, if anything.
-    pub(super) async fn flush<C: GenericClient>(
-        &mut self,
-        client: &C,
-        fold: &Fold<'_>,
-    ) -> Result<(), LedgerError> {
+    pub(super) async fn flush<C: GenericClient>(&mut self, client: &C) -> Result<(), LedgerError> {
         let Some(session_id) = self.session_id.take() else {
             return Ok(());
         };
@@ -205,7 +193,6 @@ impl SessionPatch {
         };
         exec(
             client,
-            fold,
             "UPDATE ledger.sessions SET
                attempts = coalesce($2, attempts),
                last_result = CASE WHEN $3 THEN $4 ELSE last_result END,
@@ -241,66 +228,14 @@ impl SessionPatch {
     }
 }
 
-/// Which tables a fold writes, and whether it decides. The live fold ([`record`](super::record)) writes
-/// `ledger` and refuses a reservation an agent cannot hold; a replay writes a scratch copy and
-/// only adds up, because the log already holds every decision, and log order may differ from
-/// commit order between transactions that raced (the loser of a race waits for the winner's
-/// commit but may have taken its transaction id first).
-pub(super) struct Fold<'a> {
-    pub(super) schema: &'a str,
-    pub(super) decides: bool,
-}
-
-impl Fold<'_> {
-    pub(super) const LIVE: Fold<'static> = Fold {
-        schema: "ledger",
-        decides: true,
-    };
-
-    fn sql(&self, text: &'static str) -> std::borrow::Cow<'static, str> {
-        if self.schema == "ledger" {
-            text.into()
-        } else {
-            text.replace("ledger.", &format!("{}.", self.schema)).into()
-        }
-    }
-}
-
-/// Applies a recorded event the way [`record`](super::record) applied it when it was appended.
-pub(super) async fn apply_any<C: GenericClient>(
-    client: &C,
-    fold: &Fold<'_>,
-    recorded: &crate::RecordedEvent,
-) -> Result<(), LedgerError> {
-    let at = recorded.recorded_at;
-    let mut patch = SessionPatch::default();
-    if !patch
-        .absorb(client, fold, &recorded.event, recorded.stream_version, at)
-        .await?
-    {
-        let traceparent = recorded.metadata.traceparent.as_deref();
-        apply(
-            client,
-            fold,
-            &recorded.event,
-            recorded.stream_version,
-            at,
-            traceparent,
-        )
-        .await?;
-    }
-    patch.flush(client, fold).await
-}
-
 fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Applies one event, the `stream_version`-th of its stream, to the ledger `fold` names.
+/// Applies one event, the `stream_version`-th of its stream, to the ledger.
 /// `traceparent` is the trace the event was recorded in (kept for a session's journey).
 pub(super) async fn apply<C: GenericClient>(
     client: &C,
-    fold: &Fold<'_>,
     event: &Event,
     stream_version: u64,
     at: DateTime<Utc>,
@@ -311,7 +246,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::UserCreated(e) => {
             let n = exec(
                 client,
-                fold,
                 "INSERT INTO ledger.users VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
                 &[
                     &e.user_id,
@@ -332,7 +266,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::FolderCreated(e) => {
             let n = exec(
                 client,
-                fold,
                 "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                 &[&e.owner, &e.name, &at],
             )
@@ -347,7 +280,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::ApiKeyIssued(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
                 &[&e.key_sha256, &e.key_prefix, &e.user_id],
             )
@@ -356,7 +288,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::ProjectCreated(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.projects VALUES ($1, $2)
                      ON CONFLICT (name) DO UPDATE SET description = $2",
                 &[&e.name, &e.description],
@@ -366,7 +297,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::UserJoinedProject(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.project_members VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&e.project, &e.user_id],
             )
@@ -377,7 +307,6 @@ pub(super) async fn apply<C: GenericClient>(
             let selection = serde_json::to_value(e.agent_selection).expect("serialises");
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.resource_groups VALUES ($1, $2, $3, $4, $5, $6)
                      ON CONFLICT (name) DO UPDATE SET queue_policy = $2, agent_selection = $3,
                        max_attempts = $4, skip_after = $5, pending_timeout_secs = $6",
@@ -395,7 +324,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::ResourceGroupGranted(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.group_projects VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&e.resource_group, &e.project],
             )
@@ -404,7 +332,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::ResourcePolicySet(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
@@ -424,7 +351,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::PresetSaved(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.presets VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (name) DO UPDATE SET cpu_milli = $2, memory_bytes = $3,
                        gpu_milli = $4, shared_memory_bytes = $5",
@@ -441,7 +367,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentRegistered(e) => {
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
                        gpu_milli, images, registered_at, last_heartbeat, address, image_apps)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)
@@ -465,7 +390,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentHeartbeated(e) => {
             exec(
                 client,
-                fold,
                 "UPDATE ledger.agents SET last_heartbeat = greatest(last_heartbeat, $2)
                      WHERE agent_id = $1",
                 &[&e.agent_id, &e.at],
@@ -475,7 +399,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentLost(e) => {
             exec(
                 client,
-                fold,
                 "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
                 &[&e.agent_id, &e.reason],
             )
@@ -484,7 +407,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentReturned(e) => {
             exec(
                 client,
-                fold,
                 "UPDATE ledger.agents SET lost = NULL WHERE agent_id = $1",
                 &[&e.agent_id],
             )
@@ -501,7 +423,6 @@ pub(super) async fn apply<C: GenericClient>(
             let protocol = serde_json::to_value(e.protocol).expect("protocols serialise");
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.circuits VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &e.circuit_id,
@@ -520,7 +441,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AppCircuitClosed(e) => {
             exec(
                 client,
-                fold,
                 "DELETE FROM ledger.circuits WHERE circuit_id = $1",
                 &[&e.circuit_id],
             )
@@ -529,7 +449,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::CustomImageRemoved(e) => {
             exec(
                 client,
-                fold,
                 "DELETE FROM ledger.custom_images WHERE image = $1 AND owner = $2",
                 &[&e.image, &e.owner],
             )
@@ -539,7 +458,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::AgentRevoked(e) => {
             exec(
                 client,
-                fold,
                 "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
                 &[&e.agent_id, &format!("revoked: {}", e.reason)],
             )
@@ -550,7 +468,6 @@ pub(super) async fn apply<C: GenericClient>(
             let session_type = serde_json::to_value(e.session_type).expect("serialises");
             exec(
                 client,
-                fold,
                 "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                        resource_group, session_type, status, status_since, cpu_milli,
                        memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
@@ -594,31 +511,27 @@ pub(super) async fn apply<C: GenericClient>(
         | Event::AppStartRequested(_)
         | Event::AppStartEnded(_) => {
             let mut patch = SessionPatch::default();
-            patch
-                .absorb(client, fold, event, stream_version, at)
-                .await?;
-            patch.flush(client, fold).await?;
+            patch.absorb(client, event, stream_version, at).await?;
+            patch.flush(client).await?;
         }
     }
     Ok(())
 }
 
-/// Runs one statement on the tables `fold` names, prepared once per connection.
+/// Runs one statement, prepared once per connection.
 async fn exec<C: GenericClient>(
     client: &C,
-    fold: &Fold<'_>,
     sql: &'static str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<u64, tokio_postgres::Error> {
-    let statement = client.prepare_cached(&fold.sql(sql)).await?;
+    let statement = client.prepare_cached(sql).await?;
     client.execute(&statement, params).await
 }
 
-/// Adds the kernels' shares to their agents, refusing when any agent lacks the room (a
-/// replay only adds: the log already holds the decision).
+/// Adds the kernels' shares to their agents, refusing when any agent lacks the room or is
+/// lost.
 async fn reserve<C: GenericClient>(
     client: &C,
-    fold: &Fold<'_>,
     kernels: &[KernelPlacement],
 ) -> Result<(), LedgerError> {
     let mut per_agent: Vec<(&str, ResourceSlots)> = Vec::new();
@@ -629,21 +542,14 @@ async fn reserve<C: GenericClient>(
         }
     }
     for (agent_id, need) in per_agent {
-        let sql = if fold.decides {
-            "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
-                   used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
-                 WHERE agent_id = $1 AND lost IS NULL
-                   AND used_cpu_milli + $2 <= cpu_milli
-                   AND used_memory_bytes + $3 <= memory_bytes
-                   AND used_gpu_milli + $4 <= gpu_milli"
-        } else {
-            "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
-                   used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
-                 WHERE agent_id = $1"
-        };
+        let sql = "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
+               used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
+             WHERE agent_id = $1 AND lost IS NULL
+               AND used_cpu_milli + $2 <= cpu_milli
+               AND used_memory_bytes + $3 <= memory_bytes
+               AND used_gpu_milli + $4 <= gpu_milli";
         let n = exec(
             client,
-            fold,
             sql,
             &[
                 &agent_id,
@@ -653,7 +559,7 @@ async fn reserve<C: GenericClient>(
             ],
         )
         .await?;
-        if n == 0 && fold.decides {
+        if n == 0 {
             return Err(LedgerError::AgentFull(agent_id.to_owned()));
         }
     }

@@ -13,12 +13,14 @@
 //!
 //! - [`record`]: append and apply, in the caller's transaction ([`record_now`]: in one of
 //!   its own).
-//! - `fold`: how each event changes the tables, shared by [`record`] and [`replay`].
+//! - `fold`: how each event changes the tables, as [`record`] applies it.
+//! - `memory`: the same folded in memory, for [`replay`] to write out with `COPY` and compare.
 //! - [`replay`]: fold the whole log again into a scratch schema and compare.
 //! - [`keys`]: the API-key lookup.
 
 mod fold;
 pub mod keys;
+mod memory;
 mod record;
 mod replay;
 

@@ -3,7 +3,7 @@
 use chrono::Utc;
 use deadpool_postgres::{Pool, Transaction};
 
-use super::fold::{apply, Fold, SessionPatch};
+use super::fold::{apply, SessionPatch};
 use super::LedgerError;
 use crate::catalogue::{Event, Metadata};
 use crate::store::{append_with, check_limits, Appended, ExpectedVersion, ProposedEvent};
@@ -30,13 +30,13 @@ pub async fn record(
     let mut patch = SessionPatch::default();
     for (i, event) in events.iter().enumerate() {
         let version = first_version + i as u64;
-        if !patch.absorb(tx, &Fold::LIVE, event, version, at).await? {
-            patch.flush(tx, &Fold::LIVE).await?;
+        if !patch.absorb(tx, event, version, at).await? {
+            patch.flush(tx).await?;
             let traceparent = metadata.traceparent.as_deref();
-            apply(tx, &Fold::LIVE, event, version, at, traceparent).await?;
+            apply(tx, event, version, at, traceparent).await?;
         }
     }
-    patch.flush(tx, &Fold::LIVE).await?;
+    patch.flush(tx).await?;
     Ok(appended)
 }
 

@@ -3,8 +3,12 @@
 
 use deadpool_postgres::Pool;
 
-use super::fold::{apply_any, Fold};
+use deadpool_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+
+use super::memory::LedgerRows;
 use super::LedgerError;
+use crate::pg::copy_rows;
 
 /// What [`replay`] found: how many events it folded, and per table that differs, the rows only
 /// the live ledger has and the rows only the fold of the log has.
@@ -87,21 +91,18 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         };
         tx.batch_execute(&drop).await?;
     }
-    let fold = Fold {
-        schema: REPLAY_SCHEMA,
-        decides: false,
-    };
-    let mut events = 0u64;
-    let mut after = crate::LogPosition::START;
-    loop {
-        let batch = crate::store::read_visible_with(&tx, after, 5_000).await?;
-        let Some(last) = batch.last() else { break };
-        after = last.position;
-        for recorded in &batch {
-            apply_any(&tx, &fold, recorded).await?;
-        }
-        events += batch.len() as u64;
-    }
+    // The log folded in memory, each batch while the next is read and decoded, then written
+    // out one `COPY` per table.
+    let mut rows = LedgerRows::default();
+    let events =
+        crate::store::read_visible_through(&tx, crate::LogPosition::START, 20_000, |batch| {
+            for recorded in &batch {
+                rows.apply(recorded);
+            }
+            Ok(())
+        })
+        .await?;
+    write_rows(&tx, &rows).await?;
     let mut differences = Vec::new();
     for table in &tables {
         let columns: Vec<String> = tx
@@ -138,4 +139,378 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         tables: tables.len(),
         differences,
     })
+}
+
+/// Writes the folded tables into the replay's scratch schema.
+async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio_postgres::Error> {
+    let t = |table: &str| format!("{REPLAY_SCHEMA}.{table}");
+    copy_rows(
+        tx,
+        &t("users"),
+        ["user_id", "email", "role", "resource_policy", "created_at"],
+        &rows
+            .users
+            .iter()
+            .map(|(id, u)| -> [&(dyn ToSql + Sync); 5] {
+                [id, &u.email, &u.role, &u.resource_policy, &u.created_at]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("folders"),
+        ["owner", "name", "created_at"],
+        &rows
+            .folders
+            .iter()
+            .map(|((owner, name), at)| -> [&(dyn ToSql + Sync); 3] { [owner, name, at] })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("api_keys"),
+        ["key_sha256", "key_prefix", "user_id"],
+        &rows
+            .api_keys
+            .iter()
+            .map(|(digest, (prefix, user))| -> [&(dyn ToSql + Sync); 3] { [digest, prefix, user] })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("projects"),
+        ["name", "description"],
+        &rows
+            .projects
+            .iter()
+            .map(|(name, description)| -> [&(dyn ToSql + Sync); 2] { [name, description] })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("project_members"),
+        ["project", "user_id"],
+        &rows
+            .project_members
+            .keys()
+            .map(|(project, user)| -> [&(dyn ToSql + Sync); 2] { [project, user] })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("resource_groups"),
+        [
+            "name",
+            "queue_policy",
+            "agent_selection",
+            "max_attempts",
+            "skip_after",
+            "pending_timeout_secs",
+        ],
+        &rows
+            .resource_groups
+            .iter()
+            .map(|(name, g)| -> [&(dyn ToSql + Sync); 6] {
+                [
+                    name,
+                    &g.queue_policy,
+                    &g.agent_selection,
+                    &g.max_attempts,
+                    &g.skip_after,
+                    &g.pending_timeout_secs,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("group_projects"),
+        ["resource_group", "project"],
+        &rows
+            .group_projects
+            .keys()
+            .map(|(group, project)| -> [&(dyn ToSql + Sync); 2] { [group, project] })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("policies"),
+        [
+            "name",
+            "max_concurrent_sessions",
+            "max_cpu_milli",
+            "max_memory_bytes",
+            "max_gpu_milli",
+            "max_session_lifetime_secs",
+            "max_custom_images",
+        ],
+        &rows
+            .policies
+            .iter()
+            .map(|(name, p)| -> [&(dyn ToSql + Sync); 7] {
+                [
+                    name,
+                    &p.max_concurrent_sessions,
+                    &p.max_cpu_milli,
+                    &p.max_memory_bytes,
+                    &p.max_gpu_milli,
+                    &p.max_session_lifetime_secs,
+                    &p.max_custom_images,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("presets"),
+        [
+            "name",
+            "cpu_milli",
+            "memory_bytes",
+            "gpu_milli",
+            "shared_memory_bytes",
+        ],
+        &rows
+            .presets
+            .iter()
+            .map(|(name, p)| -> [&(dyn ToSql + Sync); 5] {
+                [
+                    name,
+                    &p.cpu_milli,
+                    &p.memory_bytes,
+                    &p.gpu_milli,
+                    &p.shared_memory_bytes,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("agents"),
+        [
+            "agent_id",
+            "resource_group",
+            "cpu_milli",
+            "memory_bytes",
+            "gpu_milli",
+            "used_cpu_milli",
+            "used_memory_bytes",
+            "used_gpu_milli",
+            "images",
+            "registered_at",
+            "last_heartbeat",
+            "lost",
+            "address",
+            "image_apps",
+        ],
+        &rows
+            .agents
+            .iter()
+            .map(|(id, a)| -> [&(dyn ToSql + Sync); 14] {
+                [
+                    id,
+                    &a.resource_group,
+                    &a.cpu_milli,
+                    &a.memory_bytes,
+                    &a.gpu_milli,
+                    &a.used_cpu_milli,
+                    &a.used_memory_bytes,
+                    &a.used_gpu_milli,
+                    &a.images,
+                    &a.registered_at,
+                    &a.last_heartbeat,
+                    &a.lost,
+                    &a.address,
+                    &a.image_apps,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("sessions"),
+        [
+            "session_id",
+            "owner",
+            "owner_email",
+            "name",
+            "project",
+            "resource_group",
+            "session_type",
+            "status",
+            "status_reason",
+            "status_since",
+            "cpu_milli",
+            "memory_bytes",
+            "gpu_milli",
+            "cluster_mode",
+            "cluster_size",
+            "wanted_agent",
+            "starts_at",
+            "created_at",
+            "attempts",
+            "last_result",
+            "last_error_code",
+            "agent_id",
+            "holds",
+            "requeues",
+            "version",
+            "traceparent",
+        ],
+        &rows
+            .sessions
+            .iter()
+            .map(|(id, s)| -> [&(dyn ToSql + Sync); 26] {
+                [
+                    id,
+                    &s.owner,
+                    &s.owner_email,
+                    &s.name,
+                    &s.project,
+                    &s.resource_group,
+                    &s.session_type,
+                    &s.status,
+                    &s.status_reason,
+                    &s.status_since,
+                    &s.cpu_milli,
+                    &s.memory_bytes,
+                    &s.gpu_milli,
+                    &s.cluster_mode,
+                    &s.cluster_size,
+                    &s.wanted_agent,
+                    &s.starts_at,
+                    &s.created_at,
+                    &s.attempts,
+                    &s.last_result,
+                    &s.last_error_code,
+                    &s.agent_id,
+                    &s.holds,
+                    &s.requeues,
+                    &s.version,
+                    &s.traceparent,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let indices: Vec<i32> =
+        (0..rows.kernels.values().map(Vec::len).max().unwrap_or(0) as i32).collect();
+    copy_rows(
+        tx,
+        &t("kernels"),
+        [
+            "session_id",
+            "idx",
+            "agent_id",
+            "cpu_milli",
+            "memory_bytes",
+            "gpu_milli",
+        ],
+        &rows
+            .kernels
+            .iter()
+            .flat_map(|(session, kernels)| {
+                kernels
+                    .iter()
+                    .zip(&indices)
+                    .map(move |(k, idx)| -> [&(dyn ToSql + Sync); 6] {
+                        [
+                            session,
+                            idx,
+                            &k.agent_id,
+                            &k.cpu_milli,
+                            &k.memory_bytes,
+                            &k.gpu_milli,
+                        ]
+                    })
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("custom_images"),
+        [
+            "image",
+            "owner",
+            "session_id",
+            "agent_id",
+            "image_id",
+            "size_bytes",
+            "created_at",
+        ],
+        &rows
+            .custom_images
+            .iter()
+            .map(|(image, i)| -> [&(dyn ToSql + Sync); 7] {
+                [
+                    image,
+                    &i.owner,
+                    &i.session_id,
+                    &i.agent_id,
+                    &i.image_id,
+                    &i.size_bytes,
+                    &i.created_at,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("circuits"),
+        [
+            "circuit_id",
+            "session_id",
+            "owner",
+            "app",
+            "protocol",
+            "container_port",
+            "port",
+            "admission",
+            "opened_at",
+        ],
+        &rows
+            .circuits
+            .iter()
+            .map(|(id, c)| -> [&(dyn ToSql + Sync); 9] {
+                [
+                    id,
+                    &c.session_id,
+                    &c.owner,
+                    &c.app,
+                    &c.protocol,
+                    &c.container_port,
+                    &c.port,
+                    &c.admission,
+                    &c.opened_at,
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    copy_rows(
+        tx,
+        &t("app_services"),
+        ["session_id", "app", "token", "started_at"],
+        &rows
+            .app_services
+            .iter()
+            .map(|((session, app), a)| -> [&(dyn ToSql + Sync); 4] {
+                [session, app, &a.token, &a.started_at]
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    Ok(())
 }

@@ -10,6 +10,10 @@ use events::projection::Projection;
 use events::RecordedEvent;
 use serde_json::json;
 
+mod rows;
+
+pub use rows::SessionsRows;
+
 pub struct SessionsView;
 
 fn text<T: serde::Serialize>(value: &T) -> String {
@@ -22,6 +26,29 @@ fn text<T: serde::Serialize>(value: &T) -> String {
 
 fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// What a session asked for beyond its resources, as the detail shows it.
+fn request_of(r: &SessionRequested) -> serde_json::Value {
+    json!({
+        "environment": r.environment,
+        "preopen_ports": r.preopen_ports,
+        "mounts": r.mounts,
+        "startup_command": r.startup_command,
+        "starts_at": r.starts_at,
+        "batch_timeout_secs": r.batch_timeout_secs,
+        "omp_num_threads": r.omp_num_threads,
+        "max_lifetime_secs": r.max_lifetime_secs,
+        "wanted_agent": r.agent_id,
+        "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports,
+            r.session_type == domain::payloads::SessionType::Interactive),
+    })
+}
+
+/// A started kernel's container, as the detail lists it.
+fn container_of(e: &KernelStarted) -> serde_json::Value {
+    json!({"kernel": e.kernel, "agent_id": e.agent_id, "container_id": e.container_id,
+        "hostname": e.hostname, "ports": e.ports, "address": e.address})
 }
 
 /// Adds (`sign` 1) or takes away (-1) kernels' shares on the agents' occupancy.
@@ -52,6 +79,8 @@ async fn occupy(
 }
 
 impl Projection for SessionsView {
+    type Rows = SessionsRows;
+
     fn name(&self) -> &'static str {
         "sessions"
     }
@@ -132,19 +161,7 @@ impl Projection for SessionsView {
         let version = recorded.stream_version as i64;
         match &recorded.event {
             Event::SessionRequested(r) => {
-                let request = json!({
-                    "environment": r.environment,
-                    "preopen_ports": r.preopen_ports,
-                    "mounts": r.mounts,
-                    "startup_command": r.startup_command,
-                    "starts_at": r.starts_at,
-                    "batch_timeout_secs": r.batch_timeout_secs,
-                    "omp_num_threads": r.omp_num_threads,
-                    "max_lifetime_secs": r.max_lifetime_secs,
-                    "wanted_agent": r.agent_id,
-                    "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports,
-                        r.session_type == domain::payloads::SessionType::Interactive),
-                });
+                let request = request_of(r);
                 let sql = format!(
                     "INSERT INTO {schema}.sessions (session_id, name, owner, owner_email,
                        requested_by, project, session_type, status, image, resource_group,
@@ -300,9 +317,7 @@ impl Projection for SessionsView {
                 tx.execute(&sql, &[&e.session_id, &version]).await?;
             }
             Event::KernelStarted(e) => {
-                let container = json!({"kernel": e.kernel, "agent_id": e.agent_id,
-                    "container_id": e.container_id, "hostname": e.hostname, "ports": e.ports,
-                    "address": e.address});
+                let container = container_of(e);
                 let sql = format!(
                     "UPDATE {schema}.sessions SET containers = containers || $2::jsonb,
                        version = $3 WHERE session_id = $1"
