@@ -11,6 +11,7 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::pg::{RawJson, Xid8};
@@ -131,25 +132,26 @@ pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
     if rows.is_empty() {
         return Ok(0);
     }
-    let mut seqs = Vec::with_capacity(rows.len());
-    let mut txs = Vec::with_capacity(rows.len());
-    let mut event_seqs = Vec::with_capacity(rows.len());
-    let mut hashes: Vec<Vec<u8>> = Vec::with_capacity(rows.len());
+    let mut seals: Vec<(i64, Xid8, i64, [u8; 32])> = Vec::with_capacity(rows.len());
     let mut last = after;
     for row in &rows {
         let link = link_from_row(row, 0);
         hash = link.hash(&hash);
         audit_seq += 1;
         last = link.position;
-        seqs.push(audit_seq);
-        txs.push(link.position.tx.to_string());
-        event_seqs.push(link.position.seq);
-        hashes.push(hash.to_vec());
+        seals.push((audit_seq, Xid8(link.position.tx), link.position.seq, hash));
     }
-    tx.execute(
-        "INSERT INTO event_seals (audit_seq, tx_id, seq, hash)
-         SELECT a, t::xid8, s, h FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bytea[]) AS x(a, t, s, h)",
-        &[&seqs, &txs, &event_seqs, &hashes],
+    let hashes: Vec<&[u8]> = seals.iter().map(|(_, _, _, h)| h.as_slice()).collect();
+    let seals: Vec<_> = seals
+        .iter()
+        .zip(&hashes)
+        .map(|((a, t, s, _), h)| -> [&(dyn ToSql + Sync); 4] { [a, t, s, h] })
+        .collect();
+    crate::pg::copy_rows(
+        &tx,
+        "event_seals",
+        ["audit_seq", "tx_id", "seq", "hash"],
+        &seals,
     )
     .await?;
     tx.execute(

@@ -424,15 +424,19 @@ pub fn check_limits(stream_id: &str, events: &[ProposedEvent]) -> Result<(), Sto
     Ok(())
 }
 
+/// One statement an append: the stream's version read, checked against the expected one, and
+/// every event inserted after it. The log's clock (`berth_log_tx_id()`) is read once for the
+/// statement rather than by the column's default for every row.
 const APPEND_SQL: &str = "
 WITH current AS (
     SELECT coalesce((SELECT stream_version FROM events WHERE stream_id = $1
-                     ORDER BY stream_version DESC LIMIT 1), -1) AS version
+                     ORDER BY stream_version DESC LIMIT 1), -1) AS version,
+           berth_log_tx_id() AS tx_id
 ), inserted AS (
-    INSERT INTO events (event_id, stream_id, category, stream_version, event_type,
+    INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
                         schema_version, payload, metadata)
-    SELECT e.event_id, $1, $2, current.version + e.ord, e.event_type, e.schema_version,
-           e.payload, e.metadata
+    SELECT current.tx_id, e.event_id, $1, $2, current.version + e.ord, e.event_type,
+           e.schema_version, e.payload, e.metadata
     FROM current,
          unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
              WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, metadata, ord)
