@@ -460,7 +460,7 @@ async fn seal(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     while !stop.is_cancelled() {
-        let sealed = audit::seal_once(&pool, 5_000).await?;
+        let sealed = audit::seal_once(&pool, 20_000).await?;
         if sealed == 0 {
             tokio::select! {
                 _ = stop.cancelled() => {}

@@ -212,7 +212,7 @@ async fn store_bench(
     writers: usize,
     sealer: bool,
 ) -> anyhow::Result<()> {
-    let pool = store::pool(url, writers + 4)?;
+    let pool = store::pool(url, writers + 8)?;
     store::migrate(&pool, &[]).await?;
     db::create_raw_events(&pool).await?;
     let store = EventStore::new(pool.clone());
@@ -318,7 +318,7 @@ async fn append_phase(
         let stop = stop_sealer.clone();
         tokio::spawn(async move {
             while !stop.is_cancelled() {
-                if events::audit::seal_once(&pool, 5_000).await? == 0 {
+                if events::audit::seal_once(&pool, 20_000).await? == 0 {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
@@ -326,6 +326,11 @@ async fn append_phase(
         })
     });
     let event = sample_event();
+    let sealed = || async {
+        let head = events::audit::head(store.pool()).await?;
+        anyhow::Ok(head.map_or(0, |h| h.audit_seq))
+    };
+    let sealed_before = sealed().await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
@@ -372,6 +377,12 @@ async fn append_phase(
     stop_sealer.cancel();
     if let Some(task) = sealer_task {
         task.await??;
+        // Whether the sealer keeps up: what it sealed over the phase, and what it left.
+        let sealed_rate = (sealed().await? - sealed_before) as f64 / elapsed;
+        let unsealed = db::log_length(&store.pool().get().await?).await? as i64 - sealed().await?;
+        println!(
+            "  sealer beside {per_append}-event appends: {sealed_rate:.0} events/s sealed, {unsealed} left unsealed at the end"
+        );
     }
     Ok(total.load(Ordering::Relaxed) as f64 / elapsed)
 }

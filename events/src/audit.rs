@@ -18,6 +18,10 @@ use crate::pg::{RawJson, Xid8};
 use crate::store::{LogPosition, StoreError};
 
 const SEAL_LOCK: i64 = 0x6265_7274_685f_7331;
+/// Connections that read a window's events at once.
+const READERS: usize = 4;
+/// Fewer events than this are read by one connection.
+const MIN_PART: usize = 1_000;
 const GENESIS: [u8; 32] = [0; 32];
 
 /// The stored bytes of one event that the chain covers.
@@ -121,20 +125,56 @@ pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
         Some(h) => (h.audit_seq, h.position, h.hash),
         None => (0, LogPosition::START, GENESIS),
     };
-    let sql = format!(
-        "SELECT {LINK_COLUMNS} FROM events e
-         WHERE (e.tx_id, e.seq) > ($1, $2) AND e.tx_id < berth_log_horizon()
-         ORDER BY e.tx_id, e.seq LIMIT $3"
-    );
-    let rows = tx
-        .query(&sql, &[&Xid8(after.tx), &after.seq, &batch])
-        .await?;
-    if rows.is_empty() {
+    // The window: the positions of up to `batch` events after the head, behind the horizon,
+    // found on the log's key alone. Every event in it has committed and none can join it.
+    let window: Vec<(Xid8, i64)> = tx
+        .query(
+            "SELECT tx_id, seq FROM events
+             WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
+             ORDER BY tx_id, seq LIMIT $3",
+            &[&Xid8(after.tx), &after.seq, &batch],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    if window.is_empty() {
         return Ok(0);
     }
+    // Its events read in contiguous parts over connections of their own, at once: rendering
+    // payloads as text is most of a seal's cost, and under a full write load every backend
+    // has an even share of the CPU, so one reader alone falls behind the writers.
+    let position = |&(Xid8(tx), seq): &(Xid8, i64)| LogPosition { tx, seq };
+    let ends: Vec<LogPosition> = window
+        .chunks(window.len().div_ceil(READERS).max(MIN_PART))
+        .map(|chunk| position(&chunk[chunk.len() - 1]))
+        .collect();
+    let read_part = |index: usize| {
+        // After the part before it (or the head), up to its own last event.
+        let from = if index == 0 { after } else { ends[index - 1] };
+        let to = ends[index];
+        async move {
+            let client = pool.get().await?;
+            let sql = format!(
+                "SELECT {LINK_COLUMNS} FROM events e
+                 WHERE (e.tx_id, e.seq) > ($1, $2) AND (e.tx_id, e.seq) <= ($3, $4)
+                 ORDER BY e.tx_id, e.seq"
+            );
+            let statement = client.prepare_cached(&sql).await?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[&Xid8(from.tx), &from.seq, &Xid8(to.tx), &to.seq],
+                )
+                .await?;
+            Ok::<_, StoreError>(rows)
+        }
+    };
+    let parts = futures::future::try_join_all((0..ends.len()).map(read_part)).await?;
+    let rows: Vec<&tokio_postgres::Row> = parts.iter().flatten().collect();
     let mut seals: Vec<(i64, Xid8, i64, [u8; 32])> = Vec::with_capacity(rows.len());
     let mut last = after;
-    for row in &rows {
+    for row in rows.iter().copied() {
         let link = link_from_row(row, 0);
         hash = link.hash(&hash);
         audit_seq += 1;

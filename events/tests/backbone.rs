@@ -685,6 +685,24 @@ async fn sealed_store() -> EventStore {
     store
 }
 
+#[tokio::test]
+async fn a_window_read_in_parts_at_once_seals_every_event_in_order() {
+    let (store, _) = fresh_store().await;
+    // 3,500 events: the sealer reads a window this size over four connections at once.
+    for stream in 0..35 {
+        let id = format!("agent-w{stream}");
+        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
+        store
+            .append(&id, ExpectedVersion::NoStream, &batch)
+            .await
+            .unwrap();
+    }
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 3_500);
+    let clean = audit::verify(store.pool()).await.unwrap();
+    assert_eq!(clean.sealed, 3_500);
+    assert_eq!(clean.first_break, None);
+}
+
 /// Runs `sql` with the owner's rights (the service role may not touch the log), as an
 /// operator with access to the database could, and returns the first break `verify` finds.
 async fn tamper(store: &EventStore, sql: &str) -> audit::Break {
