@@ -320,6 +320,17 @@ pub(crate) fn small_shell(count: u32) -> launcher::launch::CreateSession {
     }
 }
 
+/// `count` batch `berth/shell` sessions of 0.25 cores and 64 MiB running the command the
+/// start bench's plain containers run: the same container on both sides. (An interactive
+/// session also publishes its terminal's port, which costs the engine a `docker-proxy`.)
+pub(crate) fn sleeping_batch(count: u32) -> launcher::launch::CreateSession {
+    launcher::launch::CreateSession {
+        session_type: Some(SessionType::Batch),
+        startup_command: Some(SLEEPER.into()),
+        ..small_shell(count)
+    }
+}
+
 /// Ends session `id` at once.
 pub(crate) async fn end_session(pool: &Pool, id: Uuid) -> anyhow::Result<()> {
     let metadata = events::trace::metadata("bench", None);
@@ -612,7 +623,30 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
                 if n as usize == ids.len() {
                     return anyhow::Ok(());
                 }
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // Until the sessions ended and their containers are gone from the engine.
+    let gone = |ids: Vec<Uuid>| {
+        let (pool, docker, agent_id) = (pool.clone(), docker.clone(), agent_id.clone());
+        async move {
+            loop {
+                let client = pool.get().await?;
+                let ended = db::count_in_status(&client, &ids, &SessionStatus::TERMINAL).await?;
+                let options = bollard::container::ListContainersOptions::<String> {
+                    all: true,
+                    filters: HashMap::from([(
+                        "label".to_string(),
+                        vec![format!("ai.berth.agent={agent_id}")],
+                    )]),
+                    ..Default::default()
+                };
+                let left = docker.list_containers(Some(options)).await?.len();
+                if ended as usize == ids.len() && left == 0 {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     };
@@ -629,15 +663,31 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     // One at a time: berth, then plain `docker run -d`, then the Engine API's bare create
     // and start of the same container, in turn.
     let mut berth_times = Vec::new();
+    let mut interactive_times = Vec::new();
     let mut plain_times = Vec::new();
     let mut api_times = Vec::new();
+    let mut started_ids = Vec::new();
     for i in 0..sessions {
-        let started = Instant::now();
-        let launched = launcher::launch::launch(&pool, &admin, small_shell(1)).await?;
-        let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
-        running(ids.clone()).await?;
-        berth_times.push(started.elapsed());
-        end_all(ids).await?;
+        // Each start on a quiet engine: the session before it has left its agent.
+        for interactive in [false, true] {
+            let create = if interactive {
+                small_shell(1)
+            } else {
+                sleeping_batch(1)
+            };
+            let started = Instant::now();
+            let launched = launcher::launch::launch(&pool, &admin, create).await?;
+            let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+            running(ids.clone()).await?;
+            if interactive {
+                interactive_times.push(started.elapsed());
+            } else {
+                berth_times.push(started.elapsed());
+                started_ids.extend(ids.iter().copied());
+            }
+            end_all(ids.clone()).await?;
+            gone(ids).await?;
+        }
 
         let name = format!("berth-bench-plain-{}-{i}", std::process::id());
         let started = Instant::now();
@@ -657,14 +707,47 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         percentile(v, q).as_secs_f64() * 1000.0
     };
     let (b50, b99) = (pct(&mut berth_times, 0.5), pct(&mut berth_times, 0.99));
+    let (i50, i99) = (
+        pct(&mut interactive_times, 0.5),
+        pct(&mut interactive_times, 0.99),
+    );
     let (p50, p99) = (pct(&mut plain_times, 0.5), pct(&mut plain_times, 0.99));
     let (a50, a99) = (pct(&mut api_times, 0.5), pct(&mut api_times, 0.99));
-    println!("create to RUNNING over {sessions} sessions: berth p50 {b50:.1} ms, p99 {b99:.1} ms; plain `docker run -d` p50 {p50:.1} ms, p99 {p99:.1} ms; bare Engine API create + start p50 {a50:.1} ms, p99 {a99:.1} ms");
+    println!("create to RUNNING over {sessions} sessions: berth (a batch session running the same command) p50 {b50:.1} ms, p99 {b99:.1} ms; plain `docker run -d` p50 {p50:.1} ms, p99 {p99:.1} ms; bare Engine API create + start p50 {a50:.1} ms, p99 {a99:.1} ms");
+    println!(
+        "  an interactive session (its terminal's port published) p50 {i50:.1} ms, p99 {i99:.1} ms"
+    );
     println!(
         "berth/docker run at p50 = {:.2}, at p99 = {:.2}; berth/bare API at p50 = {:.2}",
         b50 / p50,
         b99 / p99,
         b50 / a50
+    );
+
+    // Where berth's time goes, by the log's clock: each step's p50 after the request.
+    let steps = db::start_steps(&pool.get().await?, &started_ids).await?;
+    let names = [
+        "placed",
+        "agent's first report (PREPARING)",
+        "CREATING",
+        "kernel started",
+        "RUNNING",
+    ];
+    let reached: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(step, name)| {
+            let mut times: Vec<f64> = steps.iter().filter_map(|s| s[step]).collect();
+            times.sort_unstable_by(f64::total_cmp);
+            match times.is_empty() {
+                true => format!("{name}: never"),
+                false => format!("{name} {:.1} ms", percentile(&times, 0.5)),
+            }
+        })
+        .collect();
+    println!(
+        "berth's steps after the request, p50: {}",
+        reached.join(", ")
     );
 
     // A burst: `burst` sessions in one request.

@@ -99,6 +99,43 @@ pub async fn session_ids(client: &impl GenericClient) -> anyhow::Result<Vec<Uuid
         .collect())
 }
 
+/// When each of sessions `ids` reached each step from its request to RUNNING, by the log's
+/// clock, in milliseconds after its request: placed, the agent's first report (PREPARING),
+/// CREATING, its kernel started, RUNNING. A step not reached is absent.
+pub async fn start_steps(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+) -> anyhow::Result<Vec<[Option<f64>; 5]>> {
+    let streams: Vec<String> = ids
+        .iter()
+        .map(|id| events::catalogue::stream_id("session", *id))
+        .collect();
+    let rows = client
+        .query(
+            "WITH t AS (
+               SELECT stream_id,
+                 min(recorded_at) FILTER (WHERE event_type = 'SessionRequested') AS requested,
+                 min(recorded_at) FILTER (WHERE event_type = 'SessionScheduled') AS placed,
+                 min(recorded_at) FILTER (WHERE payload->>'to' = 'PREPARING') AS preparing,
+                 min(recorded_at) FILTER (WHERE payload->>'to' = 'CREATING') AS creating,
+                 min(recorded_at) FILTER (WHERE event_type = 'KernelStarted') AS started,
+                 min(recorded_at) FILTER (WHERE payload->>'to' = 'RUNNING') AS running
+               FROM events WHERE stream_id = ANY($1) GROUP BY stream_id)
+             SELECT extract(epoch FROM placed - requested)::float8 * 1000,
+                    extract(epoch FROM preparing - requested)::float8 * 1000,
+                    extract(epoch FROM creating - requested)::float8 * 1000,
+                    extract(epoch FROM started - requested)::float8 * 1000,
+                    extract(epoch FROM running - requested)::float8 * 1000
+             FROM t",
+            &[&streams],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)])
+        .collect())
+}
+
 /// How many of the sessions `ids` are in one of `statuses`.
 pub async fn count_in_status(
     client: &impl GenericClient,

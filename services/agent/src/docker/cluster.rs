@@ -23,8 +23,9 @@ pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
         return;
     }
     let size = state.request.cluster_size.max(1);
-    let names = match create_kernels(&ctx, &state).await {
-        Ok((names, _)) => names,
+    let names = match create_kernels(&ctx, &state, std::future::ready(true)).await {
+        Ok(Some((names, _))) => names,
+        Ok(None) => return,
         Err(reason) => {
             // The session stays CREATING until the reconciler's deadline ends it with a reason.
             tracing::warn!(session = %id, %reason, "kernels not started");

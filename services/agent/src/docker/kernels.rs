@@ -45,10 +45,80 @@ async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
 /// Creates and starts this agent's kernels of a session, on the cluster's network, and
 /// reports them started; the names of their containers (the main kernel's first, when it is
 /// here) and the session's status after the report.
+///
+/// The containers are created while `go_ahead` is awaited (the report of the moves to
+/// CREATING, whose round trip through the control plane would otherwise come first) and
+/// started only when it says yes: no user code runs for a session the control plane did not
+/// move on. `None` when it said no; what was created is removed.
 pub(super) async fn create_kernels(
     ctx: &Ctx,
     state: &SessionState,
-) -> Result<(Vec<String>, SessionStatus), String> {
+    go_ahead: impl std::future::Future<Output = bool>,
+) -> Result<Option<(Vec<String>, SessionStatus)>, String> {
+    let request = &state.request;
+    let id = request.session_id;
+    let layout = spec::layout(state, &ctx.agent_id);
+    // Choosing GPUs and creating the containers that hold them is one step per host, so two
+    // sessions starting at once cannot both take the same free GPU.
+    let wants_gpus = request.resources.gpu_milli > 0 && !ctx.gpus.gpus().is_empty();
+    let _gpu_turn = if wants_gpus {
+        Some(ctx.gpu_turn.lock().await)
+    } else {
+        None
+    };
+    let (created, go) = tokio::join!(create_containers(ctx, state, &layout, wants_gpus), go_ahead);
+    let names = match (created, go) {
+        (Ok(names), true) => names,
+        (Ok(names), false) => {
+            remove_all(ctx, &names).await;
+            return Ok(None);
+        }
+        (Err(_), false) => return Ok(None),
+        (Err(reason), true) => return Err(reason),
+    };
+    // The others first, so the main kernel finds them when it starts.
+    for name in names.iter().skip(1).chain(names.iter().take(1)) {
+        let started =
+            super::engine::patiently(ctx, || ctx.docker.start_container::<String>(name, None))
+                .await;
+        match started {
+            // 304: started already (a start the engine's absence cut had gone through).
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => {
+                remove_all(ctx, &names).await;
+                return Err(format!("starting the container failed: {e}"));
+            }
+        }
+    }
+    if layout.mine.contains(&0)
+        && request.session_type == domain::payloads::SessionType::Interactive
+    {
+        tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
+    }
+    let started = inspect_started(ctx, &layout.mine, &names).await;
+    let fact = Fact::KernelsStarted { kernels: started };
+    match ctx.link.report(id, fact, &ctx.stop).await {
+        Ok(Answer::Recorded { status }) => Ok(Some((names, status))),
+        answered => {
+            remove_all(ctx, &names).await;
+            Err(format!(
+                "the kernels started were not recorded: {answered:?}"
+            ))
+        }
+    }
+}
+
+/// This agent's kernels' folders, cluster network and containers, created, not started; the
+/// containers' names.
+async fn create_containers(
+    ctx: &Ctx,
+    state: &SessionState,
+    layout: &spec::Layout,
+    wants_gpus: bool,
+) -> Result<Vec<String>, String> {
     let request = &state.request;
     let id = request.session_id;
     let mut binds = Vec::new();
@@ -56,7 +126,6 @@ pub(super) async fn create_kernels(
         std::fs::create_dir_all(&host).map_err(|e| format!("folder `{}`: {e}", host.display()))?;
         binds.push(bind);
     }
-    let layout = spec::layout(state, &ctx.agent_id);
     if let Some(net) = &layout.network {
         if layout.mine.contains(&0) {
             // The main kernel's agent makes the network; the others wait for it.
@@ -88,14 +157,6 @@ pub(super) async fn create_kernels(
             }
         }
     }
-    // Choosing GPUs and creating the containers that hold them is one step per host, so two
-    // sessions starting at once cannot both take the same free GPU.
-    let wants_gpus = request.resources.gpu_milli > 0 && !ctx.gpus.gpus().is_empty();
-    let _gpu_turn = if wants_gpus {
-        Some(ctx.gpu_turn.lock().await)
-    } else {
-        None
-    };
     let mut held = if wants_gpus {
         gpus_held(ctx).await?
     } else {
@@ -108,7 +169,7 @@ pub(super) async fn create_kernels(
         let config = spec::kernel_config(
             state,
             &ctx.agent_id,
-            &layout,
+            layout,
             k,
             &binds,
             &gpu,
@@ -134,39 +195,7 @@ pub(super) async fn create_kernels(
         }
         names.push(name);
     }
-    // The others first, so the main kernel finds them when it starts.
-    for name in names.iter().skip(1).chain(names.iter().take(1)) {
-        let started =
-            super::engine::patiently(ctx, || ctx.docker.start_container::<String>(name, None))
-                .await;
-        match started {
-            // 304: started already (a start the engine's absence cut had gone through).
-            Ok(())
-            | Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304, ..
-            }) => {}
-            Err(e) => {
-                remove_all(ctx, &names).await;
-                return Err(format!("starting the container failed: {e}"));
-            }
-        }
-    }
-    if layout.mine.contains(&0)
-        && request.session_type == domain::payloads::SessionType::Interactive
-    {
-        tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
-    }
-    let started = inspect_started(ctx, &layout.mine, &names).await;
-    let fact = Fact::KernelsStarted { kernels: started };
-    match ctx.link.report(id, fact, &ctx.stop).await {
-        Ok(Answer::Recorded { status }) => Ok((names, status)),
-        answered => {
-            remove_all(ctx, &names).await;
-            Err(format!(
-                "the kernels started were not recorded: {answered:?}"
-            ))
-        }
-    }
+    Ok(names)
 }
 
 /// This agent's kernels `mine`, started in containers `names`, as the control plane records

@@ -29,15 +29,14 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
         .is_ok();
     // A session caught PULLING by an earlier run of this agent resumes here.
     let resumed = state.status == SessionStatus::Pulling;
-    if present {
-        // Nothing to wait for between these: one report of the moves.
+    // With the image here nothing is waited for between the moves: one report of them, sent
+    // while the containers are created (`create_kernels` starts them once it is recorded).
+    let go_ahead = if present {
         let mut through = vec![SessionStatus::Prepared, SessionStatus::Creating];
         if !resumed {
             through.insert(0, SessionStatus::Preparing);
         }
-        if !moved_through(ctx, id, through).await {
-            return Ok(None);
-        }
+        futures::future::Either::Left(moved_through(ctx, id, through))
     } else {
         if !resumed
             && (!moved(ctx, id, SessionStatus::Preparing, None, None).await
@@ -88,16 +87,18 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
         {
             return Ok(None);
         }
-    }
+        futures::future::Either::Right(std::future::ready(true))
+    };
     // Recording the kernels started moves the session to RUNNING once every kernel of it
     // has started (a multi-node cluster waits for its other agents; the reconciler's
     // deadline for CREATING ends a cluster that never completes).
-    match create_kernels(ctx, state).await {
-        Ok((_, status)) if status.is_terminal() => {
+    match create_kernels(ctx, state, go_ahead).await {
+        Ok(None) => return Ok(None),
+        Ok(Some((_, status))) if status.is_terminal() => {
             cleanup(ctx, id, &[], request.cluster_size.max(1)).await;
             return Ok(None);
         }
-        Ok(_) => {}
+        Ok(Some(_)) => {}
         Err(reason) => {
             moved(ctx, id, SessionStatus::Error, Some(reason), None).await;
             return Ok(None);
