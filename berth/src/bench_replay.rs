@@ -32,7 +32,12 @@ const WRITERS: usize = 4;
 pub async fn replay(url: &str, events: u64) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     events::store::migrate(&pool, &[]).await?;
-    let agents = register_agents(&pool, 100).await?;
+    let capacity = ResourceSlots {
+        cpu_milli: 1_000_000,
+        memory_bytes: 4_096 * GIB,
+        gpu_milli: 0,
+    };
+    let agents = crate::bench_sessions::register_agents(&pool, 100, capacity).await?;
     let owners = owners(&pool).await?;
     // Nine in ten sessions end (12 events), the tenth stays RUNNING (9).
     let sessions = (events * 10).div_ceil(117) as usize;
@@ -150,39 +155,6 @@ async fn wait_for_horizon(pool: &Pool) -> anyhow::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     Ok(())
-}
-
-async fn register_agents(pool: &Pool, agents: usize) -> anyhow::Result<Vec<String>> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let metadata = events::trace::metadata("bench", None);
-    let mut ids = Vec::new();
-    for i in 0..agents {
-        let id = format!("agent{i:03}");
-        let event = Event::AgentRegistered(AgentRegistered {
-            agent_id: id.clone(),
-            resource_group: "default".into(),
-            capacity: ResourceSlots {
-                cpu_milli: 1_000_000,
-                memory_bytes: 4_096 * GIB,
-                gpu_milli: 0,
-            },
-            images: vec!["berth/shell:latest".into()],
-            address: Some(format!("10.0.0.{i}")),
-            image_apps: Default::default(),
-        });
-        events::ledger::record(
-            &tx,
-            &format!("agent-{id}"),
-            ExpectedVersion::Any,
-            &[event],
-            &metadata,
-        )
-        .await?;
-        ids.push(id);
-    }
-    tx.commit().await?;
-    Ok(ids)
 }
 
 async fn owners(pool: &Pool) -> anyhow::Result<Vec<Owner>> {

@@ -138,30 +138,7 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
         },
     )
     .await?;
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let metadata = events::trace::metadata("bench", None);
-    for i in 0..agents {
-        let id = format!("agent{i:04}");
-        let event = Event::AgentRegistered(AgentRegistered {
-            agent_id: id.clone(),
-            resource_group: "default".into(),
-            capacity: agent_capacity(),
-            images: vec!["berth/shell:latest".into()],
-            address: None,
-            image_apps: Default::default(),
-        });
-        events::ledger::record(
-            &tx,
-            &format!("agent-{id}"),
-            ExpectedVersion::Any,
-            &[event],
-            &metadata,
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    drop(client);
+    register_agents(pool, agents, agent_capacity()).await?;
     let mut users = Vec::new();
     for u in 0..10 {
         let (_, key) = launcher::access::create_user(
@@ -197,6 +174,41 @@ async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()>
     let took = started.elapsed().as_secs_f64();
     println!("launcher: {sessions} sessions requested in {took:.2} s = {:.0} sessions/s (100 per request)", sessions as f64 / took);
     Ok(())
+}
+
+/// Registers `agents` agents of `capacity` in the `default` group, in one transaction; their
+/// ids.
+pub(crate) async fn register_agents(
+    pool: &Pool,
+    agents: usize,
+    capacity: ResourceSlots,
+) -> anyhow::Result<Vec<String>> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let metadata = events::trace::metadata("bench", None);
+    let mut ids = Vec::with_capacity(agents);
+    for i in 0..agents {
+        let id = format!("agent{i:04}");
+        let event = Event::AgentRegistered(AgentRegistered {
+            agent_id: id.clone(),
+            resource_group: "default".into(),
+            capacity,
+            images: vec!["berth/shell:latest".into()],
+            address: None,
+            image_apps: Default::default(),
+        });
+        events::ledger::record(
+            &tx,
+            &format!("agent-{id}"),
+            ExpectedVersion::Any,
+            &[event],
+            &metadata,
+        )
+        .await?;
+        ids.push(id);
+    }
+    tx.commit().await?;
+    Ok(ids)
 }
 
 /// The relay publishing the bench database's log on NATS, as in service, on a stream of the
