@@ -122,7 +122,7 @@ pub async fn install<P: Projection>(pool: &Pool, projection: &P) -> Result<(), P
         ))
         .await?;
         // What the log already holds is folded at once rather than a statement an event.
-        let (rows, at, _) = fold_in_memory::<P>(&tx, LogPosition::START, None).await?;
+        let (rows, at, _) = fold_in_memory::<P>(&tx, None).await?;
         if let Some(at) = at {
             rows.write(&tx, &schema).await?;
             write_checkpoint(&tx, &checkpoint_name(&schema), at).await?;
@@ -132,17 +132,16 @@ pub async fn install<P: Projection>(pool: &Pool, projection: &P) -> Result<(), P
     Ok(())
 }
 
-/// Folds the events after `after` (up to `until`, when given) in memory, reading the log
-/// behind the horizon; returns the rows, the position of the last event folded and how many.
+/// Folds the log from its start (up to `until`, when given) in memory, reading behind the
+/// horizon; returns the rows, the position of the last event folded and how many.
 async fn fold_in_memory<P: Projection>(
     client: &impl GenericClient,
-    after: LogPosition,
     until: Option<LogPosition>,
 ) -> Result<(P::Rows, Option<LogPosition>, u64), ProjectionError> {
     let mut rows = P::Rows::default();
     let mut last = None;
     let mut events = 0;
-    read_through(client, after, 20_000, |batch| {
+    read_through(client, LogPosition::START, 20_000, |batch| {
         for event in batch
             .iter()
             .filter(|e| until.is_none_or(|until| e.position <= until))
@@ -298,7 +297,7 @@ pub async fn rebuild<P: Projection>(
     let target = current_checkpoint(pool, &checkpoint_name(&live)).await?;
     let (mut rows, folded, mut events) = {
         let client = pool.get().await?;
-        fold_in_memory::<P>(&client, LogPosition::START, Some(target)).await?
+        fold_in_memory::<P>(&client, Some(target)).await?
     };
     let mut folded = folded.unwrap_or(LogPosition::START);
     // Then hold the live checkpoint still, fold what it moved on by, write out and compare.
