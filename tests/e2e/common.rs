@@ -384,6 +384,10 @@ impl Drop for Harness {
                 )
                 .await?;
                 tokio::spawn(connection);
+                // The containers of the test's agents go too: a batch session's exited
+                // container, one an agent stopped with the test had not removed yet.
+                let agents = agents_of(&url).await.unwrap_or_default();
+                remove_containers_of(&agents);
                 client
                     .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                     .await?;
@@ -398,6 +402,45 @@ impl Drop for Harness {
         .join();
         if let Ok(Err(e)) = cleaned {
             eprintln!("the test's database or stream was not dropped: {e}");
+        }
+    }
+}
+
+/// The agents the test's ledger knows.
+async fn agents_of(url: &str) -> Result<Vec<String>, deadpool_postgres::tokio_postgres::Error> {
+    let (client, connection) =
+        deadpool_postgres::tokio_postgres::connect(url, deadpool_postgres::tokio_postgres::NoTls)
+            .await?;
+    tokio::spawn(connection);
+    Ok(client
+        .query("SELECT agent_id FROM ledger.agents", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Removes every container the Docker agents `agents` made (by their label), if any.
+fn remove_containers_of(agents: &[String]) {
+    for agent in agents {
+        let listed = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=ai.berth.agent={agent}"),
+            ])
+            .output();
+        let Ok(listed) = listed else { return };
+        let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
         }
     }
 }
