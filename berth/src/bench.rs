@@ -378,8 +378,9 @@ async fn append_phase(
     if let Some(task) = sealer_task {
         task.await??;
         // Whether the sealer keeps up: what it sealed over the phase, and what it left.
-        let sealed_rate = (sealed().await? - sealed_before) as f64 / elapsed;
-        let unsealed = db::log_length(&store.pool().get().await?).await? as i64 - sealed().await?;
+        let sealed_after = sealed().await?;
+        let sealed_rate = (sealed_after - sealed_before) as f64 / elapsed;
+        let unsealed = db::log_length(&store.pool().get().await?).await? as i64 - sealed_after;
         println!(
             "  sealer beside {per_append}-event appends: {sealed_rate:.0} events/s sealed, {unsealed} left unsealed at the end"
         );

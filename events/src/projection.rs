@@ -162,16 +162,12 @@ async fn step(
     projection: &impl Projection,
     schema: &str,
     batch: i64,
-    until: Option<LogPosition>,
 ) -> Result<usize, ProjectionError> {
     let name = checkpoint_name(schema);
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let after = lock_checkpoint(&tx, &name).await?;
-    let mut events = read_all_with(&tx, after, batch).await?;
-    if let Some(until) = until {
-        events.retain(|e| e.position <= until);
-    }
+    let events = read_all_with(&tx, after, batch).await?;
     let Some(last) = events.last().map(|e| e.position) else {
         return Ok(0);
     };
@@ -216,7 +212,7 @@ pub async fn catch_up(pool: &Pool, projection: &impl Projection) -> Result<u64, 
     };
     let mut total = 0;
     loop {
-        let n = step(pool, projection, &schema, 1_000, None).await?;
+        let n = step(pool, projection, &schema, 1_000).await?;
         total += n as u64;
         if n == 0 {
             if Some(current_checkpoint(pool, &checkpoint_name(&schema)).await?) >= target {
@@ -240,7 +236,7 @@ pub async fn run(
     let schema = live_schema(&projection);
     let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
-        let n = step(&pool, &projection, &schema, 1_000, None).await?;
+        let n = step(&pool, &projection, &schema, 1_000).await?;
         if n == 0 {
             tokio::select! {
                 _ = stop.cancelled() => {}

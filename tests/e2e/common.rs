@@ -420,28 +420,31 @@ async fn agents_of(url: &str) -> Result<Vec<String>, deadpool_postgres::tokio_po
         .collect())
 }
 
-/// Removes every container the Docker agents `agents` made (by their label), if any.
+/// Removes every container the Docker agents `agents` made (by their label), if any: one
+/// listing of berth's containers, one removal.
 fn remove_containers_of(agents: &[String]) {
-    for agent in agents {
-        let listed = std::process::Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=ai.berth.agent={agent}"),
-            ])
+    let listed = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=ai.berth.agent",
+            "--format",
+            "{{.ID}} {{.Label \"ai.berth.agent\"}}",
+        ])
+        .output();
+    let Ok(listed) = listed else { return };
+    let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, agent)| agents.iter().any(|a| a == agent))
+        .map(|(id, _)| id.to_owned())
+        .collect();
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
             .output();
-        let Ok(listed) = listed else { return };
-        let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-            .split_whitespace()
-            .map(String::from)
-            .collect();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
     }
 }
 

@@ -110,6 +110,8 @@ pub(super) struct Session {
 }
 
 pub(super) struct Kernel {
+    /// Its place in the session (0: the main kernel).
+    pub idx: i32,
     pub agent_id: String,
     pub cpu_milli: i64,
     pub memory_bytes: i64,
@@ -359,7 +361,9 @@ impl LedgerRows {
                     e.session_id,
                     kernels
                         .iter()
-                        .map(|k| Kernel {
+                        .zip(0..)
+                        .map(|(k, idx)| Kernel {
+                            idx,
                             agent_id: k.agent_id.clone(),
                             cpu_milli: i64_of(k.resources.cpu_milli),
                             memory_bytes: i64_of(k.resources.memory_bytes),

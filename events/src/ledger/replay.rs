@@ -1,9 +1,7 @@
 //! `berth replay ledger`: the whole log folded again into a scratch schema and compared with
 //! the live tables, table by table.
 
-use deadpool_postgres::Pool;
-
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::types::ToSql;
 
 use super::memory::LedgerRows;
@@ -403,8 +401,6 @@ async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio
             .collect::<Vec<_>>(),
     )
     .await?;
-    let indices: Vec<i32> =
-        (0..rows.kernels.values().map(Vec::len).max().unwrap_or(0) as i32).collect();
     copy_rows(
         tx,
         &t("kernels"),
@@ -420,19 +416,16 @@ async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio
             .kernels
             .iter()
             .flat_map(|(session, kernels)| {
-                kernels
-                    .iter()
-                    .zip(&indices)
-                    .map(move |(k, idx)| -> [&(dyn ToSql + Sync); 6] {
-                        [
-                            session,
-                            idx,
-                            &k.agent_id,
-                            &k.cpu_milli,
-                            &k.memory_bytes,
-                            &k.gpu_milli,
-                        ]
-                    })
+                kernels.iter().map(move |k| -> [&(dyn ToSql + Sync); 6] {
+                    [
+                        session,
+                        &k.idx,
+                        &k.agent_id,
+                        &k.cpu_milli,
+                        &k.memory_bytes,
+                        &k.gpu_milli,
+                    ]
+                })
             })
             .collect::<Vec<_>>(),
     )
