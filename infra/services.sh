@@ -20,6 +20,10 @@ PG_PORT="${BERTH_PG_PORT:-55432}"
 NATS_PORT="${BERTH_NATS_PORT:-54222}"
 PG_DATA="$STATE/pg"
 NATS_DATA="$STATE/nats"
+# The NATS server's configuration, pid and authorization: the control plane's user, and the
+# admitted agents of each installation using the server, which berth keeps in step
+# (berth/src/nats_authority.rs; BERTH_NATS_AUTHORIZATION_DIR names this directory).
+NATS_AUTH="$STATE/nats-auth"
 LOG="$STATE/log"
 
 say() { printf '[infra] %s\n' "$*" >&2; }
@@ -119,16 +123,52 @@ CONF
   fi
 }
 
-nats_running() { [ -f "$STATE/nats.pid" ] && kill -0 "$(cat "$STATE/nats.pid")" 2>/dev/null; }
+nats_running() { [ -f "$NATS_AUTH/nats.pid" ] && kill -0 "$(cat "$NATS_AUTH/nats.pid")" 2>/dev/null; }
+nats_answers() { (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null; }
+
+# The control plane's password, made once and readable by this user only.
+control_password() {
+  local file="$NATS_AUTH/control.password"
+  mkdir -p "$NATS_AUTH"
+  if [ ! -s "$file" ]; then
+    (umask 077; od -An -tx1 -N18 /dev/urandom | tr -d ' \n' >"$file")
+  fi
+  cat "$file"
+}
+
+# The server runs with authorization on: the control plane's user may do anything; each
+# admitted agent, by its nkey, only its own subjects; nobody else gets in. The users are
+# joined from users.d/ the same way berth joins them (bus::permissions::compose).
+write_nats_config() {
+  mkdir -p "$NATS_AUTH/users.d"
+  chmod 700 "$NATS_AUTH"
+  printf '{"user":"control","password":"%s"}\n' "$(control_password)" >"$NATS_AUTH/users.d/control.conf"
+  # An installation's fragment untouched for a week is a test's that is gone; a live control
+  # plane writes its own again within a minute of missing it.
+  find "$NATS_AUTH/users.d" -name '*.conf' ! -name control.conf -mtime +7 -delete
+  { printf 'authorization {\n  users = [\n'; cat "$NATS_AUTH"/users.d/*.conf; printf '  ]\n}\n'; } \
+    >"$NATS_AUTH/authorization.partial"
+  mv "$NATS_AUTH/authorization.partial" "$NATS_AUTH/authorization.conf"
+  cat >"$NATS_AUTH/server.conf" <<CONF
+listen: 127.0.0.1:$NATS_PORT
+jetstream { store_dir: "$NATS_DATA" }
+pid_file: "$NATS_AUTH/nats.pid"
+include ./authorization.conf
+CONF
+}
 
 start_nats() {
   mkdir -p "$NATS_DATA" "$LOG"
   if nats_running; then say "NATS already runs on 127.0.0.1:$NATS_PORT"; return 0; fi
-  nohup "$(nats_bin)" -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$NATS_DATA" \
-    -P "$STATE/nats.pid" >"$LOG/nats.log" 2>&1 &
+  if nats_answers; then
+    say "another server already listens on 127.0.0.1:$NATS_PORT (not this directory's; stop it, or set BERTH_NATS_PORT)"
+    return 1
+  fi
+  write_nats_config
+  nohup "$(nats_bin)" -c "$NATS_AUTH/server.conf" >"$LOG/nats.log" 2>&1 &
   for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null; then
-      say "NATS (JetStream) started on 127.0.0.1:$NATS_PORT"; return 0
+    if nats_answers; then
+      say "NATS (JetStream, authorization on) started on 127.0.0.1:$NATS_PORT"; return 0
     fi
     sleep 0.1
   done
@@ -193,7 +233,9 @@ start_dockerd() {
 
 print_env() {
   echo "export BERTH_DATABASE_URL=postgres://berth@127.0.0.1:$PG_PORT/berth"
-  echo "export BERTH_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+  # The control plane's user; an agent is given the address without it, and its own credential.
+  echo "export BERTH_NATS_URL=nats://control:$(control_password)@127.0.0.1:$NATS_PORT"
+  echo "export BERTH_NATS_AUTHORIZATION_DIR=$NATS_AUTH"
   # The server binary, for tests that start a server of their own (with authorization on).
   if bin="$(nats_bin 2>/dev/null)"; then echo "export BERTH_NATS_SERVER=$bin"; fi
 }
@@ -213,7 +255,7 @@ case "${1:-up}" in
       as_pg "$(pg_bin)/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null && say "PostgreSQL stopped"
     fi
     if nats_running; then
-      kill "$(cat "$STATE/nats.pid")"; rm -f "$STATE/nats.pid"; say "NATS stopped"
+      kill "$(cat "$NATS_AUTH/nats.pid")"; rm -f "$NATS_AUTH/nats.pid"; say "NATS stopped"
     fi ;;
   status)
     if pg_running; then echo "postgres: running on 127.0.0.1:$PG_PORT"; else echo "postgres: stopped"; fi

@@ -63,7 +63,10 @@ else
   if [ ! -s "$CREDENTIAL" ]; then
     "$BERTH" admin agent admit "$AGENT_ID" --group default --credential-out "$CREDENTIAL" >/dev/null
   fi
-  nohup env BERTH_AGENT_CREDENTIAL="$CREDENTIAL" "$BERTH" agent --id "$AGENT_ID" \
+  # Its NATS address names no user: the control plane's password is not the agent's to hold.
+  AGENT_NATS_URL="$(printf '%s' "$BERTH_NATS_URL" | sed -E 's#://[^@/]*@#://#')"
+  nohup env BERTH_AGENT_CREDENTIAL="$CREDENTIAL" BERTH_NATS_URL="$AGENT_NATS_URL" \
+    "$BERTH" agent --id "$AGENT_ID" \
     --data-dir "$STATE/agent-data" >"$STATE/log/agent.log" 2>&1 &
   echo $! >"$STATE/agent.pid"
   say "agent started (pid $!, log $STATE/log/agent.log)"

@@ -170,6 +170,21 @@ pub enum AgentAdminCommand {
     },
 }
 
+/// Says how the NATS server learns of an admission or a revocation: where berth keeps its
+/// authorization (`BERTH_NATS_AUTHORIZATION_DIR`), the control plane's recorder follows the
+/// event; elsewhere the operator makes the authorization again.
+fn tell_nats_server(config: &berth::config::Config) {
+    match &config.nats_authorization {
+        Some(dir) => println!(
+            "the control plane brings the NATS server's authorization ({}) in step",
+            dir.display()
+        ),
+        None => println!(
+            "make the NATS server's authorization again (berth admin nats-authorization) and reload it"
+        ),
+    }
+}
+
 fn milli(v: f64) -> u64 {
     (v * 1000.0).round().max(0.0) as u64
 }
@@ -215,13 +230,12 @@ pub async fn run(
                     println!("credential (shown only now; give it to the agent as BERTH_AGENT_CREDENTIAL): {seed}");
                 }
             }
-            println!("make the NATS server's authorization again (berth admin nats-authorization) and reload it");
+            tell_nats_server(config);
         }
         AdminCommand::Agent(AgentAdminCommand::Revoke { id, reason }) => {
             recorder::admission::revoke(pool, &id, &reason, "admin").await?;
-            println!(
-                "agent {id} revoked; make the NATS server's authorization again and reload it"
-            );
+            println!("agent {id} revoked");
+            tell_nats_server(config);
         }
         AdminCommand::Idle(IdleAdminCommand::Set {
             group,

@@ -177,24 +177,19 @@ fn nats_refused(error: &anyhow::Error) -> bool {
     })
 }
 
-/// One attempt to connect to NATS (`in_background`: the client keeps trying by itself). A
-/// user and password in the URL (`nats://control:secret@host:4222`, the control plane's user
-/// on a server with authorization) are sent as such: the client does not read them from the
-/// URL itself.
+/// One attempt to connect to NATS (`in_background`: the client keeps trying by itself), as
+/// the user and password in the URL (`nats://control:secret@host:4222`, the control plane's
+/// user on a server with authorization).
 async fn try_connect_nats(
     config: &Config,
     in_background: bool,
 ) -> anyhow::Result<async_nats::Client> {
-    let address: async_nats::ServerAddr = config
-        .nats_url
-        .parse()
-        .with_context(|| format!("BERTH_NATS_URL `{}`", config.nats_url))?;
-    let options = match (address.username(), address.password()) {
-        (Some(user), Some(password)) => {
-            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
-        }
-        _ => async_nats::ConnectOptions::new(),
-    };
+    let (options, address) = bus::link::connect_options(&config.nats_url).with_context(|| {
+        format!(
+            "BERTH_NATS_URL `{}`",
+            address_without_password(&config.nats_url)
+        )
+    })?;
     let options = if in_background {
         options.retry_on_initial_connect()
     } else {
@@ -321,6 +316,17 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     }
     if parts.recorder {
         let b = OnBus::connect(config, &pool).await?;
+        if let Some(dir) = &config.nats_authorization {
+            // The recorder decides who is admitted; the server on this host learns it.
+            let (b, dir) = (b.clone(), dir.clone());
+            keep(&mut tasks, "nats authority", &stop, move |s| {
+                let (b, dir) = (b.clone(), dir.clone());
+                async move {
+                    crate::nats_authority::follow(b.nats, b.pool, b.subjects, b.topology, dir, s)
+                        .await
+                }
+            });
+        }
         keep(&mut tasks, "recorder", &stop, move |s| {
             let b = b.clone();
             async move {

@@ -408,7 +408,7 @@ async fn relay_bench(config: &Config, url: &str, rate: u64, seconds: u64) -> any
     let pool = store::pool(url, 24)?;
     store::migrate(&pool, &[]).await?;
     let store = EventStore::new(pool.clone());
-    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await?);
+    let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
     let topology = Topology {
         stream: format!("BENCH_{}", std::process::id()),
         prefix: format!("bench{}.evt", std::process::id()),

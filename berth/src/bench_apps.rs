@@ -127,7 +127,7 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         publish_address: "127.0.0.1".into(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
-    let nats = async_nats::connect(&config.nats_url).await?;
+    let nats = bus::link::connect_as_url_says(&config.nats_url).await?;
     let link = bus::Link::new(
         nats,
         &agent_id,
@@ -316,7 +316,7 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.cancel();
-    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await?);
+    let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
     let _ = js.delete_stream(&config.topology.stream).await;
     let _ = js.delete_stream(&config.agent_bus.telemetry_stream).await;
     let _ = js.delete_stream(&config.agent_bus.commands_stream).await;

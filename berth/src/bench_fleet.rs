@@ -115,7 +115,7 @@ pub async fn fleet(
     .await;
     let _ = up.kill();
     let _ = up.wait();
-    let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
+    let js = async_nats::jetstream::new(bus::link::connect_as_url_says(nats_url).await?);
     for stream in [
         &events_stream,
         &subjects.commands_stream,

@@ -223,7 +223,7 @@ pub(crate) async fn relay_on_bus(
     async_nats::jetstream::Context,
     events::relay::Topology,
 )> {
-    let nats = async_nats::connect(nats_url).await?;
+    let nats = bus::link::connect_as_url_says(nats_url).await?;
     let js = async_nats::jetstream::new(nats.clone());
     let topology = events::relay::Topology {
         stream: format!("BENCH_{}", std::process::id()),

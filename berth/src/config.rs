@@ -27,6 +27,11 @@ pub struct Config {
     pub agent_data_dir: PathBuf,
     /// The file holding an agent's credential (its nkey seed), if it has one.
     pub agent_credential: Option<PathBuf>,
+    /// The directory of a NATS server's authorization that berth keeps in step with the
+    /// agents admitted (`BERTH_NATS_AUTHORIZATION_DIR`, which `infra/services.sh` sets for the
+    /// server it runs); none where an operator makes the authorization by hand
+    /// (`berth admin nats-authorization`). See [`crate::nats_authority`].
+    pub nats_authorization: Option<PathBuf>,
     /// Where agents push customized images (`BERTH_REGISTRY`); none keeps them on the host.
     pub registry: Option<String>,
     /// The host address an agent publishes app and preopen ports on, where the proxy reaches
@@ -156,6 +161,7 @@ impl Config {
             api_key: var("BERTH_API_KEY"),
             agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
             agent_credential: var("BERTH_AGENT_CREDENTIAL").map(PathBuf::from),
+            nats_authorization: var("BERTH_NATS_AUTHORIZATION_DIR").map(PathBuf::from),
             registry: var("BERTH_REGISTRY"),
             agent_address: or("BERTH_AGENT_ADDRESS", "127.0.0.1"),
             proxy_ports: port_range(&or("BERTH_PROXY_PORTS", DEFAULT_PROXY_PORTS)),

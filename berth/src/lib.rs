@@ -1,15 +1,17 @@
 //! berth as a library: the one composition of its control plane ([`app`]), its
 //! configuration ([`config`]), its logging and tracing ([`telemetry`]), backups that keep the
 //! log's order across a restore ([`backup`]), each part kept running through outages of
-//! PostgreSQL and NATS ([`supervise`]), and the client side of its app proxy
-//! ([`console`]: tunnels and the terminal), and dependencies of one's own to take away and
-//! give back ([`scratch`], for the fault-injection tests and `berth bench recovery`). The `berth` binary and the
-//! end-to-end tests both start berth through [`app::start`].
+//! PostgreSQL and NATS ([`supervise`]), the client side of its app proxy ([`console`]:
+//! tunnels and the terminal), the authorization of a NATS server on this host kept in step
+//! with the agents admitted ([`nats_authority`]), and dependencies of one's own to take away
+//! and give back ([`scratch`], for the fault-injection tests and `berth bench recovery`). The
+//! `berth` binary and the end-to-end tests both start berth through [`app::start`].
 
 pub mod app;
 pub mod backup;
 pub mod config;
 pub mod console;
+pub mod nats_authority;
 pub mod scratch;
 pub mod supervise;
 pub mod telemetry;

@@ -66,7 +66,7 @@ impl AgentProcess {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("BERTH_DATABASE_URL", NO_DATABASE)
-            .env("BERTH_NATS_URL", &config.nats_url)
+            .env("BERTH_NATS_URL", without_user(&config.nats_url))
             .env("BERTH_AGENT_CREDENTIAL", credential)
             .env("BERTH_NATS_AGENT_ROOT", &config.agent_bus.root)
             .env(
@@ -252,7 +252,11 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
 
 /// Deletes the JetStream streams `config` names (from [`config_for`]).
 async fn delete_streams_of(config: &Config) {
-    let js = async_nats::jetstream::new(async_nats::connect(&config.nats_url).await.unwrap());
+    let js = async_nats::jetstream::new(
+        bus::link::connect_as_url_says(&config.nats_url)
+            .await
+            .unwrap(),
+    );
     for stream in [
         &config.topology.stream,
         &config.agent_bus.commands_stream,
@@ -280,6 +284,7 @@ fn config_for(url: &str, tag: &str) -> Config {
         telemetry_stream: format!("{upper}T_{id}"),
     };
     config.timings.scheduler_interval = Duration::from_millis(200);
+    config.nats_authorization = nats_authorization();
     config
 }
 
@@ -417,7 +422,7 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
     let gateway = format!("http://{}", control_plane.gateway.unwrap());
 
     // The host's one way out leads to NATS; PostgreSQL is out of its reach.
-    let server = nats_url();
+    let server = without_user(&nats_url());
     let server = server.trim_start_matches("nats://").to_owned();
     let nats_port = free_port_on(&host.near);
     let (_relay, clients) = relay_tcp(&format!("{}:{nats_port}", host.near), server).await;

@@ -60,6 +60,7 @@ async fn sessions_survive_the_agent_and_the_control_plane_killed_and_started_aga
     up_env.push(("BERTH_SCHEDULER_INTERVAL_MS".into(), "500".into()));
     let mut agent_env = shared.clone();
     agent_env.push(("BERTH_DATABASE_URL".into(), NO_DATABASE.into()));
+    agent_env.push(("BERTH_NATS_URL".into(), without_user(&nats_url())));
     agent_env.push((
         "BERTH_AGENT_CREDENTIAL".into(),
         credential.to_str().unwrap().into(),

@@ -158,6 +158,8 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let up_env: Vec<(String, String)> = [
         ("BERTH_DATABASE_URL", url.clone()),
         ("BERTH_NATS_URL", nats.url()),
+        // A server of the test's own, without authorization: nothing to keep in step.
+        ("BERTH_NATS_AUTHORIZATION_DIR", String::new()),
         ("BERTH_GATEWAY_LISTEN", format!("127.0.0.1:{port}")),
         ("BERTH_PROXY_PORTS", "off".into()),
         ("BERTH_SCHEDULER_INTERVAL_MS", "500".into()),

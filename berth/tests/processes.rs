@@ -104,6 +104,9 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         if name == "BERTH_DATABASE_URL" {
             *value = NO_DATABASE.into();
         }
+        if name == "BERTH_NATS_URL" {
+            *value = without_user(value);
+        }
     }
     agent_env.push((
         "BERTH_AGENT_CREDENTIAL".into(),

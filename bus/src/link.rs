@@ -30,20 +30,57 @@ pub enum LinkError {
 }
 
 /// Connects agent `agent_id` to NATS at `url`, with its credential (the nkey seed it got at
-/// admission) when it has one, replies on an inbox of its own (the only one it may read),
-/// and waiting for the server when it is not up yet.
+/// admission) when it has one, or else as the user the URL names (tests and benches run
+/// agents as the control plane's user); replies on an inbox of its own (the only one it may
+/// read), and waits for the server when it is not up yet, or does not know the credential
+/// yet (an admission reaches the server's authorization moments after it is recorded).
 pub async fn connect(url: &str, agent_id: &str, seed: Option<String>) -> Result<Client, LinkError> {
-    let options = match seed {
-        Some(seed) => async_nats::ConnectOptions::with_nkey(seed),
-        None => async_nats::ConnectOptions::new(),
+    let (options, address) = match seed {
+        Some(seed) => (
+            async_nats::ConnectOptions::with_nkey(seed),
+            parse_address(url)?,
+        ),
+        None => connect_options(url)?,
     };
+    let server = format!("{}:{}", address.host(), address.port());
     options
         .custom_inbox_prefix(crate::permissions::inbox_prefix(agent_id))
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
-        .connect(url)
+        .connect(address)
         .await
-        .map_err(|e| LinkError::Bus(format!("connect to {url}: {e}")))
+        .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))
+}
+
+/// The options to connect to NATS at `url` as the user and password the URL names
+/// (`nats://control:secret@host:4222`), which the client does not read from a URL itself, and
+/// the address to connect to.
+pub fn connect_options(
+    url: &str,
+) -> Result<(async_nats::ConnectOptions, async_nats::ServerAddr), LinkError> {
+    let address = parse_address(url)?;
+    let options = match (address.username(), address.password()) {
+        (Some(user), Some(password)) => {
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+        }
+        _ => async_nats::ConnectOptions::new(),
+    };
+    Ok((options, address))
+}
+
+/// Connects to NATS at `url` as the user the URL names, if any (see [`connect_options`]).
+pub async fn connect_as_url_says(url: &str) -> Result<Client, LinkError> {
+    let (options, address) = connect_options(url)?;
+    let server = format!("{}:{}", address.host(), address.port());
+    options
+        .connect(address)
+        .await
+        .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))
+}
+
+fn parse_address(url: &str) -> Result<async_nats::ServerAddr, LinkError> {
+    url.parse()
+        .map_err(|e| LinkError::Bus(format!("the NATS address is not a URL: {e}")))
 }
 
 /// An agent's connection to the control plane.

@@ -3,7 +3,8 @@
 //! (no events, no other agent's subjects, no JetStream API beyond its consumer). An agent
 //! authenticates with an nkey (the public half is recorded at admission), and
 //! [`authorization`] renders the server's `authorization` block from the admitted agents and
-//! the control plane's user. Pure.
+//! the control plane's user. Several installations can share one server: each renders its
+//! agents as a [`users_fragment`], and [`compose`] joins them into one block. Pure.
 
 use serde_json::{json, Value};
 
@@ -48,17 +49,53 @@ pub fn authorization(
     agents: &[AdmittedKey],
 ) -> Value {
     let mut users = vec![json!({"user": control_user, "password": control_password})];
-    for agent in agents {
-        let (publish, subscribe) = agent_permissions(subjects, &agent.agent_id);
-        users.push(json!({
-            "nkey": agent.public_key,
-            "permissions": {
-                "publish": {"allow": publish},
-                "subscribe": {"allow": subscribe},
-            },
-        }));
-    }
+    users.extend(agent_users(subjects, agents));
     json!({"users": users})
+}
+
+/// Each admitted agent as a user of the server: its nkey, and its own subjects only.
+pub fn agent_users(subjects: &Subjects, agents: &[AdmittedKey]) -> Vec<Value> {
+    agents
+        .iter()
+        .map(|agent| {
+            let (publish, subscribe) = agent_permissions(subjects, &agent.agent_id);
+            json!({
+                "nkey": agent.public_key,
+                "permissions": {
+                    "publish": {"allow": publish},
+                    "subscribe": {"allow": subscribe},
+                },
+            })
+        })
+        .collect()
+}
+
+/// One installation's share of a server's users: a user per line (the server's configuration
+/// format reads a newline as the separator of an array's items), so the shares of several
+/// installations on one server are joined by concatenation ([`compose`]; `infra/services.sh`
+/// joins them the same way with `cat`).
+pub fn users_fragment(users: &[Value]) -> String {
+    users.iter().map(|user| format!("{user}\n")).collect()
+}
+
+/// The server's `authorization` block made of the [`users_fragment`]s of every installation
+/// it serves (the control plane's user among them). A key listed twice (two installations
+/// that share a database but not a subject root) is kept once, the first time: the server
+/// refuses a configuration with a user twice, and would keep its old one.
+pub fn compose<'a>(fragments: impl IntoIterator<Item = &'a str>) -> String {
+    let mut block = String::from("authorization {\n  users = [\n");
+    let mut seen = std::collections::HashSet::new();
+    for line in fragments.into_iter().flat_map(str::lines) {
+        let key = serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|user| user.get("nkey").or(user.get("user")).cloned());
+        if key.is_none_or(|key| seen.insert(key)) {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    block.push_str("  ]\n}\n");
+    block
 }
 
 #[cfg(test)]
@@ -138,5 +175,44 @@ mod tests {
             users[1]["permissions"]["subscribe"]["allow"][0],
             "_INBOX.a1.>"
         );
+    }
+
+    #[test]
+    fn installations_sharing_a_server_each_add_their_agents_to_one_user_list() {
+        let key = |agent_id: &str, public_key: &str| AdmittedKey {
+            agent_id: agent_id.into(),
+            public_key: public_key.into(),
+        };
+        let control = users_fragment(&[json!({"user": "control", "password": "secret"})]);
+        let ours = Subjects {
+            root: "t1".into(),
+            ..Subjects::default()
+        };
+        let theirs = Subjects {
+            root: "t2".into(),
+            ..Subjects::default()
+        };
+        let first = users_fragment(&agent_users(&ours, &[key("a1", "UA1"), key("a2", "UA2")]));
+        let second = users_fragment(&agent_users(&theirs, &[key("b1", "UB1")]));
+        assert_eq!(first.lines().count(), 2, "a user per line");
+        let again = users_fragment(&agent_users(&theirs, &[key("a1", "UA1")]));
+        let block = compose([control.as_str(), first.as_str(), second.as_str(), &again]);
+        assert!(
+            block.starts_with("authorization {\n  users = [\n"),
+            "{block}"
+        );
+        assert!(block.ends_with("  ]\n}\n"), "{block}");
+        let users: Vec<Value> = block
+            .lines()
+            .filter(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(users.len(), 4, "a1's key once: {block}");
+        assert_eq!(users[0]["user"], "control");
+        assert_eq!(users[3]["nkey"], "UB1");
+        assert!(users[3]["permissions"]["publish"]["allow"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("t2."));
     }
 }

@@ -28,6 +28,19 @@ fn nats_url() -> String {
     std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
 }
 
+/// Connects to NATS as the user `BERTH_NATS_URL` names (the client does not read a user from
+/// a URL itself), the control plane's on a server with authorization.
+async fn connect_nats() -> Result<async_nats::Client, async_nats::ConnectError> {
+    let address: async_nats::ServerAddr = nats_url().parse().expect("BERTH_NATS_URL");
+    let options = match (address.username(), address.password()) {
+        (Some(user), Some(password)) => {
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+        }
+        _ => async_nats::ConnectOptions::new(),
+    };
+    options.connect(address).await
+}
+
 /// A fresh database with the store's schema, and its url.
 async fn fresh_store() -> (EventStore, String) {
     let base = base_url();
@@ -501,7 +514,7 @@ async fn relay_and_consumer_survive_kills_and_apply_every_event_once() {
         .batch_execute("CREATE TABLE applied (event_id uuid PRIMARY KEY, times int NOT NULL)")
         .await
         .unwrap();
-    let nats = async_nats::connect(nats_url()).await.expect("nats");
+    let nats = connect_nats().await.expect("nats");
     let js = jetstream::new(nats);
     let topology = topology();
 
@@ -863,7 +876,7 @@ async fn a_projection_installed_on_a_written_log_folds_it_at_once() {
 async fn the_relay_keeps_global_order_on_jetstream() {
     let (store, url) = fresh_store().await;
     append_losses(&store, "o", 50, 5).await;
-    let js = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    let js = jetstream::new(connect_nats().await.unwrap());
     let topology = topology();
     let stop = CancellationToken::new();
     let pool = store.pool().clone();
@@ -1038,7 +1051,7 @@ async fn consumer_bench() -> ConsumerBench {
         .batch_execute("CREATE TABLE applied (event_id uuid PRIMARY KEY, times int NOT NULL)")
         .await
         .unwrap();
-    let js = jetstream::new(async_nats::connect(nats_url()).await.expect("nats"));
+    let js = jetstream::new(connect_nats().await.expect("nats"));
     let topology = topology();
     let stop = CancellationToken::new();
     tokio::spawn(relay::run(

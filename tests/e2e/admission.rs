@@ -80,6 +80,7 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
     let password = Uuid::new_v4().simple().to_string();
     let mut config = test_config();
     config.nats_url = format!("nats://control:{password}@127.0.0.1:{port}");
+    config.nats_authorization = None;
     // Admit the agents before the server starts: its authorization is made from them.
     events::store::ensure_database(&config.database_url)
         .await
@@ -259,4 +260,60 @@ async fn admit_with(pool: &deadpool_postgres::Pool, id: &str, cpu: u64) -> Strin
     recorder::admission::admit(pool, &admission, "test")
         .await
         .unwrap()
+}
+
+/// The shared server `infra/services.sh` runs has authorization on, and the control plane
+/// keeps it in step: nobody gets in anonymously; an agent gets in with its credential once
+/// admitted, confined to its own subjects; once revoked, it is shut out. Skipped (said so)
+/// where berth does not keep the server's authorization (`BERTH_NATS_AUTHORIZATION_DIR`
+/// unset: servers of one's own).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shared_server_lets_an_agent_in_once_admitted_and_shuts_it_out_once_revoked() {
+    let config = test_config();
+    if config.nats_authorization.is_none() {
+        eprintln!("SKIPPED: BERTH_NATS_AUTHORIZATION_DIR is unset; berth keeps no server's authorization here");
+        return;
+    }
+    let h = start_with(config.clone()).await;
+    let mut address = reqwest::Url::parse(&config.nats_url).unwrap();
+    address.set_username("").unwrap();
+    address.set_password(None).unwrap();
+    let url = address.to_string();
+    assert!(
+        async_nats::connect(&url).await.is_err(),
+        "an anonymous client is refused"
+    );
+
+    let id = format!("a{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let seed = admit(&h.pool, &id, "default").await;
+    let attempt = |seed: String| {
+        let url = url.clone();
+        async move {
+            async_nats::ConnectOptions::with_nkey(seed)
+                .connect(&url)
+                .await
+        }
+    };
+    wait_for(|| async { attempt(seed.clone()).await.ok() }).await;
+
+    // In, it reaches its own subjects and no one else's.
+    let violations: Violations = Default::default();
+    let agent = connect_agent(&url, &id, seed.clone(), &violations).await;
+    let own = config.agent_bus.requests_of(&id);
+    agent.publish(own, "{}".into()).await.unwrap();
+    let events = config.topology.all_subjects();
+    let _sub = agent.subscribe(events.clone()).await.unwrap();
+    expect_violation(&violations, 0, &events).await;
+    agent.flush().await.unwrap();
+    assert_eq!(
+        violations.lock().unwrap().len(),
+        1,
+        "publishing on its own subject is allowed: {:?}",
+        violations.lock().unwrap()
+    );
+
+    recorder::admission::revoke(&h.pool, &id, "the test is over", "test")
+        .await
+        .unwrap();
+    wait_for(|| async { attempt(seed.clone()).await.err() }).await;
 }

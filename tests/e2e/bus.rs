@@ -78,7 +78,7 @@ async fn stream_version(h: &Harness, session: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_on() {
     let h = start().await;
-    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     // Not admitted: refused.
     let answer = ask(&nats, &h, "a1", &Request::Register(offer())).await;
     assert!(
@@ -203,7 +203,7 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_wait_in_the_stream_for_an_agent_that_is_away() {
     let h = start().await;
-    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     // Registering makes the agent's consumer; the agent then goes away.
     admit(&h.pool, "away1", "default").await;
     assert_eq!(
@@ -288,7 +288,7 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
         ..Parts::ALL
     };
     let h = start_parts(test_config(), parts).await;
-    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let (recorder_stop, recorder) = start_recorder(&h, &nats);
     let dir = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
     admit(&h.pool, "sim1", "default").await;

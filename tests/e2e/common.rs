@@ -61,6 +61,11 @@ pub fn test_config() -> Config {
         telemetry_stream: format!("TT_{id}"),
     };
     config.gateway_listen = "127.0.0.1:0".into();
+    // The shared server's authorization, which the test's control plane keeps in step with
+    // the agents it admits (a test with a server of its own sets this to none).
+    config.nats_authorization = std::env::var_os("BERTH_NATS_AUTHORIZATION_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(Into::into);
     config.timings = Timings {
         scheduler_interval: Duration::from_millis(100),
         heartbeat_timeout: Duration::from_secs(300),
@@ -391,7 +396,8 @@ impl Drop for Harness {
                 client
                     .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                     .await?;
-                let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await?);
+                let js =
+                    async_nats::jetstream::new(bus::link::connect_as_url_says(&nats_url()).await?);
                 for stream in streams {
                     // The agents' streams exist only once the recorder has started.
                     let _ = js.delete_stream(&stream).await;

@@ -245,7 +245,7 @@ async fn the_preview_lists_what_is_due_and_a_restarted_reaper_reaps_each_once() 
     // nothing more.
     config.timings.reaper_tick = Duration::from_secs(3600);
     let slow = app::start(&config, Parts::IDLE_REAPER).await.unwrap();
-    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     // Once it has folded the exemption (the last event), what it previews is settled.
     wait_for(|| {
         let (nats, subject) = (nats.clone(), h.agent_bus.idle_readings());

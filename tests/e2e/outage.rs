@@ -25,6 +25,7 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
     let server = start_server(port, &store, None).await;
     let mut config = test_config();
     config.nats_url = format!("nats://127.0.0.1:{port}");
+    config.nats_authorization = None;
     // Silent for 7 s (agents say they are alive every 5 s) is lost, and the reconciler looks
     // every second.
     config.timings.heartbeat_timeout = Duration::from_secs(7);

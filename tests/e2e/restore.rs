@@ -33,7 +33,7 @@ async fn newest(pool: &deadpool_postgres::Pool) -> events::LogPosition {
 async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
     // Before: sessions run to their end, the log sealed and relayed.
     let h = start().await;
-    let nats = async_nats::connect(nats_url()).await.unwrap();
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
     admit(&h.pool, "sim-before", "default").await;
     let agent = h

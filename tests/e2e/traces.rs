@@ -87,7 +87,7 @@ async fn a_sessions_journey_shares_the_trace_of_the_request_that_created_it() {
     }
 
     // On NATS: the relay sets the same trace on the message headers.
-    let client = async_nats::connect(nats_url()).await.unwrap();
+    let client = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let consumer = js
         .get_stream(&h.topology.stream)

@@ -99,6 +99,23 @@ pub fn nats_url() -> String {
     std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
 }
 
+/// The NATS address an agent is given: the server's, without the control plane's user and
+/// password (an agent has its own credential).
+pub fn without_user(url: &str) -> String {
+    let mut parsed = reqwest::Url::parse(url).expect("a NATS URL");
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    parsed.to_string().trim_end_matches('/').to_owned()
+}
+
+/// Where berth keeps the shared NATS server's authorization (`infra/services.sh` sets it):
+/// a control plane of a test's own follows its admissions there, so its agents get in.
+pub fn nats_authorization() -> Option<std::path::PathBuf> {
+    std::env::var_os("BERTH_NATS_AUTHORIZATION_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(Into::into)
+}
+
 /// The NATS variables of a control plane of the test's own: the server, and the streams and
 /// subjects named after `tag` and `id` (`<TAG>_<id>` for events, `<TAG>C_`/`<TAG>T_` for the
 /// agents' commands and telemetry).
@@ -118,7 +135,7 @@ pub fn bus_env(tag: &str, id: &str) -> Vec<(String, String)> {
 
 /// Deletes the JetStream streams `env` names (from [`bus_env`]).
 pub async fn delete_streams(env: &[(String, String)]) {
-    let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&nats_url()).await.unwrap());
     for (name, value) in env {
         if name.ends_with("STREAM") {
             let _ = js.delete_stream(value).await;
