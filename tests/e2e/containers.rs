@@ -171,7 +171,7 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     let mut body = batch(
         "cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max 2>/dev/null \
          || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/memory/memory.limit_in_bytes; \
-         echo FOO=$FOO OMP=$OMP_NUM_THREADS; grep ' /dev/shm ' /proc/mounts",
+         echo FOO=$FOO OMP=$OMP_NUM_THREADS HOST=$(hostname); grep ' /dev/shm ' /proc/mounts",
     );
     body["resources"] = json!({"cpu": 1.5, "memory": "256m", "shared_memory": "32m"});
     body["environment"] = json!({"FOO": "bar"});
@@ -194,6 +194,15 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     );
     assert!(output.contains("268435456"), "256 MiB: {output}");
     assert!(output.contains("FOO=bar OMP=2"), "{output}");
+    // Described from its creation, not inspected after its start (it publishes no port):
+    // the host name the container has is the one recorded.
+    let container = &detail.containers[0];
+    let hostname = container.hostname.as_deref().unwrap_or_default();
+    assert!(
+        !hostname.is_empty() && container.container_id.starts_with(hostname),
+        "{container:?}"
+    );
+    assert!(output.contains(&format!("HOST={hostname}")), "{output}");
     assert!(
         output.contains("size=32768k"),
         "32 MiB of shared memory: {output}"

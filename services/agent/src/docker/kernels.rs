@@ -67,15 +67,16 @@ pub(super) async fn create_kernels(
         None
     };
     let (created, go) = tokio::join!(create_containers(ctx, state, &layout, wants_gpus), go_ahead);
-    let names = match (created, go) {
-        (Ok(names), true) => names,
-        (Ok(names), false) => {
-            remove_all(ctx, &names).await;
+    let created = match (created, go) {
+        (Ok(created), true) => created,
+        (Ok(created), false) => {
+            remove_all(ctx, &names_of(&created)).await;
             return Ok(None);
         }
         (Err(_), false) => return Ok(None),
         (Err(reason), true) => return Err(reason),
     };
+    let names = names_of(&created);
     // The others first, so the main kernel finds them when it starts.
     for name in names.iter().skip(1).chain(names.iter().take(1)) {
         let started =
@@ -98,7 +99,7 @@ pub(super) async fn create_kernels(
     {
         tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
     }
-    let started = inspect_started(ctx, &layout.mine, &names).await;
+    let started = started_kernels(ctx, &layout.mine, &created).await;
     let fact = Fact::KernelsStarted { kernels: started };
     match ctx.link.report(id, fact, &ctx.stop).await {
         Ok(Answer::Recorded { status }) => Ok(Some((names, status))),
@@ -111,14 +112,28 @@ pub(super) async fn create_kernels(
     }
 }
 
-/// This agent's kernels' folders, cluster network and containers, created, not started; the
-/// containers' names.
+/// A kernel's container as its creation described it: enough to report it started without
+/// asking the engine again, unless it publishes ports (the engine picks their host ports when
+/// it starts the container).
+struct Created {
+    name: String,
+    id: String,
+    /// The host name it was given, on a cluster's network; else the engine's default.
+    hostname: Option<String>,
+    publishes_ports: bool,
+}
+
+fn names_of(created: &[Created]) -> Vec<String> {
+    created.iter().map(|c| c.name.clone()).collect()
+}
+
+/// This agent's kernels' folders, cluster network and containers, created, not started.
 async fn create_containers(
     ctx: &Ctx,
     state: &SessionState,
     layout: &spec::Layout,
     wants_gpus: bool,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<Created>, String> {
     let request = &state.request;
     let id = request.session_id;
     let mut binds = Vec::new();
@@ -162,7 +177,7 @@ async fn create_containers(
     } else {
         HashMap::new()
     };
-    let mut names = Vec::with_capacity(layout.mine.len());
+    let mut created: Vec<Created> = Vec::with_capacity(layout.mine.len());
     for &k in &layout.mine {
         let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &held);
         crate::gpu::add_held(&gpu.to_label(), &mut held);
@@ -182,20 +197,57 @@ async fn create_containers(
         };
         // A leftover of an earlier try is removed first; so, when the engine went away, is
         // a create that went through before the connection was cut.
-        let created = super::engine::patiently(ctx, || async {
+        let answer = super::engine::patiently(ctx, || async {
             remove(ctx, &name).await;
             ctx.docker
                 .create_container(Some(options.clone()), config.clone())
                 .await
         })
         .await;
-        if let Err(e) = created {
-            remove_all(ctx, &names).await;
-            return Err(format!("creating the container of kernel {k} failed: {e}"));
+        match answer {
+            Ok(answer) => created.push(Created {
+                name,
+                id: answer.id,
+                hostname: config.hostname.clone(),
+                publishes_ports: config
+                    .host_config
+                    .as_ref()
+                    .and_then(|h| h.port_bindings.as_ref())
+                    .is_some_and(|bindings| !bindings.is_empty()),
+            }),
+            Err(e) => {
+                remove_all(ctx, &names_of(&created)).await;
+                return Err(format!("creating the container of kernel {k} failed: {e}"));
+            }
         }
-        names.push(name);
     }
-    Ok(names)
+    Ok(created)
+}
+
+/// This agent's kernels `mine`, just started in containers `created`, as the control plane
+/// records them. Only a container that publishes ports is inspected (for the host ports the
+/// engine chose); another is described from its creation, its host name the engine's
+/// default, its id's first 12 characters.
+async fn started_kernels(ctx: &Ctx, mine: &[u32], created: &[Created]) -> Vec<StartedKernel> {
+    let mut started = Vec::with_capacity(created.len());
+    for (&k, kernel) in mine.iter().zip(created) {
+        if kernel.publishes_ports {
+            let name = std::slice::from_ref(&kernel.name);
+            started.extend(inspect_started(ctx, &[k], name).await);
+        } else {
+            started.push(StartedKernel {
+                kernel: k,
+                container_id: kernel.id.clone(),
+                ports: Vec::new(),
+                hostname: kernel
+                    .hostname
+                    .clone()
+                    .or_else(|| kernel.id.get(..12).map(str::to_owned)),
+                address: Some(ctx.config.publish_address.clone()),
+            });
+        }
+    }
+    started
 }
 
 /// This agent's kernels `mine`, started in containers `names`, as the control plane records
