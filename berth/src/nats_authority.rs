@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use events::relay::Topology;
-use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -128,7 +127,13 @@ pub async fn follow(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());
-    let watching = watch(nats, topology, changed.clone(), stop.clone());
+    let watching = events::hints::poke_on(
+        nats,
+        topology.category_subject("agent"),
+        |event_type| CHANGING_EVENTS.contains(&event_type),
+        changed.clone(),
+        stop.clone(),
+    );
     let applying = async {
         let mut failing = false;
         loop {
@@ -153,44 +158,6 @@ pub async fn follow(
             }
         }
     };
-    tokio::try_join!(watching, applying)?;
+    tokio::try_join!(async { Ok(watching.await?) }, applying)?;
     Ok(())
-}
-
-/// Pokes `changed` for every admission or revocation the relay publishes, until `stop`.
-async fn watch(
-    nats: async_nats::Client,
-    topology: Topology,
-    changed: Arc<Notify>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    let subject = topology.category_subject("agent");
-    let mut events = nats.subscribe(subject.clone()).await?;
-    loop {
-        let message = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            message = events.next() => message,
-        };
-        let Some(message) = message else {
-            // The client subscribes again after a reconnection; should the subscription end
-            // all the same, make it again (the minute's application stands in meanwhile).
-            tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            if let Ok(again) = nats.subscribe(subject.clone()).await {
-                events = again;
-                changed.notify_one();
-            }
-            continue;
-        };
-        let event_type = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(events::trace::headers::EVENT_TYPE))
-            .map(|v| v.as_str());
-        if event_type.is_some_and(|t| CHANGING_EVENTS.contains(&t)) {
-            changed.notify_one();
-        }
-    }
 }

@@ -78,6 +78,15 @@ pub async fn connect_as_url_says(url: &str) -> Result<Client, LinkError> {
         .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))
 }
 
+/// The NATS address `url` names, without its user and password: what an agent is given
+/// beside its own credential.
+pub fn without_user(url: &str) -> Result<String, LinkError> {
+    let mut address = parse_address(url)?.into_inner();
+    let _ = address.set_username("");
+    let _ = address.set_password(None);
+    Ok(address.to_string().trim_end_matches('/').to_owned())
+}
+
 fn parse_address(url: &str) -> Result<async_nats::ServerAddr, LinkError> {
     url.parse()
         .map_err(|e| LinkError::Bus(format!("the NATS address is not a URL: {e}")))

@@ -8,6 +8,7 @@
 //! - [`audit`]: the hash chain sealed behind the horizon, and its verification.
 //! - [`relay`]: publishes committed events to NATS JetStream in global order.
 //! - [`consumer`]: durable, idempotent handling of those NATS messages.
+//! - [`hints`]: published events of chosen types as pokes of a `Notify` (look again now).
 //! - [`projection`]: read models with checkpoints, rebuilt and compared on demand.
 //! - [`lifecycle`]: the pure moves of `berth-domain`, and `command`, which records them.
 //! - [`ledger`]: the write-side tables kept in the same transaction as each append.
@@ -20,6 +21,7 @@ pub mod activity;
 pub mod audit;
 pub mod consumer;
 pub mod fault;
+pub mod hints;
 pub mod ledger;
 pub mod lifecycle;
 pub mod pg;

@@ -28,17 +28,10 @@ fn nats_url() -> String {
     std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
 }
 
-/// Connects to NATS as the user `BERTH_NATS_URL` names (the client does not read a user from
-/// a URL itself), the control plane's on a server with authorization.
-async fn connect_nats() -> Result<async_nats::Client, async_nats::ConnectError> {
-    let address: async_nats::ServerAddr = nats_url().parse().expect("BERTH_NATS_URL");
-    let options = match (address.username(), address.password()) {
-        (Some(user), Some(password)) => {
-            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
-        }
-        _ => async_nats::ConnectOptions::new(),
-    };
-    options.connect(address).await
+/// Connects to NATS as the user `BERTH_NATS_URL` names (the control plane's, on a server
+/// with authorization).
+async fn connect_nats() -> Result<async_nats::Client, bus::LinkError> {
+    bus::link::connect_as_url_says(&nats_url()).await
 }
 
 /// A fresh database with the store's schema, and its url.

@@ -275,10 +275,7 @@ async fn the_shared_server_lets_an_agent_in_once_admitted_and_shuts_it_out_once_
         return;
     }
     let h = start_with(config.clone()).await;
-    let mut address = reqwest::Url::parse(&config.nats_url).unwrap();
-    address.set_username("").unwrap();
-    address.set_password(None).unwrap();
-    let url = address.to_string();
+    let url = bus::link::without_user(&config.nats_url).unwrap();
     assert!(
         async_nats::connect(&url).await.is_err(),
         "an anonymous client is refused"

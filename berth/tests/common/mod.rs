@@ -102,10 +102,7 @@ pub fn nats_url() -> String {
 /// The NATS address an agent is given: the server's, without the control plane's user and
 /// password (an agent has its own credential).
 pub fn without_user(url: &str) -> String {
-    let mut parsed = reqwest::Url::parse(url).expect("a NATS URL");
-    let _ = parsed.set_username("");
-    let _ = parsed.set_password(None);
-    parsed.to_string().trim_end_matches('/').to_owned()
+    bus::link::without_user(url).expect("a NATS URL")
 }
 
 /// Where berth keeps the shared NATS server's authorization (`infra/services.sh` sets it):

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use events::relay::Topology;
-use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -31,43 +30,15 @@ pub fn wakes_scheduler(event_type: &str) -> bool {
 }
 
 /// Pokes `wake` for every published event that [wakes the scheduler](wakes_scheduler), until
-/// `stop`. The subscription outlives NATS restarts (the client subscribes again when it
-/// reconnects); should it end all the same, it is made again, and the scheduler's interval
-/// stands in meanwhile.
+/// `stop` ([`events::hints::poke_on`]); a wake-up lost while NATS is away is covered by the
+/// scheduler's interval.
 pub async fn follow(
     client: async_nats::Client,
     topology: Topology,
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) -> Result<(), async_nats::SubscribeError> {
-    let mut events = client.subscribe(topology.all_subjects()).await?;
-    loop {
-        let message = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            message = events.next() => message,
-        };
-        let Some(message) = message else {
-            tracing::warn!("the scheduler's event subscription ended; subscribing again");
-            tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-            }
-            if let Ok(again) = client.subscribe(topology.all_subjects()).await {
-                events = again;
-                // Whatever happened meanwhile is looked at by one pass.
-                wake.notify_one();
-            }
-            continue;
-        };
-        let event_type = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(events::trace::headers::EVENT_TYPE))
-            .map(|v| v.as_str());
-        if event_type.is_some_and(wakes_scheduler) {
-            wake.notify_one();
-        }
-    }
+    events::hints::poke_on(client, topology.all_subjects(), wakes_scheduler, wake, stop).await
 }
 
 #[cfg(test)]
