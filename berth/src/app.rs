@@ -195,9 +195,8 @@ async fn try_connect_nats(
     } else {
         options
     };
-    options
-        .connection_timeout(std::time::Duration::from_secs(5))
-        .connect(address)
+    let options = options.connection_timeout(std::time::Duration::from_secs(5));
+    bus::link::connect_with(options, address)
         .await
         .with_context(|| {
             format!(

@@ -72,10 +72,37 @@ pub fn connect_options(
 pub async fn connect_as_url_says(url: &str) -> Result<Client, LinkError> {
     let (options, address) = connect_options(url)?;
     let server = format!("{}:{}", address.host(), address.port());
-    options
-        .connect(address)
+    connect_with(options, address)
         .await
         .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))
+}
+
+/// How many times a refused login is tried again before the refusal is the answer.
+const LOGIN_REFUSALS_BEFORE_ANSWER: u32 = 10;
+
+/// Connects with `options` to `address` once it answers, trying a refused login again a few
+/// times, 100 ms apart: a server reloading its authorization refuses logins for an instant
+/// (nats-server swaps its accounts and then its users), so one refusal is not yet the answer.
+/// A client that connects in the background (`retry_on_initial_connect`) tries again by
+/// itself.
+pub async fn connect_with(
+    options: async_nats::ConnectOptions,
+    address: async_nats::ServerAddr,
+) -> Result<Client, async_nats::ConnectError> {
+    use async_nats::ConnectErrorKind::{Authentication, AuthorizationViolation};
+    let mut refused = 0;
+    loop {
+        match options.clone().connect(address.clone()).await {
+            Err(e)
+                if matches!(e.kind(), Authentication | AuthorizationViolation)
+                    && refused < LOGIN_REFUSALS_BEFORE_ANSWER =>
+            {
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            connected => return connected,
+        }
+    }
 }
 
 /// The NATS address `url` names, without its user and password: what an agent is given
