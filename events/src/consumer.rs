@@ -3,7 +3,10 @@
 //! A consumer is a durable JetStream pull consumer plus a table of the event ids it has
 //! applied. Each event is applied in one PostgreSQL transaction that also records its id;
 //! a redelivered or duplicate event finds its id there and is acknowledged without being
-//! applied again. The message is acknowledged only after that transaction commits.
+//! applied again. The message is acknowledged only after that transaction commits, with a
+//! plain ack: should the ack be lost, the redelivery finds the id and costs nothing, so the
+//! next event does not wait for the server to confirm it. An event the handler passes over
+//! ([`Handler::wants`]) is acknowledged without a transaction.
 //!
 //! Fit for services: several subject filters; a handler that fails for now is retried with
 //! growing delays a bounded number of times, then the event is given up and logged; a long
@@ -25,6 +28,13 @@ use crate::RecordedEvent;
 
 /// What a handler does with one event, inside the transaction that marks it applied.
 pub trait Handler: Send + Sync {
+    /// Whether the handler does anything with `event`. One it passes over is acknowledged
+    /// at once, without a transaction or a row in the applied-events table: there is nothing
+    /// to apply twice. A consumer's subjects select categories; this selects within them.
+    fn wants(&self, _event: &RecordedEvent) -> bool {
+        true
+    }
+
     fn handle<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
@@ -252,6 +262,12 @@ async fn handle_message<H: Handler>(
             return;
         }
     };
+    if !handler.wants(&event) {
+        if let Err(e) = message.ack().await {
+            tracing::debug!(consumer = %config.name, "ack of a passed-over event failed: {e}");
+        }
+        return;
+    }
     let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
     let span = tracing::info_span!("consume", consumer = %config.name, event_id = %event.event_id,
         event_type = event.event_type(), stream_id = %event.stream_id, delivered);
@@ -275,7 +291,7 @@ async fn handle_message<H: Handler>(
         };
         match applied {
             Ok(_) => {
-                if let Err(e) = message.double_ack().await {
+                if let Err(e) = message.ack().await {
                     // The event is recorded as applied; a redelivery will be skipped.
                     tracing::warn!("ack failed: {e}");
                 }

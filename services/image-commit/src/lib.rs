@@ -134,6 +134,15 @@ impl Sender {
 }
 
 impl Handler for Sender {
+    fn wants(&self, event: &RecordedEvent) -> bool {
+        matches!(
+            event.event,
+            Event::SessionCommitRequested(_)
+                | Event::SessionCommitEnded(_)
+                | Event::CustomImageRemoved(_)
+        )
+    }
+
     async fn handle<'a>(
         &'a self,
         tx: &'a Transaction<'a>,

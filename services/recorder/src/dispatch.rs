@@ -98,6 +98,11 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
     }
 }
 
+/// Whether `event` can call for a command, whoever holds the session's kernels. Pure.
+pub fn acts_on(event: &Event) -> bool {
+    needs_holders(event).is_some() || !commands_for(event, &[]).is_empty()
+}
+
 fn needs_holders(event: &Event) -> Option<uuid::Uuid> {
     match event {
         Event::SessionStatusChanged(e)
@@ -111,6 +116,12 @@ fn needs_holders(event: &Event) -> Option<uuid::Uuid> {
 }
 
 impl Handler for Dispatcher {
+    /// Only the events that can call for a command: the rest of a session's history (most
+    /// of it) costs the dispatcher no transaction.
+    fn wants(&self, event: &RecordedEvent) -> bool {
+        acts_on(&event.event)
+    }
+
     async fn handle<'a>(
         &'a self,
         tx: &'a Transaction<'a>,
@@ -154,6 +165,32 @@ mod tests {
             reason: None,
             exit_code: None,
         })
+    }
+
+    #[test]
+    fn the_dispatcher_passes_over_events_that_call_for_no_command() {
+        let placed = Event::SessionScheduled(SessionScheduled {
+            session_id: Uuid::nil(),
+            agent_id: "a1".into(),
+            resources: ResourceSlots::default(),
+            kernels: vec![],
+        });
+        assert!(acts_on(&placed));
+        assert!(acts_on(&changed(SessionStatus::Creating)));
+        assert!(acts_on(&changed(SessionStatus::Terminating)));
+        for passed_over in [
+            SessionStatus::Preparing,
+            SessionStatus::Prepared,
+            SessionStatus::Running,
+        ] {
+            assert!(!acts_on(&changed(passed_over)), "{passed_over:?}");
+        }
+        let renamed = Event::SessionRenamed(SessionRenamed {
+            session_id: Uuid::nil(),
+            old_name: "a".into(),
+            new_name: "b".into(),
+        });
+        assert!(!acts_on(&renamed));
     }
 
     #[test]
