@@ -1,8 +1,11 @@
 //! A hint, within one process, that the log has just grown, so the readers of the log (the
 //! relay, the projection runners) read at once instead of polling PostgreSQL every few
-//! milliseconds while nothing happens. An append says so ([`appended`]); a reader waits for
-//! the hint or its poll ([`Activity::rest`]), polling fast only while the log is active and
-//! slowly once it has been quiet. Writes of other processes are not hinted: a reader finds
+//! milliseconds while nothing happens. An append says so ([`appended`]), and says so again
+//! once its transaction committed where that transaction is ours to commit ([`commit`]): the
+//! first hint finds the events not yet visible, the second wakes a reader the moment they
+//! are, instead of at its next poll. A reader waits for a hint or its poll
+//! ([`Activity::rest`]), polling fast only while the log is active and slowly once it has
+//! been quiet. Writes of other processes are not hinted: a reader finds
 //! them by its slow poll, at most [`QUIET_POLL`] later. The hint is only a wake-up; what a
 //! reader reads is always the log itself, behind the horizon.
 
@@ -25,6 +28,14 @@ static APPENDS: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0
 /// Says that this process appended to the log.
 pub fn appended() {
     APPENDS.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Commits `tx`, which appended to the log, and says so ([`appended`]): a reader woken by
+/// the append's own hint found nothing yet, and reads again now rather than at its poll.
+pub async fn commit(tx: deadpool_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.commit().await?;
+    appended();
+    Ok(())
 }
 
 /// A reader's view of the log's activity.

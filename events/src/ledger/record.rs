@@ -51,6 +51,6 @@ pub async fn record_now(
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let appended = record(&tx, stream_id, expected, events, metadata).await?;
-    tx.commit().await?;
+    crate::activity::commit(tx).await?;
     Ok(appended)
 }

@@ -230,7 +230,7 @@ pub async fn launch(
             status: SessionStatus::Pending,
         });
     }
-    tx.commit().await?;
+    events::activity::commit(tx).await?;
     tracing::info!(count = launched.len(), "sessions requested");
     Ok(launched)
 }

@@ -162,7 +162,7 @@ impl Scheduler {
                 return Err(cause.into());
             }
         }
-        tx.commit().await?;
+        events::activity::commit(tx).await?;
         self.last_free.extend(free_after);
         Ok(total)
     }
