@@ -5,7 +5,9 @@
 //!   until the queue is empty, every decision committed with its events and history.
 //! - gateway: session-detail reads per second and their latency percentiles, with concurrent
 //!   clients on the same machine.
-//! - start: create to RUNNING through the Docker runtime, next to `docker run -d`.
+//! - start: create to RUNNING through the Docker runtime (RUNNING as the relayed event stream
+//!   shows it to a client), next to `docker run -d` and the Engine API's bare create + start;
+//!   then a burst of the same batch sessions next to as many parallel `docker run -d`.
 //! - wake: create to placement, the scheduler woken by the bus next to an in-process poke.
 
 // A benchmark measures wall-clock time on purpose, outside any runtime's clock.
@@ -621,24 +623,11 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         interval: Duration::from_millis(200),
         ..Default::default()
     };
-    woken_scheduler(&pool, nats, &topology, config, &stop);
+    woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let admin = superadmin(&pool, "starter@berth.local").await?;
-    let running = |ids: Vec<Uuid>| {
-        let pool = pool.clone();
-        async move {
-            loop {
-                let client = pool.get().await?;
-                let n = db::count_in_status(&client, &ids, &[SessionStatus::Running]).await?;
-                let failed = db::count_in_status(&client, &ids, &SessionStatus::TERMINAL).await?;
-                anyhow::ensure!(failed == 0, "a session ended before it ran");
-                if n as usize == ids.len() {
-                    return anyhow::Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
+    // RUNNING as a client of `/v1/events` sees it: the status change on the relayed stream.
+    let mut watch = StatusWatch::new(&nats, &topology).await?;
     // Until the sessions ended and their containers are gone from the engine.
     let gone = |ids: Vec<Uuid>| {
         let (pool, docker, agent_id) = (pool.clone(), docker.clone(), agent_id.clone());
@@ -690,7 +679,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
             let started = Instant::now();
             let launched = launcher::launch::launch(&pool, &admin, create).await?;
             let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
-            running(ids.clone()).await?;
+            watch.running(&ids).await?;
             if interactive {
                 interactive_times.push(started.elapsed());
             } else {
@@ -761,13 +750,18 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         "berth's steps after the request, p50: {}",
         reached.join(", ")
     );
+    watch.relayed_after.sort_unstable_by(f64::total_cmp);
+    println!(
+        "RUNNING reached the event stream {:.1} ms (p50) after its row was written",
+        percentile(&watch.relayed_after, 0.5)
+    );
 
     // A burst: `burst` sessions in one request.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
-    let launched = launcher::launch::launch(&pool, &admin, small_shell(burst as u32)).await?;
+    let launched = launcher::launch::launch(&pool, &admin, sleeping_batch(burst as u32)).await?;
     let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
-    running(ids.clone()).await?;
+    watch.running(&ids).await?;
     let took = started.elapsed().as_secs_f64();
     let berth_rate = burst as f64 / took;
     end_all(ids).await?;
@@ -800,6 +794,61 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         .status()
         .await;
     Ok(())
+}
+
+/// The session status changes the relay publishes, as `/v1/events` streams them to a client:
+/// how the start bench learns that a session runs, the moment it is known, with no query of
+/// its own competing with the engine's start.
+struct StatusWatch {
+    events: async_nats::Subscriber,
+    running: std::collections::HashSet<Uuid>,
+    ended: std::collections::HashSet<Uuid>,
+    /// For each RUNNING seen: how long after its row was written (the relay's share).
+    relayed_after: Vec<f64>,
+}
+
+impl StatusWatch {
+    async fn new(
+        nats: &async_nats::Client,
+        topology: &events::relay::Topology,
+    ) -> anyhow::Result<StatusWatch> {
+        let events = nats.subscribe(topology.category_subject("session")).await?;
+        Ok(StatusWatch {
+            events,
+            running: Default::default(),
+            ended: Default::default(),
+            relayed_after: Vec::new(),
+        })
+    }
+
+    /// Until every session of `ids` was seen RUNNING; an error if one ended first.
+    async fn running(&mut self, ids: &[Uuid]) -> anyhow::Result<()> {
+        use futures::StreamExt;
+        while !ids.iter().all(|id| self.running.contains(id)) {
+            anyhow::ensure!(
+                !ids.iter().any(|id| self.ended.contains(id)),
+                "a session ended before it ran"
+            );
+            let message = tokio::time::timeout(Duration::from_secs(60), self.events.next())
+                .await
+                .map_err(|_| anyhow::anyhow!("no session event for a minute"))?
+                .ok_or_else(|| anyhow::anyhow!("the event subscription ended"))?;
+            let recorded: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
+            if let Event::SessionStatusChanged(change) = recorded.event {
+                match change.to {
+                    SessionStatus::Running => {
+                        let after = Utc::now() - recorded.recorded_at;
+                        self.relayed_after
+                            .push(after.num_microseconds().unwrap_or(0) as f64 / 1000.0);
+                        self.running.insert(change.session_id)
+                    }
+                    to if to.is_terminal() => self.ended.insert(change.session_id),
+                    _ => false,
+                };
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `berth bench wake`: the time from a create to its placement, by the log's clock, for
