@@ -1119,6 +1119,74 @@ async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
     bench.finish().await;
 }
 
+/// Applies only registrations: an agent's loss is passed over.
+struct RegistrationsOnly;
+
+impl Handler for RegistrationsOnly {
+    fn wants(&self, event: &events::RecordedEvent) -> bool {
+        event.event_type() == "AgentRegistered"
+    }
+
+    async fn handle<'a>(
+        &'a self,
+        tx: &'a Transaction<'a>,
+        event: &'a events::RecordedEvent,
+    ) -> Result<(), HandlerError> {
+        assert_eq!(
+            event.event_type(),
+            "AgentRegistered",
+            "handed a passed-over event"
+        );
+        CountingHandler.handle(tx, event).await
+    }
+}
+
+/// An event the handler does not want is acknowledged without being handled or recorded as
+/// applied; the events around it are applied once.
+#[tokio::test]
+async fn a_passed_over_event_is_acknowledged_with_no_transaction() {
+    let bench = consumer_bench().await;
+    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
+    let proposed = [registered("w"), lost("agent-w", "gone"), registered("w")];
+    let ids: Vec<Uuid> = proposed.iter().map(|e| e.event_id).collect();
+    store
+        .append("agent-w", ExpectedVersion::Any, &proposed)
+        .await
+        .unwrap();
+    let config = ConsumerConfig::new("wanting", vec![topology.category_subject("agent")]);
+    bench.consume(config, RegistrationsOnly);
+    // The consumer exists once the last event was applied; then every message is settled.
+    wait_until(Duration::from_secs(30), || async {
+        times_applied(pool, ids[2]).await == 1 && {
+            let info = bench.info("wanting").await;
+            info.num_ack_pending == 0 && info.num_pending == 0
+        }
+    })
+    .await;
+    assert_eq!(times_applied(pool, ids[0]).await, 1);
+    assert_eq!(times_applied(pool, ids[1]).await, 0, "passed over");
+    let rows: Vec<Uuid> = pool
+        .get()
+        .await
+        .unwrap()
+        .query(
+            "SELECT event_id FROM processed_events WHERE consumer = 'wanting' ORDER BY event_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut applied = vec![ids[0], ids[2]];
+    applied.sort();
+    assert_eq!(
+        rows, applied,
+        "no applied-events row for the passed-over event"
+    );
+    bench.finish().await;
+}
+
 /// A handler that runs for several ack waits keeps its message: nothing is redelivered.
 #[tokio::test]
 async fn a_long_handler_keeps_its_message_with_progress_acks() {
