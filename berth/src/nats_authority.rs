@@ -14,7 +14,6 @@
 //! process that decides who may register is the one that tells the server. A server elsewhere
 //! is the operator's to configure, from `berth admin nats-authorization`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,12 +90,7 @@ fn write_and_reload(dir: &Path, root: &str, fragment: &str) -> anyhow::Result<Ap
 
 /// Writes `text` to `path` whole or not at all: the server may reload at any moment.
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
-    let partial = path.with_extension("partial");
-    let mut file = std::fs::File::create(&partial)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, path).with_context(|| format!("{}", path.display()))?;
-    Ok(())
+    bus::link::write_whole(path, text.as_bytes()).with_context(|| format!("{}", path.display()))
 }
 
 /// Asks the server whose pid is in `<dir>/nats.pid` to read its configuration again

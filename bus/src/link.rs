@@ -329,22 +329,14 @@ impl Link {
     }
 
     /// Writes the report to the outbox, synced, before it is sent: written whole or not at
-    /// all (a temporary file renamed).
+    /// all ([`write_whole`]).
     async fn keep(&self, report: &Report) -> Result<(), LinkError> {
         let path = self.kept_path(report.report_id);
-        let partial = path.with_extension("partial");
         let body = serde_json::to_vec(report).expect("reports serialise");
-        let (p, f) = (partial.clone(), path.clone());
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut file = std::fs::File::create(&p)?;
-            file.write_all(&body)?;
-            file.sync_all()?;
-            std::fs::rename(&p, &f)
-        })
-        .await
-        .expect("the outbox write does not panic")
-        .map_err(|e| self.outbox_error(e))
+        tokio::task::spawn_blocking(move || write_whole(&path, &body))
+            .await
+            .expect("the outbox write does not panic")
+            .map_err(|e| self.outbox_error(e))
     }
 
     fn kept_path(&self, id: Uuid) -> PathBuf {
@@ -357,6 +349,18 @@ impl Link {
             error,
         }
     }
+}
+
+/// Writes `bytes` to `path` whole or not at all, synced: a file beside it (`.partial`),
+/// renamed over it. How an agent keeps a report, and how the control plane writes a NATS
+/// server's authorization, which the server may read again at any moment.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let partial = path.with_extension("partial");
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)
 }
 
 /// How long to wait before the `failures`-th retry: doubling from 100 ms, capped at 5 s,
