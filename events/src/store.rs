@@ -470,7 +470,10 @@ impl EventStore {
     ) -> Result<Appended, StoreError> {
         validate(stream_id, events)?;
         let client = self.pool.get().await?;
-        append_with(&client, stream_id, expected, events).await
+        let appended = append_with(&client, stream_id, expected, events).await?;
+        // Its own transaction has committed: the readers can see it now.
+        crate::activity::appended();
+        Ok(appended)
     }
 
     /// The events of one stream, oldest first.

@@ -376,6 +376,6 @@ pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessEr
     for (stream, events) in put {
         ledger::record(&tx, &stream, ExpectedVersion::Any, &events, &meta).await?;
     }
-    tx.commit().await?;
+    events::activity::commit(tx).await?;
     Ok(Some((FIRST_SUPERADMIN.to_owned(), key)))
 }
