@@ -1018,6 +1018,15 @@ impl ConsumerBench {
         ));
     }
 
+    /// Appends `proposed` to `stream`; their ids.
+    async fn append(&self, stream: &str, proposed: &[ProposedEvent]) -> Vec<Uuid> {
+        self.store
+            .append(stream, ExpectedVersion::Any, proposed)
+            .await
+            .unwrap();
+        proposed.iter().map(|e| e.event_id).collect()
+    }
+
     async fn info(&self, consumer: &str) -> jetstream::consumer::Info {
         self.js
             .get_stream(&self.topology.stream)
@@ -1082,13 +1091,9 @@ async fn times_applied(pool: &Pool, event_id: Uuid) -> i32 {
 #[tokio::test]
 async fn a_failing_event_is_retried_a_bounded_number_of_times_then_given_up() {
     let bench = consumer_bench().await;
-    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
+    let (pool, topology) = (&bench.pool, &bench.topology);
     let proposed = [registered("p"), lost("agent-p", "poison"), registered("p")];
-    let ids: Vec<Uuid> = proposed.iter().map(|e| e.event_id).collect();
-    store
-        .append("agent-p", ExpectedVersion::Any, &proposed)
-        .await
-        .unwrap();
+    let ids = bench.append("agent-p", &proposed).await;
     let handler = Picky::default();
     let config = ConsumerConfig {
         redelivery: consumer::Redelivery {
@@ -1146,13 +1151,9 @@ impl Handler for RegistrationsOnly {
 #[tokio::test]
 async fn a_passed_over_event_is_acknowledged_with_no_transaction() {
     let bench = consumer_bench().await;
-    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
+    let (pool, topology) = (&bench.pool, &bench.topology);
     let proposed = [registered("w"), lost("agent-w", "gone"), registered("w")];
-    let ids: Vec<Uuid> = proposed.iter().map(|e| e.event_id).collect();
-    store
-        .append("agent-w", ExpectedVersion::Any, &proposed)
-        .await
-        .unwrap();
+    let ids = bench.append("agent-w", &proposed).await;
     let config = ConsumerConfig::new("wanting", vec![topology.category_subject("agent")]);
     bench.consume(config, RegistrationsOnly);
     // The consumer exists once the last event was applied; then every message is settled.
@@ -1191,13 +1192,8 @@ async fn a_passed_over_event_is_acknowledged_with_no_transaction() {
 #[tokio::test]
 async fn a_long_handler_keeps_its_message_with_progress_acks() {
     let bench = consumer_bench().await;
-    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
-    let proposed = registered("l");
-    let id = proposed.event_id;
-    store
-        .append("agent-l", ExpectedVersion::Any, &[proposed])
-        .await
-        .unwrap();
+    let (pool, topology) = (&bench.pool, &bench.topology);
+    let id = bench.append("agent-l", &[registered("l")]).await[0];
     let handler = Picky {
         slow: Duration::from_millis(3_500),
         ..Picky::default()
@@ -1223,16 +1219,13 @@ async fn a_long_handler_keeps_its_message_with_progress_acks() {
 #[tokio::test]
 async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
     let bench = consumer_bench().await;
-    let (store, pool, topology) = (&bench.store, &bench.pool, &bench.topology);
+    let (pool, topology) = (&bench.pool, &bench.topology);
     let mut ids = HashMap::new();
     for agent in ["a", "b", "c"] {
-        let stream = format!("agent-{agent}");
-        let proposed = registered(agent);
-        ids.insert(agent, proposed.event_id);
-        store
-            .append(&stream, ExpectedVersion::Any, &[proposed])
-            .await
-            .unwrap();
+        let appended = bench
+            .append(&format!("agent-{agent}"), &[registered(agent)])
+            .await;
+        ids.insert(agent, appended[0]);
     }
     let subject = |stream: &str| format!("{}.agent.{stream}", topology.prefix);
     let config = ConsumerConfig::new("two", vec![subject("agent-a"), subject("agent-b")]);
@@ -1250,12 +1243,7 @@ async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
         .delete_consumer("two")
         .await
         .unwrap();
-    let later = registered("a");
-    let later_id = later.event_id;
-    store
-        .append("agent-a", ExpectedVersion::Any, &[later])
-        .await
-        .unwrap();
+    let later_id = bench.append("agent-a", &[registered("a")]).await[0];
     wait_until(Duration::from_secs(30), || async {
         times_applied(pool, later_id).await == 1
     })
