@@ -801,8 +801,8 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
 /// its own competing with the engine's start.
 struct StatusWatch {
     events: async_nats::Subscriber,
-    running: std::collections::HashSet<Uuid>,
-    ended: std::collections::HashSet<Uuid>,
+    seen_running: std::collections::HashSet<Uuid>,
+    seen_ended: std::collections::HashSet<Uuid>,
     /// For each RUNNING seen: how long after its row was written (the relay's share).
     relayed_after: Vec<f64>,
 }
@@ -815,8 +815,8 @@ impl StatusWatch {
         let events = nats.subscribe(topology.category_subject("session")).await?;
         Ok(StatusWatch {
             events,
-            running: Default::default(),
-            ended: Default::default(),
+            seen_running: Default::default(),
+            seen_ended: Default::default(),
             relayed_after: Vec::new(),
         })
     }
@@ -824,9 +824,9 @@ impl StatusWatch {
     /// Until every session of `ids` was seen RUNNING; an error if one ended first.
     async fn running(&mut self, ids: &[Uuid]) -> anyhow::Result<()> {
         use futures::StreamExt;
-        while !ids.iter().all(|id| self.running.contains(id)) {
+        while !ids.iter().all(|id| self.seen_running.contains(id)) {
             anyhow::ensure!(
-                !ids.iter().any(|id| self.ended.contains(id)),
+                !ids.iter().any(|id| self.seen_ended.contains(id)),
                 "a session ended before it ran"
             );
             let message = tokio::time::timeout(Duration::from_secs(60), self.events.next())
@@ -840,9 +840,9 @@ impl StatusWatch {
                         let after = Utc::now() - recorded.recorded_at;
                         self.relayed_after
                             .push(after.num_microseconds().unwrap_or(0) as f64 / 1000.0);
-                        self.running.insert(change.session_id)
+                        self.seen_running.insert(change.session_id)
                     }
-                    to if to.is_terminal() => self.ended.insert(change.session_id),
+                    to if to.is_terminal() => self.seen_ended.insert(change.session_id),
                     _ => false,
                 };
             }
