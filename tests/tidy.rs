@@ -9,6 +9,8 @@
 //! - The domain crate depends on serde, serde_json, chrono, uuid and thiserror only (and,
 //!   behind its `openapi` feature, utoipa), and nothing that does I/O reaches it transitively,
 //!   with every feature the workspace turns on.
+//! - The code map names only what exists: every path and item that `docs/ARCHITECTURE.md`
+//!   names is in the tree ([`code_map`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -17,6 +19,8 @@ use std::process::Command;
 
 use regex::Regex;
 use serde_json::Value;
+
+mod code_map;
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -337,4 +341,70 @@ fn no_database_client_reaches_the_agent() {
     // The check sees a database client where there is one.
     let events = normal_closure(&meta, "berth-events");
     assert!(events.iter().any(|id| id.contains("tokio-postgres")));
+}
+
+/// Each workspace library's name (as code writes it) and its root source file.
+fn workspace_libraries(meta: &Value) -> BTreeMap<String, PathBuf> {
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| members.contains(p["id"].as_str().unwrap()))
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "lib"))
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().replace('-', "_"),
+                PathBuf::from(t["src_path"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn architecture() -> String {
+    fs::read_to_string(workspace_root().join("docs/ARCHITECTURE.md")).unwrap()
+}
+
+#[test]
+fn the_code_map_names_only_what_exists() {
+    let libraries = workspace_libraries(&metadata());
+    assert!(libraries.contains_key("events"), "{libraries:?}");
+    let map = architecture();
+    let named = code_map::code_spans(&map)
+        .iter()
+        .filter(|s| code_map::name_of(s).is_some())
+        .count();
+    assert!(named > 50, "the map names only {named} paths and items");
+    let missing = code_map::dangling(&map, &workspace_root(), &libraries);
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names what the tree does not have (rename it there too):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_code_map_check_sees_a_renamed_path_and_a_renamed_item() {
+    let libraries = workspace_libraries(&metadata());
+    let map = architecture();
+    for (name, renamed) in [
+        ("`events/src/store.rs`", "`events/src/stores.rs`"),
+        ("`events::ledger::record`", "`events::ledger::records`"),
+    ] {
+        assert!(map.contains(name), "the map no longer names {name}");
+        let changed = map.replace(name, renamed);
+        let missing = code_map::dangling(&changed, &workspace_root(), &libraries);
+        assert!(
+            missing
+                .iter()
+                .any(|m| m.contains(renamed.trim_matches('`'))),
+            "a map naming {renamed} passed: {missing:?}"
+        );
+    }
 }
