@@ -299,12 +299,12 @@ struct Netns {
 }
 
 impl Netns {
-    /// A new namespace, or `None` (and why, printed) where namespaces cannot be made.
+    /// A new namespace, or `None` where namespaces cannot be made (a failure under CI).
     fn create() -> Option<Netns> {
         let tag = &Uuid::new_v4().simple().to_string()[..8];
         let name = format!("berth{tag}");
         if !run("ip", &["netns", "add", &name]) {
-            println!("SKIPPED: `ip netns add` failed (it needs root and iproute2)");
+            common::missing_prerequisite("`ip netns add` failed (it needs root and iproute2)");
             return None;
         }
         let (near_link, far_link) = (format!("vb{tag}"), format!("vn{tag}"));

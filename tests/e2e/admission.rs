@@ -272,7 +272,9 @@ async fn admit_with(pool: &deadpool_postgres::Pool, id: &str, cpu: u64) -> Strin
 async fn the_shared_server_lets_an_agent_in_once_admitted_and_shuts_it_out_once_revoked() {
     let config = test_config();
     if config.nats_authorization.is_none() {
-        eprintln!("SKIPPED: BERTH_NATS_AUTHORIZATION_DIR is unset; berth keeps no server's authorization here");
+        berth_tests::missing_prerequisite(
+            "BERTH_NATS_AUTHORIZATION_DIR is unset; berth keeps no server's authorization here",
+        );
         return;
     }
     let h = start_with(config.clone()).await;

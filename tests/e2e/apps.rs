@@ -742,6 +742,11 @@ async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
             json!(true),
             "the page draws with the host's term.js"
         );
+    } else {
+        berth_tests::missing_prerequisite(
+            "/usr/share/javascript/term.js/term.js (infra/test.sh installs libjs-term.js): \
+             the page's emulator is not checked",
+        );
     }
 
     // Keys typed into the page run in the session.

@@ -20,14 +20,17 @@ impl Drop for Browser {
     }
 }
 
-/// A headless Chromium, or `None` (and why, printed) where chromedriver is not installed.
+/// A headless Chromium, or `None` where chromedriver is not installed (a failure under CI:
+/// `berth_tests::missing_prerequisite`).
 pub async fn browser() -> Option<Browser> {
     if Command::new("chromedriver")
         .arg("--version")
         .output()
         .is_err()
     {
-        println!("SKIPPED: chromedriver is not installed (infra/test.sh installs chromium-driver)");
+        berth_tests::missing_prerequisite(
+            "chromedriver is not installed (infra/test.sh installs chromium and chromium-driver)",
+        );
         return None;
     }
     let port = free_port();
