@@ -35,12 +35,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("../migrations/0007_session_trace.sql")),
     (8, include_str!("../migrations/0008_log_epochs.sql")),
     (9, include_str!("../migrations/0009_liveness.sql")),
-    // 10 and 11 made the idle-reaper's and the notification service's schemas, and 0012 the
-    // image-commit service's beside the ledger's customized images; each service now migrates
-    // its own (the `component` hook of [`migrate`]). The versions stay, as no-ops, so that a
-    // database migrated before and one migrated since hold the same backbone history: a
+    // 0010 and 0011 made the idle-reaper's and the notification service's schemas, and 0012
+    // the image-commit service's beside the ledger's customized images; each service now
+    // migrates its own (the `component` hook of [`migrate`]). The versions stay, as no-ops, so
+    // that a database migrated before and one migrated since hold the same backbone history: a
     // database that ran the old 0010-0012 skips them as before, and its service migrations
-    // find their tables there and leave them (they are written to run twice).
+    // find their tables there and leave them (they are written to run twice); an older berth
+    // started on a database migrated since finds nothing left to apply.
     (10, MOVED_TO_ITS_SERVICE),
     (11, MOVED_TO_ITS_SERVICE),
     (12, include_str!("../migrations/0012_custom_images.sql")),
