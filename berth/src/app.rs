@@ -122,7 +122,26 @@ pub struct App {
     tasks: JoinSet<anyhow::Result<()>>,
 }
 
-/// Connects to PostgreSQL (creating the database when it does not exist) and migrates it.
+/// Migrates the control plane's database: the backbone's schemas (the log, the ledger), then
+/// those the services own, each from its own crate. Every control-plane process migrates all
+/// of them, whichever parts it runs, as when they were the backbone's: the gateway reads the
+/// notification service's notices, and a part started alone finds its tables there.
+pub async fn migrate(pool: &Pool) -> Result<(), store::StoreError> {
+    store::migrate(pool, &service_migrations()).await
+}
+
+/// The migrations of the schemas the services own, each under its service's component.
+pub fn service_migrations() -> Vec<store::Migration> {
+    [
+        idle_reaper::MIGRATIONS,
+        notification::MIGRATIONS,
+        image_commit::MIGRATIONS,
+    ]
+    .concat()
+}
+
+/// Connects to PostgreSQL (creating the database when it does not exist) and migrates it
+/// ([`migrate`]).
 /// While PostgreSQL is unreachable or starting it waits, saying so once; a refusal that
 /// waiting will not mend (a wrong password, no such database server) is the error.
 pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Result<Pool> {
@@ -135,9 +154,7 @@ pub async fn connect_database(config: &Config, max_size: usize) -> anyhow::Resul
     .await
     .context("reach PostgreSQL")?;
     let pool = store::pool(&config.database_url, max_size)?;
-    store::migrate(&pool, &[])
-        .await
-        .context("migrate the database")?;
+    migrate(&pool).await.context("migrate the database")?;
     Ok(pool)
 }
 

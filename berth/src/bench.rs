@@ -213,7 +213,7 @@ async fn store_bench(
     sealer: bool,
 ) -> anyhow::Result<()> {
     let pool = store::pool(url, writers + 8)?;
-    store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     db::create_raw_events(&pool).await?;
     let store = EventStore::new(pool.clone());
     let payload = sample_event().to_payload().to_string();
@@ -406,7 +406,7 @@ async fn copy_phase(url: &str) -> anyhow::Result<f64> {
 
 async fn relay_bench(config: &Config, url: &str, rate: u64, seconds: u64) -> anyhow::Result<()> {
     let pool = store::pool(url, 24)?;
-    store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     let store = EventStore::new(pool.clone());
     let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
     let topology = Topology {

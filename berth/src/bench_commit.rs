@@ -22,7 +22,7 @@ const IMAGE: &str = "berth/python:latest";
 
 pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let docker = agent::docker::connect().await?;
     let images = agent::docker::local_images(&docker).await?;

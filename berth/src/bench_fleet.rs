@@ -76,7 +76,7 @@ pub async fn fleet(
     sessions: usize,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 4)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     let id = std::process::id();
     let subjects = bus::Subjects {
         root: format!("fleet{id}"),

@@ -33,7 +33,7 @@ pub async fn reap(
     watched: usize,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
         resource_group: "default".into(),

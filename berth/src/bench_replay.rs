@@ -31,7 +31,7 @@ const WRITERS: usize = 4;
 
 pub async fn replay(url: &str, events: u64) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     let capacity = ResourceSlots {
         cpu_milli: 1_000_000,
         memory_bytes: 4_096 * GIB,

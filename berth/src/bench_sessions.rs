@@ -423,7 +423,7 @@ pub(crate) fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
 pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Result<()> {
     core_figures(agents, sessions, 5);
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     fill(&pool, agents, sessions).await?;
     let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
     let started = Instant::now();
@@ -480,7 +480,7 @@ pub async fn gateway(
     cache: bool,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 32)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     fill(&pool, 100, 10_000).await?;
     let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
     while scheduler.pass().await?.placed > 0 {}
@@ -571,7 +571,7 @@ pub async fn gateway(
 /// follower pokes it.
 pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let docker = agent::docker::connect().await?;
     let images = agent::docker::local_images(&docker).await?;
@@ -858,7 +858,7 @@ impl StatusWatch {
 /// gateway's old shortcut), as the baseline.
 pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    events::store::migrate(&pool, &[]).await?;
+    crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
         resource_group: "default".into(),

@@ -142,7 +142,7 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let url = postgres.url("berth");
     events::store::ensure_database(&url).await.unwrap();
     let pool = events::store::pool(&url, 4).unwrap();
-    events::store::migrate(&pool, &[]).await.unwrap();
+    berth::app::migrate(&pool).await.unwrap();
     let key = init_install(&url);
     let (ok, text) = berth_line(
         &url,

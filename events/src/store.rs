@@ -35,12 +35,25 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("../migrations/0007_session_trace.sql")),
     (8, include_str!("../migrations/0008_log_epochs.sql")),
     (9, include_str!("../migrations/0009_liveness.sql")),
-    (10, include_str!("../migrations/0010_idle_reaper.sql")),
-    (11, include_str!("../migrations/0011_notification.sql")),
+    // 0010 and 0011 made the idle-reaper's and the notification service's schemas, and 0012
+    // the image-commit service's beside the ledger's customized images; each service now
+    // migrates its own (the `component` hook of [`migrate`]). The versions stay, as no-ops, so
+    // that a database migrated before and one migrated since hold the same backbone history: a
+    // database that ran the old 0010-0012 skips them as before, and its service migrations
+    // find their tables there and leave them (they are written to run twice); an older berth
+    // started on a database migrated since finds nothing left to apply.
+    (10, MOVED_TO_ITS_SERVICE),
+    (11, MOVED_TO_ITS_SERVICE),
     (12, include_str!("../migrations/0012_custom_images.sql")),
     (13, include_str!("../migrations/0013_apps.sql")),
     (14, include_str!("../migrations/0014_log_clock.sql")),
 ];
+/// What a backbone migration whose tables moved to their service's crate now runs: nothing.
+const MOVED_TO_ITS_SERVICE: &str = "-- moved to the service that owns the schema";
+/// One migration of one component: its name (its row in `schema_migrations`), its version,
+/// and its SQL. A service that owns a schema exports its list (`idle_reaper::MIGRATIONS`, ...)
+/// for [`migrate`].
+pub type Migration = (&'static str, i32, &'static str);
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.
 pub const SERVICE_ROLE: &str = "berth_service";
@@ -239,8 +252,10 @@ pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Applies the store's migrations that are not applied yet, one process at a time.
-pub async fn migrate(pool: &Pool, extra: &[(&str, i32, &str)]) -> Result<(), StoreError> {
+/// Applies the store's migrations that are not applied yet, then `extra`'s (the schemas the
+/// services own, each under its own component), one process at a time. A migration counts as
+/// applied when `schema_migrations` holds its component and version; its text is not compared.
+pub async fn migrate(pool: &Pool, extra: &[Migration]) -> Result<(), StoreError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     // Migrations need the owner's rights; the pool's connections run as the service role

@@ -87,7 +87,7 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
         .await
         .unwrap();
     let pool = events::store::pool(&config.database_url, 4).unwrap();
-    events::store::migrate(&pool, &[]).await.unwrap();
+    berth::app::migrate(&pool).await.unwrap();
     let seed1 = admit_with(&pool, "a1", 4).await;
     let seed2 = admit_with(&pool, "a2", 4).await;
     let keys = recorder::admission::admitted_keys(&pool).await.unwrap();

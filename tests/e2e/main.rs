@@ -9,6 +9,8 @@
 //!   its own subjects.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
+//! - [`migrations`]: the backbone's and the services' schemas, on a fresh database and on one
+//!   migrated before the services owned theirs.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
@@ -29,6 +31,7 @@ mod common;
 mod containers;
 mod contract;
 mod idle;
+mod migrations;
 mod notifications;
 mod outage;
 mod restore;

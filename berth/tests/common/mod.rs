@@ -22,7 +22,7 @@ pub async fn fresh_database() -> (Pool, String) {
     let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
     store::ensure_database(&url).await.unwrap();
     let pool = store::pool(&url, 4).unwrap();
-    store::migrate(&pool, &[]).await.unwrap();
+    berth::app::migrate(&pool).await.unwrap();
     (pool, url)
 }
 

@@ -1,10 +1,19 @@
-//! The statements this crate makes: its fold kept in schema `idle_reaper` (migration 0010).
-//! The only place in the crate that writes SQL (the workspace's tidy test checks it).
+//! The statements this crate makes: its fold kept in schema `idle_reaper`, which it migrates
+//! itself ([`MIGRATIONS`]). The only place in the crate that writes SQL (the workspace's tidy
+//! test checks it).
 
 use deadpool_postgres::{GenericClient, Pool};
 use events::idleness::Watched;
+use events::store::Migration;
 
 use crate::watch::{Change, Watchlist};
+
+/// The schema `idle_reaper`, for `events::store::migrate` (component `idle_reaper`).
+pub const MIGRATIONS: &[Migration] = &[(
+    "idle_reaper",
+    1,
+    include_str!("../migrations/0001_idle_reaper.sql"),
+)];
 
 /// Keeps what one event changed, in the consumer's transaction.
 pub async fn keep(

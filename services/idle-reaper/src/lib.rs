@@ -3,7 +3,8 @@
 //! and the figures that decided it. `berth idle-reaper` on its own, or part of `berth up`.
 //!
 //! - [`watch`]: its state, folded from events (sessions, users, idle checks) and usage.
-//! - `db`: that fold kept in schema `idle_reaper`, so a restart goes on where it stopped.
+//! - `db`: that fold kept in schema `idle_reaper`, so a restart goes on where it stopped;
+//!   the crate owns the schema and exports its migrations ([`MIGRATIONS`]).
 //!
 //! It never polls the ledger: a durable consumer of the event stream keeps the fold (each
 //! event applied once, in the transaction that keeps it), an ordered consumer of the
@@ -16,6 +17,8 @@
 pub mod watch;
 
 mod db;
+
+pub use db::MIGRATIONS;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

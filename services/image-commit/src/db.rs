@@ -1,12 +1,21 @@
-//! The statements this crate makes: the commits in progress (`image_commit.pending`,
-//! migration 0012). The only place in the crate that writes SQL.
+//! The statements this crate makes: the commits in progress (`image_commit.pending`, in the
+//! schema the crate migrates itself: [`MIGRATIONS`]). The only place in the crate that writes
+//! SQL.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use events::store::Migration;
 use tokio_postgres::Error;
 use uuid::Uuid;
+
+/// The schema `image_commit`, for `events::store::migrate` (component `image_commit`).
+pub const MIGRATIONS: &[Migration] = &[(
+    "image_commit",
+    1,
+    include_str!("../migrations/0001_image_commit.sql"),
+)];
 
 pub async fn keep(
     client: &impl GenericClient,

@@ -15,6 +15,8 @@
 
 mod db;
 
+pub use db::MIGRATIONS;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,11 +1,20 @@
-//! The statements this crate makes: its projection in schema `notification`. The only place
-//! in the crate that writes SQL (the workspace's tidy test checks it).
+//! The statements this crate makes: its projection in schema `notification`, which it
+//! migrates itself ([`MIGRATIONS`]). The only place in the crate that writes SQL (the
+//! workspace's tidy test checks it).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use events::notices::{Notice, NoticedSession};
+use events::store::Migration;
 use tokio_postgres::Error;
 use uuid::Uuid;
+
+/// The schema `notification`, for `events::store::migrate` (component `notification`).
+pub const MIGRATIONS: &[Migration] = &[(
+    "notification",
+    1,
+    include_str!("../migrations/0001_notification.sql"),
+)];
 
 pub async fn remember(
     client: &impl GenericClient,

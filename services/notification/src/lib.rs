@@ -1,8 +1,9 @@
 //! The notification service: turns session events into notices for their owner (created,
 //! started, failed, terminated or cancelled with the reason, reaped by which checker, a
-//! commit done or failed), keeps them in its projection (schema `notification`, migration
-//! 0011) where the gateway serves them with unread counts, and pushes each new one live on
-//! `<root>.notify.<user>` for the gateway's notification streams. `berth notification` on its own, or part of `berth up`.
+//! commit done or failed), keeps them in its projection (schema `notification`, which the
+//! crate owns and migrates: [`MIGRATIONS`]) where the gateway serves them with unread counts,
+//! and pushes each new one live on `<root>.notify.<user>` for the gateway's notification
+//! streams. `berth notification` on its own, or part of `berth up`.
 //!
 //! A durable consumer of the session and notice events applies each event once, in the
 //! transaction that keeps its notice (whose id is the event's), so a restart loses and
@@ -14,6 +15,8 @@
 
 mod db;
 pub mod webhook;
+
+pub use db::MIGRATIONS;
 
 use std::sync::Arc;
 
