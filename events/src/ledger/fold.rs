@@ -62,11 +62,7 @@ impl SessionPatch {
         match event {
             Event::SchedulingAttempted(e) => {
                 self.attempts = Some(e.attempts as i32);
-                let result = serde_json::to_value(e.result).expect("serialises");
-                self.result = Some((
-                    result.as_str().unwrap_or_default().to_owned(),
-                    e.error_code.clone(),
-                ));
+                self.result = Some((e.result.as_str().to_owned(), e.error_code.clone()));
             }
             Event::SessionScheduled(e) => {
                 let kernels = e.placements();
@@ -156,12 +152,7 @@ impl SessionPatch {
                 self.holds = Some(false);
             }
             Event::SessionStatusChanged(e) => {
-                let to = serde_json::to_value(e.to).expect("serialises");
-                self.status = Some((
-                    to.as_str().unwrap_or_default().to_owned(),
-                    e.reason.clone(),
-                    at,
-                ));
+                self.status = Some((e.to.as_str().to_owned(), e.reason.clone(), at));
                 if e.to == SessionStatus::Pending {
                     self.requeues += 1;
                     self.agent_id = Some(None);

@@ -9,8 +9,8 @@
 //! (which the live ledger uses). That is what a replay is for: the two are written apart,
 //! and `berth replay ledger` compares what they produce row for row, so a change to one that
 //! the other lacks shows as a difference instead of being reproduced by both. The fold here
-//! is the replay's (`Fold { decides: false }`): it only adds up, because the log already
-//! holds every decision.
+//! decides nothing (no uniqueness, no room on an agent): it only adds up, because the log
+//! already holds every decision.
 
 use std::collections::HashMap;
 
