@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::LedgerError;
+use super::{accounts, agents, i64_of, name_of, resources, Family, LedgerError};
 use crate::catalogue::Event;
 use crate::payloads::*;
 
@@ -219,10 +219,6 @@ impl SessionPatch {
     }
 }
 
-fn i64_of(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 /// Applies one event, the `stream_version`-th of its stream, to the ledger.
 /// `traceparent` is the trace the event was recorded in (kept for a session's journey).
 pub(super) async fn apply<C: GenericClient>(
@@ -232,177 +228,14 @@ pub(super) async fn apply<C: GenericClient>(
     at: DateTime<Utc>,
     traceparent: Option<&str>,
 ) -> Result<(), LedgerError> {
+    match Family::of(event) {
+        Family::Accounts => return accounts::apply_sql(client, event, at).await,
+        Family::Resources => return resources::apply_sql(client, event).await,
+        Family::Agents => return agents::apply_sql(client, event, at).await,
+        Family::Sessions | Family::Apps | Family::Images | Family::Ignored => {}
+    }
     let version = i64_of(stream_version);
     match event {
-        Event::UserCreated(e) => {
-            let n = exec(
-                client,
-                "INSERT INTO ledger.users VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                &[
-                    &e.user_id,
-                    &e.email,
-                    &e.role.as_str(),
-                    &e.resource_policy,
-                    &at,
-                ],
-            )
-            .await?;
-            if n == 0 {
-                return Err(LedgerError::Exists {
-                    what: "user",
-                    name: e.email.clone(),
-                });
-            }
-        }
-        Event::FolderCreated(e) => {
-            let n = exec(
-                client,
-                "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                &[&e.owner, &e.name, &at],
-            )
-            .await?;
-            if n == 0 {
-                return Err(LedgerError::Exists {
-                    what: "folder",
-                    name: e.name.clone(),
-                });
-            }
-        }
-        Event::ApiKeyIssued(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
-                &[&e.key_sha256, &e.key_prefix, &e.user_id],
-            )
-            .await?;
-        }
-        Event::ProjectCreated(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.projects VALUES ($1, $2)
-                     ON CONFLICT (name) DO UPDATE SET description = $2",
-                &[&e.name, &e.description],
-            )
-            .await?;
-        }
-        Event::UserJoinedProject(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.project_members VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&e.project, &e.user_id],
-            )
-            .await?;
-        }
-        Event::ResourceGroupCreated(e) => {
-            let queue = serde_json::to_value(e.queue_policy).expect("serialises");
-            let selection = serde_json::to_value(e.agent_selection).expect("serialises");
-            exec(
-                client,
-                "INSERT INTO ledger.resource_groups VALUES ($1, $2, $3, $4, $5, $6)
-                     ON CONFLICT (name) DO UPDATE SET queue_policy = $2, agent_selection = $3,
-                       max_attempts = $4, skip_after = $5, pending_timeout_secs = $6",
-                &[
-                    &e.name,
-                    &queue.as_str().unwrap_or_default(),
-                    &selection.as_str().unwrap_or_default(),
-                    &(e.max_attempts as i32),
-                    &(e.skip_after as i32),
-                    &i64_of(e.pending_timeout_secs),
-                ],
-            )
-            .await?;
-        }
-        Event::ResourceGroupGranted(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.group_projects VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&e.resource_group, &e.project],
-            )
-            .await?;
-        }
-        Event::ResourcePolicySet(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
-                       max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
-                       max_session_lifetime_secs = $6, max_custom_images = $7",
-                &[
-                    &e.name,
-                    &(e.max_concurrent_sessions as i32),
-                    &i64_of(e.max_total.cpu_milli),
-                    &i64_of(e.max_total.memory_bytes),
-                    &i64_of(e.max_total.gpu_milli),
-                    &e.max_session_lifetime_secs.map(i64_of),
-                    &e.max_custom_images.map(|n| n as i32),
-                ],
-            )
-            .await?;
-        }
-        Event::PresetSaved(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.presets VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (name) DO UPDATE SET cpu_milli = $2, memory_bytes = $3,
-                       gpu_milli = $4, shared_memory_bytes = $5",
-                &[
-                    &e.name,
-                    &i64_of(e.resources.cpu_milli),
-                    &i64_of(e.resources.memory_bytes),
-                    &i64_of(e.resources.gpu_milli),
-                    &i64_of(e.shared_memory_bytes),
-                ],
-            )
-            .await?;
-        }
-        Event::AgentRegistered(e) => {
-            exec(
-                client,
-                "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
-                       gpu_milli, images, registered_at, last_heartbeat, address, image_apps)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)
-                     ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
-                       memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
-                       lost = NULL, address = $8, image_apps = $9",
-                &[
-                    &e.agent_id,
-                    &e.resource_group,
-                    &i64_of(e.capacity.cpu_milli),
-                    &i64_of(e.capacity.memory_bytes),
-                    &i64_of(e.capacity.gpu_milli),
-                    &e.images,
-                    &at,
-                    &e.address,
-                    &serde_json::to_value(&e.image_apps).expect("apps serialise"),
-                ],
-            )
-            .await?;
-        }
-        Event::AgentHeartbeated(e) => {
-            exec(
-                client,
-                "UPDATE ledger.agents SET last_heartbeat = greatest(last_heartbeat, $2)
-                     WHERE agent_id = $1",
-                &[&e.agent_id, &e.at],
-            )
-            .await?;
-        }
-        Event::AgentLost(e) => {
-            exec(
-                client,
-                "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
-                &[&e.agent_id, &e.reason],
-            )
-            .await?;
-        }
-        Event::AgentReturned(e) => {
-            exec(
-                client,
-                "UPDATE ledger.agents SET lost = NULL WHERE agent_id = $1",
-                &[&e.agent_id],
-            )
-            .await?;
-        }
         // Admission lives in the agent's stream; the recorder folds it from there.
         Event::AgentAdmitted(_) => {}
         // The idle-reaper folds its checks itself; the ledger decides nothing on them.
@@ -411,7 +244,6 @@ pub(super) async fn apply<C: GenericClient>(
         Event::NotificationsRead(_) | Event::NotificationWebhookSet(_) => {}
         Event::AppCircuitOpened(e) => {
             let admission = serde_json::to_value(&e.admission).expect("admissions serialise");
-            let protocol = serde_json::to_value(e.protocol).expect("protocols serialise");
             exec(
                 client,
                 "INSERT INTO ledger.circuits VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -420,7 +252,7 @@ pub(super) async fn apply<C: GenericClient>(
                     &e.session_id,
                     &e.owner,
                     &e.app,
-                    &protocol.as_str().unwrap_or_default(),
+                    &name_of(&e.protocol),
                     &i32::from(e.container_port),
                     &i32::from(e.port),
                     &admission,
@@ -445,18 +277,7 @@ pub(super) async fn apply<C: GenericClient>(
             )
             .await?;
         }
-        // A revoked agent is offered to the scheduler no more, as a lost one.
-        Event::AgentRevoked(e) => {
-            exec(
-                client,
-                "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
-                &[&e.agent_id, &format!("revoked: {}", e.reason)],
-            )
-            .await?;
-        }
         Event::SessionRequested(e) => {
-            let cluster_mode = serde_json::to_value(e.cluster_mode).expect("serialises");
-            let session_type = serde_json::to_value(e.session_type).expect("serialises");
             exec(
                 client,
                 "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
@@ -472,12 +293,12 @@ pub(super) async fn apply<C: GenericClient>(
                     &e.name,
                     &e.owner.project,
                     &e.resource_group,
-                    &session_type.as_str().unwrap_or_default(),
+                    &name_of(&e.session_type),
                     &at,
                     &i64_of(e.resources.cpu_milli),
                     &i64_of(e.resources.memory_bytes),
                     &i64_of(e.resources.gpu_milli),
-                    &cluster_mode.as_str().unwrap_or_default(),
+                    &name_of(&e.cluster_mode),
                     &(e.cluster_size as i32),
                     &e.agent_id,
                     &e.starts_at,
@@ -505,12 +326,13 @@ pub(super) async fn apply<C: GenericClient>(
             patch.absorb(client, event, stream_version, at).await?;
             patch.flush(client).await?;
         }
+        other => unreachable!("`{}` is routed by family", other.event_type()),
     }
     Ok(())
 }
 
 /// Runs one statement, prepared once per connection.
-async fn exec<C: GenericClient>(
+pub(super) async fn exec<C: GenericClient>(
     client: &C,
     sql: &'static str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],

@@ -15,71 +15,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use uuid::Uuid;
 
+use super::{accounts, agents, i64_of, name_of, resources, Family};
 use crate::catalogue::Event;
 use crate::payloads::*;
 use crate::RecordedEvent;
-
-/// An enum's stored name (its serde form), as the ledger's text columns hold it.
-fn name_of<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
-
-fn i64_of(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-pub(super) struct User {
-    pub email: String,
-    pub role: String,
-    pub resource_policy: String,
-    pub created_at: DateTime<Utc>,
-}
-
-pub(super) struct ResourceGroup {
-    pub queue_policy: String,
-    pub agent_selection: String,
-    pub max_attempts: i32,
-    pub skip_after: i32,
-    pub pending_timeout_secs: i64,
-}
-
-pub(super) struct Policy {
-    pub max_concurrent_sessions: i32,
-    pub max_cpu_milli: i64,
-    pub max_memory_bytes: i64,
-    pub max_gpu_milli: i64,
-    pub max_session_lifetime_secs: Option<i64>,
-    pub max_custom_images: Option<i32>,
-}
-
-pub(super) struct Preset {
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-    pub shared_memory_bytes: i64,
-}
-
-pub(super) struct Agent {
-    pub resource_group: String,
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-    pub used_cpu_milli: i64,
-    pub used_memory_bytes: i64,
-    pub used_gpu_milli: i64,
-    pub images: Vec<String>,
-    pub registered_at: DateTime<Utc>,
-    pub last_heartbeat: DateTime<Utc>,
-    pub lost: Option<String>,
-    pub address: Option<String>,
-    pub image_apps: serde_json::Value,
-}
 
 pub(super) struct Session {
     pub owner: Uuid,
@@ -146,18 +87,9 @@ pub(super) struct AppService {
 /// Every ledger table, keyed by its primary key.
 #[derive(Default)]
 pub(super) struct LedgerRows {
-    pub users: HashMap<Uuid, User>,
-    pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
-    /// Key digest to (prefix, user).
-    pub api_keys: HashMap<String, (String, Uuid)>,
-    /// Project name to description.
-    pub projects: HashMap<String, String>,
-    pub project_members: HashMap<(String, Uuid), ()>,
-    pub resource_groups: HashMap<String, ResourceGroup>,
-    pub group_projects: HashMap<(String, String), ()>,
-    pub policies: HashMap<String, Policy>,
-    pub presets: HashMap<String, Preset>,
-    pub agents: HashMap<String, Agent>,
+    pub accounts: accounts::Tables,
+    pub resources: resources::Tables,
+    pub agents: agents::Tables,
     pub sessions: HashMap<Uuid, Session>,
     /// Each placed session's kernels, in order (`idx` is the place).
     pub kernels: HashMap<Uuid, Vec<Kernel>>,
@@ -171,116 +103,13 @@ impl LedgerRows {
     pub(super) fn apply(&mut self, recorded: &RecordedEvent) {
         let at = recorded.recorded_at;
         let version = i64_of(recorded.stream_version);
+        match Family::of(&recorded.event) {
+            Family::Accounts => return self.accounts.apply_in_memory(recorded),
+            Family::Resources => return self.resources.apply_in_memory(&recorded.event),
+            Family::Agents => return self.agents.apply_in_memory(recorded),
+            Family::Sessions | Family::Apps | Family::Images | Family::Ignored => {}
+        }
         match &recorded.event {
-            Event::UserCreated(e) => {
-                self.users.entry(e.user_id).or_insert_with(|| User {
-                    email: e.email.clone(),
-                    role: e.role.as_str().to_owned(),
-                    resource_policy: e.resource_policy.clone(),
-                    created_at: at,
-                });
-            }
-            Event::FolderCreated(e) => {
-                self.folders.entry((e.owner, e.name.clone())).or_insert(at);
-            }
-            Event::ApiKeyIssued(e) => {
-                self.api_keys
-                    .insert(e.key_sha256.clone(), (e.key_prefix.clone(), e.user_id));
-            }
-            Event::ProjectCreated(e) => {
-                self.projects.insert(e.name.clone(), e.description.clone());
-            }
-            Event::UserJoinedProject(e) => {
-                self.project_members
-                    .insert((e.project.clone(), e.user_id), ());
-            }
-            Event::ResourceGroupCreated(e) => {
-                self.resource_groups.insert(
-                    e.name.clone(),
-                    ResourceGroup {
-                        queue_policy: name_of(&e.queue_policy),
-                        agent_selection: name_of(&e.agent_selection),
-                        max_attempts: e.max_attempts as i32,
-                        skip_after: e.skip_after as i32,
-                        pending_timeout_secs: i64_of(e.pending_timeout_secs),
-                    },
-                );
-            }
-            Event::ResourceGroupGranted(e) => {
-                self.group_projects
-                    .insert((e.resource_group.clone(), e.project.clone()), ());
-            }
-            Event::ResourcePolicySet(e) => {
-                self.policies.insert(
-                    e.name.clone(),
-                    Policy {
-                        max_concurrent_sessions: e.max_concurrent_sessions as i32,
-                        max_cpu_milli: i64_of(e.max_total.cpu_milli),
-                        max_memory_bytes: i64_of(e.max_total.memory_bytes),
-                        max_gpu_milli: i64_of(e.max_total.gpu_milli),
-                        max_session_lifetime_secs: e.max_session_lifetime_secs.map(i64_of),
-                        max_custom_images: e.max_custom_images.map(|n| n as i32),
-                    },
-                );
-            }
-            Event::PresetSaved(e) => {
-                self.presets.insert(
-                    e.name.clone(),
-                    Preset {
-                        cpu_milli: i64_of(e.resources.cpu_milli),
-                        memory_bytes: i64_of(e.resources.memory_bytes),
-                        gpu_milli: i64_of(e.resources.gpu_milli),
-                        shared_memory_bytes: i64_of(e.shared_memory_bytes),
-                    },
-                );
-            }
-            Event::AgentRegistered(e) => {
-                let image_apps = serde_json::to_value(&e.image_apps).expect("apps serialise");
-                match self.agents.get_mut(&e.agent_id) {
-                    // Registering again keeps what the agent holds and when it first came.
-                    Some(a) => {
-                        a.resource_group = e.resource_group.clone();
-                        a.cpu_milli = i64_of(e.capacity.cpu_milli);
-                        a.memory_bytes = i64_of(e.capacity.memory_bytes);
-                        a.gpu_milli = i64_of(e.capacity.gpu_milli);
-                        a.images = e.images.clone();
-                        a.last_heartbeat = at;
-                        a.lost = None;
-                        a.address = e.address.clone();
-                        a.image_apps = image_apps;
-                    }
-                    None => {
-                        self.agents.insert(
-                            e.agent_id.clone(),
-                            Agent {
-                                resource_group: e.resource_group.clone(),
-                                cpu_milli: i64_of(e.capacity.cpu_milli),
-                                memory_bytes: i64_of(e.capacity.memory_bytes),
-                                gpu_milli: i64_of(e.capacity.gpu_milli),
-                                used_cpu_milli: 0,
-                                used_memory_bytes: 0,
-                                used_gpu_milli: 0,
-                                images: e.images.clone(),
-                                registered_at: at,
-                                last_heartbeat: at,
-                                lost: None,
-                                address: e.address.clone(),
-                                image_apps,
-                            },
-                        );
-                    }
-                }
-            }
-            Event::AgentHeartbeated(e) => {
-                if let Some(a) = self.agents.get_mut(&e.agent_id) {
-                    a.last_heartbeat = a.last_heartbeat.max(e.at);
-                }
-            }
-            Event::AgentLost(e) => self.mark_agent(&e.agent_id, Some(e.reason.clone())),
-            Event::AgentReturned(e) => self.mark_agent(&e.agent_id, None),
-            Event::AgentRevoked(e) => {
-                self.mark_agent(&e.agent_id, Some(format!("revoked: {}", e.reason)))
-            }
             Event::AgentAdmitted(_)
             | Event::IdleChecksSet(_)
             | Event::NotificationsRead(_)
@@ -379,7 +208,7 @@ impl LedgerRows {
             Event::SessionResourcesReleased(e) => {
                 self.app_services.retain(|(s, _), _| *s != e.session_id);
                 for k in self.kernels.remove(&e.session_id).unwrap_or_default() {
-                    if let Some(a) = self.agents.get_mut(&k.agent_id) {
+                    if let Some(a) = self.agents.agents.get_mut(&k.agent_id) {
                         a.used_cpu_milli -= k.cpu_milli;
                         a.used_memory_bytes -= k.memory_bytes;
                         a.used_gpu_milli -= k.gpu_milli;
@@ -446,6 +275,7 @@ impl LedgerRows {
             Event::SessionCommitRequested(e) => self.session(e.session_id, version, |_| {}),
             Event::SessionCommitProgressed(e) => self.session(e.session_id, version, |_| {}),
             Event::AppStartRequested(e) => self.session(e.session_id, version, |_| {}),
+            _ => unreachable!("routed by family"),
         }
     }
 
@@ -457,15 +287,9 @@ impl LedgerRows {
         }
     }
 
-    fn mark_agent(&mut self, agent_id: &str, lost: Option<String>) {
-        if let Some(a) = self.agents.get_mut(agent_id) {
-            a.lost = lost;
-        }
-    }
-
     /// Adds (`sign` 1) or takes away (-1) a kernel's share on its agent.
     fn occupy(&mut self, agent_id: &str, share: ResourceSlots, sign: i64) {
-        if let Some(a) = self.agents.get_mut(agent_id) {
+        if let Some(a) = self.agents.agents.get_mut(agent_id) {
             a.used_cpu_milli += sign * i64_of(share.cpu_milli);
             a.used_memory_bytes += sign * i64_of(share.memory_bytes);
             a.used_gpu_milli += sign * i64_of(share.gpu_milli);
@@ -524,7 +348,7 @@ mod tests {
                 kernels: vec![],
             }),
         ));
-        assert_eq!(rows.agents["a1"].used_cpu_milli, 1_500);
+        assert_eq!(rows.agents.agents["a1"].used_cpu_milli, 1_500);
         assert_eq!(rows.kernels[&session_id].len(), 1);
         rows.apply(&recorded(
             3,
@@ -535,7 +359,7 @@ mod tests {
                 kernels: vec![],
             }),
         ));
-        assert_eq!(rows.agents["a1"].used_cpu_milli, 0);
+        assert_eq!(rows.agents.agents["a1"].used_cpu_milli, 0);
         assert!(rows.kernels.is_empty());
     }
 
