@@ -33,16 +33,19 @@
 
 mod accounts;
 mod agents;
+mod apps;
 mod fold;
+mod images;
 pub mod keys;
 mod memory;
 mod record;
 mod replay;
 mod resources;
+mod sessions;
 
 pub use keys::{key_digest, key_owner, KeyOwner};
 pub use record::{record, record_now};
-pub use replay::{replay, Replay};
+pub use replay::{replay, Replay, NOT_COMPARED};
 
 use serde::Serialize;
 use tokio_postgres::error::SqlState;

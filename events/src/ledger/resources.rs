@@ -173,44 +173,7 @@ impl Tables {
         tx: &Transaction<'_>,
         schema: &str,
     ) -> Result<(), tokio_postgres::Error> {
-        copy_rows(
-            tx,
-            &format!("{schema}.resource_groups"),
-            [
-                "name",
-                "queue_policy",
-                "agent_selection",
-                "max_attempts",
-                "skip_after",
-                "pending_timeout_secs",
-            ],
-            &self
-                .resource_groups
-                .iter()
-                .map(|(name, g)| -> [&(dyn ToSql + Sync); 6] {
-                    [
-                        name,
-                        &g.queue_policy,
-                        &g.agent_selection,
-                        &g.max_attempts,
-                        &g.skip_after,
-                        &g.pending_timeout_secs,
-                    ]
-                })
-                .collect::<Vec<_>>(),
-        )
-        .await?;
-        copy_rows(
-            tx,
-            &format!("{schema}.group_projects"),
-            ["resource_group", "project"],
-            &self
-                .group_projects
-                .keys()
-                .map(|(group, project)| -> [&(dyn ToSql + Sync); 2] { [group, project] })
-                .collect::<Vec<_>>(),
-        )
-        .await?;
+        self.copy_groups(tx, schema).await?;
         copy_rows(
             tx,
             &format!("{schema}.policies"),
@@ -262,6 +225,53 @@ impl Tables {
                         &p.shared_memory_bytes,
                     ]
                 })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Writes the resource groups and the projects granted them into `schema`.
+    async fn copy_groups(
+        &self,
+        tx: &Transaction<'_>,
+        schema: &str,
+    ) -> Result<(), tokio_postgres::Error> {
+        copy_rows(
+            tx,
+            &format!("{schema}.resource_groups"),
+            [
+                "name",
+                "queue_policy",
+                "agent_selection",
+                "max_attempts",
+                "skip_after",
+                "pending_timeout_secs",
+            ],
+            &self
+                .resource_groups
+                .iter()
+                .map(|(name, g)| -> [&(dyn ToSql + Sync); 6] {
+                    [
+                        name,
+                        &g.queue_policy,
+                        &g.agent_selection,
+                        &g.max_attempts,
+                        &g.skip_after,
+                        &g.pending_timeout_secs,
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.group_projects"),
+            ["resource_group", "project"],
+            &self
+                .group_projects
+                .keys()
+                .map(|(group, project)| -> [&(dyn ToSql + Sync); 2] { [group, project] })
                 .collect::<Vec<_>>(),
         )
         .await?;
