@@ -21,10 +21,10 @@ impl Replay {
     }
 }
 
-/// Columns a replay does not compare (`table.column`). The times are the ledger's own clock when it wrote the
-/// row, which the log records as each event's `recorded_at` a few microseconds apart; the
-/// queue sequence is the order rows were inserted, which is log order except between
-/// launchers that raced.
+/// Columns a replay does not compare (`table.column`). The times are the ledger's own clock
+/// when it wrote the row, which the log records as each event's `recorded_at` a few
+/// microseconds apart; the queue sequence is the order rows were inserted, which is log order
+/// except between launchers that raced.
 pub const NOT_COMPARED: [&str; 7] = [
     "users.created_at",
     "folders.created_at",
