@@ -6,477 +6,52 @@
 //! memory and writing each table once makes a replay of a million events take seconds.
 //!
 //! This is a second account of how each event changes the tables, beside [`fold`](super::fold)
-//! (which the live ledger uses). That is what a replay is for: the two are written apart,
-//! and `berth replay ledger` compares what they produce row for row, so a change to one that
-//! the other lacks shows as a difference instead of being reproduced by both. The fold here
-//! is the replay's (`Fold { decides: false }`): it only adds up, because the log already
-//! holds every decision.
+//! (which the live ledger uses): each event routed to its family's `apply_in_memory`. That is
+//! what a replay is for: the two are written apart, and `berth replay ledger` compares what
+//! they produce row for row, so a change to one that the other lacks shows as a difference
+//! instead of being reproduced by both. The fold here decides nothing (no uniqueness, no room
+//! on an agent): it only adds up, because the log already holds every decision.
 
-use std::collections::HashMap;
-
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-use uuid::Uuid;
-
-use crate::catalogue::Event;
-use crate::payloads::*;
+use super::{accounts, agents, apps, images, resources, sessions, Family};
 use crate::RecordedEvent;
 
-/// An enum's stored name (its serde form), as the ledger's text columns hold it.
-fn name_of<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
-
-fn i64_of(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-pub(super) struct User {
-    pub email: String,
-    pub role: String,
-    pub resource_policy: String,
-    pub created_at: DateTime<Utc>,
-}
-
-pub(super) struct ResourceGroup {
-    pub queue_policy: String,
-    pub agent_selection: String,
-    pub max_attempts: i32,
-    pub skip_after: i32,
-    pub pending_timeout_secs: i64,
-}
-
-pub(super) struct Policy {
-    pub max_concurrent_sessions: i32,
-    pub max_cpu_milli: i64,
-    pub max_memory_bytes: i64,
-    pub max_gpu_milli: i64,
-    pub max_session_lifetime_secs: Option<i64>,
-    pub max_custom_images: Option<i32>,
-}
-
-pub(super) struct Preset {
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-    pub shared_memory_bytes: i64,
-}
-
-pub(super) struct Agent {
-    pub resource_group: String,
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-    pub used_cpu_milli: i64,
-    pub used_memory_bytes: i64,
-    pub used_gpu_milli: i64,
-    pub images: Vec<String>,
-    pub registered_at: DateTime<Utc>,
-    pub last_heartbeat: DateTime<Utc>,
-    pub lost: Option<String>,
-    pub address: Option<String>,
-    pub image_apps: serde_json::Value,
-}
-
-pub(super) struct Session {
-    pub owner: Uuid,
-    pub owner_email: String,
-    pub name: String,
-    pub project: Option<String>,
-    pub resource_group: String,
-    pub session_type: String,
-    pub status: String,
-    pub status_reason: Option<String>,
-    pub status_since: DateTime<Utc>,
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-    pub cluster_mode: String,
-    pub cluster_size: i32,
-    pub wanted_agent: Option<String>,
-    pub starts_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub attempts: i32,
-    pub last_result: Option<String>,
-    pub last_error_code: Option<String>,
-    pub agent_id: Option<String>,
-    pub holds: bool,
-    pub requeues: i32,
-    pub version: i64,
-    pub traceparent: Option<String>,
-}
-
-pub(super) struct Kernel {
-    /// Its place in the session (0: the main kernel).
-    pub idx: i32,
-    pub agent_id: String,
-    pub cpu_milli: i64,
-    pub memory_bytes: i64,
-    pub gpu_milli: i64,
-}
-
-pub(super) struct CustomImage {
-    pub owner: Uuid,
-    pub session_id: Uuid,
-    pub agent_id: Option<String>,
-    pub image_id: String,
-    pub size_bytes: i64,
-    pub created_at: DateTime<Utc>,
-}
-
-pub(super) struct Circuit {
-    pub session_id: Uuid,
-    pub owner: Uuid,
-    pub app: String,
-    pub protocol: String,
-    pub container_port: i32,
-    pub port: i32,
-    pub admission: serde_json::Value,
-    pub opened_at: DateTime<Utc>,
-}
-
-pub(super) struct AppService {
-    pub token: Option<String>,
-    pub started_at: DateTime<Utc>,
-}
-
-/// Every ledger table, keyed by its primary key.
+/// Every ledger table, by family.
 #[derive(Default)]
 pub(super) struct LedgerRows {
-    pub users: HashMap<Uuid, User>,
-    pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
-    /// Key digest to (prefix, user).
-    pub api_keys: HashMap<String, (String, Uuid)>,
-    /// Project name to description.
-    pub projects: HashMap<String, String>,
-    pub project_members: HashMap<(String, Uuid), ()>,
-    pub resource_groups: HashMap<String, ResourceGroup>,
-    pub group_projects: HashMap<(String, String), ()>,
-    pub policies: HashMap<String, Policy>,
-    pub presets: HashMap<String, Preset>,
-    pub agents: HashMap<String, Agent>,
-    pub sessions: HashMap<Uuid, Session>,
-    /// Each placed session's kernels, in order (`idx` is the place).
-    pub kernels: HashMap<Uuid, Vec<Kernel>>,
-    pub custom_images: HashMap<String, CustomImage>,
-    pub circuits: HashMap<Uuid, Circuit>,
-    pub app_services: HashMap<(Uuid, String), AppService>,
+    pub accounts: accounts::Tables,
+    pub resources: resources::Tables,
+    pub agents: agents::Tables,
+    pub sessions: sessions::Tables,
+    pub apps: apps::Tables,
+    pub images: images::Tables,
 }
 
 impl LedgerRows {
-    /// Folds one recorded event in, as the replay's SQL fold applies it.
+    /// Folds one recorded event in, routed to its family.
     pub(super) fn apply(&mut self, recorded: &RecordedEvent) {
-        let at = recorded.recorded_at;
-        let version = i64_of(recorded.stream_version);
-        match &recorded.event {
-            Event::UserCreated(e) => {
-                self.users.entry(e.user_id).or_insert_with(|| User {
-                    email: e.email.clone(),
-                    role: e.role.as_str().to_owned(),
-                    resource_policy: e.resource_policy.clone(),
-                    created_at: at,
-                });
+        match Family::of(&recorded.event) {
+            Family::Accounts => self.accounts.apply_in_memory(recorded),
+            Family::Resources => self.resources.apply_in_memory(&recorded.event),
+            Family::Agents => self.agents.apply_in_memory(recorded),
+            Family::Sessions => {
+                self.sessions
+                    .apply_in_memory(&mut self.agents, &mut self.apps, recorded)
             }
-            Event::FolderCreated(e) => {
-                self.folders.entry((e.owner, e.name.clone())).or_insert(at);
-            }
-            Event::ApiKeyIssued(e) => {
-                self.api_keys
-                    .insert(e.key_sha256.clone(), (e.key_prefix.clone(), e.user_id));
-            }
-            Event::ProjectCreated(e) => {
-                self.projects.insert(e.name.clone(), e.description.clone());
-            }
-            Event::UserJoinedProject(e) => {
-                self.project_members
-                    .insert((e.project.clone(), e.user_id), ());
-            }
-            Event::ResourceGroupCreated(e) => {
-                self.resource_groups.insert(
-                    e.name.clone(),
-                    ResourceGroup {
-                        queue_policy: name_of(&e.queue_policy),
-                        agent_selection: name_of(&e.agent_selection),
-                        max_attempts: e.max_attempts as i32,
-                        skip_after: e.skip_after as i32,
-                        pending_timeout_secs: i64_of(e.pending_timeout_secs),
-                    },
-                );
-            }
-            Event::ResourceGroupGranted(e) => {
-                self.group_projects
-                    .insert((e.resource_group.clone(), e.project.clone()), ());
-            }
-            Event::ResourcePolicySet(e) => {
-                self.policies.insert(
-                    e.name.clone(),
-                    Policy {
-                        max_concurrent_sessions: e.max_concurrent_sessions as i32,
-                        max_cpu_milli: i64_of(e.max_total.cpu_milli),
-                        max_memory_bytes: i64_of(e.max_total.memory_bytes),
-                        max_gpu_milli: i64_of(e.max_total.gpu_milli),
-                        max_session_lifetime_secs: e.max_session_lifetime_secs.map(i64_of),
-                        max_custom_images: e.max_custom_images.map(|n| n as i32),
-                    },
-                );
-            }
-            Event::PresetSaved(e) => {
-                self.presets.insert(
-                    e.name.clone(),
-                    Preset {
-                        cpu_milli: i64_of(e.resources.cpu_milli),
-                        memory_bytes: i64_of(e.resources.memory_bytes),
-                        gpu_milli: i64_of(e.resources.gpu_milli),
-                        shared_memory_bytes: i64_of(e.shared_memory_bytes),
-                    },
-                );
-            }
-            Event::AgentRegistered(e) => {
-                let image_apps = serde_json::to_value(&e.image_apps).expect("apps serialise");
-                match self.agents.get_mut(&e.agent_id) {
-                    // Registering again keeps what the agent holds and when it first came.
-                    Some(a) => {
-                        a.resource_group = e.resource_group.clone();
-                        a.cpu_milli = i64_of(e.capacity.cpu_milli);
-                        a.memory_bytes = i64_of(e.capacity.memory_bytes);
-                        a.gpu_milli = i64_of(e.capacity.gpu_milli);
-                        a.images = e.images.clone();
-                        a.last_heartbeat = at;
-                        a.lost = None;
-                        a.address = e.address.clone();
-                        a.image_apps = image_apps;
-                    }
-                    None => {
-                        self.agents.insert(
-                            e.agent_id.clone(),
-                            Agent {
-                                resource_group: e.resource_group.clone(),
-                                cpu_milli: i64_of(e.capacity.cpu_milli),
-                                memory_bytes: i64_of(e.capacity.memory_bytes),
-                                gpu_milli: i64_of(e.capacity.gpu_milli),
-                                used_cpu_milli: 0,
-                                used_memory_bytes: 0,
-                                used_gpu_milli: 0,
-                                images: e.images.clone(),
-                                registered_at: at,
-                                last_heartbeat: at,
-                                lost: None,
-                                address: e.address.clone(),
-                                image_apps,
-                            },
-                        );
-                    }
-                }
-            }
-            Event::AgentHeartbeated(e) => {
-                if let Some(a) = self.agents.get_mut(&e.agent_id) {
-                    a.last_heartbeat = a.last_heartbeat.max(e.at);
-                }
-            }
-            Event::AgentLost(e) => self.mark_agent(&e.agent_id, Some(e.reason.clone())),
-            Event::AgentReturned(e) => self.mark_agent(&e.agent_id, None),
-            Event::AgentRevoked(e) => {
-                self.mark_agent(&e.agent_id, Some(format!("revoked: {}", e.reason)))
-            }
-            Event::AgentAdmitted(_)
-            | Event::IdleChecksSet(_)
-            | Event::NotificationsRead(_)
-            | Event::NotificationWebhookSet(_) => {}
-            Event::AppCircuitOpened(e) => {
-                self.circuits.insert(
-                    e.circuit_id,
-                    Circuit {
-                        session_id: e.session_id,
-                        owner: e.owner,
-                        app: e.app.clone(),
-                        protocol: name_of(&e.protocol),
-                        container_port: i32::from(e.container_port),
-                        port: i32::from(e.port),
-                        admission: serde_json::to_value(&e.admission)
-                            .expect("admissions serialise"),
-                        opened_at: at,
-                    },
-                );
-            }
-            Event::AppCircuitClosed(e) => {
-                self.circuits.remove(&e.circuit_id);
-            }
-            Event::CustomImageRemoved(e) => {
-                if self
-                    .custom_images
-                    .get(&e.image)
-                    .is_some_and(|i| i.owner == e.owner)
-                {
-                    self.custom_images.remove(&e.image);
-                }
-            }
-            Event::SessionRequested(e) => {
-                self.sessions.insert(
-                    e.session_id,
-                    Session {
-                        owner: e.owner.user_id,
-                        owner_email: e.owner.email.clone(),
-                        name: e.name.clone(),
-                        project: e.owner.project.clone(),
-                        resource_group: e.resource_group.clone(),
-                        session_type: name_of(&e.session_type),
-                        status: SessionStatus::Pending.as_str().to_owned(),
-                        status_reason: None,
-                        status_since: at,
-                        cpu_milli: i64_of(e.resources.cpu_milli),
-                        memory_bytes: i64_of(e.resources.memory_bytes),
-                        gpu_milli: i64_of(e.resources.gpu_milli),
-                        cluster_mode: name_of(&e.cluster_mode),
-                        cluster_size: e.cluster_size as i32,
-                        wanted_agent: e.agent_id.clone(),
-                        starts_at: e.starts_at,
-                        created_at: at,
-                        attempts: 0,
-                        last_result: None,
-                        last_error_code: None,
-                        agent_id: None,
-                        holds: false,
-                        requeues: 0,
-                        version,
-                        traceparent: recorded.metadata.traceparent.clone(),
-                    },
-                );
-            }
-            Event::SchedulingAttempted(e) => {
-                self.session(e.session_id, version, |s| {
-                    s.attempts = e.attempts as i32;
-                    s.last_result = Some(e.result.as_str().to_owned());
-                    s.last_error_code = e.error_code.clone();
-                });
-            }
-            Event::SessionScheduled(e) => {
-                let kernels = e.placements();
-                for k in &kernels {
-                    self.occupy(&k.agent_id, k.resources, 1);
-                }
-                self.kernels.insert(
-                    e.session_id,
-                    kernels
-                        .iter()
-                        .zip(0..)
-                        .map(|(k, idx)| Kernel {
-                            idx,
-                            agent_id: k.agent_id.clone(),
-                            cpu_milli: i64_of(k.resources.cpu_milli),
-                            memory_bytes: i64_of(k.resources.memory_bytes),
-                            gpu_milli: i64_of(k.resources.gpu_milli),
-                        })
-                        .collect(),
-                );
-                self.session(e.session_id, version, |s| {
-                    s.agent_id = Some(e.agent_id.clone());
-                    s.holds = true;
-                });
-            }
-            Event::SessionResourcesReleased(e) => {
-                self.app_services.retain(|(s, _), _| *s != e.session_id);
-                for k in self.kernels.remove(&e.session_id).unwrap_or_default() {
-                    if let Some(a) = self.agents.get_mut(&k.agent_id) {
-                        a.used_cpu_milli -= k.cpu_milli;
-                        a.used_memory_bytes -= k.memory_bytes;
-                        a.used_gpu_milli -= k.gpu_milli;
-                    }
-                }
-                self.session(e.session_id, version, |s| s.holds = false);
-            }
-            Event::SessionStatusChanged(e) => {
-                self.session(e.session_id, version, |s| {
-                    s.status = e.to.as_str().to_owned();
-                    s.status_reason = e.reason.clone();
-                    s.status_since = at;
-                    if e.to == SessionStatus::Pending {
-                        s.requeues += 1;
-                        s.agent_id = None;
-                    }
-                });
-            }
-            Event::SessionRenamed(e) => {
-                self.session(e.session_id, version, |s| s.name = e.new_name.clone());
-            }
-            Event::AppStartEnded(e) => {
-                if let AppStartOutcome::Started { token } = &e.outcome {
-                    let service = self
-                        .app_services
-                        .entry((e.session_id, e.app.clone()))
-                        .or_insert(AppService {
-                            token: None,
-                            started_at: at,
-                        });
-                    // A start that found the app running keeps the secret it was started with.
-                    if token.is_some() {
-                        service.token = token.clone();
-                    }
-                }
-                self.session(e.session_id, version, |_| {});
-            }
-            Event::SessionCommitEnded(e) => {
-                if let CommitOutcome::Done {
-                    image_id,
-                    size_bytes,
-                    ..
-                } = &e.outcome
-                {
-                    self.custom_images.insert(
-                        e.image.clone(),
-                        CustomImage {
-                            owner: e.owner,
-                            session_id: e.session_id,
-                            agent_id: e.agent_id.clone(),
-                            image_id: image_id.clone(),
-                            size_bytes: i64_of(*size_bytes),
-                            created_at: at,
-                        },
-                    );
-                }
-                self.session(e.session_id, version, |_| {});
-            }
-            // Only the session's version moves.
-            Event::SessionTerminationRequested(e) => self.session(e.session_id, version, |_| {}),
-            Event::KernelStarted(e) => self.session(e.session_id, version, |_| {}),
-            Event::SessionIdleExempted(e) => self.session(e.session_id, version, |_| {}),
-            Event::SessionIdleReaped(e) => self.session(e.session_id, version, |_| {}),
-            Event::SessionCommitRequested(e) => self.session(e.session_id, version, |_| {}),
-            Event::SessionCommitProgressed(e) => self.session(e.session_id, version, |_| {}),
-            Event::AppStartRequested(e) => self.session(e.session_id, version, |_| {}),
-        }
-    }
-
-    /// Changes a session's row, when there is one, and moves its version.
-    fn session(&mut self, id: Uuid, version: i64, change: impl FnOnce(&mut Session)) {
-        if let Some(s) = self.sessions.get_mut(&id) {
-            change(s);
-            s.version = version;
-        }
-    }
-
-    fn mark_agent(&mut self, agent_id: &str, lost: Option<String>) {
-        if let Some(a) = self.agents.get_mut(agent_id) {
-            a.lost = lost;
-        }
-    }
-
-    /// Adds (`sign` 1) or takes away (-1) a kernel's share on its agent.
-    fn occupy(&mut self, agent_id: &str, share: ResourceSlots, sign: i64) {
-        if let Some(a) = self.agents.get_mut(agent_id) {
-            a.used_cpu_milli += sign * i64_of(share.cpu_milli);
-            a.used_memory_bytes += sign * i64_of(share.memory_bytes);
-            a.used_gpu_milli += sign * i64_of(share.gpu_milli);
+            Family::Apps => self.apps.apply_in_memory(&mut self.sessions, recorded),
+            Family::Images => self.images.apply_in_memory(&mut self.sessions, recorded),
+            Family::Ignored => {}
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+    use uuid::Uuid;
+
     use super::*;
-    use crate::catalogue::Metadata;
+    use crate::catalogue::{Event, Metadata};
+    use crate::payloads::*;
     use crate::LogPosition;
 
     fn recorded(stream_version: u64, event: Event) -> RecordedEvent {
@@ -524,8 +99,8 @@ mod tests {
                 kernels: vec![],
             }),
         ));
-        assert_eq!(rows.agents["a1"].used_cpu_milli, 1_500);
-        assert_eq!(rows.kernels[&session_id].len(), 1);
+        assert_eq!(rows.agents.agents["a1"].used_cpu_milli, 1_500);
+        assert_eq!(rows.sessions.kernels[&session_id].len(), 1);
         rows.apply(&recorded(
             3,
             Event::SessionResourcesReleased(SessionResourcesReleased {
@@ -535,8 +110,8 @@ mod tests {
                 kernels: vec![],
             }),
         ));
-        assert_eq!(rows.agents["a1"].used_cpu_milli, 0);
-        assert!(rows.kernels.is_empty());
+        assert_eq!(rows.agents.agents["a1"].used_cpu_milli, 0);
+        assert!(rows.sessions.kernels.is_empty());
     }
 
     #[test]
@@ -552,6 +127,6 @@ mod tests {
                 exit_code: None,
             }),
         ));
-        assert!(rows.sessions.is_empty());
+        assert!(rows.sessions.sessions.is_empty());
     }
 }

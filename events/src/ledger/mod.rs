@@ -9,28 +9,124 @@
 //! the loser's transaction fails, and nothing of it is written. Every table can be folded
 //! again from the log: [`replay`] does so into a scratch copy and compares it with the live
 //! tables (`berth replay ledger`).
-
+//!
+//! One room per family of tables ([`Family`]), each holding side by side its two accounts of
+//! how its events change its tables, written apart (`apply_sql`, as [`record`] applies them;
+//! `apply_in_memory`, as [`replay`] folds the log) and the `COPY` of its tables into the
+//! replay's scratch schema:
+//!
+//! - `accounts`: users, their API keys and folders, projects and their members.
+//! - `resources`: resource groups and the projects granted them, resource policies, presets.
+//! - `agents`: the agents, their capacity and whether they are offered to the scheduler.
+//! - `sessions`: the sessions and their kernels (with the shares these hold on agents).
+//! - `apps`: the app proxy's circuits and the apps started in sessions.
+//! - `images`: the customized images sessions were committed to.
+//!
+//! And the corridors that route each event to its family:
 //!
 //! - [`record`]: append and apply, in the caller's transaction ([`record_now`]: in one of
 //!   its own).
-//! - `fold`: how each event changes the tables, as [`record`] applies it.
-//! - `memory`: the same folded in memory, for [`replay`] to write out with `COPY` and compare.
+//! - `fold`: the SQL account, routed by family.
+//! - `memory`: the in-memory account, routed by family, for [`replay`] to write out.
 //! - [`replay`]: fold the whole log again into a scratch schema and compare.
 //! - [`keys`]: the API-key lookup.
 
+mod accounts;
+mod agents;
+mod apps;
 mod fold;
+mod images;
 pub mod keys;
 mod memory;
 mod record;
 mod replay;
+mod resources;
+mod sessions;
 
 pub use keys::{key_digest, key_owner, KeyOwner};
 pub use record::{record, record_now};
-pub use replay::{replay, Replay};
+pub use replay::{replay, Replay, NOT_COMPARED};
 
+use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
+use crate::catalogue::Event;
 use crate::store::StoreError;
+
+/// The family of ledger tables an event changes: the room whose two folds apply it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Accounts,
+    Resources,
+    Agents,
+    Sessions,
+    Apps,
+    Images,
+    /// Events the ledger takes no notice of: the services that care fold them themselves
+    /// (admissions in the agent's stream by the recorder, idle checks by the idle-reaper,
+    /// notifications by the notification service), and no command decides on them here.
+    Ignored,
+}
+
+impl Family {
+    /// The family of `event`. The match is exhaustive, so a new event does not compile until
+    /// it is given a family (or said to be ignored).
+    fn of(event: &Event) -> Family {
+        match event {
+            Event::UserCreated(_)
+            | Event::ApiKeyIssued(_)
+            | Event::ProjectCreated(_)
+            | Event::UserJoinedProject(_)
+            | Event::FolderCreated(_) => Family::Accounts,
+            Event::ResourceGroupCreated(_)
+            | Event::ResourceGroupGranted(_)
+            | Event::ResourcePolicySet(_)
+            | Event::PresetSaved(_) => Family::Resources,
+            Event::AgentRegistered(_)
+            | Event::AgentHeartbeated(_)
+            | Event::AgentLost(_)
+            | Event::AgentReturned(_)
+            | Event::AgentRevoked(_) => Family::Agents,
+            Event::SessionRequested(_)
+            | Event::SchedulingAttempted(_)
+            | Event::SessionScheduled(_)
+            | Event::SessionStatusChanged(_)
+            | Event::SessionRenamed(_)
+            | Event::SessionTerminationRequested(_)
+            | Event::SessionResourcesReleased(_)
+            | Event::KernelStarted(_)
+            | Event::SessionIdleExempted(_)
+            | Event::SessionIdleReaped(_) => Family::Sessions,
+            Event::AppCircuitOpened(_)
+            | Event::AppCircuitClosed(_)
+            | Event::AppStartRequested(_)
+            | Event::AppStartEnded(_) => Family::Apps,
+            Event::SessionCommitRequested(_)
+            | Event::SessionCommitProgressed(_)
+            | Event::SessionCommitEnded(_)
+            | Event::CustomImageRemoved(_) => Family::Images,
+            Event::AgentAdmitted(_)
+            | Event::IdleChecksSet(_)
+            | Event::NotificationsRead(_)
+            | Event::NotificationWebhookSet(_) => Family::Ignored,
+        }
+    }
+}
+
+/// A count or size as the ledger's `bigint` columns hold it (the log's figures fit; a
+/// larger one is held at the largest).
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// An enum's stored name (its serde form), as the ledger's text columns hold it, for the
+/// enums that have no `as_str`.
+fn name_of<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {

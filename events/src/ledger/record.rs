@@ -3,7 +3,8 @@
 use chrono::Utc;
 use deadpool_postgres::{Pool, Transaction};
 
-use super::fold::{apply, SessionPatch};
+use super::fold::apply;
+use super::sessions::SessionPatch;
 use super::LedgerError;
 use crate::catalogue::{Event, Metadata};
 use crate::store::{append_with, check_limits, Appended, ExpectedVersion, ProposedEvent};
@@ -28,13 +29,10 @@ pub async fn record(
     let first_version = appended.stream_version + 1 - events.len() as u64;
     // The session row's changes from all the events are written as one update.
     let mut patch = SessionPatch::default();
+    let traceparent = metadata.traceparent.as_deref();
     for (i, event) in events.iter().enumerate() {
         let version = first_version + i as u64;
-        if !patch.absorb(tx, event, version, at).await? {
-            patch.flush(tx).await?;
-            let traceparent = metadata.traceparent.as_deref();
-            apply(tx, event, version, at, traceparent).await?;
-        }
+        apply(tx, &mut patch, event, version, at, traceparent).await?;
     }
     patch.flush(tx).await?;
     Ok(appended)

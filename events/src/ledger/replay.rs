@@ -2,11 +2,9 @@
 //! the live tables, table by table.
 
 use deadpool_postgres::{Pool, Transaction};
-use tokio_postgres::types::ToSql;
 
 use super::memory::LedgerRows;
 use super::LedgerError;
-use crate::pg::copy_rows;
 
 /// What [`replay`] found: how many events it folded, and per table that differs, the rows only
 /// the live ledger has and the rows only the fold of the log has.
@@ -23,11 +21,11 @@ impl Replay {
     }
 }
 
-/// Columns a replay does not compare. The times are the ledger's own clock when it wrote the
-/// row, which the log records as each event's `recorded_at` a few microseconds apart; the
-/// queue sequence is the order rows were inserted, which is log order except between
-/// launchers that raced.
-const NOT_COMPARED: [&str; 7] = [
+/// Columns a replay does not compare (`table.column`). The times are the ledger's own clock
+/// when it wrote the row, which the log records as each event's `recorded_at` a few
+/// microseconds apart; the queue sequence is the order rows were inserted, which is log order
+/// except between launchers that raced.
+pub const NOT_COMPARED: [&str; 7] = [
     "users.created_at",
     "folders.created_at",
     "agents.registered_at",
@@ -59,36 +57,7 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // Same columns, defaults and keys; none of the checks or secondary unique indexes, which
-    // guard decisions the log already holds.
-    let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
-    for table in &tables {
-        ddl.push_str(&format!(
-            "CREATE TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
-               INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES);"
-        ));
-    }
-    tx.batch_execute(&ddl).await?;
-    for index in tx
-        .query(
-            "SELECT i.indexrelid::regclass::text, c.oid::regclass::text, con.conname::text
-             FROM pg_index i
-             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid
-             WHERE n.nspname = $1 AND NOT i.indisprimary",
-            &[&REPLAY_SCHEMA],
-        )
-        .await?
-    {
-        let drop = match index.get::<_, Option<String>>(2) {
-            Some(constraint) => format!(
-                "ALTER TABLE {} DROP CONSTRAINT {constraint}",
-                index.get::<_, String>(1)
-            ),
-            None => format!("DROP INDEX {}", index.get::<_, String>(0)),
-        };
-        tx.batch_execute(&drop).await?;
-    }
+    create_scratch(&tx, &tables).await?;
     // The log folded in memory, each batch while the next is read and decoded, then written
     // out one `COPY` per table.
     let mut rows = LedgerRows::default();
@@ -139,371 +108,48 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     })
 }
 
-/// Writes the folded tables into the replay's scratch schema.
+/// Creates the scratch schema with an empty copy of each of the ledger's `tables`.
+async fn create_scratch(tx: &Transaction<'_>, tables: &[String]) -> Result<(), LedgerError> {
+    // Same columns, defaults and keys; none of the checks or secondary unique indexes, which
+    // guard decisions the log already holds.
+    let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
+    for table in tables {
+        ddl.push_str(&format!(
+            "CREATE TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
+               INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES);"
+        ));
+    }
+    tx.batch_execute(&ddl).await?;
+    for index in tx
+        .query(
+            "SELECT i.indexrelid::regclass::text, c.oid::regclass::text, con.conname::text
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid
+             WHERE n.nspname = $1 AND NOT i.indisprimary",
+            &[&REPLAY_SCHEMA],
+        )
+        .await?
+    {
+        let drop = match index.get::<_, Option<String>>(2) {
+            Some(constraint) => format!(
+                "ALTER TABLE {} DROP CONSTRAINT {constraint}",
+                index.get::<_, String>(1)
+            ),
+            None => format!("DROP INDEX {}", index.get::<_, String>(0)),
+        };
+        tx.batch_execute(&drop).await?;
+    }
+    Ok(())
+}
+
+/// Writes the folded tables into the replay's scratch schema, family by family.
 async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio_postgres::Error> {
-    let t = |table: &str| format!("{REPLAY_SCHEMA}.{table}");
-    copy_rows(
-        tx,
-        &t("users"),
-        ["user_id", "email", "role", "resource_policy", "created_at"],
-        &rows
-            .users
-            .iter()
-            .map(|(id, u)| -> [&(dyn ToSql + Sync); 5] {
-                [id, &u.email, &u.role, &u.resource_policy, &u.created_at]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("folders"),
-        ["owner", "name", "created_at"],
-        &rows
-            .folders
-            .iter()
-            .map(|((owner, name), at)| -> [&(dyn ToSql + Sync); 3] { [owner, name, at] })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("api_keys"),
-        ["key_sha256", "key_prefix", "user_id"],
-        &rows
-            .api_keys
-            .iter()
-            .map(|(digest, (prefix, user))| -> [&(dyn ToSql + Sync); 3] { [digest, prefix, user] })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("projects"),
-        ["name", "description"],
-        &rows
-            .projects
-            .iter()
-            .map(|(name, description)| -> [&(dyn ToSql + Sync); 2] { [name, description] })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("project_members"),
-        ["project", "user_id"],
-        &rows
-            .project_members
-            .keys()
-            .map(|(project, user)| -> [&(dyn ToSql + Sync); 2] { [project, user] })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("resource_groups"),
-        [
-            "name",
-            "queue_policy",
-            "agent_selection",
-            "max_attempts",
-            "skip_after",
-            "pending_timeout_secs",
-        ],
-        &rows
-            .resource_groups
-            .iter()
-            .map(|(name, g)| -> [&(dyn ToSql + Sync); 6] {
-                [
-                    name,
-                    &g.queue_policy,
-                    &g.agent_selection,
-                    &g.max_attempts,
-                    &g.skip_after,
-                    &g.pending_timeout_secs,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("group_projects"),
-        ["resource_group", "project"],
-        &rows
-            .group_projects
-            .keys()
-            .map(|(group, project)| -> [&(dyn ToSql + Sync); 2] { [group, project] })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("policies"),
-        [
-            "name",
-            "max_concurrent_sessions",
-            "max_cpu_milli",
-            "max_memory_bytes",
-            "max_gpu_milli",
-            "max_session_lifetime_secs",
-            "max_custom_images",
-        ],
-        &rows
-            .policies
-            .iter()
-            .map(|(name, p)| -> [&(dyn ToSql + Sync); 7] {
-                [
-                    name,
-                    &p.max_concurrent_sessions,
-                    &p.max_cpu_milli,
-                    &p.max_memory_bytes,
-                    &p.max_gpu_milli,
-                    &p.max_session_lifetime_secs,
-                    &p.max_custom_images,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("presets"),
-        [
-            "name",
-            "cpu_milli",
-            "memory_bytes",
-            "gpu_milli",
-            "shared_memory_bytes",
-        ],
-        &rows
-            .presets
-            .iter()
-            .map(|(name, p)| -> [&(dyn ToSql + Sync); 5] {
-                [
-                    name,
-                    &p.cpu_milli,
-                    &p.memory_bytes,
-                    &p.gpu_milli,
-                    &p.shared_memory_bytes,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("agents"),
-        [
-            "agent_id",
-            "resource_group",
-            "cpu_milli",
-            "memory_bytes",
-            "gpu_milli",
-            "used_cpu_milli",
-            "used_memory_bytes",
-            "used_gpu_milli",
-            "images",
-            "registered_at",
-            "last_heartbeat",
-            "lost",
-            "address",
-            "image_apps",
-        ],
-        &rows
-            .agents
-            .iter()
-            .map(|(id, a)| -> [&(dyn ToSql + Sync); 14] {
-                [
-                    id,
-                    &a.resource_group,
-                    &a.cpu_milli,
-                    &a.memory_bytes,
-                    &a.gpu_milli,
-                    &a.used_cpu_milli,
-                    &a.used_memory_bytes,
-                    &a.used_gpu_milli,
-                    &a.images,
-                    &a.registered_at,
-                    &a.last_heartbeat,
-                    &a.lost,
-                    &a.address,
-                    &a.image_apps,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("sessions"),
-        [
-            "session_id",
-            "owner",
-            "owner_email",
-            "name",
-            "project",
-            "resource_group",
-            "session_type",
-            "status",
-            "status_reason",
-            "status_since",
-            "cpu_milli",
-            "memory_bytes",
-            "gpu_milli",
-            "cluster_mode",
-            "cluster_size",
-            "wanted_agent",
-            "starts_at",
-            "created_at",
-            "attempts",
-            "last_result",
-            "last_error_code",
-            "agent_id",
-            "holds",
-            "requeues",
-            "version",
-            "traceparent",
-        ],
-        &rows
-            .sessions
-            .iter()
-            .map(|(id, s)| -> [&(dyn ToSql + Sync); 26] {
-                [
-                    id,
-                    &s.owner,
-                    &s.owner_email,
-                    &s.name,
-                    &s.project,
-                    &s.resource_group,
-                    &s.session_type,
-                    &s.status,
-                    &s.status_reason,
-                    &s.status_since,
-                    &s.cpu_milli,
-                    &s.memory_bytes,
-                    &s.gpu_milli,
-                    &s.cluster_mode,
-                    &s.cluster_size,
-                    &s.wanted_agent,
-                    &s.starts_at,
-                    &s.created_at,
-                    &s.attempts,
-                    &s.last_result,
-                    &s.last_error_code,
-                    &s.agent_id,
-                    &s.holds,
-                    &s.requeues,
-                    &s.version,
-                    &s.traceparent,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("kernels"),
-        [
-            "session_id",
-            "idx",
-            "agent_id",
-            "cpu_milli",
-            "memory_bytes",
-            "gpu_milli",
-        ],
-        &rows
-            .kernels
-            .iter()
-            .flat_map(|(session, kernels)| {
-                kernels.iter().map(move |k| -> [&(dyn ToSql + Sync); 6] {
-                    [
-                        session,
-                        &k.idx,
-                        &k.agent_id,
-                        &k.cpu_milli,
-                        &k.memory_bytes,
-                        &k.gpu_milli,
-                    ]
-                })
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("custom_images"),
-        [
-            "image",
-            "owner",
-            "session_id",
-            "agent_id",
-            "image_id",
-            "size_bytes",
-            "created_at",
-        ],
-        &rows
-            .custom_images
-            .iter()
-            .map(|(image, i)| -> [&(dyn ToSql + Sync); 7] {
-                [
-                    image,
-                    &i.owner,
-                    &i.session_id,
-                    &i.agent_id,
-                    &i.image_id,
-                    &i.size_bytes,
-                    &i.created_at,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("circuits"),
-        [
-            "circuit_id",
-            "session_id",
-            "owner",
-            "app",
-            "protocol",
-            "container_port",
-            "port",
-            "admission",
-            "opened_at",
-        ],
-        &rows
-            .circuits
-            .iter()
-            .map(|(id, c)| -> [&(dyn ToSql + Sync); 9] {
-                [
-                    id,
-                    &c.session_id,
-                    &c.owner,
-                    &c.app,
-                    &c.protocol,
-                    &c.container_port,
-                    &c.port,
-                    &c.admission,
-                    &c.opened_at,
-                ]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    copy_rows(
-        tx,
-        &t("app_services"),
-        ["session_id", "app", "token", "started_at"],
-        &rows
-            .app_services
-            .iter()
-            .map(|((session, app), a)| -> [&(dyn ToSql + Sync); 4] {
-                [session, app, &a.token, &a.started_at]
-            })
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    rows.accounts.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.resources.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.agents.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.sessions.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.images.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.apps.copy_into(tx, REPLAY_SCHEMA).await?;
     Ok(())
 }

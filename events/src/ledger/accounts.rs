@@ -1,0 +1,209 @@
+//! The accounts family: who the users are and what they hold.
+//!
+//! Tables: `users`, `api_keys`, `folders`, `projects`, `project_members`. Changed by
+//! `UserCreated`, `ApiKeyIssued`, `FolderCreated`, `ProjectCreated` and `UserJoinedProject`.
+//! A user's email and a folder's name are decided here: the SQL account refuses a second
+//! one; the in-memory account keeps the first, because the log holds only accepted ones.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Transaction};
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::fold::exec;
+use super::LedgerError;
+use crate::catalogue::Event;
+use crate::pg::copy_rows;
+use crate::RecordedEvent;
+
+/// Applies one of the family's events to the live tables, as [`record`](super::record) does.
+pub(super) async fn apply_sql<C: GenericClient>(
+    client: &C,
+    event: &Event,
+    at: DateTime<Utc>,
+) -> Result<(), LedgerError> {
+    match event {
+        Event::UserCreated(e) => {
+            let n = exec(
+                client,
+                "INSERT INTO ledger.users VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &e.user_id,
+                    &e.email,
+                    &e.role.as_str(),
+                    &e.resource_policy,
+                    &at,
+                ],
+            )
+            .await?;
+            if n == 0 {
+                return Err(LedgerError::Exists {
+                    what: "user",
+                    name: e.email.clone(),
+                });
+            }
+        }
+        Event::FolderCreated(e) => {
+            let n = exec(
+                client,
+                "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                &[&e.owner, &e.name, &at],
+            )
+            .await?;
+            if n == 0 {
+                return Err(LedgerError::Exists {
+                    what: "folder",
+                    name: e.name.clone(),
+                });
+            }
+        }
+        Event::ApiKeyIssued(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
+                &[&e.key_sha256, &e.key_prefix, &e.user_id],
+            )
+            .await?;
+        }
+        Event::ProjectCreated(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.projects VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET description = $2",
+                &[&e.name, &e.description],
+            )
+            .await?;
+        }
+        Event::UserJoinedProject(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.project_members VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&e.project, &e.user_id],
+            )
+            .await?;
+        }
+        other => unreachable!("`{}` is not an accounts event", other.event_type()),
+    }
+    Ok(())
+}
+
+pub(super) struct User {
+    pub email: String,
+    pub role: String,
+    pub resource_policy: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The family's tables folded in memory, keyed by their primary keys.
+#[derive(Default)]
+pub(super) struct Tables {
+    pub users: HashMap<Uuid, User>,
+    pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
+    /// Key digest to (prefix, user).
+    pub api_keys: HashMap<String, (String, Uuid)>,
+    /// Project name to description.
+    pub projects: HashMap<String, String>,
+    pub project_members: HashMap<(String, Uuid), ()>,
+}
+
+impl Tables {
+    /// Folds one of the family's events in, as the replay does.
+    pub(super) fn apply_in_memory(&mut self, recorded: &RecordedEvent) {
+        let at = recorded.recorded_at;
+        match &recorded.event {
+            Event::UserCreated(e) => {
+                self.users.entry(e.user_id).or_insert_with(|| User {
+                    email: e.email.clone(),
+                    role: e.role.as_str().to_owned(),
+                    resource_policy: e.resource_policy.clone(),
+                    created_at: at,
+                });
+            }
+            Event::FolderCreated(e) => {
+                self.folders.entry((e.owner, e.name.clone())).or_insert(at);
+            }
+            Event::ApiKeyIssued(e) => {
+                self.api_keys
+                    .insert(e.key_sha256.clone(), (e.key_prefix.clone(), e.user_id));
+            }
+            Event::ProjectCreated(e) => {
+                self.projects.insert(e.name.clone(), e.description.clone());
+            }
+            Event::UserJoinedProject(e) => {
+                self.project_members
+                    .insert((e.project.clone(), e.user_id), ());
+            }
+            other => unreachable!("`{}` is not an accounts event", other.event_type()),
+        }
+    }
+
+    /// Writes the tables into `schema` (the replay's scratch copy).
+    pub(super) async fn copy_into(
+        &self,
+        tx: &Transaction<'_>,
+        schema: &str,
+    ) -> Result<(), tokio_postgres::Error> {
+        copy_rows(
+            tx,
+            &format!("{schema}.users"),
+            ["user_id", "email", "role", "resource_policy", "created_at"],
+            &self
+                .users
+                .iter()
+                .map(|(id, u)| -> [&(dyn ToSql + Sync); 5] {
+                    [id, &u.email, &u.role, &u.resource_policy, &u.created_at]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.folders"),
+            ["owner", "name", "created_at"],
+            &self
+                .folders
+                .iter()
+                .map(|((owner, name), at)| -> [&(dyn ToSql + Sync); 3] { [owner, name, at] })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.api_keys"),
+            ["key_sha256", "key_prefix", "user_id"],
+            &self
+                .api_keys
+                .iter()
+                .map(|(digest, (prefix, user))| -> [&(dyn ToSql + Sync); 3] {
+                    [digest, prefix, user]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.projects"),
+            ["name", "description"],
+            &self
+                .projects
+                .iter()
+                .map(|(name, description)| -> [&(dyn ToSql + Sync); 2] { [name, description] })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.project_members"),
+            ["project", "user_id"],
+            &self
+                .project_members
+                .keys()
+                .map(|(project, user)| -> [&(dyn ToSql + Sync); 2] { [project, user] })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        Ok(())
+    }
+}
