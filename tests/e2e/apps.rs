@@ -366,6 +366,9 @@ async fn a_preopen_port_is_served_through_the_proxy_to_its_owner_alone() {
         .await
         .is_err());
     assert_eq!(h.count_events("AppCircuitOpened").await, 2);
+    // The ledger's circuits, folded again from the log, are the live ones.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }
 
 /// How long JupyterLab gets to come up in a small container, with the bus's round trips.

@@ -139,6 +139,9 @@ async fn a_committed_session_starts_new_sessions_for_its_owner_alone_without_its
         docker.inspect_image(&image).await.is_err().then_some(())
     })
     .await;
+    // The ledger's images, folded again from the log, are the live ones.
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }
 
 /// Moves a session placed on hand-driven agent `agent` to RUNNING.

@@ -25,7 +25,7 @@ impl Replay {
 /// when it wrote the row, which the log records as each event's `recorded_at` a few
 /// microseconds apart; the queue sequence is the order rows were inserted, which is log order
 /// except between launchers that raced.
-pub const NOT_COMPARED: [&str; 7] = [
+pub const NOT_COMPARED: [&str; 10] = [
     "users.created_at",
     "folders.created_at",
     "agents.registered_at",
@@ -33,6 +33,9 @@ pub const NOT_COMPARED: [&str; 7] = [
     "sessions.status_since",
     "sessions.created_at",
     "sessions.queue_seq",
+    "custom_images.created_at",
+    "circuits.opened_at",
+    "app_services.started_at",
 ];
 
 const REPLAY_SCHEMA: &str = "ledger_replay";
