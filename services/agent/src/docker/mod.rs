@@ -111,7 +111,7 @@ pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors
 
 /// The agent with its container runtime: registers, heartbeats, reconciles what it finds on
 /// the host, then starts and stops sessions placed on it until `stop`.
-pub async fn run(
+pub(crate) async fn run(
     link: Link,
     docker: Docker,
     spec: AgentSpec,
