@@ -17,7 +17,7 @@ use berth::config::Config;
 use events::payloads::ResourceSlots;
 use serde_json::{json, Value};
 
-use crate::bench_sessions::{admit_for_bench, percentile};
+use crate::bench_sessions::{bench_docker_agent, bench_engine, percentile};
 
 const IMAGE: &str = "berth/jupyter:latest";
 /// A web server in the session: a small file and a 100 MB one, on the preopen port.
@@ -96,51 +96,26 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         key,
     };
 
-    let docker = agent::docker::connect().await?;
-    let images = agent::docker::local_images(&docker).await?;
-    anyhow::ensure!(
-        images.names.iter().any(|i| i == IMAGE),
-        "run infra/images.sh first"
-    );
+    let engine = bench_engine(IMAGE).await?;
     let agent_id = format!("apps{id}");
-    admit_for_bench(&platform.pool, &agent_id).await?;
-    let spec = agent::AgentSpec {
-        agent_id: agent_id.clone(),
-        resource_group: "default".into(),
-        capacity: ResourceSlots {
-            cpu_milli: 8_000,
-            memory_bytes: 8 << 30,
-            gpu_milli: 0,
-        },
-        images: images.names,
-        address: Some("127.0.0.1".into()),
-        image_apps: images.apps,
-    };
-    let data = std::env::temp_dir().join(format!("berth-bench-apps-{id}"));
-    std::fs::create_dir_all(&data)?;
-    let runtime = agent::docker::RuntimeConfig {
-        data_dir: data.clone(),
-        stop_grace_secs: 1,
-        image_refresh: None,
-        usage_every: Duration::from_secs(5),
-        registry: None,
-        publish_address: "127.0.0.1".into(),
-    };
     let stop = tokio_util::sync::CancellationToken::new();
     let nats = bus::link::connect_as_url_says(&config.nats_url).await?;
-    let link = bus::Link::new(
-        nats,
+    let capacity = ResourceSlots {
+        cpu_milli: 8_000,
+        memory_bytes: 8 << 30,
+        gpu_milli: 0,
+    };
+    // It runs until `stop`.
+    bench_docker_agent(
+        &platform.pool,
         &agent_id,
+        capacity,
+        &engine,
+        nats,
         config.agent_bus.clone(),
-        &data.join("outbox"),
-    )?;
-    tokio::spawn(agent::docker::run(
-        link,
-        docker,
-        spec,
-        runtime,
-        stop.clone(),
-    ));
+        &stop,
+    )
+    .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let created = api

@@ -12,8 +12,8 @@ use events::payloads::*;
 use uuid::Uuid;
 
 use crate::bench_sessions::{
-    admit_for_bench, end_session, percentile, recorder_on_bus, relay_on_bus, superadmin,
-    woken_scheduler,
+    bench_docker_agent, bench_engine, end_session, percentile, recorder_on_bus, relay_on_bus,
+    superadmin, woken_scheduler,
 };
 use crate::db;
 
@@ -24,36 +24,9 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
     let pool = events::store::pool(url, 16)?;
     crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
-    let docker = agent::docker::connect().await?;
-    let images = agent::docker::local_images(&docker).await?;
-    anyhow::ensure!(
-        images.names.iter().any(|i| i == IMAGE),
-        "run infra/images.sh first"
-    );
+    let engine = bench_engine(IMAGE).await?;
+    let docker = engine.docker.clone();
     let agent_id = format!("commit{}", std::process::id());
-    admit_for_bench(&pool, &agent_id).await?;
-    let spec = agent::AgentSpec {
-        agent_id: agent_id.clone(),
-        resource_group: "default".into(),
-        capacity: ResourceSlots {
-            cpu_milli: 8_000,
-            memory_bytes: 8 * GIB,
-            gpu_milli: 0,
-        },
-        images: images.names,
-        address: Some("127.0.0.1".into()),
-        image_apps: images.apps,
-    };
-    let data = std::env::temp_dir().join(format!("berth-bench-commit-{}", std::process::id()));
-    std::fs::create_dir_all(&data)?;
-    let config = agent::docker::RuntimeConfig {
-        data_dir: data.clone(),
-        stop_grace_secs: 1,
-        image_refresh: None,
-        usage_every: Duration::from_secs(5),
-        registry: None,
-        publish_address: "127.0.0.1".into(),
-    };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
     let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
@@ -65,19 +38,22 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
         Default::default(),
         stop.clone(),
     ));
-    let link = bus::Link::new(
-        nats.clone(),
+    let capacity = ResourceSlots {
+        cpu_milli: 8_000,
+        memory_bytes: 8 * GIB,
+        gpu_milli: 0,
+    };
+    // It runs until `stop`.
+    bench_docker_agent(
+        &pool,
         &agent_id,
+        capacity,
+        &engine,
+        nats.clone(),
         subjects.clone(),
-        &data.join("outbox"),
-    )?;
-    tokio::spawn(agent::docker::run(
-        link,
-        docker.clone(),
-        spec,
-        config,
-        stop.clone(),
-    ));
+        &stop,
+    )
+    .await?;
     woken_scheduler(&pool, nats, &topology, Default::default(), &stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let admin = superadmin(&pool, "committer@berth.local").await?;

@@ -14,6 +14,8 @@ use deadpool_postgres::Pool;
 use events::payloads::*;
 use tokio_util::sync::CancellationToken;
 
+use crate::bench_sessions::shell_image;
+
 /// Seconds of CPU (user and system) a process has used, from `/proc/<pid>/stat`.
 pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -150,7 +152,7 @@ async fn run_fleet(
         gpu_milli: 0,
     };
     let stop = CancellationToken::new();
-    let mut running = tokio::task::JoinSet::new();
+    let mut running = Vec::with_capacity(agents);
     let started = Instant::now();
     for i in 0..agents {
         let agent_id = format!("sim{i:05}");
@@ -160,22 +162,21 @@ async fn run_fleet(
             max_capacity: capacity,
         };
         let seed = recorder::admission::admit(pool, &admission, "bench").await?;
-        let nats = bus::link::connect(nats_url, &agent_id, Some(seed)).await?;
-        let link = bus::Link::new(nats, &agent_id, subjects.clone(), &data.join(&agent_id))?;
-        let spec = agent::AgentSpec {
+        let host = agent::host::HostConfig {
+            outbox: data.join(&agent_id),
             agent_id,
             resource_group: "default".into(),
-            capacity,
-            images: vec!["berth/shell:latest".into()],
-            address: None,
-            image_apps: Default::default(),
+            offer: agent::host::Offered::fixed(capacity, shell_image()),
+            nats: agent::host::Nats::Connect {
+                url: nats_url.into(),
+                seed: Some(seed),
+            },
+            subjects: subjects.clone(),
+            runtime: agent::host::Runtime::Simulated {
+                batch_runs_for: Duration::from_secs(1),
+            },
         };
-        running.spawn(agent::simulate(
-            link,
-            spec,
-            Duration::from_secs(1),
-            stop.clone(),
-        ));
+        running.push(agent::host::start(host, stop.clone()).await?);
     }
     loop {
         let client = pool.get().await?;
@@ -280,6 +281,8 @@ async fn run_fleet(
         sessions as f64 / ended.as_secs_f64(),
     );
     stop.cancel();
-    while running.join_next().await.is_some() {}
+    for agent in running {
+        let _ = agent.finished().await;
+    }
     Ok(())
 }

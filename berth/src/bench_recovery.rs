@@ -26,7 +26,7 @@ use events::payloads::{ResourceSlots, SessionStatus};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::bench_sessions::{admit_for_bench, percentile};
+use crate::bench_sessions::{admit_for_bench, percentile, shell_image};
 use crate::db;
 
 /// A session's milestones, in seconds from a moment the caller chose.
@@ -147,28 +147,30 @@ pub async fn recovery(rounds: usize, outage: Duration) -> anyhow::Result<()> {
     let base = format!("http://{}", control.gateway.context("the gateway listens")?);
     let pool = events::store::pool(&config.database_url, 4)?;
     let seed = admit_for_bench(&pool, "recovery1").await?;
-    let agent_nats = bus::link::connect(&config.nats_url, "recovery1", Some(seed)).await?;
     let outbox = std::env::temp_dir().join(format!("berth-recovery-{}", Uuid::new_v4().simple()));
-    let link = bus::Link::new(agent_nats, "recovery1", config.agent_bus.clone(), &outbox)?;
-    let spec = agent::AgentSpec {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let host = agent::host::HostConfig {
         agent_id: "recovery1".into(),
         resource_group: "default".into(),
-        capacity: ResourceSlots {
-            cpu_milli: 64_000,
-            memory_bytes: 64 << 30,
-            gpu_milli: 0,
+        offer: agent::host::Offered::fixed(
+            ResourceSlots {
+                cpu_milli: 64_000,
+                memory_bytes: 64 << 30,
+                gpu_milli: 0,
+            },
+            shell_image(),
+        ),
+        nats: agent::host::Nats::Connect {
+            url: config.nats_url.clone(),
+            seed: Some(seed),
         },
-        images: vec!["berth/shell:latest".into()],
-        address: None,
-        image_apps: Default::default(),
+        subjects: config.agent_bus.clone(),
+        outbox: outbox.clone(),
+        runtime: agent::host::Runtime::Simulated {
+            batch_runs_for: Duration::from_millis(100),
+        },
     };
-    let stop = tokio_util::sync::CancellationToken::new();
-    let agent = tokio::spawn(agent::simulate(
-        link,
-        spec,
-        Duration::from_millis(100),
-        stop.clone(),
-    ));
+    let agent = agent::host::start(host, stop.clone()).await?;
     let bench = Bench {
         http: reqwest::Client::new(),
         base,
@@ -235,7 +237,7 @@ pub async fn recovery(rounds: usize, outage: Duration) -> anyhow::Result<()> {
         summary("RUNNING", &mut bus_running)
     );
     stop.cancel();
-    let _ = agent.await;
+    let _ = agent.finished().await;
     control.stop().await?;
     let _ = std::fs::remove_dir_all(&outbox);
     Ok(())

@@ -256,6 +256,70 @@ pub(crate) async fn admit_for_bench(pool: &Pool, agent_id: &str) -> anyhow::Resu
     Ok(recorder::admission::admit(pool, &admission, "bench").await?)
 }
 
+/// What a simulated bench agent offers: `berth/shell` alone.
+pub(crate) fn shell_image() -> agent::docker::HostImages {
+    agent::docker::HostImages {
+        names: vec!["berth/shell:latest".into()],
+        ..Default::default()
+    }
+}
+
+/// The Docker engine a bench's agent runs on, and the images on its host.
+pub(crate) struct BenchEngine {
+    pub(crate) docker: bollard::Docker,
+    pub(crate) images: agent::docker::HostImages,
+}
+
+/// The local engine, whose host must hold `image` (`infra/images.sh` builds it).
+pub(crate) async fn bench_engine(image: &str) -> anyhow::Result<BenchEngine> {
+    let docker = agent::docker::connect().await?;
+    let images = agent::docker::local_images(&docker).await?;
+    anyhow::ensure!(
+        images.names.iter().any(|i| i == image),
+        "run infra/images.sh first"
+    );
+    Ok(BenchEngine { docker, images })
+}
+
+/// Admits and starts a Docker agent `agent_id` for a bench, through the agent's one start,
+/// over `nats` on `subjects`, until `stop`: it offers `capacity` and the engine's images,
+/// publishes ports on loopback, gives a stopping container a second, samples usage every
+/// 5 s, and keeps its folders and outbox in a temporary directory of its own.
+pub(crate) async fn bench_docker_agent(
+    pool: &Pool,
+    agent_id: &str,
+    capacity: ResourceSlots,
+    engine: &BenchEngine,
+    nats: async_nats::Client,
+    subjects: bus::Subjects,
+    stop: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<agent::host::AgentHost> {
+    use agent::host::{HostConfig, Nats, Offered, Runtime};
+    admit_for_bench(pool, agent_id).await?;
+    let data = std::env::temp_dir().join(format!("berth-bench-{agent_id}"));
+    std::fs::create_dir_all(&data)?;
+    let config = HostConfig {
+        agent_id: agent_id.into(),
+        resource_group: "default".into(),
+        offer: Offered::fixed(capacity, engine.images.clone()),
+        nats: Nats::Client(nats),
+        subjects,
+        outbox: agent::host::outbox_in(&data, agent_id),
+        runtime: Runtime::Docker {
+            engine: engine.docker.clone(),
+            config: agent::docker::RuntimeConfig {
+                data_dir: data,
+                stop_grace_secs: 1,
+                image_refresh: None,
+                usage_every: Duration::from_secs(5),
+                registry: None,
+                publish_address: "127.0.0.1".into(),
+            },
+        },
+    };
+    Ok(agent::host::start(config, stop.clone()).await?)
+}
+
 /// The agents' side of the control plane (recorder, dispatcher, telemetry sink) on
 /// subjects of this bench's own; those subjects.
 pub(crate) fn recorder_on_bus(
@@ -573,52 +637,27 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let pool = events::store::pool(url, 16)?;
     crate::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
-    let docker = agent::docker::connect().await?;
-    let images = agent::docker::local_images(&docker).await?;
-    anyhow::ensure!(
-        images.names.iter().any(|i| i == "berth/shell:latest"),
-        "run infra/images.sh first"
-    );
+    let engine = bench_engine("berth/shell:latest").await?;
+    let docker = engine.docker.clone();
     let agent_id = format!("bench{}", std::process::id());
-    admit_for_bench(&pool, &agent_id).await?;
-    let spec = agent::AgentSpec {
-        agent_id: agent_id.clone(),
-        resource_group: "default".into(),
-        capacity: ResourceSlots {
-            cpu_milli: 64_000,
-            memory_bytes: 64 * GIB,
-            gpu_milli: 0,
-        },
-        images: images.names,
-        address: Some("127.0.0.1".into()),
-        image_apps: images.apps,
-    };
-    let data = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&data)?;
-    let config = agent::docker::RuntimeConfig {
-        data_dir: data.clone(),
-        stop_grace_secs: 1,
-        image_refresh: None,
-        usage_every: std::time::Duration::from_secs(5),
-        registry: None,
-        publish_address: "127.0.0.1".into(),
-    };
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
     let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
-    let link = bus::Link::new(
-        nats.clone(),
+    let capacity = ResourceSlots {
+        cpu_milli: 64_000,
+        memory_bytes: 64 * GIB,
+        gpu_milli: 0,
+    };
+    let agent = bench_docker_agent(
+        &pool,
         &agent_id,
+        capacity,
+        &engine,
+        nats.clone(),
         subjects.clone(),
-        &data.join("outbox"),
-    )?;
-    let agent_task = tokio::spawn(agent::docker::run(
-        link,
-        docker.clone(),
-        spec,
-        config,
-        stop.clone(),
-    ));
+        &stop,
+    )
+    .await?;
     let config = scheduler::run::SchedulerConfig {
         interval: Duration::from_millis(200),
         ..Default::default()
@@ -783,7 +822,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     println!("burst of {burst}: berth all RUNNING after {took:.2} s = {berth_rate:.1} sessions started/s; {burst} parallel `docker run -d` after {plain_took:.2} s = {plain_rate:.1}/s; berth/docker = {:.2}", berth_rate / plain_rate);
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
-    let _ = agent_task.await;
+    let _ = agent.finished().await;
     js.delete_stream(&topology.stream).await?;
     for stream in [&subjects.commands_stream, &subjects.telemetry_stream] {
         let _ = js.delete_stream(stream).await;

@@ -7,6 +7,7 @@
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
 mod admin;
+mod agent_cli;
 mod bench;
 mod bench_apps;
 mod bench_commit;
@@ -29,7 +30,6 @@ use clap::{Parser, Subcommand};
 use events::projection::{self, StreamIndex};
 use events::{audit, EventStore};
 use gateway::projection::SessionsView;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(
@@ -100,35 +100,7 @@ enum Command {
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
-    Agent {
-        #[arg(long, default_value = "local")]
-        id: String,
-        #[arg(long, default_value = "default")]
-        group: String,
-        /// Cores offered (default: the host's).
-        #[arg(long)]
-        cpu: Option<f64>,
-        /// GiB offered (default: the host's).
-        #[arg(long)]
-        memory_gib: Option<f64>,
-        /// GPUs offered (fractions allowed; default: those NVML finds).
-        #[arg(long)]
-        gpu: Option<f64>,
-        /// Images offered (repeatable; default: the images on the host).
-        #[arg(long = "image")]
-        images: Vec<String>,
-        /// Where folders and the outbox of unanswered reports live on this host (default:
-        /// BERTH_AGENT_DATA, or .berth/agent-data).
-        #[arg(long)]
-        data_dir: Option<std::path::PathBuf>,
-        /// Move sessions without containers (no Docker needed).
-        #[arg(long)]
-        simulate: bool,
-        /// A file holding the agent's credential, as `berth admin agent admit` gave it
-        /// (default: BERTH_AGENT_CREDENTIAL).
-        #[arg(long)]
-        credential: Option<std::path::PathBuf>,
-    },
+    Agent(agent_cli::AgentArgs),
 }
 
 #[derive(Subcommand)]
@@ -271,110 +243,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             admin::run(store.pool(), &config, command).await?;
         }
         Command::Session(command) => return session_cli::run(&config, command).await,
-        Command::Agent {
-            id,
-            group,
-            cpu,
-            memory_gib,
-            gpu,
-            images,
-            data_dir,
-            simulate,
-            credential,
-        } => {
-            let stop = CancellationToken::new();
-            let docker = if simulate {
-                None
-            } else {
-                Some(
-                    agent::docker::connect()
-                        .await
-                        .context("reach the Docker engine")?,
-                )
-            };
-            let host = match &docker {
-                Some(d) => agent::docker::host_capacity(d).await?,
-                None => events::payloads::ResourceSlots {
-                    cpu_milli: 8_000,
-                    memory_bytes: 16 << 30,
-                    gpu_milli: 0,
-                },
-            };
-            let images_from_host = images.is_empty();
-            let images = match (&docker, images_from_host) {
-                (Some(d), true) => agent::docker::local_images(d).await?,
-                (None, true) => agent::docker::HostImages {
-                    names: vec!["berth/shell:latest".into(), "berth/python:latest".into()],
-                    ..Default::default()
-                },
-                (_, false) => agent::docker::HostImages {
-                    names: images,
-                    ..Default::default()
-                },
-            };
-            let spec = agent::AgentSpec {
-                agent_id: id,
-                resource_group: group,
-                capacity: events::payloads::ResourceSlots {
-                    cpu_milli: cpu.map_or(host.cpu_milli, |c| (c * 1000.0) as u64),
-                    memory_bytes: memory_gib
-                        .map_or(host.memory_bytes, |m| (m * (1u64 << 30) as f64) as u64),
-                    gpu_milli: gpu.map_or_else(
-                        || agent::gpu::discover().gpu_milli(),
-                        |g| (g * 1000.0) as u64,
-                    ),
-                },
-                images: images.names,
-                // Only a Docker agent publishes ports.
-                address: docker.as_ref().map(|_| config.agent_address.clone()),
-                image_apps: images.apps,
-            };
-            anyhow::ensure!(
-                bus::subjects::is_valid_agent_id(&spec.agent_id),
-                "--id `{}`: an agent's id is 1 to 64 letters, digits, `-` and `_`",
-                spec.agent_id
-            );
-            let data_dir = data_dir.unwrap_or_else(|| config.agent_data_dir.clone());
-            std::fs::create_dir_all(&data_dir)?;
-            let data_dir = std::fs::canonicalize(&data_dir)?;
-            let seed = match credential.as_ref().or(config.agent_credential.as_ref()) {
-                Some(path) => Some(
-                    std::fs::read_to_string(path)
-                        .with_context(|| format!("read the credential {}", path.display()))?
-                        .trim()
-                        .to_owned(),
-                ),
-                None => None,
-            };
-            let nats = bus::link::connect(&config.nats_url, &spec.agent_id, seed).await?;
-            let outbox = data_dir.join("outbox").join(&spec.agent_id);
-            let link = bus::Link::new(nats, &spec.agent_id, config.agent_bus.clone(), &outbox)?;
-            let run = async {
-                match docker {
-                    Some(docker) => {
-                        let timings = &config.timings;
-                        let runtime = agent::docker::RuntimeConfig {
-                            data_dir,
-                            stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
-                            image_refresh: images_from_host.then_some(timings.agent_image_refresh),
-                            usage_every: timings.agent_usage_every,
-                            registry: config.registry.clone(),
-                            publish_address: config.agent_address.clone(),
-                        };
-                        agent::docker::run(link, docker, spec, runtime, stop.clone()).await?
-                    }
-                    None => {
-                        let step = config.timings.simulated_step;
-                        agent::simulate(link, spec, step, stop.clone()).await?
-                    }
-                }
-                anyhow::Ok(())
-            };
-            tokio::select! {
-                done = run => done?,
-                _ = tokio::signal::ctrl_c() => stop.cancel(),
-            }
-        }
+        Command::Agent(args) => agent_cli::run(&config, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

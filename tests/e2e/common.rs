@@ -224,23 +224,29 @@ impl Harness {
         dir: &std::path::Path,
         batch_runs_for: Duration,
     ) -> SimulatedAgent {
-        let link = bus::Link::new(nats.clone(), id, self.agent_bus.clone(), dir).unwrap();
-        let spec = agent::AgentSpec {
+        let capacity = ResourceSlots {
+            cpu_milli: 4000,
+            memory_bytes: 8 * GIB,
+            gpu_milli: 0,
+        };
+        let images = agent::docker::HostImages {
+            names: vec!["berth/shell:latest".into()],
+            ..Default::default()
+        };
+        let config = agent::host::HostConfig {
             agent_id: id.into(),
             resource_group: "default".into(),
-            capacity: ResourceSlots {
-                cpu_milli: 4000,
-                memory_bytes: 8 * GIB,
-                gpu_milli: 0,
-            },
-            images: vec!["berth/shell:latest".into()],
-            address: None,
-            image_apps: Default::default(),
+            offer: agent::host::Offered::fixed(capacity, images),
+            nats: agent::host::Nats::Client(nats.clone()),
+            subjects: self.agent_bus.clone(),
+            outbox: dir.to_owned(),
+            runtime: agent::host::Runtime::Simulated { batch_runs_for },
         };
-        let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(agent::simulate(link, spec, batch_runs_for, stop.clone()));
+        let host = agent::host::start(config, Default::default())
+            .await
+            .expect("the agent starts");
         self.wait_registered(id).await;
-        SimulatedAgent { stop, task }
+        SimulatedAgent { host }
     }
 
     pub async fn user(&self, email: &str) -> String {
@@ -456,17 +462,15 @@ fn remove_containers_of(agents: &[String]) {
 
 /// A simulated agent started by [`Harness::simulated_agent`].
 pub struct SimulatedAgent {
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), agent::AgentError>>,
+    host: agent::host::AgentHost,
 }
 
 impl SimulatedAgent {
     /// Stops the agent, which must have run without failing until then.
     pub async fn stop(self) {
-        self.stop.cancel();
-        self.task
+        self.host
+            .stop()
             .await
-            .expect("the agent's task ends")
             .expect("the agent ran without failing");
     }
 }

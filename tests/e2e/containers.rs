@@ -8,7 +8,6 @@ use crate::common::*;
 use events::payloads::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -17,7 +16,7 @@ const ABSENT: &str = "registry.invalid/berth/absent:1";
 
 pub(crate) struct DockerAgent {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    host: agent::host::AgentHost,
 }
 
 async fn docker_agent(h: &Harness, id: &str, data_dir: &std::path::Path) -> DockerAgent {
@@ -51,19 +50,7 @@ pub(crate) async fn spawn_agent(
     if image_refresh.is_none() {
         images.names.push(ABSENT.into());
     }
-    let spec = agent::AgentSpec {
-        agent_id: id.into(),
-        resource_group: "default".into(),
-        capacity: ResourceSlots {
-            cpu_milli,
-            memory_bytes: 8 * GIB,
-            gpu_milli: 0,
-        },
-        images: images.names,
-        address: Some("127.0.0.1".into()),
-        image_apps: images.apps,
-    };
-    let config = agent::docker::RuntimeConfig {
+    let runtime = agent::docker::RuntimeConfig {
         data_dir: data_dir.to_path_buf(),
         stop_grace_secs: 2,
         image_refresh,
@@ -72,34 +59,44 @@ pub(crate) async fn spawn_agent(
         registry: None,
         publish_address: "127.0.0.1".into(),
     };
+    let capacity = ResourceSlots {
+        cpu_milli,
+        memory_bytes: 8 * GIB,
+        gpu_milli: 0,
+    };
     // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
     // with.
     let seed = admit(&h.pool, id, "default").await;
-    let nats = bus::link::connect(&nats_url(), id, Some(seed))
-        .await
-        .expect("NATS answers");
-    let outbox = data_dir.join("outbox").join(id);
-    let link = bus::Link::new(nats, id, h.agent_bus.clone(), &outbox).expect("an outbox");
+    let config = agent::host::HostConfig {
+        agent_id: id.into(),
+        resource_group: "default".into(),
+        offer: agent::host::Offered::fixed(capacity, images),
+        nats: agent::host::Nats::Connect {
+            url: nats_url(),
+            seed: Some(seed),
+        },
+        subjects: h.agent_bus.clone(),
+        outbox: agent::host::outbox_in(data_dir, id),
+        runtime: agent::host::Runtime::Docker {
+            engine: docker,
+            config: runtime,
+        },
+    };
     let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            agent::docker::run(link, docker, spec, config, stop)
-                .await
-                .expect("agent runs");
-        }
-    });
+    let host = agent::host::start(config, stop.clone())
+        .await
+        .expect("the agent starts");
     h.wait_registered(id).await;
-    DockerAgent { stop, task }
+    DockerAgent { stop, host }
 }
 
-/// An agent task that was aborted on purpose must have been running until then: one that had
-/// already failed would otherwise hide behind the abort.
-fn assert_aborted(ended: Result<(), tokio::task::JoinError>) {
-    match ended {
-        Err(e) if e.is_cancelled() => {}
-        Err(e) => panic!("the agent had failed before it was stopped: {e}"),
-        Ok(()) => panic!("the agent had stopped before it was stopped"),
+/// Kills an agent, as its process dies, which must have been running until then: one that
+/// had already failed would otherwise hide behind the kill.
+async fn kill(agent: DockerAgent) {
+    match agent.host.kill().await {
+        None => {}
+        Some(Err(e)) => panic!("the agent had failed before it was stopped: {e}"),
+        Some(Ok(())) => panic!("the agent had stopped before it was stopped"),
     }
 }
 
@@ -433,8 +430,7 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
         h.wait_session(id, |s| s["status"] == "RUNNING").await;
     }
     // The agent dies without cleaning up.
-    first.task.abort();
-    assert_aborted(first.task.await);
+    kill(first).await;
     // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
     // its container, one keeps running.
     let (status, _) = h
@@ -736,8 +732,7 @@ async fn an_agent_restarted_mid_cluster_keeps_its_kernels_of_another_agents_sess
 
     // The agent holding the secondary kernels dies and comes back.
     let dying = agents.remove(&other).unwrap();
-    dying.task.abort();
-    assert_aborted(dying.task.await);
+    kill(dying).await;
     let _back = docker_agent_with(&h, &other, &dir, 1_000).await;
     let registered = format!("agent-{other}");
     wait_for(|| async {

@@ -2,12 +2,14 @@
 //! registers what it offers, says it is alive, takes the commands the control plane sends it
 //! (assign a session's kernels, stop them) from a consumer of its own, and reports facts
 //! about its sessions, which the control plane checks and records. It holds no database
-//! credential and makes no SQL. [`docker`] runs sessions as containers; [`simulate`] moves
+//! credential and makes no SQL. [`host::start`] is its one start (for `berth agent`, the
+//! tests and the benchmarks); [`docker`] runs sessions as containers; `simulate` moves
 //! them without containers (demo, benchmarks), over the same bus.
 
 mod commands;
 pub mod docker;
 pub mod gpu;
+pub mod host;
 mod simulate;
 
 use std::time::Duration;
@@ -19,7 +21,7 @@ use domain::payloads::ResourceSlots;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use simulate::simulate;
+use simulate::simulate;
 
 /// What an agent offers.
 #[derive(Debug, Clone, PartialEq)]

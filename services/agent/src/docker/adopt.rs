@@ -10,9 +10,9 @@ use bus::protocol::{Answer, Request};
 use domain::payloads::SessionStatus;
 use uuid::Uuid;
 
-use super::{
-    moved, network_name, remove, Ctx, SessionTasks, LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION,
-};
+use super::ctx::{moved, remove, Ctx};
+use super::spec::{network_name, LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION};
+use super::tasks::SessionTasks;
 use crate::AgentError;
 
 /// Takes back what an earlier run left, starting the tasks of what it adopts in `sessions`.

@@ -18,7 +18,8 @@ use rand::Rng;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{container_name, Ctx};
+use super::ctx::Ctx;
+use super::spec::container_name;
 
 /// Where images keep their apps' definitions, berth's first.
 const SERVICE_DEFS: [&str; 2] = ["/etc/berth/service-defs", "/etc/backend.ai/service-defs"];

@@ -7,10 +7,10 @@ use domain::payloads::SessionStatus;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::ctx::{load, remove, Ctx};
 use super::keep::save_final_logs;
 use super::kernels::create_kernels;
 use super::spec::network_name;
-use super::{load, remove, Ctx};
 
 /// This agent's kernels of a multi-node cluster whose main kernel runs elsewhere: started when
 /// the main agent creates its own, kept until the session ends, then removed.

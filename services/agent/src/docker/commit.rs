@@ -15,7 +15,8 @@ use domain::payloads::{CommitOutcome, CommitStep};
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::{container_name, Ctx};
+use super::ctx::Ctx;
+use super::spec::container_name;
 
 /// The label naming a customized image's owner.
 pub const LABEL_OWNER: &str = "ai.berth.owner";

@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use bollard::errors::Error;
 use bus::patience::Outage;
-
-use super::Ctx;
+use tokio_util::sync::CancellationToken;
 
 /// Whether `e` says the engine could not be reached (no socket, a connection refused or cut,
 /// no answer in time), rather than that it refused what was asked.
@@ -45,8 +44,13 @@ impl EngineWatch {
 }
 
 /// Runs `call` until the engine answers it (with a result or a refusal), waiting out its
-/// absence; gives up only when the agent stops, with the last error.
-pub(super) async fn patiently<T, F, Fut>(ctx: &Ctx, mut call: F) -> Result<T, Error>
+/// absence, which `watch` tells; gives up only on `stop` (the agent's), with the last error.
+/// The rooms call it through `Ctx::patiently`.
+pub(super) async fn patiently<T, F, Fut>(
+    watch: &EngineWatch,
+    stop: &CancellationToken,
+    mut call: F,
+) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,
@@ -55,24 +59,19 @@ where
     loop {
         match call().await {
             Err(e) if unreachable(&e) => {
-                ctx.engine.failed(&e);
+                watch.failed(&e);
                 failures += 1;
                 tokio::select! {
-                    _ = ctx.stop.cancelled() => return Err(e),
+                    _ = stop.cancelled() => return Err(e),
                     _ = tokio::time::sleep(bus::link::backoff(failures)) => {}
                 }
             }
             answered => {
-                ctx.engine.answered();
+                watch.answered();
                 return answered;
             }
         }
     }
-}
-
-/// Waits until the engine answers a ping (or the agent stops).
-pub(super) async fn wait_for_engine(ctx: &Ctx) {
-    let _ = patiently(ctx, || ctx.docker.ping()).await;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::Ctx;
+use super::ctx::Ctx;
 
 /// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
 /// how many kept frames carry exactly that timestamp. Output is read from there on, so a
@@ -36,6 +36,18 @@ impl Default for LogCursor {
 }
 
 impl LogCursor {
+    /// `text`, read at this cursor, as the next chunk of the kernel's output, not the last.
+    fn chunk(&self, session_id: Uuid, kernel: u32, text: String) -> LogChunk {
+        LogChunk {
+            session_id,
+            kernel,
+            epoch: self.epoch,
+            offset: self.sent,
+            complete: false,
+            text,
+        }
+    }
+
     /// The text of the frames not kept yet, in order; advances the cursor past them. Pure.
     /// `frames` come from the engine with timestamps, oldest first, from `since` on (whole
     /// seconds), so some were kept already.
@@ -88,20 +100,54 @@ pub(super) enum Kept {
     EngineAway,
 }
 
-/// Sends the kernel's output not sent yet. A new cursor reads the output from its start
-/// under a new epoch, so what it sends replaces what an earlier reading sent (an agent
-/// restarted mid-session starts a new cursor); later sends append.
+/// Sends the kernel's new output while it runs (nothing when it printed nothing new). A new
+/// cursor reads the output from its start under a new epoch, so what it sends replaces what
+/// an earlier reading sent (an agent restarted mid-session starts a new cursor); later sends
+/// append.
 pub(super) async fn save_logs(
     ctx: &Ctx,
     session_id: Uuid,
     kernel: u32,
     container: &str,
-    complete: bool,
     cursor: &tokio::sync::Mutex<LogCursor>,
 ) -> Kept {
     // Held across the read and the write, so the keeper and the final keep never both
     // append the same frames.
     let mut cursor = cursor.lock().await;
+    let Some(text) = read_new(ctx, container, &mut cursor).await else {
+        return Kept::EngineAway;
+    };
+    if text.is_empty() {
+        return Kept::Sent;
+    }
+    let chunk = cursor.chunk(session_id, kernel, text);
+    send_logs(ctx, &mut cursor, chunk).await
+}
+
+/// Sends the rest of the kernel's output once, marked complete (even when nothing is left):
+/// one try of [`save_final_logs`].
+async fn save_rest_of_logs(
+    ctx: &Ctx,
+    session_id: Uuid,
+    kernel: u32,
+    container: &str,
+    cursor: &tokio::sync::Mutex<LogCursor>,
+) -> Kept {
+    let mut cursor = cursor.lock().await;
+    let Some(text) = read_new(ctx, container, &mut cursor).await else {
+        return Kept::EngineAway;
+    };
+    let chunk = LogChunk {
+        complete: true,
+        ..cursor.chunk(session_id, kernel, text)
+    };
+    send_logs(ctx, &mut cursor, chunk).await
+}
+
+/// The text the container printed since `cursor`, which moves past it; `None` when the
+/// engine went away mid-read: nothing is taken then, so the next reading starts where this
+/// one did.
+async fn read_new(ctx: &Ctx, container: &str, cursor: &mut LogCursor) -> Option<String> {
     let mut stream = ctx.docker.logs(
         container,
         Some(LogsOptions::<String> {
@@ -126,24 +172,16 @@ pub(super) async fn save_logs(
                 }
             }
             Ok(LogOutput::StdIn { .. }) => {}
-            // The engine went away mid-read: nothing is taken, so the next reading starts
-            // where this one did.
-            Err(e) if super::engine::unreachable(&e) => return Kept::EngineAway,
+            Err(e) if super::engine::unreachable(&e) => return None,
             Err(_) => break,
         }
     }
-    let text = cursor.take_new(frames);
-    if text.is_empty() && !complete {
-        return Kept::Sent;
-    }
-    let chunk = LogChunk {
-        session_id,
-        kernel,
-        epoch: cursor.epoch,
-        offset: cursor.sent,
-        complete,
-        text,
-    };
+    Some(cursor.take_new(frames))
+}
+
+/// Sends `chunk`, read at `cursor`; the cursor counts it sent, or starts over when it was not.
+async fn send_logs(ctx: &Ctx, cursor: &mut LogCursor, chunk: LogChunk) -> Kept {
+    let session_id = chunk.session_id;
     match ctx.link.send_log(&chunk).await {
         Ok(()) => {
             cursor.sent += chunk.text.len() as u64;
@@ -172,11 +210,11 @@ pub(super) async fn save_final_logs(
     let mut wait = std::time::Duration::from_millis(250);
     let mut tries = 0;
     while tries < 8 {
-        match save_logs(ctx, session_id, kernel, container, true, cursor).await {
+        match save_rest_of_logs(ctx, session_id, kernel, container, cursor).await {
             Kept::Sent => return,
             // Not a try: the output is still in the engine, read once it answers.
             Kept::EngineAway if !ctx.stop.is_cancelled() => {
-                super::engine::wait_for_engine(ctx).await;
+                ctx.wait_for_engine().await;
                 continue;
             }
             Kept::EngineAway | Kept::NotSent => tries += 1,

@@ -10,7 +10,8 @@ use bus::protocol::{Answer, Fact, StartedKernel};
 use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
-use super::{container_name, remove, remove_all, spec, Ctx, LABEL_GPUS, LABEL_SESSION};
+use super::ctx::{remove, remove_all, Ctx};
+use super::spec::{self, container_name, LABEL_GPUS, LABEL_SESSION};
 
 /// What the containers on this host that may still run hold of each GPU, from their labels.
 async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
@@ -79,9 +80,9 @@ pub(super) async fn create_kernels(
     let names = names_of(&created);
     // The others first, so the main kernel finds them when it starts.
     for name in names.iter().skip(1).chain(names.iter().take(1)) {
-        let started =
-            super::engine::patiently(ctx, || ctx.docker.start_container::<String>(name, None))
-                .await;
+        let started = ctx
+            .patiently(|| ctx.docker.start_container::<String>(name, None))
+            .await;
         match started {
             // 304: started already (a start the engine's absence cut had gone through).
             Ok(())
@@ -197,13 +198,14 @@ async fn create_containers(
         };
         // A leftover of an earlier try is removed first; so, when the engine went away, is
         // a create that went through before the connection was cut.
-        let answer = super::engine::patiently(ctx, || async {
-            remove(ctx, &name).await;
-            ctx.docker
-                .create_container(Some(options.clone()), config.clone())
-                .await
-        })
-        .await;
+        let answer = ctx
+            .patiently(|| async {
+                remove(ctx, &name).await;
+                ctx.docker
+                    .create_container(Some(options.clone()), config.clone())
+                    .await
+            })
+            .await;
         match answer {
             Ok(answer) => created.push(Created {
                 name,
@@ -255,7 +257,8 @@ async fn started_kernels(ctx: &Ctx, mine: &[u32], created: &[Created]) -> Vec<St
 async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<StartedKernel> {
     let mut started = Vec::with_capacity(names.len());
     for (&k, name) in mine.iter().zip(names) {
-        let inspected = super::engine::patiently(ctx, || ctx.docker.inspect_container(name, None))
+        let inspected = ctx
+            .patiently(|| ctx.docker.inspect_container(name, None))
             .await
             .ok();
         let ports = inspected

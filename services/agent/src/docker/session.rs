@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::engine::{self, patiently};
+use super::ctx::{cleanup, load, moved, moved_through, remove, status_now, Ctx};
+use super::engine;
 use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
-use super::{cleanup, container_name, load, moved, moved_through, remove, status_now, Ctx};
+use super::spec::container_name;
 use crate::AgentError;
 
 /// Prepares, creates and starts the session's container; returns its name, or `None` when
@@ -24,7 +25,8 @@ use crate::AgentError;
 async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentError> {
     let request = &state.request;
     let id = request.session_id;
-    let present = patiently(ctx, || ctx.docker.inspect_image(&request.image))
+    let present = ctx
+        .patiently(|| ctx.docker.inspect_image(&request.image))
         .await
         .is_ok();
     // A session caught PULLING by an earlier run of this agent resumes here.
@@ -69,7 +71,7 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
             if !cut {
                 break;
             }
-            engine::wait_for_engine(ctx).await;
+            ctx.wait_for_engine().await;
         }
         if let Some(reason) = failure {
             moved(
@@ -120,7 +122,7 @@ async fn exit_code(ctx: &Ctx, container: &str) -> i64 {
                 return code
             }
             Some(Err(e)) if engine::unreachable(&e) && !ctx.stop.is_cancelled() => {
-                engine::wait_for_engine(ctx).await;
+                ctx.wait_for_engine().await;
             }
             _ => return -1,
         }
@@ -290,7 +292,7 @@ async fn own_session(
                 tokio::select! {
                     _ = keeping.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                        save_logs(&ctx, session_id, 0, &container, false, &cursor).await;
+                        save_logs(&ctx, session_id, 0, &container, &cursor).await;
                         if sampled.elapsed() >= ctx.config.usage_every {
                             sampled = tokio::time::Instant::now();
                             previous = sample_usage(&ctx, session_id, &container, previous).await;
@@ -310,12 +312,12 @@ async fn own_session(
                 // the keeper is stopped before the container is.
                 keeping.cancel();
                 let grace = ctx.config.stop_grace_secs;
-                let _ = patiently(&ctx, || ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace }))).await;
+                let _ = ctx.patiently(|| ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace }))).await;
                 (exit_code(&ctx, &container).await, Ended::Stopped)
             }
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 keeping.cancel();
-                let _ = patiently(&ctx, || ctx.docker.stop_container(&container, Some(StopContainerOptions { t: 2 }))).await;
+                let _ = ctx.patiently(|| ctx.docker.stop_container(&container, Some(StopContainerOptions { t: 2 }))).await;
                 (exit_code(&ctx, &container).await, Ended::TimedOut)
             }
         };

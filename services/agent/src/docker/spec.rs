@@ -11,7 +11,6 @@ use bollard::models::{DeviceRequest, EndpointSettings, HostConfig, PortBinding};
 use domain::aggregate::SessionState;
 use uuid::Uuid;
 
-use super::{LABEL_AGENT, LABEL_GPUS, LABEL_KERNEL, LABEL_SESSION};
 use crate::gpu::GpuShare;
 
 /// The session's working directory, and its scratch space.
@@ -30,6 +29,19 @@ pub struct Layout {
     pub hosts: Vec<String>,
     /// The private network a cluster's kernels share; `None` for a single kernel.
     pub network: Option<String>,
+}
+
+/// The labels every container of berth carries: its session, its agent and its kernel's
+/// index, by which a restarted agent finds what an earlier run left.
+pub(super) const LABEL_SESSION: &str = "ai.berth.session";
+pub(super) const LABEL_AGENT: &str = "ai.berth.agent";
+pub(super) const LABEL_KERNEL: &str = "ai.berth.kernel";
+/// The GPUs a container holds (`gpu::GpuShare::to_label`).
+pub(super) const LABEL_GPUS: &str = "ai.berth.gpus";
+
+/// The name of kernel `kernel`'s container of a session.
+pub(crate) fn container_name(session_id: Uuid, kernel: u32) -> String {
+    format!("berth-{}-{kernel}", session_id.simple())
 }
 
 /// The name of a session's cluster network.

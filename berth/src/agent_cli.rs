@@ -1,0 +1,113 @@
+//! `berth agent`: runs an agent on a compute host. The command maps berth's settings
+//! (`Config`) and its arguments into the agent's own configuration
+//! ([`agent::host::HostConfig`]) and starts it through the agent's one start,
+//! [`agent::host::start`], until Ctrl-C.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use berth::config::Config;
+use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    #[arg(long, default_value = "local")]
+    id: String,
+    #[arg(long, default_value = "default")]
+    group: String,
+    /// Cores offered (default: the host's).
+    #[arg(long)]
+    cpu: Option<f64>,
+    /// GiB offered (default: the host's).
+    #[arg(long)]
+    memory_gib: Option<f64>,
+    /// GPUs offered (fractions allowed; default: those NVML finds).
+    #[arg(long)]
+    gpu: Option<f64>,
+    /// Images offered (repeatable; default: the images on the host).
+    #[arg(long = "image")]
+    images: Vec<String>,
+    /// Where folders and the outbox of unanswered reports live on this host (default:
+    /// BERTH_AGENT_DATA, or .berth/agent-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Move sessions without containers (no Docker needed).
+    #[arg(long)]
+    simulate: bool,
+    /// A file holding the agent's credential, as `berth admin agent admit` gave it
+    /// (default: BERTH_AGENT_CREDENTIAL).
+    #[arg(long)]
+    credential: Option<PathBuf>,
+}
+
+/// Runs the agent `args` describe until Ctrl-C (or until it fails).
+pub async fn run(config: &Config, args: AgentArgs) -> anyhow::Result<()> {
+    use agent::host::{HostConfig, Nats, Offered, Runtime};
+    agent::host::check_id(&args.id).map_err(|e| anyhow::anyhow!("--id {e}"))?;
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(|| config.agent_data_dir.clone());
+    std::fs::create_dir_all(&data_dir)?;
+    // Folders are bound into containers by their absolute path.
+    let data_dir = std::fs::canonicalize(&data_dir)?;
+    let runtime = if args.simulate {
+        Runtime::Simulated {
+            batch_runs_for: config.timings.simulated_step,
+        }
+    } else {
+        let engine = agent::docker::connect()
+            .await
+            .context("reach the Docker engine")?;
+        let timings = &config.timings;
+        Runtime::Docker {
+            engine,
+            config: agent::docker::RuntimeConfig {
+                data_dir: data_dir.clone(),
+                stop_grace_secs: timings.agent_stop_grace.as_secs() as i64,
+                // Images given are offered as given; those of the host are read again.
+                image_refresh: args
+                    .images
+                    .is_empty()
+                    .then_some(timings.agent_image_refresh),
+                usage_every: timings.agent_usage_every,
+                registry: config.registry.clone(),
+                publish_address: config.agent_address.clone(),
+            },
+        }
+    };
+    let seed = match args
+        .credential
+        .as_ref()
+        .or(config.agent_credential.as_ref())
+    {
+        Some(path) => Some(agent::host::read_credential(path)?),
+        None => None,
+    };
+    let host = HostConfig {
+        outbox: agent::host::outbox_in(&data_dir, &args.id),
+        agent_id: args.id,
+        resource_group: args.group,
+        offer: Offered {
+            cpu_milli: args.cpu.map(|c| (c * 1000.0) as u64),
+            memory_bytes: args.memory_gib.map(|m| (m * (1u64 << 30) as f64) as u64),
+            gpu_milli: args.gpu.map(|g| (g * 1000.0) as u64),
+            images: (!args.images.is_empty()).then(|| agent::docker::HostImages {
+                names: args.images,
+                ..Default::default()
+            }),
+        },
+        nats: Nats::Connect {
+            url: config.nats_url.clone(),
+            seed,
+        },
+        subjects: config.agent_bus.clone(),
+        runtime,
+    };
+    let stop = CancellationToken::new();
+    let host = agent::host::start(host, stop.clone()).await?;
+    tokio::select! {
+        done = host.finished() => done?,
+        _ = tokio::signal::ctrl_c() => stop.cancel(),
+    }
+    Ok(())
+}

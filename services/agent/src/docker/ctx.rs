@@ -1,0 +1,172 @@
+//! The ground the agent's rooms stand on: how the runtime is set up, the context every task
+//! of the agent shares, and the calls they all make through it: a session's state asked of
+//! the control plane, its moves reported, its containers removed. It calls down only (into
+//! `engine` and `spec`), never up into the rooms that use it.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::container::RemoveContainerOptions;
+use bollard::Docker;
+use bus::protocol::{Answer, Fact};
+use bus::Link;
+use domain::aggregate::SessionState;
+use domain::payloads::SessionStatus;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::engine::{self, EngineWatch};
+use super::spec::{container_name, network_name};
+use crate::AgentError;
+
+/// How the runtime is set up.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where folders live on this host (`<data>/folders/<owner>/<name>`).
+    pub data_dir: PathBuf,
+    /// Seconds a stopping container gets before it is killed.
+    pub stop_grace_secs: i64,
+    /// How often the images offered are read again from the engine, so an image built or
+    /// pulled on the host is offered without a restart; `None` when they were given fixed.
+    pub image_refresh: Option<Duration>,
+    /// How often a running container's usage is sampled (a first sample at its start).
+    pub usage_every: Duration,
+    /// Where customized images are pushed once committed (`host[:port][/path]`); none
+    /// keeps them on this host.
+    pub registry: Option<String>,
+    /// The host address app and preopen ports are published on, and where berth's proxy
+    /// reaches them: loopback on a single machine, never every interface.
+    pub publish_address: String,
+}
+
+/// What every task of the agent shares: its link to the control plane, the engine, the
+/// host's GPUs, its settings and its stop.
+#[derive(Clone)]
+pub(super) struct Ctx {
+    pub(super) gpus: Arc<crate::gpu::Discovery>,
+    /// Taken while GPUs are chosen and their containers created.
+    pub(super) gpu_turn: Arc<tokio::sync::Mutex<()>>,
+    pub(super) link: Link,
+    pub(super) docker: Docker,
+    /// Whether the engine is out of reach, for every task of the agent.
+    pub(super) engine: EngineWatch,
+    pub(super) agent_id: String,
+    pub(super) config: RuntimeConfig,
+    /// The agent's own stop: a request to the control plane waits for an answer until then.
+    pub(super) stop: CancellationToken,
+}
+
+impl Ctx {
+    /// Runs `call` until the engine answers it, waiting out its absence (see
+    /// [`engine::patiently`]); gives up only when the agent stops, with the last error.
+    pub(super) async fn patiently<T, F, Fut>(&self, call: F) -> Result<T, bollard::errors::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, bollard::errors::Error>>,
+    {
+        engine::patiently(&self.engine, &self.stop, call).await
+    }
+
+    /// Waits until the engine answers a ping (or the agent stops).
+    pub(super) async fn wait_for_engine(&self) {
+        let _ = self.patiently(|| self.docker.ping()).await;
+    }
+}
+
+/// A session's state, and the trace its journey belongs to (its creation's traceparent),
+/// as the control plane answers for a session placed here.
+pub(super) async fn load(
+    ctx: &Ctx,
+    session_id: Uuid,
+) -> Result<Option<(SessionState, Option<String>)>, AgentError> {
+    crate::session(&ctx.link, session_id, &ctx.stop).await
+}
+
+/// The session's status now, as the control plane has it.
+pub(super) async fn status_now(
+    ctx: &Ctx,
+    session_id: Uuid,
+) -> Result<Option<SessionStatus>, AgentError> {
+    Ok(load(ctx, session_id).await?.map(|(s, _)| s.status))
+}
+
+/// Reports that the session moved; false when the control plane refused the move (it moved
+/// on meanwhile: terminated, forced, ...).
+pub(super) async fn moved(
+    ctx: &Ctx,
+    session_id: Uuid,
+    to: SessionStatus,
+    reason: Option<String>,
+    exit_code: Option<i32>,
+) -> bool {
+    let fact = Fact::Moved {
+        to,
+        reason,
+        exit_code,
+    };
+    match ctx.link.report(session_id, fact, &ctx.stop).await {
+        Ok(Answer::Recorded { .. }) => true,
+        Ok(other) => {
+            tracing::info!(%session_id, ?to, answer = ?other, "session not moved");
+            false
+        }
+        Err(e) => {
+            tracing::info!(%session_id, ?to, error = %e, "session not moved");
+            false
+        }
+    }
+}
+
+/// Reports that the session moved through `through`, in order; false when the control plane
+/// refused (it moved on meanwhile).
+pub(super) async fn moved_through(
+    ctx: &Ctx,
+    session_id: Uuid,
+    through: Vec<SessionStatus>,
+) -> bool {
+    match ctx
+        .link
+        .report(session_id, Fact::MovedThrough { through }, &ctx.stop)
+        .await
+    {
+        Ok(Answer::Recorded { .. }) => true,
+        answered => {
+            tracing::info!(%session_id, ?answered, "session not moved");
+            false
+        }
+    }
+}
+
+pub(super) async fn remove(ctx: &Ctx, container: &str) {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    let removed = ctx
+        .patiently(|| ctx.docker.remove_container(container, Some(options)))
+        .await;
+    if let Err(e) = removed {
+        tracing::debug!(container, error = %e, "remove");
+    }
+}
+
+/// Removes the containers this agent created (and only those: other agents' kernels of the
+/// same cluster may share this engine).
+pub(super) async fn remove_all(ctx: &Ctx, names: &[String]) {
+    for name in names {
+        remove(ctx, name).await;
+    }
+}
+
+/// Removes the session's containers (kernels 0..size, whichever exist) and its network.
+pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], size: u32) {
+    for k in 0..size {
+        remove(ctx, &container_name(session_id, k)).await;
+    }
+    if size > 1 {
+        let _ = ctx.docker.remove_network(&network_name(session_id)).await;
+    }
+}

@@ -1,0 +1,249 @@
+//! One start for an agent host, as the control plane has `berth::app::start`: `berth agent`,
+//! the end-to-end tests and the benchmarks all build an agent through [`start`]. It settles
+//! what the agent offers (given, or read from the host: capacity, local images, GPUs), links
+//! it to the control plane over NATS (with its credential, its outbox on disk) and runs it on
+//! the Docker runtime or the simulated one, until its stop; the [`AgentHost`] it returns stops
+//! it or waits for its end.
+//!
+//! The configuration is the agent's own ([`HostConfig`]): the binary maps its settings and
+//! arguments into it, so the agent does not depend on how berth is configured.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::Docker;
+use bus::LinkError;
+use domain::payloads::ResourceSlots;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::docker::{self, HostImages, RuntimeConfig};
+use crate::{AgentError, AgentSpec};
+
+/// How an agent host is started.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The agent's id: 1 to 64 letters, digits, `-` and `_` (a subject token).
+    pub agent_id: String,
+    pub resource_group: String,
+    /// What it offers; each part not given is read from the host.
+    pub offer: Offered,
+    /// How it reaches NATS.
+    pub nats: Nats,
+    /// The subjects and streams it meets the control plane on.
+    pub subjects: bus::Subjects,
+    /// Where its reports wait until the control plane has them ([`outbox_in`] places it
+    /// under the host's data directory).
+    pub outbox: PathBuf,
+    pub runtime: Runtime,
+}
+
+/// What a host offers; a part left `None` is read from the host.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Offered {
+    /// Default: the engine's CPU count (8 cores on a simulated host).
+    pub cpu_milli: Option<u64>,
+    /// Default: the engine's memory (16 GiB on a simulated host).
+    pub memory_bytes: Option<u64>,
+    /// Default: the GPUs NVML finds.
+    pub gpu_milli: Option<u64>,
+    /// Default: the images on the host (`berth/shell` and `berth/python` on a simulated one).
+    pub images: Option<HostImages>,
+}
+
+impl Offered {
+    /// Exactly `capacity` and `images`: nothing is read from the host.
+    pub fn fixed(capacity: ResourceSlots, images: HostImages) -> Offered {
+        Offered {
+            cpu_milli: Some(capacity.cpu_milli),
+            memory_bytes: Some(capacity.memory_bytes),
+            gpu_milli: Some(capacity.gpu_milli),
+            images: Some(images),
+        }
+    }
+}
+
+/// How an agent reaches NATS.
+#[derive(Debug, Clone)]
+pub enum Nats {
+    /// Connects to `url` as the agent, with its credential (the nkey seed it got at
+    /// admission) when it has one, or else as the user the URL names.
+    Connect { url: String, seed: Option<String> },
+    /// Over a connection already open (tests and benchmarks share theirs).
+    Client(async_nats::Client),
+}
+
+/// What runs the sessions placed on the agent.
+#[derive(Debug, Clone)]
+pub enum Runtime {
+    /// Containers, through the engine; the agent offers its ports at
+    /// `config.publish_address`.
+    Docker {
+        engine: Docker,
+        config: RuntimeConfig,
+    },
+    /// No containers (`simulate`): a batch session ends after `batch_runs_for`.
+    Simulated { batch_runs_for: Duration },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("`{0}`: an agent's id is 1 to 64 letters, digits, `-` and `_`")]
+    InvalidId(String),
+    #[error("read the credential {}", path.display())]
+    Credential {
+        path: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] bollard::errors::Error),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("the agent's task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The capacity a simulated host offers by default.
+const SIMULATED_CAPACITY: ResourceSlots = ResourceSlots {
+    cpu_milli: 8_000,
+    memory_bytes: 16 << 30,
+    gpu_milli: 0,
+};
+
+/// The images a simulated host offers by default.
+fn simulated_images() -> HostImages {
+    HostImages {
+        names: vec!["berth/shell:latest".into(), "berth/python:latest".into()],
+        ..Default::default()
+    }
+}
+
+/// Refuses an id that is not a subject token (1 to 64 letters, digits, `-` and `_`).
+pub fn check_id(agent_id: &str) -> Result<(), HostError> {
+    if bus::subjects::is_valid_agent_id(agent_id) {
+        Ok(())
+    } else {
+        Err(HostError::InvalidId(agent_id.to_owned()))
+    }
+}
+
+/// Where an agent's outbox lives under its host's data directory.
+pub fn outbox_in(data_dir: &Path, agent_id: &str) -> PathBuf {
+    data_dir.join("outbox").join(agent_id)
+}
+
+/// The credential (nkey seed) in the file at `path`, as `berth admin agent admit` wrote it.
+pub fn read_credential(path: &Path) -> Result<String, HostError> {
+    let seed = std::fs::read_to_string(path).map_err(|error| HostError::Credential {
+        path: path.to_owned(),
+        error,
+    })?;
+    Ok(seed.trim().to_owned())
+}
+
+/// Starts the agent host `config` describes: it registers, then runs the sessions placed on
+/// it until `stop`.
+pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentHost, HostError> {
+    let HostConfig {
+        agent_id,
+        resource_group,
+        offer,
+        nats,
+        subjects,
+        outbox,
+        runtime,
+    } = config;
+    check_id(&agent_id)?;
+    let engine = match &runtime {
+        Runtime::Docker { engine, .. } => Some(engine),
+        Runtime::Simulated { .. } => None,
+    };
+    let host = match engine {
+        Some(docker) if offer.cpu_milli.is_none() || offer.memory_bytes.is_none() => {
+            docker::host_capacity(docker).await?
+        }
+        Some(_) => ResourceSlots::default(),
+        None => SIMULATED_CAPACITY,
+    };
+    let images = match (offer.images, engine) {
+        (Some(images), _) => images,
+        (None, Some(docker)) => docker::local_images(docker).await?,
+        (None, None) => simulated_images(),
+    };
+    let spec = AgentSpec {
+        agent_id,
+        resource_group,
+        capacity: ResourceSlots {
+            cpu_milli: offer.cpu_milli.unwrap_or(host.cpu_milli),
+            memory_bytes: offer.memory_bytes.unwrap_or(host.memory_bytes),
+            gpu_milli: offer
+                .gpu_milli
+                .unwrap_or_else(|| crate::gpu::discover().gpu_milli()),
+        },
+        images: images.names,
+        image_apps: images.apps,
+        // Only a Docker agent publishes ports.
+        address: match &runtime {
+            Runtime::Docker { config, .. } => Some(config.publish_address.clone()),
+            Runtime::Simulated { .. } => None,
+        },
+    };
+    let client = match nats {
+        Nats::Connect { url, seed } => bus::link::connect(&url, &spec.agent_id, seed).await?,
+        Nats::Client(client) => client,
+    };
+    let link = bus::Link::new(client, &spec.agent_id, subjects, &outbox)?;
+    let agent_id = spec.agent_id.clone();
+    let task = match runtime {
+        Runtime::Docker { engine, config } => {
+            tokio::spawn(docker::run(link, engine, spec, config, stop.clone()))
+        }
+        Runtime::Simulated { batch_runs_for } => {
+            tokio::spawn(crate::simulate(link, spec, batch_runs_for, stop.clone()))
+        }
+    };
+    Ok(AgentHost {
+        agent_id,
+        stop,
+        task,
+    })
+}
+
+/// A started agent host. Dropping it leaves the agent running until its stop.
+#[derive(Debug)]
+pub struct AgentHost {
+    agent_id: String,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), AgentError>>,
+}
+
+impl AgentHost {
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    /// Waits for the agent's end: after its stop, or when it failed.
+    pub async fn finished(self) -> Result<(), HostError> {
+        Ok(self.task.await??)
+    }
+
+    /// Stops the agent (its stop token, shared with whoever gave it) and waits for its end.
+    pub async fn stop(self) -> Result<(), HostError> {
+        self.stop.cancel();
+        self.finished().await
+    }
+
+    /// Ends the agent at once, as a killed process ends: its sessions' containers stay.
+    /// `None` when it was running until then; otherwise how it had ended before.
+    pub async fn kill(self) -> Option<Result<(), HostError>> {
+        self.task.abort();
+        match self.task.await {
+            Err(e) if e.is_cancelled() => None,
+            Err(e) => Some(Err(e.into())),
+            Ok(ended) => Some(ended.map_err(HostError::from)),
+        }
+    }
+}
