@@ -1,7 +1,7 @@
 //! Agents on the bus: what an agent reports is recorded once, only for sessions placed on it;
 //! commands wait for an agent that is away; a report that finds no recorder waits (in the
 //! agent's outbox, across an agent restart) and is recorded once the recorder is back.
-//! Agents here are the simulated runtime (`agent::simulate`) or raw NATS requests: the
+//! Agents here are the simulated runtime (`agent::host::Runtime::Simulated`) or raw NATS requests: the
 //! recorder, dispatcher, relay and PostgreSQL are the real ones.
 
 use std::time::Duration;
