@@ -3,7 +3,8 @@
 //!
 //! - [`projection`]: the `sessions` read model it serves.
 //! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
-//! - `db`: the reads the handlers make, the crate's only SQL besides the projection.
+//! - `db`: the reads the handlers make, one module per resource, the crate's only SQL besides
+//!   the projection.
 //! - [`model`]: the bodies the API answers with, as types the CLI reads back.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
 //! - [`proxy`]: the app proxy, the only door into a session's apps.

@@ -75,7 +75,9 @@ pub async fn events(
                 let mine = match cached {
                     Some(mine) => mine,
                     None => {
-                        let owner = crate::db::ledger_owner(&pool, session).await.ok()?;
+                        let owner = crate::db::sessions::ledger_owner(&pool, session)
+                            .await
+                            .ok()?;
                         let mine = owner == Some(user);
                         owners.lock().await.insert(session, mine);
                         mine

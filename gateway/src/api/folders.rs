@@ -42,6 +42,6 @@ pub async fn list_folders(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<Folders>, ApiError> {
-    let folders = db::folders(&state.pool, caller.user_id).await?;
+    let folders = db::folders::folders(&state.pool, caller.user_id).await?;
     Ok(Json(Folders { folders }))
 }
