@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// How often the dependencies are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(1);

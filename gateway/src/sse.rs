@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::api::Caller;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// One server-sent event as a client reads it (OpenAPI 3.1 describes an event stream by its
 /// events): its name, its id where it has one, and its data, JSON text. Only described: axum's

@@ -16,7 +16,7 @@ use super::{check_may_act, parse_body, parse_id, Caller};
 use crate::error::ApiError;
 use crate::model::SessionDetail;
 use crate::proxy::{OpenRequest, ProxyError};
-use crate::AppState;
+use crate::state::AppState;
 
 /// A session and one of its apps.
 #[derive(Debug, Deserialize, IntoParams)]

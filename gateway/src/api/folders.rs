@@ -11,7 +11,7 @@ use super::{parse_body, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{FolderCreated, Folders};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `POST /v1/folders`'s body.
 #[derive(serde::Deserialize, utoipa::ToSchema)]

@@ -13,7 +13,7 @@ use crate::db;
 use crate::db::history::{HistoryFilter, HistoryOrder};
 use crate::error::ApiError;
 use crate::model::History;
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/sessions/{id}/history`'s parameters: filters, each optional, and the order.
 #[derive(Debug, Deserialize, IntoParams)]

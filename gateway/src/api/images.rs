@@ -21,7 +21,7 @@ use super::{check_may_act, parse_body, parse_id, Caller, SessionId};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{CommitStarted, CustomImages};
-use crate::AppState;
+use crate::state::AppState;
 
 /// What to call the image.
 #[derive(Debug, Deserialize, ToSchema)]

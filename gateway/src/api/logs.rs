@@ -20,7 +20,7 @@ use crate::db;
 use crate::error::ApiError;
 use crate::model::{KernelLog, Logs};
 use crate::sse::StreamedEvent;
-use crate::AppState;
+use crate::state::AppState;
 
 /// How often a followed session's kept output is read again.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);

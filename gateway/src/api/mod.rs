@@ -45,7 +45,7 @@ use uuid::Uuid;
 use self::query::NUL_REFUSED;
 use crate::db;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// A session named in a path. Any text is taken, so an id that is not a UUID is a 404 like
 /// any other unknown session (see [`parse_id`]); the document says it is a UUID.
@@ -75,7 +75,7 @@ impl FromRequestParts<AppState> for Caller {
                 )
                 .field("X-API-Key")
             })?;
-        state.authenticate(key).await.map(Caller)
+        authenticate(state, key).await.map(Caller)
     }
 }
 
@@ -221,6 +221,25 @@ async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
         }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
+}
+
+/// The owner of API key `key`: from the state's cache while fresh, else from the ledger
+/// (and then kept); 401 `unauthenticated` for a key nobody owns.
+async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
+    let digest = events::ledger::key_digest(key);
+    if let Some(owner) = state.keys.fresh(&digest).await {
+        return Ok(owner);
+    }
+    let owner = lookup_key(state, key).await?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "unknown API key",
+        )
+        .field("X-API-Key")
+    })?;
+    state.keys.keep(digest, owner.clone()).await;
+    Ok(owner)
 }
 
 /// Looks a key up in the ledger.

@@ -23,7 +23,7 @@ use super::{parse_body, query, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{NoticePage, Unread, Webhook};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/notifications`'s parameters.
 #[derive(Debug, Deserialize, IntoParams)]

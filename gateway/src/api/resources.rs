@@ -10,7 +10,7 @@ use super::{query, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{Presets, ResourceSummary, Whoami};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/resources`'s parameters.
 #[derive(Debug, Deserialize, IntoParams)]

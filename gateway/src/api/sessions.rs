@@ -19,7 +19,7 @@ use crate::db;
 use crate::db::sessions::{Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;
 use crate::model::{Created, Renamed, SessionDetail, SessionPage, Terminated};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Create sessions (`count`: N; those that do not fit wait in the queue).
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
