@@ -11,8 +11,10 @@
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
 //! - [`error`]: every error as a status and JSON naming the field.
+//! - [`run`]: [`run::serve`], the API on a listener kept across restarts, with the work behind
+//!   it on tasks it owns.
 //! - `state`: [`AppState`], what every handler shares (the crate's bottom; this file is its top:
-//!   the router over it and [`serve`]).
+//!   the router over it).
 
 pub mod api;
 pub mod cache;
@@ -23,6 +25,7 @@ pub mod openapi;
 pub mod projection;
 pub mod proxy;
 pub mod ready;
+pub mod run;
 pub mod sse;
 mod state;
 
@@ -125,17 +128,6 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
         .and_then(|v| v.to_str().ok());
     events::trace::follow(&span, traceparent);
     span
-}
-
-/// Serves the API on `listener` until `stop`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    stop: tokio_util::sync::CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
 }
 
 #[cfg(test)]

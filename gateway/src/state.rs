@@ -35,6 +35,8 @@ pub struct AppState {
     pub proxy: Option<Arc<proxy::Proxy>>,
     /// The last check of PostgreSQL, NATS and the log's readers (`/readyz`).
     pub readiness: ready::Readiness,
+    /// Whether [`crate::run::serve`] keeps `readiness` checked ([`AppState::watch_readiness`]).
+    pub(crate) watches_readiness: bool,
     /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
     /// for a connection PostgreSQL is slow to give.
     creates: Arc<tokio::sync::Semaphore>,
@@ -49,39 +51,33 @@ impl AppState {
     }
 
     /// [`AppState::new`] with detail documents served from memory for at most `detail_ttl`
-    /// when no event says they changed.
+    /// when no event says they changed (while [`crate::run::serve`] follows the session
+    /// events, with NATS).
     pub fn with_detail_ttl(
         pool: Pool,
         nats: Option<async_nats::Client>,
         topology: Topology,
         detail_ttl: Duration,
     ) -> AppState {
-        let details = Arc::new(cache::DetailCache::new(detail_ttl));
-        if let Some(client) = &nats {
-            let subject = topology.category_subject("session");
-            tokio::spawn(details.clone().follow(client.clone(), subject));
-        }
         AppState {
             pool,
             nats,
             topology,
             agent_bus: bus::Subjects::default(),
             keys: KeyCache::default(),
-            details,
+            details: Arc::new(cache::DetailCache::new(detail_ttl)),
             proxy: None,
             readiness: ready::Readiness::default(),
+            watches_readiness: false,
             creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
         }
     }
 
-    /// Checks PostgreSQL, NATS and the log's readers every second until `stop`, for
-    /// `/readyz` and to answer writes 503 at once while PostgreSQL is down.
-    pub fn watch_readiness(self, stop: tokio_util::sync::CancellationToken) -> AppState {
-        let watch = self
-            .readiness
-            .clone()
-            .watch(self.pool.clone(), self.nats.clone(), stop);
-        tokio::spawn(watch);
+    /// This state with PostgreSQL, NATS and the log's readers checked every second while
+    /// [`crate::run::serve`] runs, for `/readyz` and to answer writes 503 at once while
+    /// PostgreSQL is down.
+    pub fn watch_readiness(mut self) -> AppState {
+        self.watches_readiness = true;
         self
     }
 
@@ -115,26 +111,11 @@ impl AppState {
         })
     }
 
-    /// This state with the app proxy serving circuits as `config` says, following session
-    /// events (to close their circuits) and closing idle circuits until `stop`.
-    pub fn with_proxy(
-        mut self,
-        config: proxy::ProxyConfig,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> AppState {
-        let proxy = proxy::Proxy::new(config, self.pool.clone());
-        tokio::spawn(proxy.clone().close_idle(stop.clone()));
-        if let Some(nats) = &self.nats {
-            let subject = self.topology.category_subject("session");
-            tokio::spawn(
-                proxy
-                    .clone()
-                    .follow_sessions(nats.clone(), subject, stop.clone()),
-            );
-            let activity = self.agent_bus.idle_activity();
-            tokio::spawn(proxy.clone().report_activity(nats.clone(), activity, stop));
-        }
-        self.proxy = Some(proxy);
+    /// This state with the app proxy serving circuits as `config` says; while
+    /// [`crate::run::serve`] runs, the proxy follows session events (to close their
+    /// circuits), reports the apps' activity and closes idle circuits.
+    pub fn with_proxy(mut self, config: proxy::ProxyConfig) -> AppState {
+        self.proxy = Some(proxy::Proxy::new(config, self.pool.clone()));
         self
     }
 
