@@ -401,7 +401,9 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         )
         .with_agent_bus(config.agent_bus.clone())
         .with_create_queue(config.create_queue)
-        .watch_readiness(stop.clone());
+        .watch_readiness();
+        // Bound once, here, so a port already taken stops the start; each run of the
+        // supervised gateway serves on this same socket.
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;
@@ -415,16 +417,19 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
                     ports,
                     idle_after: config.proxy_idle,
                 };
-                state.with_proxy(proxy, stop.clone())
+                state.with_proxy(proxy)
             }
             None => state,
         };
         tracing::info!(%address, "gateway listening");
         gateway = Some(address);
-        let s = stop.clone();
-        tasks.spawn(async move {
-            gateway::serve(listener, state, s).await?;
-            Ok(())
+        let listener = gateway::run::Listener::from(listener);
+        keep(&mut tasks, "gateway", &stop, move |s| {
+            let (listener, state) = (listener.clone(), state.clone());
+            async move {
+                gateway::run::serve(listener, state, s).await?;
+                Ok(())
+            }
         });
     }
     Ok(App {

@@ -573,7 +573,7 @@ pub async fn gateway(
     let state = gateway::AppState::new(pool.clone(), follow, topology.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
-    tokio::spawn(gateway::serve(listener, state, stop.clone()));
+    tokio::spawn(gateway::run::serve(listener.into(), state, stop.clone()));
     let ids = Arc::new(ids);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)

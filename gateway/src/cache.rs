@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Longest time a document is served from memory, whatever the events say (by default).
@@ -117,8 +118,14 @@ impl DetailCache {
         }
     }
 
-    /// Follows the session events on NATS until the subscription ends; caches only meanwhile.
-    pub async fn follow(self: Arc<Self>, nats: async_nats::Client, subject: String) {
+    /// Follows the session events on NATS until the subscription ends or `stop`; caches only
+    /// meanwhile.
+    pub async fn follow(
+        self: Arc<Self>,
+        nats: async_nats::Client,
+        subject: String,
+        stop: CancellationToken,
+    ) {
         let mut subscriber = match nats.subscribe(subject).await {
             Ok(s) => s,
             Err(e) => {
@@ -127,7 +134,10 @@ impl DetailCache {
             }
         };
         self.live.store(true, Ordering::Release);
-        while let Some(message) = subscriber.next().await {
+        while let Some(message) = tokio::select! {
+            _ = stop.cancelled() => None,
+            message = subscriber.next() => message,
+        } {
             let Ok(event) = serde_json::from_slice::<events::RecordedEvent>(&message.payload)
             else {
                 continue;

@@ -3,13 +3,18 @@
 //!
 //! - [`projection`]: the `sessions` read model it serves.
 //! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
-//! - `db`: the reads the handlers make, the crate's only SQL besides the projection.
+//! - `db`: the reads the handlers make, one module per resource, the crate's only SQL besides
+//!   the projection.
 //! - [`model`]: the bodies the API answers with, as types the CLI reads back.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
 //! - [`proxy`]: the app proxy, the only door into a session's apps.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
 //! - [`error`]: every error as a status and JSON naming the field.
+//! - [`run`]: [`run::serve`], the API on a listener kept across restarts, with the work behind
+//!   it on tasks it owns.
+//! - `state`: [`AppState`], what every handler shares (the crate's bottom; this file is its top:
+//!   the router over it).
 
 pub mod api;
 pub mod cache;
@@ -20,20 +25,14 @@ pub mod openapi;
 pub mod projection;
 pub mod proxy;
 pub mod ready;
+pub mod run;
 pub mod sse;
+mod state;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::time::Instant;
+pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
 use axum::extract::DefaultBodyLimit;
 use axum::{Json, Router};
-use deadpool_postgres::Pool;
-use events::ledger::KeyOwner;
-use events::relay::Topology;
-use tokio::sync::RwLock;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -43,154 +42,6 @@ use crate::error::ApiError;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
-/// How long a looked-up API key is trusted before it is looked up again.
-const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    pub pool: Pool,
-    pub nats: Option<async_nats::Client>,
-    pub topology: Topology,
-    /// Where the control plane's services answer on NATS (the idle-reaper's readings).
-    pub agent_bus: bus::Subjects,
-    keys: Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>,
-    pub(crate) details: Arc<cache::DetailCache>,
-    /// The app proxy, when this gateway serves one.
-    pub proxy: Option<Arc<proxy::Proxy>>,
-    /// The last check of PostgreSQL, NATS and the log's readers (`/readyz`).
-    pub readiness: ready::Readiness,
-    /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
-    /// for a connection PostgreSQL is slow to give.
-    creates: Arc<tokio::sync::Semaphore>,
-}
-
-/// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
-pub const DEFAULT_CREATE_QUEUE: usize = 64;
-
-impl AppState {
-    pub fn new(pool: Pool, nats: Option<async_nats::Client>, topology: Topology) -> AppState {
-        AppState::with_detail_ttl(pool, nats, topology, cache::DEFAULT_TTL)
-    }
-
-    /// [`AppState::new`] with detail documents served from memory for at most `detail_ttl`
-    /// when no event says they changed.
-    pub fn with_detail_ttl(
-        pool: Pool,
-        nats: Option<async_nats::Client>,
-        topology: Topology,
-        detail_ttl: Duration,
-    ) -> AppState {
-        let details = Arc::new(cache::DetailCache::new(detail_ttl));
-        if let Some(client) = &nats {
-            let subject = topology.category_subject("session");
-            tokio::spawn(details.clone().follow(client.clone(), subject));
-        }
-        AppState {
-            pool,
-            nats,
-            topology,
-            agent_bus: bus::Subjects::default(),
-            keys: Arc::default(),
-            details,
-            proxy: None,
-            readiness: ready::Readiness::default(),
-            creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
-        }
-    }
-
-    /// Checks PostgreSQL, NATS and the log's readers every second until `stop`, for
-    /// `/readyz` and to answer writes 503 at once while PostgreSQL is down.
-    pub fn watch_readiness(self, stop: tokio_util::sync::CancellationToken) -> AppState {
-        let watch = self
-            .readiness
-            .clone()
-            .watch(self.pool.clone(), self.nats.clone(), stop);
-        tokio::spawn(watch);
-        self
-    }
-
-    /// At most `creates` create requests in flight; more are answered 503 `busy`.
-    pub fn with_create_queue(mut self, creates: usize) -> AppState {
-        self.creates = Arc::new(tokio::sync::Semaphore::new(creates));
-        self
-    }
-
-    /// The NATS client while it is connected; otherwise 503 `bus_unavailable`, saying that
-    /// `what` cannot be done now.
-    pub(crate) fn bus(&self, what: &str) -> Result<&async_nats::Client, ApiError> {
-        match &self.nats {
-            Some(client)
-                if client.connection_state() == async_nats::connection::State::Connected =>
-            {
-                Ok(client)
-            }
-            _ => Err(ApiError::bus_unavailable(what)),
-        }
-    }
-
-    /// A place among the creates in flight, or 503 `busy` when the queue is full.
-    pub(crate) fn admit_create(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-        self.creates.clone().try_acquire_owned().map_err(|_| {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "too many sessions are being created at once; try again",
-            )
-        })
-    }
-
-    /// This state with the app proxy serving circuits as `config` says, following session
-    /// events (to close their circuits) and closing idle circuits until `stop`.
-    pub fn with_proxy(
-        mut self,
-        config: proxy::ProxyConfig,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> AppState {
-        let proxy = proxy::Proxy::new(config, self.pool.clone());
-        tokio::spawn(proxy.clone().close_idle(stop.clone()));
-        if let Some(nats) = &self.nats {
-            let subject = self.topology.category_subject("session");
-            tokio::spawn(
-                proxy
-                    .clone()
-                    .follow_sessions(nats.clone(), subject, stop.clone()),
-            );
-            let activity = self.agent_bus.idle_activity();
-            tokio::spawn(proxy.clone().report_activity(nats.clone(), activity, stop));
-        }
-        self.proxy = Some(proxy);
-        self
-    }
-
-    /// This state with the services answering under `subjects` (a test's own root).
-    pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
-        self.agent_bus = subjects;
-        self
-    }
-
-    async fn authenticate(&self, key: &str) -> Result<KeyOwner, ApiError> {
-        let digest = events::ledger::key_digest(key);
-        if let Some((owner, at)) = self.keys.read().await.get(&digest) {
-            if at.elapsed() < KEY_CACHE_TTL {
-                return Ok(owner.clone());
-            }
-        }
-        let owner = api::lookup_key(self, key).await?.ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "unknown API key",
-            )
-            .field("X-API-Key")
-        })?;
-        self.keys
-            .write()
-            .await
-            .insert(digest, (owner.clone(), Instant::now()));
-        Ok(owner)
-    }
-}
 
 /// Every route, registered once here, each with the description its handler's
 /// `#[utoipa::path]` gives; [`openapi::document`] is generated from the same list.
@@ -277,17 +128,6 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
         .and_then(|v| v.to_str().ok());
     events::trace::follow(&span, traceparent);
     span
-}
-
-/// Serves the API on `listener` until `stop`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    stop: tokio_util::sync::CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
 }
 
 #[cfg(test)]

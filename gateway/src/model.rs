@@ -90,7 +90,7 @@ pub struct Usage {
 }
 
 /// `GET /v1/sessions/{id}`: everything about one session. PostgreSQL builds this document in
-/// one statement (`db::detail`); a test holds it to this type.
+/// one statement (`db::sessions::detail`); a test holds it to this type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionDetail {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// How often the dependencies are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -196,7 +196,7 @@ impl Readiness {
 /// Each checkpointed reader's lag behind the log.
 async fn lags(pool: &Pool) -> Result<Vec<ReaderLag>, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    let lags = crate::db::reader_lags(&client, LAG_COUNTED_UP_TO)
+    let lags = crate::db::ready::reader_lags(&client, LAG_COUNTED_UP_TO)
         .await
         .map_err(|e| e.to_string())?;
     Ok(lags

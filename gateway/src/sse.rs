@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::api::Caller;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// One server-sent event as a client reads it (OpenAPI 3.1 describes an event stream by its
 /// events): its name, its id where it has one, and its data, JSON text. Only described: axum's
@@ -75,7 +75,9 @@ pub async fn events(
                 let mine = match cached {
                     Some(mine) => mine,
                     None => {
-                        let owner = crate::db::ledger_owner(&pool, session).await.ok()?;
+                        let owner = crate::db::sessions::ledger_owner(&pool, session)
+                            .await
+                            .ok()?;
                         let mine = owner == Some(user);
                         owners.lock().await.insert(session, mine);
                         mine

@@ -16,7 +16,7 @@ use super::{check_may_act, parse_body, parse_id, Caller};
 use crate::error::ApiError;
 use crate::model::SessionDetail;
 use crate::proxy::{OpenRequest, ProxyError};
-use crate::AppState;
+use crate::state::AppState;
 
 /// A session and one of its apps.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -184,7 +184,7 @@ impl From<ProxyError> for ApiError {
 }
 
 async fn session(state: &AppState, id: Uuid) -> Result<SessionDetail, ApiError> {
-    let detail = crate::db::detail(&state.pool, id)
+    let detail = crate::db::sessions::detail(&state.pool, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
     serde_json::from_str(&detail.body).map_err(ApiError::internal)
@@ -202,7 +202,7 @@ pub async fn list_apps(
     let id = parse_id(&id)?;
     check_may_act(&state, &caller, id).await?;
     let detail = session(&state, id).await?;
-    let circuits = crate::db::circuits(&state.pool, Some(id), None)
+    let circuits = crate::db::circuits::circuits(&state.pool, Some(id), None)
         .await?
         .into_iter()
         .map(|row| {

@@ -11,7 +11,7 @@ use super::{parse_body, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{FolderCreated, Folders};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `POST /v1/folders`'s body.
 #[derive(serde::Deserialize, utoipa::ToSchema)]
@@ -42,6 +42,6 @@ pub async fn list_folders(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<Folders>, ApiError> {
-    let folders = db::folders(&state.pool, caller.user_id).await?;
+    let folders = db::folders::folders(&state.pool, caller.user_id).await?;
     Ok(Json(Folders { folders }))
 }

@@ -9,10 +9,11 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::{check_may_see, parse_id, query, Caller, SessionId};
-use crate::db::{self, HistoryFilter, HistoryOrder};
+use crate::db;
+use crate::db::history::{HistoryFilter, HistoryOrder};
 use crate::error::ApiError;
 use crate::model::History;
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/sessions/{id}/history`'s parameters: filters, each optional, and the order.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -67,7 +68,7 @@ pub async fn session_history(
         message: p.message,
     };
     let order = p.sort.unwrap_or_default();
-    let history = db::history(&state.pool, id, &filter, order).await?;
+    let history = db::history::history(&state.pool, id, &filter, order).await?;
     Ok(Json(History {
         session_id: id,
         history,

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::{check_may_act, parse_body, parse_id, Caller, SessionId};
 use crate::error::ApiError;
 use crate::model::Exempted;
-use crate::AppState;
+use crate::state::AppState;
 
 /// How long the gateway waits for the idle-reaper's answer.
 const ASK_REAPER: Duration = Duration::from_secs(2);

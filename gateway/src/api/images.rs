@@ -21,7 +21,7 @@ use super::{check_may_act, parse_body, parse_id, Caller, SessionId};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{CommitStarted, CustomImages};
-use crate::AppState;
+use crate::state::AppState;
 
 /// What to call the image.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -49,11 +49,11 @@ pub async fn commit_session(
     let CommitRequest { name } = parse_body(body)?;
     check_image_name(&name).map_err(|m| ApiError::invalid("name", m))?;
     check_may_act(&state, &caller, id).await?;
-    let owner = db::ledger_owner(&state.pool, id)
+    let owner = db::sessions::ledger_owner(&state.pool, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
     let image = custom_image(owner, &name);
-    let allowance = db::custom_image_allowance(&state.pool, owner).await?;
+    let allowance = db::images::custom_image_allowance(&state.pool, owner).await?;
     if allowance.images.contains(&image) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -100,7 +100,7 @@ pub async fn list_images(
     Caller(caller): Caller,
 ) -> Result<Json<CustomImages>, ApiError> {
     Ok(Json(CustomImages {
-        items: db::custom_images(&state.pool, caller.user_id).await?,
+        items: db::images::custom_images(&state.pool, caller.user_id).await?,
     }))
 }
 
@@ -121,7 +121,7 @@ pub async fn remove_image(
     Path(ImageName { name }): Path<ImageName>,
 ) -> Result<StatusCode, ApiError> {
     let image = custom_image(caller.user_id, &name);
-    let found = db::custom_images(&state.pool, caller.user_id)
+    let found = db::images::custom_images(&state.pool, caller.user_id)
         .await?
         .into_iter()
         .find(|i| i.image == image)

@@ -20,7 +20,7 @@ use crate::db;
 use crate::error::ApiError;
 use crate::model::{KernelLog, Logs};
 use crate::sse::StreamedEvent;
-use crate::AppState;
+use crate::state::AppState;
 
 /// How often a followed session's kept output is read again.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -55,7 +55,7 @@ pub async fn session_logs(
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());
     }
-    let kernels = db::logs(&state.pool, id).await?;
+    let kernels = db::logs::logs(&state.pool, id).await?;
     let logs = Logs {
         session_id: id,
         status,
@@ -115,8 +115,10 @@ fn follow_logs(
                 return None;
             }
             // A failed read is tried again at the next poll; the stream stays open.
-            let ended = db::has_ended(&tail.pool, id).await.unwrap_or(false);
-            let logs = db::logs(&tail.pool, id).await.unwrap_or_default();
+            let ended = db::sessions::has_ended(&tail.pool, id)
+                .await
+                .unwrap_or(false);
+            let logs = db::logs::logs(&tail.pool, id).await.unwrap_or_default();
             tail.queue_new(&logs);
             // Once the session has ended, what is kept is all there will be.
             let all_complete = ended || (!logs.is_empty() && logs.iter().all(|l| l.complete));

@@ -45,7 +45,7 @@ use uuid::Uuid;
 use self::query::NUL_REFUSED;
 use crate::db;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// A session named in a path. Any text is taken, so an id that is not a UUID is a 404 like
 /// any other unknown session (see [`parse_id`]); the document says it is a UUID.
@@ -75,7 +75,7 @@ impl FromRequestParts<AppState> for Caller {
                 )
                 .field("X-API-Key")
             })?;
-        state.authenticate(key).await.map(Caller)
+        authenticate(state, key).await.map(Caller)
     }
 }
 
@@ -180,11 +180,11 @@ pub(crate) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 /// Checks that the caller may see session `id` in the views (a 404 otherwise, whoever owns
 /// it), waiting for the view when the session was only just created.
 async fn check_may_see(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(), ApiError> {
-    let owner = match db::view_owner(&state.pool, id).await? {
+    let owner = match db::sessions::view_owner(&state.pool, id).await? {
         Some(owner) => Some(owner),
         None => {
             await_view(state, caller, id).await?;
-            db::view_owner(&state.pool, id).await?
+            db::sessions::view_owner(&state.pool, id).await?
         }
     };
     match owner {
@@ -200,7 +200,7 @@ async fn check_may_see(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
 async fn await_view(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(), ApiError> {
     check_may_act(state, caller, id).await?;
     for _ in 0..100 {
-        if db::view_owner(&state.pool, id).await?.is_some() {
+        if db::sessions::view_owner(&state.pool, id).await?.is_some() {
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -215,12 +215,31 @@ async fn await_view(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(),
 /// The owner of a session from the ledger (exact, unlike the projection, so a session just
 /// created is there), checked against the caller; the session's status.
 async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<String, ApiError> {
-    match db::ledger_owner_status(&state.pool, id).await? {
+    match db::sessions::ledger_owner_status(&state.pool, id).await? {
         Some((owner, status)) if caller.role == Role::Superadmin || owner == caller.user_id => {
             Ok(status)
         }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
+}
+
+/// The owner of API key `key`: from the state's cache while fresh, else from the ledger
+/// (and then kept); 401 `unauthenticated` for a key nobody owns.
+async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
+    let digest = events::ledger::key_digest(key);
+    if let Some(owner) = state.keys.fresh(&digest).await {
+        return Ok(owner);
+    }
+    let owner = lookup_key(state, key).await?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "unknown API key",
+        )
+        .field("X-API-Key")
+    })?;
+    state.keys.keep(digest, owner.clone()).await;
+    Ok(owner)
 }
 
 /// Looks a key up in the ledger.

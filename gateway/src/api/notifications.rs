@@ -23,7 +23,7 @@ use super::{parse_body, query, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{NoticePage, Unread, Webhook};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/notifications`'s parameters.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -46,7 +46,7 @@ pub async fn list_notifications(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<NoticePage>, ApiError> {
     let p: NoticeParams = query::parse(raw.as_deref())?;
-    let page = db::notices(
+    let page = db::notifications::notices(
         &state.pool,
         caller.user_id,
         p.unread.unwrap_or(false),
@@ -87,7 +87,7 @@ pub async fn mark_read(
     }
     if ids.is_empty() && !all {
         return Ok(Json(Unread {
-            unread: db::unread_count(&state.pool, caller.user_id).await?,
+            unread: db::notifications::unread_count(&state.pool, caller.user_id).await?,
         }));
     }
     let event = Event::NotificationsRead(NotificationsRead {
@@ -101,14 +101,15 @@ pub async fn mark_read(
     let deadline = tokio::time::Instant::now() + READ_SETTLES;
     loop {
         let pending =
-            db::unread(&state.pool, caller.user_id, &ids, all.then_some(asked_at)).await?;
+            db::notifications::unread(&state.pool, caller.user_id, &ids, all.then_some(asked_at))
+                .await?;
         if pending == 0 || tokio::time::Instant::now() >= deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(Json(Unread {
-        unread: db::unread_count(&state.pool, caller.user_id).await?,
+        unread: db::notifications::unread_count(&state.pool, caller.user_id).await?,
     }))
 }
 

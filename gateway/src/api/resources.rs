@@ -10,7 +10,7 @@ use super::{query, Caller};
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{Presets, ResourceSummary, Whoami};
-use crate::AppState;
+use crate::state::AppState;
 
 /// `GET /v1/resources`'s parameters.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -31,14 +31,19 @@ pub async fn resource_summary(
 ) -> Result<Json<ResourceSummary>, ApiError> {
     let p: ResourceParams = query::parse(query.as_deref())?;
     let group = p.resource_group.unwrap_or_else(|| "default".into());
-    if !db::group_exists(&state.pool, &group).await? {
+    if !db::resources::group_exists(&state.pool, &group).await? {
         return Err(
             ApiError::not_found(format!("no resource group is named `{group}`"))
                 .field("resource_group"),
         );
     }
-    let summary =
-        db::resource_summary(&state.pool, caller.user_id, &caller.resource_policy, &group).await?;
+    let summary = db::resources::resource_summary(
+        &state.pool,
+        caller.user_id,
+        &caller.resource_policy,
+        &group,
+    )
+    .await?;
     Ok(Json(summary))
 }
 
@@ -49,7 +54,7 @@ pub async fn presets(
     State(state): State<AppState>,
     Caller(_): Caller,
 ) -> Result<Json<Presets>, ApiError> {
-    let presets = db::presets(&state.pool).await?;
+    let presets = db::resources::presets(&state.pool).await?;
     Ok(Json(Presets { presets }))
 }
 

@@ -15,10 +15,11 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{check_may_act, parse_body, parse_id, query, Caller, SessionId};
-use crate::db::{self, Liveness, SessionFilter, SessionOrder};
+use crate::db;
+use crate::db::sessions::{Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;
 use crate::model::{Created, Renamed, SessionDetail, SessionPage, Terminated};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Create sessions (`count`: N; those that do not fit wait in the queue).
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions",
@@ -97,7 +98,8 @@ pub async fn list_sessions(
     let limit = p.limit.unwrap_or(50);
     let offset = p.offset.unwrap_or(0);
     let order = p.sort.unwrap_or_default();
-    let (total, sessions) = db::list_sessions(&state.pool, &filter, order, limit, offset).await?;
+    let (total, sessions) =
+        db::sessions::list_sessions(&state.pool, &filter, order, limit, offset).await?;
     Ok(Json(SessionPage {
         sessions,
         total,
@@ -136,11 +138,11 @@ pub async fn session_detail(
             Err(ApiError::not_found(format!("no session {id}")))
         };
     }
-    let detail = match db::detail(&state.pool, id).await? {
+    let detail = match db::sessions::detail(&state.pool, id).await? {
         Some(detail) => detail,
         None => {
             super::await_view(&state, &caller, id).await?;
-            db::detail(&state.pool, id)
+            db::sessions::detail(&state.pool, id)
                 .await?
                 .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?
         }

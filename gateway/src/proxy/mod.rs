@@ -255,7 +255,7 @@ impl Proxy {
                 }
                 Err(e) => return Err(e.into()),
             }
-            let token = db::app_token(&self.pool, session.session_id, &app.name).await?;
+            let token = db::circuits::app_token(&self.pool, session.session_id, &app.name).await?;
             let live = self.serve(opened, upstream, token, listener);
             return Ok(self.answer(&live, choice.preferred_honoured, false));
         }
@@ -333,7 +333,7 @@ impl Proxy {
         actor: &str,
         reason: CircuitCloseReason,
     ) -> Result<bool, ProxyError> {
-        let recorded = db::circuit(&self.pool, circuit_id).await?;
+        let recorded = db::circuits::circuit(&self.pool, circuit_id).await?;
         let live = lock(&self.circuits).remove(&circuit_id);
         if let Some(live) = live {
             live.stop.cancel();
@@ -366,7 +366,7 @@ impl Proxy {
         actor: &str,
         reason: CircuitCloseReason,
     ) -> Result<usize, ProxyError> {
-        let open = db::circuits(&self.pool, Some(session_id), app).await?;
+        let open = db::circuits::circuits(&self.pool, Some(session_id), app).await?;
         let mut closed = 0;
         for circuit in open {
             if self.close(circuit.circuit_id, actor, reason).await? {
@@ -385,20 +385,23 @@ impl Proxy {
     }
 
     async fn recorded_ports(&self) -> Result<BTreeSet<u16>, ProxyError> {
-        Ok(db::circuit_ports(&self.pool).await?.into_iter().collect())
+        Ok(db::circuits::circuit_ports(&self.pool)
+            .await?
+            .into_iter()
+            .collect())
     }
 
     /// Serves again the circuits the ledger holds open (after this gateway restarted), and
     /// closes those whose session ended or whose port is no longer ours to take. Cookies
     /// handed out before do not survive: their owners open the app again for a new ticket.
     pub async fn restore(self: &Arc<Self>) -> Result<(), ProxyError> {
-        for row in db::circuits(&self.pool, None, None).await? {
+        for row in db::circuits::circuits(&self.pool, None, None).await? {
             let circuit_id = row.circuit_id;
             if lock(&self.circuits).contains_key(&circuit_id) {
                 continue;
             }
             let session_id = row.session_id;
-            let detail = db::detail(&self.pool, session_id)
+            let detail = db::sessions::detail(&self.pool, session_id)
                 .await
                 .ok()
                 .flatten()
@@ -438,7 +441,7 @@ impl Proxy {
                 port,
                 admission: row.admission,
             };
-            let token = db::app_token(&self.pool, session_id, &row.app).await?;
+            let token = db::circuits::app_token(&self.pool, session_id, &row.app).await?;
             self.serve(opened, upstream, token, listener);
         }
         Ok(())

@@ -1,0 +1,171 @@
+//! How the gateway runs: [`serve`] answers the API on a [`Listener`] and owns the work
+//! behind it (the detail cache's subscription, the readiness checks, the app proxy's
+//! followers), so nothing it starts outlives it. The listener is bound once, by whoever
+//! starts the gateway (a port already taken is an error at start), and lent to each run:
+//! when a run ends before the stop (and a supervisor runs it again), the socket is not let
+//! go, so the port stays this gateway's and connections made meanwhile wait in its backlog.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::AppState;
+
+/// The gateway's bound socket, shared by the runs of [`serve`] (one at a time).
+#[derive(Clone)]
+pub struct Listener(Arc<Mutex<Option<TcpListener>>>);
+
+impl From<TcpListener> for Listener {
+    fn from(listener: TcpListener) -> Listener {
+        Listener(Arc::new(Mutex::new(Some(listener))))
+    }
+}
+
+impl Listener {
+    /// The socket, for one run that ends with `stop`; an error when another run holds it.
+    fn lend(&self, stop: CancellationToken) -> std::io::Result<Lent> {
+        let listener = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| std::io::Error::other("the gateway's socket is held by another run"))?;
+        Ok(Lent {
+            listener: Some(listener),
+            home: self.0.clone(),
+            stop,
+        })
+    }
+}
+
+/// The socket as one run holds it. When the run drops it, it goes back to its [`Listener`]
+/// for the next run, unless the gateway is stopping: then it is closed, as a listener given
+/// to `axum::serve` is, so new connections are refused while the open ones finish.
+struct Lent {
+    listener: Option<TcpListener>,
+    home: Arc<Mutex<Option<TcpListener>>>,
+    stop: CancellationToken,
+}
+
+impl axum::serve::Listener for Lent {
+    type Io = TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        let listener = self.listener.as_mut().expect("held until dropped");
+        // axum's own accept: a failed accept is logged and retried, never the end.
+        axum::serve::Listener::accept(listener).await
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener
+            .as_ref()
+            .expect("held until dropped")
+            .local_addr()
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if !self.stop.is_cancelled() {
+            *self.home.lock().unwrap_or_else(|e| e.into_inner()) = self.listener.take();
+        }
+    }
+}
+
+/// Serves the API on `listener` until `stop`, with the work behind it on tasks of its own
+/// that end with it.
+pub async fn serve(
+    listener: Listener,
+    state: AppState,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let lent = listener.lend(stop.clone())?;
+    // The work behind this run ends on the stop, or when the run ends before it.
+    let behind = stop.child_token();
+    let mut tasks = JoinSet::new();
+    start_behind(&state, &mut tasks, &behind);
+    let served = axum::serve(lent, crate::router(state))
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    behind.cancel();
+    while tasks.join_next().await.is_some() {}
+    served
+}
+
+/// Starts on `tasks`, each until `stop`: the detail cache's subscription to session events
+/// (with NATS), the readiness checks (when the state asks for them), and the app proxy's
+/// idle closer, session follower and activity reports (with a proxy; the last two with
+/// NATS).
+fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationToken) {
+    if let Some(client) = &state.nats {
+        let subject = state.topology.category_subject("session");
+        tasks.spawn(
+            state
+                .details
+                .clone()
+                .follow(client.clone(), subject, stop.clone()),
+        );
+    }
+    if state.watches_readiness {
+        let watch =
+            state
+                .readiness
+                .clone()
+                .watch(state.pool.clone(), state.nats.clone(), stop.clone());
+        tasks.spawn(watch);
+    }
+    if let Some(proxy) = &state.proxy {
+        tasks.spawn(proxy.clone().close_idle(stop.clone()));
+        if let Some(nats) = &state.nats {
+            let subject = state.topology.category_subject("session");
+            tasks.spawn(
+                proxy
+                    .clone()
+                    .follow_sessions(nats.clone(), subject, stop.clone()),
+            );
+            let activity = state.agent_bus.idle_activity();
+            tasks.spawn(
+                proxy
+                    .clone()
+                    .report_activity(nats.clone(), activity, stop.clone()),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that ends before the stop gives the socket back to the next run, which accepts
+    /// on the same port (a connection made meanwhile waits for it); a run that ends on the
+    /// stop closes it, so the port refuses.
+    #[tokio::test]
+    async fn a_run_hands_the_socket_to_the_next_and_the_stop_closes_it() {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = socket.local_addr().unwrap();
+        let listener = Listener::from(socket);
+        let stop = CancellationToken::new();
+
+        let first = listener.lend(stop.clone()).unwrap();
+        assert!(
+            listener.lend(stop.clone()).is_err(),
+            "one run at a time holds it"
+        );
+        drop(first);
+
+        let waiting = TcpStream::connect(address).await.unwrap();
+        let mut second = listener.lend(stop.clone()).unwrap();
+        let (_, from) = axum::serve::Listener::accept(&mut second).await;
+        assert_eq!(from, waiting.local_addr().unwrap());
+
+        stop.cancel();
+        drop(second);
+        assert!(TcpStream::connect(address).await.is_err(), "closed on stop");
+        assert!(listener.lend(stop).is_err());
+    }
+}

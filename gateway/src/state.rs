@@ -1,0 +1,148 @@
+//! What every handler shares ([`AppState`]): the pool, the NATS client, where events and
+//! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
+//! readiness report and the create queue. The bottom of the crate: `api/`, `ready`, `sse`
+//! and `openapi` import it; the router in `lib.rs` is built over it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use deadpool_postgres::Pool;
+use events::ledger::KeyOwner;
+use events::relay::Topology;
+use tokio::sync::RwLock;
+
+use crate::error::ApiError;
+use crate::{cache, proxy, ready};
+
+/// How long a looked-up API key is trusted before it is looked up again.
+const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: Pool,
+    pub nats: Option<async_nats::Client>,
+    pub topology: Topology,
+    /// Where the control plane's services answer on NATS (the idle-reaper's readings).
+    pub agent_bus: bus::Subjects,
+    /// API keys looked up lately (see [`KeyCache`]).
+    pub(crate) keys: KeyCache,
+    pub(crate) details: Arc<cache::DetailCache>,
+    /// The app proxy, when this gateway serves one.
+    pub proxy: Option<Arc<proxy::Proxy>>,
+    /// The last check of PostgreSQL, NATS and the log's readers (`/readyz`).
+    pub readiness: ready::Readiness,
+    /// Whether [`crate::run::serve`] keeps `readiness` checked ([`AppState::watch_readiness`]).
+    pub(crate) watches_readiness: bool,
+    /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
+    /// for a connection PostgreSQL is slow to give.
+    creates: Arc<tokio::sync::Semaphore>,
+}
+
+/// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
+pub const DEFAULT_CREATE_QUEUE: usize = 64;
+
+impl AppState {
+    pub fn new(pool: Pool, nats: Option<async_nats::Client>, topology: Topology) -> AppState {
+        AppState::with_detail_ttl(pool, nats, topology, cache::DEFAULT_TTL)
+    }
+
+    /// [`AppState::new`] with detail documents served from memory for at most `detail_ttl`
+    /// when no event says they changed (while [`crate::run::serve`] follows the session
+    /// events, with NATS).
+    pub fn with_detail_ttl(
+        pool: Pool,
+        nats: Option<async_nats::Client>,
+        topology: Topology,
+        detail_ttl: Duration,
+    ) -> AppState {
+        AppState {
+            pool,
+            nats,
+            topology,
+            agent_bus: bus::Subjects::default(),
+            keys: KeyCache::default(),
+            details: Arc::new(cache::DetailCache::new(detail_ttl)),
+            proxy: None,
+            readiness: ready::Readiness::default(),
+            watches_readiness: false,
+            creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
+        }
+    }
+
+    /// This state with PostgreSQL, NATS and the log's readers checked every second while
+    /// [`crate::run::serve`] runs, for `/readyz` and to answer writes 503 at once while
+    /// PostgreSQL is down.
+    pub fn watch_readiness(mut self) -> AppState {
+        self.watches_readiness = true;
+        self
+    }
+
+    /// At most `creates` create requests in flight; more are answered 503 `busy`.
+    pub fn with_create_queue(mut self, creates: usize) -> AppState {
+        self.creates = Arc::new(tokio::sync::Semaphore::new(creates));
+        self
+    }
+
+    /// The NATS client while it is connected; otherwise 503 `bus_unavailable`, saying that
+    /// `what` cannot be done now.
+    pub(crate) fn bus(&self, what: &str) -> Result<&async_nats::Client, ApiError> {
+        match &self.nats {
+            Some(client)
+                if client.connection_state() == async_nats::connection::State::Connected =>
+            {
+                Ok(client)
+            }
+            _ => Err(ApiError::bus_unavailable(what)),
+        }
+    }
+
+    /// A place among the creates in flight, or 503 `busy` when the queue is full.
+    pub(crate) fn admit_create(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.creates.clone().try_acquire_owned().map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "too many sessions are being created at once; try again",
+            )
+        })
+    }
+
+    /// This state with the app proxy serving circuits as `config` says; while
+    /// [`crate::run::serve`] runs, the proxy follows session events (to close their
+    /// circuits), reports the apps' activity and closes idle circuits.
+    pub fn with_proxy(mut self, config: proxy::ProxyConfig) -> AppState {
+        self.proxy = Some(proxy::Proxy::new(config, self.pool.clone()));
+        self
+    }
+
+    /// This state with the services answering under `subjects` (a test's own root).
+    pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
+        self.agent_bus = subjects;
+        self
+    }
+}
+
+/// The owners of API keys looked up lately, by the key's digest, each trusted for
+/// [`KEY_CACHE_TTL`] before it is looked up again.
+#[derive(Clone, Default)]
+pub(crate) struct KeyCache(Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>);
+
+impl KeyCache {
+    /// The owner of the key with `digest`, when it was looked up less than
+    /// [`KEY_CACHE_TTL`] ago.
+    pub(crate) async fn fresh(&self, digest: &str) -> Option<KeyOwner> {
+        match self.0.read().await.get(digest) {
+            Some((owner, at)) if at.elapsed() < KEY_CACHE_TTL => Some(owner.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `owner` as the owner of the key with `digest`, looked up now.
+    pub(crate) async fn keep(&self, digest: String, owner: KeyOwner) {
+        self.0.write().await.insert(digest, (owner, Instant::now()));
+    }
+}
