@@ -27,13 +27,34 @@ pub mod trace;
 pub use link::{Link, LinkError};
 pub use subjects::Subjects;
 
+use async_nats::jetstream::{consumer, context, stream};
+
+/// What can fail making the streams agents meet on and following them: NATS's own errors,
+/// kept as they are.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// One of the streams [`ensure_streams`] makes (`what`: commands or telemetry).
+    #[error("the {what} stream `{stream}`: {source}")]
+    Stream {
+        what: &'static str,
+        stream: String,
+        source: context::CreateStreamError,
+    },
+    #[error(transparent)]
+    GetStream(#[from] context::GetStreamError),
+    #[error(transparent)]
+    Consumer(#[from] stream::ConsumerError),
+    #[error(transparent)]
+    Messages(#[from] consumer::StreamError),
+}
+
 /// Makes the two JetStream streams agents meet on exist: commands (kept until taken, each
 /// agent's consumer taking its own) and telemetry (kept an hour; the telemetry sink and the
 /// idle-reaper read it).
 pub async fn ensure_streams(
     js: &async_nats::jetstream::Context,
     subjects: &Subjects,
-) -> Result<(), String> {
+) -> Result<(), BusError> {
     use async_nats::jetstream::stream::{Config, RetentionPolicy};
     use std::time::Duration;
     js.get_or_create_stream(Config {
@@ -45,7 +66,11 @@ pub async fn ensure_streams(
         ..Default::default()
     })
     .await
-    .map_err(|e| format!("the commands stream `{}`: {e}", subjects.commands_stream))?;
+    .map_err(|source| BusError::Stream {
+        what: "commands",
+        stream: subjects.commands_stream.clone(),
+        source,
+    })?;
     js.get_or_create_stream(Config {
         name: subjects.telemetry_stream.clone(),
         subjects: vec![subjects.all_telemetry()],
@@ -54,7 +79,11 @@ pub async fn ensure_streams(
         ..Default::default()
     })
     .await
-    .map_err(|e| format!("the telemetry stream `{}`: {e}", subjects.telemetry_stream))?;
+    .map_err(|source| BusError::Stream {
+        what: "telemetry",
+        stream: subjects.telemetry_stream.clone(),
+        source,
+    })?;
     Ok(())
 }
 

@@ -12,6 +12,8 @@ use bus::Link;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::AgentError;
+
 pub(crate) struct Commands {
     link: Link,
     messages: Option<pull::Stream>,
@@ -90,8 +92,8 @@ impl Commands {
         }
     }
 
-    async fn subscribe(&self) -> Result<pull::Stream, String> {
-        let consumer = self.link.commands().await.map_err(|e| e.to_string())?;
-        consumer.messages().await.map_err(|e| e.to_string())
+    async fn subscribe(&self) -> Result<pull::Stream, AgentError> {
+        let consumer = self.link.commands().await?;
+        Ok(consumer.messages().await.map_err(bus::BusError::from)?)
     }
 }

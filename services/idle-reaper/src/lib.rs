@@ -193,12 +193,9 @@ async fn subscribe_usage(
     js: &jetstream::Context,
     subjects: &Subjects,
     back_secs: u64,
-) -> Result<consumer::pull::Ordered, String> {
+) -> Result<consumer::pull::Ordered, bus::BusError> {
     bus::ensure_streams(js, subjects).await?;
-    let stream = js
-        .get_stream(&subjects.telemetry_stream)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = js.get_stream(&subjects.telemetry_stream).await?;
     let start_time = time::OffsetDateTime::now_utc() - time::Duration::seconds(back_secs as i64);
     let consumer = stream
         .create_consumer(consumer::pull::OrderedConfig {
@@ -206,9 +203,8 @@ async fn subscribe_usage(
             deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time },
             ..Default::default()
         })
-        .await
-        .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
+        .await?;
+    Ok(consumer.messages().await?)
 }
 
 /// Answers the gateway and the CLI: readings of a session, and the sessions due now.

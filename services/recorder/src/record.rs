@@ -27,8 +27,8 @@ pub enum RecordError {
     Command(#[from] CommandError),
     #[error("session {session} is not placed on agent `{agent}`")]
     NotMine { session: Uuid, agent: String },
-    #[error("{0}")]
-    NotAdmitted(String),
+    #[error(transparent)]
+    NotAdmitted(#[from] events::aggregate::RegistrationRefused),
     #[error("{0}")]
     Invalid(String),
 }
@@ -50,8 +50,7 @@ fn metadata(agent_id: &str, causation: Option<Uuid>) -> Metadata {
 pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), RecordError> {
     crate::admission::agent_state(pool, agent_id)
         .await?
-        .may_register(&offer.resource_group, offer.capacity)
-        .map_err(RecordError::NotAdmitted)?;
+        .may_register(&offer.resource_group, offer.capacity)?;
     let event = Event::AgentRegistered(AgentRegistered {
         agent_id: agent_id.to_owned(),
         resource_group: offer.resource_group.clone(),

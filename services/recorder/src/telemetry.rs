@@ -76,7 +76,7 @@ pub async fn run(js: jetstream::Context, pool: Pool, subjects: Subjects, stop: C
 async fn subscribe(
     js: &jetstream::Context,
     subjects: &Subjects,
-) -> Result<consumer::pull::Stream, String> {
+) -> Result<consumer::pull::Stream, bus::BusError> {
     crate::ensure_streams(js, subjects).await?;
     let config = consumer::pull::Config {
         durable_name: Some(NAME.into()),
@@ -86,9 +86,8 @@ async fn subscribe(
     };
     let consumer = js
         .create_consumer_on_stream(config, subjects.telemetry_stream.clone())
-        .await
-        .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
+        .await?;
+    Ok(consumer.messages().await?)
 }
 
 /// Worth another try later.
