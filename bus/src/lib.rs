@@ -5,6 +5,7 @@
 //! [`protocol::UsageSample`] telemetry.
 //!
 //! - [`subjects`]: every subject and stream name, from one root so tests can run apart.
+//! - [`command`]: the control plane's one way to send an agent a command.
 //! - [`protocol`]: the messages, as Rust types (JSON on the wire).
 //! - [`link`]: the agent's side: requests answered or retried, reports kept in an on-disk
 //!   outbox until the control plane has recorded them, commands, telemetry.
@@ -17,6 +18,7 @@
 //! The crate depends on the pure domain and on NATS, never on PostgreSQL: the agent is built
 //! on it, and `tests/tidy.rs` checks that no database client reaches the agent.
 
+pub mod command;
 pub mod link;
 pub mod patience;
 pub mod permissions;
@@ -46,6 +48,15 @@ pub enum BusError {
     Consumer(#[from] stream::ConsumerError),
     #[error(transparent)]
     Messages(#[from] consumer::StreamError),
+    /// A command ([`command::send`]) was not published.
+    #[error(transparent)]
+    Publish(#[from] context::PublishError),
+    /// A command was published but the stream did not say it has it.
+    #[error("command to `{agent}`: {source}")]
+    Unacknowledged {
+        agent: String,
+        source: context::PublishError,
+    },
 }
 
 /// Makes the two JetStream streams agents meet on exist: commands (kept until taken, each
