@@ -17,6 +17,7 @@ use async_nats::HeaderMap;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
+use crate::fault::Outage;
 use crate::pg::Xid8;
 use crate::store::{read_all_with, LogPosition, StoreError};
 use crate::trace::headers;
@@ -195,6 +196,7 @@ async fn publish_loop(
     // Publishes that failed in a row: NATS is away, and the batch is published again (from
     // the same position: the server's duplicate window and consumers drop what landed twice).
     let mut failures = 0u32;
+    let mut outage = Outage::default();
     let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
         let events = {
@@ -203,9 +205,12 @@ async fn publish_loop(
         };
         if let Some(last) = events.last() {
             if let Err(e) = publish_batch(js, topology, &events).await {
-                if failures == 0 {
-                    tracing::warn!(error = %e, %after, "NATS does not take the relay's events; publishing again from here with backoff");
-                }
+                outage.failed(
+                    "relay",
+                    &format_args!(
+                        "NATS does not take the relay's events ({e}); publishing again from {after}"
+                    ),
+                );
                 failures += 1;
                 // Capped at a second: a try costs one failed publish, and the bus's return
                 // is noticed within it.
@@ -218,10 +223,8 @@ async fn publish_loop(
                 }
                 continue;
             }
-            if failures > 0 {
-                tracing::info!(failures, "NATS takes the relay's events again");
-                failures = 0;
-            }
+            outage.passed("relay");
+            failures = 0;
             after = last.position;
             activity.saw_events();
         }

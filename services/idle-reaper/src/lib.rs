@@ -136,21 +136,17 @@ async fn follow_usage(
     list: Shared,
     stop: CancellationToken,
 ) {
-    let mut lost = false;
+    const PART: &str = "the idle-reaper's usage";
+    let mut outage = events::fault::Outage::default();
     while !stop.is_cancelled() {
         let back = lock(&list).keep_secs().min(bus::TELEMETRY_KEPT_SECS) + 10;
         let mut messages = match subscribe_usage(&js, &subjects, back).await {
             Ok(m) => {
-                if lost {
-                    tracing::info!("the idle-reaper follows usage again");
-                }
+                outage.passed(PART);
                 m
             }
             Err(e) => {
-                if !lost {
-                    tracing::warn!(error = %e, "the idle-reaper cannot follow usage; trying again");
-                    lost = true;
-                }
+                outage.failed(PART, &format_args!("cannot follow usage: {e}"));
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -184,8 +180,7 @@ async fn follow_usage(
                 None => break,
             }
         }
-        lost = true;
-        tracing::warn!("the idle-reaper lost usage; following it again");
+        outage.failed(PART, &"lost usage; following it again");
     }
 }
 
