@@ -115,11 +115,16 @@ impl Default for RelayConfig {
 
 /// Where the relay stopped, as stored in PostgreSQL.
 pub async fn checkpoint(pool: &Pool) -> Result<LogPosition, RelayError> {
-    read_checkpoint(pool, CHECKPOINT).await
+    let client = pool.get().await?;
+    Ok(read_checkpoint(&client, CHECKPOINT).await?)
 }
 
-pub(crate) async fn read_checkpoint(pool: &Pool, name: &str) -> Result<LogPosition, RelayError> {
-    let client = pool.get().await?;
+/// Where the log's reader `name` (the relay, a projection) stopped; the log's start when it
+/// has no checkpoint yet.
+pub(crate) async fn read_checkpoint<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    name: &str,
+) -> Result<LogPosition, tokio_postgres::Error> {
     let row = client
         .query_opt(
             "SELECT tx_id, seq FROM checkpoints WHERE name = $1",
