@@ -263,7 +263,7 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a RecordedEvent>) -> StreamSt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payloads::{AgentRevoked, ClusterMode, Owner, SessionScheduled, SessionType};
+    use crate::payloads::AgentRevoked;
 
     fn slots(cpu: u64) -> ResourceSlots {
         ResourceSlots {
@@ -314,54 +314,5 @@ mod tests {
         // Admitted again (a rotated key): it may register again.
         let again = revoked.evolve(&admitted("default", 2));
         assert_eq!(again.may_register("default", slots(2)), Ok(()));
-    }
-
-    #[test]
-    fn a_session_is_placed_on_the_agents_holding_its_kernels() {
-        let request = SessionRequested {
-            session_id: uuid::Uuid::nil(),
-            name: "test1".into(),
-            owner: Owner {
-                user_id: uuid::Uuid::nil(),
-                email: "a@b.c".into(),
-                project: None,
-            },
-            requested_by: None,
-            session_type: SessionType::Interactive,
-            resource_group: "default".into(),
-            image: "busybox".into(),
-            environment: Default::default(),
-            resources: slots(2),
-            shared_memory_bytes: 0,
-            cluster_mode: ClusterMode::MultiNode,
-            cluster_size: 2,
-            agent_id: None,
-            preopen_ports: vec![],
-            mounts: vec![],
-            startup_command: None,
-            starts_at: None,
-            batch_timeout_secs: None,
-            omp_num_threads: 1,
-            max_lifetime_secs: None,
-            apps: Vec::new(),
-        };
-        let pending = SessionState::requested(&request);
-        assert!(!pending.placed_on("a1") && !pending.main_on("a1"));
-        assert!(!pending.kernel_on(0, "a1"));
-        let kernel = |agent: &str| KernelPlacement {
-            agent_id: agent.into(),
-            resources: slots(1),
-        };
-        let placed = pending.evolve(&Event::SessionScheduled(SessionScheduled {
-            session_id: request.session_id,
-            agent_id: "a1".into(),
-            resources: slots(2),
-            kernels: vec![kernel("a1"), kernel("a2")],
-        }));
-        assert!(placed.main_on("a1") && !placed.main_on("a2"));
-        assert!(placed.placed_on("a1") && placed.placed_on("a2"));
-        assert!(!placed.placed_on("a3"));
-        assert!(placed.kernel_on(0, "a1") && placed.kernel_on(1, "a2"));
-        assert!(!placed.kernel_on(1, "a1") && !placed.kernel_on(2, "a2"));
     }
 }
