@@ -302,10 +302,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
                 Ok(())
             }
         });
-        let config = scheduler::run::SchedulerConfig {
-            interval: timings.scheduler_interval,
-            ..Default::default()
-        };
+        let config = scheduler::run::SchedulerConfig::new(timings.scheduler_interval);
         let p = pool.clone();
         keep(&mut tasks, "scheduler", &stop, move |s| {
             let scheduler = scheduler::run::Scheduler::new(p.clone(), config.clone());

@@ -54,7 +54,13 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
         &stop,
     )
     .await?;
-    woken_scheduler(&pool, nats, &topology, Default::default(), &stop);
+    woken_scheduler(
+        &pool,
+        nats,
+        &topology,
+        scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
+        &stop,
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let admin = superadmin(&pool, "committer@berth.local").await?;
     let request = launcher::launch::CreateSession {

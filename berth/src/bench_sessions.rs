@@ -489,7 +489,10 @@ pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Resu
     let pool = events::store::pool(url, 16)?;
     crate::app::migrate(&pool).await?;
     fill(&pool, agents, sessions).await?;
-    let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    let mut scheduler = scheduler::run::Scheduler::new(
+        pool.clone(),
+        scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
+    );
     let started = Instant::now();
     let mut placed = 0;
     let mut passes = 0;
@@ -546,7 +549,10 @@ pub async fn gateway(
     let pool = events::store::pool(url, 32)?;
     crate::app::migrate(&pool).await?;
     fill(&pool, 100, 10_000).await?;
-    let mut scheduler = scheduler::run::Scheduler::new(pool.clone(), Default::default());
+    let mut scheduler = scheduler::run::Scheduler::new(
+        pool.clone(),
+        scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
+    );
     while scheduler.pass().await?.placed > 0 {}
     let view = gateway::projection::SessionsView;
     events::projection::install(&pool, &view).await?;
@@ -658,10 +664,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         &stop,
     )
     .await?;
-    let config = scheduler::run::SchedulerConfig {
-        interval: Duration::from_millis(200),
-        ..Default::default()
-    };
+    let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
     woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let admin = superadmin(&pool, "starter@berth.local").await?;
@@ -915,7 +918,13 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
     let admin = superadmin(&pool, "waker@berth.local").await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
-    let wake = woken_scheduler(&pool, nats, &topology, Default::default(), &stop);
+    let wake = woken_scheduler(
+        &pool,
+        nats,
+        &topology,
+        scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
+        &stop,
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut figures = Vec::new();
     for poke in [false, true] {

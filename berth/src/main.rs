@@ -2,7 +2,8 @@
 //!
 //! `berth up` runs the control plane in one process; each part can also run alone
 //! (`berth relay`, `berth projections`, `berth scheduler`, `berth reconciler`,
-//! `berth recorder`, `berth gateway`), all through the one composition `berth::app::start`.
+//! `berth recorder`, `berth idle-reaper`, `berth notification`, `berth image-commit`,
+//! `berth gateway`), all through the one composition `berth::app::start`.
 //! `berth agent` runs an agent on a compute host; it needs NATS and nothing else. Operators replay projections and audit the log from here, and
 //! `berth bench` prints the figures recorded in docs/performance.md.
 

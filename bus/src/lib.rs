@@ -5,6 +5,7 @@
 //! [`protocol::UsageSample`] telemetry.
 //!
 //! - [`subjects`]: every subject and stream name, from one root so tests can run apart.
+//! - [`command`]: the control plane's one way to send an agent a command.
 //! - [`protocol`]: the messages, as Rust types (JSON on the wire).
 //! - [`link`]: the agent's side: requests answered or retried, reports kept in an on-disk
 //!   outbox until the control plane has recorded them, commands, telemetry.
@@ -17,6 +18,7 @@
 //! The crate depends on the pure domain and on NATS, never on PostgreSQL: the agent is built
 //! on it, and `tests/tidy.rs` checks that no database client reaches the agent.
 
+pub mod command;
 pub mod link;
 pub mod patience;
 pub mod permissions;
@@ -27,13 +29,43 @@ pub mod trace;
 pub use link::{Link, LinkError};
 pub use subjects::Subjects;
 
+use async_nats::jetstream::{consumer, context, stream};
+
+/// What can fail making the streams agents meet on and following them: NATS's own errors,
+/// kept as they are.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// One of the streams [`ensure_streams`] makes (`what`: commands or telemetry).
+    #[error("the {what} stream `{stream}`: {source}")]
+    Stream {
+        what: &'static str,
+        stream: String,
+        source: context::CreateStreamError,
+    },
+    #[error(transparent)]
+    GetStream(#[from] context::GetStreamError),
+    #[error(transparent)]
+    Consumer(#[from] stream::ConsumerError),
+    #[error(transparent)]
+    Messages(#[from] consumer::StreamError),
+    /// A command ([`command::send`]) was not published.
+    #[error(transparent)]
+    Publish(#[from] context::PublishError),
+    /// A command was published but the stream did not say it has it.
+    #[error("command to `{agent}`: {source}")]
+    Unacknowledged {
+        agent: String,
+        source: context::PublishError,
+    },
+}
+
 /// Makes the two JetStream streams agents meet on exist: commands (kept until taken, each
 /// agent's consumer taking its own) and telemetry (kept an hour; the telemetry sink and the
 /// idle-reaper read it).
 pub async fn ensure_streams(
     js: &async_nats::jetstream::Context,
     subjects: &Subjects,
-) -> Result<(), String> {
+) -> Result<(), BusError> {
     use async_nats::jetstream::stream::{Config, RetentionPolicy};
     use std::time::Duration;
     js.get_or_create_stream(Config {
@@ -45,7 +77,11 @@ pub async fn ensure_streams(
         ..Default::default()
     })
     .await
-    .map_err(|e| format!("the commands stream `{}`: {e}", subjects.commands_stream))?;
+    .map_err(|source| BusError::Stream {
+        what: "commands",
+        stream: subjects.commands_stream.clone(),
+        source,
+    })?;
     js.get_or_create_stream(Config {
         name: subjects.telemetry_stream.clone(),
         subjects: vec![subjects.all_telemetry()],
@@ -54,7 +90,11 @@ pub async fn ensure_streams(
         ..Default::default()
     })
     .await
-    .map_err(|e| format!("the telemetry stream `{}`: {e}", subjects.telemetry_stream))?;
+    .map_err(|source| BusError::Stream {
+        what: "telemetry",
+        stream: subjects.telemetry_stream.clone(),
+        source,
+    })?;
     Ok(())
 }
 

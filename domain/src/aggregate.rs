@@ -92,18 +92,27 @@ impl AgentState {
 
     /// Whether the agent may register `group` with `capacity`: it is admitted (not revoked)
     /// into that group, and offers no more than it was admitted with. Pure.
-    pub fn may_register(&self, group: &str, capacity: ResourceSlots) -> Result<(), String> {
+    pub fn may_register(
+        &self,
+        group: &str,
+        capacity: ResourceSlots,
+    ) -> Result<(), RegistrationRefused> {
+        let agent = || self.agent_id.clone();
         let Some(admitted) = &self.admitted else {
             return Err(match &self.revoked {
-                Some(why) => format!("agent `{}` was revoked: {why}", self.agent_id),
-                None => "the agent is not admitted (berth admin agent admit)".to_owned(),
+                Some(why) => RegistrationRefused::Revoked {
+                    agent: agent(),
+                    why: why.clone(),
+                },
+                None => RegistrationRefused::NotAdmitted,
             });
         };
         if admitted.resource_group != group {
-            return Err(format!(
-                "agent `{}` is admitted to resource group `{}`, not `{group}`",
-                self.agent_id, admitted.resource_group
-            ));
+            return Err(RegistrationRefused::OtherGroup {
+                agent: agent(),
+                admitted: admitted.resource_group.clone(),
+                asked: group.to_owned(),
+            });
         }
         let max = admitted.max_capacity;
         let over = [
@@ -114,13 +123,38 @@ impl AgentState {
         .into_iter()
         .find(|(_, offered, most)| offered > most);
         match over {
-            Some((what, offered, most)) => Err(format!(
-                "agent `{}` offers {what} {offered}, more than the {most} it was admitted with",
-                self.agent_id
-            )),
+            Some((what, offered, most)) => Err(RegistrationRefused::OverCapacity {
+                agent: agent(),
+                what,
+                offered,
+                most,
+            }),
             None => Ok(()),
         }
     }
+}
+
+/// Why an agent may not register as it asks ([`AgentState::may_register`]); the agent is
+/// told so in these words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationRefused {
+    #[error("agent `{agent}` was revoked: {why}")]
+    Revoked { agent: String, why: String },
+    #[error("the agent is not admitted (berth admin agent admit)")]
+    NotAdmitted,
+    #[error("agent `{agent}` is admitted to resource group `{admitted}`, not `{asked}`")]
+    OtherGroup {
+        agent: String,
+        admitted: String,
+        asked: String,
+    },
+    #[error("agent `{agent}` offers {what} {offered}, more than the {most} it was admitted with")]
+    OverCapacity {
+        agent: String,
+        what: &'static str,
+        offered: u64,
+        most: u64,
+    },
 }
 
 impl SessionState {
@@ -142,6 +176,25 @@ impl SessionState {
             idle_exempt: false,
             commit: None,
         }
+    }
+
+    /// Whether its main kernel is placed on `agent`: the agent that moves it through its
+    /// statuses.
+    pub fn main_on(&self, agent: &str) -> bool {
+        self.agent_id.as_deref() == Some(agent)
+    }
+
+    /// Whether kernel `kernel` of its placement is on `agent`.
+    pub fn kernel_on(&self, kernel: u32, agent: &str) -> bool {
+        self.kernels
+            .get(kernel as usize)
+            .is_some_and(|k| k.agent_id == agent)
+    }
+
+    /// Whether a kernel of it (the main one or another of its cluster) is placed on `agent`:
+    /// an agent may ask about and report on only the sessions it holds a kernel of.
+    pub fn placed_on(&self, agent: &str) -> bool {
+        self.main_on(agent) || self.kernels.iter().any(|k| k.agent_id == agent)
     }
 
     pub fn evolve(mut self, event: &Event) -> SessionState {
@@ -235,14 +288,19 @@ mod tests {
         assert!(none
             .may_register("default", slots(1))
             .unwrap_err()
+            .to_string()
             .contains("not admitted"));
         let state = none.evolve(&admitted("default", 4));
         assert_eq!(state.may_register("default", slots(4)), Ok(()));
         assert!(state
             .may_register("gpu", slots(1))
             .unwrap_err()
+            .to_string()
             .contains("not `gpu`"));
-        let over = state.may_register("default", slots(5)).unwrap_err();
+        let over = state
+            .may_register("default", slots(5))
+            .unwrap_err()
+            .to_string();
         assert!(over.contains("cpu 5000") && over.contains("4000"), "{over}");
         let revoked = state.evolve(&Event::AgentRevoked(AgentRevoked {
             agent_id: "a1".into(),
@@ -251,6 +309,7 @@ mod tests {
         assert!(revoked
             .may_register("default", slots(1))
             .unwrap_err()
+            .to_string()
             .contains("host retired"));
         // Admitted again (a rotated key): it may register again.
         let again = revoked.evolve(&admitted("default", 2));

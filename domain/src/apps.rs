@@ -292,9 +292,18 @@ pub struct AddressRange {
     pub prefix: u8,
 }
 
+/// Text that is not an [`AddressRange`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAddressRange {
+    #[error("`{0}` is not an address or address/prefix")]
+    NotAnAddress(String),
+    #[error("`{text}`: the prefix must be 0 to {most}")]
+    Prefix { text: String, most: u8 },
+}
+
 impl TryFrom<String> for AddressRange {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = BadAddressRange;
+    fn try_from(text: String) -> Result<Self, BadAddressRange> {
         let (address, prefix) = match text.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (text.as_str(), None),
@@ -302,7 +311,7 @@ impl TryFrom<String> for AddressRange {
         let address: IpAddr = address
             .trim()
             .parse()
-            .map_err(|_| format!("`{text}` is not an address or address/prefix"))?;
+            .map_err(|_| BadAddressRange::NotAnAddress(text.clone()))?;
         let most = if address.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => most,
@@ -311,7 +320,10 @@ impl TryFrom<String> for AddressRange {
                 .parse::<u8>()
                 .ok()
                 .filter(|p| *p <= most)
-                .ok_or_else(|| format!("`{text}`: the prefix must be 0 to {most}"))?,
+                .ok_or_else(|| BadAddressRange::Prefix {
+                    text: text.clone(),
+                    most,
+                })?,
         };
         Ok(AddressRange { address, prefix })
     }

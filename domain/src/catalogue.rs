@@ -105,7 +105,8 @@ macro_rules! catalogue {
                 for from in schema_version..current {
                     payload = upcast(event_type, from, payload)
                         .map_err(|reason| CatalogueError::BadPayload {
-                            event_type: event_type.to_owned(), schema_version: from, reason,
+                            event_type: event_type.to_owned(), schema_version: from,
+                            reason: reason.to_string(),
                         })?;
                 }
                 match event_type {
@@ -212,26 +213,40 @@ catalogue! {
     AppStartEnded(AppStartEnded) = "AppStartEnded" v 1,
 }
 
+/// Why a stored payload could not be upcast (said as the reason of a
+/// [`CatalogueError::BadPayload`]).
+#[derive(Debug, thiserror::Error)]
+enum UpcastError {
+    #[error("payload is not an object")]
+    NotAnObject,
+    #[error("v1 payload has no integer `at_ms`")]
+    NoAtMs,
+    #[error("`at_ms` is out of range")]
+    AtMsOutOfRange,
+    #[error("no upcaster from version {0}")]
+    NoUpcaster(i32),
+}
+
 /// Upcasters: pure functions turning a payload of version `from` into version `from + 1`.
-fn upcast(event_type: &str, from: i32, payload: Value) -> Result<Value, String> {
+fn upcast(event_type: &str, from: i32, payload: Value) -> Result<Value, UpcastError> {
     match (event_type, from) {
         ("AgentHeartbeated", 1) => {
             let Value::Object(mut fields) = payload else {
-                return Err("payload is not an object".into());
+                return Err(UpcastError::NotAnObject);
             };
             let at_ms = fields
                 .remove("at_ms")
                 .and_then(|v| v.as_i64())
-                .ok_or("v1 payload has no integer `at_ms`")?;
+                .ok_or(UpcastError::NoAtMs)?;
             let at: DateTime<Utc> =
-                DateTime::from_timestamp_millis(at_ms).ok_or("`at_ms` is out of range")?;
+                DateTime::from_timestamp_millis(at_ms).ok_or(UpcastError::AtMsOutOfRange)?;
             fields.insert(
                 "at".into(),
                 serde_json::to_value(at).expect("a time serialises"),
             );
             Ok(Value::Object(fields))
         }
-        _ => Err(format!("no upcaster from version {from}")),
+        _ => Err(UpcastError::NoUpcaster(from)),
     }
 }
 

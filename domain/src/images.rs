@@ -9,8 +9,13 @@ use uuid::Uuid;
 /// The repository every customized image lives under.
 pub const CUSTOM_PREFIX: &str = "berth-custom/u";
 
+/// A name that cannot name a customized image.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not 4 to 32 letters, digits, `-` and `_`")]
+pub struct BadImageName(pub String);
+
 /// Whether `name` can name a customized image: 4 to 32 letters, digits, `-` and `_`.
-pub fn check_image_name(name: &str) -> Result<(), String> {
+pub fn check_image_name(name: &str) -> Result<(), BadImageName> {
     let fits = (4..=32).contains(&name.len())
         && name
             .bytes()
@@ -18,9 +23,7 @@ pub fn check_image_name(name: &str) -> Result<(), String> {
     if fits {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` is not 4 to 32 letters, digits, `-` and `_`"
-        ))
+        Err(BadImageName(name.to_owned()))
     }
 }
 

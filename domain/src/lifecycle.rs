@@ -895,4 +895,31 @@ mod tests {
             Err(TransitionError::Ended(Cancelled))
         );
     }
+
+    #[test]
+    fn a_session_is_placed_on_the_agents_holding_its_kernels() {
+        let request = SessionRequested {
+            cluster_mode: ClusterMode::MultiNode,
+            cluster_size: 2,
+            ..request(SessionType::Interactive)
+        };
+        let pending = SessionState::requested(&request);
+        assert!(!pending.placed_on("a1") && !pending.main_on("a1"));
+        assert!(!pending.kernel_on(0, "a1"));
+        let kernel = |agent: &str| KernelPlacement {
+            agent_id: agent.into(),
+            resources: request.resources,
+        };
+        let placed = pending.evolve(&Event::SessionScheduled(SessionScheduled {
+            session_id: request.session_id,
+            agent_id: "a1".into(),
+            resources: request.resources,
+            kernels: vec![kernel("a1"), kernel("a2")],
+        }));
+        assert!(placed.main_on("a1") && !placed.main_on("a2"));
+        assert!(placed.placed_on("a1") && placed.placed_on("a2"));
+        assert!(!placed.placed_on("a3"));
+        assert!(placed.kernel_on(0, "a1") && placed.kernel_on(1, "a2"));
+        assert!(!placed.kernel_on(1, "a1") && !placed.kernel_on(2, "a2"));
+    }
 }

@@ -53,14 +53,25 @@ pub struct Notice {
     pub at: DateTime<Utc>,
 }
 
+/// Why a URL cannot be a webhook.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadWebhookUrl {
+    #[error("at most 2,048 characters")]
+    TooLong,
+    #[error("https webhooks need a TLS-enabled build; give an http:// URL")]
+    Https,
+    #[error("`{0}` is not an http:// URL")]
+    NotHttp(String),
+}
+
 /// Whether `url` can be a webhook: `http://` with a host, at most 2,048 characters, no
 /// whitespace or control characters (this build speaks no TLS, so no `https://`). Pure.
-pub fn check_webhook_url(url: &str) -> Result<(), String> {
+pub fn check_webhook_url(url: &str) -> Result<(), BadWebhookUrl> {
     if url.chars().count() > 2048 {
-        return Err("at most 2,048 characters".into());
+        return Err(BadWebhookUrl::TooLong);
     }
     if url.starts_with("https://") {
-        return Err("https webhooks need a TLS-enabled build; give an http:// URL".into());
+        return Err(BadWebhookUrl::Https);
     }
     let host = url
         .strip_prefix("http://")
@@ -71,7 +82,7 @@ pub fn check_webhook_url(url: &str) -> Result<(), String> {
         .any(|c| c.is_whitespace() || c.is_control() || c == '\u{feff}');
     match host {
         Some(host) if !host.is_empty() && clean => Ok(()),
-        _ => Err(format!("`{url}` is not an http:// URL")),
+        _ => Err(BadWebhookUrl::NotHttp(url.to_owned())),
     }
 }
 
@@ -256,6 +267,7 @@ mod tests {
         assert!(check_webhook_url("http://hooks.example.com:8080/berth?x=1").is_ok());
         assert!(check_webhook_url("https://hooks.example.com")
             .unwrap_err()
+            .to_string()
             .contains("TLS"));
         for bad in [
             "ftp://x",

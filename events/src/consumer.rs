@@ -23,6 +23,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::fault::Outage;
 use crate::relay::{ensure_stream, RelayError, Topology};
 use crate::RecordedEvent;
 
@@ -169,8 +170,9 @@ const RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// Runs consumer `config.name` until `stop` is cancelled. The consumer is created, or updated
 /// to `config`, on the server. When NATS goes away or the consumer's messages end (a server
-/// restart, the consumer deleted), it says so once, makes the consumer and its subscription
-/// again until that works, and says when it is back; it returns only when stopped.
+/// restart, the consumer deleted), it says so once (an [`Outage`] of part
+/// `consumer <name>`), makes the consumer and its subscription again until that works, and
+/// says when it is back; it returns only when stopped.
 pub async fn run<H: Handler>(
     pool: Pool,
     js: jetstream::Context,
@@ -179,7 +181,8 @@ pub async fn run<H: Handler>(
     handler: H,
     stop: CancellationToken,
 ) -> Result<(), RelayError> {
-    let mut lost = false;
+    let part = format!("consumer {}", config.name);
+    let mut outage = Outage::default();
     loop {
         let subscribed = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -187,16 +190,11 @@ pub async fn run<H: Handler>(
         };
         let mut messages = match subscribed {
             Ok(messages) => {
-                if lost {
-                    tracing::info!(consumer = %config.name, "consumer is back");
-                }
+                outage.passed(&part);
                 messages
             }
             Err(e) => {
-                if !lost {
-                    tracing::warn!(consumer = %config.name, error = %e, "consumer cannot subscribe; trying again");
-                    lost = true;
-                }
+                outage.failed(&part, &format_args!("cannot subscribe: {e}"));
                 tokio::select! {
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(RESUBSCRIBE) => {}
@@ -211,13 +209,11 @@ pub async fn run<H: Handler>(
             };
             match next {
                 None => {
-                    tracing::warn!(consumer = %config.name, "consumer's messages ended; subscribing again");
-                    lost = true;
+                    outage.failed(&part, &"its messages ended; subscribing again");
                     break;
                 }
                 Some(Err(e)) if e.kind() == MessagesErrorKind::ConsumerDeleted => {
-                    tracing::warn!(consumer = %config.name, "consumer deleted on the server; making it again");
-                    lost = true;
+                    outage.failed(&part, &"deleted on the server; making it again");
                     break;
                 }
                 Some(Err(e)) => {

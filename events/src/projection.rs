@@ -13,7 +13,7 @@ use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
 use crate::pg::Xid8;
-use crate::relay::write_checkpoint;
+use crate::relay::{read_checkpoint, write_checkpoint};
 use crate::store::{read_all_with, read_through, LogPosition, StoreError};
 use crate::RecordedEvent;
 
@@ -352,23 +352,7 @@ pub async fn rebuild<P: Projection>(
 
 async fn current_checkpoint(pool: &Pool, name: &str) -> Result<LogPosition, ProjectionError> {
     let client = pool.get().await?;
-    Ok(current_checkpoint_in(&client, name).await?)
-}
-
-async fn current_checkpoint_in<C: GenericClient>(
-    client: &C,
-    name: &str,
-) -> Result<LogPosition, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            "SELECT tx_id, seq FROM checkpoints WHERE name = $1",
-            &[&name],
-        )
-        .await?;
-    Ok(row.map_or(LogPosition::START, |r| LogPosition {
-        tx: r.get::<_, Xid8>(0).0,
-        seq: r.get(1),
-    }))
+    Ok(read_checkpoint(&client, name).await?)
 }
 
 /// A built-in projection: one row per stream with its category, version and last event.

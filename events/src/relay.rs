@@ -17,6 +17,7 @@ use async_nats::HeaderMap;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
+use crate::fault::Outage;
 use crate::pg::Xid8;
 use crate::store::{read_all_with, LogPosition, StoreError};
 use crate::trace::headers;
@@ -114,11 +115,16 @@ impl Default for RelayConfig {
 
 /// Where the relay stopped, as stored in PostgreSQL.
 pub async fn checkpoint(pool: &Pool) -> Result<LogPosition, RelayError> {
-    read_checkpoint(pool, CHECKPOINT).await
+    let client = pool.get().await?;
+    Ok(read_checkpoint(&client, CHECKPOINT).await?)
 }
 
-pub(crate) async fn read_checkpoint(pool: &Pool, name: &str) -> Result<LogPosition, RelayError> {
-    let client = pool.get().await?;
+/// Where the log's reader `name` (the relay, a projection) stopped; the log's start when it
+/// has no checkpoint yet.
+pub(crate) async fn read_checkpoint<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    name: &str,
+) -> Result<LogPosition, tokio_postgres::Error> {
     let row = client
         .query_opt(
             "SELECT tx_id, seq FROM checkpoints WHERE name = $1",
@@ -195,6 +201,7 @@ async fn publish_loop(
     // Publishes that failed in a row: NATS is away, and the batch is published again (from
     // the same position: the server's duplicate window and consumers drop what landed twice).
     let mut failures = 0u32;
+    let mut outage = Outage::default();
     let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
         let events = {
@@ -203,9 +210,12 @@ async fn publish_loop(
         };
         if let Some(last) = events.last() {
             if let Err(e) = publish_batch(js, topology, &events).await {
-                if failures == 0 {
-                    tracing::warn!(error = %e, %after, "NATS does not take the relay's events; publishing again from here with backoff");
-                }
+                outage.failed(
+                    "relay",
+                    &format_args!(
+                        "NATS does not take the relay's events ({e}); publishing again from {after}"
+                    ),
+                );
                 failures += 1;
                 // Capped at a second: a try costs one failed publish, and the bus's return
                 // is noticed within it.
@@ -218,10 +228,8 @@ async fn publish_loop(
                 }
                 continue;
             }
-            if failures > 0 {
-                tracing::info!(failures, "NATS takes the relay's events again");
-                failures = 0;
-            }
+            outage.passed("relay");
+            failures = 0;
             after = last.position;
             activity.saw_events();
         }

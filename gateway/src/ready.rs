@@ -151,7 +151,7 @@ impl Readiness {
         loop {
             let (postgres, readers) = match tokio::time::timeout(CHECK_WITHIN, lags(&pool)).await {
                 Ok(Ok(readers)) => (None, readers),
-                Ok(Err(e)) => (Some(e), Vec::new()),
+                Ok(Err(e)) => (Some(e.to_string()), Vec::new()),
                 Err(_) => (Some("no answer within 2 s".to_owned()), Vec::new()),
             };
             let nats_error = match &nats {
@@ -193,12 +193,20 @@ impl Readiness {
     }
 }
 
+/// Why the readers' lags could not be read: the error PostgreSQL's client gave, as it is
+/// (the report shows it as the database's error).
+#[derive(Debug, thiserror::Error)]
+enum LagsError {
+    #[error(transparent)]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error(transparent)]
+    Database(#[from] tokio_postgres::Error),
+}
+
 /// Each checkpointed reader's lag behind the log.
-async fn lags(pool: &Pool) -> Result<Vec<ReaderLag>, String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
-    let lags = crate::db::ready::reader_lags(&client, LAG_COUNTED_UP_TO)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn lags(pool: &Pool) -> Result<Vec<ReaderLag>, LagsError> {
+    let client = pool.get().await?;
+    let lags = crate::db::ready::reader_lags(&client, LAG_COUNTED_UP_TO).await?;
     Ok(lags
         .into_iter()
         .map(|(name, events_behind, seconds_behind)| ReaderLag {

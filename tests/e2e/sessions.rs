@@ -518,9 +518,10 @@ async fn schedulers_that_ignore_the_lock_are_held_back_by_the_ledgers_reserve() 
         .map(|_| {
             let (pool, start_line) = (h.pool.clone(), start_line.clone());
             tokio::spawn(async move {
+                // Passes are run by hand here: the interval is never waited.
                 let config = SchedulerConfig {
                     exclusive: false,
-                    ..SchedulerConfig::default()
+                    ..SchedulerConfig::new(Duration::from_secs(1))
                 };
                 let mut s = Scheduler::new(pool, config);
                 start_line.wait().await;
@@ -579,7 +580,8 @@ async fn two_schedulers_at_once_never_overcommit_an_agent() {
         .map(|_| {
             let pool = h.pool.clone();
             tokio::spawn(async move {
-                let mut s = Scheduler::new(pool, SchedulerConfig::default());
+                let config = SchedulerConfig::new(Duration::from_secs(1));
+                let mut s = Scheduler::new(pool, config);
                 for _ in 0..20 {
                     s.pass().await.unwrap();
                 }

@@ -47,7 +47,7 @@ pub async fn commit_session(
 ) -> Result<(StatusCode, Json<CommitStarted>), ApiError> {
     let id = parse_id(&id)?;
     let CommitRequest { name } = parse_body(body)?;
-    check_image_name(&name).map_err(|m| ApiError::invalid("name", m))?;
+    check_image_name(&name).map_err(|e| ApiError::invalid("name", e.to_string()))?;
     check_may_act(&state, &caller, id).await?;
     let owner = db::sessions::ledger_owner(&state.pool, id)
         .await?

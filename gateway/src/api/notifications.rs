@@ -168,7 +168,8 @@ pub async fn set_webhook(
 ) -> Result<Json<Webhook>, ApiError> {
     let WebhookRequest { url } = parse_body(body)?;
     if let Some(url) = &url {
-        events::notices::check_webhook_url(url).map_err(|m| ApiError::invalid("url", m))?;
+        events::notices::check_webhook_url(url)
+            .map_err(|e| ApiError::invalid("url", e.to_string()))?;
     }
     let delivering = url.is_some();
     let event = Event::NotificationWebhookSet(NotificationWebhookSet {

@@ -7,17 +7,24 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::Message;
+use bus::patience::Outage;
 use bus::protocol::Command;
 use bus::Link;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::AgentError;
+
 pub(crate) struct Commands {
     link: Link,
     messages: Option<pull::Stream>,
     unacked: Option<Message>,
-    lost: bool,
+    /// The subscription lost and not made again yet, logged once.
+    outage: Outage,
 }
+
+/// The part an outage of the commands is logged as.
+const PART: &str = "the agent's commands";
 
 impl Commands {
     pub(crate) fn new(link: Link) -> Commands {
@@ -25,7 +32,7 @@ impl Commands {
             link,
             messages: None,
             unacked: None,
-            lost: false,
+            outage: Outage::default(),
         }
     }
 
@@ -43,17 +50,12 @@ impl Commands {
             let Some(messages) = self.messages.as_mut() else {
                 match self.subscribe().await {
                     Ok(m) => {
-                        if self.lost {
-                            tracing::info!("taking commands again");
-                            self.lost = false;
-                        }
+                        self.outage.passed(PART);
                         self.messages = Some(m);
                     }
                     Err(e) => {
-                        if !self.lost {
-                            tracing::warn!(error = %e, "cannot take commands; trying again");
-                            self.lost = true;
-                        }
+                        self.outage
+                            .failed(PART, &format_args!("cannot take commands: {e}"));
                         tokio::select! {
                             _ = stop.cancelled() => return None,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -82,16 +84,16 @@ impl Commands {
                     tracing::debug!(error = %e, "command stream");
                 }
                 Some(Err(_)) | None => {
-                    tracing::warn!("the command subscription ended; making it again");
-                    self.lost = true;
+                    self.outage
+                        .failed(PART, &"the command subscription ended; making it again");
                     self.messages = None;
                 }
             }
         }
     }
 
-    async fn subscribe(&self) -> Result<pull::Stream, String> {
-        let consumer = self.link.commands().await.map_err(|e| e.to_string())?;
-        consumer.messages().await.map_err(|e| e.to_string())
+    async fn subscribe(&self) -> Result<pull::Stream, AgentError> {
+        let consumer = self.link.commands().await?;
+        Ok(consumer.messages().await.map_err(bus::BusError::from)?)
     }
 }

@@ -52,6 +52,8 @@ impl AgentSpec {
 pub enum AgentError {
     #[error(transparent)]
     Link(#[from] LinkError),
+    #[error(transparent)]
+    Bus(#[from] bus::BusError),
     #[error("the control plane refused: {0}")]
     Denied(String),
     #[error("container runtime: {0}")]

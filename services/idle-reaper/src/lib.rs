@@ -139,21 +139,17 @@ async fn follow_usage(
     list: Shared,
     stop: CancellationToken,
 ) {
-    let mut lost = false;
+    const PART: &str = "the idle-reaper's usage";
+    let mut outage = events::fault::Outage::default();
     while !stop.is_cancelled() {
         let back = lock(&list).keep_secs().min(bus::TELEMETRY_KEPT_SECS) + 10;
         let mut messages = match subscribe_usage(&js, &subjects, back).await {
             Ok(m) => {
-                if lost {
-                    tracing::info!("the idle-reaper follows usage again");
-                }
+                outage.passed(PART);
                 m
             }
             Err(e) => {
-                if !lost {
-                    tracing::warn!(error = %e, "the idle-reaper cannot follow usage; trying again");
-                    lost = true;
-                }
+                outage.failed(PART, &format_args!("cannot follow usage: {e}"));
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -187,8 +183,7 @@ async fn follow_usage(
                 None => break,
             }
         }
-        lost = true;
-        tracing::warn!("the idle-reaper lost usage; following it again");
+        outage.failed(PART, &"lost usage; following it again");
     }
 }
 
@@ -196,12 +191,9 @@ async fn subscribe_usage(
     js: &jetstream::Context,
     subjects: &Subjects,
     back_secs: u64,
-) -> Result<consumer::pull::Ordered, String> {
+) -> Result<consumer::pull::Ordered, bus::BusError> {
     bus::ensure_streams(js, subjects).await?;
-    let stream = js
-        .get_stream(&subjects.telemetry_stream)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = js.get_stream(&subjects.telemetry_stream).await?;
     let start_time = time::OffsetDateTime::now_utc() - time::Duration::seconds(back_secs as i64);
     let consumer = stream
         .create_consumer(consumer::pull::OrderedConfig {
@@ -209,9 +201,8 @@ async fn subscribe_usage(
             deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time },
             ..Default::default()
         })
-        .await
-        .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
+        .await?;
+    Ok(consumer.messages().await?)
 }
 
 /// Answers the gateway and the CLI: readings of a session, and the sessions due now.

@@ -120,18 +120,9 @@ impl Sender {
         agent: &str,
         command: &Command,
     ) -> Result<(), HandlerError> {
-        let subject = self.subjects.command(agent, command.session_id());
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", format!("{event_id}.{agent}").as_str());
-        let body = serde_json::to_vec(command).expect("commands serialise");
-        let sent = self
-            .js
-            .publish_with_headers(subject, headers, body.into())
+        bus::command::send(&self.js, &self.subjects, event_id, agent, command)
             .await
-            .map_err(|e| HandlerError::Transient(e.to_string()))?;
-        sent.await
-            .map_err(|e| HandlerError::Transient(format!("command to `{agent}`: {e}")))?;
-        Ok(())
+            .map_err(|e| HandlerError::Transient(e.to_string()))
     }
 }
 

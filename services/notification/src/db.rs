@@ -9,6 +9,8 @@ use events::store::Migration;
 use tokio_postgres::Error;
 use uuid::Uuid;
 
+use crate::NotificationError;
+
 /// The schema `notification`, for `events::store::migrate` (component `notification`).
 pub const MIGRATIONS: &[Migration] = &[(
     "notification",
@@ -157,8 +159,8 @@ pub async fn claim_deliveries(
     pool: &deadpool_postgres::Pool,
     lease: std::time::Duration,
     limit: i64,
-) -> Result<Vec<Delivery>, String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
+) -> Result<Vec<Delivery>, NotificationError> {
+    let client = pool.get().await?;
     let lease_secs = lease.as_secs_f64();
     // In the order they fell due (a statement's RETURNING keeps no order of its own).
     let rows = client
@@ -172,8 +174,7 @@ pub async fn claim_deliveries(
              RETURNING d.notice_id, d.url, d.body, d.attempts, due.next_at",
             &[&lease_secs, &limit, &crate::webhook::MAX_ATTEMPTS],
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     let mut claimed: Vec<(chrono::DateTime<chrono::Utc>, Delivery)> = rows
         .iter()
         .map(|r| {
@@ -190,16 +191,18 @@ pub async fn claim_deliveries(
     Ok(claimed.into_iter().map(|(_, d)| d).collect())
 }
 
-pub async fn delivered(pool: &deadpool_postgres::Pool, notice_id: Uuid) -> Result<(), String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
+pub async fn delivered(
+    pool: &deadpool_postgres::Pool,
+    notice_id: Uuid,
+) -> Result<(), NotificationError> {
+    let client = pool.get().await?;
     client
         .execute(
             "UPDATE notification.deliveries SET delivered_at = now(), attempts = attempts + 1
              WHERE notice_id = $1",
             &[&notice_id],
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(())
 }
 
@@ -209,8 +212,8 @@ pub async fn failed(
     attempts: i32,
     wait: std::time::Duration,
     why: &str,
-) -> Result<(), String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
+) -> Result<(), NotificationError> {
+    let client = pool.get().await?;
     client
         .execute(
             "UPDATE notification.deliveries SET attempts = $2,
@@ -218,24 +221,22 @@ pub async fn failed(
              WHERE notice_id = $1",
             &[&notice_id, &attempts, &wait.as_secs_f64(), &why],
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(())
 }
 
 /// How long until the next delivery falls due, if any waits.
 pub async fn next_delivery_in(
     pool: &deadpool_postgres::Pool,
-) -> Result<Option<std::time::Duration>, String> {
-    let client = pool.get().await.map_err(|e| e.to_string())?;
+) -> Result<Option<std::time::Duration>, NotificationError> {
+    let client = pool.get().await?;
     let row = client
         .query_one(
             "SELECT extract(epoch FROM min(next_at) - now())::float8 FROM notification.deliveries
              WHERE delivered_at IS NULL AND attempts < $1",
             &[&crate::webhook::MAX_ATTEMPTS],
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(row
         .get::<_, Option<f64>>(0)
         .map(|s| std::time::Duration::from_secs_f64(s.max(0.0))))

@@ -33,6 +33,16 @@ use tokio_util::sync::CancellationToken;
 /// The consumer's durable name.
 pub const NAME: &str = "notification";
 
+/// What can fail keeping webhook deliveries: PostgreSQL's errors as its client gave them, so
+/// `events::fault` can tell an outage from a mistake.
+#[derive(Debug, thiserror::Error)]
+pub enum NotificationError {
+    #[error(transparent)]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error(transparent)]
+    Database(#[from] tokio_postgres::Error),
+}
+
 /// Runs the service until `stop`.
 pub async fn run(
     nats: async_nats::Client,

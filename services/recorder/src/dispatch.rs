@@ -13,7 +13,8 @@
 //! Commands are derived from events and idempotent, and each carries the id
 //! `<event id>.<agent>`, so a redelivered event sends nothing twice within the stream's
 //! duplicate window, and an agent ignores a command it has acted on. Only the relay publishes
-//! events; only the dispatcher publishes commands.
+//! events; commands go out only through `bus::command::send`, from here and from the
+//! image-commit service (commits and image removals).
 
 use async_nats::jetstream;
 use bus::protocol::Command;
@@ -134,18 +135,9 @@ impl Handler for Dispatcher {
             None => Vec::new(),
         };
         for (agent, command) in commands_for(&event.event, &holders) {
-            let subject = self.subjects.command(&agent, command.session_id());
-            let mut headers = async_nats::HeaderMap::new();
-            let id = format!("{}.{agent}", event.event_id);
-            headers.insert("Nats-Msg-Id", id.as_str());
-            let body = serde_json::to_vec(&command).expect("commands serialise");
-            let sent = self
-                .js
-                .publish_with_headers(subject, headers, body.into())
+            bus::command::send(&self.js, &self.subjects, event.event_id, &agent, &command)
                 .await
                 .map_err(|e| HandlerError::Transient(e.to_string()))?;
-            sent.await
-                .map_err(|e| HandlerError::Transient(format!("command to `{agent}`: {e}")))?;
         }
         Ok(())
     }

@@ -7,7 +7,8 @@
 //!   placement (an agent reports only for sessions placed on it), recorded once per report id.
 //! - [`serve`]: the recorder, answering every agent's requests (queue group `recorder`).
 //! - [`dispatch`]: the dispatcher, a consumer of session events that sends each agent its
-//!   commands (assign, stop) on a JetStream stream where they wait while the agent is away.
+//!   commands (assign, stop, start an app; commits and image removals are the image-commit
+//!   service's) on a JetStream stream where they wait while the agent is away.
 //! - [`liveness`]: when each agent was last heard from, kept outside the log.
 //! - [`telemetry`]: the sink that stores the output and usage agents send, idempotently.
 //! - `db`: the statements this crate makes.

@@ -27,10 +27,28 @@ pub enum RecordError {
     Command(#[from] CommandError),
     #[error("session {session} is not placed on agent `{agent}`")]
     NotMine { session: Uuid, agent: String },
-    #[error("{0}")]
-    NotAdmitted(String),
+    #[error(transparent)]
+    NotAdmitted(#[from] events::aggregate::RegistrationRefused),
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<TransitionError> for RecordError {
+    fn from(e: TransitionError) -> Self {
+        RecordError::Command(CommandError::Refused(e))
+    }
+}
+
+/// A command on a session refused in the recorder's own words (not the agent's session) is
+/// that refusal; anything else is the command's error.
+impl From<CommandError<RecordError>> for RecordError {
+    fn from(e: CommandError<RecordError>) -> Self {
+        match e {
+            CommandError::Refused(refused) => refused,
+            CommandError::NotFound(id) => RecordError::Command(CommandError::NotFound(id)),
+            CommandError::Ledger(e) => RecordError::Command(CommandError::Ledger(e)),
+        }
+    }
 }
 
 /// The stream of agent `agent_id`'s events.
@@ -50,8 +68,7 @@ fn metadata(agent_id: &str, causation: Option<Uuid>) -> Metadata {
 pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), RecordError> {
     crate::admission::agent_state(pool, agent_id)
         .await?
-        .may_register(&offer.resource_group, offer.capacity)
-        .map_err(RecordError::NotAdmitted)?;
+        .may_register(&offer.resource_group, offer.capacity)?;
     let event = Event::AgentRegistered(AgentRegistered {
         agent_id: agent_id.to_owned(),
         resource_group: offer.resource_group.clone(),
@@ -100,50 +117,10 @@ pub async fn kernels_started(
     kernels: &[StartedKernel],
     metadata: &Metadata,
 ) -> Result<SessionState, RecordError> {
-    let started: Vec<KernelStarted> = kernels
-        .iter()
-        .map(|k| KernelStarted {
-            session_id,
-            kernel: k.kernel,
-            agent_id: agent_id.to_owned(),
-            container_id: k.container_id.clone(),
-            ports: k.ports.clone(),
-            hostname: k.hostname.clone(),
-            address: k.address.clone(),
-        })
-        .collect();
-    let mut misplaced = false;
-    let result = decide(
-        pool,
-        agent_id,
-        Reporter::AnyKernel,
-        session_id,
-        metadata,
-        |state| {
-            let placed_here = |k: u32| {
-                state
-                    .kernels
-                    .get(k as usize)
-                    .is_some_and(|p| p.agent_id == agent_id)
-            };
-            if !started.iter().all(|k| placed_here(k.kernel)) {
-                misplaced = true;
-                return Err(TransitionError::Forbidden {
-                    from: state.status,
-                    to: SessionStatus::Running,
-                });
-            }
-            state.start_kernels(&started)
-        },
-    )
-    .await;
-    match result {
-        Err(_) if misplaced => Err(RecordError::NotMine {
-            session: session_id,
-            agent: agent_id.to_owned(),
-        }),
-        other => other,
-    }
+    let fact = Fact::KernelsStarted {
+        kernels: kernels.to_vec(),
+    };
+    record_fact(pool, agent_id, session_id, &fact, metadata).await
 }
 
 /// Which agents may report a fact about a session.
@@ -155,38 +132,21 @@ enum Reporter {
     AnyKernel,
 }
 
-/// Runs a command on a session placed on `agent_id` as `who` says.
-async fn decide<F>(
-    pool: &Pool,
-    agent_id: &str,
-    who: Reporter,
-    session_id: Uuid,
-    metadata: &Metadata,
-    mut decide: F,
-) -> Result<SessionState, RecordError>
-where
-    F: FnMut(&SessionState) -> Result<Vec<Event>, TransitionError>,
-{
-    let mut not_mine = false;
-    let state = lifecycle::command(pool, session_id, metadata, |state| {
-        let placed_here = state.agent_id.as_deref() == Some(agent_id)
-            || (who == Reporter::AnyKernel && state.kernels.iter().any(|k| k.agent_id == agent_id));
-        if !placed_here {
-            not_mine = true;
-            return Err(TransitionError::Forbidden {
-                from: state.status,
-                to: state.status,
-            });
+impl Reporter {
+    /// Who may report `fact`: kernels started, any agent holding them; everything else, only
+    /// the main kernel's agent.
+    fn of(fact: &Fact) -> Reporter {
+        match fact {
+            Fact::KernelsStarted { .. } => Reporter::AnyKernel,
+            _ => Reporter::Main,
         }
-        decide(state)
-    })
-    .await;
-    match state {
-        Err(_) if not_mine => Err(RecordError::NotMine {
-            session: session_id,
-            agent: agent_id.to_owned(),
-        }),
-        other => Ok(other?),
+    }
+
+    fn may_report(self, state: &SessionState, agent_id: &str) -> bool {
+        match self {
+            Reporter::Main => state.main_on(agent_id),
+            Reporter::AnyKernel => state.placed_on(agent_id),
+        }
     }
 }
 
@@ -242,40 +202,71 @@ async fn record_fact(
     fact: &Fact,
     metadata: &Metadata,
 ) -> Result<SessionState, RecordError> {
-    if let Fact::KernelsStarted { kernels } = fact {
-        return kernels_started(pool, agent_id, session_id, kernels, metadata).await;
+    let who = Reporter::of(fact);
+    let state = lifecycle::command(pool, session_id, metadata, |state| {
+        if !who.may_report(state, agent_id) {
+            return Err(not_mine(session_id, agent_id));
+        }
+        decide(state, agent_id, session_id, fact)
+    })
+    .await?;
+    Ok(state)
+}
+
+fn not_mine(session: Uuid, agent_id: &str) -> RecordError {
+    RecordError::NotMine {
+        session,
+        agent: agent_id.to_owned(),
     }
-    // Everything else only the main kernel's agent reports.
-    decide(
-        pool,
-        agent_id,
-        Reporter::Main,
-        session_id,
-        metadata,
-        |state| match fact {
-            Fact::Moved {
-                to,
-                reason,
-                exit_code,
-            } => state.transition(*to, reason.clone(), *exit_code),
-            Fact::MovedThrough { through } => state.transition_through(through),
-            Fact::CommitProgressed {
-                commit_id,
-                step,
-                detail,
-            } => state.commit_progressed(*commit_id, *step, detail.clone()),
-            Fact::CommitEnded { commit_id, outcome } => {
-                state.end_commit(*commit_id, agent_id, outcome.clone())
+}
+
+/// The events `fact` from `agent_id` makes of the session's `state`. Pure.
+fn decide(
+    state: &SessionState,
+    agent_id: &str,
+    session_id: Uuid,
+    fact: &Fact,
+) -> Result<Vec<Event>, RecordError> {
+    let events = match fact {
+        Fact::KernelsStarted { kernels } => {
+            if !kernels.iter().all(|k| state.kernel_on(k.kernel, agent_id)) {
+                return Err(not_mine(session_id, agent_id));
             }
-            Fact::AppStartEnded {
-                start_id,
-                app,
-                outcome,
-            } => state.end_app_start(*start_id, app.clone(), outcome.clone()),
-            Fact::KernelsStarted { .. } => unreachable!("recorded above"),
-        },
-    )
-    .await
+            let started: Vec<KernelStarted> = kernels
+                .iter()
+                .map(|k| KernelStarted {
+                    session_id,
+                    kernel: k.kernel,
+                    agent_id: agent_id.to_owned(),
+                    container_id: k.container_id.clone(),
+                    ports: k.ports.clone(),
+                    hostname: k.hostname.clone(),
+                    address: k.address.clone(),
+                })
+                .collect();
+            state.start_kernels(&started)
+        }
+        Fact::Moved {
+            to,
+            reason,
+            exit_code,
+        } => state.transition(*to, reason.clone(), *exit_code),
+        Fact::MovedThrough { through } => state.transition_through(through),
+        Fact::CommitProgressed {
+            commit_id,
+            step,
+            detail,
+        } => state.commit_progressed(*commit_id, *step, detail.clone()),
+        Fact::CommitEnded { commit_id, outcome } => {
+            state.end_commit(*commit_id, agent_id, outcome.clone())
+        }
+        Fact::AppStartEnded {
+            start_id,
+            app,
+            outcome,
+        } => state.end_app_start(*start_id, app.clone(), outcome.clone()),
+    }?;
+    Ok(events)
 }
 
 /// The session and the trace it belongs to, when a kernel of it is placed on `agent_id`.
@@ -292,15 +283,10 @@ pub async fn session_for(
         .first()
         .and_then(|first| first.metadata.traceparent.clone());
     Ok(match fold(&recorded) {
-        StreamState::Session(state)
-            if state.agent_id.as_deref() == Some(agent_id)
-                || state.kernels.iter().any(|k| k.agent_id == agent_id) =>
-        {
-            Some(SessionView {
-                state: *state,
-                traceparent,
-            })
-        }
+        StreamState::Session(state) if state.placed_on(agent_id) => Some(SessionView {
+            state: *state,
+            traceparent,
+        }),
         _ => None,
     })
 }

@@ -20,6 +20,14 @@ use crate::record::{self, RecordError};
 pub enum ServeError {
     #[error("NATS: {0}")]
     Bus(String),
+    #[error("NATS: {0}")]
+    Streams(#[from] bus::BusError),
+    /// Said to the agent as the reason its registration is unavailable for now.
+    #[error("the command consumer of agent `{agent}`: {source}")]
+    CommandConsumer {
+        agent: String,
+        source: jetstream::stream::ConsumerError,
+    },
 }
 
 /// How many requests one recorder handles at once.
@@ -34,9 +42,7 @@ pub async fn run(
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let js = jetstream::new(client.clone());
-    crate::ensure_streams(&js, &subjects)
-        .await
-        .map_err(ServeError::Bus)?;
+    crate::ensure_streams(&js, &subjects).await?;
     let mut requests = client
         .queue_subscribe(
             subjects.all_requests(),
@@ -123,11 +129,17 @@ impl Recorder {
         Ok(match request {
             Request::Register(offer) => {
                 match record::register(&self.pool, agent, &offer).await {
-                    Err(RecordError::NotAdmitted(reason)) => return Ok(Answer::Denied { reason }),
+                    Err(RecordError::NotAdmitted(refused)) => {
+                        return Ok(Answer::Denied {
+                            reason: refused.to_string(),
+                        })
+                    }
                     other => other?,
                 }
                 if let Err(e) = self.ensure_consumer(agent).await {
-                    return Ok(Answer::Unavailable { reason: e });
+                    return Ok(Answer::Unavailable {
+                        reason: e.to_string(),
+                    });
                 }
                 self.liveness.heard_from(agent);
                 Answer::Done
@@ -149,7 +161,7 @@ impl Recorder {
     }
 
     /// Makes the agent's durable command consumer, so its commands wait while it is away.
-    async fn ensure_consumer(&self, agent: &str) -> Result<(), String> {
+    async fn ensure_consumer(&self, agent: &str) -> Result<(), ServeError> {
         let config = consumer::pull::Config {
             durable_name: Some(self.subjects.consumer_of(agent)),
             filter_subject: self.subjects.commands_of(agent),
@@ -162,6 +174,9 @@ impl Recorder {
             .create_consumer_on_stream(config, self.subjects.commands_stream.clone())
             .await
             .map(|_| ())
-            .map_err(|e| format!("the command consumer of agent `{agent}`: {e}"))
+            .map_err(|source| ServeError::CommandConsumer {
+                agent: agent.to_owned(),
+                source,
+            })
     }
 }

@@ -21,21 +21,16 @@ pub const NAME: &str = "telemetry-sink";
 
 /// Keeps what agents send until `stop`. A lost subscription (NATS restarted) is made again.
 pub async fn run(js: jetstream::Context, pool: Pool, subjects: Subjects, stop: CancellationToken) {
-    let mut lost = false;
+    const PART: &str = "the telemetry sink";
+    let mut outage = events::fault::Outage::default();
     while !stop.is_cancelled() {
         let mut messages = match subscribe(&js, &subjects).await {
             Ok(m) => {
-                if lost {
-                    tracing::info!("the telemetry sink is back");
-                    lost = false;
-                }
+                outage.passed(PART);
                 m
             }
             Err(e) => {
-                if !lost {
-                    tracing::warn!(error = %e, "the telemetry sink cannot subscribe; trying again");
-                    lost = true;
-                }
+                outage.failed(PART, &format_args!("cannot subscribe: {e}"));
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -66,17 +61,14 @@ pub async fn run(js: jetstream::Context, pool: Pool, subjects: Subjects, stop: C
             };
             let _ = message.ack_with(ack).await;
         }
-        if !lost {
-            tracing::warn!("the telemetry sink lost its subscription; making it again");
-            lost = true;
-        }
+        outage.failed(PART, &"lost its subscription; making it again");
     }
 }
 
 async fn subscribe(
     js: &jetstream::Context,
     subjects: &Subjects,
-) -> Result<consumer::pull::Stream, String> {
+) -> Result<consumer::pull::Stream, bus::BusError> {
     crate::ensure_streams(js, subjects).await?;
     let config = consumer::pull::Config {
         durable_name: Some(NAME.into()),
@@ -86,9 +78,8 @@ async fn subscribe(
     };
     let consumer = js
         .create_consumer_on_stream(config, subjects.telemetry_stream.clone())
-        .await
-        .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
+        .await?;
+    Ok(consumer.messages().await?)
 }
 
 /// Worth another try later.

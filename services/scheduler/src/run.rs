@@ -61,10 +61,12 @@ pub struct SchedulerConfig {
     pub exclusive: bool,
 }
 
-impl Default for SchedulerConfig {
-    fn default() -> Self {
+impl SchedulerConfig {
+    /// The service's settings, passing at least every `interval`: the caller's to give
+    /// (`berth`'s is `Timings::scheduler_interval`), so the knob has one default.
+    pub fn new(interval: Duration) -> SchedulerConfig {
         SchedulerConfig {
-            interval: Duration::from_secs(1),
+            interval,
             batch: 5_000,
             pipeline: 64,
             exclusive: true,
