@@ -106,6 +106,13 @@ pub async fn install<P: Projection>(pool: &Pool, projection: &P) -> Result<(), P
     let current = installed
         .as_ref()
         .is_some_and(|c| c.as_deref() == Some(shape.as_str()));
+    // A rebuild by an older berth kept a checkpoint for its tables, which nothing reads into:
+    // `/readyz` would wait on it for ever.
+    tx.execute(
+        "DELETE FROM checkpoints WHERE name = $1",
+        &[&checkpoint_name(&rebuild_schema(projection))],
+    )
+    .await?;
     if !current {
         if installed.is_some() {
             tracing::info!(%schema, "the projection changed shape; folding it again from the log");
@@ -312,8 +319,9 @@ pub async fn rebuild<P: Projection>(
         events += batch.len() as u64;
         folded = last;
     }
+    // The rebuilt tables get no checkpoint of their own: nothing reads the log into them
+    // after this, and a checkpoint would count as a reader that `/readyz` waits on for ever.
     rows.write(&tx, &fresh).await?;
-    write_checkpoint(&tx, &checkpoint_name(&fresh), folded).await?;
     let mut differences = Vec::new();
     for table in projection.tables() {
         let row = tx
@@ -333,9 +341,7 @@ pub async fn rebuild<P: Projection>(
     if swap {
         tx.batch_execute(&format!(
             "DROP SCHEMA {live} CASCADE; ALTER SCHEMA {fresh} RENAME TO {live};
-             DELETE FROM checkpoints WHERE name = '{}';
              COMMENT ON SCHEMA {live} IS '{}';",
-            checkpoint_name(&fresh),
             shape_of(&projection.create_tables(&live))
         ))
         .await?;

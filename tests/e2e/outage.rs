@@ -156,3 +156,80 @@ async fn creates_beyond_the_queue_are_answered_busy_while_postgresql_is_slow() {
     assert_eq!(created, 2, "{answers:?}");
     assert_eq!(h.count_events("SessionRequested").await, 3);
 }
+
+/// `/readyz` waits only on readers that run: a replay of each projection, compared and not
+/// swapped, leaves no reader behind, and a checkpoint an older berth's replay left for its
+/// rebuilt tables is dropped when the projection is installed.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_counts_live_readers_only_after_a_replay_of_each_projection() {
+    use events::projection::{self, StreamIndex};
+    use gateway::projection::SessionsView;
+
+    let h = start().await;
+    h.agent("a1", "default", 4).await;
+    let (status, created) = h.post(&h.admin_key, "/v1/sessions", batch()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    let streams = projection::rebuild(&h.pool, &StreamIndex, false)
+        .await
+        .unwrap();
+    assert!(streams.differences.is_empty(), "{:?}", streams.differences);
+    let sessions = projection::rebuild(&h.pool, &SessionsView, false)
+        .await
+        .unwrap();
+    assert!(
+        sessions.differences.is_empty(),
+        "{:?}",
+        sessions.differences
+    );
+    let ledger = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(ledger.equal(), "{:?}", ledger.differences);
+    let client = h.pool.get().await.unwrap();
+    let rebuilt: i64 = client
+        .query_one(
+            "SELECT count(*) FROM checkpoints WHERE name LIKE '%\\_rebuild'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rebuilt, 0, "a replay left a reader behind");
+
+    // As an older berth's replay left it: a checkpoint for the rebuilt tables, far behind.
+    client
+        .execute(
+            "INSERT INTO checkpoints (name, tx_id, seq) VALUES ('projection:proj_streams_rebuild', '0', 0)",
+            &[],
+        )
+        .await
+        .unwrap();
+    projection::install(&h.pool, &StreamIndex).await.unwrap();
+    let readers: Vec<String> = client
+        .query("SELECT name FROM checkpoints ORDER BY name", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        readers.iter().all(|r| !r.ends_with("_rebuild")),
+        "{readers:?}"
+    );
+
+    // The gateway's next check counts the live readers alone, and says it is ready.
+    let mut last = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (status, report) = h.get(&h.admin_key, "/readyz").await;
+        let names: Vec<&str> = report["readers"]
+            .as_array()
+            .map(|r| r.iter().filter_map(|r| r["name"].as_str()).collect())
+            .unwrap_or_default();
+        if status == StatusCode::OK && !names.is_empty() {
+            assert!(names.iter().all(|n| !n.ends_with("_rebuild")), "{report}");
+            return;
+        }
+        last = report;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("/readyz did not answer 200 with its readers: {last}");
+}
