@@ -990,3 +990,33 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
 }
+
+/// Read-your-writes: every sub-resource of a session answers for it as soon as its caller is
+/// told it was created, before the views have caught up, as the detail does.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_sub_resource_answers_for_a_session_just_created() {
+    let h = start().await;
+    h.agent("ryw1", "default", 64).await;
+    let interactive =
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "128m"}});
+    for round in 0..10 {
+        let (status, created) = h
+            .post(&h.admin_key, "/v1/sessions", interactive.clone())
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let id = created["sessions"][0]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for path in [
+            format!("/v1/sessions/{id}/apps"),
+            format!("/v1/sessions/{id}/history"),
+            format!("/v1/sessions/{id}/logs"),
+            format!("/v1/sessions/{id}/idle"),
+            format!("/v1/sessions/{id}"),
+        ] {
+            let (status, body) = h.get(&h.admin_key, &path).await;
+            assert_eq!(status, StatusCode::OK, "round {round}, {path}: {body}");
+        }
+    }
+}

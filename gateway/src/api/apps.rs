@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::model::SessionDetail;
 use crate::proxy::{OpenRequest, ProxyError};
 use crate::state::AppState;
+use events::ledger::KeyOwner;
 
 /// A session and one of its apps.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -183,10 +184,18 @@ impl From<ProxyError> for ApiError {
     }
 }
 
-async fn session(state: &AppState, id: Uuid) -> Result<SessionDetail, ApiError> {
-    let detail = crate::db::sessions::detail(&state.pool, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+/// The session's detail from the view, waited for when the session was only just created
+/// (read-your-writes, as the detail itself does).
+async fn session(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<SessionDetail, ApiError> {
+    let detail = match crate::db::sessions::detail(&state.pool, id).await? {
+        Some(detail) => detail,
+        None => {
+            super::await_view(state, caller, id).await?;
+            crate::db::sessions::detail(&state.pool, id)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?
+        }
+    };
     serde_json::from_str(&detail.body).map_err(ApiError::internal)
 }
 
@@ -201,7 +210,7 @@ pub async fn list_apps(
 ) -> Result<Json<SessionApps>, ApiError> {
     let id = parse_id(&id)?;
     check_may_act(&state, &caller, id).await?;
-    let detail = session(&state, id).await?;
+    let detail = session(&state, &caller, id).await?;
     let circuits = crate::db::circuits::circuits(&state.pool, Some(id), None)
         .await?
         .into_iter()
@@ -283,7 +292,7 @@ pub async fn open_app(
         return Err(ApiError::invalid("allowed_ips", "at most 64 ranges"));
     }
     let proxy = state.proxy.clone().ok_or_else(proxy_off)?;
-    let detail = session(&state, id).await?;
+    let detail = session(&state, &caller, id).await?;
     let request = OpenRequest {
         app: app.clone(),
         container_port: open.port,
@@ -337,7 +346,7 @@ pub async fn start_app(
     check_app(&app)?;
     check_may_act(&state, &caller, id).await?;
     let StartApp { port } = parse_body(body)?;
-    let detail = session(&state, id).await?;
+    let detail = session(&state, &caller, id).await?;
     let declared = detail
         .request
         .apps
