@@ -25,7 +25,8 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 /// Most events one append may carry.
 pub const MAX_EVENTS_PER_APPEND: usize = 1_000;
 
-const MIGRATIONS: &[(i32, &str)] = &[
+/// The backbone's migrations (component `events`): its version and SQL, in order.
+pub const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../migrations/0001_event_store.sql")),
     (2, include_str!("../migrations/0002_ledger.sql")),
     (3, include_str!("../migrations/0003_session_logs.sql")),
@@ -47,6 +48,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (12, include_str!("../migrations/0012_custom_images.sql")),
     (13, include_str!("../migrations/0013_apps.sql")),
     (14, include_str!("../migrations/0014_log_clock.sql")),
+    (17, include_str!("../migrations/0017_image_claims.sql")),
 ];
 /// What a backbone migration whose tables moved to their service's crate now runs: nothing.
 const MOVED_TO_ITS_SERVICE: &str = "-- moved to the service that owns the schema";

@@ -146,6 +146,18 @@ impl From<LedgerError> for ApiError {
                 format!("you already have a live session named `{name}`"),
             )
             .field("name"),
+            LedgerError::Exists {
+                what: "image",
+                name,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "name_taken",
+                format!("an image `{name}` exists or is being committed; remove it first"),
+            )
+            .field("name"),
+            e @ LedgerError::LimitReached { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", e.to_string()).field("name")
+            }
             e if e.is_conflict() => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

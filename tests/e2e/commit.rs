@@ -253,22 +253,7 @@ async fn a_commit_holds_off_a_terminate_force_fails_it_and_the_limit_is_checked_
 
     // The policy allows one image: a done commit keeps one, and the next is refused before
     // anything is recorded.
-    launcher::access::set_policy(
-        &h.pool,
-        ResourcePolicySet {
-            name: "default".into(),
-            max_concurrent_sessions: 100,
-            max_total: ResourceSlots {
-                cpu_milli: 1_000_000,
-                memory_bytes: 1 << 50,
-                gpu_milli: 1_000_000,
-            },
-            max_session_lifetime_secs: None,
-            max_custom_images: Some(1),
-        },
-    )
-    .await
-    .unwrap();
+    allow_images(&h, Some(1)).await;
     let second = create(&h, &h.admin_key, interactive.clone()).await;
     run_by_hand(&h, "hand1", &second).await;
     let (status, started) = commit(second.clone(), "kept1").await;
@@ -385,4 +370,85 @@ async fn a_commit_never_finished_fails_at_its_deadline_even_across_a_restart() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(h.count_events("SessionCommitEnded").await, 1);
     service.stop().await.unwrap();
+}
+
+/// The default policy, allowing `most` customized images per user (`None`: any number).
+async fn allow_images(h: &Harness, most: Option<u32>) {
+    launcher::access::set_policy(
+        &h.pool,
+        ResourcePolicySet {
+            name: "default".into(),
+            max_concurrent_sessions: 100,
+            max_total: ResourceSlots {
+                cpu_milli: 1_000_000,
+                memory_bytes: 1 << 50,
+                gpu_milli: 1_000_000,
+            },
+            max_session_lifetime_secs: None,
+            max_custom_images: most,
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The limit and the names hold under concurrency: two commits of one user racing under a
+/// limit of one, past the gateway's own check, and exactly one proceeds; a name a commit under
+/// way holds is refused to another (409), never overwritten; it is free again once that
+/// commit ended without an image.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_commits_racing_under_a_limit_of_one_and_a_name_held_by_a_commit_under_way() {
+    let h = start().await;
+    h.agent("hand2", "default", 8).await;
+    allow_images(&h, Some(1)).await;
+    let interactive =
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "128m"}});
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let id = create(&h, &h.admin_key, interactive.clone()).await;
+        run_by_hand(&h, "hand2", &id).await;
+        sessions.push(id);
+    }
+    let commit = |id: &str, name: &str| {
+        let (h, path, body) = (
+            &h,
+            format!("/v1/sessions/{id}/commit"),
+            json!({"name": name}),
+        );
+        async move { h.post(&h.admin_key, &path, body).await }
+    };
+
+    let ((a, a_body), (b, b_body)) =
+        tokio::join!(commit(&sessions[0], "race1"), commit(&sessions[1], "race2"));
+    let mut statuses = [a, b];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::ACCEPTED, StatusCode::FORBIDDEN],
+        "{a_body} {b_body}"
+    );
+    assert_eq!(h.count_events("SessionCommitRequested").await, 1);
+
+    // Without a limit, the name the commit under way holds is still its own.
+    allow_images(&h, None).await;
+    let (taken, winner) = if a == StatusCode::ACCEPTED {
+        ("race1", &sessions[0])
+    } else {
+        ("race2", &sessions[1])
+    };
+    let (status, refused) = commit(&sessions[2], taken).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["field"], "name", "{refused}");
+
+    // The commit fails (its session forced to end): the name is free again.
+    let (status, _) = h
+        .delete(&h.admin_key, &format!("/v1/sessions/{winner}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(winner, |s| s["status"] == "TERMINATED")
+        .await;
+    let (status, started) = commit(&sessions[2], taken).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
 }

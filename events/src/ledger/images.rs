@@ -1,9 +1,16 @@
 //! The images family: the customized images that committed sessions made, per owner.
 //!
-//! Table: `custom_images`. Changed by `SessionCommitEnded` (an image made, or made again
-//! under the same name) and `CustomImageRemoved` (by its owner). `SessionCommitRequested`,
-//! `SessionCommitProgressed` and `SessionCommitEnded` are events of the session's stream, so
-//! they move the session's version too (`sessions`).
+//! Tables: `custom_images`, changed by `SessionCommitEnded` (an image made) and
+//! `CustomImageRemoved` (by its owner); and `image_claims`, the names commits under way have
+//! taken: claimed by `SessionCommitRequested`, let go by `SessionCommitEnded`.
+//! `SessionCommitRequested`, `SessionCommitProgressed` and `SessionCommitEnded` are events of
+//! the session's stream, so they move the session's version too (`sessions`).
+//!
+//! The claim is where the owner's limit holds under concurrency: it is made under a lock per
+//! owner, in the transaction that records the request, and refused when the name is taken
+//! (by an image or another claim) or when the owner's images and claims would pass their
+//! policy's most. The gateway checks both first, for a clear answer; two requests racing past
+//! that check meet here, and the second is refused whole.
 
 use std::collections::HashMap;
 
@@ -30,13 +37,20 @@ pub(super) async fn apply_sql<C: GenericClient>(
 ) -> Result<(), LedgerError> {
     match event {
         Event::SessionCommitRequested(e) => {
-            patch.enter(client, e.session_id, stream_version).await?
+            patch.enter(client, e.session_id, stream_version).await?;
+            claim(client, e).await?;
         }
         Event::SessionCommitProgressed(e) => {
             patch.enter(client, e.session_id, stream_version).await?
         }
         Event::SessionCommitEnded(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
+            exec(
+                client,
+                "DELETE FROM ledger.image_claims WHERE image = $1 AND commit_id = $2",
+                &[&e.image, &e.commit_id],
+            )
+            .await?;
             if let CommitOutcome::Done {
                 image_id,
                 size_bytes,
@@ -75,6 +89,54 @@ pub(super) async fn apply_sql<C: GenericClient>(
     Ok(())
 }
 
+/// Claims the image's name for the commit, under the owner's lock: refused when the name is
+/// taken or the owner's images and claims would pass their policy's most.
+async fn claim<C: GenericClient>(
+    client: &C,
+    e: &SessionCommitRequested,
+) -> Result<(), LedgerError> {
+    client
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtext('berth.image_claims'), hashtext($1::uuid::text))",
+            &[&e.owner],
+        )
+        .await?;
+    let claimed = exec(
+        client,
+        "INSERT INTO ledger.image_claims
+         SELECT $1, $2, $3, $4
+          WHERE NOT EXISTS (SELECT 1 FROM ledger.custom_images WHERE image = $1)
+         ON CONFLICT DO NOTHING",
+        &[&e.image, &e.owner, &e.session_id, &e.commit_id],
+    )
+    .await?;
+    if claimed == 0 {
+        return Err(LedgerError::Exists {
+            what: "image",
+            name: e.name.clone(),
+        });
+    }
+    let row = client
+        .query_opt(
+            "SELECT p.max_custom_images,
+                    (SELECT count(*) FROM ledger.custom_images WHERE owner = $1)
+                  + (SELECT count(*) FROM ledger.image_claims WHERE owner = $1)
+             FROM ledger.users u LEFT JOIN ledger.policies p ON p.name = u.resource_policy
+             WHERE u.user_id = $1",
+            &[&e.owner],
+        )
+        .await?;
+    // An owner the ledger does not know has no policy, so no most.
+    let (most, held): (Option<i32>, i64) = row.map_or((None, 0), |r| (r.get(0), r.get(1)));
+    match most {
+        Some(most) if held > i64::from(most) => Err(LedgerError::LimitReached {
+            what: "customized images",
+            most: i64::from(most),
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub(super) struct CustomImage {
     pub owner: Uuid,
     pub session_id: Uuid,
@@ -84,10 +146,18 @@ pub(super) struct CustomImage {
     pub created_at: DateTime<Utc>,
 }
 
-/// The family's table folded in memory, keyed by image name.
+/// A name a commit under way holds.
+pub(super) struct Claim {
+    pub owner: Uuid,
+    pub session_id: Uuid,
+    pub commit_id: Uuid,
+}
+
+/// The family's tables folded in memory, keyed by image name.
 #[derive(Default)]
 pub(super) struct Tables {
     pub custom_images: HashMap<String, CustomImage>,
+    pub image_claims: HashMap<String, Claim>,
 }
 
 impl Tables {
@@ -101,9 +171,27 @@ impl Tables {
         let at = recorded.recorded_at;
         let version = i64_of(recorded.stream_version);
         match &recorded.event {
-            Event::SessionCommitRequested(e) => sessions.change(e.session_id, version, |_| {}),
+            Event::SessionCommitRequested(e) => {
+                // The log holds only requests the claim let through.
+                self.image_claims.insert(
+                    e.image.clone(),
+                    Claim {
+                        owner: e.owner,
+                        session_id: e.session_id,
+                        commit_id: e.commit_id,
+                    },
+                );
+                sessions.change(e.session_id, version, |_| {});
+            }
             Event::SessionCommitProgressed(e) => sessions.change(e.session_id, version, |_| {}),
             Event::SessionCommitEnded(e) => {
+                if self
+                    .image_claims
+                    .get(&e.image)
+                    .is_some_and(|c| c.commit_id == e.commit_id)
+                {
+                    self.image_claims.remove(&e.image);
+                }
                 if let CommitOutcome::Done {
                     image_id,
                     size_bytes,
@@ -168,6 +256,19 @@ impl Tables {
                         &i.size_bytes,
                         &i.created_at,
                     ]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.image_claims"),
+            ["image", "owner", "session_id", "commit_id"],
+            &self
+                .image_claims
+                .iter()
+                .map(|(image, c)| -> [&(dyn ToSql + Sync); 4] {
+                    [image, &c.owner, &c.session_id, &c.commit_id]
                 })
                 .collect::<Vec<_>>(),
         )

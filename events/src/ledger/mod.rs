@@ -138,6 +138,8 @@ pub enum LedgerError {
     AgentFull(String),
     #[error("{what} `{name}` already exists")]
     Exists { what: &'static str, name: String },
+    #[error("the owner's policy allows {most} {what}, and that many exist or are being made")]
+    LimitReached { what: &'static str, most: i64 },
     #[error("database: {0}")]
     Database(tokio_postgres::Error),
     #[error("database pool: {0}")]

@@ -1,5 +1,5 @@
 //! Customized images: a user's images and how many their policy lets them keep, from the
-//! ledger (`ledger.custom_images`, `ledger.users`, `ledger.policies`, written by
+//! ledger (`ledger.custom_images`, `ledger.image_claims`, `ledger.users`, `ledger.policies`, written by
 //! `events::ledger`).
 
 use deadpool_postgres::Pool;
@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::error::ApiError;
 
 /// How many customized images `owner` may keep (their policy's most, `None`: no limit) and
-/// those they keep.
+/// those they keep or are committing (the names their commits under way claimed).
 pub struct Allowance {
     pub policy: String,
     pub most: Option<i64>,
@@ -31,7 +31,8 @@ pub async fn custom_image_allowance(pool: &Pool, owner: Uuid) -> Result<Allowanc
     };
     let images = client
         .query(
-            "SELECT image FROM ledger.custom_images WHERE owner = $1",
+            "SELECT image FROM ledger.custom_images WHERE owner = $1
+             UNION ALL SELECT image FROM ledger.image_claims WHERE owner = $1",
             &[&owner],
         )
         .await?
