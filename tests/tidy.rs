@@ -162,9 +162,8 @@ fn metadata() -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// Each workspace package's name, with the names of its normal (not dev, not build)
-/// dependencies, and where its manifest lives.
-fn workspace_packages(meta: &Value) -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+/// The workspace's own packages, as `cargo metadata` describes them.
+fn members(meta: &Value) -> impl Iterator<Item = &Value> {
     let members: BTreeSet<&str> = meta["workspace_members"]
         .as_array()
         .unwrap()
@@ -175,7 +174,13 @@ fn workspace_packages(meta: &Value) -> BTreeMap<String, (PathBuf, BTreeSet<Strin
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| members.contains(p["id"].as_str().unwrap()))
+        .filter(move |p| members.contains(p["id"].as_str().unwrap()))
+}
+
+/// Each workspace package's name, with the names of its normal (not dev, not build)
+/// dependencies, and where its manifest lives.
+fn workspace_packages(meta: &Value) -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+    members(meta)
         .map(|p| {
             let deps = p["dependencies"]
                 .as_array()
@@ -345,17 +350,7 @@ fn no_database_client_reaches_the_agent() {
 
 /// Each workspace library's name (as code writes it) and its root source file.
 fn workspace_libraries(meta: &Value) -> BTreeMap<String, PathBuf> {
-    let members: BTreeSet<&str> = meta["workspace_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.as_str().unwrap())
-        .collect();
-    meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| members.contains(p["id"].as_str().unwrap()))
+    members(meta)
         .flat_map(|p| p["targets"].as_array().unwrap())
         .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "lib"))
         .map(|t| {
