@@ -35,6 +35,66 @@ pub enum LinkError {
 /// read), and waits for the server when it is not up yet, or does not know the credential
 /// yet (an admission reaches the server's authorization moments after it is recorded).
 pub async fn connect(url: &str, agent_id: &str, seed: Option<String>) -> Result<Client, LinkError> {
+    Ok(connect_watched(url, agent_id, seed).await?.0)
+}
+
+/// How long NATS may refuse an agent's credential before the refusal is the answer: an
+/// admission reaches the server's authorization moments after it is recorded, so a refusal at
+/// first is a wait; one that lasts is a credential never admitted, or revoked.
+pub const REFUSED_AT_MOST: Duration = Duration::from_secs(30);
+
+/// Whether the server refuses a connection's credential, and since when, as the client's
+/// events tell it: an authorization violation (at a login, or on a connection the server cuts
+/// when its authorization no longer lets it in) starts a refusal; a connection ends it.
+#[derive(Clone, Debug, Default)]
+pub struct Refusal(std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl Refusal {
+    fn note(&self, event: &async_nats::Event) {
+        use async_nats::{ClientError, Event, ServerError};
+        let refused = match event {
+            Event::Connected => false,
+            Event::ServerError(ServerError::AuthorizationViolation) => true,
+            // A reconnection the server refused: the client says so only in words.
+            Event::ClientError(ClientError::Other(why)) => {
+                why.contains("authorization violation") || why.contains("signing nonce")
+            }
+            _ => return,
+        };
+        let mut since = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if refused {
+            since.get_or_insert_with(tokio::time::Instant::now);
+        } else {
+            *since = None;
+        }
+    }
+
+    /// How long the credential has been refused without a connection in between.
+    pub fn refused_for(&self) -> Option<Duration> {
+        let since = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        since.map(|s| s.elapsed())
+    }
+
+    /// Returns once the credential has been refused for `at_most` without a break.
+    pub async fn lasting(&self, at_most: Duration) {
+        loop {
+            match self.refused_for() {
+                Some(for_) if for_ >= at_most => return,
+                Some(for_) => tokio::time::sleep(at_most - for_).await,
+                None => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+}
+
+/// [`connect`], and the [`Refusal`] that tells whether the server goes on refusing the
+/// credential (an agent ends, saying so, rather than trying for ever).
+pub async fn connect_watched(
+    url: &str,
+    agent_id: &str,
+    seed: Option<String>,
+) -> Result<(Client, Refusal), LinkError> {
+    let refusal = Refusal::default();
     let (options, address) = match seed {
         Some(seed) => (
             async_nats::ConnectOptions::with_nkey(seed),
@@ -43,13 +103,19 @@ pub async fn connect(url: &str, agent_id: &str, seed: Option<String>) -> Result<
         None => connect_options(url)?,
     };
     let server = format!("{}:{}", address.host(), address.port());
-    options
+    let noted = refusal.clone();
+    let client = options
         .custom_inbox_prefix(crate::permissions::inbox_prefix(agent_id))
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
+        .event_callback(move |event| {
+            noted.note(&event);
+            async {}
+        })
         .connect(address)
         .await
-        .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))
+        .map_err(|e| LinkError::Bus(format!("connect to NATS at {server}: {e}")))?;
+    Ok((client, refusal))
 }
 
 /// The options to connect to NATS at `url` as the user and password the URL names
