@@ -157,6 +157,15 @@ impl Recorder {
             Request::Sync => Answer::Live {
                 sessions: record::live_sessions(&self.pool, agent).await?,
             },
+            Request::Depart { reason } => match record::depart(&self.pool, agent, &reason).await {
+                Err(RecordError::NotAdmitted(refused)) => Answer::Denied {
+                    reason: refused.to_string(),
+                },
+                other => {
+                    other?;
+                    Answer::Done
+                }
+            },
         })
     }
 
