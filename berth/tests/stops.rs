@@ -228,9 +228,9 @@ fn agent_name(tag: &str) -> String {
 }
 
 /// SIGTERM, then the exit within `bound` (and the slack): it must be a success.
-fn stopped_within(process: &mut BerthProcess, bound: Duration, what: &str, log: &Path) {
+async fn stopped_within(process: &mut BerthProcess, bound: Duration, what: &str, log: &Path) {
     process.terminate();
-    let status = process.exit_within(bound + EXIT_SLACK);
+    let status = process.exit_within(bound + EXIT_SLACK).await;
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let status = status.unwrap_or_else(|| panic!("{what} did not exit within {bound:?}\n{text}"));
     assert!(status.success(), "{what} exited with {status}\n{text}");
@@ -262,7 +262,7 @@ async fn an_agent_stopped_under_load_departs_and_adopts_its_sessions_on_return()
     .await;
 
     let log = setup.dir.join(format!("{leaving}.log"));
-    stopped_within(&mut agent, AGENT_LEAVE, "the agent", &log);
+    stopped_within(&mut agent, AGENT_LEAVE, "the agent", &log).await;
     drop(agent);
     assert_eq!(count_events(&pool, "AgentDeparted").await, 1, "{}", logs());
     let lost = lost_of(&pool, &leaving).await.unwrap_or_default();
@@ -327,7 +327,8 @@ async fn a_drained_agent_ends_its_sessions_before_it_departs() {
         AGENT_LEAVE + Duration::from_secs(2),
         "the drained agent",
         &log,
-    );
+    )
+    .await;
     let client = pool.get().await.unwrap();
     let rows = client
         .query(
@@ -371,7 +372,7 @@ async fn berth_up_stopped_under_load_exits_in_time_and_loses_nothing() {
     sessions.extend(setup.launch(command, 6).await);
 
     let log = setup.dir.join("up.log");
-    stopped_within(&mut up, STOP_WITHIN, "berth up", &log);
+    stopped_within(&mut up, STOP_WITHIN, "berth up", &log).await;
     drop(up);
     // Asked for while the control plane is down, and ending meanwhile: all kept.
     sessions.extend(setup.launch(command, 4).await);

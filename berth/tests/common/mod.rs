@@ -195,13 +195,13 @@ impl BerthProcess {
 
     /// Waits for the process to exit, at most `bound`: its exit status, or `None` when it
     /// was still running then.
-    pub fn exit_within(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = std::time::Instant::now() + bound;
-        while std::time::Instant::now() < deadline {
+    pub async fn exit_within(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + bound;
+        while tokio::time::Instant::now() < deadline {
             if let Some(status) = self.0.try_wait().unwrap() {
                 return Some(status);
             }
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.0.try_wait().unwrap()
     }
