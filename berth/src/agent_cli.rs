@@ -1,7 +1,11 @@
 //! `berth agent`: runs an agent on a compute host. The command maps berth's settings
 //! (`Config`) and its arguments into the agent's own configuration
 //! ([`agent::host::HostConfig`]) and starts it through the agent's one start,
-//! [`agent::host::start`], until Ctrl-C.
+//! [`agent::host::start`], until SIGTERM or SIGINT. Then it departs
+//! ([`agent::host::AgentHost::leave`]): the control plane places nothing more on it, its
+//! outbox is sent, and it exits 0 within `BERTH_AGENT_LEAVE_SECS` (past it, with a warning),
+//! its containers running on, to be adopted when it starts again. With `--drain` it ends its
+//! sessions first, for a host being decommissioned.
 
 use std::path::PathBuf;
 
@@ -38,10 +42,63 @@ pub struct AgentArgs {
     /// (default: BERTH_AGENT_CREDENTIAL).
     #[arg(long)]
     credential: Option<PathBuf>,
+    /// On SIGTERM or SIGINT, end this agent's sessions (each stopped and waited for) before
+    /// departing, instead of leaving their containers running: for decommissioning a host.
+    #[arg(long)]
+    drain: bool,
 }
 
-/// Runs the agent `args` describe until Ctrl-C (or until it fails).
+/// Runs the agent `args` describe until SIGTERM or SIGINT (or until it fails), then departs.
 pub async fn run(config: &Config, args: AgentArgs) -> anyhow::Result<()> {
+    let mut signals = berth::signals::StopSignals::listen().context("listen for signals")?;
+    let (drain, timings) = (args.drain, config.timings.clone());
+    let stop = CancellationToken::new();
+    let mut host = tokio::select! {
+        host = start(config, args, stop.clone()) => host?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped before the agent started");
+            return Ok(());
+        }
+    };
+    let signal = tokio::select! {
+        done = host.ended() => return Ok(done?),
+        signal = signals.next() => signal,
+    };
+    // Its sessions' ends, when drained, get their containers' stop grace on top.
+    let within = if drain {
+        timings.agent_leave + timings.agent_stop_grace
+    } else {
+        timings.agent_leave
+    };
+    tracing::info!(signal, drain, ?within, "leaving");
+    let how = agent::Leave {
+        reason: format!(
+            "{} ({signal}){}",
+            if drain { "drained" } else { "stopped" },
+            if drain {
+                ": its sessions were ended"
+            } else {
+                ": its containers keep running until it returns"
+            }
+        ),
+        end_sessions: drain,
+    };
+    match host.leave(how, within).await? {
+        agent::host::Left::InTime => tracing::info!("left"),
+        agent::host::Left::Cut => tracing::warn!(
+            ?within,
+            "the departure did not finish within its bound; exiting anyway (what the outbox holds is sent on return)"
+        ),
+    }
+    Ok(())
+}
+
+/// Starts the agent `args` describe, until `stop`.
+async fn start(
+    config: &Config,
+    args: AgentArgs,
+    stop: CancellationToken,
+) -> anyhow::Result<agent::host::AgentHost> {
     use agent::host::{HostConfig, Nats, Offered, Runtime};
     agent::host::check_id(&args.id).map_err(|e| anyhow::anyhow!("--id {e}"))?;
     let data_dir = args
@@ -103,11 +160,5 @@ pub async fn run(config: &Config, args: AgentArgs) -> anyhow::Result<()> {
         subjects: config.agent_bus.clone(),
         runtime,
     };
-    let stop = CancellationToken::new();
-    let host = agent::host::start(host, stop.clone()).await?;
-    tokio::select! {
-        done = host.finished() => done?,
-        _ = tokio::signal::ctrl_c() => stop.cancel(),
-    }
-    Ok(())
+    Ok(agent::host::start(host, stop).await?)
 }

@@ -5,12 +5,19 @@
 //! `berth reconciler`, `berth recorder`, `berth idle-reaper`, `berth notification`,
 //! `berth image-commit` and `berth gateway` start one each; the end-to-end tests start the same function, so what they test is what runs.
 //!
+//! A process stops gracefully ([`App::stop_within`]): every part is cancelled, finishes the
+//! unit it is on (a batch of the log, a pass, a request) and saves its checkpoint; the
+//! gateway takes no new connection and lets those open finish. Past the bound, the process
+//! names the parts that did not stop.
+//!
 //! Agents are not parts: they run on compute hosts (`berth agent`) and reach the control
 //! plane only through NATS, where the recorder answers them.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use deadpool_postgres::Pool;
@@ -119,7 +126,14 @@ pub struct App {
     /// The first superadmin's email and API key, when this start set up a fresh install.
     pub first_superadmin: Option<(String, String)>,
     stop: CancellationToken,
+    tasks: Running,
+}
+
+/// The parts' tasks, with the name of each.
+#[derive(Default)]
+struct Running {
     tasks: JoinSet<anyhow::Result<()>>,
+    names: HashMap<tokio::task::Id, &'static str>,
 }
 
 /// Migrates the control plane's database: the backbone's schemas (the log, the ledger), then
@@ -238,7 +252,7 @@ fn address_without_password(url: &str) -> String {
 pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     let pool = connect_database(config, 32).await?;
     let stop = CancellationToken::new();
-    let mut tasks = JoinSet::new();
+    let mut tasks = Running::default();
     let timings = &config.timings;
 
     // A fresh install gets its first superadmin from the process that serves users.
@@ -461,20 +475,17 @@ impl OnBus {
 
 /// Runs `part` on its own task, started again after each outage ([`supervise`]); `start`
 /// makes a fresh run from the stop token it is given.
-fn keep<F, Fut>(
-    tasks: &mut JoinSet<anyhow::Result<()>>,
-    part: &'static str,
-    stop: &CancellationToken,
-    start: F,
-) where
+fn keep<F, Fut>(tasks: &mut Running, part: &'static str, stop: &CancellationToken, start: F)
+where
     F: Fn(CancellationToken) -> Fut + Send + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let stop = stop.clone();
-    tasks.spawn(async move {
+    let task = tasks.tasks.spawn(async move {
         let s = stop.clone();
         supervise::keep_running(part, stop, move || start(s.clone())).await
     });
+    tasks.names.insert(task.id(), part);
 }
 
 /// Seals the log behind the horizon a little after it is written.
@@ -496,29 +507,35 @@ async fn seal(
 }
 
 impl App {
-    /// Runs until `shutdown` completes, then stops every part. A part that ends before
-    /// (it failed, or stopped on its own) stops the others and is the error returned.
-    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    /// Runs until `shutdown` completes, then stops every part within `within`
+    /// ([`App::stop_within`]). A part that ends before (it failed, or stopped on its own)
+    /// stops the others and is the error returned.
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+        within: Duration,
+    ) -> anyhow::Result<()> {
         let ended = tokio::select! {
             _ = shutdown => None,
-            Some(ended) = self.tasks.join_next() => Some(ended),
+            Some(ended) = self.tasks.tasks.join_next_with_id() => Some(ended),
         };
-        self.stop.cancel();
         if let Some(ended) = ended {
-            ended??;
-            anyhow::bail!("a part of berth stopped unexpectedly");
+            self.stop.cancel();
+            let (part, result) = self.tasks.named(ended);
+            result.with_context(|| format!("berth's {part}"))?;
+            anyhow::bail!("berth's {part} stopped unexpectedly");
         }
-        self.stop().await
+        self.stop_within(within).await
     }
 
     /// The first part that has ended, if any (they run until stopped, so an ended part
     /// failed or panicked): its error, for a caller that checks on a running app.
     pub fn ended(&mut self) -> Option<anyhow::Error> {
-        let ended = self.tasks.try_join_next()?;
-        Some(match ended {
-            Ok(Ok(())) => anyhow::anyhow!("a part of berth stopped unexpectedly"),
-            Ok(Err(e)) => e,
-            Err(e) => e.into(),
+        let ended = self.tasks.tasks.try_join_next_with_id()?;
+        let (part, result) = self.tasks.named(ended);
+        Some(match result {
+            Ok(()) => anyhow::anyhow!("berth's {part} stopped unexpectedly"),
+            Err(e) => e.context(format!("berth's {part}")),
         })
     }
 
@@ -526,12 +543,58 @@ impl App {
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.stop.cancel();
         let mut first = Ok(());
-        while let Some(ended) = self.tasks.join_next().await {
-            let result = ended.map_err(anyhow::Error::from).and_then(|r| r);
+        while let Some(ended) = self.tasks.tasks.join_next_with_id().await {
+            let (_, result) = self.tasks.named(ended);
             if first.is_ok() {
                 first = result;
             }
         }
         first
+    }
+
+    /// Stops every part, as [`App::stop`], waiting at most `within`: each finishes the unit
+    /// it is on and keeps its checkpoint. Past the bound, the error names the parts that had
+    /// not stopped (they are abandoned: what they had not checkpointed is done again by the
+    /// next start).
+    pub async fn stop_within(mut self, within: Duration) -> anyhow::Result<()> {
+        self.stop.cancel();
+        let deadline = tokio::time::Instant::now() + within;
+        let mut first = Ok(());
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.tasks.join_next_with_id()).await {
+                Ok(None) => return first,
+                Ok(Some(ended)) => {
+                    let (part, result) = self.tasks.named(ended);
+                    tracing::debug!(part, "stopped");
+                    if first.is_ok() {
+                        first = result.with_context(|| format!("berth's {part}"));
+                    }
+                }
+                Err(_) => {
+                    let mut late: Vec<&str> = self.tasks.names.values().copied().collect();
+                    late.sort_unstable();
+                    self.tasks.tasks.abort_all();
+                    anyhow::bail!(
+                        "not stopped within {} s: {}",
+                        within.as_secs_f64(),
+                        late.join(", ")
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Running {
+    /// The part that `ended` and how it ended, forgotten from the names.
+    fn named(
+        &mut self,
+        ended: Result<(tokio::task::Id, anyhow::Result<()>), tokio::task::JoinError>,
+    ) -> (&'static str, anyhow::Result<()>) {
+        let (id, result) = match ended {
+            Ok((id, result)) => (id, result),
+            Err(e) => (e.id(), Err(e.into())),
+        };
+        (self.names.remove(&id).unwrap_or("part"), result)
     }
 }

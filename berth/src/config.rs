@@ -89,6 +89,13 @@ pub struct Timings {
     pub reaper_tick: Duration,
     /// How long an agent has to finish a commit before the image-commit service fails it.
     pub commit_deadline: Duration,
+    /// How long a stopped agent (SIGTERM, SIGINT) has to say it departs and send its outbox
+    /// before it exits anyway, with a warning; `berth agent --drain` adds the stop grace,
+    /// for its sessions' ends.
+    pub agent_leave: Duration,
+    /// How long the control plane's parts have to stop (SIGTERM, SIGINT) before the process
+    /// exits non-zero naming those that did not.
+    pub stop_within: Duration,
 }
 
 impl Default for Timings {
@@ -107,6 +114,8 @@ impl Default for Timings {
             agent_usage_every: Duration::from_secs(5),
             reaper_tick: Duration::from_millis(250),
             commit_deadline: Duration::from_secs(30 * 60),
+            agent_leave: Duration::from_secs(10),
+            stop_within: Duration::from_secs(15),
         }
     }
 }
@@ -204,6 +213,8 @@ impl Config {
                     secs,
                     defaults.commit_deadline,
                 ),
+                agent_leave: duration("BERTH_AGENT_LEAVE_SECS", secs, defaults.agent_leave),
+                stop_within: duration("BERTH_STOP_WITHIN_SECS", secs, defaults.stop_within),
                 ..defaults
             },
         }

@@ -4,7 +4,8 @@
 //! PostgreSQL and NATS ([`supervise`]), the client side of its app proxy ([`console`]:
 //! tunnels and the terminal), the authorization of a NATS server on this host kept in step
 //! with the agents admitted ([`nats_authority`]), and dependencies of one's own to take away
-//! and give back ([`scratch`], for the fault-injection tests and `berth bench recovery`). The
+//! and give back ([`scratch`], for the fault-injection tests and `berth bench recovery`), and
+//! the signals that stop every process gracefully ([`signals`]). The
 //! `berth` binary and the end-to-end tests both start berth through [`app::start`].
 
 pub mod app;
@@ -13,5 +14,6 @@ pub mod config;
 pub mod console;
 pub mod nats_authority;
 pub mod scratch;
+pub mod signals;
 pub mod supervise;
 pub mod telemetry;

@@ -249,19 +249,37 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Starts `parts` and runs them until Ctrl-C (or until one of them fails).
+/// Starts `parts` and runs them until SIGTERM or SIGINT (or until one of them fails), then
+/// stops them within `BERTH_STOP_WITHIN_SECS`: past it, the error names the parts that did
+/// not stop, and the process exits non-zero.
 async fn serve(config: &Config, parts: Parts) -> anyhow::Result<()> {
-    let app = app::start(config, parts).await?;
+    let mut signals = berth::signals::StopSignals::listen().context("listen for signals")?;
+    let app = tokio::select! {
+        app = app::start(config, parts) => app?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped before berth was up");
+            return Ok(());
+        }
+    };
     if let Some((email, key)) = &app.first_superadmin {
         println!("fresh install: superadmin {email}");
         println!("API key (shown only now): {key}");
     }
-    tracing::info!(?parts, "berth is up; Ctrl-C stops it");
-    app.run_until(async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("stopping");
-    })
-    .await
+    tracing::info!(?parts, "berth is up; SIGTERM or Ctrl-C stops it");
+    let within = config.timings.stop_within;
+    let stopped = app
+        .run_until(
+            async {
+                let signal = signals.next().await;
+                tracing::info!(signal, ?within, "stopping");
+            },
+            within,
+        )
+        .await;
+    if stopped.is_ok() {
+        tracing::info!("stopped");
+    }
+    stopped
 }
 
 async fn audit_command(config: &Config, command: AuditCommand) -> anyhow::Result<ExitCode> {

@@ -151,6 +151,9 @@ pub enum Request {
     Session { session_id: Uuid },
     /// The live sessions with kernels on me (at start, to adopt what an earlier run left).
     Sync,
+    /// I am leaving (stopped, or drained), for `reason`: place nothing more on me. My
+    /// sessions' containers keep running; I adopt them when I register again.
+    Depart { reason: String },
 }
 
 /// A session as an agent needs it: its state, and the trace its journey belongs to.
@@ -173,7 +176,7 @@ pub struct LiveSession {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum Answer {
-    /// Registered, or the heartbeat noted.
+    /// Registered, the heartbeat noted, or the departure recorded.
     Done,
     /// The report is recorded (now or before); the session's status after it.
     Recorded { status: SessionStatus },
@@ -250,6 +253,12 @@ mod tests {
         let value = serde_json::to_value(Request::Heartbeat).unwrap();
         assert_eq!(value, json!({"request": "heartbeat"}));
         assert!(serde_json::from_value::<Request>(json!({"request": "drop_tables"})).is_err());
+        let depart = Request::Depart {
+            reason: "stopped".into(),
+        };
+        let value = serde_json::to_value(&depart).unwrap();
+        assert_eq!(value, json!({"request": "depart", "reason": "stopped"}));
+        assert_eq!(serde_json::from_value::<Request>(value).unwrap(), depart);
     }
 }
 

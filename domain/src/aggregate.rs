@@ -76,6 +76,7 @@ impl AgentState {
             Event::AgentHeartbeated(e) => self.last_heartbeat = Some(e.at),
             Event::AgentLost(e) => self.lost = Some(e.reason.clone()),
             Event::AgentReturned(_) => self.lost = None,
+            Event::AgentDeparted(e) => self.lost = Some(e.lost()),
             Event::AgentAdmitted(e) => {
                 self.agent_id = e.agent_id.clone();
                 self.admitted = Some(e.clone());
@@ -98,15 +99,7 @@ impl AgentState {
         capacity: ResourceSlots,
     ) -> Result<(), RegistrationRefused> {
         let agent = || self.agent_id.clone();
-        let Some(admitted) = &self.admitted else {
-            return Err(match &self.revoked {
-                Some(why) => RegistrationRefused::Revoked {
-                    agent: agent(),
-                    why: why.clone(),
-                },
-                None => RegistrationRefused::NotAdmitted,
-            });
-        };
+        let admitted = self.admission()?;
         if admitted.resource_group != group {
             return Err(RegistrationRefused::OtherGroup {
                 agent: agent(),
@@ -131,6 +124,25 @@ impl AgentState {
             }),
             None => Ok(()),
         }
+    }
+}
+
+impl AgentState {
+    /// Whether the agent may say it departs: it is admitted (a revoked agent's departure
+    /// would hide why it is offered no more). Pure.
+    pub fn may_depart(&self) -> Result<(), RegistrationRefused> {
+        self.admission().map(|_| ())
+    }
+
+    /// Its admission, or why it has none.
+    fn admission(&self) -> Result<&AgentAdmitted, RegistrationRefused> {
+        self.admitted.as_ref().ok_or_else(|| match &self.revoked {
+            Some(why) => RegistrationRefused::Revoked {
+                agent: self.agent_id.clone(),
+                why: why.clone(),
+            },
+            None => RegistrationRefused::NotAdmitted,
+        })
     }
 }
 
@@ -314,5 +326,35 @@ mod tests {
         // Admitted again (a rotated key): it may register again.
         let again = revoked.evolve(&admitted("default", 2));
         assert_eq!(again.may_register("default", slots(2)), Ok(()));
+    }
+
+    #[test]
+    fn a_departed_agent_is_lost_until_it_registers_and_only_an_admitted_one_departs() {
+        use crate::payloads::{AgentDeparted, AgentRegistered};
+        assert!(AgentState::default().may_depart().is_err());
+        let state = AgentState::default().evolve(&admitted("default", 4));
+        assert_eq!(state.may_depart(), Ok(()));
+        let departed = state.evolve(&Event::AgentDeparted(AgentDeparted {
+            agent_id: "a1".into(),
+            reason: "stopped (SIGTERM)".into(),
+        }));
+        assert_eq!(
+            departed.lost.as_deref(),
+            Some("departed: stopped (SIGTERM)")
+        );
+        let back = departed.evolve(&Event::AgentRegistered(AgentRegistered {
+            agent_id: "a1".into(),
+            resource_group: "default".into(),
+            capacity: slots(4),
+            images: vec![],
+            address: None,
+            image_apps: Default::default(),
+        }));
+        assert_eq!(back.lost, None);
+        let revoked = back.evolve(&Event::AgentRevoked(AgentRevoked {
+            agent_id: "a1".into(),
+            reason: "host retired".into(),
+        }));
+        assert!(revoked.may_depart().is_err());
     }
 }

@@ -146,6 +146,8 @@ catalogue! {
     AgentLost(AgentLost) = "AgentLost" v 1,
     /// A lost agent was heard from again.
     AgentReturned(AgentReturned) = "AgentReturned" v 1,
+    /// An agent said it is leaving; nothing is placed on it until it registers again.
+    AgentDeparted(AgentDeparted) = "AgentDeparted" v 1,
     /// An operator admitted an agent into a resource group, up to a capacity, with its key.
     AgentAdmitted(AgentAdmitted) = "AgentAdmitted" v 1,
     /// An operator revoked an agent's admission.
@@ -459,6 +461,10 @@ mod tests {
             }),
             Event::AgentReturned(AgentReturned {
                 agent_id: "a1".into(),
+            }),
+            Event::AgentDeparted(AgentDeparted {
+                agent_id: "a1".into(),
+                reason: "stopped (SIGTERM)".into(),
             }),
             Event::IdleChecksSet(IdleChecksSet {
                 scope: crate::idleness::IdleScope::ResourceGroup("default".into()),

@@ -261,6 +261,28 @@ pub struct AgentLost {
     pub reason: String,
 }
 
+/// An agent said it is leaving (it was stopped, or drained): from now on nothing is placed
+/// on it, as on a lost one, and it registers again when it returns. Its sessions' containers
+/// keep running and are adopted then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentDeparted {
+    pub agent_id: String,
+    /// The agent's own words: why it left.
+    pub reason: String,
+}
+
+impl AgentDeparted {
+    /// What the ledger and the views keep as the agent's `lost`: the reason, marked as a
+    /// departure (as a revocation is marked `revoked:`), so that a heartbeat sent before it
+    /// left and heard after is not taken for its return; only registering brings it back.
+    pub fn lost(&self) -> String {
+        format!("{DEPARTED}{}", self.reason)
+    }
+}
+
+/// How the `lost` of a departed agent begins ([`AgentDeparted::lost`]).
+pub const DEPARTED: &str = "departed: ";
+
 /// Who a session belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {

@@ -76,6 +76,9 @@ impl Drop for Lent {
     }
 }
 
+/// How long connections open at a stop may go on before they are cut.
+pub const OPEN_CONNECTIONS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves the API on `listener` until `stop`, with the work behind it on tasks of its own
 /// that end with it.
 pub async fn serve(
@@ -88,9 +91,21 @@ pub async fn serve(
     let behind = stop.child_token();
     let mut tasks = JoinSet::new();
     start_behind(&state, &mut tasks, &behind);
-    let served = axum::serve(lent, crate::router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
+    // On the stop, the socket closes (no new connection) and the requests under way finish;
+    // connections that stay open past the grace (event streams, followed logs, app
+    // circuits) are cut, so a stop is bounded.
+    let graceful = axum::serve(lent, crate::router(state))
+        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    let served = tokio::select! {
+        served = std::future::IntoFuture::into_future(graceful) => served,
+        _ = async {
+            stop.cancelled().await;
+            tokio::time::sleep(OPEN_CONNECTIONS_GRACE).await;
+        } => {
+            tracing::info!(grace = ?OPEN_CONNECTIONS_GRACE, "connections still open at the stop were cut");
+            Ok(())
+        }
+    };
     behind.cancel();
     while tasks.join_next().await.is_some() {}
     served

@@ -183,6 +183,28 @@ impl BerthProcess {
         self.0.kill().unwrap();
         self.0.wait().unwrap();
     }
+
+    /// Sends SIGTERM, as systemd or `docker stop` would.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {}", self.0.id());
+    }
+
+    /// Waits for the process to exit, at most `bound`: its exit status, or `None` when it
+    /// was still running then.
+    pub async fn exit_within(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + bound;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.0.try_wait().unwrap()
+    }
 }
 
 impl Drop for BerthProcess {

@@ -2,8 +2,10 @@
 //! may place on them.
 //!
 //! Table: `agents`. Changed by `AgentRegistered` (registering again keeps what the agent
-//! holds and when it first came), `AgentHeartbeated`, `AgentLost`, `AgentReturned` and
-//! `AgentRevoked` (a revoked agent is offered no more, as a lost one). The `used_*` columns,
+//! holds and when it first came, and clears `lost`), `AgentHeartbeated`, `AgentLost`,
+//! `AgentDeparted` (a departed agent is offered no more, as a lost one, until it registers
+//! again), `AgentReturned` and `AgentRevoked` (a revoked agent is offered no more, as a lost
+//! one). The `used_*` columns,
 //! what the agent's kernels hold, are moved by the sessions family as kernels are placed and
 //! released (`sessions`).
 
@@ -63,6 +65,14 @@ pub(super) async fn apply_sql<C: GenericClient>(
                 client,
                 "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
                 &[&e.agent_id, &e.reason],
+            )
+            .await?;
+        }
+        Event::AgentDeparted(e) => {
+            exec(
+                client,
+                "UPDATE ledger.agents SET lost = $2 WHERE agent_id = $1",
+                &[&e.agent_id, &e.lost()],
             )
             .await?;
         }
@@ -157,6 +167,7 @@ impl Tables {
                 }
             }
             Event::AgentLost(e) => self.mark(&e.agent_id, Some(e.reason.clone())),
+            Event::AgentDeparted(e) => self.mark(&e.agent_id, Some(e.lost())),
             Event::AgentReturned(e) => self.mark(&e.agent_id, None),
             Event::AgentRevoked(e) => {
                 self.mark(&e.agent_id, Some(format!("revoked: {}", e.reason)))

@@ -85,6 +85,7 @@ impl Family {
             Event::AgentRegistered(_)
             | Event::AgentHeartbeated(_)
             | Event::AgentLost(_)
+            | Event::AgentDeparted(_)
             | Event::AgentReturned(_)
             | Event::AgentRevoked(_) => Family::Agents,
             Event::SessionRequested(_)

@@ -356,6 +356,10 @@ impl Projection for SessionsView {
                 let sql = format!("UPDATE {schema}.agents SET lost = $2 WHERE agent_id = $1");
                 tx.execute(&sql, &[&e.agent_id, &e.reason]).await?;
             }
+            Event::AgentDeparted(e) => {
+                let sql = format!("UPDATE {schema}.agents SET lost = $2 WHERE agent_id = $1");
+                tx.execute(&sql, &[&e.agent_id, &e.lost()]).await?;
+            }
             Event::AgentReturned(e) => {
                 let sql = format!("UPDATE {schema}.agents SET lost = NULL WHERE agent_id = $1");
                 tx.execute(&sql, &[&e.agent_id]).await?;

@@ -271,6 +271,7 @@ impl FoldedRows for SessionsRows {
                 }
             }
             Event::AgentLost(e) => self.mark_agent(&e.agent_id, Some(e.reason.clone())),
+            Event::AgentDeparted(e) => self.mark_agent(&e.agent_id, Some(e.lost())),
             Event::AgentReturned(e) => self.mark_agent(&e.agent_id, None),
             Event::AgentRevoked(e) => {
                 self.mark_agent(&e.agent_id, Some(format!("revoked: {}", e.reason)))

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::docker::{self, HostImages, RuntimeConfig};
-use crate::{AgentError, AgentSpec};
+use crate::{AgentError, AgentSpec, Leave, Leaving};
 
 /// How an agent host is started.
 #[derive(Debug, Clone)]
@@ -197,28 +197,61 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
     };
     let link = bus::Link::new(client, &spec.agent_id, subjects, &outbox)?;
     let agent_id = spec.agent_id.clone();
+    let leaving = Leaving::new(&stop);
     let task = match runtime {
-        Runtime::Docker { engine, config } => {
-            tokio::spawn(docker::run(link, engine, spec, config, stop.clone()))
-        }
-        Runtime::Simulated { batch_runs_for } => {
-            tokio::spawn(crate::simulate(link, spec, batch_runs_for, stop.clone()))
-        }
+        Runtime::Docker { engine, config } => tokio::spawn(docker::run(
+            link,
+            engine,
+            spec,
+            config,
+            stop.clone(),
+            leaving.clone(),
+        )),
+        Runtime::Simulated { batch_runs_for } => tokio::spawn(crate::simulate(
+            link,
+            spec,
+            batch_runs_for,
+            stop.clone(),
+            leaving.clone(),
+        )),
     };
     Ok(AgentHost {
         agent_id,
         stop,
+        leaving,
         task,
     })
 }
 
+/// How a departure ended ([`AgentHost::leave`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// Every step was done within the bound.
+    InTime,
+    /// The bound passed first: the agent was stopped where it stood (what its outbox holds
+    /// is sent on its return).
+    Cut,
+}
+
 /// A started agent host. Dropping it leaves the agent running until its stop.
-#[derive(Debug)]
 pub struct AgentHost {
     agent_id: String,
     stop: CancellationToken,
+    leaving: Leaving,
     task: JoinHandle<Result<(), AgentError>>,
 }
+
+impl std::fmt::Debug for AgentHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHost")
+            .field("agent_id", &self.agent_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long an agent stopped past its departure's bound gets to end before it is aborted
+/// (every step gives up on its stop, so this is a formality).
+const AFTER_THE_BOUND: Duration = Duration::from_secs(2);
 
 impl AgentHost {
     pub fn agent_id(&self) -> &str {
@@ -230,10 +263,34 @@ impl AgentHost {
         Ok(self.task.await??)
     }
 
+    /// Waits for the agent's end without giving the handle up; once it has answered, the
+    /// handle is spent (call nothing more on it).
+    pub async fn ended(&mut self) -> Result<(), HostError> {
+        Ok((&mut self.task).await??)
+    }
+
     /// Stops the agent (its stop token, shared with whoever gave it) and waits for its end.
     pub async fn stop(self) -> Result<(), HostError> {
         self.stop.cancel();
         self.finished().await
+    }
+
+    /// The agent leaves as `how` says (see [`Leave`]): it says it departs, takes no more
+    /// commands, ends its sessions first when asked, sends its outbox and ends, all within
+    /// `within`; past it, it is stopped where it stood ([`Left::Cut`]). Its containers keep
+    /// running either way (unless it ended them), to be adopted when it returns.
+    pub async fn leave(mut self, how: Leave, within: Duration) -> Result<Left, HostError> {
+        self.leaving.ask(how);
+        if let Ok(ended) = tokio::time::timeout(within, &mut self.task).await {
+            ended??;
+            return Ok(Left::InTime);
+        }
+        self.stop.cancel();
+        match tokio::time::timeout(AFTER_THE_BOUND, &mut self.task).await {
+            Ok(ended) => ended??,
+            Err(_) => self.task.abort(),
+        }
+        Ok(Left::Cut)
     }
 
     /// Ends the agent at once, as a killed process ends: its sessions' containers stay.

@@ -3,7 +3,8 @@
 //! (assign a session's kernels, stop them) from a consumer of its own, and reports facts
 //! about its sessions, which the control plane checks and records. It holds no database
 //! credential and makes no SQL. [`host::start`] is its one start (for `berth agent`, the
-//! tests and the benchmarks); [`docker`] runs sessions as containers; `simulate` moves
+//! tests and the benchmarks), and [`host::AgentHost::leave`] its graceful end (a departure,
+//! recorded, so nothing more is placed on it); [`docker`] runs sessions as containers; `simulate` moves
 //! them without containers (demo, benchmarks), over the same bus.
 
 mod commands;
@@ -96,6 +97,70 @@ pub async fn session(
     match link.ask(&Request::Session { session_id }, stop).await? {
         Answer::Session { session } => Ok(session.map(|s| (s.state, s.traceparent))),
         other => Err(AgentError::Denied(format!("{other:?}"))),
+    }
+}
+
+/// How an agent leaves when asked to ([`host::AgentHost::leave`]): it says so (the
+/// control plane places nothing more on it), takes no more commands, sends what its outbox
+/// holds and ends. Its sessions' containers keep running, to be adopted when it returns,
+/// unless `end_sessions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leave {
+    /// Why, in the agent's words; recorded with its departure.
+    pub reason: String,
+    /// End its sessions first (each stopped as a termination stops it, and waited for): the
+    /// host is being decommissioned.
+    pub end_sessions: bool,
+}
+
+/// A request to leave, shared by the host's handle and its runtime: `asked` is cancelled
+/// once `how` is set (and with the agent's stop, which ends its commands as well).
+#[derive(Clone)]
+pub(crate) struct Leaving {
+    pub(crate) asked: CancellationToken,
+    how: std::sync::Arc<std::sync::Mutex<Option<Leave>>>,
+}
+
+impl Leaving {
+    /// Not asked yet; `asked` is cancelled with `stop` too.
+    pub(crate) fn new(stop: &CancellationToken) -> Leaving {
+        Leaving {
+            asked: stop.child_token(),
+            how: Default::default(),
+        }
+    }
+
+    pub(crate) fn ask(&self, how: Leave) {
+        *self.how.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
+        self.asked.cancel();
+    }
+
+    /// How it was asked to leave; `None` when it was not (it was stopped).
+    pub(crate) fn how(&self) -> Option<Leave> {
+        self.how.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Says the agent departs, for `reason`, and waits for the control plane to have it (or for
+/// `stop`). A departure not recorded is logged: the reconciler will call the agent lost
+/// once its heartbeats are missed, as it would after a crash.
+pub async fn depart(link: &Link, reason: &str, stop: &CancellationToken) -> bool {
+    let request = Request::Depart {
+        reason: reason.to_owned(),
+    };
+    match link.ask(&request, stop).await {
+        Ok(Answer::Done) => {
+            tracing::info!(%reason, "departed: nothing more is placed on this agent");
+            true
+        }
+        Ok(other) => {
+            tracing::warn!(answer = ?other, "the departure was not taken");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the departure was not sent");
+            false
+        }
     }
 }
 

@@ -15,22 +15,26 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::commands::Commands;
-use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
+use crate::{keep_alive, register, AgentError, AgentSpec, Leaving, HEARTBEAT_EVERY};
 
-/// Runs a simulated agent until `stop`.
-pub async fn simulate(
+/// Runs a simulated agent until `stop`, or until it is asked to leave: then it says it
+/// departs and ends (its sessions have no containers to adopt; the reconciler's deadlines
+/// settle them, or it ends them first when asked to).
+pub(crate) async fn simulate(
     link: Link,
     spec: AgentSpec,
     batch_runs_for: Duration,
     stop: CancellationToken,
+    leaving: Leaving,
 ) -> Result<(), AgentError> {
     register(&link, &spec, &stop).await?;
     link.drain_outbox(&stop).await?;
     let mut running = tokio::task::JoinSet::new();
-    running.spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, stop.clone()));
+    let offering = stop.child_token();
+    running.spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, offering.clone()));
     let mut tasks: HashMap<Uuid, CancellationToken> = HashMap::new();
     let mut commands = Commands::new(link.clone());
-    while let Some(command) = commands.next(&stop).await {
+    while let Some(command) = commands.next(&leaving.asked).await {
         tasks.retain(|_, token| !token.is_cancelled());
         while running.try_join_next().is_some() {}
         match command {
@@ -91,6 +95,21 @@ pub async fn simulate(
                 running.spawn(async move {
                     let _ = link.report(session_id, fact, &stop).await;
                 });
+            }
+        }
+    }
+    if let Some(how) = leaving.how().filter(|_| !stop.is_cancelled()) {
+        offering.cancel();
+        crate::depart(&link, &how.reason, &stop).await;
+        if how.end_sessions {
+            for token in tasks.values() {
+                token.cancel();
+            }
+            while !stop.is_cancelled() && !running.is_empty() {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = running.join_next() => {}
+                }
             }
         }
     }

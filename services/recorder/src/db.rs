@@ -207,7 +207,9 @@ pub async fn admitted_agents(pool: &Pool) -> Result<Vec<String>, LedgerError> {
 }
 
 /// Keeps when `agents` were last heard from (`times`, pairwise); the ids among them the
-/// ledger marks lost (and not revoked), which have returned.
+/// ledger marks lost (and not revoked or departed), which have returned. A departed agent
+/// returns by registering, never by a heartbeat: one it sent before leaving may be heard
+/// after.
 pub async fn keep_seen(
     pool: &Pool,
     agents: &[String],
@@ -225,8 +227,9 @@ pub async fn keep_seen(
     let rows = client
         .query(
             "SELECT agent_id FROM ledger.agents
-             WHERE agent_id = ANY($1) AND lost IS NOT NULL AND lost NOT LIKE 'revoked:%'",
-            &[&agents],
+             WHERE agent_id = ANY($1) AND lost IS NOT NULL AND lost NOT LIKE 'revoked:%'
+               AND NOT starts_with(lost, $2)",
+            &[&agents, &events::payloads::DEPARTED],
         )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -88,6 +88,30 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
     Ok(())
 }
 
+/// Records that agent `agent_id` departed, for `reason` (its own words): from now on the
+/// scheduler passes it over, as a lost agent, until it registers again. Its sessions are left
+/// as they are: their containers keep running and the agent adopts them when it returns.
+/// Refused for an agent not admitted (or revoked).
+pub async fn depart(pool: &Pool, agent_id: &str, reason: &str) -> Result<(), RecordError> {
+    crate::admission::agent_state(pool, agent_id)
+        .await?
+        .may_depart()?;
+    let event = Event::AgentDeparted(AgentDeparted {
+        agent_id: agent_id.to_owned(),
+        reason: reason.to_owned(),
+    });
+    ledger::record_now(
+        pool,
+        &agent_stream(agent_id),
+        ExpectedVersion::Any,
+        &[event],
+        &metadata(agent_id, None),
+    )
+    .await?;
+    tracing::info!(agent = %agent_id, %reason, "an agent departed");
+    Ok(())
+}
+
 /// Moves a session placed on `agent_id` to `to` (with the reason, and the exit code of a
 /// batch session). Refused when the session is not on this agent or the move is not
 /// allowed.

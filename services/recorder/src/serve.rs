@@ -33,6 +33,9 @@ pub enum ServeError {
 /// How many requests one recorder handles at once.
 const IN_FLIGHT: usize = 64;
 
+/// How long the requests under way at a stop have to be answered.
+const ANSWERS_AT_STOP: Duration = Duration::from_secs(5);
+
 /// Answers agents' requests until `stop`.
 pub async fn run(
     client: async_nats::Client,
@@ -60,7 +63,13 @@ pub async fn run(
     });
     loop {
         let message = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
+            _ = stop.cancelled() => {
+                // The requests under way are answered before the recorder ends (an agent
+                // that misses an answer asks again, so this only spares it the wait).
+                let all = turns.acquire_many(IN_FLIGHT as u32);
+                let _ = tokio::time::timeout(ANSWERS_AT_STOP, all).await;
+                return Ok(());
+            }
             message = requests.next() => message,
         };
         let Some(message) = message else {
@@ -156,6 +165,15 @@ impl Recorder {
             },
             Request::Sync => Answer::Live {
                 sessions: record::live_sessions(&self.pool, agent).await?,
+            },
+            Request::Depart { reason } => match record::depart(&self.pool, agent, &reason).await {
+                Err(RecordError::NotAdmitted(refused)) => Answer::Denied {
+                    reason: refused.to_string(),
+                },
+                other => {
+                    other?;
+                    Answer::Done
+                }
             },
         })
     }

@@ -18,6 +18,7 @@ pub const WAKING_EVENTS: &[&str] = &[
     "SessionResourcesReleased",
     "AgentRegistered",
     "AgentLost",
+    "AgentDeparted",
     "ResourceGroupCreated",
     "ResourceGroupGranted",
     "ResourcePolicySet",

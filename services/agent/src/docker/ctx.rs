@@ -56,6 +56,11 @@ pub(super) struct Ctx {
     pub(super) config: RuntimeConfig,
     /// The agent's own stop: a request to the control plane waits for an answer until then.
     pub(super) stop: CancellationToken,
+    /// Held (shared) by each session task while it starts the session's containers: an
+    /// agent that leaves takes it whole, so it leaves no start half done.
+    pub(super) starting: Arc<tokio::sync::RwLock<()>>,
+    /// The agent is being drained: a session it stops ends for that reason.
+    pub(super) draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Ctx {
@@ -67,6 +72,10 @@ impl Ctx {
         Fut: Future<Output = Result<T, bollard::errors::Error>>,
     {
         engine::patiently(&self.engine, &self.stop, call).await
+    }
+
+    pub(super) fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until the engine answers a ping (or the agent stops).

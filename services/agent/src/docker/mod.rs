@@ -37,7 +37,7 @@ use domain::payloads::ResourceSlots;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::Commands;
-use crate::{keep_alive, register, AgentError, AgentSpec, HEARTBEAT_EVERY};
+use crate::{keep_alive, register, AgentError, AgentSpec, Leave, Leaving, HEARTBEAT_EVERY};
 
 mod adopt;
 mod apps;
@@ -110,13 +110,15 @@ pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors
 }
 
 /// The agent with its container runtime: registers, heartbeats, reconciles what it finds on
-/// the host, then starts and stops sessions placed on it until `stop`.
+/// the host, then starts and stops sessions placed on it until `stop`, or until it is asked
+/// to leave ([`leave`]).
 pub(crate) async fn run(
     link: Link,
     docker: Docker,
     spec: AgentSpec,
     config: RuntimeConfig,
     stop: CancellationToken,
+    leaving: Leaving,
 ) -> Result<(), AgentError> {
     register(&link, &spec, &stop).await?;
     let kept = link.drain_outbox(&stop).await?;
@@ -136,21 +138,25 @@ pub(crate) async fn run(
         agent_id: spec.agent_id.clone(),
         config: config.clone(),
         stop: stop.clone(),
+        starting: Default::default(),
+        draining: Default::default(),
     };
-    let mut sessions = SessionTasks::new(stop.clone());
+    let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;
+    // Heartbeats and registrations end before a departure: a registration would undo it.
+    let offering = stop.child_token();
     sessions
         .running
-        .spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, stop.clone()));
+        .spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, offering.clone()));
     if let Some(every) = config.image_refresh {
-        let (link, docker, stop) = (link.clone(), docker.clone(), stop.clone());
+        let (link, docker, offering) = (link.clone(), docker.clone(), offering.clone());
         sessions
             .running
-            .spawn(refresh_images(link, docker, spec, every, stop));
+            .spawn(refresh_images(link, docker, spec, every, offering));
     }
     let app_turns = apps::Turns::default();
     let mut commands = Commands::new(link);
-    while let Some(command) = commands.next(&stop).await {
+    while let Some(command) = commands.next(&leaving.asked).await {
         sessions.forget_ended();
         match command {
             Command::Assign { session_id, main } if !sessions.tasks.contains_key(&session_id) => {
@@ -199,9 +205,43 @@ pub(crate) async fn run(
             }
         }
     }
+    if let Some(how) = leaving.how().filter(|_| !stop.is_cancelled()) {
+        offering.cancel();
+        leave(&ctx, &mut sessions, &how).await;
+    }
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
-    sessions.running.abort_all();
+    sessions.abort_all();
     Ok(())
+}
+
+/// The agent leaves as `how` says, its commands no longer taken and its heartbeats ended:
+/// it says it departs (nothing more is placed on it), ends its sessions first if asked
+/// (waiting for their ends), lets a session whose containers are being started get them
+/// started, and sends what its outbox holds. Each step gives up on the agent's stop, which
+/// the host's bound on a departure cancels.
+async fn leave(ctx: &Ctx, sessions: &mut SessionTasks, how: &Leave) {
+    let stop = &ctx.stop;
+    crate::depart(&ctx.link, &how.reason, stop).await;
+    if how.end_sessions {
+        ctx.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            sessions = sessions.tasks.len(),
+            "draining: ending this agent's sessions"
+        );
+        sessions.end_all(stop).await;
+    }
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = ctx.starting.write() => {}
+    }
+    // A task's report is kept in the outbox before it is sent: what the aborted tasks had
+    // not got answered is sent now, and the rest waits there for the agent's return.
+    sessions.shut_down().await;
+    match ctx.link.drain_outbox(stop).await {
+        Ok(sent) => tracing::info!(sent, "the outbox is sent; leaving"),
+        Err(e) => tracing::warn!(error = %e, "the outbox was not all sent; it is sent on return"),
+    }
 }
 
 /// Reads the host's images every `every`; a change is a new registration, with the rest

@@ -138,6 +138,8 @@ pub(super) enum Ended {
     Stopped,
     /// The agent stopped it: a batch session ran past its timeout.
     TimedOut,
+    /// The agent stopped it: the agent is drained, its host decommissioned.
+    Drained,
 }
 
 /// What a session becomes once its main container stopped running.
@@ -167,6 +169,9 @@ pub(super) fn outcome(
         (Ended::Stopped, _) | (_, Some(SessionStatus::Terminating)) => {
             Outcome::Terminate("stopped on request".into())
         }
+        (Ended::Drained, _) => Outcome::Terminate(
+            "stopped: its agent was drained (the host is being decommissioned)".into(),
+        ),
         (Ended::TimedOut, _) => {
             let secs = timeout.unwrap_or_default().as_secs();
             Outcome::Terminate(format!(
@@ -254,7 +259,13 @@ async fn own_session(
             c
         }
         Some(c) => c,
-        None => match start(&ctx, &state).await {
+        // An agent that leaves waits for the start to be done (or the session to end).
+        None => match async {
+            let _starting = ctx.starting.read().await;
+            start(&ctx, &state).await
+        }
+        .await
+        {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -313,7 +324,8 @@ async fn own_session(
                 keeping.cancel();
                 let grace = ctx.config.stop_grace_secs;
                 let _ = ctx.patiently(|| ctx.docker.stop_container(&container, Some(StopContainerOptions { t: grace }))).await;
-                (exit_code(&ctx, &container).await, Ended::Stopped)
+                let why = if ctx.draining() { Ended::Drained } else { Ended::Stopped };
+                (exit_code(&ctx, &container).await, why)
             }
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
                 keeping.cancel();
@@ -431,6 +443,8 @@ mod tests {
             None,
         ));
         assert_eq!(reason, "stopped on request");
+        let drained = ends(outcome(Ended::Drained, Some(Running), Inference, 137, None));
+        assert!(drained.contains("drained"), "{drained}");
     }
 
     #[test]
