@@ -85,6 +85,18 @@ impl AgentProcess {
         AgentProcess(child)
     }
 
+    /// Waits up to `within` for the process to end by itself: its exit status, or `None`.
+    fn ended_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let step = Duration::from_millis(100);
+        for _ in 0..(within.as_millis() / step.as_millis()) {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(step);
+        }
+        None
+    }
+
     /// SIGKILL: the process gets no chance to clean up.
     fn kill(mut self) {
         self.0.kill().unwrap();
@@ -531,4 +543,93 @@ fn free_port_on(address: &str) -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A credential NATS refuses is an answer, not a wait: an agent connected when it is revoked
+/// is cut off by the server's new authorization and ends non-zero naming the refusal, and so
+/// does one started with a credential revoked before it ever connected; the revoked agent is
+/// offered to the scheduler no more.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_whose_credential_is_refused_or_revoked_ends_naming_the_refusal() {
+    if nats_authorization().is_none() {
+        missing_prerequisite(
+            "BERTH_NATS_AUTHORIZATION_DIR is unset: berth keeps no server's authorization here",
+        );
+        return;
+    }
+    let (pool, url) = fresh_database().await;
+    let config = config_for(&url, "r");
+    let parts = Parts {
+        relay: true,
+        scheduler: true,
+        recorder: true,
+        ..Parts::default()
+    };
+    let _control_plane = app::start(&config, parts).await.unwrap();
+    let tag = &Uuid::new_v4().simple().to_string()[..8];
+    let dir = std::env::temp_dir().join(format!("berth-refused-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Connected, then revoked.
+    let connected = format!("rvk{tag}");
+    let credential = dir.join("connected");
+    admit_agent(
+        &url,
+        &connected,
+        &credential,
+        &["--group", "default", "--max-cpu", "2"],
+    );
+    let log = dir.join("connected.log");
+    let mut agent = AgentProcess::start(&config, &connected, &credential, &dir.join("data1"), &log);
+    eventually("the agent registers", || async {
+        let client = pool.get().await.unwrap();
+        client
+            .query_opt(
+                "SELECT 1 FROM ledger.agents WHERE agent_id = $1 AND lost IS NULL",
+                &[&connected],
+            )
+            .await
+            .unwrap()
+    })
+    .await;
+    let (ok, text) = berth(&url, &["admin", "agent", "revoke", &connected]);
+    assert!(ok, "{text}");
+    let status = agent
+        .ended_within(Duration::from_secs(90))
+        .expect("the revoked agent ends by itself");
+    assert!(!status.success(), "{status:?}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("refused this agent's credential"), "{said}");
+    let client = pool.get().await.unwrap();
+    let lost: Option<String> = client
+        .query_one(
+            "SELECT lost FROM ledger.agents WHERE agent_id = $1",
+            &[&connected],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(lost.is_some(), "the revoked agent is offered no more");
+
+    // Revoked before it ever connected.
+    let never = format!("rvn{tag}");
+    let credential = dir.join("never");
+    admit_agent(
+        &url,
+        &never,
+        &credential,
+        &["--group", "default", "--max-cpu", "2"],
+    );
+    let (ok, text) = berth(&url, &["admin", "agent", "revoke", &never]);
+    assert!(ok, "{text}");
+    // Whether it logs in before the server's authorization drops the key or after, it is
+    // refused from then on.
+    let log = dir.join("never.log");
+    let mut agent = AgentProcess::start(&config, &never, &credential, &dir.join("data2"), &log);
+    let status = agent
+        .ended_within(Duration::from_secs(90))
+        .expect("an agent NATS refuses ends by itself");
+    assert!(!status.success(), "{status:?}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("refused this agent's credential"), "{said}");
 }

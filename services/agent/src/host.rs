@@ -191,15 +191,18 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             Runtime::Simulated { .. } => None,
         },
     };
-    let client = match nats {
-        Nats::Connect { url, seed } => bus::link::connect(&url, &spec.agent_id, seed).await?,
-        Nats::Client(client) => client,
+    let (client, refusal) = match nats {
+        Nats::Connect { url, seed } => {
+            let (client, refusal) = bus::link::connect_watched(&url, &spec.agent_id, seed).await?;
+            (client, Some(refusal))
+        }
+        Nats::Client(client) => (client, None),
     };
     let link = bus::Link::new(client, &spec.agent_id, subjects, &outbox)?;
     let agent_id = spec.agent_id.clone();
     let leaving = Leaving::new(&stop);
-    let task = match runtime {
-        Runtime::Docker { engine, config } => tokio::spawn(docker::run(
+    let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match runtime {
+        Runtime::Docker { engine, config } => Box::pin(docker::run(
             link,
             engine,
             spec,
@@ -207,7 +210,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             stop.clone(),
             leaving.clone(),
         )),
-        Runtime::Simulated { batch_runs_for } => tokio::spawn(crate::simulate(
+        Runtime::Simulated { batch_runs_for } => Box::pin(crate::simulate(
             link,
             spec,
             batch_runs_for,
@@ -215,12 +218,36 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             leaving.clone(),
         )),
     };
+    let task = tokio::spawn(refused_ends(run, refusal, stop.clone()));
     Ok(AgentHost {
         agent_id,
         stop,
         leaving,
         task,
     })
+}
+
+/// Runs the agent until it ends, or until NATS has refused its credential for
+/// [`bus::link::REFUSED_AT_MOST`] without a break (never admitted, or revoked): then it ends
+/// with that refusal, as a killed process would (its containers stay), rather than try for
+/// ever.
+async fn refused_ends(
+    run: impl std::future::Future<Output = Result<(), AgentError>>,
+    refusal: Option<bus::link::Refusal>,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    let Some(refusal) = refusal else {
+        return run.await;
+    };
+    tokio::select! {
+        ended = run => ended,
+        _ = refusal.lasting(bus::link::REFUSED_AT_MOST) => {
+            stop.cancel();
+            let refused_for = refusal.refused_for().unwrap_or_default().as_secs();
+            tracing::error!(refused_for, "NATS refuses this agent's credential");
+            Err(AgentError::CredentialRefused { refused_for })
+        }
+    }
 }
 
 /// How a departure ended ([`AgentHost::leave`]).

@@ -59,6 +59,11 @@ pub enum AgentError {
     Denied(String),
     #[error("container runtime: {0}")]
     Runtime(String),
+    #[error(
+        "NATS has refused this agent's credential for {refused_for} s: it was never admitted, \
+         or it was revoked (`berth admin agent admit` gives a new one)"
+    )]
+    CredentialRefused { refused_for: u64 },
 }
 
 /// Registers (or re-registers) the agent with what it offers; waits for the control plane.
