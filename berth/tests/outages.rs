@@ -134,6 +134,31 @@ fn a_login_postgresql_refuses_stops_berth_with_the_reason() {
     );
 }
 
+/// So does a NATS login refused: a control plane with a wrong password says so and stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_login_nats_refuses_stops_berth_with_the_reason() {
+    if nats_authorization().is_none() {
+        missing_prerequisite("BERTH_NATS_AUTHORIZATION_DIR is unset: the NATS server takes anyone");
+        return;
+    }
+    let (_pool, url) = fresh_database().await;
+    let server = without_user(&nats_url());
+    let wrong = server.replacen("nats://", "nats://control:not-the-password@", 1);
+    let (ok, text) = berth_with(
+        &["up"],
+        &[
+            ("BERTH_DATABASE_URL".into(), url),
+            ("BERTH_NATS_URL".into(), wrong),
+            ("BERTH_GATEWAY_LISTEN".into(), "127.0.0.1:0".into()),
+        ],
+    );
+    assert!(!ok, "berth up went on with a login NATS refuses: {text}");
+    assert!(
+        text.contains("connect to NATS") && text.contains("authorization violation"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let postgres = Postgres::start().unwrap();
