@@ -214,6 +214,13 @@ impl SessionState {
             Event::SessionStatusChanged(e) => {
                 self.status = e.to;
                 self.status_reason = e.reason.clone();
+                if e.to == SessionStatus::Pending {
+                    // Back in the queue, it is placed nowhere: the agent it left may no longer
+                    // report on it (its late reports are refused) nor find it live.
+                    self.agent_id = None;
+                    self.kernels.clear();
+                    self.kernels_started.clear();
+                }
                 if e.exit_code.is_some() {
                     self.exit_code = e.exit_code;
                 }
