@@ -11,6 +11,15 @@ use crate::payloads::{
 };
 use crate::RecordedEvent;
 
+/// How often an agent says it is alive. Heartbeats are kept outside the log (liveness is
+/// not history); the agent sends them, the scheduler judges by them.
+pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long an agent may go unheard before nothing more is placed on it: two heartbeats
+/// missed. Well before the reconciler's timeout calls it lost.
+pub const SILENT_AFTER: std::time::Duration =
+    std::time::Duration::from_secs(2 * HEARTBEAT_EVERY.as_secs());
+
 /// What an agent stream folds into.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct AgentState {

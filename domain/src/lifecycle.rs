@@ -643,7 +643,10 @@ mod tests {
                 Preparing,
                 &[Pulling, Prepared, Pending, Terminating, Terminated, Error],
             ),
-            (Pulling, &[Prepared, Pending, Terminating, Terminated, Error]),
+            (
+                Pulling,
+                &[Prepared, Pending, Terminating, Terminated, Error],
+            ),
             (
                 Prepared,
                 &[Creating, Pending, Terminating, Terminated, Error],
@@ -755,7 +758,10 @@ mod tests {
             );
             let queued = apply(s, &events);
             assert_eq!((queued.status, queued.reserved), (Pending, None));
-            assert!(!queued.placed_on("a1"), "{kind:?}: the old agent holds nothing");
+            assert!(
+                !queued.placed_on("a1"),
+                "{kind:?}: the old agent holds nothing"
+            );
             assert!(queued.kernels.is_empty() && queued.kernels_started.is_empty());
         }
         // A session that ran goes back only if it is an inference session.
