@@ -475,6 +475,14 @@ impl SimulatedAgent {
             .await
             .expect("the agent ran without failing");
     }
+
+    /// Ends the agent at once, as a killed process ends (no heartbeat, no report, nothing
+    /// taken from its commands), which must have been running until then.
+    pub async fn kill(self) {
+        if let Some(ended) = self.host.kill().await {
+            panic!("the agent had ended before it was killed: {ended:?}");
+        }
+    }
 }
 
 /// Admits agent `id` into `group` with room for any capacity a test offers; its credential.

@@ -218,6 +218,38 @@ pub async fn sessions_on_agent(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// A session whose container never ran, with a kernel on an agent marked gone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stranded {
+    pub session_id: Uuid,
+    pub agent_id: String,
+    /// Why the agent is gone, as the ledger has it (lost, departed, revoked).
+    pub why: String,
+}
+
+/// Sessions not started yet (SCHEDULED to CREATING) with a kernel on an agent whose `lost`
+/// is set, whoever set it.
+pub async fn not_started_on_gone_agents(
+    client: &impl GenericClient,
+) -> Result<Vec<Stranded>, LedgerError> {
+    let sql = format!(
+        "SELECT DISTINCT k.session_id, k.agent_id, a.lost FROM ledger.kernels k
+           JOIN ledger.agents a ON a.agent_id = k.agent_id
+           JOIN ledger.sessions s ON s.session_id = k.session_id
+         WHERE a.lost IS NOT NULL AND s.status IN ({})",
+        events::sql::status_list(&SessionStatus::NOT_STARTED)
+    );
+    let rows = client.query(&sql, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| Stranded {
+            session_id: r.get(0),
+            agent_id: r.get(1),
+            why: r.get(2),
+        })
+        .collect())
+}
+
 /// A session that has stayed in one status past its deadline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Overdue {
