@@ -316,7 +316,10 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
                 Ok(())
             }
         });
-        let config = scheduler::run::SchedulerConfig::new(timings.scheduler_interval);
+        let config = scheduler::run::SchedulerConfig {
+            silent_after: timings.agent_silent_after,
+            ..scheduler::run::SchedulerConfig::new(timings.scheduler_interval)
+        };
         let p = pool.clone();
         keep(&mut tasks, "scheduler", &stop, move |s| {
             let scheduler = scheduler::run::Scheduler::new(p.clone(), config.clone());

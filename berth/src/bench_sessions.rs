@@ -62,8 +62,10 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
                 agent_id: format!("agent{i:04}"),
                 capacity: agent_capacity(),
                 used: ResourceSlots::default(),
+                unheard_for: Some(Duration::from_secs(1)),
             })
             .collect(),
+        silent_after: events::aggregate::SILENT_AFTER,
         queue: (0..sessions)
             .map(|i| PendingSession {
                 session_id: Uuid::now_v7(),
@@ -74,7 +76,7 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
                 cluster_size: 1,
                 wanted_agent: None,
                 starts_at: None,
-                created_at: Utc::now(),
+                queued_at: Utc::now(),
                 attempts: 0,
                 last_result: None,
                 last_error_code: None,

@@ -57,6 +57,9 @@ pub struct Config {
 pub struct Timings {
     /// How long an agent may be silent before it is marked lost.
     pub heartbeat_timeout: Duration,
+    /// How long an agent may be silent before the scheduler places nothing more on it: two
+    /// heartbeat intervals (`events::aggregate::SILENT_AFTER`), well before it is lost.
+    pub agent_silent_after: Duration,
     /// The reconciler's round.
     pub reconcile_every: Duration,
     /// Longest time between scheduler passes when nothing wakes the scheduler: a safety net,
@@ -102,6 +105,7 @@ impl Default for Timings {
     fn default() -> Self {
         Timings {
             heartbeat_timeout: Duration::from_secs(30),
+            agent_silent_after: events::aggregate::SILENT_AFTER,
             reconcile_every: Duration::from_secs(2),
             scheduler_interval: Duration::from_secs(10),
             streams_poll: Duration::from_millis(20),

@@ -11,6 +11,15 @@ use crate::payloads::{
 };
 use crate::RecordedEvent;
 
+/// How often an agent says it is alive. Heartbeats are kept outside the log (liveness is
+/// not history); the agent sends them, the scheduler judges by them.
+pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long an agent may go unheard before nothing more is placed on it: two heartbeats
+/// missed. Well before the reconciler's timeout calls it lost.
+pub const SILENT_AFTER: std::time::Duration =
+    std::time::Duration::from_secs(2 * HEARTBEAT_EVERY.as_secs());
+
 /// What an agent stream folds into.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct AgentState {
@@ -226,6 +235,13 @@ impl SessionState {
             Event::SessionStatusChanged(e) => {
                 self.status = e.to;
                 self.status_reason = e.reason.clone();
+                if e.to == SessionStatus::Pending {
+                    // Back in the queue, it is placed nowhere: the agent it left may no longer
+                    // report on it (its late reports are refused) nor find it live.
+                    self.agent_id = None;
+                    self.kernels.clear();
+                    self.kernels_started.clear();
+                }
                 if e.exit_code.is_some() {
                     self.exit_code = e.exit_code;
                 }

@@ -58,9 +58,11 @@ pub fn needs_reason(status: SessionStatus) -> bool {
 ///
 /// The happy path is PENDING, SCHEDULED, PREPARING, (PULLING,) PREPARED, CREATING, RUNNING,
 /// TERMINATING, TERMINATED. Before it runs, a session may go back to PENDING (the reconciler
-/// retries a placement that stalled). Any live status may end in ERROR; a session not yet
-/// placed is CANCELLED, a placed one is TERMINATED (directly when forced). Only inference
-/// sessions restart, and a batch session ends by itself when its command exits.
+/// retries a placement that stalled, or one whose agent went away). Any live status may end
+/// in ERROR; a session not yet placed is CANCELLED, a placed one is TERMINATED (directly when
+/// forced). Only inference sessions restart, and only they go back to PENDING once they ran:
+/// the seeds promise them automatic recovery, so one whose agent was lost is placed again.
+/// A batch session ends by itself when its command exits.
 pub fn can_move(session_type: SessionType, from: SessionStatus, to: SessionStatus) -> bool {
     if is_terminal(from) || from == to {
         return false;
@@ -75,7 +77,8 @@ pub fn can_move(session_type: SessionType, from: SessionStatus, to: SessionStatu
         (Pulling, Prepared) => true,
         (Prepared, Creating) => true,
         (Creating, Running) => true,
-        (Scheduled | Preparing | Prepared | Creating, Pending) => true,
+        (Scheduled | Preparing | Pulling | Prepared | Creating, Pending) => true,
+        (Running | Restarting, Pending) => session_type == SessionType::Inference,
         (Running, Restarting) => session_type == SessionType::Inference,
         (Restarting, Running) => session_type == SessionType::Inference,
         (Running, Terminated) => true,
@@ -640,7 +643,10 @@ mod tests {
                 Preparing,
                 &[Pulling, Prepared, Pending, Terminating, Terminated, Error],
             ),
-            (Pulling, &[Prepared, Terminating, Terminated, Error]),
+            (
+                Pulling,
+                &[Prepared, Pending, Terminating, Terminated, Error],
+            ),
             (
                 Prepared,
                 &[Creating, Pending, Terminating, Terminated, Error],
@@ -656,8 +662,14 @@ mod tests {
             (Error, &[]),
             (Cancelled, &[]),
         ];
-        // Inference sessions may also restart and come back.
-        let inference_only = [(Running, Restarting), (Restarting, Running)];
+        // Inference sessions may also restart and come back, and go back to the queue once
+        // they ran (their agent was lost: they are placed again).
+        let inference_only = [
+            (Running, Restarting),
+            (Restarting, Running),
+            (Running, Pending),
+            (Restarting, Pending),
+        ];
         for (from, allowed) in table {
             for to in ALL {
                 let expected = allowed.contains(&to);
@@ -714,6 +726,53 @@ mod tests {
         // Moving between placed statuses releases nothing.
         let events = s.transition(Preparing, None, None).unwrap();
         assert_eq!(events.len(), 1);
+    }
+
+    #[test]
+    fn a_session_back_in_the_queue_is_placed_nowhere_and_gave_back_what_it_held() {
+        for (kind, from) in [
+            (SessionType::Batch, Scheduled),
+            (SessionType::Interactive, Pulling),
+            (SessionType::Inference, Running),
+        ] {
+            let mut s = placed(kind);
+            if from != Scheduled {
+                let session_id = s.request.session_id;
+                s = apply(
+                    s,
+                    &[Event::SessionStatusChanged(SessionStatusChanged {
+                        session_id,
+                        from: Scheduled,
+                        to: from,
+                        reason: None,
+                        exit_code: None,
+                    })],
+                );
+            }
+            let events = s
+                .transition(Pending, Some("agent `a1` lost".into()), None)
+                .unwrap();
+            assert!(
+                matches!(&events[1], Event::SessionResourcesReleased(r) if r.agent_id == "a1"),
+                "{kind:?}: the release names the agent it left"
+            );
+            let queued = apply(s, &events);
+            assert_eq!((queued.status, queued.reserved), (Pending, None));
+            assert!(
+                !queued.placed_on("a1"),
+                "{kind:?}: the old agent holds nothing"
+            );
+            assert!(queued.kernels.is_empty() && queued.kernels_started.is_empty());
+        }
+        // A session that ran goes back only if it is an inference session.
+        let batch = running_session(SessionType::Batch);
+        assert_eq!(
+            batch.transition(Pending, Some("agent lost".into()), None),
+            Err(TransitionError::Forbidden {
+                from: Running,
+                to: Pending
+            })
+        );
     }
 
     #[test]

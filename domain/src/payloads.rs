@@ -117,6 +117,18 @@ impl SessionStatus {
         ]
     };
 
+    /// Statuses of a session placed on an agent whose container has not run yet: one whose
+    /// agent goes away is placed again elsewhere, since nothing of it ran.
+    pub const NOT_STARTED: [SessionStatus; 5] = {
+        use SessionStatus::*;
+        [Scheduled, Preparing, Pulling, Prepared, Creating]
+    };
+
+    /// Whether the session's container has not run yet ([`Self::NOT_STARTED`]).
+    pub fn not_started(self) -> bool {
+        Self::NOT_STARTED.contains(&self)
+    }
+
     /// Whether the session has ended for good.
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)

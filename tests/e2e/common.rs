@@ -43,7 +43,8 @@ pub struct Harness {
 
 /// The configuration of a test's control plane: a database and a JetStream stream of its
 /// own, any free port, passes every 100 ms. Agents driven by hand send no heartbeats, so
-/// the reconciler gives them 5 minutes before it calls them lost.
+/// the reconciler gives them 5 minutes before it calls them lost, and the scheduler as long
+/// before it passes them over.
 pub fn test_config() -> Config {
     let base = base_url();
     let (prefix, _) = base.rsplit_once('/').expect("url has a database");
@@ -69,6 +70,7 @@ pub fn test_config() -> Config {
     config.timings = Timings {
         scheduler_interval: Duration::from_millis(100),
         heartbeat_timeout: Duration::from_secs(300),
+        agent_silent_after: Duration::from_secs(300),
         // Longer than a test waits for an event's effect (10 s, `wait_session_within`), so a
         // detail made fresh that soon was evicted by the event, not expired; shorter than the
         // 20 s waits for usage, which changes without events.
@@ -472,6 +474,14 @@ impl SimulatedAgent {
             .stop()
             .await
             .expect("the agent ran without failing");
+    }
+
+    /// Ends the agent at once, as a killed process ends (no heartbeat, no report, nothing
+    /// taken from its commands), which must have been running until then.
+    pub async fn kill(self) {
+        if let Some(ended) = self.host.kill().await {
+            panic!("the agent had ended before it was killed: {ended:?}");
+        }
     }
 }
 

@@ -5,6 +5,8 @@
 //!
 //! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
+//! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
+//!   (and inference) placed again elsewhere.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
@@ -23,6 +25,7 @@
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
 mod admission;
+mod agents_gone;
 mod apps;
 mod bus;
 mod chrome;

@@ -885,7 +885,7 @@ async fn the_event_stream_carries_a_users_own_session_events_and_the_api_is_docu
 }
 
 #[tokio::test]
-async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_their_sessions() {
+async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_give_their_sessions_up() {
     use scheduler::reconcile::{reconcile_once, Deadlines};
     let h = start().await;
     h.agent("quiet1", "default", 4).await;
@@ -935,24 +935,41 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
         "one release per placement"
     );
 
-    // An agent that stops heartbeating is marked lost; what ran on it ends in ERROR.
+    // An agent that stops heartbeating is marked lost: what ran on it ends in ERROR, what
+    // never ran goes back to the queue.
     h.agent("quiet2", "default", 4).await;
     let mut body = shell(1.0);
     body["agent"] = json!("quiet2");
+    let (_, created) = h.create(&h.admin_key, body.clone()).await;
+    let never_ran = ids(&created)[0].clone();
     let (_, created) = h.create(&h.admin_key, body).await;
     let on_lost = ids(&created)[0].clone();
-    h.wait_session(&on_lost, |s| s["status"] == "SCHEDULED")
-        .await;
-    recorder::record::move_session(
-        &h.pool,
-        "quiet2",
-        Uuid::parse_str(&on_lost).unwrap(),
-        SessionStatus::Preparing,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    for (id, through) in [
+        (&never_ran, &[SessionStatus::Preparing][..]),
+        (
+            &on_lost,
+            &[
+                SessionStatus::Preparing,
+                SessionStatus::Prepared,
+                SessionStatus::Creating,
+                SessionStatus::Running,
+            ][..],
+        ),
+    ] {
+        h.wait_session(id, |s| s["status"] == "SCHEDULED").await;
+        for to in through {
+            recorder::record::move_session(
+                &h.pool,
+                "quiet2",
+                Uuid::parse_str(id).unwrap(),
+                *to,
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        }
+    }
     let silent = Deadlines {
         heartbeat: Duration::ZERO,
         ..Deadlines::default()
@@ -975,6 +992,38 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_end_thei
             .unwrap()
             .contains("agent `quiet2` lost"),
         "{ended}"
+    );
+    // (Back in the queue, it waits for the agent it asked for by hand, which is lost.)
+    let history = wait_for(|| async {
+        let hs = h.history(&never_ran).await;
+        hs.iter().any(|r| r["phase"] == "reconcile").then_some(hs)
+    })
+    .await;
+    let back = history.iter().find(|r| r["phase"] == "reconcile").unwrap();
+    assert_eq!(
+        (back["from_status"].as_str(), back["to_status"].as_str()),
+        (Some("PREPARING"), Some("PENDING"))
+    );
+    assert!(
+        back["message"]
+            .as_str()
+            .unwrap()
+            .contains("its container never ran (it was PREPARING): back to the queue"),
+        "{back}"
+    );
+    // Its late report is refused: it is placed on quiet2 no more.
+    let late = recorder::record::move_session(
+        &h.pool,
+        "quiet2",
+        Uuid::parse_str(&never_ran).unwrap(),
+        SessionStatus::Error,
+        Some("a late report".into()),
+        None,
+    )
+    .await;
+    assert!(
+        matches!(late, Err(recorder::record::RecordError::NotMine { .. })),
+        "{late:?}"
     );
     let client = h.pool.get().await.unwrap();
     let used: i64 = client

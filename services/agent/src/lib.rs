@@ -169,5 +169,5 @@ pub async fn depart(link: &Link, reason: &str, stop: &CancellationToken) -> bool
     }
 }
 
-/// How often an agent says it is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// How often an agent says it is alive: the domain's, which the scheduler judges silence by.
+pub use domain::aggregate::HEARTBEAT_EVERY;

@@ -12,8 +12,14 @@
 //! - *Retry limits that never fire*: counted attempts end in GIVE_UP at `max_attempts`, and
 //!   the group's pending timeout ends any wait in EXPIRED; both cancel the session with the
 //!   reason.
+//!
+//! Nothing is placed on an agent that has gone unheard for longer than the snapshot's
+//! `silent_after` (two heartbeats missed), even before the reconciler calls it lost: it is
+//! passed over, and every decision of the pass says which agents were and for how long they
+//! had been silent.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use events::catalogue::Event;
@@ -23,17 +29,26 @@ use uuid::Uuid;
 /// The phase name of placement in scheduling history.
 pub const PHASE: &str = "schedule";
 
-/// A live agent of the group, with what it has reserved so far.
+/// An agent of the group not marked lost, with what it has reserved so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentView {
     pub agent_id: String,
     pub capacity: ResourceSlots,
     pub used: ResourceSlots,
+    /// How long since it was last heard from (a heartbeat, a registration); `None` while
+    /// silence cannot be told apart from an outage of the bus (no recorder has listened
+    /// without a break for long enough), so it is taken as live.
+    pub unheard_for: Option<Duration>,
 }
 
 impl AgentView {
     pub fn free(&self) -> ResourceSlots {
         self.capacity.saturating_sub(self.used)
+    }
+
+    /// Whether it has been silent for longer than `after`: nothing is placed on it then.
+    pub fn is_silent(&self, after: Duration) -> bool {
+        self.unheard_for.is_some_and(|unheard| unheard > after)
     }
 }
 
@@ -49,7 +64,10 @@ pub struct PendingSession {
     pub cluster_size: u32,
     pub wanted_agent: Option<String>,
     pub starts_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
+    /// When it last entered the queue: at its request, or when it came back (its placement
+    /// stalled, or its agent went away). The group's pending timeout counts from here, so a
+    /// session that ran for hours and is placed again is not expired at once.
+    pub queued_at: DateTime<Utc>,
     pub attempts: u32,
     pub last_result: Option<SchedulingResult>,
     pub last_error_code: Option<String>,
@@ -92,8 +110,12 @@ pub struct GroupRules {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
     pub group: GroupRules,
-    /// Live agents, in a stable order (by id).
+    /// Agents not marked lost, in a stable order (by id). [`plan`] leaves only the live ones
+    /// (not silent for longer than `silent_after`), with what it placed on them.
     pub agents: Vec<AgentView>,
+    /// How long an agent may go unheard before it is passed over (two heartbeats,
+    /// `events::aggregate::SILENT_AFTER`, in service).
+    pub silent_after: Duration,
     /// Pending sessions, oldest first.
     pub queue: Vec<PendingSession>,
     pub owners: HashMap<Uuid, OwnerLoad>,
@@ -320,6 +342,64 @@ struct Verdict {
     placement: Option<Vec<KernelPlacement>>,
 }
 
+/// What the history says of the agents passed over for their silence (`None`: none was).
+fn passed_over(silent: &[AgentView], after: Duration) -> Option<String> {
+    if silent.is_empty() {
+        return None;
+    }
+    let agents: Vec<String> = silent
+        .iter()
+        .map(|a| {
+            let unheard = a.unheard_for.unwrap_or_default().as_secs();
+            format!("`{}` (last heard {unheard} s ago)", a.agent_id)
+        })
+        .collect();
+    Some(format!(
+        "passed over silent agent(s) {}: nothing is placed on an agent unheard for more than {} s",
+        agents.join(", "),
+        after.as_secs()
+    ))
+}
+
+/// A session not placed, told again when only a silent agent stands in its way: the agent it
+/// asked for by hand, or the only ones that could ever hold it. It then waits for them (they
+/// may come back) instead of failing; `None` when silence is not the reason.
+fn waiting_for_silent(
+    session: &PendingSession,
+    silent: &[AgentView],
+    passed: &str,
+    code: Option<&'static str>,
+    message: &str,
+) -> Option<(SchedulingResult, Option<&'static str>, String)> {
+    let total = session.total();
+    let wanted_silent = session
+        .wanted_agent
+        .as_ref()
+        .is_some_and(|w| silent.iter().any(|a| &a.agent_id == w));
+    let fits_silent = match session.cluster_mode {
+        ClusterMode::SingleNode => silent.iter().any(|a| total.fits_in(a.capacity)),
+        ClusterMode::MultiNode => silent
+            .iter()
+            .any(|a| session.per_kernel.fits_in(a.capacity)),
+    };
+    match code {
+        Some("AGENT_UNKNOWN") if wanted_silent => Some((
+            SchedulingResult::NeedRetry,
+            Some("AGENT_SILENT"),
+            format!(
+                "agent `{}` was asked for, but it is silent; {passed}",
+                session.wanted_agent.as_deref().unwrap_or_default()
+            ),
+        )),
+        Some("NEVER_FITS") if fits_silent => Some((
+            SchedulingResult::NeedRetry,
+            Some("AGENT_SILENT"),
+            format!("{message}, and only silent agents could hold it; {passed}"),
+        )),
+        _ => None,
+    }
+}
+
 /// The earliest moment after `snapshot.now` at which a decision on its queue changes with
 /// nothing but time passing: a reserved start time arriving, or a wait reaching the group's
 /// pending timeout. Every other change comes with an event, which wakes the scheduler.
@@ -332,7 +412,7 @@ pub fn next_deadline(snapshot: &Snapshot) -> Option<DateTime<Utc>> {
         .flat_map(|session| {
             let expires = (timeout > 0).then(|| {
                 // `plan` expires a wait longer than the timeout, counted in whole seconds.
-                session.created_at + chrono::Duration::seconds(timeout as i64 + 1)
+                session.queued_at + chrono::Duration::seconds(timeout as i64 + 1)
             });
             [session.starts_at, expires]
         })
@@ -347,13 +427,20 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
     use SchedulingResult::*;
     let now = snapshot.now;
     let rules = snapshot.group.clone();
+    // Silent agents are passed over: only the live ones are chosen from, and stay.
+    let after = snapshot.silent_after;
+    let (live, silent): (Vec<AgentView>, Vec<AgentView>) = std::mem::take(&mut snapshot.agents)
+        .into_iter()
+        .partition(|a| !a.is_silent(after));
+    snapshot.agents = live;
+    let passed_over = passed_over(&silent, after);
     let mut blocker: Option<(Uuid, String)> = None;
     let mut decisions = Vec::with_capacity(snapshot.queue.len());
     let queue = std::mem::take(&mut snapshot.queue);
     for session in &queue {
         let mut steps = Vec::with_capacity(3);
         let total = session.total();
-        let waited = (now - session.created_at).num_seconds().max(0) as u64;
+        let waited = (now - session.queued_at).num_seconds().max(0) as u64;
 
         let verdict =
             'verdict: {
@@ -464,6 +551,15 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                 };
                 let asked = describe(session.per_kernel);
                 let kernels = session.cluster_size;
+                if let Some(passed) = &passed_over {
+                    steps.push(step(
+                        now,
+                        "pass over silent agents",
+                        Skipped,
+                        passed.clone(),
+                        Some("AGENT_SILENT"),
+                    ));
+                }
                 let (result, code, message, group_short, chosen) =
                     match select(&snapshot.agents, session, rules.agent_selection) {
                         Selection::Placed(chosen) => {
@@ -537,6 +633,17 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                             None,
                         ),
                     };
+                let (result, code, message, group_short) = match &passed_over {
+                    None => (result, code, message, group_short),
+                    Some(passed) => match chosen
+                        .is_none()
+                        .then(|| waiting_for_silent(session, &silent, passed, code, &message))
+                        .flatten()
+                    {
+                        Some((result, code, message)) => (result, code, message, false),
+                        None => (result, code, format!("{message}; {passed}"), group_short),
+                    },
+                };
                 steps.push(step(now, strategy, result, message.clone(), code));
                 let placement = chosen.map(|chosen| {
                     chosen
@@ -647,6 +754,14 @@ mod tests {
             agent_id: id.into(),
             capacity: slots(cpu, 64),
             used: slots(used_cpu, 0),
+            unheard_for: Some(Duration::from_secs(3)),
+        }
+    }
+
+    fn silent_agent(id: &str, cpu: u64, unheard_secs: u64) -> AgentView {
+        AgentView {
+            unheard_for: Some(Duration::from_secs(unheard_secs)),
+            ..agent(id, cpu, 0)
         }
     }
 
@@ -660,7 +775,7 @@ mod tests {
             cluster_size: 1,
             wanted_agent: None,
             starts_at: None,
-            created_at: t0(),
+            queued_at: t0(),
             attempts: 0,
             last_result: None,
             last_error_code: None,
@@ -678,6 +793,7 @@ mod tests {
                 pending_timeout_secs: 3600,
             },
             agents,
+            silent_after: Duration::from_secs(10),
             queue,
             owners: HashMap::new(),
             now: t0(),
@@ -926,7 +1042,7 @@ mod tests {
         );
         s.group.pending_timeout_secs = 10;
         s.now = t0();
-        s.queue[0].created_at = t0();
+        s.queue[0].queued_at = t0();
         assert_eq!(
             next_deadline(&s),
             Some(t0() + chrono::Duration::seconds(11)),
@@ -977,6 +1093,96 @@ mod tests {
         assert!((1..=2).contains(&on_a1), "{kernels:?}");
         let mut s = snapshot(vec![agent("a1", 1, 0)], vec![multi]);
         assert_eq!(plan(&mut s)[0].error_code, Some("NEVER_FITS"));
+    }
+
+    #[test]
+    fn a_silent_agent_is_passed_over_and_every_decision_says_so() {
+        // a1 would be chosen (concentrated: the fuller one) were it not silent for 12 s.
+        let agents = vec![
+            silent_agent("a1", 8, 12),
+            agent("a2", 8, 0),
+            agent("a3", 8, 6),
+        ];
+        let mut s = snapshot(agents, vec![session(1, 2)]);
+        s.agents[2].unheard_for = Some(Duration::from_secs(10));
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, agent_of(&d[0])),
+            (Success, Some("a3")),
+            "silent for exactly two heartbeats is not silent yet"
+        );
+        assert!(d[0]
+            .message
+            .contains("passed over silent agent(s) `a1` (last heard 12 s ago)"));
+        assert!(d[0].message.contains("more than 10 s"), "{}", d[0].message);
+        let step = &d[0].steps[0];
+        assert_eq!(
+            (step.step.as_str(), step.error_code.as_deref()),
+            ("pass over silent agents", Some("AGENT_SILENT"))
+        );
+        let left: Vec<&str> = s.agents.iter().map(|a| a.agent_id.as_str()).collect();
+        assert_eq!(
+            left,
+            ["a2", "a3"],
+            "only the live agents stay in the snapshot"
+        );
+
+        // Silence that cannot be told from a bus outage is no silence.
+        let mut unknown = agent("a1", 8, 6);
+        unknown.unheard_for = None;
+        let mut s = snapshot(vec![unknown, agent("a2", 8, 0)], vec![session(1, 2)]);
+        let d = plan(&mut s);
+        assert_eq!(agent_of(&d[0]), Some("a1"));
+        assert!(!d[0].message.contains("passed over"));
+    }
+
+    #[test]
+    fn when_only_silent_agents_could_take_it_a_session_waits_and_says_why() {
+        let mut s = snapshot(vec![silent_agent("a1", 8, 31)], vec![session(1, 1)]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("NO_AGENTS"))
+        );
+        assert!(d[0].message.contains("no live agent"), "{}", d[0].message);
+        assert!(d[0].message.contains("`a1` (last heard 31 s ago)"));
+
+        let mut wanted = session(1, 1);
+        wanted.wanted_agent = Some("a1".into());
+        let mut s = snapshot(
+            vec![silent_agent("a1", 8, 31), agent("a2", 8, 0)],
+            vec![wanted],
+        );
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("AGENT_SILENT")),
+            "it may come back: a wait, not a failure"
+        );
+        assert!(d[0]
+            .message
+            .contains("agent `a1` was asked for, but it is silent"));
+
+        // Only the silent agent is large enough: a wait, not NEVER_FITS counting to a give-up.
+        let mut s = snapshot(
+            vec![silent_agent("a1", 16, 31), agent("a2", 4, 0)],
+            vec![session(1, 8)],
+        );
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("AGENT_SILENT"))
+        );
+        assert!(d[0].message.contains("only silent agents could hold it"));
+    }
+
+    #[test]
+    fn the_pending_timeout_counts_from_the_last_time_it_entered_the_queue() {
+        let mut back = session(1, 1);
+        back.queued_at = t0() + chrono::Duration::seconds(7200);
+        let mut s = snapshot(vec![agent("a1", 4, 4)], vec![back]);
+        s.now = t0() + chrono::Duration::seconds(7300);
+        assert_eq!(plan(&mut s)[0].result, NeedRetry, "not expired");
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
     let rows = tx
         .query(
             "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
-                    cluster_mode, cluster_size, wanted_agent, starts_at, created_at,
+                    cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
                     attempts, last_result, last_error_code, traceparent
              FROM ledger.sessions WHERE status = 'PENDING' AND resource_group = $1
              ORDER BY queue_seq LIMIT $2",
@@ -93,7 +93,7 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
             cluster_size: r.get::<_, i32>(7).max(1) as u32,
             wanted_agent: r.get(8),
             starts_at: r.get(9),
-            created_at: r.get(10),
+            queued_at: r.get(10),
             attempts: r.get::<_, i32>(11).max(0) as u32,
             last_result: r.get::<_, Option<&str>>(12).and_then(parse),
             last_error_code: r.get(13),
@@ -105,14 +105,30 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
     })
 }
 
-/// `group`'s live agents with what they hold, by id.
-pub async fn agents(tx: &impl GenericClient, group: &str) -> Result<Vec<AgentView>, LedgerError> {
+/// `group`'s agents not marked lost with what they hold, by id, and how long each has gone
+/// unheard (by the recorder's `agent_liveness`, or since it registered) on the database's
+/// clock. The silence is told only while some recorder has listened without a break for
+/// longer than `silent_after` and is listening now, as in [`silent_agents`]: a bus outage
+/// must not look like every agent falling silent.
+pub async fn agents(
+    tx: &impl GenericClient,
+    group: &str,
+    silent_after: Duration,
+) -> Result<Vec<AgentView>, LedgerError> {
     let rows = tx
         .query(
-            "SELECT agent_id, cpu_milli, memory_bytes, gpu_milli, used_cpu_milli,
-                    used_memory_bytes, used_gpu_milli
-             FROM ledger.agents WHERE resource_group = $1 AND lost IS NULL ORDER BY agent_id",
-            &[&group],
+            "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
+                    a.used_memory_bytes, a.used_gpu_milli,
+                    CASE WHEN EXISTS (
+                           SELECT 1 FROM liveness_watch
+                           WHERE listening_since < now() - make_interval(secs => $2)
+                             AND checked_at > now() - interval '10 seconds')
+                         THEN extract(epoch FROM
+                                now() - greatest(a.last_heartbeat, l.seen_at))::float8
+                    END
+             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+             WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
+            &[&group, &silent_after.as_secs_f64()],
         )
         .await?;
     Ok(rows
@@ -121,6 +137,9 @@ pub async fn agents(tx: &impl GenericClient, group: &str) -> Result<Vec<AgentVie
             agent_id: r.get(0),
             capacity: slots(r, 1),
             used: slots(r, 4),
+            unheard_for: r
+                .get::<_, Option<f64>>(7)
+                .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
         })
         .collect())
 }
@@ -197,6 +216,38 @@ pub async fn sessions_on_agent(
         )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A session whose container never ran, with a kernel on an agent marked gone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stranded {
+    pub session_id: Uuid,
+    pub agent_id: String,
+    /// Why the agent is gone, as the ledger has it (lost, departed, revoked).
+    pub why: String,
+}
+
+/// Sessions not started yet (SCHEDULED to CREATING) with a kernel on an agent whose `lost`
+/// is set, whoever set it.
+pub async fn not_started_on_gone_agents(
+    client: &impl GenericClient,
+) -> Result<Vec<Stranded>, LedgerError> {
+    let sql = format!(
+        "SELECT DISTINCT k.session_id, k.agent_id, a.lost FROM ledger.kernels k
+           JOIN ledger.agents a ON a.agent_id = k.agent_id
+           JOIN ledger.sessions s ON s.session_id = k.session_id
+         WHERE a.lost IS NOT NULL AND s.status IN ({})",
+        events::sql::status_list(&SessionStatus::NOT_STARTED)
+    );
+    let rows = client.query(&sql, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| Stranded {
+            session_id: r.get(0),
+            agent_id: r.get(1),
+            why: r.get(2),
+        })
+        .collect())
 }
 
 /// A session that has stayed in one status past its deadline.

@@ -1,12 +1,24 @@
 //! Nothing stays stuck: every intermediate status has a deadline, and an agent that stops
 //! heartbeating is marked lost. An overdue placement goes back to the queue (a bounded
-//! number of times) or ends in ERROR with the reason; an overdue stop ends TERMINATED;
-//! sessions on a lost agent end in ERROR. Every path goes through the session's lifecycle
-//! rules, so what the session held is released exactly once.
+//! number of times) or ends in ERROR with the reason; an overdue stop ends TERMINATED.
+//!
+//! Nothing a user asked for is lost with a host ([`after_agent_gone`]). A session whose
+//! agent is gone before its container ran goes back to the queue and is placed elsewhere:
+//! every round sweeps the sessions not started on any agent marked gone in the ledger
+//! (`lost` set: lost, departed on purpose, or revoked), whoever marked it, so a departure
+//! recorded by the agent's own path is handled here too. What was running on an agent that
+//! departed keeps running (its containers are adopted when it returns); on an agent the
+//! reconciler marks lost it ends in ERROR with the reason, except inference sessions, which
+//! recover by themselves: they go back to the queue and run again elsewhere.
+//!
+//! Every path goes through the session's lifecycle rules, so what the session held is
+//! released exactly once; a session back in the queue is placed on no agent, so the old
+//! agent's late reports on it are refused, and when it returns it removes its containers.
 
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use events::aggregate::SessionState;
 use events::catalogue::Event;
 use events::ledger::{self, LedgerError};
 use events::lifecycle::{self, CommandError};
@@ -130,36 +142,108 @@ fn metadata() -> events::Metadata {
     events::trace::metadata("reconciler", None)
 }
 
-/// Moves `session_id` to `to` with `reason`, recording a history row of `phase`; a session
-/// that moved on meanwhile is left alone.
+/// A move the reconciler makes, and the history row that says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub to: SessionStatus,
+    pub result: SchedulingResult,
+    pub error_code: String,
+    pub reason: String,
+}
+
+/// Moves `session_id` as `decide` says on its current state, recording a history row of
+/// phase `reconcile`; nothing when `decide` says nothing (the session moved on meanwhile)
+/// or the session has ended. Whether it moved.
 async fn settle(
     pool: &Pool,
     session_id: Uuid,
-    expect: Option<SessionStatus>,
-    to: SessionStatus,
-    result: SchedulingResult,
-    reason: &str,
+    decide: impl Fn(&SessionState) -> Option<Move>,
 ) -> Result<bool, ReconcileError> {
+    let mut target = None;
     let after = lifecycle::command(pool, session_id, &metadata(), |state| {
-        if expect.is_some_and(|s| s != state.status) || lifecycle::is_terminal(state.status) {
+        target = None;
+        if lifecycle::is_terminal(state.status) {
             return Ok(Vec::new());
         }
+        let Some(m) = decide(state) else {
+            return Ok(Vec::new());
+        };
         let mut events = vec![Event::SchedulingAttempted(SchedulingAttempted {
             session_id,
             phase: "reconcile".into(),
-            result,
+            result: m.result,
             status_before: state.status,
-            status_after: to,
+            status_after: m.to,
             attempts: state.scheduling_attempts,
-            message: reason.to_owned(),
-            error_code: Some(format!("DEADLINE_{:?}", state.status).to_uppercase()),
+            message: m.reason.clone(),
+            error_code: Some(m.error_code),
             steps: Vec::new(),
         })];
-        events.extend(state.transition(to, Some(reason.to_owned()), None)?);
+        events.extend(state.transition(m.to, Some(m.reason), None)?);
+        target = Some(m.to);
         Ok(events)
     })
     .await?;
-    Ok(after.status == to)
+    Ok(target == Some(after.status))
+}
+
+/// How an agent came to hold its sessions no more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Marked gone in the ledger (`lost` set) by whoever: it departed on purpose, was
+    /// revoked, or was lost in an earlier round. Only what never ran there is moved: what
+    /// runs on an agent that departed keeps running, to be adopted when it returns.
+    Away,
+    /// Marked lost by this round for its silence: what ran there is gone with it.
+    Lost,
+}
+
+/// What becomes of a session of `session_type` in `status` with a kernel on an agent that
+/// is `gone` (`why`: the reason, in words), and the history row that says so; `None`: it is
+/// left as it is. Pure.
+///
+/// - Its container never ran (SCHEDULED to CREATING): back to the queue, to be placed on
+///   another agent.
+/// - It ran, on an agent lost: an inference session goes back to the queue too (the seeds
+///   promise it automatic recovery); any other ends in ERROR, and one being stopped is taken
+///   as stopped (TERMINATED).
+pub fn after_agent_gone(
+    gone: Gone,
+    why: &str,
+    status: SessionStatus,
+    session_type: SessionType,
+) -> Option<Move> {
+    use SessionStatus::*;
+    let code = match gone {
+        Gone::Away => "AGENT_GONE",
+        Gone::Lost => "AGENT_LOST",
+    };
+    let (to, result, reason) = match (gone, status) {
+        (_, s) if s.not_started() => (
+            Pending,
+            SchedulingResult::NeedRetry,
+            format!("{why}; its container never ran (it was {s}): back to the queue, to be placed on another agent"),
+        ),
+        (Gone::Away, _) => return None,
+        (Gone::Lost, Running | Restarting) if session_type == SessionType::Inference => (
+            Pending,
+            SchedulingResult::NeedRetry,
+            format!("{why}; an inference session recovers by itself (it was {status}): back to the queue, to run again on another agent"),
+        ),
+        (Gone::Lost, Running | Restarting) => (Error, SchedulingResult::Failure, why.to_owned()),
+        (Gone::Lost, Terminating) => (
+            Terminated,
+            SchedulingResult::Expired,
+            format!("{why}; it was being stopped, so it is taken as stopped"),
+        ),
+        (Gone::Lost, _) => return None,
+    };
+    Some(Move {
+        to,
+        result,
+        error_code: code.to_owned(),
+        reason,
+    })
 }
 
 /// Whether the reconciler may mark silent agents lost, its last failed round (PostgreSQL
@@ -174,8 +258,9 @@ pub fn may_mark_lost(
     last_failure.is_none_or(|failed| now.saturating_duration_since(failed) >= timeout)
 }
 
-/// One round: marks silent agents lost (ending their sessions) when `mark_lost`, and moves
-/// overdue sessions on.
+/// One round: marks silent agents lost (moving their sessions on, [`after_agent_gone`]) when
+/// `mark_lost`, places again what never ran on any agent gone, and moves overdue sessions
+/// on.
 pub async fn reconcile_once(
     pool: &Pool,
     deadlines: &Deadlines,
@@ -206,17 +291,30 @@ pub async fn reconcile_once(
         tracing::warn!(%agent_id, silence, "agent lost");
         let on_it = db::sessions_on_agent(&client, &agent_id).await?;
         for session_id in on_it {
-            let moved = settle(
-                pool,
-                session_id,
-                None,
-                SessionStatus::Error,
-                SchedulingResult::Failure,
-                &reason,
-            )
+            let moved = settle(pool, session_id, |state| {
+                let session_type = state.request.session_type;
+                state
+                    .placed_on(&agent_id)
+                    .then(|| after_agent_gone(Gone::Lost, &reason, state.status, session_type))
+                    .flatten()
+            })
             .await?;
             done.sessions_moved += moved as usize;
         }
+    }
+    // What never ran on an agent gone, however it went (a departure is recorded by the
+    // agent's own path, not here): placed again.
+    for stranded in db::not_started_on_gone_agents(&client).await? {
+        let why = format!("agent `{}` is gone ({})", stranded.agent_id, stranded.why);
+        let moved = settle(pool, stranded.session_id, |state| {
+            let session_type = state.request.session_type;
+            state
+                .placed_on(&stranded.agent_id)
+                .then(|| after_agent_gone(Gone::Away, &why, state.status, session_type))
+                .flatten()
+        })
+        .await?;
+        done.sessions_moved += moved as usize;
     }
     let limits: Vec<(SessionStatus, Duration)> = IN_FLIGHT
         .iter()
@@ -224,14 +322,15 @@ pub async fn reconcile_once(
         .collect();
     for late in db::overdue(&client, &limits).await? {
         let (to, result, reason) = overdue_move(late.status, late.waited, late.requeues, deadlines);
-        let moved = settle(
-            pool,
-            late.session_id,
-            Some(late.status),
+        let late_move = Move {
             to,
             result,
-            &reason,
-        )
+            error_code: format!("DEADLINE_{:?}", late.status).to_uppercase(),
+            reason,
+        };
+        let moved = settle(pool, late.session_id, |state| {
+            (state.status == late.status).then(|| late_move.clone())
+        })
         .await?;
         done.sessions_moved += moved as usize;
     }
@@ -326,6 +425,94 @@ mod tests {
             overdue_move(Terminating, Duration::from_secs(61), 0, &d).0,
             Terminated
         );
+    }
+
+    #[test]
+    fn what_never_ran_on_an_agent_gone_goes_back_to_the_queue_however_it_went() {
+        for gone in [Gone::Away, Gone::Lost] {
+            for status in SessionStatus::NOT_STARTED {
+                for kind in [
+                    SessionType::Batch,
+                    SessionType::Interactive,
+                    SessionType::Inference,
+                ] {
+                    let m = after_agent_gone(gone, "agent `a1` lost", status, kind).unwrap();
+                    assert_eq!(
+                        (m.to, m.result),
+                        (Pending, SchedulingResult::NeedRetry),
+                        "{gone:?} {status} {kind:?}"
+                    );
+                    assert!(m
+                        .reason
+                        .starts_with("agent `a1` lost; its container never ran"));
+                    assert!(
+                        m.reason.contains(&format!("(it was {status})")),
+                        "{}",
+                        m.reason
+                    );
+                    assert!(
+                        events::lifecycle::can_move(kind, status, m.to),
+                        "the lifecycle allows {status} -> {}",
+                        m.to
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            after_agent_gone(Gone::Lost, "x", Scheduled, SessionType::Batch)
+                .unwrap()
+                .error_code,
+            "AGENT_LOST"
+        );
+        assert_eq!(
+            after_agent_gone(Gone::Away, "x", Scheduled, SessionType::Batch)
+                .unwrap()
+                .error_code,
+            "AGENT_GONE"
+        );
+    }
+
+    #[test]
+    fn what_ran_on_an_agent_lost_ends_except_inference_which_runs_again() {
+        let why = "agent `a1` lost: no heartbeat for 31 s";
+        for status in [Running, Restarting] {
+            let m = after_agent_gone(Gone::Lost, why, status, SessionType::Batch).unwrap();
+            assert_eq!((m.to, m.result), (Error, SchedulingResult::Failure));
+            assert_eq!(m.reason, why, "the reason as it is");
+            let m = after_agent_gone(Gone::Lost, why, status, SessionType::Inference).unwrap();
+            assert_eq!(m.to, Pending, "{status}");
+            assert!(
+                m.reason.contains("inference session recovers"),
+                "{}",
+                m.reason
+            );
+            assert!(events::lifecycle::can_move(
+                SessionType::Inference,
+                status,
+                Pending
+            ));
+        }
+        let m = after_agent_gone(Gone::Lost, why, Terminating, SessionType::Inference).unwrap();
+        assert_eq!(m.to, Terminated, "asked to stop: taken as stopped");
+        for status in [Pending, Terminated, Error, Cancelled] {
+            assert_eq!(
+                after_agent_gone(Gone::Lost, why, status, SessionType::Batch),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn what_runs_on_an_agent_that_departed_keeps_running() {
+        for status in [Running, Restarting, Terminating] {
+            for kind in [SessionType::Batch, SessionType::Inference] {
+                assert_eq!(
+                    after_agent_gone(Gone::Away, "agent `a1` departed", status, kind),
+                    None,
+                    "{status} {kind:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct SchedulerConfig {
     /// in service; off, a pass that decided on resources another pass took meanwhile is
     /// refused whole by the ledger's conditional reserve, which a test shows.
     pub exclusive: bool,
+    /// How long an agent may go unheard before nothing is placed on it (two heartbeats,
+    /// `events::aggregate::SILENT_AFTER`, unless the caller says otherwise).
+    pub silent_after: Duration,
 }
 
 impl SchedulerConfig {
@@ -70,6 +73,7 @@ impl SchedulerConfig {
             batch: 5_000,
             pipeline: 64,
             exclusive: true,
+            silent_after: events::aggregate::SILENT_AFTER,
         }
     }
 }
@@ -182,13 +186,16 @@ impl Scheduler {
         if queue.is_empty() {
             return Ok(None);
         }
-        let agents = db::agents(tx, &group.name).await?;
+        let after = self.config.silent_after;
+        let agents = db::agents(tx, &group.name, after).await?;
         let mut owner_ids: Vec<Uuid> = queue.iter().map(|s| s.owner).collect();
         owner_ids.sort_unstable();
         owner_ids.dedup();
         let owners = db::owner_loads(tx, &owner_ids).await?;
+        // What the live agents have free, as `plan` leaves the snapshot's agents.
         let free = agents
             .iter()
+            .filter(|a| !a.is_silent(after))
             .fold(ResourceSlots::default(), |s, a: &AgentView| {
                 s.saturating_add(a.free())
             });
@@ -199,6 +206,7 @@ impl Scheduler {
         let snapshot = Snapshot {
             group,
             agents,
+            silent_after: after,
             queue,
             owners,
             now: Utc::now(),
