@@ -249,6 +249,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             to,
             reason: None,
             exit_code,
+            occurred_at: None,
         })
     };
     let mut life = vec![
@@ -311,6 +312,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             ports: vec![],
             hostname: Some("main1".into()),
             address: None,
+            started_at: None,
         }),
         moved(Creating, Running, None),
     ];

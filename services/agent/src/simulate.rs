@@ -128,6 +128,7 @@ async fn run(
             to,
             reason: None,
             exit_code: None,
+            at: None,
         };
         if !report(link, session_id, fact, &agent_stop).await? {
             return Ok(());
@@ -145,6 +146,7 @@ async fn run(
         to: SessionStatus::Terminated,
         reason: Some(reason.into()),
         exit_code,
+        at: None,
     };
     report(link, session_id, fact, &agent_stop).await?;
     Ok(())
@@ -174,6 +176,7 @@ fn started(kernels: &[u32]) -> Fact {
                 ports: vec![],
                 hostname: None,
                 address: None,
+                started_at: None,
             })
             .collect(),
     }

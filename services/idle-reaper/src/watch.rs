@@ -255,6 +255,7 @@ mod tests {
             to,
             reason: Some("x".into()),
             exit_code: None,
+            occurred_at: None,
         })
     }
 
