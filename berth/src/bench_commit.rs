@@ -1,7 +1,9 @@
 //! `berth bench commit`: a RUNNING `berth/python` session committed to a customized image,
 //! from the request to its `SessionCommitEnded` (the image-commit service, the agent's
-//! `docker commit` through the engine API and its reports), next to the `docker commit` CLI of
-//! the same container in the same run, taking turns.
+//! commit through the Engine API and its reports), next to the Engine API's bare commit of
+//! the same container (the like-for-like baseline: what the agent itself calls) and the
+//! `docker commit` CLI (which also pays a process spawn), in the same run, taking turns.
+//! Only commits that ended done are timed; those that failed are counted and said.
 
 // A benchmark measures wall-clock time on purpose, outside any runtime's clock.
 #![allow(clippy::disallowed_types)]
@@ -91,7 +93,9 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
     let container = format!("berth-{}-0", session.simple());
 
     let mut berth_times = Vec::new();
+    let mut api_times = Vec::new();
     let mut cli_times = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
     for round in 0..rounds {
         let commit_id = Uuid::now_v7();
         let name = format!("bench{round}");
@@ -102,10 +106,10 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
             s.request_commit(commit_id, name.clone(), image.clone())
         })
         .await?;
-        loop {
+        let outcome = loop {
             let client = pool.get().await?;
-            if db::count_events(&client, &["SessionCommitEnded"]).await? > round as i64 {
-                break;
+            if let Some(outcome) = db::commit_outcome(&client, commit_id).await? {
+                break outcome;
             }
             if committer.is_finished() {
                 anyhow::bail!(
@@ -118,9 +122,31 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
                 "the commit did not end"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let took = started.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            // A commit that failed fast is no fast commit: not timed.
+            CommitOutcome::Done { .. } => berth_times.push(took),
+            CommitOutcome::Failed { reason } => failures.push(reason),
         }
-        berth_times.push(started.elapsed().as_secs_f64() * 1000.0);
         let _ = docker.remove_image(&image, None, None).await;
+
+        // What the agent calls, bare: the Engine API's commit, pausing the container.
+        let baseline = format!("berth-bench-commit-api:{}-{round}", std::process::id());
+        let (repo, tag) = baseline.split_once(':').expect("a tag");
+        let options = bollard::image::CommitContainerOptions {
+            container: container.clone(),
+            repo: repo.to_owned(),
+            tag: tag.to_owned(),
+            pause: true,
+            ..Default::default()
+        };
+        let started = Instant::now();
+        docker
+            .commit_container(options, bollard::container::Config::<String>::default())
+            .await?;
+        api_times.push(started.elapsed().as_secs_f64() * 1000.0);
+        let _ = docker.remove_image(&baseline, None, None).await;
 
         let baseline = format!("berth-bench-commit:{}-{round}", std::process::id());
         let started = Instant::now();
@@ -133,20 +159,38 @@ pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<
         cli_times.push(started.elapsed().as_secs_f64() * 1000.0);
         let _ = docker.remove_image(&baseline, None, None).await;
     }
-    let client = pool.get().await?;
-    let failed = db::count_events(&client, &["SessionCommitEnded"]).await?;
-    drop(client);
     end_session(&pool, session).await?;
     stop.cancel();
-    berth_times.sort_by(f64::total_cmp);
-    cli_times.sort_by(f64::total_cmp);
+    let done = berth_times.len();
     println!(
-        "commit of a RUNNING {IMAGE} session over {rounds} rounds ({failed} ended): berth (request to SessionCommitEnded) p50 {:.0} ms, max {:.0} ms; `docker commit` of the same container (baseline) p50 {:.0} ms, max {:.0} ms; berth/docker at p50 = {:.2}",
-        percentile(&berth_times, 0.5),
-        berth_times.last().copied().unwrap_or_default(),
-        percentile(&cli_times, 0.5),
-        cli_times.last().copied().unwrap_or_default(),
-        percentile(&berth_times, 0.5) / percentile(&cli_times, 0.5),
+        "commit of a RUNNING {IMAGE} session over {rounds} rounds: {done} ended done, {} failed{}",
+        failures.len(),
+        failures
+            .first()
+            .map(|why| format!(" (the first: {why})"))
+            .unwrap_or_default()
+    );
+    if done == 0 {
+        anyhow::bail!("no commit ended done: nothing to compare");
+    }
+    berth_times.sort_by(f64::total_cmp);
+    api_times.sort_by(f64::total_cmp);
+    cli_times.sort_by(f64::total_cmp);
+    let p50 = |v: &[f64]| percentile(v, 0.5);
+    let max = |v: &[f64]| v.last().copied().unwrap_or_default();
+    println!(
+        "  berth (request to SessionCommitEnded, the {done} done) p50 {:.0} ms, max {:.0} ms; bare Engine API commit of the same container p50 {:.0} ms, max {:.0} ms; berth/bare API at p50 = {:.2}",
+        p50(&berth_times),
+        max(&berth_times),
+        p50(&api_times),
+        max(&api_times),
+        p50(&berth_times) / p50(&api_times),
+    );
+    println!(
+        "  `docker commit` CLI (a process spawn more) p50 {:.0} ms, max {:.0} ms; berth/docker commit at p50 = {:.2}",
+        p50(&cli_times),
+        max(&cli_times),
+        p50(&berth_times) / p50(&cli_times),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = docker

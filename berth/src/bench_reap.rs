@@ -151,7 +151,19 @@ pub async fn reap(
     for _ in 0..watched.div_ceil(100) {
         launcher::launch::launch(&pool, &admin, small_shell(100)).await?;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The window opens once the reaper has folded every session in (its folding is not the
+    // watching measured), and a second more for the rest of their events to settle.
+    let waited = Instant::now();
+    let client = pool.get().await?;
+    while db::reaper_watching(&client).await? < watched as i64 {
+        anyhow::ensure!(
+            waited.elapsed() < Duration::from_secs(120),
+            "the reaper did not fold {watched} sessions in within two minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(client);
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let watching_cpu = process_cpu(window).await;
     println!(
         "the process's CPU while the reaper watches {watched} queued sessions: {:.2}% of a core; watching none (baseline): {:.2}%",

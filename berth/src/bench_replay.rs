@@ -80,8 +80,10 @@ pub async fn replay(url: &str, events: u64) -> anyhow::Result<()> {
     rebuild_figures(&pool, &StreamIndex, raw).await?;
     rebuild_figures(&pool, &SessionsView, raw).await?;
 
-    // The baseline: what folding costs a statement an event, as the live runner applies new
-    // events. Another tenth of the log is recorded and each live projection catches up.
+    // The live runner's rate (not a baseline of the figures above: a different workload of a
+    // different size): what folding costs a statement an event, as the live runner applies
+    // new events to tables that already hold the log. Another tenth of the log is recorded
+    // and each live projection catches up.
     record_sessions(&pool, &agents, &owners, (sessions / 10).max(1)).await?;
     wait_for_horizon(&pool).await?;
     catch_up_figures(&pool, &StreamIndex).await?;
@@ -95,7 +97,7 @@ async fn catch_up_figures<P: Projection>(pool: &Pool, projection: &P) -> anyhow:
     let caught = projection::catch_up(pool, projection).await?;
     let took = started.elapsed().as_secs_f64();
     println!(
-        "baseline, projection {}: the live runner catching up {caught} new events, statements per event, in {took:.2} s = {:.0} events/s",
+        "live runner rate, projection {}: {caught} new events applied incrementally, statements per event, to tables already holding the log, in {took:.2} s = {:.0} events/s (a different workload from the rebuilds above, not their baseline)",
         projection.name(),
         caught as f64 / took
     );
@@ -249,6 +251,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             to,
             reason: None,
             exit_code,
+            occurred_at: None,
         })
     };
     let mut life = vec![
@@ -311,6 +314,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             ports: vec![],
             hostname: Some("main1".into()),
             address: None,
+            started_at: None,
         }),
         moved(Creating, Running, None),
     ];

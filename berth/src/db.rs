@@ -69,6 +69,32 @@ pub async fn count_events(client: &impl GenericClient, types: &[&str]) -> anyhow
         .get(0))
 }
 
+/// How commit `commit_id` ended, once its `SessionCommitEnded` is in the log.
+pub async fn commit_outcome(
+    client: &impl GenericClient,
+    commit_id: Uuid,
+) -> anyhow::Result<Option<events::payloads::CommitOutcome>> {
+    let row = client
+        .query_opt(
+            "SELECT payload->'outcome' FROM events
+             WHERE event_type = 'SessionCommitEnded' AND payload->>'commit_id' = $1",
+            &[&commit_id.to_string()],
+        )
+        .await?;
+    Ok(match row {
+        Some(row) => Some(serde_json::from_value(row.get(0))?),
+        None => None,
+    })
+}
+
+/// How many sessions the idle-reaper has folded in and watches.
+pub async fn reaper_watching(client: &impl GenericClient) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one("SELECT count(*) FROM idle_reaper.watched", &[])
+        .await?
+        .get(0))
+}
+
 /// How many events the log holds.
 pub async fn log_length(client: &impl GenericClient) -> anyhow::Result<u64> {
     let n: i64 = client

@@ -82,6 +82,10 @@ pub enum Fact {
         reason: Option<String>,
         #[serde(default)]
         exit_code: Option<i32>,
+        /// When it moved, by the clock of the agent's host, where that is not the report's
+        /// time: a container's end (the engine's `State.FinishedAt`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<DateTime<Utc>>,
     },
     /// The session moved through `through`, in order (the agent's work between them took
     /// no report's worth of time: PREPARING, PREPARED and CREATING when the image is there).
@@ -123,6 +127,12 @@ pub struct StartedKernel {
     /// The host address its ports are published on.
     #[serde(default)]
     pub address: Option<String>,
+    /// When its container started, by the clock of the agent's host: the moment the agent
+    /// asked the engine to start it, or, for a container an agent adopted after it started,
+    /// the engine's time of its creation (a bound its run cannot start before; the engine's
+    /// `State.StartedAt` is stamped after the process started). Absent before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// A fact with the id its agent gave it: a report sent twice is recorded once.
@@ -234,6 +244,7 @@ mod tests {
                 to: SessionStatus::Terminated,
                 reason: Some("done".into()),
                 exit_code: Some(3),
+                at: Some(Utc::now()),
             },
             traceparent: None,
         });

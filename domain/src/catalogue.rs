@@ -369,6 +369,7 @@ mod tests {
                 to: SessionStatus::Terminated,
                 reason: Some("the startup command failed with exit code 3".into()),
                 exit_code: Some(3),
+                occurred_at: Some(at),
             }),
             Event::SessionRenamed(SessionRenamed {
                 session_id: id,
@@ -440,6 +441,7 @@ mod tests {
                 }],
                 hostname: Some("sub1".into()),
                 address: None,
+                started_at: Some(at),
             }),
             Event::FolderCreated(FolderCreated {
                 owner: id,

@@ -12,6 +12,7 @@ use crate::payloads::{
     SessionIdleReaped, SessionRenamed, SessionResourcesReleased, SessionStatus,
     SessionStatusChanged, SessionTerminationRequested, SessionType,
 };
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use SessionStatus::*;
@@ -136,7 +137,9 @@ impl SessionState {
         let size = self.request.cluster_size.max(1);
         let all = (0..size).all(|k| now_started.binary_search(&k).is_ok());
         if all && self.status == Creating && !events.is_empty() {
-            events.extend(self.transition(Running, None, None)?);
+            // It runs from when the last of its containers reported now started.
+            let at = started.iter().filter_map(|k| k.started_at).max();
+            events.extend(self.transition_at(Running, None, None, at)?);
         }
         Ok(events)
     }
@@ -148,6 +151,18 @@ impl SessionState {
         to: SessionStatus,
         reason: Option<String>,
         exit_code: Option<i32>,
+    ) -> Result<Vec<Event>, TransitionError> {
+        self.transition_at(to, reason, exit_code, None)
+    }
+
+    /// [`Self::transition`], for a move that happened at `occurred_at` by the clock of the
+    /// agent's host (a container's end an agent reports), not as it is recorded.
+    pub fn transition_at(
+        &self,
+        to: SessionStatus,
+        reason: Option<String>,
+        exit_code: Option<i32>,
+        occurred_at: Option<DateTime<Utc>>,
     ) -> Result<Vec<Event>, TransitionError> {
         if is_terminal(self.status) {
             return Err(TransitionError::Ended(self.status));
@@ -187,6 +202,7 @@ impl SessionState {
             to,
             reason,
             exit_code,
+            occurred_at,
         }));
         if !holds_resources(to) {
             if let Some(release) = self.release() {
@@ -500,6 +516,7 @@ mod tests {
             to: Scheduled,
             reason: None,
             exit_code: None,
+            occurred_at: None,
         });
         apply(SessionState::requested(&r), &[scheduled, moved])
     }
@@ -512,6 +529,7 @@ mod tests {
             to: Running,
             reason: None,
             exit_code: None,
+            occurred_at: None,
         });
         apply(placed(session_type), &[moved])
     }
@@ -532,6 +550,7 @@ mod tests {
             ports: vec![],
             hostname: None,
             address: None,
+            started_at: None,
         }
     }
 
@@ -568,6 +587,33 @@ mod tests {
         assert_eq!(state.status, Running);
         assert_eq!(state.kernels_started, vec![0, 1, 2]);
         assert!(matches!(last.last(), Some(Event::SessionStatusChanged(c)) if c.to == Running));
+    }
+
+    #[test]
+    fn a_session_runs_and_ends_at_its_containers_times_where_they_are_reported() {
+        let at = |s: i64| DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
+        let state = creating(2);
+        let (mut k0, mut k1) = (kernel(&state, 0, "a1"), kernel(&state, 1, "a2"));
+        k0.started_at = Some(at(1));
+        k1.started_at = Some(at(3));
+        let events = state.start_kernels(&[k0, k1]).unwrap();
+        let running = |events: &[Event]| match events.last() {
+            Some(Event::SessionStatusChanged(c)) if c.to == Running => c.occurred_at,
+            other => panic!("expected the move to RUNNING, got {other:?}"),
+        };
+        // It runs once its last container started.
+        assert_eq!(running(&events), Some(at(3)));
+        let state = apply(state, &events);
+        let ended = state
+            .transition_at(Terminated, Some("exit 0".into()), Some(0), Some(at(5)))
+            .unwrap();
+        assert!(
+            matches!(&ended[0], Event::SessionStatusChanged(c) if c.occurred_at == Some(at(5)))
+        );
+        // Kernels reported without a time (older agents): the move's time is its record's.
+        let state = creating(1);
+        let events = state.start_kernels(&[kernel(&state, 0, "a1")]).unwrap();
+        assert_eq!(running(&events), None);
     }
 
     #[test]
@@ -746,6 +792,7 @@ mod tests {
                         to: from,
                         reason: None,
                         exit_code: None,
+                        occurred_at: None,
                     })],
                 );
             }

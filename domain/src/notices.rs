@@ -211,6 +211,7 @@ mod tests {
             to,
             reason: reason.map(Into::into),
             exit_code,
+            occurred_at: None,
         })
     }
 

@@ -400,6 +400,14 @@ pub struct SessionStatusChanged {
     pub reason: Option<String>,
     #[serde(default)]
     pub exit_code: Option<i32>,
+    /// When the move happened where it happened, by the clock of the agent's host: for
+    /// RUNNING the start of the session's last container, for an end its container's end
+    /// (the engine's `State.FinishedAt`). Absent when the move happened as it was recorded,
+    /// and in events recorded before it was kept: then the event's time is the move's. It
+    /// differs from the event's time when the report came late (an agent restarted adopts
+    /// containers that started or ended while it was away).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurred_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -603,6 +611,12 @@ pub struct KernelStarted {
     /// recorded, or when the agent named none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// When its container started, by the clock of the agent's host: the moment the agent
+    /// asked the engine to start it, or, for a container an agent adopted after it started,
+    /// the engine's time of its creation (a bound its run cannot start before; the engine's
+    /// `State.StartedAt` is stamped after the process started). Absent before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// A user created a named folder; its data lives on the agents' data directories and

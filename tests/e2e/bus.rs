@@ -108,6 +108,7 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
                 to: SessionStatus::Preparing,
                 reason: None,
                 exit_code: None,
+                at: None,
             },
             traceparent: None,
         })
@@ -124,6 +125,7 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
                 ports: vec![],
                 hostname: None,
                 address: None,
+                started_at: None,
             }],
         },
         traceparent: None,

@@ -163,6 +163,7 @@ async fn run_by_hand(h: &Harness, agent: &str, id: &str) {
         ports: Vec::new(),
         hostname: None,
         address: None,
+        started_at: None,
     };
     recorder::record::kernels_started(&h.pool, agent, session, &[kernel], &Default::default())
         .await

@@ -125,6 +125,7 @@ mod tests {
                 to: SessionStatus::Scheduled,
                 reason: None,
                 exit_code: None,
+                occurred_at: None,
             }),
         ));
         assert!(rows.sessions.sessions.is_empty());

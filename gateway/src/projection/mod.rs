@@ -278,12 +278,14 @@ impl Projection for SessionsView {
             }
             Event::SessionStatusChanged(e) => {
                 let ended = events::lifecycle::is_terminal(e.to);
+                // Started and ended at the container's times where the agent reported them
+                // ($8), else at the event's.
                 let sql = format!(
                     "UPDATE {schema}.sessions SET status = $2, status_reason = $3,
                        status_changed_at = $4, version = $5,
-                       started_at = CASE WHEN $2 = 'RUNNING' THEN coalesce(started_at, $4)
+                       started_at = CASE WHEN $2 = 'RUNNING' THEN coalesce(started_at, $8, $4)
                                          ELSE started_at END,
-                       ended_at = CASE WHEN $6 THEN $4 ELSE ended_at END,
+                       ended_at = CASE WHEN $6 THEN coalesce($8, $4) ELSE ended_at END,
                        exit_code = coalesce($7, exit_code),
                        agent_id = CASE WHEN $2 = 'PENDING' THEN NULL ELSE agent_id END
                      WHERE session_id = $1"
@@ -298,6 +300,7 @@ impl Projection for SessionsView {
                         &version,
                         &ended,
                         &e.exit_code,
+                        &e.occurred_at,
                     ],
                 )
                 .await?;

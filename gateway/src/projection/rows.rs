@@ -221,11 +221,13 @@ impl FoldedRows for SessionsRows {
                     s.status = text(&e.to);
                     s.status_reason = e.reason.clone();
                     s.status_changed_at = at;
+                    // The container's times where the agent reported them.
+                    let happened = e.occurred_at.unwrap_or(at);
                     if e.to == SessionStatus::Running {
-                        s.started_at = s.started_at.or(Some(at));
+                        s.started_at = s.started_at.or(Some(happened));
                     }
                     if ended {
-                        s.ended_at = Some(at);
+                        s.ended_at = Some(happened);
                     }
                     s.exit_code = e.exit_code.or(s.exit_code);
                     if e.to == SessionStatus::Pending {

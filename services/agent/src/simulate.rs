@@ -147,6 +147,7 @@ async fn run(
             to,
             reason: None,
             exit_code: None,
+            at: None,
         };
         if !report(link, session_id, fact, &agent_stop).await? {
             return Ok(());
@@ -164,6 +165,7 @@ async fn run(
         to: SessionStatus::Terminated,
         reason: Some(reason.into()),
         exit_code,
+        at: None,
     };
     report(link, session_id, fact, &agent_stop).await?;
     Ok(())
@@ -193,6 +195,7 @@ fn started(kernels: &[u32]) -> Fact {
                 ports: vec![],
                 hostname: None,
                 address: None,
+                started_at: None,
             })
             .collect(),
     }

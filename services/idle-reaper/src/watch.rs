@@ -71,8 +71,10 @@ impl Watchlist {
             }),
             Event::SessionStatusChanged(e) if e.to.is_terminal() => self.unwatch(e.session_id),
             Event::SessionStatusChanged(e) if e.to == SessionStatus::Running => {
+                // It runs from its container's start where its agent reported it (a late
+                // report, after an agent came back), not from the report.
                 self.update(e.session_id, |w| {
-                    w.running_since.get_or_insert(at);
+                    w.running_since.get_or_insert(e.occurred_at.unwrap_or(at));
                 })
             }
             Event::SessionTerminationRequested(e) => self.unwatch(e.session_id),
@@ -255,6 +257,7 @@ mod tests {
             to,
             reason: Some("x".into()),
             exit_code: None,
+            occurred_at: None,
         })
     }
 

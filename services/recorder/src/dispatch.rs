@@ -156,6 +156,7 @@ mod tests {
             to,
             reason: None,
             exit_code: None,
+            occurred_at: None,
         })
     }
 

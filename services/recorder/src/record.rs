@@ -128,6 +128,7 @@ pub async fn move_session(
         to,
         reason,
         exit_code,
+        at: None,
     };
     record_fact(pool, agent_id, session_id, &fact, &metadata).await
 }
@@ -266,6 +267,7 @@ fn decide(
                     ports: k.ports.clone(),
                     hostname: k.hostname.clone(),
                     address: k.address.clone(),
+                    started_at: k.started_at,
                 })
                 .collect();
             state.start_kernels(&started)
@@ -274,7 +276,8 @@ fn decide(
             to,
             reason,
             exit_code,
-        } => state.transition(*to, reason.clone(), *exit_code),
+            at,
+        } => state.transition_at(*to, reason.clone(), *exit_code, *at),
         Fact::MovedThrough { through } => state.transition_through(through),
         Fact::CommitProgressed {
             commit_id,

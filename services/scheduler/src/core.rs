@@ -182,6 +182,7 @@ impl Decision {
                 to: status_after,
                 reason: self.cancel_reason.clone(),
                 exit_code: None,
+                occurred_at: None,
             }));
         }
         events

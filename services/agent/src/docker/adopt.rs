@@ -1,7 +1,8 @@
 //! What an earlier run of this agent left behind, taken back at start: the containers of
 //! live sessions are adopted (their tasks resume), kernels of other agents' live clusters are
 //! kept, every other container of this agent is removed, and a live session whose container
-//! is gone ends in ERROR with the reason.
+//! is gone ends in ERROR with the reason. A container that exited meanwhile is adopted too:
+//! its session task reads its output, exit code and times from the engine before removing it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -61,6 +62,9 @@ pub(super) async fn adopt_leftovers(
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or_default();
         let labels = c.labels.unwrap_or_default();
+        // Exited while no run of the agent watched it: its output, exit code and times are
+        // still the engine's, read before it is removed (see `session`).
+        let exited = matches!(c.state.as_deref(), Some("exited" | "dead"));
         let session = labels
             .get(LABEL_SESSION)
             .and_then(|s| Uuid::parse_str(s).ok());
@@ -91,7 +95,11 @@ pub(super) async fn adopt_leftovers(
                     && !adopted.contains(&id) =>
             {
                 adopted.insert(id);
-                tracing::info!(session = %id, container = %name, "adopting a live session's container");
+                if exited {
+                    tracing::info!(session = %id, container = %name, "adopting a container that exited while the agent was away");
+                } else {
+                    tracing::info!(session = %id, container = %name, "adopting a live session's container");
+                }
                 sessions.adopt(ctx, id, name);
             }
             _ => {

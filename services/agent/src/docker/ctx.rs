@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::container::RemoveContainerOptions;
+use bollard::models::ContainerStateStatusEnum;
 use bollard::Docker;
 use bus::protocol::{Answer, Fact};
 use bus::Link;
+use chrono::{DateTime, Utc};
 use domain::aggregate::SessionState;
 use domain::payloads::SessionStatus;
 use tokio_util::sync::CancellationToken;
@@ -110,10 +112,24 @@ pub(super) async fn moved(
     reason: Option<String>,
     exit_code: Option<i32>,
 ) -> bool {
+    moved_at(ctx, session_id, to, reason, exit_code, None).await
+}
+
+/// [`moved`], for a move that happened at `at` by this host's clock (a container's end),
+/// not as it is reported.
+pub(super) async fn moved_at(
+    ctx: &Ctx,
+    session_id: Uuid,
+    to: SessionStatus,
+    reason: Option<String>,
+    exit_code: Option<i32>,
+    at: Option<DateTime<Utc>>,
+) -> bool {
     let fact = Fact::Moved {
         to,
         reason,
         exit_code,
+        at,
     };
     match ctx.link.report(session_id, fact, &ctx.stop).await {
         Ok(Answer::Recorded { .. }) => true,
@@ -177,5 +193,49 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
     }
     if size > 1 {
         let _ = ctx.docker.remove_network(&network_name(session_id)).await;
+    }
+}
+
+/// A container's run as its engine tells it: whether it ever started, and when it ended by
+/// the engine's clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Run {
+    /// Created and never started.
+    pub(super) created: bool,
+    /// `State.FinishedAt`: when its process exited (the engine takes it from the exit).
+    pub(super) finished_at: Option<DateTime<Utc>>,
+}
+
+/// What the engine says of `container`'s run; `None` when it cannot say (no such container,
+/// or the agent stopping while the engine is away).
+pub(super) async fn run_of(ctx: &Ctx, container: &str) -> Option<Run> {
+    let inspected = ctx
+        .patiently(|| ctx.docker.inspect_container(container, None))
+        .await
+        .ok()?;
+    let state = inspected.state?;
+    Some(Run {
+        created: state.status == Some(ContainerStateStatusEnum::CREATED),
+        finished_at: state.finished_at.as_deref().and_then(engine_time),
+    })
+}
+
+/// A time as the engine writes it (RFC 3339, nanoseconds); `None` for its zero time
+/// (`0001-01-01T00:00:00Z`: a container never started, or not ended). Pure.
+pub(super) fn engine_time(text: &str) -> Option<DateTime<Utc>> {
+    let at = DateTime::parse_from_rfc3339(text).ok()?.with_timezone(&Utc);
+    (at.timestamp() > 0).then_some(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engines_times_are_read_and_its_zero_time_is_none() {
+        let at = engine_time("2026-11-25T18:42:29.091621345Z").unwrap();
+        assert_eq!(at.timestamp_subsec_nanos(), 91_621_345);
+        assert_eq!(engine_time("0001-01-01T00:00:00Z"), None);
+        assert_eq!(engine_time(""), None);
     }
 }

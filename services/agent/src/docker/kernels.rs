@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use bollard::container::{CreateContainerOptions, ListContainersOptions};
 use bus::protocol::{Answer, Fact, StartedKernel};
+use chrono::{DateTime, Utc};
 use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
-use super::ctx::{remove, remove_all, Ctx};
+use super::ctx::{engine_time, remove, remove_all, run_of, Ctx};
 use super::spec::{self, container_name, LABEL_GPUS, LABEL_SESSION};
 
 /// What the containers on this host that may still run hold of each GPU, from their labels.
@@ -78,29 +79,19 @@ pub(super) async fn create_kernels(
         (Err(reason), true) => return Err(reason),
     };
     let names = names_of(&created);
-    // The others first, so the main kernel finds them when it starts.
-    for name in names.iter().skip(1).chain(names.iter().take(1)) {
-        let started = ctx
-            .patiently(|| ctx.docker.start_container::<String>(name, None))
-            .await;
-        match started {
-            // 304: started already (a start the engine's absence cut had gone through).
-            Ok(())
-            | Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304, ..
-            }) => {}
-            Err(e) => {
-                remove_all(ctx, &names).await;
-                return Err(format!("starting the container failed: {e}"));
-            }
-        }
+    // A container cannot have started before it was asked to: the time its run is counted
+    // from, by this host's clock, where the engine is not asked again.
+    let asked = Utc::now();
+    if let Err(e) = start_all(ctx, &names).await {
+        remove_all(ctx, &names).await;
+        return Err(format!("starting the container failed: {e}"));
     }
     if layout.mine.contains(&0)
         && request.session_type == domain::payloads::SessionType::Interactive
     {
         tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
     }
-    let started = started_kernels(ctx, &layout.mine, &created).await;
+    let started = started_kernels(ctx, &layout.mine, &created, asked).await;
     let fact = Fact::KernelsStarted { kernels: started };
     match ctx.link.report(id, fact, &ctx.stop).await {
         Ok(Answer::Recorded { status }) => Ok(Some((names, status))),
@@ -111,6 +102,25 @@ pub(super) async fn create_kernels(
             ))
         }
     }
+}
+
+/// Starts containers `names`, the others first, so the main kernel (the first) finds them
+/// when it starts.
+async fn start_all(ctx: &Ctx, names: &[String]) -> Result<(), bollard::errors::Error> {
+    for name in names.iter().skip(1).chain(names.iter().take(1)) {
+        let started = ctx
+            .patiently(|| ctx.docker.start_container::<String>(name, None))
+            .await;
+        match started {
+            // 304: started already (a start the engine's absence cut had gone through).
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A kernel's container as its creation described it: enough to report it started without
@@ -229,13 +239,22 @@ async fn create_containers(
 /// This agent's kernels `mine`, just started in containers `created`, as the control plane
 /// records them. Only a container that publishes ports is inspected (for the host ports the
 /// engine chose); another is described from its creation, its host name the engine's
-/// default, its id's first 12 characters.
-async fn started_kernels(ctx: &Ctx, mine: &[u32], created: &[Created]) -> Vec<StartedKernel> {
+/// default, its id's first 12 characters, its start the moment it was `asked` to start.
+async fn started_kernels(
+    ctx: &Ctx,
+    mine: &[u32],
+    created: &[Created],
+    asked: DateTime<Utc>,
+) -> Vec<StartedKernel> {
     let mut started = Vec::with_capacity(created.len());
     for (&k, kernel) in mine.iter().zip(created) {
         if kernel.publishes_ports {
             let name = std::slice::from_ref(&kernel.name);
-            started.extend(inspect_started(ctx, &[k], name).await);
+            let inspected = inspect_started(ctx, &[k], name).await;
+            started.extend(inspected.into_iter().map(|kernel| StartedKernel {
+                started_at: Some(asked),
+                ..kernel
+            }));
         } else {
             started.push(StartedKernel {
                 kernel: k,
@@ -246,6 +265,7 @@ async fn started_kernels(ctx: &Ctx, mine: &[u32], created: &[Created]) -> Vec<St
                     .clone()
                     .or_else(|| kernel.id.get(..12).map(str::to_owned)),
                 address: Some(ctx.config.publish_address.clone()),
+                started_at: Some(asked),
             });
         }
     }
@@ -253,7 +273,11 @@ async fn started_kernels(ctx: &Ctx, mine: &[u32], created: &[Created]) -> Vec<St
 }
 
 /// This agent's kernels `mine`, started in containers `names`, as the control plane records
-/// them: container ids, published ports, host names.
+/// them: container ids, published ports, host names, and, for when each started, the engine's
+/// time of its creation. That is a bound its run cannot start before: the engine stamps
+/// `State.StartedAt` only after the process started (measured up to 0.3 s later on a
+/// loaded host, which would make a session's elapsed time shorter than its command ran), and
+/// an agent starts a container as soon as it is created and the control plane agreed.
 async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<StartedKernel> {
     let mut started = Vec::with_capacity(names.len());
     for (&k, name) in mine.iter().zip(names) {
@@ -277,20 +301,29 @@ async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<Start
             .as_ref()
             .and_then(|c| c.config.as_ref())
             .and_then(|c| c.hostname.clone());
+        let started_at = inspected
+            .as_ref()
+            .and_then(|c| c.created.as_deref())
+            .and_then(engine_time);
         started.push(StartedKernel {
             kernel: k,
             container_id: inspected.and_then(|c| c.id).unwrap_or_default(),
             ports,
             hostname,
             address: Some(ctx.config.publish_address.clone()),
+            started_at,
         });
     }
     started
 }
 
 /// Reports the kernels of a session an earlier run of this agent created and did not get to
-/// report (the session is still CREATING): the containers ran, so the session reaches
-/// RUNNING before it ends. Whether the control plane recorded them.
+/// report (the session is still CREATING), with when each started (see
+/// [`inspect_started`]): the containers ran, so the session reaches RUNNING (at its
+/// containers' start) before it ends.
+/// A container the earlier run created but was stopped before it started (its move to
+/// CREATING was recorded: it may run) is started first; one that ran and exited is not
+/// started again. Whether the control plane recorded them.
 pub(super) async fn report_adopted(ctx: &Ctx, state: &SessionState) -> bool {
     let layout = spec::layout(state, &ctx.agent_id);
     let names: Vec<String> = layout
@@ -298,7 +331,26 @@ pub(super) async fn report_adopted(ctx: &Ctx, state: &SessionState) -> bool {
         .iter()
         .map(|&k| container_name(state.request.session_id, k))
         .collect();
-    let started = inspect_started(ctx, &layout.mine, &names).await;
+    let mut never_started = Vec::new();
+    for name in &names {
+        if run_of(ctx, name).await.is_some_and(|run| run.created) {
+            never_started.push(name.clone());
+        }
+    }
+    let asked = Utc::now();
+    if !never_started.is_empty() {
+        tracing::info!(session = %state.request.session_id, containers = ?never_started, "starting adopted containers that never started");
+        if let Err(e) = start_all(ctx, &never_started).await {
+            tracing::warn!(session = %state.request.session_id, error = %e, "an adopted container did not start");
+        }
+    }
+    let mut started = inspect_started(ctx, &layout.mine, &names).await;
+    // Those started here ran from now on.
+    for (kernel, name) in started.iter_mut().zip(&names) {
+        if never_started.contains(name) {
+            kernel.started_at = Some(asked);
+        }
+    }
     let fact = Fact::KernelsStarted { kernels: started };
     matches!(
         ctx.link

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::ctx::{cleanup, load, moved, moved_through, remove, status_now, Ctx};
+use super::ctx::{cleanup, load, moved, moved_at, moved_through, remove, run_of, status_now, Ctx};
 use super::engine;
 use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
@@ -334,28 +334,35 @@ async fn own_session(
             }
         };
         save_final_logs(&ctx, session_id, 0, &container, &log_cursor).await;
+        // Its end by the engine's clock, not by when it is reported: an adopted container
+        // may have exited long before this run of the agent saw it.
+        let ended_at = run_of(&ctx, &container)
+            .await
+            .and_then(|run| run.finished_at);
         let now = status_now(&ctx, session_id).await?;
         let code32 = i32::try_from(code).ok();
         let session_type = state.request.session_type;
         match outcome(why, now, session_type, code, timeout) {
             Outcome::Nothing => {}
             Outcome::Terminate(reason) => {
-                moved(
+                moved_at(
                     &ctx,
                     session_id,
                     SessionStatus::Terminated,
                     Some(reason),
                     code32,
+                    ended_at,
                 )
                 .await;
             }
             Outcome::Restart(reason) => {
-                if !moved(
+                if !moved_at(
                     &ctx,
                     session_id,
                     SessionStatus::Restarting,
                     Some(reason),
                     code32,
+                    ended_at,
                 )
                 .await
                 {
@@ -363,7 +370,15 @@ async fn own_session(
                     let now = status_now(&ctx, session_id).await?;
                     if now == Some(SessionStatus::Terminating) {
                         let reason = Some("stopped on request".to_string());
-                        moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
+                        moved_at(
+                            &ctx,
+                            session_id,
+                            SessionStatus::Terminated,
+                            reason,
+                            code32,
+                            ended_at,
+                        )
+                        .await;
                     }
                 } else if ctx
                     .docker
@@ -375,10 +390,26 @@ async fn own_session(
                     continue;
                 } else if status_now(&ctx, session_id).await? == Some(SessionStatus::Terminating) {
                     let reason = Some("stopped on request".to_string());
-                    moved(&ctx, session_id, SessionStatus::Terminated, reason, code32).await;
+                    moved_at(
+                        &ctx,
+                        session_id,
+                        SessionStatus::Terminated,
+                        reason,
+                        code32,
+                        ended_at,
+                    )
+                    .await;
                 } else {
                     let reason = Some(format!("restart after exit code {code} failed"));
-                    moved(&ctx, session_id, SessionStatus::Error, reason, code32).await;
+                    moved_at(
+                        &ctx,
+                        session_id,
+                        SessionStatus::Error,
+                        reason,
+                        code32,
+                        ended_at,
+                    )
+                    .await;
                 }
             }
         }
