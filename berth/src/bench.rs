@@ -54,8 +54,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10_000)]
         sessions: usize,
     },
-    /// Create request to RUNNING with real containers, next to plain `docker run -d`; and
-    /// sessions started per second in a burst.
+    /// An in-process launch to RUNNING with real containers, next to the bare Engine API's
+    /// create and start and plain `docker run -d`; and sessions started per second in a
+    /// burst, next to as many parallel `docker run -d` on an engine as quiet.
     Start {
         #[arg(long, default_value_t = 50)]
         sessions: usize,
@@ -85,8 +86,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         watched: usize,
     },
-    /// A RUNNING berth/python session committed to an image, next to `docker commit` of the
-    /// same container.
+    /// A RUNNING berth/python session committed to an image, next to the bare Engine API's
+    /// commit and `docker commit` of the same container; only commits that ended done are
+    /// timed.
     Commit {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
