@@ -60,6 +60,12 @@ async fn the_api_keeps_every_promise_its_document_makes() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(output.status.success(), "schemathesis found:\n{printed}");
+    // Its own summary (phases, checks, what it found), for `--no-capture` readers.
+    let summary: Vec<&str> = printed.lines().rev().take(40).collect();
+    println!(
+        "{}",
+        summary.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
     // It must have exercised the whole API, not stopped at the document: every operation
     // tested, and creates that got through to the log (the stateful phase follows them).
     let document: serde_json::Value = h
