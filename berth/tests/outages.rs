@@ -98,18 +98,6 @@ async fn wait_all(pool: &Pool, sessions: &[uuid::Uuid], statuses: &[&str], withi
     }
 }
 
-async fn count_events(pool: &Pool, event_type: &str) -> i64 {
-    let client = pool.get().await.unwrap();
-    client
-        .query_one(
-            "SELECT count(*) FROM events WHERE event_type = $1",
-            &[&event_type],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// A fault that waiting does not mend stops the process, saying what it is: here a role
 /// PostgreSQL does not know.
 #[test]

@@ -211,18 +211,6 @@ async fn lost_of(pool: &Pool, agent: &str) -> Option<String> {
         .get(0)
 }
 
-async fn count_events(pool: &Pool, event_type: &str) -> i64 {
-    let client = pool.get().await.unwrap();
-    client
-        .query_one(
-            "SELECT count(*) FROM events WHERE event_type = $1",
-            &[&event_type],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
 fn agent_name(tag: &str) -> String {
     format!("{tag}{}", &Uuid::new_v4().simple().to_string()[..8])
 }

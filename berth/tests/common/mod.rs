@@ -334,3 +334,16 @@ pub fn missing_prerequisite(what: &str) {
     );
     println!("SKIPPED: {what}");
 }
+
+/// How many events of `event_type` the log holds.
+pub async fn count_events(pool: &Pool, event_type: &str) -> i64 {
+    let client = pool.get().await.unwrap();
+    client
+        .query_one(
+            "SELECT count(*) FROM events WHERE event_type = $1",
+            &[&event_type],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
