@@ -333,6 +333,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     if parts.reconciler {
         let deadlines = scheduler::reconcile::Deadlines {
             heartbeat: timings.heartbeat_timeout,
+            departed: timings.agent_departed_timeout,
             ..Default::default()
         };
         let (p, every) = (pool.clone(), timings.reconcile_every);

@@ -57,6 +57,10 @@ pub struct Config {
 pub struct Timings {
     /// How long an agent may be silent before it is marked lost.
     pub heartbeat_timeout: Duration,
+    /// How long an agent that departed (SIGTERM, SIGINT) may stay silent before the reconciler
+    /// takes it for lost, as it does a silent one: its sessions, kept running for its return,
+    /// then end (inference sessions run again elsewhere).
+    pub agent_departed_timeout: Duration,
     /// How long an agent may be silent before the scheduler places nothing more on it: two
     /// heartbeat intervals (`events::aggregate::SILENT_AFTER`), well before it is lost.
     pub agent_silent_after: Duration,
@@ -105,6 +109,7 @@ impl Default for Timings {
     fn default() -> Self {
         Timings {
             heartbeat_timeout: Duration::from_secs(30),
+            agent_departed_timeout: Duration::from_secs(600),
             agent_silent_after: events::aggregate::SILENT_AFTER,
             reconcile_every: Duration::from_secs(2),
             scheduler_interval: Duration::from_secs(10),
@@ -191,6 +196,11 @@ impl Config {
                     secs,
                     defaults.heartbeat_timeout,
                 ),
+                agent_departed_timeout: duration(
+                    "BERTH_AGENT_DEPARTED_TIMEOUT_SECS",
+                    secs,
+                    defaults.agent_departed_timeout,
+                ),
                 reconcile_every: duration(
                     "BERTH_RECONCILE_EVERY_MS",
                     millis,
@@ -242,6 +252,7 @@ mod tests {
             "BERTH_GATEWAY_LISTEN" => Some("0.0.0.0:9000".into()),
             "BERTH_SCHEDULER_INTERVAL_MS" => Some("250".into()),
             "BERTH_HEARTBEAT_TIMEOUT_SECS" => Some("7".into()),
+            "BERTH_AGENT_DEPARTED_TIMEOUT_SECS" => Some("90".into()),
             "BERTH_NATS_STREAM" => Some("T_1".into()),
             "BERTH_API_KEY" => Some(String::new()),
             "BERTH_PROXY_IDLE_SECS" => Some("0".into()),
@@ -253,6 +264,10 @@ mod tests {
             Duration::from_millis(250)
         );
         assert_eq!(config.timings.heartbeat_timeout, Duration::from_secs(7));
+        assert_eq!(
+            config.timings.agent_departed_timeout,
+            Duration::from_secs(90)
+        );
         assert_eq!(config.topology.stream, "T_1");
         assert_eq!(config.api_key, None, "an empty variable is unset");
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");

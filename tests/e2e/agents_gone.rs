@@ -1,7 +1,9 @@
 //! Nothing a user asked for is lost when an agent goes away: the scheduler passes over an
 //! agent that has gone silent (two heartbeats missed) and says so in the history, and when
 //! the reconciler calls an agent lost, what never ran there and the inference sessions that
-//! ran there run on another agent. Simulated agents, killed as a process dies.
+//! ran there run on another agent. An agent that departed and never returns is taken for
+//! lost past its bound. Simulated agents, killed as a process dies or departing as a stopped
+//! one does.
 
 use std::time::Duration;
 
@@ -210,6 +212,96 @@ async fn what_never_ran_on_a_lost_agent_and_its_inference_session_run_on_another
         .unwrap()
         .get(0);
     assert_eq!(errors, 0);
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    spare.stop().await;
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_departed_and_never_returns_is_lost_past_its_bound() {
+    let mut config = test_config();
+    // The heartbeat timeout stays far off: what marks the agent lost is its departure's bound.
+    config.timings.agent_departed_timeout = Duration::from_secs(3);
+    let h = start_with(config).await;
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
+    let dirs = [outbox(), outbox()];
+    admit(&h.pool, "leaver", "default").await;
+    admit(&h.pool, "spare", "default").await;
+    // A batch command that runs for an hour: RUNNING until something ends it.
+    let leaver = h
+        .simulated_agent(&nats, "leaver", &dirs[0], Duration::from_secs(3600))
+        .await;
+    let running = create(&h, batch()).await;
+    let serving = create(
+        &h,
+        json!({"type": "inference", "image": "berth/shell:latest",
+               "resources": {"cpu": 1, "memory": "256m"}}),
+    )
+    .await;
+    for id in [&running, &serving] {
+        h.wait_session(id, |s| {
+            s["status"] == "RUNNING" && s["agent_id"] == "leaver"
+        })
+        .await;
+    }
+
+    leaver
+        .depart("stopped for a host that is not coming back")
+        .await;
+    let spare = h
+        .simulated_agent(&nats, "spare", &dirs[1], Duration::from_secs(3600))
+        .await;
+
+    // Past the bound, the departure is taken for a loss: the batch session ends in ERROR
+    // naming it, the inference session runs again on the spare agent.
+    let patience = Duration::from_secs(60);
+    let detail = h
+        .wait_session_within(&running, patience, |s| s["status"] == "ERROR")
+        .await;
+    let reason = detail["status_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("agent `leaver` lost: it departed (stopped for a host that is not coming back) and has not returned"),
+        "{detail}"
+    );
+    let history = h.history(&running).await;
+    let ended = history
+        .iter()
+        .find(|r| r["phase"] == "reconcile")
+        .unwrap_or_else(|| panic!("no reconcile row in {history:#?}"));
+    assert_eq!(
+        (
+            &ended["from_status"],
+            &ended["to_status"],
+            &ended["error_code"]
+        ),
+        (&json!("RUNNING"), &json!("ERROR"), &json!("AGENT_LOST")),
+        "{ended:#}"
+    );
+    let detail = h
+        .wait_session_within(&serving, patience, |s| {
+            s["status"] == "RUNNING" && s["agent_id"] == "spare"
+        })
+        .await;
+    assert_eq!(detail["status"], "RUNNING");
+
+    // The ledger has it lost now, no longer departed, and is still the fold of the log.
+    let client = h.pool.get().await.unwrap();
+    let lost: Option<String> = client
+        .query_one(
+            "SELECT lost FROM ledger.agents WHERE agent_id = 'leaver'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let lost = lost.expect("the agent is marked gone");
+    assert!(
+        lost.starts_with("agent `leaver` lost: it departed"),
+        "{lost}"
+    );
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
     spare.stop().await;

@@ -476,6 +476,24 @@ impl SimulatedAgent {
             .expect("the agent ran without failing");
     }
 
+    /// The agent leaves as a stopped process does (SIGTERM): it says it departs, with
+    /// `reason`, and ends within 10 s; its sessions are left running, for its return.
+    pub async fn depart(self, reason: &str) {
+        let how = agent::Leave {
+            reason: reason.into(),
+            end_sessions: false,
+        };
+        let left = self
+            .host
+            .leave(how, Duration::from_secs(10))
+            .await
+            .expect("the agent left without failing");
+        assert!(
+            matches!(left, agent::host::Left::InTime),
+            "the agent left in time"
+        );
+    }
+
     /// Ends the agent at once, as a killed process ends (no heartbeat, no report, nothing
     /// taken from its commands), which must have been running until then.
     pub async fn kill(self) {

@@ -204,6 +204,52 @@ pub async fn silent_agents(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// An agent that departed on purpose (its `lost` begins [`DEPARTED`](events::payloads::DEPARTED))
+/// and has not registered again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Departed {
+    pub agent_id: String,
+    /// Its `lost`, as the ledger has it: `departed: ` and its own words.
+    pub lost: String,
+    /// How long it has gone unheard (by the recorder's `agent_liveness`, or by its own last
+    /// heartbeat) on the database's clock; `None` while no recorder has listened without a
+    /// break for longer than `listened_for` and is listening now, as in [`silent_agents`].
+    pub unheard_for: Option<Duration>,
+}
+
+/// The agents that departed and have not registered again, with how long each has gone
+/// unheard (see [`Departed`]).
+pub async fn departed_agents(
+    client: &impl GenericClient,
+    listened_for: Duration,
+) -> Result<Vec<Departed>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT a.agent_id, a.lost,
+                    CASE WHEN EXISTS (
+                           SELECT 1 FROM liveness_watch
+                           WHERE listening_since < now() - make_interval(secs => $2)
+                             AND checked_at > now() - interval '10 seconds')
+                         THEN extract(epoch FROM
+                                now() - greatest(a.last_heartbeat, l.seen_at))::float8
+                    END
+             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+             WHERE starts_with(a.lost, $1) ORDER BY a.agent_id",
+            &[&events::payloads::DEPARTED, &listened_for.as_secs_f64()],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Departed {
+            agent_id: r.get(0),
+            lost: r.get(1),
+            unheard_for: r
+                .get::<_, Option<f64>>(2)
+                .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
+        })
+        .collect())
+}
+
 /// Sessions with a kernel on `agent_id`.
 pub async fn sessions_on_agent(
     client: &impl GenericClient,

@@ -9,7 +9,9 @@
 //! recorded by the agent's own path is handled here too. What was running on an agent that
 //! departed keeps running (its containers are adopted when it returns); on an agent the
 //! reconciler marks lost it ends in ERROR with the reason, except inference sessions, which
-//! recover by themselves: they go back to the queue and run again elsewhere.
+//! recover by themselves: they go back to the queue and run again elsewhere. An agent that
+//! departed and stays silent past a bound ([`overdue_departures`]) is not coming back: it is
+//! marked lost as a silent one is, and what ran there goes as on any agent lost.
 //!
 //! Every path goes through the session's lifecycle rules, so what the session held is
 //! released exactly once; a session back in the queue is placed on no agent, so the old
@@ -40,6 +42,8 @@ pub struct Deadlines {
     pub restarting: Duration,
     pub terminating: Duration,
     pub heartbeat: Duration,
+    /// How long an agent that departed may stay silent before it is taken for lost.
+    pub departed: Duration,
     /// Times a stalled placement goes back to the queue before it ends in ERROR.
     pub max_requeues: u32,
 }
@@ -55,6 +59,7 @@ impl Default for Deadlines {
             restarting: Duration::from_secs(300),
             terminating: Duration::from_secs(60),
             heartbeat: Duration::from_secs(30),
+            departed: Duration::from_secs(600),
             max_requeues: 3,
         }
     }
@@ -258,6 +263,64 @@ pub fn may_mark_lost(
     last_failure.is_none_or(|failed| now.saturating_duration_since(failed) >= timeout)
 }
 
+/// Which of the `departed` agents are taken for lost, with the reason: those silent for
+/// longer than `bound` since they were last heard (a departed agent that does not return
+/// within it is not coming back; its running sessions would otherwise stay RUNNING for
+/// ever). One whose silence cannot be told (no recorder listening long enough) is not.
+/// Pure.
+pub fn overdue_departures(departed: &[db::Departed], bound: Duration) -> Vec<(String, String)> {
+    departed
+        .iter()
+        .filter_map(|d| {
+            let silence = d.unheard_for.filter(|s| *s > bound)?;
+            let words = d.lost.strip_prefix(DEPARTED).unwrap_or(&d.lost);
+            let reason = format!(
+                "agent `{}` lost: it departed ({words}) and has not returned; no heartbeat for {} s (the bound is {} s)",
+                d.agent_id,
+                silence.as_secs(),
+                bound.as_secs()
+            );
+            Some((d.agent_id.clone(), reason))
+        })
+        .collect()
+}
+
+/// Marks `agent_id` lost for `reason` and moves its sessions on as [`Gone::Lost`] says;
+/// how many moved.
+async fn lose_agent(
+    pool: &Pool,
+    client: &impl deadpool_postgres::GenericClient,
+    agent_id: &str,
+    reason: &str,
+) -> Result<usize, ReconcileError> {
+    let lost = Event::AgentLost(AgentLost {
+        agent_id: agent_id.to_owned(),
+        reason: reason.to_owned(),
+    });
+    ledger::record_now(
+        pool,
+        &format!("agent-{agent_id}"),
+        ExpectedVersion::Any,
+        &[lost],
+        &metadata(),
+    )
+    .await?;
+    tracing::warn!(%agent_id, reason, "agent lost");
+    let mut moved_count = 0;
+    for session_id in db::sessions_on_agent(client, agent_id).await? {
+        let moved = settle(pool, session_id, |state| {
+            let session_type = state.request.session_type;
+            state
+                .placed_on(agent_id)
+                .then(|| after_agent_gone(Gone::Lost, reason, state.status, session_type))
+                .flatten()
+        })
+        .await?;
+        moved_count += moved as usize;
+    }
+    Ok(moved_count)
+}
+
 /// One round: marks silent agents lost (moving their sessions on, [`after_agent_gone`]) when
 /// `mark_lost`, places again what never ran on any agent gone, and moves overdue sessions
 /// on.
@@ -268,39 +331,18 @@ pub async fn reconcile_once(
 ) -> Result<Reconciled, ReconcileError> {
     let mut done = Reconciled::default();
     let client = pool.get().await?;
-    let silent = if mark_lost {
-        db::silent_agents(&client, deadlines.heartbeat).await?
-    } else {
-        Vec::new()
-    };
-    for (agent_id, silence) in silent {
-        let reason = format!("agent `{agent_id}` lost: no heartbeat for {silence} s");
-        let lost = Event::AgentLost(AgentLost {
-            agent_id: agent_id.clone(),
-            reason: reason.clone(),
-        });
-        ledger::record_now(
-            pool,
-            &format!("agent-{agent_id}"),
-            ExpectedVersion::Any,
-            &[lost],
-            &metadata(),
-        )
-        .await?;
-        done.agents_lost += 1;
-        tracing::warn!(%agent_id, silence, "agent lost");
-        let on_it = db::sessions_on_agent(&client, &agent_id).await?;
-        for session_id in on_it {
-            let moved = settle(pool, session_id, |state| {
-                let session_type = state.request.session_type;
-                state
-                    .placed_on(&agent_id)
-                    .then(|| after_agent_gone(Gone::Lost, &reason, state.status, session_type))
-                    .flatten()
-            })
-            .await?;
-            done.sessions_moved += moved as usize;
+    let mut lost = Vec::new();
+    if mark_lost {
+        for (agent_id, silence) in db::silent_agents(&client, deadlines.heartbeat).await? {
+            let reason = format!("agent `{agent_id}` lost: no heartbeat for {silence} s");
+            lost.push((agent_id, reason));
         }
+        let departed = db::departed_agents(&client, deadlines.departed).await?;
+        lost.extend(overdue_departures(&departed, deadlines.departed));
+    }
+    for (agent_id, reason) in lost {
+        done.sessions_moved += lose_agent(pool, &client, &agent_id, &reason).await?;
+        done.agents_lost += 1;
     }
     // What never ran on an agent gone, however it went (a departure is recorded by the
     // agent's own path, not here): placed again.
@@ -513,6 +555,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn departed(agent_id: &str, unheard_for: Option<u64>) -> db::Departed {
+        db::Departed {
+            agent_id: agent_id.into(),
+            lost: format!("{DEPARTED}stopped by SIGTERM"),
+            unheard_for: unheard_for.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn a_departed_agent_silent_past_the_bound_is_taken_for_lost_and_no_other() {
+        let bound = Duration::from_secs(600);
+        let agents = [
+            departed("a1-back-soon", Some(30)),
+            departed("a2-at-the-bound", Some(600)),
+            departed("a3-gone", Some(601)),
+            departed("a4-untold", None),
+        ];
+        let lost = overdue_departures(&agents, bound);
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        let (agent_id, reason) = &lost[0];
+        assert_eq!(agent_id, "a3-gone");
+        assert_eq!(
+            reason,
+            "agent `a3-gone` lost: it departed (stopped by SIGTERM) and has not returned; \
+             no heartbeat for 601 s (the bound is 600 s)"
+        );
+        // What ran there then goes as on any agent lost: it ends, naming the loss.
+        let m = after_agent_gone(Gone::Lost, reason, Running, SessionType::Batch).unwrap();
+        assert_eq!((m.to, &m.reason), (Error, reason));
+        assert_eq!(
+            after_agent_gone(Gone::Lost, reason, Running, SessionType::Inference)
+                .unwrap()
+                .to,
+            Pending
+        );
+        assert!(overdue_departures(&[], bound).is_empty());
     }
 
     #[test]
