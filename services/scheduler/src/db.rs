@@ -105,6 +105,28 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
     })
 }
 
+/// How long agent `a` (of `ledger.agents a`, with `agent_liveness l` joined) has gone
+/// unheard, in seconds on the database's clock: its last heartbeat the recorder noted, or
+/// since it registered. NULL unless some recorder has listened without a break for longer
+/// than the parameter `listened_for` (seconds) names and is listening now: a bus outage must
+/// not look like every agent falling silent.
+fn unheard_for_seconds(listened_for: &str) -> String {
+    format!(
+        "CASE WHEN EXISTS (
+               SELECT 1 FROM liveness_watch
+               WHERE listening_since < now() - make_interval(secs => {listened_for})
+                 AND checked_at > now() - interval '10 seconds')
+             THEN extract(epoch FROM now() - greatest(a.last_heartbeat, l.seen_at))::float8
+         END"
+    )
+}
+
+/// The column [`unheard_for_seconds`] made, as a duration.
+fn unheard_for(row: &tokio_postgres::Row, idx: usize) -> Option<Duration> {
+    row.get::<_, Option<f64>>(idx)
+        .map(|secs| Duration::from_secs_f64(secs.max(0.0)))
+}
+
 /// `group`'s agents not marked lost with what they hold, by id, and how long each has gone
 /// unheard (by the recorder's `agent_liveness`, or since it registered) on the database's
 /// clock. The silence is told only while some recorder has listened without a break for
@@ -117,17 +139,13 @@ pub async fn agents(
 ) -> Result<Vec<AgentView>, LedgerError> {
     let rows = tx
         .query(
-            "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
-                    a.used_memory_bytes, a.used_gpu_milli,
-                    CASE WHEN EXISTS (
-                           SELECT 1 FROM liveness_watch
-                           WHERE listening_since < now() - make_interval(secs => $2)
-                             AND checked_at > now() - interval '10 seconds')
-                         THEN extract(epoch FROM
-                                now() - greatest(a.last_heartbeat, l.seen_at))::float8
-                    END
-             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
-             WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
+            &format!(
+                "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
+                        a.used_memory_bytes, a.used_gpu_milli, {}
+                 FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+                 WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
+                unheard_for_seconds("$2")
+            ),
             &[&group, &silent_after.as_secs_f64()],
         )
         .await?;
@@ -137,9 +155,7 @@ pub async fn agents(
             agent_id: r.get(0),
             capacity: slots(r, 1),
             used: slots(r, 4),
-            unheard_for: r
-                .get::<_, Option<f64>>(7)
-                .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
+            unheard_for: unheard_for(r, 7),
         })
         .collect())
 }
@@ -225,16 +241,12 @@ pub async fn departed_agents(
 ) -> Result<Vec<Departed>, LedgerError> {
     let rows = client
         .query(
-            "SELECT a.agent_id, a.lost,
-                    CASE WHEN EXISTS (
-                           SELECT 1 FROM liveness_watch
-                           WHERE listening_since < now() - make_interval(secs => $2)
-                             AND checked_at > now() - interval '10 seconds')
-                         THEN extract(epoch FROM
-                                now() - greatest(a.last_heartbeat, l.seen_at))::float8
-                    END
-             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
-             WHERE starts_with(a.lost, $1) ORDER BY a.agent_id",
+            &format!(
+                "SELECT a.agent_id, a.lost, {}
+                 FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+                 WHERE starts_with(a.lost, $1) ORDER BY a.agent_id",
+                unheard_for_seconds("$2")
+            ),
             &[&events::payloads::DEPARTED, &listened_for.as_secs_f64()],
         )
         .await?;
@@ -243,9 +255,7 @@ pub async fn departed_agents(
         .map(|r| Departed {
             agent_id: r.get(0),
             lost: r.get(1),
-            unheard_for: r
-                .get::<_, Option<f64>>(2)
-                .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
+            unheard_for: unheard_for(r, 2),
         })
         .collect())
 }
