@@ -48,22 +48,7 @@ impl Rig {
     async fn new(tag: &str, sessions: u32, agent_cpu: u32) -> Rig {
         let (pool, url) = fresh_database().await;
         let owner = first_superadmin(&pool, &url).await;
-        let sessions = sessions.to_string();
-        let (ok, text) = berth(
-            &url,
-            &[
-                "admin",
-                "set-policy",
-                "default",
-                "--max-sessions",
-                &sessions,
-                "--max-cpu",
-                "64",
-                "--max-memory-gib",
-                "64",
-            ],
-        );
-        assert!(ok, "{text}");
+        allow_sessions(&url, sessions);
         let id = Uuid::new_v4().simple().to_string();
         let dir: PathBuf = std::env::temp_dir().join(format!("berth-faults-{id}"));
         std::fs::create_dir_all(&dir).unwrap();

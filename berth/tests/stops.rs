@@ -38,21 +38,7 @@ impl Setup {
     async fn new(tag: &str) -> Setup {
         let (pool, url) = fresh_database().await;
         let owner = first_superadmin(&pool, &url).await;
-        let (ok, text) = berth(
-            &url,
-            &[
-                "admin",
-                "set-policy",
-                "default",
-                "--max-sessions",
-                "100",
-                "--max-cpu",
-                "64",
-                "--max-memory-gib",
-                "64",
-            ],
-        );
-        assert!(ok, "{text}");
+        allow_sessions(&url, 100);
         let id = Uuid::new_v4().simple().to_string();
         let dir = tempdir(&format!("berth-stops-{tag}"));
         let shared = bus_env(tag, &id);

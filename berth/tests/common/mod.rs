@@ -347,3 +347,23 @@ pub async fn count_events(pool: &Pool, event_type: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// The default policy, through `berth admin`: `sessions` at once, 64 cores and 64 GiB.
+pub fn allow_sessions(url: &str, sessions: u32) {
+    let sessions = sessions.to_string();
+    let (ok, text) = berth(
+        url,
+        &[
+            "admin",
+            "set-policy",
+            "default",
+            "--max-sessions",
+            &sessions,
+            "--max-cpu",
+            "64",
+            "--max-memory-gib",
+            "64",
+        ],
+    );
+    assert!(ok, "{text}");
+}
