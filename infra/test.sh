@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs berth's whole test suite on a fresh machine: installs what is missing (Debian's
-# docker-compose, openssh-client, chromium, chromium-driver, libjs-term.js and iproute2;
+# docker-compose, openssh-client, chromium, chromium-driver and iproute2;
 # cargo-nextest from crates.io), starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
 # (infra/images.sh) and installs schemathesis, then runs every test of the workspace against
@@ -27,14 +27,13 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 # docker-compose for the compose test; ssh for the app tests' SSH login; Chromium and its
-# driver for the terminal's page, drawn by Debian's term.js; iproute2 for the agent on a
+# driver for the console's pages and the terminal's; iproute2 for the agent on a
 # host of its own (a network namespace).
 missing=()
 command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing+=(docker-compose)
 command -v ssh >/dev/null || missing+=(openssh-client)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
-[ -f /usr/share/javascript/term.js/term.js ] || missing+=(libjs-term.js)
 command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
@@ -75,8 +74,8 @@ export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
 filter=()
 if [ "${CI:-}" != "true" ]; then
   skip=()
-  if ! command -v chromedriver >/dev/null || [ ! -f /usr/share/javascript/term.js/term.js ]; then
-    skip+=("test(the_terminal_page_runs_what_is_typed_in_a_browser)")
+  if ! command -v chromedriver >/dev/null; then
+    skip+=("test(the_terminal_page_runs_what_is_typed_in_a_browser)" "test(/^console::/)")
   fi
   probe="berthprobe$$"
   if ip netns add "$probe" 2>/dev/null; then

@@ -7,6 +7,7 @@
 //!   the projection.
 //! - [`model`]: the bodies the API answers with, as types the CLI reads back.
 //! - [`cache`]: session-detail documents kept in memory, evicted by the events.
+//! - [`console`]: the web console under `/console`, server-rendered pages over the handlers.
 //! - [`proxy`]: the app proxy, the only door into a session's apps.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
@@ -18,6 +19,7 @@
 
 pub mod api;
 pub mod cache;
+pub mod console;
 mod db;
 pub mod error;
 pub mod model;
@@ -96,6 +98,7 @@ async fn healthz() -> &'static str {
 pub fn router(state: AppState) -> Router {
     let (router, _) = routes().split_for_parts();
     router
+        .merge(console::router())
         .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -86,3 +86,131 @@ impl Browser {
         panic!("`{wanted}` never showed; the page reads: {text}");
     }
 }
+
+/// Where a failed step's screenshot is kept: `target/console-screenshots/`.
+fn failure_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    target.join("console-screenshots")
+}
+
+impl Browser {
+    /// Runs one step of a browser test; when it fails, a screenshot of the page as it was is
+    /// kept (`target/console-screenshots/<test>-<step>.png`) before the failure goes on.
+    pub async fn step<T>(
+        &self,
+        test: &str,
+        name: &str,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        use futures::FutureExt;
+        match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+            Ok(value) => value,
+            Err(panic) => {
+                let dir = failure_dir();
+                let _ = std::fs::create_dir_all(&dir);
+                let file = dir.join(format!("{test}-{}.png", name.replace(' ', "-")));
+                match self.client.screenshot().await {
+                    Ok(png) => {
+                        let _ = std::fs::write(&file, png);
+                        eprintln!("the failed step's screenshot: {}", file.display());
+                    }
+                    Err(e) => eprintln!("no screenshot of the failed step: {e}"),
+                }
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// A screenshot of the page kept in `docs/console/<name>.png`, taken by the test run so
+    /// the README's pictures stay true.
+    pub async fn document(&self, name: &str) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/console");
+        std::fs::create_dir_all(&dir).unwrap();
+        let png = self.client.screenshot().await.expect("a screenshot");
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// The element `css` finds, waiting for it up to 30 s.
+    pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(fantoccini::Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("`{css}` never showed: {e}"))
+    }
+
+    /// Clicks what `css` finds.
+    pub async fn click(&self, css: &str) {
+        self.find(css)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("`{css}`: {e}"));
+    }
+
+    /// Types `text` into the field `css` finds, replacing what it held.
+    pub async fn fill(&self, css: &str, text: &str) {
+        let field = self.find(css).await;
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+    }
+
+    /// Runs `script` in the page and returns its value.
+    pub async fn eval(&self, script: &str) -> serde_json::Value {
+        self.client
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("the page runs `{script}`: {e}"))
+    }
+
+    /// The page's form controls that no label names (none, on an accessible page).
+    pub async fn unlabelled_controls(&self) -> Vec<String> {
+        let found = self
+            .eval(
+                "return [...document.querySelectorAll('input, select, textarea')]\
+                 .filter(e => e.type !== 'hidden')\
+                 .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label') \
+                              && !e.getAttribute('aria-labelledby'))\
+                 .map(e => e.outerHTML)",
+            )
+            .await;
+        serde_json::from_value(found).unwrap()
+    }
+
+    /// Presses Tab until the element with `id` has the focus (at most 80 times): a user on
+    /// a keyboard reaching it.
+    pub async fn tab_to(&self, id: &str) {
+        let tab = char::from(fantoccini::key::Key::Tab).to_string();
+        for _ in 0..80 {
+            let focused = self
+                .eval("return document.activeElement && document.activeElement.id")
+                .await;
+            if focused == serde_json::json!(id) {
+                return;
+            }
+            self.client
+                .active_element()
+                .await
+                .unwrap()
+                .send_keys(&tab)
+                .await
+                .unwrap();
+        }
+        panic!("Tab never reached #{id}");
+    }
+
+    /// Presses a key on the element that has the focus.
+    pub async fn press(&self, keys: &str) {
+        self.client
+            .active_element()
+            .await
+            .unwrap()
+            .send_keys(keys)
+            .await
+            .unwrap();
+    }
+}

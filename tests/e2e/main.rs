@@ -20,6 +20,7 @@
 //! - [`containers`]: real containers run by the agent's Docker runtime.
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
 //!   its restart.
+//! - [`console`]: the web console in headless Chromium, against a Docker agent.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
@@ -31,6 +32,7 @@ mod bus;
 mod chrome;
 mod commit;
 mod common;
+mod console;
 mod containers;
 mod contract;
 mod idle;

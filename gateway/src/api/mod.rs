@@ -57,7 +57,8 @@ pub struct SessionId {
     pub id: String,
 }
 
-/// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`).
+/// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`), or from the
+/// console's cookie on a same-origin request ([`crate::console::auth::api_caller`]).
 pub struct Caller(pub KeyOwner);
 
 impl FromRequestParts<AppState> for Caller {
@@ -66,15 +67,21 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
         let key = header("x-api-key")
-            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")))
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthenticated",
-                    "send your API key in the X-API-Key header",
-                )
-                .field("X-API-Key")
-            })?;
+            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
+        if key.is_none() {
+            // The console's own pages call the API with its cookie (same origin only).
+            if let Some(owner) = crate::console::auth::api_caller(state, &parts.headers).await? {
+                return Ok(Caller(owner));
+            }
+        }
+        let key = key.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "send your API key in the X-API-Key header",
+            )
+            .field("X-API-Key")
+        })?;
         authenticate(state, key).await.map(Caller)
     }
 }

@@ -47,11 +47,9 @@ pub const TUNNEL_PATH: &str = "/__berth/tunnel";
 pub const TUNNEL_PROTOCOL: &str = "tcp";
 
 /// The terminal's page, served by the gateway at the root of a terminal circuit: ttyd's
-/// protocol on `/ws`, drawn by Debian's term.js when the gateway's host has it
-/// (`libjs-term.js`), otherwise as text.
+/// protocol on `/ws`, drawn by xterm.js; its scripts and styles are the gateway's own,
+/// embedded at build time, under `/__berth/`.
 const TERMINAL_PAGE: &str = include_str!("terminal.html");
-/// Where Debian's `libjs-term.js` keeps its script.
-const TERM_JS: &str = "/usr/share/javascript/term.js/term.js";
 
 pub(super) type Upstream = Client<HttpConnector, Body>;
 
@@ -132,15 +130,14 @@ async fn pass(
                 )
                     .into_response()
             }
-            "/__berth/term.js" => {
-                return match tokio::fs::read(TERM_JS).await {
-                    Ok(script) => {
-                        ([(header::CONTENT_TYPE, "text/javascript")], script).into_response()
-                    }
-                    Err(_) => StatusCode::NOT_FOUND.into_response(),
+            path => {
+                if let Some((kind, bytes)) = path
+                    .strip_prefix("/__berth/")
+                    .and_then(crate::console::assets::terminal_asset)
+                {
+                    return ([(header::CONTENT_TYPE, kind)], bytes).into_response();
                 }
             }
-            _ => {}
         }
     }
     strip_berth_cookies(request.headers_mut());

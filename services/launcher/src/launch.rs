@@ -235,6 +235,22 @@ pub async fn launch(
     Ok(launched)
 }
 
+/// What [`launch`] would decide for `request` made by `actor`, written nowhere: the same
+/// checks in the same order (the request alone, then the facts it depends on), so a review
+/// page can show every rule a launch would break before anything is recorded. A launch may
+/// still fail on what changes meanwhile (a name taken, an agent gone).
+pub async fn check(
+    pool: &Pool,
+    actor: &KeyOwner,
+    request: &CreateSession,
+) -> Result<usize, LaunchError> {
+    decide::check_request(actor, request)?;
+    let context = db::load_context(pool, actor, request).await?;
+    let mut rng = rand::rng();
+    let sessions = decide::decide(&context, request, &mut || domain::random_name(&mut rng))?;
+    Ok(sessions.len())
+}
+
 /// Creates a named folder for `owner`.
 pub async fn create_folder(pool: &Pool, owner: &KeyOwner, name: &str) -> Result<(), LaunchError> {
     domain::check_folder_name("name", name)?;

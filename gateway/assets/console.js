@@ -1,0 +1,118 @@
+// berth's console script: keeps pages live over the SSE streams the API already serves
+// (the console cookie speaks for same-origin requests), follows logs, draws the detail
+// panel's usage charts and closes a finished session's toast. The pages work without it.
+
+let live = document.querySelector("[data-live]");
+
+// Fetches this page again and swaps in its main region, keeping focus and open details.
+let refreshing = null;
+async function refresh() {
+  if (refreshing) return;
+  refreshing = (async () => {
+    try {
+      const answer = await fetch(location.href, { credentials: "same-origin" });
+      if (!answer.ok || answer.redirected) return;
+      const next = new DOMParser().parseFromString(await answer.text(), "text/html");
+      const fresh = next.querySelector("[data-live]");
+      const active = document.activeElement;
+      if (!fresh || (active && active.closest("form") && live.contains(active))) return;
+      const open = [...live.querySelectorAll("details[open] > summary")].map((s) => s.textContent);
+      live.replaceWith(fresh);
+      live = fresh;
+      for (const summary of fresh.querySelectorAll("details > summary")) {
+        if (open.includes(summary.textContent)) summary.parentElement.open = true;
+      }
+      const unread = next.querySelector("[data-unread]");
+      const here = document.querySelector("header [data-unread]");
+      if (unread && here) here.textContent = unread.textContent;
+      setUp(fresh);
+    } finally {
+      refreshing = null;
+    }
+  })();
+}
+
+// Session events make the Sessions page, its detail and its toast refresh (debounced).
+let pending = null;
+function soon() {
+  clearTimeout(pending);
+  pending = setTimeout(refresh, 300);
+}
+if (live && document.querySelector("#sessions, #detail, [data-toast], #notices")) {
+  const events = new EventSource("/v1/events");
+  events.onmessage = soon;
+  for (const name of ["SessionRequested", "SessionScheduled", "SessionStatusChanged", "SessionRenamed",
+    "KernelStarted", "SessionTerminationRequested", "SessionCommitProgressed", "SessionCommitEnded"]) {
+    events.addEventListener(name, soon);
+  }
+}
+
+// A toast closes itself 3 s after its session is TERMINATED or CANCELLED.
+function toast(root) {
+  const card = root.querySelector("[data-toast]");
+  if (card && ["TERMINATED", "CANCELLED"].includes(card.dataset.status)) {
+    setTimeout(() => card.remove(), 3000);
+  }
+}
+
+// The detail panel's charts: a point per sample while the panel is open.
+const series = { cpu: [], memory: [], network: [] };
+let sampling = null;
+function charts(root) {
+  const figure = root.querySelector("[data-charts]");
+  clearInterval(sampling);
+  if (!figure) return;
+  const draw = () => {
+    for (const [name, points] of Object.entries(series)) {
+      const line = figure.querySelector(`[data-chart=${name}] polyline`);
+      if (!line || points.length === 0) continue;
+      const max = Math.max(...points, 1);
+      line.setAttribute("points", points.map((v, i) => `${i * (120 / 59)},${30 - (v / max) * 28}`).join(" "));
+    }
+  };
+  const sample = async () => {
+    const answer = await fetch(`/v1/sessions/${figure.dataset.session}`, { credentials: "same-origin" });
+    if (!answer.ok) return;
+    const usage = (await answer.json()).usage;
+    if (!usage) return;
+    const push = (name, value) => { series[name].push(value); if (series[name].length > 60) series[name].shift(); };
+    push("cpu", usage.cpu_percent ?? 0);
+    push("memory", usage.memory_bytes);
+    push("network", usage.network_rx_bytes + usage.network_tx_bytes);
+    draw();
+  };
+  draw();
+  sample();
+  sampling = setInterval(sample, 3000);
+}
+
+// The log viewer follows the session's output until it ends.
+function logs(root) {
+  const viewer = root.querySelector("[data-follow-logs]");
+  if (!viewer) return;
+  const stream = new EventSource(`/v1/sessions/${viewer.dataset.followLogs}/logs?follow=true`);
+  const seen = new Set();
+  stream.addEventListener("log", (e) => {
+    const { kernel, text } = JSON.parse(e.data);
+    const pre = viewer.querySelector(`pre[data-kernel="${kernel}"]`);
+    if (!pre) return;
+    if (!seen.has(kernel)) { pre.textContent = ""; seen.add(kernel); }
+    pre.textContent += text;
+    pre.scrollTop = pre.scrollHeight;
+  });
+  stream.addEventListener("end", () => {
+    stream.close();
+    const state = viewer.querySelector("[data-follow-state]");
+    if (state) state.textContent = "The session has ended; this is all of its output.";
+  });
+}
+
+function setUp(root) {
+  toast(root);
+  charts(root);
+}
+
+if (live) {
+  setUp(live);
+  logs(live);
+}

@@ -1,0 +1,291 @@
+//! Who is looking at the console. Signing in (with an API key, or an email and password)
+//! records a sign-in and hands the browser a random token in the `berth_console` cookie:
+//! HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), for 12
+//! hours. Every form is checked against the gateway's own origin before it acts, and the
+//! cookie speaks for the JSON API only on a same-origin request (`Sec-Fetch-Site`), so an
+//! app served on one of the proxy's ports (same site, another origin) cannot use it.
+
+use askama::Template;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use events::ledger::KeyOwner;
+use serde::Deserialize;
+
+use super::{render, PageError};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The console's cookie.
+pub const COOKIE: &str = "berth_console";
+
+/// How long a sign-in lasts.
+pub const SIGN_IN_LASTS: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// The signed-in user of a console page; without a valid cookie the page answers with a
+/// redirect to the sign-in form, which comes back to the page.
+pub struct Viewer(pub KeyOwner);
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let owner = match token_in(&parts.headers) {
+            Some(token) => owner_of(state, token)
+                .await
+                .map_err(|e| PageError(e).into_response())?,
+            None => None,
+        };
+        match owner {
+            Some(owner) => Ok(Viewer(owner)),
+            None => {
+                let here = parts
+                    .uri
+                    .path_and_query()
+                    .map_or("/console/sessions", |p| p.as_str());
+                let next: String = form_urlencoded::byte_serialize(here.as_bytes()).collect();
+                Err(Redirect::to(&format!("/console/sign-in?next={next}")).into_response())
+            }
+        }
+    }
+}
+
+/// A request from a page of this gateway: its `Origin` (or, without one, its
+/// `Sec-Fetch-Site`) says the gateway's own origin sent it. Every console form asks for this
+/// before it acts, so no other origin's page can act for the signed-in user.
+pub struct SameOrigin;
+
+impl<S: Sync> FromRequestParts<S> for SameOrigin {
+    type Rejection = PageError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, PageError> {
+        if same_origin(&parts.headers) {
+            Ok(SameOrigin)
+        } else {
+            Err(PageError(
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "cross_origin",
+                    "this form was not sent from berth's console; reload the page and try again",
+                )
+                .field("Origin"),
+            ))
+        }
+    }
+}
+
+/// Whether `headers` say the request came from a page of the origin it is addressed to.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    match (text("origin"), text("host")) {
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
+        (None, _) => text("sec-fetch-site") == Some("same-origin"),
+        (Some(_), None) => false,
+    }
+}
+
+/// The console token a request's cookies carry.
+pub fn token_in(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == COOKIE && !value.is_empty()).then_some(value)
+        })
+}
+
+/// The caller a same-origin request's console cookie speaks for, for the JSON API: `None`
+/// without the cookie, and without `Sec-Fetch-Site: same-origin` (a page of another origin,
+/// an app on a proxy port among them, never borrows the cookie).
+pub async fn api_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<KeyOwner>, ApiError> {
+    let same_origin = headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"same-origin");
+    match token_in(headers) {
+        Some(token) if same_origin => owner_of(state, token).await,
+        _ => Ok(None),
+    }
+}
+
+/// The user a console token was handed to, while the sign-in lasts.
+async fn owner_of(state: &AppState, token: &str) -> Result<Option<KeyOwner>, ApiError> {
+    Ok(state.sign_ins.owner(token).await)
+}
+
+#[derive(Template)]
+#[template(path = "sign_in.html")]
+struct SignInPage<'a> {
+    next: &'a str,
+    error: Option<String>,
+    email: &'a str,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SignInQuery {
+    #[serde(default)]
+    next: String,
+}
+
+/// Where a sign-in may return to: a console page, nothing else (no open redirect).
+fn return_to(next: &str) -> &str {
+    if next.starts_with("/console") && !next.starts_with("//") {
+        next
+    } else {
+        "/console/sessions"
+    }
+}
+
+/// `GET /console/sign-in`.
+pub async fn form(axum::extract::Query(q): axum::extract::Query<SignInQuery>) -> Response {
+    render(&SignInPage {
+        next: return_to(&q.next),
+        error: None,
+        email: "",
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SignInForm {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `POST /console/sign-in`: an API key, or an email and password; the cookie and back to
+/// the page asked for, or the form again saying what was wrong.
+pub async fn sign_in(
+    State(state): State<AppState>,
+    _: SameOrigin,
+    Form(form): Form<SignInForm>,
+) -> Result<Response, PageError> {
+    let next = return_to(&form.next);
+    let (owner, refusal) = if !form.key.trim().is_empty() {
+        (
+            crate::api::lookup_key(&state, form.key.trim()).await?,
+            "no user holds that API key",
+        )
+    } else if !form.email.trim().is_empty() {
+        (
+            password_owner(&state, form.email.trim(), &form.password).await?,
+            "the email or the password is wrong",
+        )
+    } else {
+        (None, "give an API key, or an email and a password")
+    };
+    let Some(owner) = owner else {
+        let mut page = render(&SignInPage {
+            next,
+            error: Some(refusal.to_owned()),
+            email: form.email.trim(),
+        });
+        *page.status_mut() = StatusCode::UNAUTHORIZED;
+        return Ok(page);
+    };
+    let token = state.sign_ins.record(owner).await;
+    let cookie = format!(
+        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        SIGN_IN_LASTS.as_secs()
+    );
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response())
+}
+
+/// The user with this email and password.
+async fn password_owner(
+    _state: &AppState,
+    _email: &str,
+    _password: &str,
+) -> Result<Option<KeyOwner>, ApiError> {
+    Ok(None)
+}
+
+/// `POST /console/sign-out`: the sign-in ends and the cookie is dropped.
+pub async fn sign_out(
+    State(state): State<AppState>,
+    _: SameOrigin,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(token) = token_in(&headers) {
+        state.sign_ins.end(token).await;
+    }
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    (
+        [(header::SET_COOKIE, cookie)],
+        Redirect::to("/console/sign-in"),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_form_is_same_origin_only_when_its_origin_names_the_host_it_was_sent_to() {
+        let host = ("host", "127.0.0.1:8080");
+        assert!(same_origin(&headers(&[
+            host,
+            ("origin", "http://127.0.0.1:8080")
+        ])));
+        // An app on a proxy port is the same site but another origin.
+        assert!(!same_origin(&headers(&[
+            host,
+            ("origin", "http://127.0.0.1:10200")
+        ])));
+        assert!(!same_origin(&headers(&[host, ("origin", "null")])));
+        assert!(same_origin(&headers(&[
+            host,
+            ("sec-fetch-site", "same-origin")
+        ])));
+        assert!(!same_origin(&headers(&[
+            host,
+            ("sec-fetch-site", "same-site")
+        ])));
+        assert!(!same_origin(&headers(&[host])));
+    }
+
+    #[test]
+    fn the_token_is_read_from_among_other_cookies() {
+        let h = headers(&[("cookie", "a=1; berth_console=abc; b=2")]);
+        assert_eq!(token_in(&h), Some("abc"));
+        assert_eq!(token_in(&headers(&[("cookie", "berth_console=")])), None);
+        assert_eq!(token_in(&headers(&[("cookie", "xberth_console=1")])), None);
+    }
+
+    #[test]
+    fn a_sign_in_returns_only_to_a_console_page() {
+        assert_eq!(
+            return_to("/console/launch?step=2"),
+            "/console/launch?step=2"
+        );
+        assert_eq!(return_to("https://evil.example/"), "/console/sessions");
+        assert_eq!(return_to("//evil.example/console"), "/console/sessions");
+        assert_eq!(return_to(""), "/console/sessions");
+    }
+}

@@ -1,0 +1,182 @@
+//! The web console under `/console`: the seeds' pages (Sessions, the launcher, the detail
+//! panel, the scheduling history, apps, notifications, and for superadmins the agents and
+//! the queue), rendered on the server from askama templates compiled into the binary, with
+//! one stylesheet and one script module served from the binary too. Every view's state is
+//! in its URL, so a refresh or a shared link shows the same view.
+//!
+//! The console is a client of the API's own handlers: a page calls them with the signed-in
+//! user as the caller and renders what they answer, so the console can show nothing the API
+//! would not, and a rule lives in one place. Writes are HTML forms (POST, checked against
+//! the gateway's own origin, then a redirect); the script only keeps pages live over the
+//! SSE stream and draws the usage charts.
+//!
+//! - `auth`: sign-in (API key or email and password), the `berth_console` cookie, sign-out,
+//!   the origin check, and [`Viewer`], the signed-in user of a page.
+//! - `sessions`: the Sessions page, its detail panel and the session actions.
+//! - `history`: the scheduling history modal.
+//! - `launcher`: the five-step launcher and Recent History.
+//! - `apps`: the app launcher dialog (the terminal among its apps) and the log viewer.
+//! - `notifications`, `admin`: the header's list; the agents page and the queue.
+//! - `view`: pure formatting (sizes, durations, bars), unit-tested.
+//! - `assets`: the stylesheet, the script and xterm.js, embedded.
+
+mod apps;
+pub mod assets;
+pub mod auth;
+mod history;
+mod launcher;
+mod notifications;
+mod sessions;
+mod view;
+
+pub use auth::{Viewer, COOKIE, SIGN_IN_LASTS};
+
+use askama::Template;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The console's content security policy: every script, style, image and connection from
+/// the gateway itself; no inline script or style; never framed. Forms may post anywhere the
+/// console redirects them (an app opens on a circuit's own port).
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+     base-uri 'none'; frame-ancestors 'none'";
+
+/// Every console route.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { Redirect::to("/console/sessions") }),
+        )
+        .route(
+            "/console/",
+            get(|| async { Redirect::to("/console/sessions") }),
+        )
+        .route("/console/sign-in", get(auth::form).post(auth::sign_in))
+        .route("/console/sign-out", post(auth::sign_out))
+        .route("/console/sessions", get(sessions::page))
+        .route("/console/sessions/{id}/rename", post(sessions::rename))
+        .route(
+            "/console/sessions/{id}/terminate",
+            post(sessions::terminate),
+        )
+        .route("/console/sessions/{id}/commit", post(sessions::commit))
+        .route("/console/sessions/{id}/history", get(history::page))
+        .route("/console/sessions/{id}/apps", get(apps::dialog))
+        .route("/console/sessions/{id}/apps/{app}", post(apps::open))
+        .route("/console/sessions/{id}/logs", get(apps::logs))
+        .route(
+            "/console/launch",
+            get(launcher::page).post(launcher::launch),
+        )
+        .route("/console/launches/{id}", post(launcher::edit_launch))
+        .route("/console/folders", post(launcher::create_folder))
+        .route(
+            "/console/notifications",
+            get(notifications::page).post(notifications::mark_read),
+        )
+        .route("/console/assets/{name}", get(assets::serve))
+        .layer(axum::middleware::map_response(secure))
+}
+
+/// The console's headers on every answer: the content security policy, no sniffing, no
+/// framing, no referrer beyond the gateway, and nothing kept by shared caches.
+async fn secure(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A page, rendered; a template that fails to render is berth's failure, never the user's.
+fn render(page: &impl Template) -> Response {
+    match page.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => ApiError::internal(format!("a console template failed: {e}")).into_response(),
+    }
+}
+
+/// What a page could not show: the API's error (its status kept), as a page that says so.
+pub struct PageError(pub ApiError);
+
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
+        PageError(e)
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    message: &'a str,
+    field: Option<&'a str>,
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let ApiError {
+            status,
+            message,
+            field,
+            ..
+        } = &self.0;
+        let page = ErrorPage {
+            status: status.as_u16(),
+            message,
+            field: field.as_deref(),
+        };
+        let mut response = render(&page);
+        *response.status_mut() = if response.status() == StatusCode::OK {
+            *status
+        } else {
+            response.status()
+        };
+        response
+    }
+}
+
+/// What every page's header shows: who is signed in, the navigation (the superadmins'
+/// pages for them only) and the unread notifications.
+pub struct Chrome {
+    pub email: String,
+    pub superadmin: bool,
+    pub unread: i64,
+    /// The page the navigation marks as current.
+    pub nav: &'static str,
+}
+
+impl Chrome {
+    async fn of(state: &AppState, me: &events::ledger::KeyOwner, nav: &'static str) -> Chrome {
+        // The count is a courtesy: a page still shows when it cannot be read.
+        let unread = crate::db::notifications::unread_count(&state.pool, me.user_id)
+            .await
+            .unwrap_or(0);
+        Chrome {
+            email: me.email.clone(),
+            superadmin: me.role == events::payloads::Role::Superadmin,
+            unread,
+            nav,
+        }
+    }
+}

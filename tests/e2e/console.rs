@@ -1,0 +1,355 @@
+//! The web console in a real headless Chromium, against the whole platform and a Docker
+//! agent: signing in, a batch session launched through the launcher ("Skip to review", the
+//! no-folder warning, the toast), found under Finished with its elapsed time, its detail and
+//! its scheduling history filtered by result; a field error's card with nothing created;
+//! a launch done by keyboard alone, every form control labelled; an interactive session's
+//! terminal and Jupyter opened from the console, and refused to a browser without the
+//! cookie. Every step that fails keeps a screenshot (`target/console-screenshots/`), and the
+//! run keeps the README's pictures (`docs/console/`).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::apps::Cleanup;
+use crate::chrome::Browser;
+use crate::common::*;
+use crate::containers::{data_dir, fresh_agent_id, spawn_agent, DockerAgent};
+
+/// The platform, a Docker agent, a user and a browser signed in as them.
+struct Scene {
+    h: Harness,
+    user: String,
+    browser: Browser,
+    _agent: (DockerAgent, Cleanup),
+}
+
+async fn scene(test: &str) -> Option<Scene> {
+    let browser = crate::chrome::browser().await?;
+    let mut config = test_config();
+    let first = free_port_range(10);
+    config.proxy_ports = Some((first, first + 9));
+    let h = start_with(config).await;
+    let agent_id = fresh_agent_id();
+    let agent = spawn_agent(&h, &agent_id, &data_dir(), 8_000, None).await;
+    let user = h.user("carol@example.com").await;
+    let scene = Scene {
+        browser,
+        user,
+        _agent: (agent, Cleanup(agent_id)),
+        h,
+    };
+    sign_in(&scene, test).await;
+    Some(scene)
+}
+
+/// `n` neighbouring ports nothing listens on now, below the kernel's ephemeral range.
+fn free_port_range(n: u16) -> u16 {
+    loop {
+        let first = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
+        if (first..first + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return first;
+        }
+    }
+}
+
+/// Signs in with the user's API key through the form, from the page asked for.
+async fn sign_in(s: &Scene, test: &str) {
+    let b = &s.browser;
+    b.step(test, "sign in", async {
+        b.client
+            .goto(&format!("{}/console/sessions?tab=finished", s.h.base))
+            .await
+            .unwrap();
+        // Not signed in: the sign-in form, which comes back to the page asked for.
+        b.find("#sign-in").await;
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#key", "not-a-key").await;
+        b.click("#sign-in").await;
+        b.find("#sign-in-error").await;
+        b.fill("#key", &s.user).await;
+        b.click("#sign-in").await;
+        b.find("#sessions").await;
+        let url = b.client.current_url().await.unwrap();
+        assert!(
+            url.as_str().ends_with("/console/sessions?tab=finished"),
+            "{url}"
+        );
+    })
+    .await;
+}
+
+async fn sessions_of(h: &Harness, key: &str) -> Vec<Value> {
+    let (status, page) = h.get(key, "/v1/sessions?limit=500").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["sessions"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
+    const TEST: &str = "batch";
+    let Some(s) = scene(TEST).await else {
+        return;
+    };
+    let b = &s.browser;
+
+    // The launcher: batch with its script, an image typed by name, then "Skip to review".
+    b.step(TEST, "launcher", async {
+        b.click("#start").await;
+        b.click("#type-batch").await;
+        b.fill("#name", "consolebatch").await;
+        b.fill("#startup_command", "echo hello-from-the-console")
+            .await;
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.click("#next").await;
+        b.fill("#image", "berth/shell:latest").await;
+        b.fill("#cpu", "0.5").await;
+        b.fill("#memory", "256m").await;
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.click("#skip-to-review").await;
+        b.find("#launch").await;
+        let errors = b
+            .eval("return document.querySelectorAll('[data-error-field]').length")
+            .await;
+        assert_eq!(errors, json!(0));
+        b.document("launcher-review").await;
+        // No folder: the warning first, then the start.
+        b.click("#launch").await;
+        b.find("#no-folder-warning").await;
+        b.click("#start-anyway").await;
+    })
+    .await;
+
+    let id = b
+        .step(TEST, "toast", async {
+            let toast = b.find("[data-toast]").await;
+            let text = toast.text().await.unwrap();
+            assert!(text.contains("consolebatch"), "{text}");
+            for button in ["Apps", "Terminal", "Logs", "Terminate"] {
+                assert!(text.contains(button), "the toast lacks {button}: {text}");
+            }
+            let created = sessions_of(&s.h, &s.user).await;
+            assert_eq!(created.len(), 1, "{created:?}");
+            created[0]["session_id"].as_str().unwrap().to_owned()
+        })
+        .await;
+    s.h.wait_session_within(&id, Duration::from_secs(90), |d| {
+        d["status"] == "TERMINATED"
+    })
+    .await;
+
+    b.step(TEST, "finished tab", async {
+        b.client
+            .goto(&format!("{}/console/sessions", s.h.base))
+            .await
+            .unwrap();
+        b.click("#tab-finished").await;
+        let row = b.find(&format!("tr[data-session='{id}']")).await;
+        let text = row.text().await.unwrap();
+        assert!(
+            text.contains("consolebatch") && text.contains("TERMINATED"),
+            "{text}"
+        );
+        let elapsed = row
+            .find(fantoccini::Locator::Css(".elapsed"))
+            .await
+            .unwrap();
+        let elapsed = elapsed.text().await.unwrap();
+        assert!(
+            elapsed.ends_with('s'),
+            "the elapsed time is shown: {elapsed}"
+        );
+        b.document("sessions").await;
+    })
+    .await;
+
+    b.step(TEST, "detail", async {
+        b.click(&format!("tr[data-session='{id}'] .session-name"))
+            .await;
+        let detail = b.find("#detail").await.text().await.unwrap();
+        for field in [
+            "Session ID",
+            &id,
+            "berth/shell:latest",
+            "Elapsed",
+            "Kernels",
+            "Exit code",
+        ] {
+            assert!(detail.contains(field), "the detail lacks {field}: {detail}");
+        }
+        b.find("#status-info").await;
+        b.document("detail").await;
+    })
+    .await;
+
+    b.step(TEST, "history", async {
+        b.click("#open-history").await;
+        let rows = b.eval("return document.querySelectorAll('.history-row').length").await;
+        assert!(rows.as_u64().unwrap() >= 1, "{rows}");
+        b.find("#filter-result").await.select_by_value("SUCCESS").await.unwrap();
+        b.click("#apply-filters").await;
+        b.find("#history-rows").await;
+        let url = b.client.current_url().await.unwrap();
+        assert!(url.as_str().contains("result=SUCCESS"), "the filter is in the URL: {url}");
+        let badges = b
+            .eval("return [...document.querySelectorAll('.history-row .badge')].map(e => e.textContent)")
+            .await;
+        let badges: Vec<String> = serde_json::from_value(badges).unwrap();
+        assert!(!badges.is_empty() && badges.iter().all(|b| b == "SUCCESS"), "{badges:?}");
+        b.document("history").await;
+    })
+    .await;
+
+    b.step(TEST, "field error", async {
+        let before = sessions_of(&s.h, &s.user).await.len();
+        b.client
+            .goto(&format!(
+                "{}/console/launch?step=5&image=berth%2Fshell%3Alatest&memory=lots",
+                s.h.base
+            ))
+            .await
+            .unwrap();
+        let card = b.find("[data-error-field]").await;
+        assert_eq!(
+            card.attr("data-error-field").await.unwrap().as_deref(),
+            Some("resources.memory")
+        );
+        let disabled = b
+            .eval("return document.querySelector('#launch').disabled")
+            .await;
+        assert_eq!(disabled, json!(true));
+        assert_eq!(
+            sessions_of(&s.h, &s.user).await.len(),
+            before,
+            "nothing was created"
+        );
+    })
+    .await;
+
+    b.step(TEST, "keyboard launch", async {
+        let before = sessions_of(&s.h, &s.user).await.len();
+        b.client
+            .goto(&format!("{}/console/launch?step=2", s.h.base))
+            .await
+            .unwrap();
+        let enter = char::from(fantoccini::key::Key::Enter).to_string();
+        b.tab_to("image").await;
+        b.press("berth/shell:latest").await;
+        b.tab_to("skip-to-review").await;
+        b.press(&enter).await;
+        b.find("#launch").await;
+        b.tab_to("launch").await;
+        b.press(&enter).await;
+        b.find("#start-anyway").await;
+        b.tab_to("start-anyway").await;
+        b.press(&enter).await;
+        b.find("[data-toast]").await;
+        assert_eq!(sessions_of(&s.h, &s.user).await.len(), before + 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_interactive_sessions_terminal_and_jupyter_open_from_the_console() {
+    const TEST: &str = "interactive";
+    let Some(s) = scene(TEST).await else {
+        return;
+    };
+    let b = &s.browser;
+    b.client
+        .goto(&format!(
+            "{}/console/launch?step=5&name=consolejup&image=berth%2Fjupyter%3Alatest&cpu=1&memory=768m",
+            s.h.base
+        ))
+        .await
+        .unwrap();
+    b.step(TEST, "launch", async {
+        b.click("#launch").await;
+        b.click("#start-anyway").await;
+        b.find("[data-toast]").await;
+    })
+    .await;
+    let id = sessions_of(&s.h, &s.user).await[0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.h.wait_session_within(&id, Duration::from_secs(120), |d| d["status"] == "RUNNING")
+        .await;
+    let console = b.client.window().await.unwrap();
+
+    b.step(TEST, "terminal", async {
+        b.client
+            .goto(&format!("{}/console/sessions?session={id}", s.h.base))
+            .await
+            .unwrap();
+        b.click("#open-terminal").await;
+        let window = new_window(b, &console).await;
+        b.client.switch_to_window(window).await.unwrap();
+        // The page marks itself once the shell has said something.
+        b.find("body[data-connected]").await;
+        let typed = format!(
+            "echo console-$((6*7)){}",
+            char::from(fantoccini::key::Key::Enter)
+        );
+        b.press(&typed).await;
+        b.wait_for_text("console-42").await;
+        b.client.close_window().await.unwrap();
+        b.client.switch_to_window(console.clone()).await.unwrap();
+    })
+    .await;
+
+    let jupyter = b
+        .step(TEST, "jupyter", async {
+            b.client
+                .goto(&format!("{}/console/sessions/{id}/apps", s.h.base))
+                .await
+                .unwrap();
+            assert!(b.unlabelled_controls().await.is_empty());
+            b.click("#open-jupyter").await;
+            let window = new_window(b, &console).await;
+            b.client.switch_to_window(window).await.unwrap();
+            for _ in 0..600 {
+                if b.client.title().await.unwrap().contains("JupyterLab") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(b.client.title().await.unwrap().contains("JupyterLab"));
+            b.client.current_url().await.unwrap()
+        })
+        .await;
+
+    // Another browser profile, without the cookies: neither JupyterLab nor the console.
+    let stranger = crate::chrome::browser().await.expect("a second browser");
+    stranger
+        .step(TEST, "stranger", async {
+            stranger.client.goto(jupyter.as_str()).await.unwrap();
+            let title = stranger.client.title().await.unwrap();
+            assert!(!title.contains("JupyterLab"), "{title}");
+            let answer = reqwest::get(jupyter.as_str()).await.unwrap();
+            assert!(answer.status().is_client_error(), "{}", answer.status());
+            stranger
+                .client
+                .goto(&format!("{}/console/sessions?session={id}", s.h.base))
+                .await
+                .unwrap();
+            stranger.find("#sign-in").await;
+        })
+        .await;
+}
+
+/// The window a click just opened, beside `console`.
+async fn new_window(
+    b: &Browser,
+    console: &fantoccini::wd::WindowHandle,
+) -> fantoccini::wd::WindowHandle {
+    for _ in 0..300 {
+        let windows = b.client.windows().await.unwrap();
+        if let Some(w) = windows.into_iter().find(|w| w != console) {
+            return w;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no window opened");
+}
