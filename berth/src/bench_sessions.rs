@@ -405,7 +405,7 @@ pub(crate) fn small_shell(count: u32) -> launcher::launch::CreateSession {
 
 /// `count` batch `berth/shell` sessions of 0.25 cores and 64 MiB running the command the
 /// start bench's plain containers run: the same container on both sides. (An interactive
-/// session also publishes its terminal's port, which costs the engine a `docker-proxy`.)
+/// session also publishes its SSH server's port, which costs the engine a `docker-proxy`.)
 pub(crate) fn sleeping_batch(count: u32) -> launcher::launch::CreateSession {
     launcher::launch::CreateSession {
         session_type: Some(SessionType::Batch),
@@ -763,7 +763,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let (a50, a99) = (pct(&mut api_times, 0.5), pct(&mut api_times, 0.99));
     println!("launch to RUNNING over {sessions} sessions (an in-process launch: no HTTP, authentication or key lookup): berth (a batch session running the same command) p50 {b50:.1} ms, p99 {b99:.1} ms; bare Engine API create + start p50 {a50:.1} ms, p99 {a99:.1} ms; plain `docker run -d` (a CLI process spawn more) p50 {p50:.1} ms, p99 {p99:.1} ms");
     println!(
-        "  an interactive session (its terminal's port published) p50 {i50:.1} ms, p99 {i99:.1} ms"
+        "  an interactive session (its SSH server's port published) p50 {i50:.1} ms, p99 {i99:.1} ms"
     );
     println!(
         "berth/bare API at p50 = {:.2}, at p99 = {:.2} (like for like); berth/docker run at p50 = {:.2}, at p99 = {:.2}",

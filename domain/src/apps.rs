@@ -19,7 +19,9 @@ pub const SERVICE_PORTS_LABELS: [&str; 2] = ["ai.berth.service-ports", "ai.backe
 /// The terminal's app name (Backend.AI's, so clients that know it find it).
 pub const TERMINAL: &str = "ttyd";
 
-/// The container port the terminal serves on (ttyd's, reserved for it).
+/// The terminal's port as the session's apps name it (ttyd's, reserved for it). Nothing
+/// listens on it inside the container: the agent serves the terminal itself, on a port of its
+/// own that it reports as this one's host port.
 pub const TERMINAL_PORT: u16 = 7681;
 
 /// The SSH server's app name (Backend.AI's): Debian's dropbear, when the image has it,
@@ -264,20 +266,16 @@ pub fn session_apps(
         .collect()
 }
 
-/// Every container port a session's main kernel publishes: the terminal's and the SSH
+/// Every container port a session's main kernel publishes through the engine: the SSH
 /// server's (an interactive session's; each published port costs the engine a proxy
-/// process), its image's apps' and its preopen ports.
+/// process), its image's apps' and its preopen ports. The terminal's is not among them: the
+/// agent serves it ([`TERMINAL_PORT`]).
 pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16], interactive: bool) -> Vec<u16> {
     let mut ports: Vec<u16> = image_apps
         .iter()
         .flat_map(|a| a.ports.iter().copied())
         .chain(preopen.iter().copied())
-        .chain(
-            interactive
-                .then_some([TERMINAL_PORT, SSH_PORT])
-                .into_iter()
-                .flatten(),
-        )
+        .chain(interactive.then_some(SSH_PORT))
         .collect();
     ports.sort_unstable();
     ports.dedup();
@@ -522,7 +520,8 @@ mod tests {
         assert!(!listed[1].protocol.is_http(), "carried as raw TCP");
         assert_eq!(
             published_ports(&apps, &[8080, 8888], true),
-            vec![2200, 7681, 8080, 8888]
+            vec![2200, 8080, 8888],
+            "the terminal's is the agent's own"
         );
         assert_eq!(
             published_ports(&apps, &[], false),

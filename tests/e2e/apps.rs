@@ -6,7 +6,8 @@
 //! port answers 502 until a server listens inside; circuits close when their session ends,
 //! or when nobody used them for the proxy's idle time. A raw TCP app (the SSH server) is
 //! reached through a private tunnel or straight from a public circuit's port, and the
-//! terminal runs in the caller's own terminal (`berth session shell`).
+//! terminal, served by the agent, runs in the caller's own terminal (`berth session shell`)
+//! and in an image with nothing but busybox.
 
 use std::time::Duration;
 
@@ -126,14 +127,14 @@ async fn app_call(
         .await
 }
 
-/// A control plane whose proxy has a pool of two ports (from `first`), a Docker agent, and
-/// two users.
+/// A control plane whose proxy has a pool of two ports (from `first`), a Docker agent (with
+/// its data directory), and two users.
 struct Scene {
     h: Harness,
     first: u16,
     alice: String,
     bob: String,
-    _agent: (DockerAgent, Cleanup),
+    _agent: (DockerAgent, Cleanup, std::path::PathBuf),
 }
 
 /// The scene's containers go with it: its sessions run JupyterLab and SSH servers, which a
@@ -174,9 +175,11 @@ async fn scene_with_idle(idle: Option<Duration>) -> Scene {
     }
     let h = start_with(config).await;
     let agent_id = fresh_agent_id();
+    let data = data_dir();
     let _agent = (
-        spawn_agent(&h, &agent_id, &data_dir(), 8_000, None).await,
+        spawn_agent(&h, &agent_id, &data, 8_000, None).await,
         Cleanup(agent_id),
+        data,
     );
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
@@ -755,6 +758,153 @@ async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
     browser.wait_for_text("browser-42").await;
 }
 
+#[tokio::test]
+async fn the_terminal_runs_in_an_image_without_python_follows_its_window_and_ends_with_it() {
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent,
+    } = scene().await;
+    let (id, detail) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}}),
+    )
+    .await;
+    let container = &detail["containers"][0];
+    let container_id = container["container_id"].as_str().unwrap().to_owned();
+    let in_container = |line: &str| {
+        let out = std::process::Command::new("docker")
+            .args(["exec", &container_id, "sh", "-c", line])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        in_container("command -v python3 || echo none").trim(),
+        "none",
+        "busybox alone"
+    );
+
+    // The agent serves the terminal on its own address, and its port alone lets nobody in.
+    let served = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["container"] == 7681)
+        .expect("the terminal's port is reported")["host"]
+        .as_u64()
+        .unwrap() as u16;
+    let (status, said) = get_path(served, "/ws", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{said}");
+
+    let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let port = opened["port"].as_u64().unwrap() as u16;
+
+    let mut terminal = terminal(port, &cookie).await;
+    let said = terminal
+        .run(
+            "command -v python3 || echo no-python-$((6*7)); pwd",
+            "no-python-42",
+        )
+        .await;
+    assert!(said.contains("no-python-42"), "{said}");
+    // The hello's size, then a resize message: the shell's window follows.
+    let size = terminal
+        .run("stty size; echo size-$((2+3))", "size-5")
+        .await;
+    assert!(size.contains("30 120"), "the hello's window: {size}");
+    terminal.resize(100, 40).await;
+    let size = terminal
+        .run("stty size; echo size-$((3+3))", "size-6")
+        .await;
+    assert!(size.contains("40 100"), "resized: {size}");
+
+    // A terminal whose client leaves leaves no shell behind.
+    let shells = || in_container("ps -o args | grep -c '^sh -l'");
+    assert_eq!(shells().trim(), "1", "one terminal's shell");
+    drop(terminal);
+    let mut left = shells();
+    for _ in 0..100 {
+        if left.trim() == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        left = shells();
+    }
+    assert_eq!(left.trim(), "0", "the shell hung up with its client");
+
+    // An open terminal ends with its session.
+    let mut second = self::terminal(port, &cookie).await;
+    second.run("echo again-$((4*4))", "again-16").await;
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(
+        second.ends_within(Duration::from_secs(90)).await,
+        "the terminal closes when its session ends"
+    );
+    // The agent stops listening for it once it has removed the session's container.
+    let mut listening = true;
+    for _ in 0..300 {
+        listening = std::net::TcpStream::connect(("127.0.0.1", served)).is_ok();
+        if !listening {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!listening, "the agent no longer listens for it");
+}
+
+#[tokio::test]
+async fn the_terminal_outlives_a_restart_of_its_agent() {
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent: (agent, cleanup, data),
+    } = scene().await;
+    let (id, _) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}}),
+    )
+    .await;
+    let (status, started) = app_call(&h, &alice, &id, "ttyd", "start", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let (status, opened) = app_call(&h, &alice, &id, "ttyd", "open", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let port = opened["port"].as_u64().unwrap() as u16;
+    let mut before = terminal(port, &cookie).await;
+    before.run("echo before-$((6*7))", "before-42").await;
+
+    // The agent dies and comes back: it adopts the session and serves its terminal again on
+    // the same port, where the same circuit and token reach it.
+    crate::containers::kill(agent).await;
+    assert!(
+        before.ends_within(Duration::from_secs(30)).await,
+        "a terminal ends with its agent"
+    );
+    let _back = spawn_agent(&h, &cleanup.0, &data, 8_000, None).await;
+    let mut after = None;
+    for _ in 0..150 {
+        if let Some(t) = try_terminal(port, &cookie).await {
+            after = Some(t);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut after = after.expect("the terminal answers again once its agent is back");
+    after.run("echo after-$((6*7))", "after-42").await;
+}
+
 /// A ttyd client: the WebSocket (subprotocol `tty`), its hello, and keystrokes.
 struct Terminal {
     socket: tokio_tungstenite::WebSocketStream<
@@ -763,6 +913,13 @@ struct Terminal {
 }
 
 async fn terminal(port: u16, cookie: &str) -> Terminal {
+    try_terminal(port, cookie)
+        .await
+        .expect("the terminal answers through the proxy")
+}
+
+/// A terminal, if it answers through the proxy now.
+async fn try_terminal(port: u16, cookie: &str) -> Option<Terminal> {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message;
@@ -775,9 +932,7 @@ async fn terminal(port: u16, cookie: &str) -> Terminal {
     request
         .headers_mut()
         .insert("sec-websocket-protocol", "tty".parse().unwrap());
-    let (mut socket, answer) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("the terminal answers through the proxy");
+    let (mut socket, answer) = tokio_tungstenite::connect_async(request).await.ok()?;
     assert_eq!(
         answer.headers()["sec-websocket-protocol"],
         "tty",
@@ -785,10 +940,36 @@ async fn terminal(port: u16, cookie: &str) -> Terminal {
     );
     let hello = json!({"AuthToken": "", "columns": 120, "rows": 30}).to_string();
     socket.send(Message::text(hello)).await.unwrap();
-    Terminal { socket }
+    Some(Terminal { socket })
 }
 
 impl Terminal {
+    /// Sends ttyd's resize message.
+    async fn resize(&mut self, columns: u16, rows: u16) {
+        use futures::SinkExt;
+        use tokio_tungstenite::tungstenite::Message;
+        let body = json!({"columns": columns, "rows": rows});
+        self.socket
+            .send(Message::binary(format!("1{body}").into_bytes()))
+            .await
+            .unwrap();
+    }
+
+    /// Whether the server closes the socket (or the connection ends) within `bound`.
+    async fn ends_within(&mut self, bound: Duration) -> bool {
+        use futures::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        let ended = async {
+            loop {
+                match self.socket.next().await {
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                    Some(Ok(_)) => {}
+                }
+            }
+        };
+        tokio::time::timeout(bound, ended).await.is_ok()
+    }
+
     /// Types `line` and Enter; what the terminal printed until `until` appears.
     async fn run(&mut self, line: &str, until: &str) -> String {
         use futures::{SinkExt, StreamExt};

@@ -92,7 +92,7 @@ pub(crate) async fn spawn_agent(
 
 /// Kills an agent, as its process dies, which must have been running until then: one that
 /// had already failed would otherwise hide behind the kill.
-async fn kill(agent: DockerAgent) {
+pub(crate) async fn kill(agent: DockerAgent) {
     match agent.host.kill().await {
         None => {}
         Some(Err(e)) => panic!("the agent had failed before it was stopped: {e}"),
@@ -334,7 +334,7 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
             s["status"] == "RUNNING" && s["containers"][0]["ports"][0]["host"].is_u64()
         })
         .await;
-    // An interactive session also publishes its terminal's port.
+    // An interactive session's ports also name its SSH server's and its terminal's.
     let port = running["containers"][0]["ports"]
         .as_array()
         .unwrap()

@@ -165,6 +165,14 @@ async fn pass(
     }
     let mut answer = match door.proxy.client.request(request).await {
         Ok(answer) => answer,
+        Err(_) if live.opened.protocol == domain::apps::AppProtocol::Pty => {
+            return page(
+                StatusCode::BAD_GATEWAY,
+                "The terminal does not answer",
+                "The session's agent does not serve its terminal now (it may be starting \
+                 again). Reload in a moment.",
+            );
+        }
         Err(_) => {
             let port = live.opened.container_port;
             return page(

@@ -2,7 +2,8 @@
 //! ports; agents publish them on their own address alone).
 //!
 //! Opening an app opens a *circuit*: a port of the proxy's pool, listened on by this gateway
-//! process, that leads to one container port of the session's main kernel. The circuit is an
+//! process, that leads to one container port of the session's main kernel, where the agent
+//! published it (the terminal's port is the agent's own, which serves it). The circuit is an
 //! event (`AppCircuitOpened`, stream `circuit-<id>`); the ledger keeps the open ones, one per
 //! port. A private circuit lets through only a browser that redeemed a single-use ticket,
 //! minted for the session's owner by the open call, for a cookie bound to that circuit; a

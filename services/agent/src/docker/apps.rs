@@ -4,7 +4,8 @@
 //! own `/proc/net/tcp*`, since the engine's proxy accepts on the host side whether or not
 //! anything listens inside) until it listens, or the definition's time is up and the process
 //! is killed. An app whose port already listens is reported started without a second
-//! process. Starts of one session take turns.
+//! process. Starts of one session take turns. The terminal is the agent's own (`terminal`):
+//! its start checks that the container has a shell and reports the terminal's token.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,10 +24,6 @@ use super::spec::container_name;
 
 /// Where images keep their apps' definitions, berth's first.
 const SERVICE_DEFS: [&str; 2] = ["/etc/berth/service-defs", "/etc/backend.ai/service-defs"];
-
-/// berth's terminal server (ttyd's protocol over a WebSocket, tmux inside when the image has
-/// it), run with the image's own python3, so no image needs anything installed for it.
-const TERMINAL_SERVER: &str = include_str!("berth-tty.py");
 
 /// How long an app gets to open its port unless its definition says otherwise (Backend.AI's
 /// figure; JupyterLab in a small container takes several seconds).
@@ -126,17 +123,15 @@ pub(super) async fn start(
 
 async fn run(ctx: &Ctx, session_id: Uuid, app: &str, port: u16) -> Result<AppStartOutcome, String> {
     let container = container_name(session_id, 0);
+    if app == domain::apps::TERMINAL {
+        return terminal(ctx, session_id, &container).await;
+    }
     if listening(ctx, &container, port).await? {
         return Ok(AppStartOutcome::Started { token: None });
     }
-    let intrinsic = match app {
-        domain::apps::TERMINAL => Some(terminal_def()),
+    let def = match app {
         domain::apps::SSH => Some(ssh_def()),
-        _ => None,
-    };
-    let def = match intrinsic {
-        Some(def) => Some(def),
-        None => service_def(ctx, &container, app).await?,
+        _ => service_def(ctx, &container, app).await?,
     };
     let def = def.ok_or_else(|| {
         format!(
@@ -218,18 +213,26 @@ async fn run(ctx: &Ctx, session_id: Uuid, app: &str, port: u16) -> Result<AppSta
     }
 }
 
-/// The terminal's definition: berth's server, on the image's python3.
-fn terminal_def() -> ServiceDef {
-    ServiceDef {
-        command: CommandLine::Argv(vec![
-            "python3".into(),
-            "-c".into(),
-            TERMINAL_SERVER.into(),
-            "{port}".into(),
-        ]),
-        env: BTreeMap::new(),
-        ready_timeout_secs: Some(15),
+/// The terminal, which the agent serves while the session runs: started once the container
+/// answers with a shell, its token the session's.
+async fn terminal(ctx: &Ctx, session_id: Uuid, container: &str) -> Result<AppStartOutcome, String> {
+    if !ctx.terminals.serves(session_id) {
+        return Err(
+            "this agent serves no terminal for the session (only an interactive session \
+             running here has one)"
+                .to_owned(),
+        );
     }
+    let answered = output(ctx, container, "echo shell-$((6*7))").await?;
+    if !answered.contains("shell-42") {
+        return Err(format!(
+            "the terminal needs /bin/sh in the image: {}",
+            answered.trim()
+        ));
+    }
+    Ok(AppStartOutcome::Started {
+        token: Some(ctx.terminals.token(session_id)),
+    })
 }
 
 /// What starts the SSH server: Debian's dropbear, when the image has it (berth cannot lend

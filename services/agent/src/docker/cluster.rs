@@ -23,7 +23,7 @@ pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
         return;
     }
     let size = state.request.cluster_size.max(1);
-    let names = match create_kernels(&ctx, &state, std::future::ready(true)).await {
+    let names = match create_kernels(&ctx, &state, None, std::future::ready(true)).await {
         Ok(Some((names, _))) => names,
         Ok(None) => return,
         Err(reason) => {

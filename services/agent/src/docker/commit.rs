@@ -16,7 +16,7 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::ctx::Ctx;
-use super::spec::container_name;
+use super::spec::{container_name, LABEL_TERMINAL_PORT};
 
 /// The label naming a customized image's owner.
 pub const LABEL_OWNER: &str = "ai.berth.owner";
@@ -67,6 +67,8 @@ async fn write(ctx: &Ctx, order: &CommitOrder) -> Result<CommitOutcome, String> 
             "ai.berth.committed-from".to_owned(),
             order.session_id.to_string(),
         ),
+        // The session's terminal port is its own, not the image's.
+        (LABEL_TERMINAL_PORT.to_owned(), String::new()),
     ]);
     let options = CommitContainerOptions {
         container: container_name(order.session_id, 0),

@@ -1,7 +1,7 @@
 //! The ground the agent's rooms stand on: how the runtime is set up, the context every task
 //! of the agent shares, and the calls they all make through it: a session's state asked of
 //! the control plane, its moves reported, its containers removed. It calls down only (into
-//! `engine` and `spec`), never up into the rooms that use it.
+//! `engine`, `spec` and `tty`), never up into the rooms that use it.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -63,6 +63,8 @@ pub(super) struct Ctx {
     pub(super) starting: Arc<tokio::sync::RwLock<()>>,
     /// The agent is being drained: a session it stops ends for that reason.
     pub(super) draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The terminals it serves: their tokens' key, and which are served now.
+    pub(super) terminals: super::tty::Terminals,
 }
 
 impl Ctx {

@@ -12,7 +12,7 @@ use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
 use super::ctx::{engine_time, remove, remove_all, run_of, Ctx};
-use super::spec::{self, container_name, LABEL_GPUS, LABEL_SESSION};
+use super::spec::{self, container_name, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT};
 
 /// What the containers on this host that may still run hold of each GPU, from their labels.
 async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
@@ -46,7 +46,9 @@ async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
 
 /// Creates and starts this agent's kernels of a session, on the cluster's network, and
 /// reports them started; the names of their containers (the main kernel's first, when it is
-/// here) and the session's status after the report.
+/// here) and the session's status after the report. `terminal_port`, the port the agent
+/// serves the session's terminal on, is labelled on the main kernel and reported as the
+/// terminal's host port.
 ///
 /// The containers are created while `go_ahead` is awaited (the report of the moves to
 /// CREATING, whose round trip through the control plane would otherwise come first) and
@@ -55,6 +57,7 @@ async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
 pub(super) async fn create_kernels(
     ctx: &Ctx,
     state: &SessionState,
+    terminal_port: Option<u16>,
     go_ahead: impl std::future::Future<Output = bool>,
 ) -> Result<Option<(Vec<String>, SessionStatus)>, String> {
     let request = &state.request;
@@ -68,7 +71,8 @@ pub(super) async fn create_kernels(
     } else {
         None
     };
-    let (created, go) = tokio::join!(create_containers(ctx, state, &layout, wants_gpus), go_ahead);
+    let creating = create_containers(ctx, state, &layout, wants_gpus, terminal_port);
+    let (created, go) = tokio::join!(creating, go_ahead);
     let created = match (created, go) {
         (Ok(created), true) => created,
         (Ok(created), false) => {
@@ -125,7 +129,7 @@ async fn start_all(ctx: &Ctx, names: &[String]) -> Result<(), bollard::errors::E
 
 /// A kernel's container as its creation described it: enough to report it started without
 /// asking the engine again, unless it publishes ports (the engine picks their host ports when
-/// it starts the container).
+/// it starts the container) or has the agent's terminal.
 struct Created {
     name: String,
     id: String,
@@ -144,6 +148,7 @@ async fn create_containers(
     state: &SessionState,
     layout: &spec::Layout,
     wants_gpus: bool,
+    terminal_port: Option<u16>,
 ) -> Result<Vec<Created>, String> {
     let request = &state.request;
     let id = request.session_id;
@@ -192,7 +197,7 @@ async fn create_containers(
     for &k in &layout.mine {
         let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &held);
         crate::gpu::add_held(&gpu.to_label(), &mut held);
-        let config = spec::kernel_config(
+        let mut config = spec::kernel_config(
             state,
             &ctx.agent_id,
             layout,
@@ -200,6 +205,11 @@ async fn create_containers(
             &binds,
             &gpu,
             &ctx.config.publish_address,
+        );
+        let terminal = terminal_port.filter(|_| k == 0);
+        config.labels.get_or_insert_with(HashMap::new).insert(
+            LABEL_TERMINAL_PORT.to_owned(),
+            terminal.map(|p| p.to_string()).unwrap_or_default(),
         );
         let name = container_name(id, k);
         let options = CreateContainerOptions {
@@ -221,11 +231,12 @@ async fn create_containers(
                 name,
                 id: answer.id,
                 hostname: config.hostname.clone(),
-                publishes_ports: config
-                    .host_config
-                    .as_ref()
-                    .and_then(|h| h.port_bindings.as_ref())
-                    .is_some_and(|bindings| !bindings.is_empty()),
+                publishes_ports: terminal.is_some()
+                    || config
+                        .host_config
+                        .as_ref()
+                        .and_then(|h| h.port_bindings.as_ref())
+                        .is_some_and(|bindings| !bindings.is_empty()),
             }),
             Err(e) => {
                 remove_all(ctx, &names_of(&created)).await;
@@ -285,7 +296,7 @@ async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<Start
             .patiently(|| ctx.docker.inspect_container(name, None))
             .await
             .ok();
-        let ports = inspected
+        let mut ports: Vec<PublishedPort> = inspected
             .as_ref()
             .and_then(|c| c.network_settings.as_ref())
             .and_then(|n| n.ports.clone())
@@ -297,6 +308,17 @@ async fn inspect_started(ctx: &Ctx, mine: &[u32], names: &[String]) -> Vec<Start
                 Some(PublishedPort { container, host })
             })
             .collect();
+        // The terminal is the agent's, on the port its label names.
+        let terminal = inspected
+            .as_ref()
+            .and_then(|c| c.config.as_ref()?.labels.as_ref()?.get(LABEL_TERMINAL_PORT))
+            .and_then(|port| port.parse().ok());
+        if let Some(host) = terminal {
+            ports.push(PublishedPort {
+                container: domain::apps::TERMINAL_PORT,
+                host,
+            });
+        }
         let hostname = inspected
             .as_ref()
             .and_then(|c| c.config.as_ref())

@@ -13,10 +13,13 @@
 //! The rooms, from the ground up; each imports only from the floors below it:
 //! - [`spec`]: what each kernel's container is, its name and labels (pure, unit-tested).
 //! - `engine`: the engine's absence waited out, never taken for a session's end.
+//! - `tty`: the terminals' tokens and which are served (read by every room through `ctx`).
 //! - `ctx`: the settings ([`RuntimeConfig`]) and the context every task shares, with the
 //!   calls they all make through it (a session's state asked, its moves reported, its
 //!   containers removed).
 //! - `keep`: output and usage kept while a container runs.
+//! - `terminal`: a session's terminal, served by the agent (ttyd's protocol, a shell exec'd
+//!   in the main kernel).
 //! - `apps`, `commit`: an app started in a running container; a container committed.
 //! - `kernels`: the cluster network, GPUs, containers created, started and recorded.
 //! - `session`: one session's task, and how it ended (`outcome`, pure).
@@ -50,6 +53,8 @@ mod kernels;
 mod session;
 pub mod spec;
 mod tasks;
+mod terminal;
+mod tty;
 
 use ctx::Ctx;
 pub use ctx::RuntimeConfig;
@@ -120,6 +125,12 @@ pub(crate) async fn run(
     stop: CancellationToken,
     leaving: Leaving,
 ) -> Result<(), AgentError> {
+    let terminals = tty::Terminals::open(&config.data_dir, &spec.agent_id).map_err(|e| {
+        AgentError::Runtime(format!(
+            "the terminals' key under {}: {e}",
+            config.data_dir.display()
+        ))
+    })?;
     register(&link, &spec, &stop).await?;
     let kept = link.drain_outbox(&stop).await?;
     if kept > 0 {
@@ -140,6 +151,7 @@ pub(crate) async fn run(
         stop: stop.clone(),
         starting: Default::default(),
         draining: Default::default(),
+        terminals,
     };
     let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;

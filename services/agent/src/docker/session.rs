@@ -1,6 +1,7 @@
-//! One session's task: prepares, pulls, creates and starts its kernels, waits for the main
-//! container to stop (by itself, on request, past a batch timeout), keeps its output, and
-//! records how it ended ([`outcome`], pure), restarting an inference session that died.
+//! One session's task: prepares, pulls, creates and starts its kernels, serves an
+//! interactive session's terminal (`terminal`), waits for the main container to stop (by
+//! itself, on request, past a batch timeout), keeps its output, and records how it ended
+//! ([`outcome`], pure), restarting an inference session that died.
 
 use std::time::Duration;
 
@@ -18,11 +19,16 @@ use super::engine;
 use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::spec::container_name;
+use super::terminal;
 use crate::AgentError;
 
-/// Prepares, creates and starts the session's container; returns its name, or `None` when
-/// the session ended on the way (the reason is recorded).
-async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentError> {
+/// Prepares, creates and starts the session's container (its terminal on `terminal_port`);
+/// returns its name, or `None` when the session ended on the way (the reason is recorded).
+async fn start(
+    ctx: &Ctx,
+    state: &SessionState,
+    terminal_port: Option<u16>,
+) -> Result<Option<String>, AgentError> {
     let request = &state.request;
     let id = request.session_id;
     let present = ctx
@@ -94,7 +100,7 @@ async fn start(ctx: &Ctx, state: &SessionState) -> Result<Option<String>, AgentE
     // Recording the kernels started moves the session to RUNNING once every kernel of it
     // has started (a multi-node cluster waits for its other agents; the reconciler's
     // deadline for CREATING ends a cluster that never completes).
-    match create_kernels(ctx, state, go_ahead).await {
+    match create_kernels(ctx, state, terminal_port, go_ahead).await {
         Ok(None) => return Ok(None),
         Ok(Some((_, status))) if status.is_terminal() => {
             cleanup(ctx, id, &[], request.cluster_size.max(1)).await;
@@ -250,6 +256,21 @@ async fn own_session(
     stop: CancellationToken,
 ) -> Result<(), AgentError> {
     let session_id = state.request.session_id;
+    // An interactive session's terminal is the agent's: its port is taken before the
+    // container is made, so that the container's label names it.
+    let interactive = state.request.session_type == SessionType::Interactive;
+    let mut terminal_listener = None;
+    if interactive && adopted.is_none() {
+        match terminal::listen(&ctx, 0).await {
+            Ok(listener) => terminal_listener = Some(listener),
+            Err(e) => tracing::warn!(%session_id, error = %e,
+                "no port for the terminal; the session has none"),
+        }
+    }
+    let terminal_port = terminal_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port());
     let container = match adopted {
         // Created and started by an earlier run that did not get to report them.
         Some(c) if state.status == SessionStatus::Creating => {
@@ -262,7 +283,7 @@ async fn own_session(
         // An agent that leaves waits for the start to be done (or the session to end).
         None => match async {
             let _starting = ctx.starting.read().await;
-            start(&ctx, &state).await
+            start(&ctx, &state, terminal_port).await
         }
         .await
         {
@@ -282,6 +303,12 @@ async fn own_session(
                 return Err(e);
             }
         },
+    };
+    // Served until the session's task ends.
+    let _terminal = if interactive {
+        terminal::serve(&ctx, &state, &container, terminal_listener).await
+    } else {
+        None
     };
     let timeout = state
         .request

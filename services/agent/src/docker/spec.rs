@@ -38,6 +38,10 @@ pub(super) const LABEL_AGENT: &str = "ai.berth.agent";
 pub(super) const LABEL_KERNEL: &str = "ai.berth.kernel";
 /// The GPUs a container holds (`gpu::GpuShare::to_label`).
 pub(super) const LABEL_GPUS: &str = "ai.berth.gpus";
+/// The host port the agent serves a session's terminal on (see `terminal`), on its main
+/// kernel; empty on every other container, so that none takes the value from an image
+/// committed from a session.
+pub(super) const LABEL_TERMINAL_PORT: &str = "ai.berth.terminal-port";
 
 /// The name of kernel `kernel`'s container of a session.
 pub(crate) fn container_name(session_id: Uuid, kernel: u32) -> String {
