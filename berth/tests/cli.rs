@@ -298,12 +298,18 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
 
     let env = [
         ("BERTH_DATABASE_URL".to_owned(), url.clone()),
-        ("BERTH_NEW_PASSWORD".to_owned(), "from the environment".to_owned()),
+        (
+            "BERTH_NEW_PASSWORD".to_owned(),
+            "from the environment".to_owned(),
+        ),
     ];
     let (ok, text) = berth_with(&set, &env);
     assert!(ok, "{text}");
     assert!(text.contains("password of ada@example.com set"), "{text}");
-    assert!(!text.contains("from the environment"), "never echoed: {text}");
+    assert!(
+        !text.contains("from the environment"),
+        "never echoed: {text}"
+    );
     assert_eq!(
         signs_in("from the environment").await.as_deref(),
         Some("ada@example.com")
@@ -321,7 +327,10 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
     let (ok, text) = berth_reading(&url, &set, "");
     assert!(!ok && text.contains("no password"), "{text}");
     let (ok, text) = berth_reading(&url, &set, "short\n");
-    assert!(!ok && text.contains("password: must be at least 8"), "{text}");
+    assert!(
+        !ok && text.contains("password: must be at least 8"),
+        "{text}"
+    );
     let (ok, text) = berth_reading(
         &url,
         &["admin", "set-password", "--email", "nobody@example.com"],

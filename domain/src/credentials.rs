@@ -83,7 +83,10 @@ mod tests {
         let expires = console_expiry(at);
         assert_eq!((expires - at).num_seconds(), 12 * 3600);
         assert!(sign_in_is_live(expires, at));
-        assert!(sign_in_is_live(expires, expires - TimeDelta::milliseconds(1)));
+        assert!(sign_in_is_live(
+            expires,
+            expires - TimeDelta::milliseconds(1)
+        ));
         assert!(!sign_in_is_live(expires, expires));
         assert!(!sign_in_is_live(expires, expires + TimeDelta::hours(1)));
     }

@@ -115,10 +115,12 @@ async fn a_password_signs_in_its_user_and_nothing_else_does() {
             .unwrap(),
         None
     );
-    assert!(password_owner(&client, "ada@example.com", "second password")
-        .await
-        .unwrap()
-        .is_some());
+    assert!(
+        password_owner(&client, "ada@example.com", "second password")
+            .await
+            .unwrap()
+            .is_some()
+    );
     // The ledger keeps the hash, never the password.
     let stored: String = client
         .query_one(
@@ -143,7 +145,10 @@ async fn a_console_token_signs_in_until_it_is_signed_out_or_expires() {
     let client = pool.get().await.unwrap();
 
     let owner = console_owner(&client, &live).await.unwrap().expect("live");
-    assert_eq!((owner.user_id, owner.email.as_str()), (ada, "ada@example.com"));
+    assert_eq!(
+        (owner.user_id, owner.email.as_str()),
+        (ada, "ada@example.com")
+    );
     assert_eq!(console_owner(&client, &expired).await.unwrap(), None);
     assert_eq!(
         console_owner(&client, &new_console_token()).await.unwrap(),
@@ -201,7 +206,11 @@ async fn passwords_and_sign_ins_replay_into_the_live_ledger() {
             .unwrap();
         (row.get(0), row.get(1))
     };
-    assert_eq!(counts, (2, 2), "one password each; the signed-out sign-in gone");
+    assert_eq!(
+        counts,
+        (2, 2),
+        "one password each; the signed-out sign-in gone"
+    );
 
     client
         .batch_execute(&format!(

@@ -193,7 +193,10 @@ mod tests {
     fn a_hash_is_argon2id_salted_afresh_and_verifies_only_its_password() {
         let first = hash_password("correct horse");
         let second = hash_password("correct horse");
-        assert!(first.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{first}");
+        assert!(
+            first.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{first}"
+        );
         assert_ne!(first, second, "each hash has a salt of its own");
         assert!(!first.contains("correct horse"));
         assert!(verify_password(&first, "correct horse"));

@@ -65,9 +65,8 @@ pub async fn change_password(
             field: "current",
             message: message.to_owned(),
         };
-        let current = current.ok_or_else(|| {
-            forbidden("you have a password: give it as `current` to change it")
-        })?;
+        let current = current
+            .ok_or_else(|| forbidden("you have a password: give it as `current` to change it"))?;
         if !verify_password_off_thread(Some(hash), current).await {
             return Err(forbidden("is not your current password"));
         }

@@ -19,7 +19,10 @@ async fn fresh_install() -> Pool {
         .expect("create test database");
     let pool = store::pool(&url, 4).expect("pool");
     store::migrate(&pool, &[]).await.expect("migrate");
-    access::bootstrap(&pool).await.unwrap().expect("a fresh install");
+    access::bootstrap(&pool)
+        .await
+        .unwrap()
+        .expect("a fresh install");
     pool
 }
 
@@ -44,9 +47,17 @@ async fn an_admin_sets_a_password_and_its_user_changes_it_knowing_it() {
     .await
     .unwrap();
 
-    let err = set_password(&pool, "ada@example.com", "short").await.unwrap_err();
+    let err = set_password(&pool, "ada@example.com", "short")
+        .await
+        .unwrap_err();
     assert!(
-        matches!(err, AccessError::Invalid { field: "password", .. }),
+        matches!(
+            err,
+            AccessError::Invalid {
+                field: "password",
+                ..
+            }
+        ),
         "{err}"
     );
     let err = set_password(&pool, "nobody@example.com", "long enough")
@@ -56,7 +67,9 @@ async fn an_admin_sets_a_password_and_its_user_changes_it_knowing_it() {
     assert!(!signs_in(&pool, "ada@example.com", "short").await);
 
     assert_eq!(
-        set_password(&pool, "ada@example.com", "set by an admin").await.unwrap(),
+        set_password(&pool, "ada@example.com", "set by an admin")
+            .await
+            .unwrap(),
         ada
     );
     assert!(signs_in(&pool, "ada@example.com", "set by an admin").await);
@@ -68,14 +81,23 @@ async fn an_admin_sets_a_password_and_its_user_changes_it_knowing_it() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, AccessError::Forbidden { field: "current", .. }),
+            matches!(
+                err,
+                AccessError::Forbidden {
+                    field: "current",
+                    ..
+                }
+            ),
             "{current:?}: {err}"
         );
     }
     let err = change_password(&pool, ada, Some("set by an admin"), "7 chars")
         .await
         .unwrap_err();
-    assert!(matches!(err, AccessError::Invalid { field: "new", .. }), "{err}");
+    assert!(
+        matches!(err, AccessError::Invalid { field: "new", .. }),
+        "{err}"
+    );
     assert!(signs_in(&pool, "ada@example.com", "set by an admin").await);
 
     change_password(&pool, ada, Some("set by an admin"), "chosen by ada")
@@ -137,7 +159,10 @@ async fn a_console_sign_in_holds_until_signed_out_once() {
     assert_eq!(token.len(), 64);
     assert_ne!(token, elsewhere);
     let client = pool.get().await.unwrap();
-    let owner = console_owner(&client, &token).await.unwrap().expect("signed in");
+    let owner = console_owner(&client, &token)
+        .await
+        .unwrap()
+        .expect("signed in");
     assert_eq!((owner.user_id, owner.role), (ada, Role::Admin));
     // The log and the ledger hold its digest, never the token.
     let row = client
