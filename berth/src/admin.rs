@@ -1,5 +1,5 @@
-//! `berth admin ...`: operators create users, keys, projects, resource groups, policies and
-//! presets, admit and revoke agents, and make the NATS server's authorization. Talks to the database directly (like `berth migrate`), so it works before any
+//! `berth admin ...`: operators create users, keys, passwords, projects, resource groups,
+//! policies and presets, admit and revoke agents, and make the NATS server's authorization. Talks to the database directly (like `berth migrate`), so it works before any
 //! key exists; every change is an event in the log.
 
 use clap::Subcommand;
@@ -25,6 +25,13 @@ pub enum AdminCommand {
     },
     /// Issue another API key to a user.
     IssueKey {
+        #[arg(long)]
+        email: String,
+    },
+    /// Set a user's password, with which they sign in to the web console. The password is
+    /// read from BERTH_NEW_PASSWORD when set, else from the first line of standard input;
+    /// never from a flag, which other users of the host could read in the process list.
+    SetPassword {
         #[arg(long)]
         email: String,
     },
@@ -343,6 +350,11 @@ pub async fn run(
                 access::issue_key(pool, &email).await?
             );
         }
+        AdminCommand::SetPassword { email } => {
+            let password = new_password(&email)?;
+            launcher::credentials::set_password(pool, &email, &password).await?;
+            println!("password of {email} set");
+        }
         AdminCommand::CreateProject { name, description } => {
             access::create_project(pool, &name, &description).await?;
             println!("project {name} created");
@@ -437,6 +449,31 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// The new password for `email`: BERTH_NEW_PASSWORD, or the first line of standard input
+/// (asked for on the terminal when it is one), without its line ending.
+fn new_password(email: &str) -> anyhow::Result<String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if let Ok(password) = std::env::var("BERTH_NEW_PASSWORD") {
+        return Ok(password);
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("new password for {email} (it shows as you type; pipe it in or set BERTH_NEW_PASSWORD to hide it): ");
+        std::io::stderr().flush()?;
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    let password = line
+        .strip_suffix('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .unwrap_or(&line);
+    anyhow::ensure!(
+        !password.is_empty(),
+        "no password: give it on standard input or in BERTH_NEW_PASSWORD"
+    );
+    Ok(password.to_owned())
 }
 
 /// Writes a secret to a file only its owner can read.

@@ -250,3 +250,117 @@ async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_the
         "{text}"
     );
 }
+
+/// Runs `berth ARGS` against the database at `url` with `input` on its standard input: whether
+/// it succeeded, and what it printed.
+fn berth_reading(url: &str, args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env("BERTH_DATABASE_URL", url)
+        .env_remove("BERTH_NEW_PASSWORD")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run berth");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_set_password_takes_it_from_the_environment_or_standard_input_never_a_flag() {
+    let (pool, url) = fresh_database().await;
+    first_superadmin(&pool, &url).await;
+    let (ok, text) = berth_line(&url, "admin create-user --email ada@example.com");
+    assert!(ok, "{text}");
+    let set = ["admin", "set-password", "--email", "ada@example.com"];
+    let signs_in = |password: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let client = pool.get().await.unwrap();
+            events::ledger::password_owner(&client, "ada@example.com", password)
+                .await
+                .unwrap()
+                .map(|owner| owner.email)
+        }
+    };
+
+    let env = [
+        ("BERTH_DATABASE_URL".to_owned(), url.clone()),
+        (
+            "BERTH_NEW_PASSWORD".to_owned(),
+            "from the environment".to_owned(),
+        ),
+    ];
+    let (ok, text) = berth_with(&set, &env);
+    assert!(ok, "{text}");
+    assert!(text.contains("password of ada@example.com set"), "{text}");
+    assert!(
+        !text.contains("from the environment"),
+        "never echoed: {text}"
+    );
+    assert_eq!(
+        signs_in("from the environment").await.as_deref(),
+        Some("ada@example.com")
+    );
+
+    let (ok, text) = berth_reading(&url, &set, "from standard input\r\nsecond line\n");
+    assert!(ok, "{text}");
+    assert_eq!(
+        signs_in("from standard input").await.as_deref(),
+        Some("ada@example.com"),
+        "the first line, without its line ending"
+    );
+    assert_eq!(signs_in("from the environment").await, None);
+
+    let (ok, text) = berth_reading(&url, &set, "");
+    assert!(!ok && text.contains("no password"), "{text}");
+    let (ok, text) = berth_reading(&url, &set, "short\n");
+    assert!(
+        !ok && text.contains("password: must be at least 8"),
+        "{text}"
+    );
+    let (ok, text) = berth_reading(
+        &url,
+        &["admin", "set-password", "--email", "nobody@example.com"],
+        "long enough\n",
+    );
+    assert!(
+        !ok && text.contains("no user has the email `nobody@example.com`"),
+        "{text}"
+    );
+    let (ok, text) = berth(
+        &url,
+        &[
+            "admin",
+            "set-password",
+            "--email",
+            "ada@example.com",
+            "--password",
+            "in the process list",
+        ],
+    );
+    assert!(!ok && text.contains("--password"), "no such flag: {text}");
+    assert_eq!(
+        signs_in("from standard input").await.as_deref(),
+        Some("ada@example.com"),
+        "nothing refused changed it"
+    );
+    let (ok, text) = berth(&url, &["replay", "ledger"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("equal: the folded tables match the live ones"),
+        "{text}"
+    );
+}

@@ -170,6 +170,12 @@ catalogue! {
     UserCreated(UserCreated) = "UserCreated" v 1,
     /// An API key was issued to a user (only its hash is kept).
     ApiKeyIssued(ApiKeyIssued) = "ApiKeyIssued" v 1,
+    /// A user's password was set (only its Argon2id hash is kept).
+    UserPasswordSet(UserPasswordSet) = "UserPasswordSet" v 1,
+    /// A person signed in to the web console (only the SHA-256 of its token is kept).
+    ConsoleSignedIn(ConsoleSignedIn) = "ConsoleSignedIn" v 1,
+    /// A person signed out of the web console.
+    ConsoleSignedOut(ConsoleSignedOut) = "ConsoleSignedOut" v 1,
     /// A project was created.
     ProjectCreated(ProjectCreated) = "ProjectCreated" v 1,
     /// A user became a member of a project.
@@ -397,6 +403,20 @@ mod tests {
                 user_id: id,
                 key_prefix: "berth_012345".into(),
                 key_sha256: "ab".repeat(32),
+            }),
+            Event::UserPasswordSet(UserPasswordSet {
+                user_id: id,
+                password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaA".into(),
+            }),
+            Event::ConsoleSignedIn(ConsoleSignedIn {
+                user_id: id,
+                token_sha256: "cd".repeat(32),
+                expires_at: at,
+                how: SignInMethod::Password,
+            }),
+            Event::ConsoleSignedOut(ConsoleSignedOut {
+                user_id: id,
+                token_sha256: "cd".repeat(32),
             }),
             Event::ProjectCreated(ProjectCreated {
                 name: "research".into(),

@@ -4,6 +4,7 @@
 //!   serialised boundary every service shares.
 //! - [`apps`]: the apps a session offers (the terminal, its image's, its preopen ports) and
 //!   the rules of the proxy circuits that reach them.
+//! - [`credentials`]: the rule a password keeps and how long a web-console sign-in lasts.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
@@ -21,6 +22,7 @@
 pub mod aggregate;
 pub mod apps;
 pub mod catalogue;
+pub mod credentials;
 pub mod idleness;
 pub mod images;
 pub mod lifecycle;

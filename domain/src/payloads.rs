@@ -503,6 +503,61 @@ pub struct ApiKeyIssued {
     pub key_sha256: String,
 }
 
+/// A user's password was set, by an admin or by the user (the event's `actor` says which).
+/// Only its Argon2id hash is recorded, as a PHC string; the password itself never is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserPasswordSet {
+    pub user_id: Uuid,
+    /// `$argon2id$v=19$m=...,t=...,p=...$<salt>$<hash>`.
+    pub password_hash: String,
+}
+
+/// How a person proved who they are when signing in to the web console.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SignInMethod {
+    /// With one of their API keys.
+    Key,
+    /// With their email and password.
+    Password,
+}
+
+impl SignInMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignInMethod::Key => "key",
+            SignInMethod::Password => "password",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<SignInMethod> {
+        match text {
+            "key" => Some(SignInMethod::Key),
+            "password" => Some(SignInMethod::Password),
+            _ => None,
+        }
+    }
+}
+
+/// A person signed in to the web console. Only the SHA-256 of the session's token is
+/// recorded; the token itself is handed to the browser once, in its cookie.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsoleSignedIn {
+    pub user_id: Uuid,
+    pub token_sha256: String,
+    /// When the sign-in stops being honoured, whatever happens meanwhile.
+    pub expires_at: DateTime<Utc>,
+    pub how: SignInMethod,
+}
+
+/// A console session was ended by its holder before it expired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsoleSignedOut {
+    pub user_id: Uuid,
+    pub token_sha256: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectCreated {
     pub name: String,

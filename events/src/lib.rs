@@ -31,6 +31,6 @@ pub mod sql;
 pub mod store;
 pub use bus::trace;
 
-pub use domain::{aggregate, catalogue, idleness, images, notices, payloads};
+pub use domain::{aggregate, catalogue, credentials, idleness, images, notices, payloads};
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

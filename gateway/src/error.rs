@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use events::ledger::LedgerError;
 use events::lifecycle::{CommandError, TransitionError};
+use launcher::access::AccessError;
 use launcher::domain::FieldError;
 use launcher::launch::LaunchError;
 
@@ -133,6 +134,20 @@ impl From<LaunchError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "name_taken", f.message).field(f.field)
             }
             LaunchError::Ledger(e) => e.into(),
+        }
+    }
+}
+
+impl From<AccessError> for ApiError {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::Invalid { field, message } => ApiError::invalid(field, message),
+            AccessError::Forbidden { field, message } => {
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).field(field)
+            }
+            e @ AccessError::NoSuchUser(_) => ApiError::not_found(e.to_string()).field("email"),
+            e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()),
+            AccessError::Ledger(e) => e.into(),
         }
     }
 }

@@ -74,6 +74,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::resource_summary))
         .routes(routes!(api::presets))
         .routes(routes!(api::whoami))
+        .routes(routes!(api::set_my_password))
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
@@ -198,6 +199,7 @@ mod tests {
             ("get", "/v1/resources"),
             ("get", "/v1/presets"),
             ("get", "/v1/whoami"),
+            ("put", "/v1/whoami/password"),
             ("get", "/v1/events"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),

@@ -266,6 +266,8 @@ pub struct Whoami {
     pub email: String,
     pub role: events::payloads::Role,
     pub resource_policy: String,
+    /// Whether I have a password (then changing it asks for it as `current`).
+    pub password_set: bool,
 }
 
 /// `POST /v1/sessions`: the sessions recorded, each PENDING.

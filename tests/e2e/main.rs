@@ -14,6 +14,7 @@
 //! - [`migrations`]: the backbone's and the services' schemas, on a fresh database and on one
 //!   migrated before the services owned theirs.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
+//! - [`passwords`]: a user's password set and changed through the API, refused by name.
 //! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
@@ -39,6 +40,7 @@ mod idle;
 mod migrations;
 mod notifications;
 mod outage;
+mod passwords;
 mod restore;
 mod sessions;
 mod traces;

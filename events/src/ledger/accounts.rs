@@ -1,7 +1,10 @@
 //! The accounts family: who the users are and what they hold.
 //!
-//! Tables: `users`, `api_keys`, `folders`, `projects`, `project_members`. Changed by
-//! `UserCreated`, `ApiKeyIssued`, `FolderCreated`, `ProjectCreated` and `UserJoinedProject`.
+//! Tables: `users`, `api_keys`, `folders`, `projects`, `project_members`, `user_passwords`,
+//! `console_sign_ins`. Changed by `UserCreated`, `ApiKeyIssued`, `FolderCreated`,
+//! `ProjectCreated`, `UserJoinedProject`, `UserPasswordSet` (the last one set is the password),
+//! `ConsoleSignedIn` and `ConsoleSignedOut` (which removes the sign-in; an expired one stays,
+//! and `events::ledger::credentials` no longer honours it).
 //! A user's email and a folder's name are decided here: the SQL account refuses a second
 //! one; the in-memory account keeps the first, because the log holds only accepted ones.
 
@@ -84,6 +87,31 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::UserPasswordSet(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.user_passwords VALUES ($1, $2)
+                     ON CONFLICT (user_id) DO UPDATE SET password_hash = $2",
+                &[&e.user_id, &e.password_hash],
+            )
+            .await?;
+        }
+        Event::ConsoleSignedIn(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.console_sign_ins VALUES ($1, $2, $3, $4)",
+                &[&e.token_sha256, &e.user_id, &e.how.as_str(), &e.expires_at],
+            )
+            .await?;
+        }
+        Event::ConsoleSignedOut(e) => {
+            exec(
+                client,
+                "DELETE FROM ledger.console_sign_ins WHERE token_sha256 = $1",
+                &[&e.token_sha256],
+            )
+            .await?;
+        }
         other => unreachable!("`{}` is not an accounts event", other.event_type()),
     }
     Ok(())
@@ -106,6 +134,16 @@ pub(super) struct Tables {
     /// Project name to description.
     pub projects: HashMap<String, String>,
     pub project_members: HashMap<(String, Uuid), ()>,
+    /// User to their password's hash.
+    pub user_passwords: HashMap<Uuid, String>,
+    /// Token digest to the console sign-in.
+    pub console_sign_ins: HashMap<String, SignIn>,
+}
+
+pub(super) struct SignIn {
+    pub user_id: Uuid,
+    pub how: &'static str,
+    pub expires_at: DateTime<Utc>,
 }
 
 impl Tables {
@@ -134,6 +172,23 @@ impl Tables {
             Event::UserJoinedProject(e) => {
                 self.project_members
                     .insert((e.project.clone(), e.user_id), ());
+            }
+            Event::UserPasswordSet(e) => {
+                self.user_passwords
+                    .insert(e.user_id, e.password_hash.clone());
+            }
+            Event::ConsoleSignedIn(e) => {
+                self.console_sign_ins.insert(
+                    e.token_sha256.clone(),
+                    SignIn {
+                        user_id: e.user_id,
+                        how: e.how.as_str(),
+                        expires_at: e.expires_at,
+                    },
+                );
+            }
+            Event::ConsoleSignedOut(e) => {
+                self.console_sign_ins.remove(&e.token_sha256);
             }
             other => unreachable!("`{}` is not an accounts event", other.event_type()),
         }
@@ -201,6 +256,30 @@ impl Tables {
                 .project_members
                 .keys()
                 .map(|(project, user)| -> [&(dyn ToSql + Sync); 2] { [project, user] })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.user_passwords"),
+            ["user_id", "password_hash"],
+            &self
+                .user_passwords
+                .iter()
+                .map(|(user, hash)| -> [&(dyn ToSql + Sync); 2] { [user, hash] })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.console_sign_ins"),
+            ["token_sha256", "user_id", "how", "expires_at"],
+            &self
+                .console_sign_ins
+                .iter()
+                .map(|(digest, s)| -> [&(dyn ToSql + Sync); 4] {
+                    [digest, &s.user_id, &s.how, &s.expires_at]
+                })
                 .collect::<Vec<_>>(),
         )
         .await?;

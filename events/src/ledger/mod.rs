@@ -15,7 +15,8 @@
 //! `apply_in_memory`, as [`replay`] folds the log) and the `COPY` of its tables into the
 //! replay's scratch schema:
 //!
-//! - `accounts`: users, their API keys and folders, projects and their members.
+//! - `accounts`: users, their API keys, passwords, console sign-ins and folders, projects and
+//!   their members.
 //! - `resources`: resource groups and the projects granted them, resource policies, presets.
 //! - `agents`: the agents, their capacity and whether they are offered to the scheduler.
 //! - `sessions`: the sessions and their kernels (with the shares these hold on agents).
@@ -30,10 +31,12 @@
 //! - `memory`: the in-memory account, routed by family, for [`replay`] to write out.
 //! - [`replay`]: fold the whole log again into a scratch schema and compare.
 //! - [`keys`]: the API-key lookup.
+//! - [`credentials`]: passwords (Argon2id) and web-console sign-ins, and who they sign in.
 
 mod accounts;
 mod agents;
 mod apps;
+pub mod credentials;
 mod fold;
 mod images;
 pub mod keys;
@@ -43,6 +46,7 @@ mod replay;
 mod resources;
 mod sessions;
 
+pub use credentials::{console_owner, password_owner};
 pub use keys::{key_digest, key_owner, KeyOwner};
 pub use record::{record, record_now};
 pub use replay::{replay, Replay, NOT_COMPARED};
@@ -77,7 +81,10 @@ impl Family {
             | Event::ApiKeyIssued(_)
             | Event::ProjectCreated(_)
             | Event::UserJoinedProject(_)
-            | Event::FolderCreated(_) => Family::Accounts,
+            | Event::FolderCreated(_)
+            | Event::UserPasswordSet(_)
+            | Event::ConsoleSignedIn(_)
+            | Event::ConsoleSignedOut(_) => Family::Accounts,
             Event::ResourceGroupCreated(_)
             | Event::ResourceGroupGranted(_)
             | Event::ResourcePolicySet(_)

@@ -9,6 +9,7 @@
 //! - [`logs`]: a session's output, whole or followed.
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`folders`]: the caller's data folders.
+//! - `password`: the caller's password, for the web console.
 
 mod apps;
 mod folders;
@@ -17,6 +18,7 @@ mod idle;
 mod images;
 mod logs;
 mod notifications;
+mod password;
 mod query;
 mod resources;
 mod sessions;
@@ -28,6 +30,7 @@ pub use idle::*;
 pub use images::*;
 pub use logs::*;
 pub use notifications::*;
+pub use password::*;
 pub use resources::*;
 pub use sessions::*;
 

@@ -61,11 +61,17 @@ pub async fn presets(
 /// The caller.
 #[utoipa::path(get, path = "/v1/whoami", tag = "resources",
     responses((status = 200, description = "who the API key belongs to", body = Whoami)))]
-pub async fn whoami(Caller(caller): Caller) -> Json<Whoami> {
-    Json(Whoami {
+pub async fn whoami(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Whoami>, ApiError> {
+    let client = state.pool.get().await?;
+    let password_set = events::ledger::credentials::has_password(&client, caller.user_id).await?;
+    Ok(Json(Whoami {
         user_id: caller.user_id,
         email: caller.email,
         role: caller.role,
         resource_policy: caller.resource_policy,
-    })
+        password_set,
+    }))
 }

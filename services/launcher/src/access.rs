@@ -19,6 +19,12 @@ pub enum AccessError {
         field: &'static str,
         message: String,
     },
+    /// The caller may not do this: `field` names what they got wrong (a current password).
+    #[error("{field}: {message}")]
+    Forbidden {
+        field: &'static str,
+        message: String,
+    },
     #[error("no user has the email `{0}`")]
     NoSuchUser(String),
     #[error("{what} `{name}` does not exist")]
@@ -72,7 +78,7 @@ fn check_email(email: &str) -> Result<(), AccessError> {
     }
 }
 
-fn admin_metadata() -> events::Metadata {
+pub(crate) fn admin_metadata() -> events::Metadata {
     events::trace::metadata("admin", None)
 }
 
@@ -106,7 +112,7 @@ fn key_issued(user_id: Uuid, key: &str) -> Event {
     })
 }
 
-async fn user_id_of(pool: &Pool, email: &str) -> Result<Uuid, AccessError> {
+pub(crate) async fn user_id_of(pool: &Pool, email: &str) -> Result<Uuid, AccessError> {
     let client = pool.get().await?;
     db::user_by_email(&client, email)
         .await?

@@ -8,8 +8,10 @@
 //! - [`schema`]: the create request as the OpenAPI document states it, beside its rules.
 //! - [`db`]: the ledger reads above, the crate's only SQL.
 //! - [`access`]: users, API keys, projects, resource groups, policies and presets.
+//! - [`credentials`]: passwords, set by an admin or by their user, and web-console sign-ins.
 
 pub mod access;
+pub mod credentials;
 pub mod db;
 pub mod decide;
 pub mod domain;
