@@ -117,6 +117,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
     },
+    /// The console's Sessions page over many sessions next to the JSON list of the same
+    /// page: bytes and answer times, and in headless Chromium its first paint next to the
+    /// list fetched from the page.
+    Console {
+        #[arg(long, default_value_t = 1_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 30)]
+        rounds: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -164,6 +173,9 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::bench_recovery::recovery(rounds, Duration::from_secs(outage)).await
         }
         BenchCommand::Replay { events } => crate::bench_replay::replay(&url, events).await,
+        BenchCommand::Console { sessions, rounds } => {
+            crate::bench_console::console(&url, sessions, rounds).await
+        }
         BenchCommand::Gateway {
             seconds,
             clients,

@@ -128,7 +128,7 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
 }
 
 /// Registers the agents and records the pending sessions through the launcher.
-async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()> {
+pub(crate) async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()> {
     launcher::access::bootstrap(pool).await?;
     launcher::access::set_policy(
         pool,

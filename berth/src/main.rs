@@ -12,6 +12,7 @@ mod agent_cli;
 mod bench;
 mod bench_apps;
 mod bench_commit;
+mod bench_console;
 mod bench_fleet;
 mod bench_reap;
 mod bench_recovery;

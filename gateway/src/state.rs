@@ -30,8 +30,6 @@ pub struct AppState {
     pub agent_bus: bus::Subjects,
     /// API keys looked up lately (see [`KeyCache`]).
     pub(crate) keys: KeyCache,
-    /// The console's sign-ins, by the digest of their token.
-    pub(crate) sign_ins: SignIns,
     pub(crate) details: Arc<cache::DetailCache>,
     /// The app proxy, when this gateway serves one.
     pub proxy: Option<Arc<proxy::Proxy>>,
@@ -67,7 +65,6 @@ impl AppState {
             topology,
             agent_bus: bus::Subjects::default(),
             keys: KeyCache::default(),
-            sign_ins: SignIns::default(),
             details: Arc::new(cache::DetailCache::new(detail_ttl)),
             proxy: None,
             readiness: ready::Readiness::default(),
@@ -147,39 +144,5 @@ impl KeyCache {
     /// Keeps `owner` as the owner of the key with `digest`, looked up now.
     pub(crate) async fn keep(&self, digest: String, owner: KeyOwner) {
         self.0.write().await.insert(digest, (owner, Instant::now()));
-    }
-}
-
-/// The console's sign-ins: the owner of each token handed out, by the token's digest, until
-/// it expires or is signed out.
-#[derive(Clone, Default)]
-pub(crate) struct SignIns(Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>);
-
-impl SignIns {
-    /// A new token for `owner`, valid for [`crate::console::auth::SIGN_IN_LASTS`].
-    pub(crate) async fn record(&self, owner: KeyOwner) -> String {
-        let token = hex::encode(rand::random::<[u8; 32]>());
-        let expires = Instant::now() + crate::console::SIGN_IN_LASTS;
-        self.0
-            .write()
-            .await
-            .insert(events::ledger::key_digest(&token), (owner, expires));
-        token
-    }
-
-    /// Who `token` was handed to, while it lasts.
-    pub(crate) async fn owner(&self, token: &str) -> Option<KeyOwner> {
-        match self.0.read().await.get(&events::ledger::key_digest(token)) {
-            Some((owner, expires)) if Instant::now() < *expires => Some(owner.clone()),
-            _ => None,
-        }
-    }
-
-    /// Ends the sign-in `token` belongs to.
-    pub(crate) async fn end(&self, token: &str) {
-        self.0
-            .write()
-            .await
-            .remove(&events::ledger::key_digest(token));
     }
 }

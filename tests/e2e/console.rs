@@ -4,7 +4,7 @@
 //! its scheduling history filtered by result; a field error's card with nothing created;
 //! a launch done by keyboard alone, every form control labelled; an interactive session's
 //! terminal and Jupyter opened from the console, and refused to a browser without the
-//! cookie. Every step that fails keeps a screenshot (`target/console-screenshots/`), and the
+//! cookie until it signs in with an email and password (and again once it signs out). Every step that fails keeps a screenshot (`target/console-screenshots/`), and the
 //! run keeps the README's pictures (`docs/console/`).
 
 use std::time::Duration;
@@ -336,6 +336,26 @@ async fn an_interactive_sessions_terminal_and_jupyter_open_from_the_console() {
             stranger
                 .client
                 .goto(&format!("{}/console/sessions?session={id}", s.h.base))
+                .await
+                .unwrap();
+            stranger.find("#sign-in").await;
+            // Signed in with an email and the password an admin set, the session is theirs
+            // to see; signed out, the cookie is worth nothing.
+            launcher::credentials::set_password(&s.h.pool, "carol@example.com", "correct horse")
+                .await
+                .unwrap();
+            stranger.fill("#email", "carol@example.com").await;
+            stranger.fill("#password", "wrong horse").await;
+            stranger.click("#sign-in").await;
+            stranger.find("#sign-in-error").await;
+            stranger.fill("#password", "correct horse").await;
+            stranger.click("#sign-in").await;
+            stranger.find("#detail").await;
+            stranger.click("header .who button").await;
+            stranger.find("#sign-in").await;
+            stranger
+                .client
+                .goto(&format!("{}/console/sessions", s.h.base))
                 .await
                 .unwrap();
             stranger.find("#sign-in").await;

@@ -12,6 +12,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use events::ledger::KeyOwner;
+use events::payloads::SignInMethod;
 use serde::Deserialize;
 
 use super::{render, PageError};
@@ -22,7 +23,8 @@ use crate::state::AppState;
 pub const COOKIE: &str = "berth_console";
 
 /// How long a sign-in lasts.
-pub const SIGN_IN_LASTS: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+pub const SIGN_IN_LASTS: std::time::Duration =
+    std::time::Duration::from_secs(events::credentials::CONSOLE_SIGN_IN_HOURS as u64 * 3600);
 
 /// The signed-in user of a console page; without a valid cookie the page answers with a
 /// redirect to the sign-in form, which comes back to the page.
@@ -121,9 +123,11 @@ pub async fn api_caller(
     }
 }
 
-/// The user a console token was handed to, while the sign-in lasts.
+/// The user a console token was handed to, while the sign-in lasts (the ledger's
+/// `console_sign_ins`; a sign-out or its twelve hours end it).
 async fn owner_of(state: &AppState, token: &str) -> Result<Option<KeyOwner>, ApiError> {
-    Ok(state.sign_ins.owner(token).await)
+    let client = state.pool.get().await?;
+    Ok(events::ledger::console_owner(&client, token).await?)
 }
 
 #[derive(Template)]
@@ -178,18 +182,25 @@ pub async fn sign_in(
     Form(form): Form<SignInForm>,
 ) -> Result<Response, PageError> {
     let next = return_to(&form.next);
-    let (owner, refusal) = if !form.key.trim().is_empty() {
+    let (owner, how, refusal) = if !form.key.trim().is_empty() {
         (
             crate::api::lookup_key(&state, form.key.trim()).await?,
+            SignInMethod::Key,
             "no user holds that API key",
         )
     } else if !form.email.trim().is_empty() {
+        let client = state.pool.get().await?;
         (
-            password_owner(&state, form.email.trim(), &form.password).await?,
+            events::ledger::password_owner(&client, form.email.trim(), &form.password).await?,
+            SignInMethod::Password,
             "the email or the password is wrong",
         )
     } else {
-        (None, "give an API key, or an email and a password")
+        (
+            None,
+            SignInMethod::Key,
+            "give an API key, or an email and a password",
+        )
     };
     let Some(owner) = owner else {
         let mut page = render(&SignInPage {
@@ -200,7 +211,7 @@ pub async fn sign_in(
         *page.status_mut() = StatusCode::UNAUTHORIZED;
         return Ok(page);
     };
-    let token = state.sign_ins.record(owner).await;
+    let token = launcher::credentials::sign_in(&state.pool, owner.user_id, how).await?;
     let cookie = format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         SIGN_IN_LASTS.as_secs()
@@ -208,30 +219,21 @@ pub async fn sign_in(
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response())
 }
 
-/// The user with this email and password.
-async fn password_owner(
-    _state: &AppState,
-    _email: &str,
-    _password: &str,
-) -> Result<Option<KeyOwner>, ApiError> {
-    Ok(None)
-}
-
 /// `POST /console/sign-out`: the sign-in ends and the cookie is dropped.
 pub async fn sign_out(
     State(state): State<AppState>,
     _: SameOrigin,
     headers: HeaderMap,
-) -> Response {
+) -> Result<Response, PageError> {
     if let Some(token) = token_in(&headers) {
-        state.sign_ins.end(token).await;
+        launcher::credentials::sign_out(&state.pool, token).await?;
     }
     let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
-    (
+    Ok((
         [(header::SET_COOKIE, cookie)],
         Redirect::to("/console/sign-in"),
     )
-        .into_response()
+        .into_response())
 }
 
 #[cfg(test)]

@@ -119,9 +119,9 @@ fn render(page: &impl Template) -> Response {
 /// What a page could not show: the API's error (its status kept), as a page that says so.
 pub struct PageError(pub ApiError);
 
-impl From<ApiError> for PageError {
-    fn from(e: ApiError) -> Self {
-        PageError(e)
+impl<E: Into<ApiError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError(e.into())
     }
 }
 
