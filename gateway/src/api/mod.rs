@@ -8,26 +8,35 @@
 //! - [`history`]: a session's scheduling history.
 //! - [`logs`]: a session's output, whole or followed.
 //! - [`resources`]: the resource summary, presets, who am I.
+//! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
+//! - [`launches`]: the caller's recent launches, renamed and pinned.
+//! - [`queue`]: every group's queue in the scheduler's order (superadmins).
 //! - [`folders`]: the caller's data folders.
 
 mod apps;
+mod catalogue;
 mod folders;
 mod history;
 mod idle;
 mod images;
+mod launches;
 mod logs;
 mod notifications;
 mod query;
+mod queue;
 mod resources;
 mod sessions;
 
 pub use apps::*;
+pub use catalogue::*;
 pub use folders::*;
 pub use history::*;
 pub use idle::*;
 pub use images::*;
+pub use launches::*;
 pub use logs::*;
 pub use notifications::*;
+pub use queue::*;
 pub use resources::*;
 pub use sessions::*;
 
