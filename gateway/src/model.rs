@@ -467,10 +467,19 @@ pub struct Launch {
     /// Kept among the recent launches however old.
     pub pinned: bool,
     pub created_at: DateTime<Utc>,
-    /// The request as it was sent: `POST /v1/sessions` with it launches it again.
+    /// The request as it was sent, the fields left out absent: `POST /v1/sessions` with it
+    /// launches it again.
+    #[serde(serialize_with = "kept_request")]
     pub request: launcher::launch::CreateSession,
     /// The sessions it made.
     pub sessions: Vec<Uuid>,
+}
+
+fn kept_request<S: serde::Serializer>(
+    request: &launcher::launch::CreateSession,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    request.kept().serialize(serializer)
 }
 
 /// `GET /v1/launches`: the caller's newest launches and the pinned ones, newest first.

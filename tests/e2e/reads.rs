@@ -447,6 +447,8 @@ async fn recent_launches_are_the_five_newest_and_the_pinned_ones_kept_whole() {
         let (launch, sessions) = &launches[n as usize - 1];
         assert_eq!(item["launch_id"], launch.as_str());
         assert_eq!(item["sessions"], json!(sessions));
+        // As sent: what was left out is absent, not null (the document calls none nullable).
+        assert!(!item["request"].to_string().contains("null"), "{item}");
         assert_eq!(
             serde_json::from_value::<CreateSession>(item["request"].clone()).unwrap(),
             serde_json::from_value::<CreateSession>(request(n)).unwrap(),

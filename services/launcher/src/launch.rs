@@ -146,6 +146,14 @@ pub struct CreateSession {
     pub owner_email: Option<String>,
 }
 
+impl CreateSession {
+    /// The request as it is kept and shown again: the fields its sender left out absent
+    /// (the document calls none of them nullable), so that it reads back as the same request.
+    pub fn kept(&self) -> serde_json::Value {
+        without_nulls(serde_json::to_value(self).expect("a create request serialises"))
+    }
+}
+
 /// A session the launcher recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Launched {
@@ -203,7 +211,7 @@ pub async fn launch(
     request: CreateSession,
 ) -> Result<Vec<Launched>, LaunchError> {
     decide::check_request(actor, &request)?;
-    let kept = without_nulls(serde_json::to_value(&request).expect("a create request serialises"));
+    let kept = request.kept();
     let context = db::load_context(pool, actor, &request).await?;
     let sessions = {
         // Dropped before the next await: the thread's generator does not cross threads.
@@ -315,7 +323,7 @@ mod tests {
             count: Some(2),
             ..CreateSession::default()
         };
-        let kept = without_nulls(serde_json::to_value(&request).unwrap());
+        let kept = request.kept();
         assert_eq!(
             kept,
             serde_json::json!({"type": "batch", "image": "berth/shell:latest",
