@@ -219,6 +219,12 @@ catalogue! {
     AppStartRequested(AppStartRequested) = "AppStartRequested" v 1,
     /// An app's start ended: its port accepts connections, or why not.
     AppStartEnded(AppStartEnded) = "AppStartEnded" v 1,
+    /// A user's create request was taken; kept whole among their recent launches.
+    LaunchRecorded(LaunchRecorded) = "LaunchRecorded" v 1,
+    /// A user named (or unnamed) one of their launches.
+    LaunchRenamed(LaunchRenamed) = "LaunchRenamed" v 1,
+    /// A user pinned or unpinned one of their launches.
+    LaunchPinned(LaunchPinned) = "LaunchPinned" v 1,
 }
 
 /// Why a stored payload could not be upcast (said as the reason of a
@@ -586,6 +592,22 @@ mod tests {
                 session_id: id,
                 port: 10205,
                 reason: crate::apps::CircuitCloseReason::SessionEnded,
+            }),
+            Event::LaunchRecorded(LaunchRecorded {
+                launch_id: id,
+                user_id: id,
+                request: json!({"image": "berth/shell:latest", "count": 2}),
+                sessions: vec![id],
+            }),
+            Event::LaunchRenamed(LaunchRenamed {
+                launch_id: id,
+                user_id: id,
+                label: Some("nightly training".into()),
+            }),
+            Event::LaunchPinned(LaunchPinned {
+                launch_id: id,
+                user_id: id,
+                pinned: true,
             }),
             Event::SessionIdleReaped(SessionIdleReaped {
                 session_id: id,

@@ -39,6 +39,22 @@ pub fn custom_image_owner(image: &str) -> Option<Uuid> {
     Uuid::try_parse(owner).ok()
 }
 
+/// An image reference split into its repository and its tag (`berth/python:3.12` into
+/// `berth/python` and `3.12`; `localhost:5000/x` into itself and `latest`, the tag an engine
+/// takes for a reference without one). A digest (`@sha256:...`) stays in the tag.
+pub fn split_reference(image: &str) -> (&str, &str) {
+    let (name, digest) = match image.split_once('@') {
+        Some((name, _)) => (name, true),
+        None => (image, false),
+    };
+    let slash = name.rfind('/').map_or(0, |i| i + 1);
+    match name[slash..].rfind(':') {
+        Some(colon) => (&image[..slash + colon], &image[slash + colon + 1..]),
+        None if digest => (name, &image[name.len() + 1..]),
+        None => (image, "latest"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +74,21 @@ mod tests {
             "",
         ] {
             assert!(check_image_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_reference_splits_into_its_repository_and_tag() {
+        for (image, repository, tag) in [
+            ("berth/python:3.12", "berth/python", "3.12"),
+            ("berth/shell", "berth/shell", "latest"),
+            ("localhost:5000/team/x:v1", "localhost:5000/team/x", "v1"),
+            ("localhost:5000/team/x", "localhost:5000/team/x", "latest"),
+            ("ubuntu@sha256:abc", "ubuntu", "sha256:abc"),
+            ("ubuntu:22.04@sha256:abc", "ubuntu", "22.04@sha256:abc"),
+            ("berth-custom/u00ff:Env_1", "berth-custom/u00ff", "Env_1"),
+        ] {
+            assert_eq!(split_reference(image), (repository, tag), "{image}");
         }
     }
 

@@ -9,7 +9,8 @@
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
 //! - [`notices`]: which events a session's owner is told about, in what words.
-//! - [`images`]: customized images' names and owners.
+//! - [`images`]: image references, customized images' names and owners.
+//! - [`launches`]: a user's recent launches, their names and pins.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
 //! - [`RecordedEvent`] and [`LogPosition`]: an event as the log returns it, and its place in
@@ -25,6 +26,7 @@ pub mod catalogue;
 pub mod credentials;
 pub mod idleness;
 pub mod images;
+pub mod launches;
 pub mod lifecycle;
 pub mod notices;
 pub mod payloads;

@@ -801,6 +801,36 @@ pub struct NotificationsRead {
     pub all: bool,
 }
 
+/// A user's create request was taken: the request as they sent it (the launcher's
+/// `CreateSession`, kept whole so that it can be launched again) and the sessions it made.
+/// One of a user's recent launches (`crate::launches`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRecorded {
+    pub launch_id: Uuid,
+    /// Who sent the request (an admin's, when they created sessions for somebody else).
+    pub user_id: Uuid,
+    pub request: serde_json::Value,
+    pub sessions: Vec<Uuid>,
+}
+
+/// A user named one of their launches (`None`: took its name away).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRenamed {
+    pub launch_id: Uuid,
+    pub user_id: Uuid,
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// A user pinned one of their launches (kept among the recent ones however old), or
+/// unpinned it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchPinned {
+    pub launch_id: Uuid,
+    pub user_id: Uuid,
+    pub pinned: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,14 @@ pub fn holds_resources(column: &str) -> String {
     )
 }
 
+/// The order in which the scheduler tries a resource group's PENDING sessions, for the
+/// sessions table (`ledger.sessions`) named or aliased `table`: the order they were
+/// requested in, kept when a session comes back to the queue. The scheduler's queue and the
+/// gateway's view of it both sort by this, so they cannot part.
+pub fn queue_order(table: &str) -> String {
+    format!("{table}.queue_seq")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

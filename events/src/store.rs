@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (13, include_str!("../migrations/0013_apps.sql")),
     (14, include_str!("../migrations/0014_log_clock.sql")),
     (17, include_str!("../migrations/0017_image_claims.sql")),
+    (18, include_str!("../migrations/0018_launches.sql")),
     (19, include_str!("../migrations/0019_credentials.sql")),
 ];
 /// What a backbone migration whose tables moved to their service's crate now runs: nothing.

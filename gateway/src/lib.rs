@@ -73,6 +73,12 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::list_folders, api::create_folder))
         .routes(routes!(api::resource_summary))
         .routes(routes!(api::presets))
+        .routes(routes!(api::list_resource_groups))
+        .routes(routes!(api::list_agents))
+        .routes(routes!(api::list_environments))
+        .routes(routes!(api::list_launches))
+        .routes(routes!(api::update_launch))
+        .routes(routes!(api::list_queue))
         .routes(routes!(api::whoami))
         .routes(routes!(api::set_my_password))
         .routes(routes!(sse::events))
@@ -198,6 +204,12 @@ mod tests {
             ("post", "/v1/folders"),
             ("get", "/v1/resources"),
             ("get", "/v1/presets"),
+            ("get", "/v1/resource-groups"),
+            ("get", "/v1/agents"),
+            ("get", "/v1/environments"),
+            ("get", "/v1/launches"),
+            ("patch", "/v1/launches/{id}"),
+            ("get", "/v1/queue"),
             ("get", "/v1/whoami"),
             ("put", "/v1/whoami/password"),
             ("get", "/v1/events"),
@@ -270,5 +282,14 @@ mod tests {
         assert!(create["allOf"]
             .as_array()
             .is_some_and(|rules| rules.len() == 3));
+        let label = &schemas["LaunchChange"]["properties"]["label"];
+        assert_eq!(
+            (label["pattern"].as_str(), label["maxLength"].as_u64()),
+            (
+                Some(domain::launches::LABEL_PATTERN),
+                Some(domain::launches::MAX_LABEL_CHARS as u64)
+            ),
+            "{label}"
+        );
     }
 }

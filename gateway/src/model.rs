@@ -33,6 +33,13 @@ pub struct SessionSummary {
     pub agent_id: Option<String>,
     pub created_at: DateTime<Utc>,
     pub status_changed_at: DateTime<Utc>,
+    /// What the session's kernels ask for in all (what they hold while placed): the seeds'
+    /// "allocated resources".
+    pub allocated: Amounts,
+    pub cluster_size: u32,
+    /// Seconds from its start (RUNNING) to its end, or to now while it runs; null for a
+    /// session that never ran.
+    pub elapsed_secs: Option<f64>,
 }
 
 /// `GET /v1/sessions`: a page of sessions and how many match in all.
@@ -369,6 +376,177 @@ pub struct Unread {
 pub struct Exempted {
     pub session_id: Uuid,
     pub idle_exempt: bool,
+}
+
+/// One version of an environment: an image the live agents of a group offer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentVersion {
+    /// The tag (`latest`, `3.12`; a customized image's name).
+    pub tag: String,
+    /// The whole image name, as a create request's `image` names it.
+    pub image: String,
+    /// The resource groups open to the caller whose live agents offer it.
+    pub resource_groups: Vec<String>,
+}
+
+/// An environment: one image repository and the versions of it offered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    /// The repository (`berth/python`).
+    pub name: String,
+    /// Whether these are the caller's own customized images (committed from their
+    /// sessions; nobody else is offered them).
+    pub customized: bool,
+    /// By tag.
+    pub versions: Vec<EnvironmentVersion>,
+}
+
+/// `GET /v1/environments`: the image catalogue, by repository (the caller's customized images
+/// last).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Environments {
+    pub environments: Vec<Environment>,
+}
+
+/// A resource group open to the caller and what its live agents hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceGroup {
+    pub name: String,
+    /// `fifo` or `backfill`.
+    pub queue_policy: String,
+    /// `concentrated` or `dispersed`.
+    pub agent_selection: String,
+    /// Its live agents.
+    pub agents: i32,
+    pub capacity: Amounts,
+    pub used: Amounts,
+    pub free: Amounts,
+}
+
+/// `GET /v1/resource-groups`: the groups open to the caller, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceGroups {
+    pub resource_groups: Vec<ResourceGroup>,
+}
+
+/// An agent and what it holds. The last three fields are told to superadmins only (null
+/// for anyone else, who sees only live agents).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    pub agent_id: String,
+    pub resource_group: String,
+    pub capacity: Amounts,
+    pub used: Amounts,
+    pub free: Amounts,
+    /// Why nothing is placed on it any more (lost, departed, revoked); null while live.
+    pub lost: Option<String>,
+    /// Seconds since it was last heard from (a heartbeat, its registration).
+    pub heartbeat_age_secs: Option<f64>,
+    /// Sessions holding resources on it.
+    pub sessions: Option<i64>,
+}
+
+/// `GET /v1/agents`: by group, then id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Agents {
+    pub agents: Vec<Agent>,
+}
+
+/// One of the caller's launches: a create request they sent, kept whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub launch_id: Uuid,
+    /// The name the caller gave it; null when none.
+    pub label: Option<String>,
+    /// Kept among the recent launches however old.
+    pub pinned: bool,
+    pub created_at: DateTime<Utc>,
+    /// The request as it was sent, the fields left out absent: `POST /v1/sessions` with it
+    /// launches it again.
+    #[serde(serialize_with = "kept_request")]
+    pub request: launcher::launch::CreateSession,
+    /// The sessions it made.
+    pub sessions: Vec<Uuid>,
+}
+
+fn kept_request<S: serde::Serializer>(
+    request: &launcher::launch::CreateSession,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    request.kept().serialize(serializer)
+}
+
+/// `GET /v1/launches`: the caller's newest launches and the pinned ones, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Launches {
+    pub launches: Vec<Launch>,
+}
+
+/// Why a PENDING session waits: its latest scheduling-history row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitReason {
+    pub phase: String,
+    pub result: String,
+    pub error_code: Option<String>,
+    pub message: String,
+    pub attempts: i32,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A session waiting in its group's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueuedSession {
+    /// Its place in the order the scheduler tries the queue, from 1.
+    pub position: i64,
+    pub session_id: Uuid,
+    pub name: String,
+    pub owner: OwnerRef,
+    #[serde(rename = "type")]
+    pub session_type: String,
+    pub created_at: DateTime<Utc>,
+    /// When it last entered the queue (its request, or its return to it).
+    pub queued_at: DateTime<Utc>,
+    /// Per kernel.
+    pub per_kernel: Amounts,
+    pub cluster_size: i32,
+    /// In all.
+    pub requested: Amounts,
+    pub wanted_agent: Option<String>,
+    pub starts_at: Option<DateTime<Utc>>,
+    /// Counted scheduling attempts.
+    pub attempts: i32,
+    /// Null until the scheduler has tried it.
+    pub reason: Option<WaitReason>,
+}
+
+/// One resource group's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupQueue {
+    pub resource_group: String,
+    /// `fifo` or `backfill`.
+    pub queue_policy: String,
+    /// In the order the scheduler tries them.
+    pub sessions: Vec<QueuedSession>,
+}
+
+/// `GET /v1/queue`: every resource group's queue, in the order the scheduler passes over
+/// them (by name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Queue {
+    pub resource_groups: Vec<GroupQueue>,
 }
 
 #[cfg(test)]

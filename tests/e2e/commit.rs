@@ -145,7 +145,7 @@ async fn a_committed_session_starts_new_sessions_for_its_owner_alone_without_its
 }
 
 /// Moves a session placed on hand-driven agent `agent` to RUNNING.
-async fn run_by_hand(h: &Harness, agent: &str, id: &str) {
+pub(crate) async fn run_by_hand(h: &Harness, agent: &str, id: &str) {
     h.wait_session(id, |s| s["status"] == "SCHEDULED").await;
     let session = Uuid::parse_str(id).unwrap();
     for to in [

@@ -16,6 +16,8 @@
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`passwords`]: a user's password set and changed through the API, refused by name.
 //! - [`outage`]: NATS killed and started again under a running agent.
+//! - [`reads`]: what a console's pages read: list rows with resources and elapsed time,
+//!   the groups, agents and images a launch chooses from, recent launches, the queue.
 //! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
@@ -41,6 +43,7 @@ mod migrations;
 mod notifications;
 mod outage;
 mod passwords;
+mod reads;
 mod restore;
 mod sessions;
 mod traces;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
 use super::sessions::{self, SessionPatch};
-use super::{accounts, agents, apps, images, resources, Family, LedgerError};
+use super::{accounts, agents, apps, images, launches, resources, Family, LedgerError};
 use crate::catalogue::Event;
 
 /// Applies one event, the `stream_version`-th of its stream, to the ledger.
@@ -41,6 +41,10 @@ pub(super) async fn apply<C: GenericClient>(
         }
         Family::Apps => apps::apply_sql(client, patch, event, stream_version, at).await,
         Family::Images => images::apply_sql(client, patch, event, stream_version, at).await,
+        Family::Launches => {
+            patch.flush(client).await?;
+            launches::apply_sql(client, event, at).await
+        }
         Family::Ignored => patch.flush(client).await,
     }
 }

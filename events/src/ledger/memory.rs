@@ -12,7 +12,7 @@
 //! instead of being reproduced by both. The fold here decides nothing (no uniqueness, no room
 //! on an agent): it only adds up, because the log already holds every decision.
 
-use super::{accounts, agents, apps, images, resources, sessions, Family};
+use super::{accounts, agents, apps, images, launches, resources, sessions, Family};
 use crate::RecordedEvent;
 
 /// Every ledger table, by family.
@@ -24,6 +24,7 @@ pub(super) struct LedgerRows {
     pub sessions: sessions::Tables,
     pub apps: apps::Tables,
     pub images: images::Tables,
+    pub launches: launches::Tables,
 }
 
 impl LedgerRows {
@@ -39,6 +40,7 @@ impl LedgerRows {
             }
             Family::Apps => self.apps.apply_in_memory(&mut self.sessions, recorded),
             Family::Images => self.images.apply_in_memory(&mut self.sessions, recorded),
+            Family::Launches => self.launches.apply_in_memory(recorded),
             Family::Ignored => {}
         }
     }

@@ -22,6 +22,7 @@
 //! - `sessions`: the sessions and their kernels (with the shares these hold on agents).
 //! - `apps`: the app proxy's circuits and the apps started in sessions.
 //! - `images`: the customized images sessions were committed to.
+//! - `launches`: each user's create requests, kept to be launched again, named and pinned.
 //!
 //! And the corridors that route each event to its family:
 //!
@@ -40,6 +41,7 @@ pub mod credentials;
 mod fold;
 mod images;
 pub mod keys;
+mod launches;
 mod memory;
 mod record;
 mod replay;
@@ -66,6 +68,7 @@ enum Family {
     Sessions,
     Apps,
     Images,
+    Launches,
     /// Events the ledger takes no notice of: the services that care fold them themselves
     /// (admissions in the agent's stream by the recorder, idle checks by the idle-reaper,
     /// notifications by the notification service), and no command decides on them here.
@@ -113,6 +116,9 @@ impl Family {
             | Event::SessionCommitProgressed(_)
             | Event::SessionCommitEnded(_)
             | Event::CustomImageRemoved(_) => Family::Images,
+            Event::LaunchRecorded(_) | Event::LaunchRenamed(_) | Event::LaunchPinned(_) => {
+                Family::Launches
+            }
             Event::AgentAdmitted(_)
             | Event::IdleChecksSet(_)
             | Event::NotificationsRead(_)

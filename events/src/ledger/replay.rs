@@ -25,7 +25,7 @@ impl Replay {
 /// when it wrote the row, which the log records as each event's `recorded_at` a few
 /// microseconds apart; the queue sequence is the order rows were inserted, which is log order
 /// except between launchers that raced.
-pub const NOT_COMPARED: [&str; 10] = [
+pub const NOT_COMPARED: [&str; 11] = [
     "users.created_at",
     "folders.created_at",
     "agents.registered_at",
@@ -36,6 +36,7 @@ pub const NOT_COMPARED: [&str; 10] = [
     "custom_images.created_at",
     "circuits.opened_at",
     "app_services.started_at",
+    "launches.created_at",
 ];
 
 const REPLAY_SCHEMA: &str = "ledger_replay";
@@ -154,5 +155,6 @@ async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio
     rows.sessions.copy_into(tx, REPLAY_SCHEMA).await?;
     rows.images.copy_into(tx, REPLAY_SCHEMA).await?;
     rows.apps.copy_into(tx, REPLAY_SCHEMA).await?;
+    rows.launches.copy_into(tx, REPLAY_SCHEMA).await?;
     Ok(())
 }

@@ -8,29 +8,38 @@
 //! - [`history`]: a session's scheduling history.
 //! - [`logs`]: a session's output, whole or followed.
 //! - [`resources`]: the resource summary, presets, who am I.
+//! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
+//! - [`launches`]: the caller's recent launches, renamed and pinned.
+//! - [`queue`]: every group's queue in the scheduler's order (superadmins).
 //! - [`folders`]: the caller's data folders.
 //! - `password`: the caller's password, for the web console.
 
 mod apps;
+mod catalogue;
 mod folders;
 mod history;
 mod idle;
 mod images;
+mod launches;
 mod logs;
 mod notifications;
 mod password;
 mod query;
+mod queue;
 mod resources;
 mod sessions;
 
 pub use apps::*;
+pub use catalogue::*;
 pub use folders::*;
 pub use history::*;
 pub use idle::*;
 pub use images::*;
+pub use launches::*;
 pub use logs::*;
 pub use notifications::*;
 pub use password::*;
+pub use queue::*;
 pub use resources::*;
 pub use sessions::*;
 
@@ -123,7 +132,8 @@ fn nul_at(value: &Value, path: &str) -> Option<String> {
 }
 
 /// Parses a JSON body, naming the field at fault: 413 above the size limit, 400 when it is
-/// not JSON, 422 when a field is missing or of the wrong type, or a string holds a NUL.
+/// not JSON, 422 when it is not an object, a field is missing or of the wrong type, or a
+/// string holds a NUL.
 /// A number with no fraction (`95.0`) is read as the integer it is, as JSON Schema's
 /// `integer` (and so the document) allows.
 pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
@@ -145,6 +155,11 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
     })?;
     if let Some(field) = nul_at(&value, "") {
         return Err(ApiError::invalid(field, NUL_REFUSED));
+    }
+    // Every body the document describes is an object; serde would read a struct from an
+    // array too, field by field in order, so one is refused here.
+    if !value.is_object() {
+        return Err(ApiError::invalid("body", "must be a JSON object"));
     }
     integral_floats_as_integers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
@@ -291,6 +306,26 @@ mod tests {
         );
         let err = parse(r#"{"name": "x", "mounts": ["ok", "b\u0000"]}"#).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("mounts[1]"));
+    }
+
+    /// A struct reads from a JSON array too (its fields in order); the document says every
+    /// body is an object, so nothing else is taken.
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Optional {
+            #[allow(dead_code)]
+            label: Option<String>,
+        }
+        for text in ["[null]", "[\"a\"]", "null", "3", "\"x\""] {
+            let err = parse_body::<Optional>(Ok(Bytes::from(text))).unwrap_err();
+            assert_eq!(
+                (err.status, err.field.as_deref()),
+                (StatusCode::UNPROCESSABLE_ENTITY, Some("body")),
+                "{text}"
+            );
+        }
+        assert!(parse_body::<Optional>(Ok(Bytes::from_static(b"{}"))).is_ok());
     }
 
     /// JSON Schema counts `95.0` as an integer, so the server reads it as one; a fraction

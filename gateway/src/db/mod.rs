@@ -8,7 +8,12 @@
 //!
 //! - [`sessions`]: the session list, detail and owner.
 //! - [`history`]: a session's scheduling history.
-//! - [`resources`]: resource groups, limits, usage and presets.
+//! - [`resources`]: resource groups (those open to a caller, what each holds), limits, usage
+//!   and presets.
+//! - [`agents`]: the agents of some groups, what each holds and has free.
+//! - [`environments`]: the image catalogue the agents offer.
+//! - [`launches`]: a user's recent launches.
+//! - [`queue`]: each group's PENDING sessions in the scheduler's order, and why they wait.
 //! - [`logs`]: the kept output of a session's kernels.
 //! - [`folders`]: a user's folders.
 //! - [`notifications`]: a user's notifications.
@@ -16,12 +21,16 @@
 //! - [`circuits`]: the app proxy's open circuits and the apps' secrets.
 //! - [`ready`]: how far behind the log's readers are (`/readyz`).
 
+pub mod agents;
 pub mod circuits;
+pub mod environments;
 pub mod folders;
 pub mod history;
 pub mod images;
+pub mod launches;
 pub mod logs;
 pub mod notifications;
+pub mod queue;
 pub mod ready;
 pub mod resources;
 pub mod sessions;

@@ -1,17 +1,24 @@
-//! Resources: whether a resource group exists, a user's limits and usage and the group's
-//! total, and the presets. Groups, policies and presets come from the ledger
-//! (`ledger.resource_groups`, `ledger.policies`, `ledger.presets`, written by
-//! `events::ledger`); usage and capacity from the gateway's own projection
-//! (`proj_sessions.sessions`, `proj_sessions.agents`, written by [`crate::projection`]).
+//! Resources: whether a resource group exists, which groups are open to a caller and what
+//! each holds, a user's limits and usage and the group's total, and the presets. Groups,
+//! policies and presets come from the ledger (`ledger.resource_groups`,
+//! `ledger.group_projects`, `ledger.project_members`, `ledger.policies`, `ledger.presets`,
+//! written by `events::ledger`); the summary's usage and capacity from the gateway's own
+//! projection (`proj_sessions.sessions`, `proj_sessions.agents`, written by
+//! [`crate::projection`]); the open groups' capacity from the ledger's agents
+//! (`ledger.agents`), the figures the launcher and the scheduler decide on.
 
 use deadpool_postgres::Pool;
+use events::ledger::KeyOwner;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::model::{Amounts, GroupResources, Limits, MyUsage, Preset, ResourceSummary};
+use crate::model::{
+    Amounts, GroupResources, Limits, MyUsage, Preset, ResourceGroup, ResourceSummary,
+};
 
-fn amounts(r: &Row, first: usize) -> Amounts {
+/// Three columns from `first` (milli-cores, bytes, milli-GPUs) as [`Amounts`].
+pub(super) fn amounts(r: &Row, first: usize) -> Amounts {
     Amounts {
         cpu: r.get::<_, i64>(first) as f64 / 1000.0,
         memory_bytes: r.get(first + 1),
@@ -29,6 +36,52 @@ pub async fn group_exists(pool: &Pool, name: &str) -> Result<bool, ApiError> {
         )
         .await?
         .is_some())
+}
+
+/// The resource groups open to `caller`, by name: every group for a superadmin, else those
+/// granted to a project they are a member of (the launcher's own rule,
+/// `launcher::db::open_groups`).
+pub async fn open_groups(pool: &Pool, caller: &KeyOwner) -> Result<Vec<String>, ApiError> {
+    let client = pool.get().await?;
+    Ok(launcher::db::open_groups(&client, caller).await?)
+}
+
+/// The resource groups named in `groups` that exist, by name, each with its scheduling
+/// settings and what its live agents (not lost) hold in all, have used and have free.
+pub async fn resource_groups(
+    pool: &Pool,
+    groups: &[String],
+) -> Result<Vec<ResourceGroup>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT r.name, r.queue_policy, r.agent_selection, count(a.agent_id)::int,
+               coalesce(sum(a.cpu_milli), 0)::bigint, coalesce(sum(a.memory_bytes), 0)::bigint,
+               coalesce(sum(a.gpu_milli), 0)::bigint,
+               coalesce(sum(a.used_cpu_milli), 0)::bigint,
+               coalesce(sum(a.used_memory_bytes), 0)::bigint,
+               coalesce(sum(a.used_gpu_milli), 0)::bigint,
+               coalesce(sum(a.cpu_milli - a.used_cpu_milli), 0)::bigint,
+               coalesce(sum(a.memory_bytes - a.used_memory_bytes), 0)::bigint,
+               coalesce(sum(a.gpu_milli - a.used_gpu_milli), 0)::bigint
+             FROM ledger.resource_groups r
+               LEFT JOIN ledger.agents a ON a.resource_group = r.name AND a.lost IS NULL
+             WHERE r.name = ANY($1) GROUP BY r.name ORDER BY r.name",
+            &[&groups],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ResourceGroup {
+            name: r.get(0),
+            queue_policy: r.get(1),
+            agent_selection: r.get(2),
+            agents: r.get(3),
+            capacity: amounts(r, 4),
+            used: amounts(r, 7),
+            free: amounts(r, 10),
+        })
+        .collect())
 }
 
 /// The resource summary of the seeds: the caller's limits (from `policy`), the caller's

@@ -64,9 +64,18 @@ impl SessionOrder {
     }
 }
 
+/// A row of the list: the view's columns, what the session's kernels ask for in all, and its
+/// elapsed time (from its start to its end or now; null before it started, never below zero
+/// though its start is the agent host's clock and now the database's; `greatest` alone would
+/// turn a null into zero).
 const SESSION_COLUMNS: &str = "session_id, name, owner, owner_email, requested_by, project,
     session_type, status, status_reason, image, resource_group, agent_id, created_at,
-    status_changed_at";
+    status_changed_at,
+    (resources->>'cpu_milli')::bigint * cluster_size,
+    (resources->>'memory_bytes')::bigint * cluster_size,
+    (resources->>'gpu_milli')::bigint * cluster_size, cluster_size,
+    CASE WHEN started_at IS NOT NULL
+      THEN greatest(extract(epoch FROM coalesce(ended_at, now()) - started_at)::float8, 0) END";
 
 fn session_summary(r: &Row) -> SessionSummary {
     SessionSummary {
@@ -84,10 +93,14 @@ fn session_summary(r: &Row) -> SessionSummary {
         agent_id: r.get(11),
         created_at: r.get(12),
         status_changed_at: r.get(13),
+        allocated: super::resources::amounts(r, 14),
+        cluster_size: r.get::<_, i32>(17).max(0) as u32,
+        elapsed_secs: r.get(18),
     }
 }
 
-/// A page of sessions matching `filter`, and how many match in all.
+/// A page of sessions matching `filter`, and how many match in all: one statement for the
+/// count and one for the page, whatever the page holds.
 pub async fn list_sessions(
     pool: &Pool,
     filter: &SessionFilter,

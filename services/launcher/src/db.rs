@@ -67,6 +67,32 @@ pub async fn exists(
     Ok(client.query_opt(&sql, &[&name]).await?.is_some())
 }
 
+/// The resource groups open to `who`, by name: every group for a superadmin, else those
+/// granted to a project `who` is a member of. It is the rule a launch is held to
+/// ([`load_context`]'s `group_open_to_owner`, which [`decide::decide`] waives for a
+/// superadmin), as a list to choose from.
+pub async fn open_groups(
+    client: &impl GenericClient,
+    who: &KeyOwner,
+) -> Result<Vec<String>, LedgerError> {
+    let rows = if who.role == Role::Superadmin {
+        client
+            .query("SELECT name FROM ledger.resource_groups ORDER BY name", &[])
+            .await?
+    } else {
+        client
+            .query(
+                "SELECT DISTINCT g.resource_group FROM ledger.group_projects g
+                   JOIN ledger.project_members m USING (project)
+                   JOIN ledger.resource_groups r ON r.name = g.resource_group
+                 WHERE m.user_id = $1 ORDER BY 1",
+                &[&who.user_id],
+            )
+            .await?
+    };
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// Takes the lock that serialises a fresh install's bootstrap (until the transaction ends)
 /// and says whether any user exists.
 pub async fn lock_bootstrap(client: &impl GenericClient) -> Result<bool, LedgerError> {

@@ -146,12 +146,22 @@ pub struct CreateSession {
     pub owner_email: Option<String>,
 }
 
+impl CreateSession {
+    /// The request as it is kept and shown again: the fields its sender left out absent
+    /// (the document calls none of them nullable), so that it reads back as the same request.
+    pub fn kept(&self) -> serde_json::Value {
+        without_nulls(serde_json::to_value(self).expect("a create request serialises"))
+    }
+}
+
 /// A session the launcher recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Launched {
     pub session_id: Uuid,
     pub name: String,
     pub status: SessionStatus,
+    /// The launch that made it: the request, kept among the caller's recent launches.
+    pub launch_id: Uuid,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +202,8 @@ impl From<tokio_postgres::Error> for LaunchError {
 /// Checks `request` made by `actor` and records the sessions it asks for: the request alone
 /// first (bad input costs no query), then every fact it depends on read in one step, the
 /// pure [`decide`](crate::decide::decide), and one transaction for all the sessions or none.
+/// The request itself is kept in the same transaction (`LaunchRecorded`), whole, among the
+/// actor's recent launches, so that it can be launched again.
 #[tracing::instrument(name = "launch", skip_all, fields(actor = %actor.email))]
 pub async fn launch(
     pool: &Pool,
@@ -199,6 +211,7 @@ pub async fn launch(
     request: CreateSession,
 ) -> Result<Vec<Launched>, LaunchError> {
     decide::check_request(actor, &request)?;
+    let kept = request.kept();
     let context = db::load_context(pool, actor, &request).await?;
     let sessions = {
         // Dropped before the next await: the thread's generator does not cross threads.
@@ -209,6 +222,7 @@ pub async fn launch(
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let metadata = events::trace::metadata(&actor.user_id.to_string(), Some(Uuid::now_v7()));
+    let launch_id = Uuid::now_v7();
     let mut launched = Vec::with_capacity(sessions.len());
     for requested in sessions {
         let (session_id, name) = (requested.session_id, requested.name.clone());
@@ -228,8 +242,23 @@ pub async fn launch(
             session_id,
             name,
             status: SessionStatus::Pending,
+            launch_id,
         });
     }
+    let event = Event::LaunchRecorded(LaunchRecorded {
+        launch_id,
+        user_id: actor.user_id,
+        request: kept,
+        sessions: launched.iter().map(|l| l.session_id).collect(),
+    });
+    ledger::record(
+        &tx,
+        &stream_id("launch", launch_id),
+        ExpectedVersion::NoStream,
+        &[event],
+        &metadata,
+    )
+    .await?;
     events::activity::commit(tx).await?;
     tracing::info!(count = launched.len(), "sessions requested");
     Ok(launched)
@@ -249,6 +278,19 @@ pub async fn check(
     let mut rng = rand::rng();
     let sessions = decide::decide(&context, request, &mut || domain::random_name(&mut rng))?;
     Ok(sessions.len())
+}
+
+/// `value` without the fields that are null: a request kept as its sender wrote it, the
+/// fields they left out absent (the document calls none of them nullable).
+fn without_nulls(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(fields) => fields
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k, without_nulls(v)))
+            .collect(),
+        other => other,
+    }
 }
 
 /// Creates a named folder for `owner`.
@@ -274,5 +316,37 @@ pub async fn create_folder(pool: &Pool, owner: &KeyOwner, name: &str) -> Result<
             message: format!("you already have a folder named `{name}`"),
         })),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A launch is kept as its sender wrote it: the fields they left out are absent (none is
+    /// nullable in the document), and what is kept reads back as the same request.
+    #[test]
+    fn a_request_kept_without_its_absent_fields_reads_back_whole() {
+        let request = CreateSession {
+            image: "berth/shell:latest".into(),
+            session_type: Some(SessionType::Batch),
+            startup_command: Some("echo hi".into()),
+            resources: ResourceRequest {
+                cpu: Some(0.5),
+                memory: Some(ByteSize::Text("256m".into())),
+                ..ResourceRequest::default()
+            },
+            count: Some(2),
+            ..CreateSession::default()
+        };
+        let kept = request.kept();
+        assert_eq!(
+            kept,
+            serde_json::json!({"type": "batch", "image": "berth/shell:latest",
+                "environment": {}, "resources": {"cpu": 0.5, "memory": "256m"},
+                "preopen_ports": [], "mounts": [], "startup_command": "echo hi", "count": 2})
+        );
+        let back: CreateSession = serde_json::from_value(kept).unwrap();
+        assert_eq!(back, request);
     }
 }

@@ -66,15 +66,19 @@ pub struct Queue {
     pub traceparents: HashMap<Uuid, String>,
 }
 
-/// The first `batch` sessions waiting in `group`'s queue.
+/// The first `batch` sessions waiting in `group`'s queue, in the order they are tried
+/// (`events::sql::queue_order`, which the gateway's view of the queue shares).
 pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Queue, LedgerError> {
     let rows = tx
         .query(
-            "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
-                    cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
-                    attempts, last_result, last_error_code, traceparent
-             FROM ledger.sessions WHERE status = 'PENDING' AND resource_group = $1
-             ORDER BY queue_seq LIMIT $2",
+            &format!(
+                "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
+                        cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
+                        attempts, last_result, last_error_code, traceparent
+                 FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
+                 ORDER BY {} LIMIT $2",
+                events::sql::queue_order("s")
+            ),
             &[&group, &batch],
         )
         .await?;
