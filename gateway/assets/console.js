@@ -38,13 +38,15 @@ function soon() {
   clearTimeout(pending);
   pending = setTimeout(refresh, 300);
 }
-if (live && document.querySelector("#sessions, #detail, [data-toast], #notices")) {
+if (live && document.querySelector("#sessions, #detail, [data-toast], #notices, #agents, .queue")) {
   const events = new EventSource("/v1/events");
   events.onmessage = soon;
   for (const name of ["SessionRequested", "SessionScheduled", "SessionStatusChanged", "SessionRenamed",
     "KernelStarted", "SessionTerminationRequested", "SessionCommitProgressed", "SessionCommitEnded"]) {
     events.addEventListener(name, soon);
   }
+  // The agents' heartbeats and the queue's reasons move without a session event.
+  if (document.querySelector("#agents, .queue")) setInterval(soon, 5000);
 }
 
 // A toast closes itself 3 s after its session is TERMINATED or CANCELLED.

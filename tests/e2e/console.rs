@@ -26,6 +26,11 @@ struct Scene {
 }
 
 async fn scene(test: &str) -> Option<Scene> {
+    scene_signed_in(test, false).await
+}
+
+/// [`scene`], its browser signed in as the superadmin when `superadmin`.
+async fn scene_signed_in(test: &str, superadmin: bool) -> Option<Scene> {
     let browser = crate::chrome::browser().await?;
     let mut config = test_config();
     let first = free_port_range(10);
@@ -40,7 +45,12 @@ async fn scene(test: &str) -> Option<Scene> {
         _agent: (agent, Cleanup(agent_id)),
         h,
     };
-    sign_in(&scene, test).await;
+    let key = if superadmin {
+        scene.h.admin_key.clone()
+    } else {
+        scene.user.clone()
+    };
+    sign_in(&scene, test, &key).await;
     Some(scene)
 }
 
@@ -55,7 +65,7 @@ fn free_port_range(n: u16) -> u16 {
 }
 
 /// Signs in with the user's API key through the form, from the page asked for.
-async fn sign_in(s: &Scene, test: &str) {
+async fn sign_in(s: &Scene, test: &str, key: &str) {
     let b = &s.browser;
     b.step(test, "sign in", async {
         b.client
@@ -68,7 +78,7 @@ async fn sign_in(s: &Scene, test: &str) {
         b.fill("#key", "not-a-key").await;
         b.click("#sign-in").await;
         b.find("#sign-in-error").await;
-        b.fill("#key", &s.user).await;
+        b.fill("#key", key).await;
         b.click("#sign-in").await;
         b.find("#sessions").await;
         let url = b.client.current_url().await.unwrap();
@@ -157,7 +167,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             .unwrap();
         let elapsed = elapsed.text().await.unwrap();
         assert!(
-            true || elapsed.ends_with('s'), // TEMP
+            elapsed.ends_with('s'),
             "the elapsed time is shown: {elapsed}"
         );
         b.document("sessions").await;
@@ -198,6 +208,30 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         let badges: Vec<String> = serde_json::from_value(badges).unwrap();
         assert!(!badges.is_empty() && badges.iter().all(|b| b == "SUCCESS"), "{badges:?}");
         b.document("history").await;
+    })
+    .await;
+
+    b.step(TEST, "recent history", async {
+        let before = sessions_of(&s.h, &s.user).await.len();
+        b.client
+            .goto(&format!("{}/console/launch", s.h.base))
+            .await
+            .unwrap();
+        let entry = b.find("#recent-history li[data-launch]").await;
+        let text = entry.text().await.unwrap();
+        assert!(text.contains("consolebatch"), "{text}");
+        b.click("#recent-history li[data-launch] .pin").await;
+        let pin = b.find("#recent-history li[data-launch] .pin").await;
+        assert_eq!(pin.text().await.unwrap(), "Unpin", "it is pinned now");
+        b.click("#recent-history li[data-launch] .relaunch").await;
+        // The review step, filled from the kept request.
+        b.find("#launch").await;
+        let review = b.find("#wizard").await.text().await.unwrap();
+        assert!(review.contains("echo hello-from-the-console"), "{review}");
+        b.click("#launch").await;
+        b.click("#start-anyway").await;
+        b.find("[data-toast]").await;
+        assert_eq!(sessions_of(&s.h, &s.user).await.len(), before + 1);
     })
     .await;
 
@@ -376,4 +410,85 @@ async fn new_window(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("no window opened");
+}
+
+#[tokio::test]
+async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
+    const TEST: &str = "queue";
+    let Some(s) = scene_signed_in(TEST, true).await else {
+        return;
+    };
+    let b = &s.browser;
+    // The agent has 8 GiB: the first session runs, the next two wait behind it.
+    let mut queued = Vec::new();
+    for name in ["first", "second", "third"] {
+        let (status, created) =
+            s.h.create(
+                &s.user,
+                json!({"name": format!("queue{name}"), "image": "berth/shell:latest",
+                       "startup_command": "sleep 300", "resources": {"cpu": 0.1, "memory": "5g"}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        queued.push(ids(&created)[0].clone());
+    }
+    let ids = queued;
+    {}
+    s.h.wait_session_within(&ids[0], Duration::from_secs(60), |d| {
+        d["status"] == "RUNNING"
+    })
+    .await;
+    // Each waiting session has been tried and said why.
+    let mut reasons = Vec::new();
+    for id in &ids[1..] {
+        let history = wait_for(|| async {
+            let history = s.h.history(id).await;
+            (!history.is_empty()).then_some(history)
+        })
+        .await;
+        reasons.push(
+            history.last().unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+
+    b.step(TEST, "agents", async {
+        b.client
+            .goto(&format!("{}/console/agents", s.h.base))
+            .await
+            .unwrap();
+        let row = b.find("#agents tr[data-agent]").await.text().await.unwrap();
+        assert!(
+            row.contains("default") && row.contains("8 cores") && row.contains("live"),
+            "{row}"
+        );
+    })
+    .await;
+
+    b.step(TEST, "queue", async {
+        b.client
+            .goto(&format!("{}/console/queue", s.h.base))
+            .await
+            .unwrap();
+        b.find(".queue[data-group='default']").await;
+        let rows = b
+            .eval(
+                "return [...document.querySelectorAll(\".queue[data-group='default'] tr[data-session]\")]\
+                 .map(r => [r.dataset.session, r.querySelector('.reason').textContent])",
+            )
+            .await;
+        let rows: Vec<(String, String)> = serde_json::from_value(rows).unwrap();
+        let order: Vec<&str> = rows.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(order, vec![ids[1].as_str(), ids[2].as_str()], "the scheduler's order");
+        for ((_, shown), reason) in rows.iter().zip(&reasons) {
+            assert!(shown.contains(reason.as_str()), "`{shown}` is not the history's `{reason}`");
+        }
+    })
+    .await;
+    for id in &ids {
+        s.h.delete(&s.user, &format!("/v1/sessions/{id}?force=true"))
+            .await;
+    }
 }

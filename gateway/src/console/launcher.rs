@@ -23,7 +23,7 @@ use super::auth::SameOrigin;
 use super::{render, Chrome, PageError, Viewer};
 use crate::api::{self, Caller};
 use crate::error::ApiError;
-use crate::model::{Folder, Preset};
+use crate::model::{Agent, Environment, Folder, Launch, Preset, ResourceGroup};
 use crate::state::AppState;
 
 /// The steps, by number.
@@ -111,6 +111,69 @@ impl LaunchForm {
                 _ => {}
             }
         }
+        form
+    }
+
+    /// The form a kept create request fills (Recent History's relaunch).
+    pub fn from_request(request: &Value) -> LaunchForm {
+        let text = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let mut form = LaunchForm::default();
+        let mut set = |field: &str, value: String| form.fields.push((field.to_owned(), value));
+        for field in [
+            "type",
+            "name",
+            "owner_email",
+            "startup_command",
+            "image",
+            "resource_group",
+            "preset",
+            "agent",
+            "cluster_mode",
+            "batch_timeout",
+            "count",
+            "cluster_size",
+            "omp_num_threads",
+        ] {
+            if let Some(v) = request.get(field).filter(|v| !v.is_null()) {
+                set(field, text(v));
+            }
+        }
+        if let Some(at) = request.get("starts_at").and_then(Value::as_str) {
+            set("starts_at", at.to_owned());
+        }
+        if let Some(resources) = request.get("resources").and_then(Value::as_object) {
+            for (field, v) in resources.iter().filter(|(_, v)| !v.is_null()) {
+                set(field, text(v));
+            }
+        }
+        if let Some(env) = request.get("environment").and_then(Value::as_object) {
+            let lines: Vec<String> = env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", text(v)))
+                .collect();
+            if !lines.is_empty() {
+                set("env", lines.join("\n"));
+            }
+        }
+        if let Some(ports) = request.get("preopen_ports").and_then(Value::as_array) {
+            let ports: Vec<String> = ports.iter().map(text).collect();
+            if !ports.is_empty() {
+                set("preopen_ports", ports.join(" "));
+            }
+        }
+        form.mounts = request
+            .get("mounts")
+            .and_then(Value::as_array)
+            .map(|m| {
+                m.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
         form
     }
 
@@ -272,6 +335,49 @@ impl From<ApiError> for ErrorCard {
     }
 }
 
+/// One of Recent History's launches, as the launcher lists it.
+pub struct Recent {
+    pub id: String,
+    pub title: String,
+    pub label: String,
+    pub pinned: bool,
+    pub when: String,
+    pub relaunch: String,
+}
+
+impl Recent {
+    fn of(launch: &Launch) -> Recent {
+        let request = &launch.request;
+        Recent {
+            id: launch.launch_id.to_string(),
+            title: launch.label.clone().unwrap_or_else(|| {
+                format!(
+                    "{} {}",
+                    request.name.as_deref().unwrap_or("(random name)"),
+                    request.image
+                )
+            }),
+            label: launch.label.clone().unwrap_or_default(),
+            pinned: launch.pinned,
+            when: launch.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+            relaunch: format!("/console/launch?step=5&from={}", launch.launch_id),
+        }
+    }
+}
+
+/// Free resources as the agent picker shows them.
+pub fn free_of(amounts: &crate::model::Amounts) -> String {
+    let mut text = format!(
+        "{} cores, {} free",
+        super::view::number(amounts.cpu, 3),
+        super::view::size(amounts.memory_bytes)
+    );
+    if amounts.gpu > 0.0 {
+        text.push_str(&format!(", {} GPU", super::view::number(amounts.gpu, 3)));
+    }
+    text
+}
+
 /// The launcher page at one step.
 #[derive(Template)]
 #[template(path = "launch.html")]
@@ -283,6 +389,10 @@ struct LaunchPage {
     admin: bool,
     presets: Vec<Preset>,
     folders: Vec<Folder>,
+    environments: Vec<Environment>,
+    groups: Vec<ResourceGroup>,
+    agents: Vec<Agent>,
+    recent: Vec<Recent>,
     errors: Vec<ErrorCard>,
     warn_no_folder: bool,
     /// The review's cards: a step's number, its title, and its fields as label and value.
@@ -345,6 +455,29 @@ async fn render_step(
         .await?
         .0
         .folders;
+    let environments =
+        api::list_environments(State(state.clone()), Caller(me.clone()), RawQuery(None))
+            .await?
+            .0
+            .environments;
+    let groups = api::list_resource_groups(State(state.clone()), Caller(me.clone()))
+        .await?
+        .0
+        .resource_groups;
+    let agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
+        .await?
+        .0
+        .agents
+        .into_iter()
+        .filter(|a| a.lost.is_none())
+        .collect();
+    let recent = api::list_launches(State(state.clone()), Caller(me.clone()))
+        .await?
+        .0
+        .launches
+        .iter()
+        .map(Recent::of)
+        .collect();
     let cards = STEP_FIELDS
         .iter()
         .enumerate()
@@ -374,6 +507,10 @@ async fn render_step(
         admin: matches!(me.role, Role::Admin | Role::Superadmin),
         presets,
         folders,
+        environments,
+        groups,
+        agents,
+        recent,
         errors,
         warn_no_folder,
         cards,
@@ -389,7 +526,26 @@ pub async fn page(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PageError> {
     let step = step_of(raw.as_deref());
-    let form = LaunchForm::parse(raw.as_deref().unwrap_or(""));
+    let from = form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "from")
+        .map(|(_, v)| v.into_owned());
+    let form = match from {
+        // Recent History's relaunch: the kept request fills the form, at the review.
+        Some(id) => {
+            let launches = api::list_launches(State(state.clone()), Caller(me.clone()))
+                .await?
+                .0
+                .launches;
+            let launch = launches
+                .iter()
+                .find(|l| l.launch_id.to_string() == id)
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("no recent launch {id}")).field("from")
+                })?;
+            LaunchForm::from_request(&launch.request.kept())
+        }
+        None => LaunchForm::parse(raw.as_deref().unwrap_or("")),
+    };
     let errors = if step == 5 {
         review(&state, &me, &form).await
     } else {
@@ -466,9 +622,38 @@ pub async fn create_folder(
     Ok(Redirect::to(&launch.url(3)).into_response())
 }
 
-/// `POST /console/launches/{id}`: rename or pin one of Recent History's launches.
-pub async fn edit_launch() -> Result<Response, PageError> {
-    Err(ApiError::not_found("recent launches are not kept yet").into())
+#[derive(Debug, Deserialize)]
+pub struct LaunchEdit {
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    pinned: Option<String>,
+}
+
+/// `POST /console/launches/{id}`: rename (`label`) or pin (`pinned=true|false`) one of
+/// Recent History's launches, and back to the launcher.
+pub async fn edit_launch(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    Form(form): Form<LaunchEdit>,
+) -> Result<Response, PageError> {
+    let mut change = Map::new();
+    if let Some(label) = form.label {
+        change.insert("label".into(), json!(label.trim()));
+    }
+    if let Some(pinned) = form.pinned {
+        change.insert("pinned".into(), json!(pinned == "true"));
+    }
+    let _ = api::update_launch(
+        State(state),
+        Caller(me),
+        axum::extract::Path(api::LaunchId { id }),
+        Ok(Bytes::from(Value::Object(change).to_string())),
+    )
+    .await?;
+    Ok(Redirect::to("/console/launch").into_response())
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! - `view`: pure formatting (sizes, durations, bars), unit-tested.
 //! - `assets`: the stylesheet, the script and xterm.js, embedded.
 
+mod admin;
 mod apps;
 pub mod assets;
 pub mod auth;
@@ -81,6 +82,8 @@ pub fn router() -> Router<AppState> {
             "/console/notifications",
             get(notifications::page).post(notifications::mark_read),
         )
+        .route("/console/agents", get(admin::agents))
+        .route("/console/queue", get(admin::queue))
         .route("/console/assets/{name}", get(assets::serve))
         .layer(axum::middleware::map_response(secure))
 }

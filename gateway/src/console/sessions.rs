@@ -171,10 +171,14 @@ impl Row {
             name: s.name.clone(),
             status: s.status.clone(),
             kind: s.session_type.clone(),
-            accelerators: "-".into(),
-            cpu: "-".into(),
-            memory: "-".into(),
-            elapsed: "-".into(),
+            accelerators: if s.allocated.gpu > 0.0 {
+                format!("{} GPU", view::number(s.allocated.gpu, 3))
+            } else {
+                "-".into()
+            },
+            cpu: format!("{} cores", view::number(s.allocated.cpu, 3)),
+            memory: view::size(s.allocated.memory_bytes),
+            elapsed: s.elapsed_secs.map_or("-".into(), view::duration),
             agent: s.agent_id.clone().unwrap_or_else(|| "-".into()),
             owner: s.owner.email.clone(),
         }
