@@ -46,7 +46,9 @@ pub async fn console(url: &str, sessions: usize, rounds: usize) -> anyhow::Resul
     let signed_in = http
         .post(format!("{base}/console/sign-in"))
         .header("origin", &base)
-        .form(&[("key", key.as_str())])
+        .header("content-type", "application/x-www-form-urlencoded")
+        // An API key is letters, digits, `_` and `-`: nothing to escape in a form.
+        .body(format!("key={key}"))
         .send()
         .await?;
     let cookie = signed_in

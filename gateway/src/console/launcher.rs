@@ -95,10 +95,11 @@ impl LaunchForm {
         let mut form = LaunchForm::default();
         for (key, value) in form_urlencoded::parse(text.as_bytes()) {
             match key.as_ref() {
-                "mount" if !value.trim().is_empty() => {
-                    if !form.mounts.contains(&value.trim().to_owned()) {
-                        form.mounts.push(value.trim().to_owned())
-                    }
+                "mount"
+                    if !value.trim().is_empty()
+                        && !form.mounts.contains(&value.trim().to_owned()) =>
+                {
+                    form.mounts.push(value.trim().to_owned())
                 }
                 "confirm_no_folder" => form.confirm_no_folder = true,
                 "step" | "mount" | "from" => {}
@@ -378,6 +379,13 @@ pub fn free_of(amounts: &crate::model::Amounts) -> String {
     text
 }
 
+/// One step's card on the review: its number, its title, its fields as label and value.
+pub struct ReviewCard {
+    pub number: usize,
+    pub title: &'static str,
+    pub fields: Vec<(String, String)>,
+}
+
 /// The launcher page at one step.
 #[derive(Template)]
 #[template(path = "launch.html")]
@@ -395,8 +403,7 @@ struct LaunchPage {
     recent: Vec<Recent>,
     errors: Vec<ErrorCard>,
     warn_no_folder: bool,
-    /// The review's cards: a step's number, its title, and its fields as label and value.
-    cards: Vec<(usize, &'static str, Vec<(String, String)>)>,
+    cards: Vec<ReviewCard>,
 }
 
 impl LaunchPage {
@@ -493,7 +500,11 @@ async fn render_step(
                     (!value.is_empty()).then(|| (f.replace('_', " "), value))
                 })
                 .collect();
-            (i + 1, STEPS[i], shown)
+            ReviewCard {
+                number: i + 1,
+                title: STEPS[i],
+                fields: shown,
+            }
         })
         .collect();
     let page = LaunchPage {
