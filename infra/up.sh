@@ -102,4 +102,5 @@ say "the sessions projection, rebuilt and compared:"
 "$BERTH" replay sessions
 say "the ledger (what commands decide on), folded again from the log and compared:"
 "$BERTH" replay ledger
+say "the web console: http://${BERTH_GATEWAY_LISTEN:-127.0.0.1:8480}/console (sign in with the superadmin's API key in $KEY_FILE)"
 say "berth keeps running; 'infra/up.sh stop' stops it and the servers"

@@ -476,9 +476,15 @@ async fn jupyter_starts_on_demand_and_answers_its_owner_alone_through_the_proxy(
     let (status, page) = get_path(terminal_port, "/", Some(&cookie)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
-        page.contains("[\"tty\"]"),
+        page.contains("/__berth/terminal.js") && page.contains("/__berth/xterm.min.js"),
         "the gateway's terminal page: {page}"
     );
+    // Its script and xterm.js are the gateway's own, served on the circuit's port.
+    let (status, script) = get_path(terminal_port, "/__berth/terminal.js", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(script.contains("[\"tty\"]"), "{script}");
+    let (status, _) = get_path(terminal_port, "/__berth/xterm.min.js", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK);
     let mut terminal = terminal(opened["port"].as_u64().unwrap() as u16, &cookie).await;
     let files = terminal
         .run("ls /home/work; echo done-$((6*7))", "done-42")

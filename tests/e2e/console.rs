@@ -170,6 +170,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             elapsed.ends_with('s'),
             "the elapsed time is shown: {elapsed}"
         );
+        assert!(b.unlabelled_controls().await.is_empty());
         b.document("sessions").await;
     })
     .await;
@@ -189,6 +190,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             assert!(detail.contains(field), "the detail lacks {field}: {detail}");
         }
         b.find("#status-info").await;
+        assert!(b.unlabelled_controls().await.is_empty());
         b.document("detail").await;
     })
     .await;
@@ -207,6 +209,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             .await;
         let badges: Vec<String> = serde_json::from_value(badges).unwrap();
         assert!(!badges.is_empty() && badges.iter().all(|b| b == "SUCCESS"), "{badges:?}");
+        assert!(b.unlabelled_controls().await.is_empty());
         b.document("history").await;
     })
     .await;
@@ -334,6 +337,25 @@ async fn an_interactive_sessions_terminal_and_jupyter_open_from_the_console() {
         b.wait_for_text("console-42").await;
         b.client.close_window().await.unwrap();
         b.client.switch_to_window(console.clone()).await.unwrap();
+    })
+    .await;
+
+    b.step(TEST, "exempt", async {
+        // The idle-reaper reads a session once it has seen it run.
+        wait_for(|| async {
+            let (status, _) = s.h.get(&s.user, &format!("/v1/sessions/{id}/idle")).await;
+            (status == StatusCode::OK).then_some(())
+        })
+        .await;
+        b.client
+            .goto(&format!("{}/console/sessions?session={id}", s.h.base))
+            .await
+            .unwrap();
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#exempt-reason", "a long training run").await;
+        b.click("form[action$='/exempt'] button").await;
+        b.wait_for_text("Exempt from idle checks: it is never reaped")
+            .await;
     })
     .await;
 

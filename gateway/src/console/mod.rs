@@ -68,6 +68,7 @@ pub fn router() -> Router<AppState> {
             post(sessions::terminate),
         )
         .route("/console/sessions/{id}/commit", post(sessions::commit))
+        .route("/console/sessions/{id}/exempt", post(sessions::exempt))
         .route("/console/sessions/{id}/history", get(history::page))
         .route("/console/sessions/{id}/apps", get(apps::dialog))
         .route("/console/sessions/{id}/apps/{app}", post(apps::open))

@@ -1,7 +1,8 @@
 //! The Sessions page (seed `000`): the resource panels, the list with its type filter,
 //! Running / Finished tabs, columns and paging, the detail panel of the session named in the
 //! URL, the toast of a session just launched, and the session actions (rename, terminate,
-//! force-terminate, commit), each a form that comes back to the page.
+//! force-terminate, exempt from the idle checks, commit), each a form that comes back to the
+//! page.
 
 use askama::Template;
 use axum::extract::{Path, Query, RawQuery, State};
@@ -687,6 +688,33 @@ pub async fn terminate(
         Caller(me),
         Path(SessionId { id: id.clone() }),
         RawQuery(query),
+    )
+    .await?;
+    Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ExemptForm {
+    reason: String,
+    #[serde(default)]
+    back: String,
+}
+
+/// `POST /console/sessions/{id}/exempt`: the owner (or an admin) exempts the session from
+/// the idle checks, saying why.
+pub async fn exempt(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Path(id): Path<String>,
+    Form(form): Form<ExemptForm>,
+) -> Result<Response, PageError> {
+    let body = serde_json::json!({ "reason": form.reason.trim() }).to_string();
+    let _ = api::exempt_session(
+        State(state),
+        Caller(me),
+        Path(SessionId { id: id.clone() }),
+        Ok(Bytes::from(body)),
     )
     .await?;
     Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
