@@ -148,6 +148,24 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         d["status"] == "TERMINATED"
     })
     .await;
+    b.step(TEST, "live toast", async {
+        // Without a reload: the event stream brings the end, the row leaves the Running tab
+        // and the toast closes itself 3 s after TERMINATED.
+        for _ in 0..300 {
+            let left = b
+                .eval(&format!(
+                    "return !document.querySelector('[data-toast]') && \
+                     !document.querySelector(\"tr[data-session='{id}']\")"
+                ))
+                .await;
+            if left == json!(true) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the page never showed the session's end by itself");
+    })
+    .await;
 
     b.step(TEST, "finished tab", async {
         b.client
@@ -201,9 +219,20 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         assert!(rows.as_u64().unwrap() >= 1, "{rows}");
         b.find("#filter-result").await.select_by_value("SUCCESS").await.unwrap();
         b.click("#apply-filters").await;
+        // The filtered page, its filter in the URL.
+        let mut url = b.client.current_url().await.unwrap();
+        for _ in 0..300 {
+            if url.as_str().contains("result=SUCCESS") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            url = b.client.current_url().await.unwrap();
+        }
+        assert!(
+            url.as_str().contains("result=SUCCESS"),
+            "the filter is in the URL: {url}"
+        );
         b.find("#history-rows").await;
-        let url = b.client.current_url().await.unwrap();
-        assert!(url.as_str().contains("result=SUCCESS"), "the filter is in the URL: {url}");
         let badges = b
             .eval("return [...document.querySelectorAll('.history-row .badge')].map(e => e.textContent)")
             .await;
@@ -224,8 +253,8 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         let text = entry.text().await.unwrap();
         assert!(text.contains("consolebatch"), "{text}");
         b.click("#recent-history li[data-launch] .pin").await;
-        let pin = b.find("#recent-history li[data-launch] .pin").await;
-        assert_eq!(pin.text().await.unwrap(), "Unpin", "it is pinned now");
+        // Pinned, once the launcher has come back.
+        b.wait_for_text("Unpin").await;
         b.click("#recent-history li[data-launch] .relaunch").await;
         // The review step, filled from the kept request.
         b.find("#launch").await;
