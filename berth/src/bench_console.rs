@@ -208,8 +208,12 @@ async fn chromium(base: &str, key: &str, rounds: usize) -> anyhow::Result<(Vec<f
     for _ in 0..rounds {
         go(format!("{base}/console/sessions?tab=running")).await?;
         let fcp = run(
-            "const p = performance.getEntriesByName('first-contentful-paint')[0]; \
-             return p ? p.startTime : null;",
+            "return new Promise(done => { const since = performance.now(); \
+               (function look() { \
+                 const p = performance.getEntriesByName('first-contentful-paint')[0]; \
+                 if (p) done(p.startTime); \
+                 else if (performance.now() - since > 5000) done(null); \
+                 else setTimeout(look, 20); })(); });",
             json!([]),
         )
         .await?;

@@ -62,13 +62,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/sign-in", get(auth::form).post(auth::sign_in))
         .route("/console/sign-out", post(auth::sign_out))
         .route("/console/sessions", get(sessions::page))
-        .route("/console/sessions/{id}/rename", post(sessions::rename))
-        .route(
-            "/console/sessions/{id}/terminate",
-            post(sessions::terminate),
-        )
-        .route("/console/sessions/{id}/commit", post(sessions::commit))
-        .route("/console/sessions/{id}/exempt", post(sessions::exempt))
+        .route("/console/sessions/{id}/{action}", post(sessions::act))
         .route("/console/sessions/{id}/history", get(history::page))
         .route("/console/sessions/{id}/apps", get(apps::dialog))
         .route("/console/sessions/{id}/apps/{app}", post(apps::open))

@@ -631,9 +631,18 @@ fn idle_view(r: &events::idleness::SessionReadings) -> IdleView {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub struct RenameForm {
+/// What a session action's form sends: the field its action reads, and the page to return to.
+#[derive(Debug, Default, Deserialize)]
+pub struct ActionForm {
+    /// A new name (`rename`), or the image's (`commit`).
+    #[serde(default)]
     name: String,
+    /// Why it is exempt (`exempt`).
+    #[serde(default)]
+    reason: String,
+    /// Present: terminate at once (`terminate`).
+    #[serde(default)]
+    force: Option<String>,
     #[serde(default)]
     back: String,
 }
@@ -647,102 +656,42 @@ fn back_to(back: &str, id: &str) -> String {
     }
 }
 
-/// `POST /console/sessions/{id}/rename`.
-pub async fn rename(
+fn json_body(value: serde_json::Value) -> Result<Bytes, axum::extract::rejection::BytesRejection> {
+    Ok(Bytes::from(value.to_string()))
+}
+
+/// `POST /console/sessions/{id}/{action}`: `rename`, `terminate` (`force` ends it at once),
+/// `exempt` from the idle checks (saying why) or `commit` to an image (its progress is on the
+/// event stream and in the notifications), each through the API's handler, then back to the
+/// page it was sent from.
+pub async fn act(
     State(state): State<AppState>,
     Viewer(me): Viewer,
     _: SameOrigin,
-    Path(id): Path<String>,
-    Form(form): Form<RenameForm>,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
 ) -> Result<Response, PageError> {
-    let body = serde_json::json!({ "name": form.name }).to_string();
-    let _ = api::rename_session(
-        State(state),
-        Caller(me),
-        Path(SessionId { id: id.clone() }),
-        Ok(Bytes::from(body)),
-    )
-    .await?;
-    Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-pub struct TerminateForm {
-    #[serde(default)]
-    force: Option<String>,
-    #[serde(default)]
-    back: String,
-}
-
-/// `POST /console/sessions/{id}/terminate` (`force=on` ends it at once).
-pub async fn terminate(
-    State(state): State<AppState>,
-    Viewer(me): Viewer,
-    _: SameOrigin,
-    Path(id): Path<String>,
-    Form(form): Form<TerminateForm>,
-) -> Result<Response, PageError> {
-    let query = form.force.is_some().then(|| "force=true".to_owned());
-    let _ = api::terminate_session(
-        State(state),
-        Caller(me),
-        Path(SessionId { id: id.clone() }),
-        RawQuery(query),
-    )
-    .await?;
-    Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ExemptForm {
-    reason: String,
-    #[serde(default)]
-    back: String,
-}
-
-/// `POST /console/sessions/{id}/exempt`: the owner (or an admin) exempts the session from
-/// the idle checks, saying why.
-pub async fn exempt(
-    State(state): State<AppState>,
-    Viewer(me): Viewer,
-    _: SameOrigin,
-    Path(id): Path<String>,
-    Form(form): Form<ExemptForm>,
-) -> Result<Response, PageError> {
-    let body = serde_json::json!({ "reason": form.reason.trim() }).to_string();
-    let _ = api::exempt_session(
-        State(state),
-        Caller(me),
-        Path(SessionId { id: id.clone() }),
-        Ok(Bytes::from(body)),
-    )
-    .await?;
-    Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-pub struct CommitForm {
-    name: String,
-    #[serde(default)]
-    back: String,
-}
-
-/// `POST /console/sessions/{id}/commit`: the commit starts; its progress shows in the panel.
-pub async fn commit(
-    State(state): State<AppState>,
-    Viewer(me): Viewer,
-    _: SameOrigin,
-    Path(id): Path<String>,
-    Form(form): Form<CommitForm>,
-) -> Result<Response, PageError> {
-    let body = serde_json::json!({ "name": form.name }).to_string();
-    let _ = api::commit_session(
-        State(state),
-        Caller(me),
-        Path(SessionId { id: id.clone() }),
-        Ok(Bytes::from(body)),
-    )
-    .await?;
+    let (state, caller) = (State(state), Caller(me));
+    let session = Path(SessionId { id: id.clone() });
+    match action.as_str() {
+        "rename" => {
+            let body = json_body(serde_json::json!({ "name": form.name }));
+            let _ = api::rename_session(state, caller, session, body).await?;
+        }
+        "terminate" => {
+            let query = RawQuery(form.force.is_some().then(|| "force=true".to_owned()));
+            let _ = api::terminate_session(state, caller, session, query).await?;
+        }
+        "exempt" => {
+            let body = json_body(serde_json::json!({ "reason": form.reason.trim() }));
+            let _ = api::exempt_session(state, caller, session, body).await?;
+        }
+        "commit" => {
+            let body = json_body(serde_json::json!({ "name": form.name }));
+            let _ = api::commit_session(state, caller, session, body).await?;
+        }
+        _ => return Err(ApiError::not_found(format!("no session action `{action}`")).into()),
+    }
     Ok(Redirect::to(&back_to(&form.back, &id)).into_response())
 }
 
