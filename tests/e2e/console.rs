@@ -209,6 +209,8 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         }
         b.find("#status-info").await;
         assert!(b.unlabelled_controls().await.is_empty());
+        b.eval("document.getElementById('detail').scrollIntoView(); return true")
+            .await;
         b.document("detail").await;
     })
     .await;
