@@ -75,7 +75,10 @@ filter=()
 if [ "${CI:-}" != "true" ]; then
   skip=()
   if ! command -v chromedriver >/dev/null; then
-    skip+=("test(the_terminal_page_runs_what_is_typed_in_a_browser)" "test(/^console::/)")
+    skip+=("test(the_terminal_page_runs_what_is_typed_in_a_browser)"
+           "test(a_batch_session_is_launched_found_and_explained_in_the_console)"
+           "test(an_interactive_sessions_terminal_and_jupyter_open_from_the_console)"
+           "test(a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order)")
   fi
   probe="berthprobe$$"
   if ip netns add "$probe" 2>/dev/null; then

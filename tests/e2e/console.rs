@@ -545,3 +545,78 @@ async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
             .await;
     }
 }
+
+/// The cookie, without a browser: handed out only to a form from the gateway's own origin,
+/// HttpOnly and SameSite=Strict; it speaks for the JSON API only on a same-origin request,
+/// and not at all once signed out.
+#[tokio::test]
+async fn the_console_cookie_speaks_for_the_api_only_from_the_same_origin() {
+    let h = start().await;
+    let key = h.user("dave@example.com").await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let sign_in = |origin: String| {
+        http.post(format!("{}/console/sign-in", h.base))
+            .header("origin", origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("key={key}"))
+            .send()
+    };
+    let elsewhere = sign_in("http://127.0.0.1:1".into()).await.unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
+    assert!(elsewhere.headers().get("set-cookie").is_none());
+
+    let signed_in = sign_in(h.base.clone()).await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let set = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+
+    let whoami = |site: Option<&'static str>| {
+        let mut request = http
+            .get(format!("{}/v1/whoami", h.base))
+            .header("cookie", &cookie);
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        request.send()
+    };
+    let mine = whoami(Some("same-origin")).await.unwrap();
+    assert_eq!(mine.status(), StatusCode::OK);
+    assert_eq!(
+        mine.json::<Value>().await.unwrap()["email"],
+        "dave@example.com"
+    );
+    // An app on a proxy port is the same site, another origin; a client off the web sends
+    // no such header: neither is let in by the cookie.
+    assert_eq!(
+        whoami(Some("same-site")).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        whoami(None).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    let signed_out = http
+        .post(format!("{}/console/sign-out", h.base))
+        .header("origin", &h.base)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        whoami(Some("same-origin")).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(h.count_events("ConsoleSignedOut").await, 1);
+}
