@@ -97,6 +97,36 @@ pub enum SessionCommand {
     /// Open the session's terminal (tmux inside) in this terminal, through berth's proxy;
     /// it ends when the shell inside exits.
     Shell { session: String },
+    /// The environments (images and their versions) the agents of my groups offer, my
+    /// customized images among them.
+    Environments {
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// The resource groups open to me, with what each holds and has free.
+    Groups,
+    /// The agents of my groups and what each has free (superadmins: every agent, how long
+    /// since it was heard, its sessions).
+    Agents {
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// My recent launches (the five newest and the pinned), each with the request it sent.
+    Launches,
+    /// Rename (`--label`, empty for none) or pin (`--pinned true|false`) one of my launches.
+    Launch {
+        id: String,
+        #[arg(long)]
+        label: Option<String>,
+        #[arg(long)]
+        pinned: Option<bool>,
+    },
+    /// Every resource group's pending sessions in the order the scheduler tries them, with
+    /// why each waits (superadmins).
+    Queue {
+        #[arg(long)]
+        group: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -396,6 +426,14 @@ fn summary(d: &SessionDetail) -> String {
         .collect()
 }
 
+/// `request`, narrowed to one resource group when one is named.
+fn in_group(request: reqwest::RequestBuilder, group: Option<String>) -> reqwest::RequestBuilder {
+    match group {
+        Some(group) => request.query(&[("resource_group", group)]),
+        None => request,
+    }
+}
+
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -657,6 +695,47 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             .map(|_| println!("image {name} removed")),
         SessionCommand::Images { rm: None } => client
             .send(client.http.get(client.url("/v1/images")))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::Environments { group } => client
+            .send(in_group(
+                client.http.get(client.url("/v1/environments")),
+                group,
+            ))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::Groups => client
+            .send(client.http.get(client.url("/v1/resource-groups")))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::Agents { group } => client
+            .send(in_group(client.http.get(client.url("/v1/agents")), group))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::Launches => client
+            .send(client.http.get(client.url("/v1/launches")))
+            .await?
+            .map(|v| println!("{}", pretty(&v))),
+        SessionCommand::Launch { id, label, pinned } => {
+            let mut change = serde_json::Map::new();
+            if let Some(label) = label {
+                change.insert("label".into(), Value::String(label));
+            }
+            if let Some(pinned) = pinned {
+                change.insert("pinned".into(), Value::Bool(pinned));
+            }
+            client
+                .send(
+                    client
+                        .http
+                        .patch(client.url(&format!("/v1/launches/{id}")))
+                        .json(&Value::Object(change)),
+                )
+                .await?
+                .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::Queue { group } => client
+            .send(in_group(client.http.get(client.url("/v1/queue")), group))
             .await?
             .map(|v| println!("{}", pretty(&v))),
         SessionCommand::App(command) => app(&client, command).await?,

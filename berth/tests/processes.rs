@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 /// Processes started by a test, killed when it ends however it ends.
@@ -229,6 +229,44 @@ async fn batch_session_end_to_end(commands: &[&str]) {
     assert_eq!(list["total"], 1, "{list}");
     let (ok, text) = berth_with(&["session", "history", &session], &env);
     assert!(ok && text.contains("SUCCESS"), "{text}");
+
+    // What a launch may choose from, and what was launched, as the console shows them.
+    let json_of = |args: &[&str]| {
+        let (ok, text) = berth_with(args, &env);
+        assert!(ok, "{args:?}: {text}");
+        serde_json::from_str::<Value>(&text).unwrap_or_else(|_| panic!("{args:?}: {text}"))
+    };
+    let groups = json_of(&["session", "groups"]);
+    assert_eq!(groups["resource_groups"][0]["name"], "default", "{groups}");
+    let agents = json_of(&["session", "agents", "--group", "default"]);
+    assert_eq!(
+        agents["agents"].as_array().map(Vec::len),
+        Some(1),
+        "{agents}"
+    );
+    let environments = json_of(&["session", "environments"]);
+    assert!(
+        environments.to_string().contains("berth/shell:latest"),
+        "{environments}"
+    );
+    let launches = json_of(&["session", "launches"]);
+    let launch = launches["launches"][0]["launch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        launches["launches"][0]["request"]["image"],
+        "berth/shell:latest"
+    );
+    let pinned = json_of(&[
+        "session", "launch", &launch, "--label", "readme", "--pinned", "true",
+    ]);
+    assert_eq!(
+        (&pinned["label"], &pinned["pinned"]),
+        (&json!("readme"), &json!(true))
+    );
+    let queue = json_of(&["session", "queue"]);
+    assert!(queue["resource_groups"].is_array(), "{queue}");
     drop(processes);
     remove_dir(&logs);
 }
