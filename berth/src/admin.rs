@@ -453,7 +453,7 @@ pub async fn run(
 
 /// The new password for `email`: BERTH_NEW_PASSWORD, or the first line of standard input
 /// (asked for on the terminal when it is one), without its line ending.
-fn new_password(email: &str) -> anyhow::Result<String> {
+pub(crate) fn new_password(email: &str) -> anyhow::Result<String> {
     use std::io::{BufRead, IsTerminal, Write};
     if let Ok(password) = std::env::var("BERTH_NEW_PASSWORD") {
         return Ok(password);

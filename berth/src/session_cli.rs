@@ -121,6 +121,10 @@ pub enum SessionCommand {
         #[arg(long)]
         pinned: Option<bool>,
     },
+    /// Set my password, with which I sign in to the web console: the new one from
+    /// BERTH_NEW_PASSWORD or the first line of standard input, the current one (when I have
+    /// one) from BERTH_CURRENT_PASSWORD; never a flag, which the process list would show.
+    Password,
     /// Every resource group's pending sessions in the order the scheduler tries them, with
     /// why each waits (superadmins).
     Queue {
@@ -733,6 +737,21 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::Password => {
+            let mut body = serde_json::json!({ "new": crate::admin::new_password("you")? });
+            if let Ok(current) = std::env::var("BERTH_CURRENT_PASSWORD") {
+                body["current"] = Value::String(current);
+            }
+            client
+                .send(
+                    client
+                        .http
+                        .put(client.url("/v1/whoami/password"))
+                        .json(&body),
+                )
+                .await?
+                .map(|_| println!("your password is set"))
         }
         SessionCommand::Queue { group } => client
             .send(in_group(client.http.get(client.url("/v1/queue")), group))

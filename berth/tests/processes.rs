@@ -267,6 +267,18 @@ async fn batch_session_end_to_end(commands: &[&str]) {
     );
     let queue = json_of(&["session", "queue"]);
     assert!(queue["resource_groups"].is_array(), "{queue}");
+    // A password for the console, from the environment, never a flag.
+    let mut with_password = env.clone();
+    with_password.push(("BERTH_NEW_PASSWORD".into(), "correct horse".into()));
+    let (ok, text) = berth_with(&["session", "password"], &with_password);
+    assert!(ok && text.contains("password is set"), "{text}");
+    let whoami = get("/v1/whoami".into()).await.expect("whoami answers");
+    assert_eq!(whoami["password_set"], true, "{whoami}");
+    let (ok, text) = berth_with(&["session", "password"], &with_password);
+    assert!(
+        !ok && text.contains("current"),
+        "the current one is asked for now: {text}"
+    );
     drop(processes);
     remove_dir(&logs);
 }
