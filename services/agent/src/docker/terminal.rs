@@ -72,6 +72,10 @@ exec sh -l";
 /// What the shell's first line starts with.
 const PID_LINE: &[u8] = b"berth-terminal ";
 
+/// How long keys typed before the program drew anything wait for it (a program that never
+/// draws gets them then).
+const INPUT_HELD_AT_MOST: Duration = Duration::from_secs(3);
+
 /// How long the shell gets to say its pid.
 const PID_WAIT: Duration = Duration::from_secs(15);
 
@@ -323,8 +327,20 @@ where
     // Whether the shell is still there to hang up when the relay ends.
     let mut running = pid.is_some();
     let mut paused = false;
+    // Keys typed before the program has drawn anything are held until it has (or for
+    // INPUT_HELD_AT_MOST): tmux flushes the terminal's pending input as it takes it over,
+    // so keys sent at once on connecting would be echoed and lost.
+    let mut held: Option<Vec<u8>> = first.is_empty().then(Vec::new);
+    let release = tokio::time::sleep(INPUT_HELD_AT_MOST);
+    tokio::pin!(release);
     loop {
         tokio::select! {
+            _ = &mut release, if held.is_some() => {
+                let keys = held.take().unwrap_or_default();
+                if !keys.is_empty() && (input.write_all(&keys).await.is_err() || input.flush().await.is_err()) {
+                    break;
+                }
+            }
             _ = door.stop.cancelled() => {
                 let _ = client.send(Message::Close(Some(CloseFrame {
                     code: CloseCode::Away,
@@ -341,7 +357,9 @@ where
                 };
                 match command(&data) {
                     Command::Input(keys) => {
-                        if input.write_all(keys).await.is_err() || input.flush().await.is_err() {
+                        if let Some(waiting) = held.as_mut() {
+                            waiting.extend_from_slice(keys);
+                        } else if input.write_all(keys).await.is_err() || input.flush().await.is_err() {
                             break;
                         }
                     }
@@ -355,6 +373,11 @@ where
                 Some(Ok(chunk)) => {
                     if client.send(frame(b'0', &chunk.into_bytes())).await.is_err() {
                         break;
+                    }
+                    if let Some(keys) = held.take() {
+                        if !keys.is_empty() && (input.write_all(&keys).await.is_err() || input.flush().await.is_err()) {
+                            break;
+                        }
                     }
                 }
                 // The shell exited: a normal close, as ttyd's.
