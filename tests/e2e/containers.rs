@@ -207,12 +207,14 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     // The container is removed once the end is recorded.
     wait_for(|| async { (containers_of(id).await == 0).then_some(()) }).await;
 
-    let failed = run_to_end(&h, batch("echo about to fail; sleep 1; exit 3")).await;
+    // Long enough for the first sample's stats call (a second or more of the engine's time
+    // when the machine is loaded) to finish before the container is gone.
+    let failed = run_to_end(&h, batch("echo about to fail; sleep 3; exit 3")).await;
     assert_eq!(
         (failed["status"].as_str(), failed["exit_code"].as_i64()),
         (Some("TERMINATED"), Some(3))
     );
-    // Sampled once at start, so even a session of a second shows what it used.
+    // Sampled once at start, so even a session of seconds shows what it used.
     assert!(
         failed["usage"]["memory_bytes"].as_i64().unwrap_or(0) > 0,
         "{failed}"
