@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use events::payloads::Role;
 
-use super::launcher::free_of;
 use super::view;
 use super::{render, Chrome, PageError, Viewer};
 use crate::api::{self, Caller};
@@ -59,8 +58,8 @@ pub async fn agents(
         agents: agents
             .into_iter()
             .map(|a| AgentRow {
-                capacity: free_of(&a.capacity).replace(" free", ""),
-                free: free_of(&a.free),
+                capacity: view::amounts(&a.capacity),
+                free: view::amounts(&a.free),
                 heard: a
                     .heartbeat_age_secs
                     .map_or("-".into(), |s| format!("{} ago", view::duration(s))),

@@ -14,7 +14,7 @@ use domain::apps::AppProtocol;
 use serde::Deserialize;
 
 use super::auth::SameOrigin;
-use super::{render, Chrome, PageError, Viewer};
+use super::{json_body, render, Chrome, PageError, Viewer};
 use crate::api::{self, Caller, SessionApp, SessionId};
 use crate::error::ApiError;
 use crate::model::KernelLog;
@@ -42,8 +42,8 @@ struct AppsDialog {
 
 fn label(name: &str, protocol: AppProtocol) -> String {
     match (name, protocol) {
-        ("ttyd", _) => "Terminal".into(),
-        ("ssh", _) => "SSH / SFTP".into(),
+        (domain::apps::TERMINAL, _) => "Terminal".into(),
+        (domain::apps::SSH, _) => "SSH / SFTP".into(),
         ("jupyter", _) => "Jupyter".into(),
         (_, AppProtocol::Preopen) => format!("Port {name}"),
         _ => name.to_owned(),
@@ -161,7 +161,7 @@ pub async fn open(
         Caller(me.clone()),
         path(),
         headers,
-        Ok(Bytes::from(body.to_string())),
+        json_body(&body),
     )
     .await?
     .0;

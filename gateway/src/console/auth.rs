@@ -89,22 +89,23 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
         (Some(origin), Some(host)) => origin
             .split_once("://")
             .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
-        (None, _) => text("sec-fetch-site") == Some("same-origin"),
+        (None, _) => fetched_from_same_origin(headers),
         (Some(_), None) => false,
     }
 }
 
+/// Whether the browser says a page of the same origin made the request
+/// (`Sec-Fetch-Site: same-origin`, which no script can set).
+fn fetched_from_same_origin(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"same-origin")
+}
+
 /// The console token a request's cookies carry.
 pub fn token_in(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| {
-            let (name, value) = pair.trim().split_once('=')?;
-            (name == COOKIE && !value.is_empty()).then_some(value)
-        })
+    crate::proxy::cookies(headers)
+        .find_map(|(name, value)| (name == COOKIE && !value.is_empty()).then_some(value))
 }
 
 /// The caller a same-origin request's console cookie speaks for, for the JSON API: `None`
@@ -114,11 +115,8 @@ pub async fn api_caller(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<KeyOwner>, ApiError> {
-    let same_origin = headers
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes() == b"same-origin");
     match token_in(headers) {
-        Some(token) if same_origin => owner_of(state, token).await,
+        Some(token) if fetched_from_same_origin(headers) => owner_of(state, token).await,
         _ => Ok(None),
     }
 }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::auth::SameOrigin;
-use super::{render, Chrome, PageError, Viewer};
+use super::{json_body, render, Chrome, PageError, Viewer};
 use crate::api::{self, Caller};
 use crate::error::ApiError;
 use crate::model::{Agent, Environment, Folder, Launch, Preset, ResourceGroup};
@@ -366,19 +366,6 @@ impl Recent {
     }
 }
 
-/// Free resources as the agent picker shows them.
-pub fn free_of(amounts: &crate::model::Amounts) -> String {
-    let mut text = format!(
-        "{} cores, {} free",
-        super::view::number(amounts.cpu, 3),
-        super::view::size(amounts.memory_bytes)
-    );
-    if amounts.gpu > 0.0 {
-        text.push_str(&format!(", {} GPU", super::view::number(amounts.gpu, 3)));
-    }
-    text
-}
-
 /// One step's card on the review: its number, its title, its fields as label and value.
 pub struct ReviewCard {
     pub number: usize,
@@ -436,7 +423,7 @@ async fn review(state: &AppState, me: &KeyOwner, form: &LaunchForm) -> Vec<Error
         Ok(body) => body,
         Err(e) => return vec![e.into()],
     };
-    let parsed: CreateSession = match api::parse_body(Ok(Bytes::from(request.to_string()))) {
+    let parsed: CreateSession = match api::parse_body(json_body(&request)) {
         Ok(parsed) => parsed,
         Err(e) => return vec![e.into()],
     };
@@ -454,30 +441,37 @@ async fn render_step(
     errors: Vec<ErrorCard>,
     warn_no_folder: bool,
 ) -> Result<Response, PageError> {
-    let presets = api::presets(State(state.clone()), Caller(me.clone()))
-        .await?
-        .0
-        .presets;
-    let folders = api::list_folders(State(state.clone()), Caller(me.clone()))
-        .await?
-        .0
-        .folders;
-    let environments =
-        api::list_environments(State(state.clone()), Caller(me.clone()), RawQuery(None))
+    // Each step reads only what it offers: the choices of step 2, the folders of step 3.
+    let (mut presets, mut environments, mut groups, mut agents, mut folders) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    if step == 2 {
+        presets = api::presets(State(state.clone()), Caller(me.clone()))
             .await?
             .0
-            .environments;
-    let groups = api::list_resource_groups(State(state.clone()), Caller(me.clone()))
-        .await?
-        .0
-        .resource_groups;
-    let agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
-        .await?
-        .0
-        .agents
-        .into_iter()
-        .filter(|a| a.lost.is_none())
-        .collect();
+            .presets;
+        environments =
+            api::list_environments(State(state.clone()), Caller(me.clone()), RawQuery(None))
+                .await?
+                .0
+                .environments;
+        groups = api::list_resource_groups(State(state.clone()), Caller(me.clone()))
+            .await?
+            .0
+            .resource_groups;
+        agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
+            .await?
+            .0
+            .agents
+            .into_iter()
+            .filter(|a| a.lost.is_none())
+            .collect();
+    }
+    if step == 3 {
+        folders = api::list_folders(State(state.clone()), Caller(me.clone()))
+            .await?
+            .0
+            .folders;
+    }
     let recent = api::list_launches(State(state.clone()), Caller(me.clone()))
         .await?
         .0
@@ -543,16 +537,11 @@ pub async fn page(
     let form = match from {
         // Recent History's relaunch: the kept request fills the form, at the review.
         Some(id) => {
-            let launches = api::list_launches(State(state.clone()), Caller(me.clone()))
+            let not_mine = || ApiError::not_found(format!("no launch {id} of yours")).field("from");
+            let launch_id = uuid::Uuid::parse_str(&id).map_err(|_| not_mine())?;
+            let launch = crate::db::launches::launch(&state.pool, me.user_id, launch_id)
                 .await?
-                .0
-                .launches;
-            let launch = launches
-                .iter()
-                .find(|l| l.launch_id.to_string() == id)
-                .ok_or_else(|| {
-                    ApiError::not_found(format!("no recent launch {id}")).field("from")
-                })?;
+                .ok_or_else(not_mine)?;
             LaunchForm::from_request(&launch.request.kept())
         }
         None => LaunchForm::parse(raw.as_deref().unwrap_or("")),
@@ -585,7 +574,7 @@ pub async fn launch(
     let created = api::create_session(
         State(state.clone()),
         Caller(me.clone()),
-        Ok(Bytes::from(request.to_string())),
+        json_body(&request),
     )
     .await;
     match created {
@@ -625,7 +614,7 @@ pub async fn create_folder(
     let _ = api::create_folder(
         State(state),
         Caller(me),
-        Ok(Bytes::from(json!({ "name": name }).to_string())),
+        json_body(&json!({ "name": name })),
     )
     .await?;
     let mut launch = LaunchForm::parse(form.back.split_once('?').map_or("", |(_, q)| q));
@@ -661,7 +650,7 @@ pub async fn edit_launch(
         State(state),
         Caller(me),
         axum::extract::Path(api::LaunchId { id }),
-        Ok(Bytes::from(Value::Object(change).to_string())),
+        json_body(&Value::Object(change)),
     )
     .await?;
     Ok(Redirect::to("/console/launch").into_response())

@@ -106,6 +106,14 @@ async fn secure(mut response: Response) -> Response {
     response
 }
 
+/// `value` as the body an API handler takes: the console hands the handlers what a client
+/// would send them.
+fn json_body(
+    value: &serde_json::Value,
+) -> Result<bytes::Bytes, axum::extract::rejection::BytesRejection> {
+    Ok(bytes::Bytes::from(value.to_string()))
+}
+
 /// A page, rendered; a template that fails to render is berth's failure, never the user's.
 fn render(page: &impl Template) -> Response {
     match page.render() {

@@ -8,13 +8,12 @@ use askama::Template;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
-use bytes::Bytes;
 use events::payloads::Role;
 use serde::Deserialize;
 
 use super::auth::SameOrigin;
 use super::view::{self, Bar};
-use super::{render, Chrome, PageError, Viewer};
+use super::{json_body, render, Chrome, PageError, Viewer};
 use crate::api::{self, Caller, SessionId};
 use crate::error::ApiError;
 use crate::model::{SessionDetail, SessionSummary};
@@ -227,7 +226,7 @@ pub struct IdleRow {
     pub checker: String,
     pub figures: String,
     pub remaining: String,
-    /// `ok`, `warn` (under a minute, or half the way) or `fires`.
+    /// `ok`, `warn` (under a minute left) or `fires`.
     pub level: &'static str,
     pub explanation: String,
 }
@@ -656,10 +655,6 @@ fn back_to(back: &str, id: &str) -> String {
     }
 }
 
-fn json_body(value: serde_json::Value) -> Result<Bytes, axum::extract::rejection::BytesRejection> {
-    Ok(Bytes::from(value.to_string()))
-}
-
 /// `POST /console/sessions/{id}/{action}`: `rename`, `terminate` (`force` ends it at once),
 /// `exempt` from the idle checks (saying why) or `commit` to an image (its progress is on the
 /// event stream and in the notifications), each through the API's handler, then back to the
@@ -675,7 +670,7 @@ pub async fn act(
     let session = Path(SessionId { id: id.clone() });
     match action.as_str() {
         "rename" => {
-            let body = json_body(serde_json::json!({ "name": form.name }));
+            let body = json_body(&serde_json::json!({ "name": form.name }));
             let _ = api::rename_session(state, caller, session, body).await?;
         }
         "terminate" => {
@@ -683,11 +678,11 @@ pub async fn act(
             let _ = api::terminate_session(state, caller, session, query).await?;
         }
         "exempt" => {
-            let body = json_body(serde_json::json!({ "reason": form.reason.trim() }));
+            let body = json_body(&serde_json::json!({ "reason": form.reason.trim() }));
             let _ = api::exempt_session(state, caller, session, body).await?;
         }
         "commit" => {
-            let body = json_body(serde_json::json!({ "name": form.name }));
+            let body = json_body(&serde_json::json!({ "name": form.name }));
             let _ = api::commit_session(state, caller, session, body).await?;
         }
         _ => return Err(ApiError::not_found(format!("no session action `{action}`")).into()),

@@ -47,6 +47,16 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
+/// Resources as the pickers and the admin pages write them: `2 cores, 256 MiB`, and the
+/// GPUs when there are any.
+pub fn amounts(a: &crate::model::Amounts) -> String {
+    let mut text = format!("{} cores, {}", number(a.cpu, 3), size(a.memory_bytes));
+    if a.gpu > 0.0 {
+        text.push_str(&format!(", {} GPU", number(a.gpu, 3)));
+    }
+    text
+}
+
 /// One bar of a resource panel: what is used of what may be, drawn by a `<meter>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bar {
@@ -126,6 +136,18 @@ mod tests {
         assert_eq!(duration(7385.0), "2h 03m 05s");
         assert_eq!(duration(3.0 * 86_400.0 + 4.0 * 3600.0 + 300.0), "3d 4h 05m");
         assert_eq!(duration(-5.0), "0s");
+    }
+
+    #[test]
+    fn amounts_name_gpus_only_when_there_are_some() {
+        let mut a = crate::model::Amounts {
+            cpu: 2.0,
+            memory_bytes: 256 << 20,
+            gpu: 0.0,
+        };
+        assert_eq!(amounts(&a), "2 cores, 256 MiB");
+        a.gpu = 0.5;
+        assert_eq!(amounts(&a), "2 cores, 256 MiB, 0.5 GPU");
     }
 
     #[test]

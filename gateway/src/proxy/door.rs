@@ -306,7 +306,8 @@ fn login(door: &Door, query: &str) -> Response {
     response
 }
 
-fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+/// Every cookie a request carries, as name and value.
+pub(crate) fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers
         .get_all(header::COOKIE)
         .iter()

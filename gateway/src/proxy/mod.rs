@@ -22,6 +22,7 @@
 
 mod door;
 
+pub(crate) use door::cookies;
 pub use door::{LOGIN_PATH, TUNNEL_PATH, TUNNEL_PROTOCOL};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
