@@ -19,10 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-fn base_url() -> String {
-    std::env::var("BERTH_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://berth@127.0.0.1:55432/berth".into())
-}
+mod common;
 
 fn nats_url() -> String {
     std::env::var("BERTH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".into())
@@ -36,14 +33,7 @@ async fn connect_nats() -> Result<async_nats::Client, bus::LinkError> {
 
 /// A fresh database with the store's schema, and its url.
 async fn fresh_store() -> (EventStore, String) {
-    let base = base_url();
-    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
-    store::ensure_database(&url)
-        .await
-        .expect("create test database");
-    let pool = store::pool(&url, 32).expect("pool");
-    store::migrate(&pool, &[]).await.expect("migrate");
+    let (pool, url) = common::fresh_database(32).await;
     (EventStore::new(pool), url)
 }
 

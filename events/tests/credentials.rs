@@ -8,20 +8,13 @@ use events::catalogue::{stream_id, Event, Metadata};
 use events::ledger::credentials::{has_password, hash_password, new_console_token};
 use events::ledger::{self, console_owner, key_digest, password_owner};
 use events::payloads::*;
-use events::store::{self, ExpectedVersion};
+use events::store::ExpectedVersion;
 use uuid::Uuid;
 
+mod common;
+
 async fn fresh_pool() -> Pool {
-    let base = std::env::var("BERTH_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://berth@127.0.0.1:55432/berth".into());
-    let (prefix, _) = base.rsplit_once('/').expect("url has a database");
-    let url = format!("{prefix}/test_{}", Uuid::new_v4().simple());
-    store::ensure_database(&url)
-        .await
-        .expect("create test database");
-    let pool = store::pool(&url, 4).expect("pool");
-    store::migrate(&pool, &[]).await.expect("migrate");
-    pool
+    common::fresh_database(4).await.0
 }
 
 async fn record(pool: &Pool, stream: &str, events: &[Event]) {
