@@ -134,7 +134,7 @@ fn summary(name: &str, seconds: &mut [f64]) -> String {
 pub async fn recovery(rounds: usize, outage: Duration) -> anyhow::Result<()> {
     let postgres = Postgres::start()?;
     let mut nats = Nats::start()?;
-    let mut config = Config::from_source(|_| None);
+    let mut config = Config::defaults();
     config.database_url = postgres.url("berth");
     config.nats_url = nats.url();
     config.gateway_listen = "127.0.0.1:0".into();

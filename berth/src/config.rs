@@ -1,11 +1,20 @@
-//! Configuration from environment variables, with defaults that match `infra/services.sh`.
-//! Every `BERTH_*` variable is read here and nowhere else (`RUST_LOG` and the `OTEL_*`
-//! variables belong to logging and tracing: `telemetry` and the OTLP exporter read them), and
-//! every service timing (poll intervals, grace periods) is a field of [`Timings`] with today's
-//! value as default.
+//! Configuration: every `BERTH_*` setting is declared once, in [`Settings`], as a flag with
+//! its environment variable, its type and its default. clap parses it, so a value that does
+//! not parse stops the process at start naming the variable (never a silent default), and
+//! `--help` lists every variable with its default; `berth config` prints the values in
+//! force with secrets masked. [`Config`] is what the parts read, made from the settings.
+//!
+//! Not settings, and so not here: `RUST_LOG` and the `OTEL_*` variables (logging and the
+//! OTLP exporter read them), the inputs of two commands (`BERTH_NEW_PASSWORD`,
+//! `BERTH_CURRENT_PASSWORD`), and where the scratch servers of tests and benchmarks find
+//! their programs (`BERTH_PG_BIN`, `BERTH_NATS_SERVER`, read where those programs start).
 
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use clap::{Args, FromArgMatches};
 
 use events::relay::Topology;
 
@@ -135,103 +144,501 @@ pub const DEFAULT_GATEWAY: &str = "127.0.0.1:8480";
 pub const DEFAULT_PROXY_PORTS: &str = "10200-10299";
 pub const DEFAULT_PROXY_IDLE: Duration = Duration::from_secs(3600);
 
-/// `first-last` as a range of ports (`None` for `off` or anything unreadable).
-pub fn port_range(text: &str) -> Option<(u16, u16)> {
-    let (first, last) = text.split_once('-')?;
-    let (first, last): (u16, u16) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
-    (0 < first && first <= last).then_some((first, last))
+/// Every setting, each a flag (global: it may follow any command) and a `BERTH_*`
+/// environment variable; a flag wins over its variable, a variable over the profile, the
+/// profile over the default. An empty variable counts as unset.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Settings (each flag is also read from the BERTH_* variable shown)")]
+pub struct Settings {
+    /// PostgreSQL, as a libpq URL (`sslmode` and friends included).
+    #[arg(long, global = true, env = "BERTH_DATABASE_URL", value_name = "URL",
+          default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
+    pub database_url: String,
+    /// NATS with JetStream (user and password in the URL, for the control plane).
+    #[arg(long, global = true, env = "BERTH_NATS_URL", value_name = "URL",
+          default_value = DEFAULT_NATS_URL, hide_env_values = true)]
+    pub nats_url: String,
+    /// The JetStream stream events are published on.
+    #[arg(long, global = true, env = "BERTH_NATS_STREAM", value_name = "NAME", default_value_t = Topology::default().stream)]
+    pub nats_stream: String,
+    /// The subject prefix events are published under.
+    #[arg(long, global = true, env = "BERTH_NATS_PREFIX", value_name = "PREFIX", default_value_t = Topology::default().prefix)]
+    pub nats_prefix: String,
+    /// The subject root agents and the control plane meet under.
+    #[arg(long, global = true, env = "BERTH_NATS_AGENT_ROOT", value_name = "ROOT", default_value_t = bus::Subjects::default().root)]
+    pub nats_agent_root: String,
+    /// The JetStream stream of commands to agents.
+    #[arg(long, global = true, env = "BERTH_NATS_COMMANDS_STREAM", value_name = "NAME", default_value_t = bus::Subjects::default().commands_stream)]
+    pub nats_commands_stream: String,
+    /// The JetStream stream of agents' telemetry.
+    #[arg(long, global = true, env = "BERTH_NATS_TELEMETRY_STREAM", value_name = "NAME", default_value_t = bus::Subjects::default().telemetry_stream)]
+    pub nats_telemetry_stream: String,
+    /// Address the gateway serves the HTTP API on (port 0: any free port).
+    #[arg(long, global = true, env = "BERTH_GATEWAY_LISTEN", value_name = "ADDR", default_value = DEFAULT_GATEWAY)]
+    pub gateway_listen: SocketAddr,
+    /// Where the CLI finds the gateway (default: the profile's, else http:// and the listen address).
+    #[arg(long = "gateway", global = true, env = "BERTH_GATEWAY_URL", value_name = "URL", value_parser = gateway_url)]
+    pub gateway_url: Option<String>,
+    /// The CLI's API key (default: the profile's).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// The profile of the CLI's file (`~/.config/berth/profiles.toml`, or BERTH_PROFILES_FILE)
+    /// that gives the gateway and the API key when neither flag nor variable does.
+    #[arg(long, global = true, env = "BERTH_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The CLI's profiles file.
+    #[arg(long, global = true, env = "BERTH_PROFILES_FILE", value_name = "FILE")]
+    pub profiles_file: Option<PathBuf>,
+    /// Where an agent keeps folders and its outbox on its host.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_DATA",
+        value_name = "DIR",
+        default_value = ".berth/agent-data"
+    )]
+    pub agent_data: PathBuf,
+    /// The file holding an agent's credential (its nkey seed).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_CREDENTIAL",
+        value_name = "FILE"
+    )]
+    pub agent_credential: Option<PathBuf>,
+    /// The directory of a NATS server's authorization that berth keeps in step with the
+    /// agents admitted.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_NATS_AUTHORIZATION_DIR",
+        value_name = "DIR"
+    )]
+    pub nats_authorization_dir: Option<PathBuf>,
+    /// Where agents push customized images (none: kept on the host).
+    #[arg(long, global = true, env = "BERTH_REGISTRY", value_name = "REGISTRY")]
+    pub registry: Option<String>,
+    /// The host address an agent publishes app and preopen ports on.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_ADDRESS",
+        value_name = "IP",
+        default_value = "127.0.0.1"
+    )]
+    pub agent_address: IpAddr,
+    /// The app proxy's pool of ports, `first-last`, or `off` for no proxy.
+    #[arg(long, global = true, env = "BERTH_PROXY_PORTS", value_name = "FIRST-LAST|off",
+          default_value = DEFAULT_PROXY_PORTS, value_parser = proxy_ports)]
+    pub proxy_ports: ProxyPorts,
+    /// Where the proxy's circuits listen (default: the gateway's address).
+    #[arg(long, global = true, env = "BERTH_PROXY_ADDRESS", value_name = "IP")]
+    pub proxy_address: Option<IpAddr>,
+    /// How long a circuit nobody uses stays open (0: until its session ends).
+    #[arg(long, global = true, env = "BERTH_PROXY_IDLE_SECS", value_name = "SECS", default_value_t = DEFAULT_PROXY_IDLE.as_secs())]
+    pub proxy_idle_secs: u64,
+    /// Session creates the gateway takes in flight at once; one more is answered 503 `busy`.
+    #[arg(long, global = true, env = "BERTH_CREATE_QUEUE", value_name = "N", default_value_t = NonZeroUsize::new(gateway::DEFAULT_CREATE_QUEUE).expect("non-zero"))]
+    pub create_queue: NonZeroUsize,
+    /// How long an agent may be silent before it is marked lost.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_HEARTBEAT_TIMEOUT_SECS",
+        value_name = "SECS",
+        default_value_t = 30
+    )]
+    pub heartbeat_timeout_secs: u64,
+    /// How long an agent that departed may stay silent before it is taken for lost.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_DEPARTED_TIMEOUT_SECS",
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub agent_departed_timeout_secs: u64,
+    /// The reconciler's round.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_RECONCILE_EVERY_MS",
+        value_name = "MS",
+        default_value_t = 2000
+    )]
+    pub reconcile_every_ms: u64,
+    /// Longest time between scheduler passes when nothing wakes the scheduler.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_SCHEDULER_INTERVAL_MS",
+        value_name = "MS",
+        default_value_t = 10_000
+    )]
+    pub scheduler_interval_ms: u64,
+    /// How long a stopping container gets before it is killed.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_STOP_GRACE_SECS",
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub agent_stop_grace_secs: u64,
+    /// How often an agent samples a running container's usage.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_USAGE_EVERY_MS",
+        value_name = "MS",
+        default_value_t = 5000
+    )]
+    pub agent_usage_every_ms: u64,
+    /// How often the idle-reaper compares what it knows with the clock.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_REAPER_TICK_MS",
+        value_name = "MS",
+        default_value_t = 250
+    )]
+    pub reaper_tick_ms: u64,
+    /// How long an agent has to finish a commit.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_COMMIT_DEADLINE_SECS",
+        value_name = "SECS",
+        default_value_t = 1800
+    )]
+    pub commit_deadline_secs: u64,
+    /// How long a stopped agent has to depart before it exits anyway.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_AGENT_LEAVE_SECS",
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub agent_leave_secs: u64,
+    /// How long the control plane's parts have to stop before the process exits non-zero.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_STOP_WITHIN_SECS",
+        value_name = "SECS",
+        default_value_t = 15
+    )]
+    pub stop_within_secs: u64,
+}
+
+/// The app proxy's pool of ports, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyPorts {
+    Off,
+    Range(u16, u16),
+}
+
+impl std::fmt::Display for ProxyPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProxyPorts::Off => f.write_str("off"),
+            ProxyPorts::Range(first, last) => write!(f, "{first}-{last}"),
+        }
+    }
+}
+
+/// `off`, or `first-last` with `0 < first <= last`.
+pub fn proxy_ports(text: &str) -> Result<ProxyPorts, String> {
+    if text.trim() == "off" {
+        return Ok(ProxyPorts::Off);
+    }
+    let bad = || {
+        format!("`{text}` is neither `off` nor a range of ports `first-last` (e.g. {DEFAULT_PROXY_PORTS})")
+    };
+    let (first, last) = text.split_once('-').ok_or_else(bad)?;
+    let (first, last): (u16, u16) = (
+        first.trim().parse().map_err(|_| bad())?,
+        last.trim().parse().map_err(|_| bad())?,
+    );
+    if first == 0 || first > last {
+        return Err(format!(
+            "`{text}`: the first port must be above 0 and not above the last"
+        ));
+    }
+    Ok(ProxyPorts::Range(first, last))
+}
+
+/// An `http://` or `https://` URL with a host.
+fn gateway_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!(
+            "`{text}`: the gateway is reached over http:// or https://, with a host"
+        ));
+    }
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
+impl Settings {
+    /// The settings `source` describes (a variable's value by name; an empty value is unset),
+    /// every other one at its default: a map in tests. A value that does not parse is an
+    /// error naming its variable.
+    pub fn from_source(source: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
+        let command = Settings::augment_args(clap::Command::new("berth"));
+        let mut argv = vec!["berth".to_owned()];
+        let mut given = Vec::new();
+        for arg in command.get_arguments() {
+            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            let env = env.to_string_lossy().into_owned();
+            if let Some(value) = source(&env).filter(|v| !v.is_empty()) {
+                argv.push(format!("--{long}={value}"));
+                given.push((long.to_owned(), env, value));
+            }
+        }
+        // The variables reach clap as flags here, so that the process's own environment
+        // plays no part.
+        let command = command.mut_args(|arg| arg.env(None::<&str>));
+        let matches = command.try_get_matches_from(argv).map_err(|e| {
+            ConfigError::from_clap(&e, |long| {
+                given
+                    .iter()
+                    .find(|(l, ..)| l == long)
+                    .map(|(_, env, value)| (env.clone(), value.clone()))
+            })
+        })?;
+        Settings::from_arg_matches(&matches).map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+
+    /// Each setting's variable, its value as `berth config` shows it (secrets masked) and
+    /// where it came from, in declaration order.
+    pub fn listing(matches: &clap::ArgMatches) -> Vec<(String, String, &'static str)> {
+        let command = Settings::augment_args(clap::Command::new("berth"));
+        command
+            .get_arguments()
+            .filter_map(|arg| {
+                let env = arg.get_env()?.to_string_lossy().into_owned();
+                let id = arg.get_id().as_str();
+                let value = matches
+                    .get_raw(id)
+                    .and_then(|mut values| values.next())
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let source = match matches.value_source(id) {
+                    Some(clap::parser::ValueSource::CommandLine) => "flag",
+                    Some(clap::parser::ValueSource::EnvVariable) => "environment",
+                    Some(clap::parser::ValueSource::DefaultValue) => "default",
+                    _ => "unset",
+                };
+                let shown = if arg.is_hide_env_values_set() {
+                    mask(&value)
+                } else {
+                    value
+                };
+                Some((env, shown, source))
+            })
+            .collect()
+    }
+}
+
+/// A secret as `berth config` prints it: a URL keeps all but its password; anything else
+/// keeps its first four characters.
+pub fn mask(value: &str) -> String {
+    if value.is_empty() {
+        return String::new();
+    }
+    if let Ok(mut url) = reqwest::Url::parse(value) {
+        if url.has_host() {
+            if url.password().is_some() {
+                let _ = url.set_password(Some("****"));
+            }
+            return url.to_string();
+        }
+    }
+    let kept: String = value.chars().take(4).collect();
+    format!("{kept}****")
+}
+
+/// A setting that is not usable, named.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A variable's value does not parse as its setting's type.
+    #[error("{variable}={value}: {reason}")]
+    BadValue {
+        variable: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("profiles file {path}: {reason}")]
+    Profiles { path: String, reason: String },
+}
+
+impl ConfigError {
+    /// clap's error, with the variable named where the value came from one: `given(long)`
+    /// says which variable and value stand behind a flag.
+    pub fn from_clap(
+        error: &clap::Error,
+        given: impl Fn(&str) -> Option<(String, String)>,
+    ) -> ConfigError {
+        use clap::error::{ContextKind, ContextValue};
+        let arg = match error.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(arg)) => arg.clone(),
+            _ => return ConfigError::Invalid(error.to_string()),
+        };
+        let long = arg
+            .trim_start_matches("--")
+            .split([' ', '='])
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let reason = error
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned();
+        match given(&long) {
+            Some((variable, value)) => ConfigError::BadValue {
+                variable,
+                value,
+                reason,
+            },
+            None => ConfigError::Invalid(error.to_string()),
+        }
+    }
+}
+
+/// The CLI's profiles file: `[NAME]` tables with `gateway` and `api_key`; `default` is used
+/// when no profile is named.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Profile {
+    gateway: Option<String>,
+    api_key: Option<String>,
+}
+
+fn profiles_file(settings: &Settings) -> Option<PathBuf> {
+    settings.profiles_file.clone().or_else(|| {
+        let config = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
+        Some(config.join("berth").join("profiles.toml"))
+    })
+}
+
+fn profile(settings: &Settings) -> Result<Profile, ConfigError> {
+    let Some(path) = profiles_file(settings) else {
+        return Ok(Profile::default());
+    };
+    let failed = |reason: String| ConfigError::Profiles {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        // No file is no profile, unless one was asked for by name.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && settings.profile.is_none() => {
+            return Ok(Profile::default())
+        }
+        Err(e) => return Err(failed(e.to_string())),
+    };
+    let mut profiles: std::collections::BTreeMap<String, Profile> =
+        toml::from_str(&text).map_err(|e| failed(e.to_string()))?;
+    let name = settings.profile.as_deref().unwrap_or("default");
+    match profiles.remove(name) {
+        Some(profile) => {
+            if let Some(gateway) = &profile.gateway {
+                gateway_url(gateway).map_err(|e| failed(format!("[{name}] gateway: {e}")))?;
+            }
+            Ok(profile)
+        }
+        None if settings.profile.is_none() => Ok(Profile::default()),
+        None => Err(failed(format!("no profile [{name}]"))),
+    }
 }
 
 impl Config {
-    /// The configuration the process environment describes.
-    pub fn from_env() -> Config {
-        Config::from_source(|name| std::env::var(name).ok())
-    }
-
-    /// The configuration `source` describes (a variable's value by name): the environment
-    /// in production, a map in tests.
-    pub fn from_source(source: impl Fn(&str) -> Option<String>) -> Config {
-        let var = |name: &str| source(name).filter(|v| !v.is_empty());
-        let or = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_owned());
-        let duration = |name: &str, unit: fn(u64) -> Duration, default: Duration| {
-            var(name).and_then(|v| v.parse().ok()).map_or(default, unit)
+    /// The configuration the settings describe, the CLI's profile filling in the gateway and
+    /// the API key where neither a flag nor a variable gives them.
+    pub fn from_settings(settings: &Settings) -> Result<Config, ConfigError> {
+        let profile = if settings.gateway_url.is_none() || settings.api_key.is_none() {
+            profile(settings)?
+        } else {
+            Profile::default()
         };
-        let listen = or("BERTH_GATEWAY_LISTEN", DEFAULT_GATEWAY);
-        let defaults = Timings::default();
         let secs = Duration::from_secs;
         let millis = Duration::from_millis;
-        let topology = Topology::default();
-        let agent_bus = bus::Subjects::default();
-        Config {
-            database_url: or("BERTH_DATABASE_URL", DEFAULT_DATABASE_URL),
-            nats_url: or("BERTH_NATS_URL", DEFAULT_NATS_URL),
+        let defaults = Timings::default();
+        Ok(Config {
+            database_url: settings.database_url.clone(),
+            nats_url: settings.nats_url.clone(),
             topology: Topology {
-                stream: or("BERTH_NATS_STREAM", &topology.stream),
-                prefix: or("BERTH_NATS_PREFIX", &topology.prefix),
+                stream: settings.nats_stream.clone(),
+                prefix: settings.nats_prefix.clone(),
             },
             agent_bus: bus::Subjects {
-                root: or("BERTH_NATS_AGENT_ROOT", &agent_bus.root),
-                commands_stream: or("BERTH_NATS_COMMANDS_STREAM", &agent_bus.commands_stream),
-                telemetry_stream: or("BERTH_NATS_TELEMETRY_STREAM", &agent_bus.telemetry_stream),
+                root: settings.nats_agent_root.clone(),
+                commands_stream: settings.nats_commands_stream.clone(),
+                telemetry_stream: settings.nats_telemetry_stream.clone(),
             },
-            gateway_url: var("BERTH_GATEWAY_URL").unwrap_or_else(|| format!("http://{listen}")),
-            gateway_listen: listen,
-            api_key: var("BERTH_API_KEY"),
-            agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
-            agent_credential: var("BERTH_AGENT_CREDENTIAL").map(PathBuf::from),
-            nats_authorization: var("BERTH_NATS_AUTHORIZATION_DIR").map(PathBuf::from),
-            registry: var("BERTH_REGISTRY"),
-            agent_address: or("BERTH_AGENT_ADDRESS", "127.0.0.1"),
-            proxy_ports: port_range(&or("BERTH_PROXY_PORTS", DEFAULT_PROXY_PORTS)),
-            proxy_address: var("BERTH_PROXY_ADDRESS").and_then(|a| a.parse().ok()),
-            proxy_idle: Some(duration("BERTH_PROXY_IDLE_SECS", secs, DEFAULT_PROXY_IDLE))
-                .filter(|d| !d.is_zero()),
-            create_queue: var("BERTH_CREATE_QUEUE")
-                .and_then(|v| v.parse().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(gateway::DEFAULT_CREATE_QUEUE),
+            gateway_url: settings
+                .gateway_url
+                .clone()
+                .or(profile.gateway.map(|g| g.trim_end_matches('/').to_owned()))
+                .unwrap_or_else(|| format!("http://{}", settings.gateway_listen)),
+            gateway_listen: settings.gateway_listen.to_string(),
+            api_key: settings.api_key.clone().or(profile.api_key),
+            agent_data_dir: settings.agent_data.clone(),
+            agent_credential: settings.agent_credential.clone(),
+            nats_authorization: settings.nats_authorization_dir.clone(),
+            registry: settings.registry.clone(),
+            agent_address: settings.agent_address.to_string(),
+            proxy_ports: match settings.proxy_ports {
+                ProxyPorts::Off => None,
+                ProxyPorts::Range(first, last) => Some((first, last)),
+            },
+            proxy_address: settings.proxy_address,
+            proxy_idle: Some(secs(settings.proxy_idle_secs)).filter(|d| !d.is_zero()),
+            create_queue: settings.create_queue.get(),
             timings: Timings {
-                heartbeat_timeout: duration(
-                    "BERTH_HEARTBEAT_TIMEOUT_SECS",
-                    secs,
-                    defaults.heartbeat_timeout,
-                ),
-                agent_departed_timeout: duration(
-                    "BERTH_AGENT_DEPARTED_TIMEOUT_SECS",
-                    secs,
-                    defaults.agent_departed_timeout,
-                ),
-                reconcile_every: duration(
-                    "BERTH_RECONCILE_EVERY_MS",
-                    millis,
-                    defaults.reconcile_every,
-                ),
-                scheduler_interval: duration(
-                    "BERTH_SCHEDULER_INTERVAL_MS",
-                    millis,
-                    defaults.scheduler_interval,
-                ),
-                agent_stop_grace: duration(
-                    "BERTH_AGENT_STOP_GRACE_SECS",
-                    secs,
-                    defaults.agent_stop_grace,
-                ),
-                agent_usage_every: duration(
-                    "BERTH_AGENT_USAGE_EVERY_MS",
-                    millis,
-                    defaults.agent_usage_every,
-                ),
-                reaper_tick: duration("BERTH_REAPER_TICK_MS", millis, defaults.reaper_tick),
-                commit_deadline: duration(
-                    "BERTH_COMMIT_DEADLINE_SECS",
-                    secs,
-                    defaults.commit_deadline,
-                ),
-                agent_leave: duration("BERTH_AGENT_LEAVE_SECS", secs, defaults.agent_leave),
-                stop_within: duration("BERTH_STOP_WITHIN_SECS", secs, defaults.stop_within),
+                heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
+                agent_departed_timeout: secs(settings.agent_departed_timeout_secs),
+                reconcile_every: millis(settings.reconcile_every_ms),
+                scheduler_interval: millis(settings.scheduler_interval_ms),
+                agent_stop_grace: secs(settings.agent_stop_grace_secs),
+                agent_usage_every: millis(settings.agent_usage_every_ms),
+                reaper_tick: millis(settings.reaper_tick_ms),
+                commit_deadline: secs(settings.commit_deadline_secs),
+                agent_leave: secs(settings.agent_leave_secs),
+                stop_within: secs(settings.stop_within_secs),
                 ..defaults
             },
-        }
+        })
+    }
+
+    /// The configuration `source` describes (a variable's value by name), every other
+    /// setting at its default and no profile read: tests and benchmarks.
+    pub fn from_source(source: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut settings = Settings::from_source(source)?;
+        settings
+            .profiles_file
+            .get_or_insert_with(|| PathBuf::from("/nonexistent/berth/profiles.toml"));
+        Config::from_settings(&settings)
+    }
+
+    /// Every setting at its default: tests and benchmarks, which then set what they need.
+    pub fn defaults() -> Config {
+        Config::from_source(|_| None).expect("the defaults parse")
     }
 }
 
@@ -239,25 +646,42 @@ impl Config {
 mod tests {
     use super::*;
 
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_source(move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
     #[test]
     fn defaults_match_the_local_services_and_variables_override_them() {
-        let config = Config::from_source(|_| None);
+        let config = Config::defaults();
         assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
         assert_eq!(config.gateway_url, "http://127.0.0.1:8480");
         assert_eq!(config.timings, Timings::default());
         assert_eq!(config.topology, Topology::default());
+        assert_eq!(config.agent_bus, bus::Subjects::default());
         assert_eq!(config.proxy_idle, Some(DEFAULT_PROXY_IDLE));
+        assert_eq!(config.proxy_ports, Some((10200, 10299)));
+        assert_eq!(config.create_queue, gateway::DEFAULT_CREATE_QUEUE);
 
-        let config = Config::from_source(|name| match name {
-            "BERTH_GATEWAY_LISTEN" => Some("0.0.0.0:9000".into()),
-            "BERTH_SCHEDULER_INTERVAL_MS" => Some("250".into()),
-            "BERTH_HEARTBEAT_TIMEOUT_SECS" => Some("7".into()),
-            "BERTH_AGENT_DEPARTED_TIMEOUT_SECS" => Some("90".into()),
-            "BERTH_NATS_STREAM" => Some("T_1".into()),
-            "BERTH_API_KEY" => Some(String::new()),
-            "BERTH_PROXY_IDLE_SECS" => Some("0".into()),
-            _ => None,
-        });
+        let config = with(&[
+            ("BERTH_GATEWAY_LISTEN", "0.0.0.0:9000"),
+            ("BERTH_SCHEDULER_INTERVAL_MS", "250"),
+            ("BERTH_HEARTBEAT_TIMEOUT_SECS", "7"),
+            ("BERTH_AGENT_DEPARTED_TIMEOUT_SECS", "90"),
+            ("BERTH_NATS_STREAM", "T_1"),
+            ("BERTH_API_KEY", ""),
+            ("BERTH_PROXY_IDLE_SECS", "0"),
+            ("BERTH_PROXY_PORTS", "off"),
+        ])
+        .unwrap();
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
         assert_eq!(
             config.timings.scheduler_interval,
@@ -271,5 +695,78 @@ mod tests {
         assert_eq!(config.topology.stream, "T_1");
         assert_eq!(config.api_key, None, "an empty variable is unset");
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
+        assert_eq!(config.proxy_ports, None);
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_refused_naming_its_variable_and_value() {
+        for (variable, value) in [
+            ("BERTH_PROXY_PORTS", "10200:10299"),
+            ("BERTH_PROXY_PORTS", "0-10"),
+            ("BERTH_HEARTBEAT_TIMEOUT_SECS", "30s"),
+            ("BERTH_SCHEDULER_INTERVAL_MS", "-1"),
+            ("BERTH_PROXY_ADDRESS", "proxy.example"),
+            ("BERTH_AGENT_ADDRESS", "10.0.0"),
+            ("BERTH_GATEWAY_LISTEN", "localhost"),
+            ("BERTH_GATEWAY_URL", "ftp://gateway"),
+            ("BERTH_CREATE_QUEUE", "0"),
+        ] {
+            let error = with(&[(variable, value)]).expect_err(variable).to_string();
+            assert!(
+                error.starts_with(&format!("{variable}={value}: ")),
+                "{variable}={value} gave {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_and_the_rest_shown() {
+        assert_eq!(
+            mask("nats://berth:s3cret@127.0.0.1:54222"),
+            "nats://berth:****@127.0.0.1:54222"
+        );
+        assert_eq!(
+            mask("postgres://berth@db/berth"),
+            "postgres://berth@db/berth"
+        );
+        assert_eq!(mask("bk_0123456789"), "bk_0****");
+        assert_eq!(mask(""), "");
+    }
+
+    #[test]
+    fn a_profile_gives_the_gateway_and_key_that_no_flag_or_variable_gives() {
+        let dir = std::env::temp_dir().join(format!("berth-profiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("profiles.toml");
+        std::fs::write(
+            &file,
+            "[default]\ngateway = \"https://lab.example:8480/\"\napi_key = \"bk_default\"\n\n[other]\ngateway = \"http://other:8480\"\n",
+        )
+        .unwrap();
+        let file_text = file.display().to_string();
+        let config = with(&[("BERTH_PROFILES_FILE", &file_text)]).unwrap();
+        assert_eq!(config.gateway_url, "https://lab.example:8480");
+        assert_eq!(config.api_key.as_deref(), Some("bk_default"));
+        let config = with(&[
+            ("BERTH_PROFILES_FILE", &file_text),
+            ("BERTH_PROFILE", "other"),
+            ("BERTH_API_KEY", "bk_env"),
+        ])
+        .unwrap();
+        assert_eq!(config.gateway_url, "http://other:8480");
+        assert_eq!(
+            config.api_key.as_deref(),
+            Some("bk_env"),
+            "a variable wins over the profile"
+        );
+        let missing = with(&[
+            ("BERTH_PROFILES_FILE", &file_text),
+            ("BERTH_PROFILE", "nope"),
+        ]);
+        assert!(missing
+            .unwrap_err()
+            .to_string()
+            .contains("no profile [nope]"));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use berth::app::{self, Parts};
 use berth::config::Config;
 use berth::telemetry;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use events::projection::{self, StreamIndex};
 use events::{audit, EventStore};
 use gateway::projection::SessionsView;
@@ -42,12 +42,17 @@ use gateway::projection::SessionsView;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    settings: berth::config::Settings,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the whole control plane in this process until interrupted.
     Up,
+    /// Print every setting's variable, the value in force (secrets masked) and where it came
+    /// from (flag, environment or default).
+    Config,
     /// Apply database migrations and exit.
     Migrate,
     /// Write a dump of berth's database (BERTH_DATABASE_URL) to FILE (`pg_dump`, custom
@@ -124,21 +129,90 @@ enum AuditCommand {
     Head,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let _telemetry = match telemetry::init("berth") {
-        Ok(t) => t,
+fn main() -> ExitCode {
+    // An empty BERTH_* variable counts as unset, as if it were not there: its setting is
+    // read from the profile or its default instead.
+    let command = Cli::command().mut_args(|arg| {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|value| value.is_empty());
+        if empty {
+            arg.env(None::<&str>)
+        } else {
+            arg
+        }
+    });
+    let matches = match command.try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => return refuse(error),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => return refuse(error),
+    };
+    let config = match Config::from_settings(&cli.settings) {
+        Ok(config) => config,
         Err(e) => {
-            eprintln!("berth: telemetry: {e:#}");
+            eprintln!("berth: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("berth: start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match run(cli).await {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("berth: {e:#}");
-            ExitCode::FAILURE
+    runtime.block_on(async move {
+        let _telemetry = match telemetry::init("berth") {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("berth: telemetry: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match run(cli, config, &matches).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("berth: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Stops on a command line or a setting that does not parse. A setting's bad value is
+/// named by its variable when the value came from one (clap names only the flag).
+fn refuse(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if !matches!(
+        error.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        error.exit();
+    }
+    let command = Cli::command();
+    let given_on_the_command_line = |long: &str| {
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")))
+    };
+    let named = berth::config::ConfigError::from_clap(&error, |long| {
+        if given_on_the_command_line(long) {
+            return None;
+        }
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))?;
+        let variable = arg.get_env()?.to_string_lossy().into_owned();
+        let value = std::env::var(&variable).ok()?;
+        Some((variable, value))
+    });
+    match named {
+        berth::config::ConfigError::Invalid(_) => error.exit(),
+        named => {
+            eprintln!("berth: {named}");
+            ExitCode::from(2)
         }
     }
 }
@@ -147,9 +221,13 @@ async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
     Ok(EventStore::new(app::connect_database(config, 32).await?))
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = Config::from_env();
+async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Config => {
+            for (variable, value, source) in berth::config::Settings::listing(matches) {
+                println!("{variable}={value}\t# {source}");
+            }
+        }
         Command::Migrate => {
             connect_store(&config).await?;
             println!("migrations applied");

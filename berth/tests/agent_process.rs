@@ -283,7 +283,7 @@ async fn delete_streams_of(config: &Config) {
 fn config_for(url: &str, tag: &str) -> Config {
     let id = Uuid::new_v4().simple().to_string();
     let upper = tag.to_uppercase();
-    let mut config = Config::from_source(|_| None);
+    let mut config = Config::defaults();
     config.database_url = url.to_owned();
     config.nats_url = nats_url();
     config.topology = events::relay::Topology {

@@ -49,7 +49,7 @@ pub fn test_config() -> Config {
     let base = base_url();
     let (prefix, _) = base.rsplit_once('/').expect("url has a database");
     let id = Uuid::new_v4().simple().to_string();
-    let mut config = Config::from_source(|_| None);
+    let mut config = Config::defaults();
     config.database_url = format!("{prefix}/test_{id}");
     config.nats_url = nats_url();
     config.topology = Topology {
