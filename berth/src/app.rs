@@ -257,7 +257,8 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
 
     // A fresh install gets its first superadmin from the process that serves users.
     let first_superadmin = if parts.gateway {
-        launcher::access::bootstrap(&pool).await?
+        let key = (config.first_api_key.clone()).unwrap_or_else(launcher::access::new_api_key);
+        launcher::access::bootstrap_with_key(&pool, key).await?
     } else {
         None
     };

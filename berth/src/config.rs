@@ -32,6 +32,8 @@ pub struct Config {
     /// Where the CLI finds the gateway.
     pub gateway_url: String,
     pub api_key: Option<String>,
+    /// The first superadmin's key on a fresh install, when the operator chose it.
+    pub first_api_key: Option<String>,
     /// Where an agent keeps folders on its host.
     pub agent_data_dir: PathBuf,
     /// The file holding an agent's credential (its nkey seed), if it has one.
@@ -188,6 +190,11 @@ pub struct Settings {
         hide_env_values = true
     )]
     pub api_key: Option<String>,
+    /// The first superadmin's API key on a fresh install (`berth_` and 40 hex digits), for an
+    /// automated install that must know it; made at random and printed once when unset.
+    #[arg(long, global = true, env = "BERTH_FIRST_API_KEY", value_name = "KEY",
+          hide_env_values = true, value_parser = first_api_key)]
+    pub first_api_key: Option<String>,
     /// The profile of the CLI's file (`~/.config/berth/profiles.toml`, or BERTH_PROFILES_FILE)
     /// that gives the gateway and the API key when neither flag nor variable does.
     #[arg(long, global = true, env = "BERTH_PROFILE", value_name = "NAME")]
@@ -384,6 +391,14 @@ fn gateway_url(text: &str) -> Result<String, String> {
         ));
     }
     Ok(text.trim_end_matches('/').to_owned())
+}
+
+fn first_api_key(text: &str) -> Result<String, String> {
+    if launcher::access::is_api_key_shaped(text) {
+        Ok(text.to_owned())
+    } else {
+        Err("a key is `berth_` and 40 hex digits (e.g. `berth_$(openssl rand -hex 20)`)".into())
+    }
 }
 
 impl Settings {
@@ -598,6 +613,7 @@ impl Config {
                 .unwrap_or_else(|| format!("http://{}", settings.gateway_listen)),
             gateway_listen: settings.gateway_listen.to_string(),
             api_key: settings.api_key.clone().or(profile.api_key),
+            first_api_key: settings.first_api_key.clone(),
             agent_data_dir: settings.agent_data.clone(),
             agent_credential: settings.agent_credential.clone(),
             nats_authorization: settings.nats_authorization_dir.clone(),
@@ -710,6 +726,7 @@ mod tests {
             ("BERTH_GATEWAY_LISTEN", "localhost"),
             ("BERTH_GATEWAY_URL", "ftp://gateway"),
             ("BERTH_CREATE_QUEUE", "0"),
+            ("BERTH_FIRST_API_KEY", "secret"),
         ] {
             let error = with(&[(variable, value)]).expect_err(variable).to_string();
             assert!(

@@ -342,7 +342,11 @@ async fn serve(config: &Config, parts: Parts) -> anyhow::Result<()> {
     };
     if let Some((email, key)) = &app.first_superadmin {
         println!("fresh install: superadmin {email}");
-        println!("API key (shown only now): {key}");
+        if config.first_api_key.is_some() {
+            println!("API key: the one BERTH_FIRST_API_KEY gives");
+        } else {
+            println!("API key (shown only now): {key}");
+        }
     }
     tracing::info!(?parts, "berth is up; SIGTERM or Ctrl-C stops it");
     let within = config.timings.stop_within;

@@ -30,6 +30,9 @@ const CHANGING_EVENTS: &[&str] = &["AgentAdmitted", "AgentRevoked"];
 /// the safety net for an event published while it was not subscribed.
 const APPLY_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 
+/// The file a server that reloads its authorization on its own leaves in the directory.
+const RELOADS_ITSELF: &str = "reloads-itself";
+
 /// What [`apply`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
@@ -94,8 +97,13 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 /// Asks the server whose pid is in `<dir>/nats.pid` to read its configuration again
-/// (SIGHUP, as `nats-server --signal reload` does).
+/// (SIGHUP, as `nats-server --signal reload` does). A server in a process namespace of its own
+/// (the compose stack's, in its container) cannot be signalled from here: it watches the
+/// authorization itself and says so with a `<dir>/reloads-itself` file instead of its pid.
 fn reload(dir: &Path) -> anyhow::Result<()> {
+    if dir.join(RELOADS_ITSELF).exists() {
+        return Ok(());
+    }
     let file = dir.join("nats.pid");
     let pid: i32 = std::fs::read_to_string(&file)
         .with_context(|| format!("the NATS server's pid in {}", file.display()))?

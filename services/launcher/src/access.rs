@@ -301,6 +301,22 @@ pub const FIRST_SUPERADMIN: &str = "admin@berth.local";
 /// group `default`, presets `small` and `medium`) and the first superadmin, and returns its
 /// email and key. Returns `None` when users exist. Safe when several processes start at once.
 pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessError> {
+    bootstrap_with_key(pool, new_api_key()).await
+}
+
+/// Whether `key` has the shape of a key berth makes (`berth_` and 40 hex digits): the only
+/// shape an operator may choose for the first superadmin ([`bootstrap_with_key`]).
+pub fn is_api_key_shaped(key: &str) -> bool {
+    key.strip_prefix("berth_")
+        .is_some_and(|hex| hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// [`bootstrap`], with the first superadmin's key chosen by the operator (an automated
+/// install, such as the compose stack, that must know the key without reading a log).
+pub async fn bootstrap_with_key(
+    pool: &Pool,
+    key: String,
+) -> Result<Option<(String, String)>, AccessError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     if db::lock_bootstrap(&tx).await? {
@@ -362,7 +378,6 @@ pub async fn bootstrap(pool: &Pool) -> Result<Option<(String, String)>, AccessEr
         ));
     }
     let user_id = Uuid::now_v7();
-    let key = new_api_key();
     put.push((
         stream_id("user", user_id),
         vec![
