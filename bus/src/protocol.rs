@@ -273,6 +273,14 @@ mod tests {
     }
 }
 
+/// The app circuits a gateway saw in use (a client connected, or bytes moved) since its last
+/// report: every gateway serves every circuit, and none closes one as idle that another
+/// saw in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CircuitsBusy {
+    pub circuits: Vec<Uuid>,
+}
+
 /// Bytes moved through a session's app circuits since the last report, as berth's proxy
 /// saw them at `at` (sent only when some did): the idle-reaper's network activity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
