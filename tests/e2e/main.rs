@@ -24,6 +24,8 @@
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
 //!   its restart.
 //! - [`console`]: the web console in headless Chromium, against a Docker agent.
+//! - [`gateways`]: two gateways on one database and bus: the same reads, an app link made on
+//!   one redeemed on the other, a circuit that outlives a gateway's restart.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
@@ -38,6 +40,7 @@ mod common;
 mod console;
 mod containers;
 mod contract;
+mod gateways;
 mod idle;
 mod migrations;
 mod notifications;

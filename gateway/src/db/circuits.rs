@@ -104,12 +104,12 @@ pub async fn mint_ticket(
     client
         .execute("DELETE FROM proxy.tickets WHERE expires_at < now()", &[])
         .await?;
-    let ttl_ms = ttl.as_millis() as f64;
+    let ttl_secs = ttl.as_secs_f64();
     client
         .execute(
             "INSERT INTO proxy.tickets (ticket_sha256, circuit_id, expires_at)
-             VALUES ($1, $2, now() + make_interval(secs => $3 / 1000.0))",
-            &[&digest.as_slice(), &circuit_id, &ttl_ms],
+             VALUES ($1, $2, now() + make_interval(secs => $3::float8))",
+            &[&digest.as_slice(), &circuit_id, &ttl_secs],
         )
         .await?;
     Ok(())
