@@ -203,6 +203,7 @@ pub(crate) async fn register_agents(
             images: vec!["berth/shell:latest".into()],
             address: None,
             image_apps: Default::default(),
+            network_scope: None,
         });
         events::ledger::record(
             &tx,
@@ -921,6 +922,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         images: vec!["berth/shell:latest".into()],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     };
     admit_for_bench(&pool, "wake1").await?;
     recorder::record::register(&pool, "wake1", &offer).await?;

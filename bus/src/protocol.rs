@@ -69,6 +69,10 @@ pub struct Offer {
     /// The apps each image declares (only images that declare some).
     #[serde(default)]
     pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
+    /// The cluster network the agent shares with others (`engine:<Docker engine id>`);
+    /// none: it shares none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_scope: Option<String>,
 }
 
 /// A fact about a session, reported by the agent that runs (some of) its kernels.

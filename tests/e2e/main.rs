@@ -9,6 +9,8 @@
 //!   (and inference) placed again elsewhere.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
+//! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
+//!   none could hold them.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`migrations`]: the backbone's and the services' schemas, on a fresh database and on one
@@ -35,6 +37,7 @@ mod agents_gone;
 mod apps;
 mod bus;
 mod chrome;
+mod clusters;
 mod commit;
 mod common;
 mod console;
