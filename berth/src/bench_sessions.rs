@@ -66,6 +66,7 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
                 capacity: agent_capacity(),
                 used: ResourceSlots::default(),
                 unheard_for: Some(Duration::from_secs(1)),
+                network_scope: "engine:bench".into(),
             })
             .collect(),
         silent_after: events::aggregate::SILENT_AFTER,
