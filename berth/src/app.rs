@@ -150,6 +150,7 @@ pub fn service_migrations() -> Vec<store::Migration> {
         idle_reaper::MIGRATIONS,
         notification::MIGRATIONS,
         image_commit::MIGRATIONS,
+        gateway::MIGRATIONS,
     ]
     .concat()
 }

@@ -217,6 +217,7 @@ fn sample_event() -> Event {
         images: vec!["berth/python:3.11".into(), "berth/shell:latest".into()],
         address: Some("10.0.7.42:6001".into()),
         image_apps: Default::default(),
+        network_scope: None,
     })
 }
 

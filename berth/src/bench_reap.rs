@@ -45,6 +45,7 @@ pub async fn reap(
         images: vec!["berth/shell:latest".into()],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     };
     // Registered so the launcher takes the sessions; no scheduler runs, so they stay queued
     // (the lifetime counts from creation, whatever the status).

@@ -66,6 +66,7 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
                 capacity: agent_capacity(),
                 used: ResourceSlots::default(),
                 unheard_for: Some(Duration::from_secs(1)),
+                network_scope: "engine:bench".into(),
             })
             .collect(),
         silent_after: events::aggregate::SILENT_AFTER,
@@ -203,6 +204,7 @@ pub(crate) async fn register_agents(
             images: vec!["berth/shell:latest".into()],
             address: None,
             image_apps: Default::default(),
+            network_scope: None,
         });
         events::ledger::record(
             &tx,
@@ -921,6 +923,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         images: vec!["berth/shell:latest".into()],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     };
     admit_for_bench(&pool, "wake1").await?;
     recorder::record::register(&pool, "wake1", &offer).await?;

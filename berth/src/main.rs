@@ -449,6 +449,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
         images: vec![],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     });
     let heartbeat = Event::AgentHeartbeated(AgentHeartbeated {
         agent_id,

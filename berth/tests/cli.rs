@@ -103,6 +103,7 @@ async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
         images: vec![],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     });
     let lost = |reason: &str| {
         Event::AgentLost(AgentLost {

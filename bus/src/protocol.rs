@@ -69,6 +69,10 @@ pub struct Offer {
     /// The apps each image declares (only images that declare some).
     #[serde(default)]
     pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
+    /// The cluster network the agent shares with others (`engine:<Docker engine id>`);
+    /// none: it shares none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_scope: Option<String>,
 }
 
 /// A fact about a session, reported by the agent that runs (some of) its kernels.
@@ -271,6 +275,14 @@ mod tests {
         assert_eq!(value, json!({"request": "depart", "reason": "stopped"}));
         assert_eq!(serde_json::from_value::<Request>(value).unwrap(), depart);
     }
+}
+
+/// The app circuits a gateway saw in use (a client connected, or bytes moved) since its last
+/// report: every gateway serves every circuit, and none closes one as idle that another
+/// saw in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CircuitsBusy {
+    pub circuits: Vec<Uuid>,
 }
 
 /// Bytes moved through a session's app circuits since the last report, as berth's proxy

@@ -7,6 +7,7 @@
 //! | `<root>.rec.<agent>` | core request-reply, queue group `recorder` | agent → recorder |
 //! | `<root>.tel.<agent>.log.<session>.<kernel>`, `<root>.tel.<agent>.usage.<session>` | JetStream `telemetry_stream` | agent → telemetry sink, idle-reaper |
 //! | `<root>.idle.readings`, `<root>.idle.preview` | core request-reply | gateway, CLI → idle-reaper |
+//! | `<root>.proxy.busy` | core publish | each gateway's app proxy → the others' idle closers |
 //! | `<root>.notify.<user>` | core publish | notification service → the gateway's notification streams |
 //!
 //! The agent's id is a subject token, so an agent's rights can be written as subjects.
@@ -117,6 +118,12 @@ impl Subjects {
     /// circuits (`protocol::AppActivity`).
     pub fn idle_activity(&self) -> String {
         format!("{}.idle.activity", self.root)
+    }
+
+    /// Where each gateway's app proxy tells the others which circuits it saw in use
+    /// (`protocol::CircuitsBusy`).
+    pub fn circuits_busy(&self) -> String {
+        format!("{}.proxy.busy", self.root)
     }
 
     /// Where the idle-reaper answers which sessions it would reap now, and why.

@@ -365,6 +365,7 @@ mod tests {
             images: vec![],
             address: None,
             image_apps: Default::default(),
+            network_scope: None,
         }));
         assert_eq!(back.lost, None);
         let revoked = back.evolve(&Event::AgentRevoked(AgentRevoked {

@@ -315,6 +315,7 @@ mod tests {
                 images: vec!["berth/shell:latest".into()],
                 address: Some("10.0.0.1:6001".into()),
                 image_apps: Default::default(),
+                network_scope: None,
             }),
             Event::AgentHeartbeated(AgentHeartbeated {
                 agent_id: "a1".into(),

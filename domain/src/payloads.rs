@@ -236,6 +236,10 @@ pub struct AgentRegistered {
     /// The apps each image declares (only images that declare some), by full name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub image_apps: BTreeMap<String, Vec<crate::apps::ServicePort>>,
+    /// The cluster network it shares with other agents (`engine:<Docker engine id>`): a
+    /// multi-node cluster goes to agents of one scope. None: it shares none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_scope: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -51,6 +51,7 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (17, include_str!("../migrations/0017_image_claims.sql")),
     (18, include_str!("../migrations/0018_launches.sql")),
     (19, include_str!("../migrations/0019_credentials.sql")),
+    (20, include_str!("../migrations/0020_network_scope.sql")),
 ];
 /// What a backbone migration whose tables moved to their service's crate now runs: nothing.
 const MOVED_TO_ITS_SERVICE: &str = "-- moved to the service that owns the schema";

@@ -86,6 +86,7 @@ fn registered(agent: &str) -> ProposedEvent {
             images: vec!["berth/shell:latest".into()],
             address: None,
             image_apps: Default::default(),
+            network_scope: None,
         }),
         Metadata::default(),
     )

@@ -33,6 +33,14 @@ mod state;
 
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
+/// The gateway's own schema (`proxy`: the app proxy's tickets and cookies, shared by every
+/// gateway on the database), as a component of `events::store::migrate`.
+pub const MIGRATIONS: &[events::store::Migration] = &[(
+    "gateway",
+    1,
+    include_str!("../migrations/0001_app_passes.sql"),
+)];
+
 use axum::extract::DefaultBodyLimit;
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;

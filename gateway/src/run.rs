@@ -134,14 +134,20 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
         tasks.spawn(watch);
     }
     if let Some(proxy) = &state.proxy {
-        tasks.spawn(proxy.clone().close_idle(stop.clone()));
+        let busy = state
+            .nats
+            .clone()
+            .map(|nats| (nats, state.agent_bus.circuits_busy()));
+        tasks.spawn(proxy.clone().close_idle(busy, stop.clone()));
         if let Some(nats) = &state.nats {
-            let subject = state.topology.category_subject("session");
-            tasks.spawn(
-                proxy
-                    .clone()
-                    .follow_sessions(nats.clone(), subject, stop.clone()),
-            );
+            let sessions = state.topology.category_subject("session");
+            let circuits = state.topology.category_subject("circuit");
+            tasks.spawn(proxy.clone().follow_sessions(
+                nats.clone(),
+                sessions,
+                circuits,
+                stop.clone(),
+            ));
             let activity = state.agent_bus.idle_activity();
             tasks.spawn(
                 proxy

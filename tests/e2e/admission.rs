@@ -72,6 +72,7 @@ fn offer(group: &str, cpu: u64) -> Offer {
         images: vec!["berth/shell:latest".into()],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     }
 }
 

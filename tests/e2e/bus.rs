@@ -28,6 +28,7 @@ fn offer() -> Offer {
         images: vec!["berth/shell:latest".into()],
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     }
 }
 

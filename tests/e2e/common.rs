@@ -198,6 +198,7 @@ impl Harness {
             images: vec!["berth/shell:latest".into()],
             address: None,
             image_apps: Default::default(),
+            network_scope: None,
         };
         admit(&self.pool, id, group).await;
         recorder::record::register(&self.pool, id, &offer)

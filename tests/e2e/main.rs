@@ -9,6 +9,8 @@
 //!   (and inference) placed again elsewhere.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
+//! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
+//!   none could hold them.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`migrations`]: the backbone's and the services' schemas, on a fresh database and on one
@@ -24,6 +26,8 @@
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
 //!   its restart.
 //! - [`console`]: the web console in headless Chromium, against a Docker agent.
+//! - [`gateways`]: two gateways on one database and bus: the same reads, an app link made on
+//!   one redeemed on the other, a circuit that outlives a gateway's restart.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
@@ -33,11 +37,13 @@ mod agents_gone;
 mod apps;
 mod bus;
 mod chrome;
+mod clusters;
 mod commit;
 mod common;
 mod console;
 mod containers;
 mod contract;
+mod gateways;
 mod idle;
 mod migrations;
 mod notifications;

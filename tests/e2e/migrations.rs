@@ -1,5 +1,6 @@
 //! The database's migrations as `berth::app::migrate` runs them: the backbone's, then the
-//! schemas the services own (idle-reaper, notification, image-commit), each from its crate.
+//! schemas the services own (idle-reaper, notification, image-commit, the gateway's proxy), each
+//! from its crate.
 //! A fresh database gets every history row, the backbone's moved versions included (so an
 //! older berth finds nothing left to do); a database migrated before the services owned their
 //! schemas, when the backbone's 0010-0012 made those tables, migrates on with its rows kept.
@@ -66,6 +67,8 @@ async fn service_rows(pool: &Pool) -> Vec<i64> {
         "notification.webhooks",
         "notification.deliveries",
         "image_commit.pending",
+        "proxy.tickets",
+        "proxy.cookies",
     ] {
         let row = client
             .query_one(&format!("SELECT count(*) FROM {table}"), &[])
@@ -81,7 +84,7 @@ fn expected_history() -> Vec<(String, i32)> {
         .iter()
         .map(|(v, _)| ("events".to_owned(), *v))
         .collect();
-    for component in ["idle_reaper", "image_commit", "notification"] {
+    for component in ["gateway", "idle_reaper", "image_commit", "notification"] {
         rows.push((component.to_owned(), 1));
     }
     rows.sort();
@@ -93,7 +96,7 @@ async fn a_fresh_database_gets_the_backbone_history_and_each_services_schema() {
     let (pool, url) = empty_database().await;
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
-    assert_eq!(service_rows(&pool).await, vec![0; 8]);
+    assert_eq!(service_rows(&pool).await, vec![0; 10]);
     // Again: nothing left to do.
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
@@ -133,6 +136,9 @@ async fn a_database_migrated_before_the_services_owned_their_schemas_migrates_on
 
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&old).await, expected_history());
-    assert_eq!(service_rows(&pool).await, vec![0, 0, 1, 1, 0, 0, 0, 1]);
+    assert_eq!(
+        service_rows(&pool).await,
+        vec![0, 0, 1, 1, 0, 0, 0, 1, 0, 0]
+    );
     drop_database(pool, &url).await;
 }

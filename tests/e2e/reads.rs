@@ -28,6 +28,7 @@ async fn offer(h: &Harness, id: &str, group: &str, images: &[&str]) {
         images: images.iter().map(|i| i.to_string()).collect(),
         address: None,
         image_apps: Default::default(),
+        network_scope: None,
     };
     recorder::record::register(&h.pool, id, &offer)
         .await

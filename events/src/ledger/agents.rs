@@ -32,11 +32,12 @@ pub(super) async fn apply_sql<C: GenericClient>(
             exec(
                 client,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
-                       gpu_milli, images, registered_at, last_heartbeat, address, image_apps)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)
+                       gpu_milli, images, registered_at, last_heartbeat, address, image_apps,
+                       network_scope)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
                      ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
                        memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
-                       lost = NULL, address = $8, image_apps = $9",
+                       lost = NULL, address = $8, image_apps = $9, network_scope = $10",
                 &[
                     &e.agent_id,
                     &e.resource_group,
@@ -47,6 +48,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &at,
                     &e.address,
                     &serde_json::to_value(&e.image_apps).expect("apps serialise"),
+                    &e.network_scope,
                 ],
             )
             .await?;
@@ -111,6 +113,7 @@ pub(super) struct Agent {
     pub lost: Option<String>,
     pub address: Option<String>,
     pub image_apps: serde_json::Value,
+    pub network_scope: Option<String>,
 }
 
 /// The family's table folded in memory, keyed by agent id.
@@ -138,6 +141,7 @@ impl Tables {
                         a.lost = None;
                         a.address = e.address.clone();
                         a.image_apps = image_apps;
+                        a.network_scope = e.network_scope.clone();
                     }
                     None => {
                         self.agents.insert(
@@ -156,6 +160,7 @@ impl Tables {
                                 lost: None,
                                 address: e.address.clone(),
                                 image_apps,
+                                network_scope: e.network_scope.clone(),
                             },
                         );
                     }
@@ -206,11 +211,12 @@ impl Tables {
                 "lost",
                 "address",
                 "image_apps",
+                "network_scope",
             ],
             &self
                 .agents
                 .iter()
-                .map(|(id, a)| -> [&(dyn ToSql + Sync); 14] {
+                .map(|(id, a)| -> [&(dyn ToSql + Sync); 15] {
                     [
                         id,
                         &a.resource_group,
@@ -226,6 +232,7 @@ impl Tables {
                         &a.lost,
                         &a.address,
                         &a.image_apps,
+                        &a.network_scope,
                     ]
                 })
                 .collect::<Vec<_>>(),

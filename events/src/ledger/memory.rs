@@ -89,6 +89,7 @@ mod tests {
                 images: vec![],
                 address: None,
                 image_apps: Default::default(),
+                network_scope: None,
             }),
         ));
         let session_id = Uuid::new_v4();

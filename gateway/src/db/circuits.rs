@@ -1,6 +1,8 @@
 //! The app proxy's reads: its open circuits with their sessions' status, the ports they hold,
 //! and the secret an app was started with, from the ledger (`ledger.circuits`,
-//! `ledger.sessions`, `ledger.app_services`, written by `events::ledger`).
+//! `ledger.sessions`, `ledger.app_services`, written by `events::ledger`); and its passes,
+//! the tickets and cookies every gateway honours (`proxy.tickets`, `proxy.cookies`, the
+//! gateway's own schema, written here alone: `migrations/0001_app_passes.sql`).
 
 use deadpool_postgres::Pool;
 use uuid::Uuid;
@@ -88,4 +90,91 @@ pub async fn app_token(pool: &Pool, session: Uuid, app: &str) -> Result<Option<S
         )
         .await?;
     Ok(row.and_then(|r| r.get(0)))
+}
+
+/// Keeps a ticket (the SHA-256 of its secret) for `circuit_id` for `ttl`, and drops the
+/// tickets whose time is past.
+pub async fn mint_ticket(
+    pool: &Pool,
+    digest: &[u8; 32],
+    circuit_id: Uuid,
+    ttl: std::time::Duration,
+) -> Result<(), ApiError> {
+    let client = pool.get().await?;
+    client
+        .execute("DELETE FROM proxy.tickets WHERE expires_at < now()", &[])
+        .await?;
+    let ttl_secs = ttl.as_secs_f64();
+    client
+        .execute(
+            "INSERT INTO proxy.tickets (ticket_sha256, circuit_id, expires_at)
+             VALUES ($1, $2, now() + make_interval(secs => $3::float8))",
+            &[&digest.as_slice(), &circuit_id, &ttl_secs],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Takes the ticket `digest` for `circuit_id`: true once, within its time, whichever gateway
+/// asks (the row goes with the first).
+pub async fn redeem_ticket(
+    pool: &Pool,
+    digest: &[u8; 32],
+    circuit_id: Uuid,
+) -> Result<bool, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "DELETE FROM proxy.tickets WHERE ticket_sha256 = $1
+             RETURNING circuit_id = $2 AND expires_at > now()",
+            &[&digest.as_slice(), &circuit_id],
+        )
+        .await?;
+    Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+}
+
+/// Keeps a cookie (the SHA-256 of its secret) a login handed out for `circuit_id`.
+pub async fn keep_cookie(pool: &Pool, digest: &[u8; 32], circuit_id: Uuid) -> Result<(), ApiError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO proxy.cookies (cookie_sha256, circuit_id) VALUES ($1, $2)",
+            &[&digest.as_slice(), &circuit_id],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether the cookie `digest` was handed out for `circuit_id` (by any gateway).
+pub async fn cookie_issued(
+    pool: &Pool,
+    digest: &[u8; 32],
+    circuit_id: Uuid,
+) -> Result<bool, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT 1 FROM proxy.cookies WHERE cookie_sha256 = $1 AND circuit_id = $2",
+            &[&digest.as_slice(), &circuit_id],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Forgets the tickets and cookies of a closed circuit.
+pub async fn forget_passes(pool: &Pool, circuit_id: Uuid) -> Result<(), ApiError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "DELETE FROM proxy.tickets WHERE circuit_id = $1",
+            &[&circuit_id],
+        )
+        .await?;
+    client
+        .execute(
+            "DELETE FROM proxy.cookies WHERE circuit_id = $1",
+            &[&circuit_id],
+        )
+        .await?;
+    Ok(())
 }

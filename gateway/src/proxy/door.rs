@@ -28,13 +28,11 @@ use axum::Router;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rand::Rng;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::{lock, Live, Proxy};
+use super::{Live, Proxy};
 
 /// The path a ticket is redeemed at, on the circuit's own port.
 pub const LOGIN_PATH: &str = "/__berth/login";
@@ -103,10 +101,11 @@ async fn pass(
 ) -> Response {
     let live = &door.live;
     if request.uri().path() == LOGIN_PATH {
-        return login(&door, request.uri().query().unwrap_or_default());
+        return login(&door, request.uri().query().unwrap_or_default()).await;
     }
     let cookie_name = live.cookie_name();
-    if !live.opened.admission.public && !holds_cookie(live, request.headers(), &cookie_name) {
+    if !live.opened.admission.public && !holds_cookie(&door, request.headers(), &cookie_name).await
+    {
         return page(
             StatusCode::UNAUTHORIZED,
             "Not signed in to this app",
@@ -275,14 +274,20 @@ async fn tunnel(live: &Live, mut request: Request) -> Response {
         .into_response()
 }
 
-/// Trades a ticket for the circuit's cookie, then sends the browser to the app's root.
-fn login(door: &Door, query: &str) -> Response {
+/// Trades a ticket (minted by any gateway) for the circuit's cookie, then sends the browser
+/// to the app's root.
+async fn login(door: &Door, query: &str) -> Response {
     let ticket = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "ticket")
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default();
     let live = &door.live;
-    if !door.proxy.redeem(&ticket, live.opened.circuit_id) {
+    let redeemed = door.proxy.redeem(&ticket, live.opened.circuit_id).await;
+    if let Err(e) = &redeemed {
+        tracing::warn!(error = %e, "a ticket could not be redeemed");
+        return unavailable();
+    }
+    if redeemed.ok() != Some(true) {
         return page(
             StatusCode::UNAUTHORIZED,
             "This link was used already",
@@ -290,8 +295,13 @@ fn login(door: &Door, query: &str) -> Response {
              for a new one.",
         );
     }
-    let secret = hex::encode(rand::rng().random::<[u8; 32]>());
-    lock(&live.cookies).insert(Sha256::digest(secret.as_bytes()).into());
+    let secret = match door.proxy.issue_cookie(live).await {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::warn!(error = %e, "a cookie could not be kept");
+            return unavailable();
+        }
+    };
     let cookie = format!(
         "{}={secret}; Path=/; HttpOnly; SameSite=Lax",
         live.cookie_name()
@@ -316,11 +326,23 @@ pub(crate) fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)>
         .filter_map(|pair| pair.trim().split_once('='))
 }
 
-fn holds_cookie(live: &Live, headers: &HeaderMap, name: &str) -> bool {
-    let issued = lock(&live.cookies);
-    cookies(headers).any(|(k, v)| {
-        k == name && issued.contains::<[u8; 32]>(&Sha256::digest(v.as_bytes()).into())
-    })
+/// Whether the request carries a cookie handed out for this circuit (by any gateway).
+async fn holds_cookie(door: &Door, headers: &HeaderMap, name: &str) -> bool {
+    for (_, value) in cookies(headers).filter(|(k, _)| *k == name) {
+        if door.proxy.cookie_valid(&door.live, value).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// The page for a pass that could not be checked (the database did not answer).
+fn unavailable() -> Response {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Try again in a moment",
+        "berth could not check this link now. Reload in a moment.",
+    )
 }
 
 /// Removes every `berth_*` cookie (this circuit's, other circuits', the console's): cookies

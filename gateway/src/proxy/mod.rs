@@ -12,6 +12,17 @@
 //! follows session events on NATS), when idle (nobody connected and nothing moved for the
 //! configured time), and at start for sessions that ended meanwhile.
 //!
+//! Several gateways may share one database and NATS. A circuit is then the whole control
+//! plane's, not one gateway's: its port is taken once in the ledger (one open circuit per
+//! port), and *every* gateway listens on that port number on its own proxy address, serving
+//! it the same way (each hears circuits opened and closed on the bus, and serves again at
+//! start those the ledger holds open). So a load balancer in front of the gateways may send a
+//! browser to any of them, and asking any gateway to open an app already open reuses the
+//! circuit. Tickets and cookies are kept in PostgreSQL (`proxy.tickets`, `proxy.cookies`, by
+//! their SHA-256): a link made on one gateway is redeemed on another, once, and a cookie
+//! outlives a gateway's restart. Gateways tell each other which circuits they saw in use
+//! (`<root>.proxy.busy`), so none closes as idle a circuit another serves.
+//!
 //! An HTTP app (a web app, a preopen port, the terminal) is spoken to as HTTP. A raw TCP app
 //! (SSH, VNC, RDP, any `tcp` app) is carried byte for byte: straight from the port when the
 //! circuit is public, and for a private one through a tunnel, an HTTP upgrade to `tcp` that
@@ -39,6 +50,7 @@ use events::ledger::{self, LedgerError};
 use events::store::ExpectedVersion;
 use futures::StreamExt;
 use rand::Rng;
+use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -129,7 +141,8 @@ pub(crate) struct Live {
     connections: AtomicUsize,
     /// The task serving the circuit's port; it ends (and frees the port) once `stop` fires.
     served: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// SHA-256 of the cookies its logins handed out.
+    /// SHA-256 of the cookies found in `proxy.cookies` for it already (any gateway's
+    /// logins hand them out), so each is looked up once.
     cookies: Mutex<HashSet<[u8; 32]>>,
 }
 
@@ -146,17 +159,12 @@ pub struct Traffic {
     pub bytes_out: u64,
 }
 
-struct Ticket {
-    circuit_id: Uuid,
-    expires: Instant,
-}
-
-/// The proxy: the circuits this gateway serves and the tickets it minted.
+/// The proxy: the circuits this gateway serves (all those open, where it can take their
+/// port), with their tickets and cookies in the database.
 pub struct Proxy {
     config: ProxyConfig,
     pool: Pool,
     circuits: Mutex<HashMap<Uuid, Arc<Live>>>,
-    tickets: Mutex<HashMap<String, Ticket>>,
     client: door::Upstream,
 }
 
@@ -174,7 +182,6 @@ impl Proxy {
             config,
             pool,
             circuits: Mutex::default(),
-            tickets: Mutex::default(),
             client: door::upstream_client(),
         })
     }
@@ -220,7 +227,7 @@ impl Proxy {
             })
             .cloned();
         if let Some(live) = reusable {
-            return Ok(self.answer(&live, false, true));
+            return self.answer(&live, false, true).await;
         }
 
         let mut taken: BTreeSet<u16> = self.recorded_ports().await?;
@@ -247,7 +254,14 @@ impl Proxy {
                 port: choice.port,
                 admission: request.admission.clone(),
             };
-            match record(&self.pool, actor, Event::AppCircuitOpened(opened.clone())).await {
+            match record_as(
+                &self.pool,
+                &actor.to_string(),
+                Event::AppCircuitOpened(opened.clone()),
+                ExpectedVersion::NoStream,
+            )
+            .await
+            {
                 Ok(()) => {}
                 // Another gateway recorded a circuit on this port first.
                 Err(LedgerError::Exists { .. }) => {
@@ -259,26 +273,27 @@ impl Proxy {
             }
             let token = db::circuits::app_token(&self.pool, session.session_id, &app.name).await?;
             let live = self.serve(opened, upstream, token, listener);
-            return Ok(self.answer(&live, choice.preferred_honoured, false));
+            return self.answer(&live, choice.preferred_honoured, false).await;
         }
     }
 
-    fn answer(&self, live: &Live, preferred_honoured: bool, reused: bool) -> Opened {
+    async fn answer(
+        &self,
+        live: &Live,
+        preferred_honoured: bool,
+        reused: bool,
+    ) -> Result<Opened, ProxyError> {
         let public = live.opened.admission.public;
-        let ticket = (!public).then(|| {
+        let ticket = if public {
+            None
+        } else {
             let ticket = random_token();
-            let mut tickets = lock(&self.tickets);
-            tickets.retain(|_, t| t.expires > Instant::now());
-            tickets.insert(
-                ticket.clone(),
-                Ticket {
-                    circuit_id: live.opened.circuit_id,
-                    expires: Instant::now() + TICKET_TTL,
-                },
-            );
-            ticket
-        });
-        Opened {
+            let digest = Sha256::digest(ticket.as_bytes()).into();
+            db::circuits::mint_ticket(&self.pool, &digest, live.opened.circuit_id, TICKET_TTL)
+                .await?;
+            Some(ticket)
+        };
+        Ok(Opened {
             circuit_id: live.opened.circuit_id,
             port: live.opened.port,
             preferred_honoured,
@@ -286,19 +301,41 @@ impl Proxy {
             public,
             protocol: live.opened.protocol,
             ticket,
-        }
+        })
     }
 
-    /// Takes a ticket for `circuit_id`: true once, within its time.
-    pub(crate) fn redeem(&self, ticket: &str, circuit_id: Uuid) -> bool {
-        let mut tickets = lock(&self.tickets);
-        match tickets.get(ticket) {
-            Some(t) if t.circuit_id == circuit_id => {
-                let fresh = t.expires > Instant::now();
-                tickets.remove(ticket);
-                fresh
+    /// Takes a ticket for `circuit_id`: true once, within its time, whichever gateway
+    /// minted it.
+    pub(crate) async fn redeem(&self, ticket: &str, circuit_id: Uuid) -> Result<bool, ProxyError> {
+        let digest = Sha256::digest(ticket.as_bytes()).into();
+        Ok(db::circuits::redeem_ticket(&self.pool, &digest, circuit_id).await?)
+    }
+
+    /// Hands out a new cookie secret for `live` (kept for every gateway).
+    pub(crate) async fn issue_cookie(&self, live: &Live) -> Result<String, ProxyError> {
+        let secret = random_token();
+        let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        db::circuits::keep_cookie(&self.pool, &digest, live.opened.circuit_id).await?;
+        lock(&live.cookies).insert(digest);
+        Ok(secret)
+    }
+
+    /// Whether `secret` is a cookie handed out for `live`, by this gateway or another.
+    pub(crate) async fn cookie_valid(&self, live: &Live, secret: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        if lock(&live.cookies).contains(&digest) {
+            return true;
+        }
+        match db::circuits::cookie_issued(&self.pool, &digest, live.opened.circuit_id).await {
+            Ok(true) => {
+                lock(&live.cookies).insert(digest);
+                true
             }
-            _ => false,
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "a cookie could not be checked");
+                false
+            }
         }
     }
 
@@ -336,6 +373,40 @@ impl Proxy {
         reason: CircuitCloseReason,
     ) -> Result<bool, ProxyError> {
         let recorded = db::circuits::circuit(&self.pool, circuit_id).await?;
+        self.stop_serving(circuit_id).await;
+        let Some((session_id, port)) = recorded else {
+            return Ok(false);
+        };
+        let closed = AppCircuitClosed {
+            circuit_id,
+            session_id,
+            port,
+            reason,
+        };
+        // After its opening alone (version 0): two gateways closing it at once (both hear
+        // its session end) record one close; the second finds it closed.
+        match record_as(
+            &self.pool,
+            actor,
+            Event::AppCircuitClosed(closed),
+            ExpectedVersion::Exact(0),
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(LedgerError::Store(events::store::StoreError::Conflict { .. })) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e.into()),
+        }
+        db::circuits::forget_passes(&self.pool, circuit_id).await?;
+        tracing::info!(circuit = %circuit_id, ?reason, "circuit closed");
+        Ok(true)
+    }
+
+    /// Stops serving `circuit_id` here (closed, by this gateway or another), cutting its
+    /// connections.
+    async fn stop_serving(&self, circuit_id: Uuid) {
         let live = lock(&self.circuits).remove(&circuit_id);
         if let Some(live) = live {
             live.stop.cancel();
@@ -346,18 +417,6 @@ impl Proxy {
                 let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
             }
         }
-        let Some((session_id, port)) = recorded else {
-            return Ok(false);
-        };
-        let closed = AppCircuitClosed {
-            circuit_id,
-            session_id,
-            port,
-            reason,
-        };
-        record_as(&self.pool, actor, Event::AppCircuitClosed(closed)).await?;
-        tracing::info!(circuit = %circuit_id, ?reason, "circuit closed");
-        Ok(true)
     }
 
     /// Closes every open circuit of `session_id` (of `app` only, when given).
@@ -393,59 +452,76 @@ impl Proxy {
             .collect())
     }
 
-    /// Serves again the circuits the ledger holds open (after this gateway restarted), and
-    /// closes those whose session ended or whose port is no longer ours to take. Cookies
-    /// handed out before do not survive: their owners open the app again for a new ticket.
+    /// Serves the circuits the ledger holds open that this gateway does not serve yet (at
+    /// start, after a restart, or opened by another gateway while this one did not listen),
+    /// and closes those whose session ended or whose app is no longer published. Cookies
+    /// handed out before are in the database, so their browsers get in again.
     pub async fn restore(self: &Arc<Self>) -> Result<(), ProxyError> {
         for row in db::circuits::circuits(&self.pool, None, None).await? {
-            let circuit_id = row.circuit_id;
-            if lock(&self.circuits).contains_key(&circuit_id) {
-                continue;
-            }
-            let session_id = row.session_id;
-            let detail = db::sessions::detail(&self.pool, session_id)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|d| serde_json::from_str::<SessionDetail>(&d.body).ok());
-            let (port, container_port) = (row.port, row.container_port);
-            let restorable = row.session_status.as_deref() == Some(SessionStatus::Running.as_str());
-            let upstream = detail
-                .as_ref()
-                .and_then(|d| upstream_of(d, container_port).ok());
-            let listener = match (restorable, upstream) {
-                (true, Some(_)) => tokio::net::TcpListener::bind((self.config.listen, port))
-                    .await
-                    .ok(),
-                _ => None,
-            };
-            let (Some(listener), Some(upstream), Some(detail)) = (listener, upstream, detail)
-            else {
-                let reason = if restorable {
-                    CircuitCloseReason::Requested
-                } else {
-                    CircuitCloseReason::SessionEnded
-                };
-                self.close(circuit_id, "gateway", reason).await?;
-                continue;
-            };
-            let Some(app) = detail.request.apps.iter().find(|a| a.name == row.app) else {
-                continue;
-            };
-            let opened = AppCircuitOpened {
-                circuit_id,
-                session_id,
-                owner: row.owner,
-                opened_by: row.owner,
-                app: app.name.clone(),
-                protocol: app.protocol,
-                container_port,
-                port,
-                admission: row.admission,
-            };
-            let token = db::circuits::app_token(&self.pool, session_id, &row.app).await?;
-            self.serve(opened, upstream, token, listener);
+            self.serve_recorded(row).await?;
         }
+        Ok(())
+    }
+
+    /// Serves one circuit of the ledger here, unless it is served already; closes it when
+    /// its session ended or its app is no longer published. A port something else holds on
+    /// this host is left to the other gateways (and tried again at the next restore).
+    async fn serve_recorded(
+        self: &Arc<Self>,
+        row: db::circuits::CircuitRow,
+    ) -> Result<(), ProxyError> {
+        let circuit_id = row.circuit_id;
+        if lock(&self.circuits).contains_key(&circuit_id) {
+            return Ok(());
+        }
+        let session_id = row.session_id;
+        if row.session_status.as_deref() != Some(SessionStatus::Running.as_str()) {
+            self.close(circuit_id, "gateway", CircuitCloseReason::SessionEnded)
+                .await?;
+            return Ok(());
+        }
+        let detail = db::sessions::detail(&self.pool, session_id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| serde_json::from_str::<SessionDetail>(&d.body).ok());
+        let (port, container_port) = (row.port, row.container_port);
+        let upstream = detail
+            .as_ref()
+            .and_then(|d| upstream_of(d, container_port).ok());
+        let app = detail
+            .as_ref()
+            .and_then(|d| d.request.apps.iter().find(|a| a.name == row.app).cloned());
+        let (Some(upstream), Some(app)) = (upstream, app) else {
+            self.close(circuit_id, "gateway", CircuitCloseReason::Requested)
+                .await?;
+            return Ok(());
+        };
+        let listener = match tokio::net::TcpListener::bind((self.config.listen, port)).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::warn!(error = %e, circuit = %circuit_id, port,
+                    "a circuit's port is held by something else on this host; other gateways serve it");
+                return Ok(());
+            }
+        };
+        let opened = AppCircuitOpened {
+            circuit_id,
+            session_id,
+            owner: row.owner,
+            opened_by: row.owner,
+            app: app.name.clone(),
+            protocol: app.protocol,
+            container_port,
+            port,
+            admission: row.admission,
+        };
+        let token = db::circuits::app_token(&self.pool, session_id, &row.app).await?;
+        // Another task may have begun serving it meanwhile (this gateway's own open).
+        if lock(&self.circuits).contains_key(&circuit_id) {
+            return Ok(());
+        }
+        self.serve(opened, upstream, token, listener);
         Ok(())
     }
 
@@ -495,21 +571,63 @@ impl Proxy {
 
     /// Closes each circuit that has had no client connected and no byte through it for the
     /// configured idle time (checked every tenth of it, at most every minute), until `stop`.
-    /// The time counts from when this process began to serve the circuit.
-    pub async fn close_idle(self: Arc<Self>, stop: CancellationToken) {
+    /// The time counts from when this process began to serve the circuit. With `busy` (the
+    /// bus and its `circuits_busy` subject), it tells the other gateways at each check which
+    /// circuits it saw in use, and counts a circuit they saw in use as in use here.
+    pub async fn close_idle(
+        self: Arc<Self>,
+        busy: Option<(async_nats::Client, String)>,
+        stop: CancellationToken,
+    ) {
         let Some(idle_after) = self.config.idle_after else {
             return;
         };
         let every = (idle_after / 10).clamp(Duration::from_millis(200), Duration::from_secs(60));
+        let mut heard = match &busy {
+            Some((nats, subject)) => match nats.subscribe(subject.clone()).await {
+                Ok(subscriber) => Some(subscriber),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the proxy cannot hear other gateways' circuits in use");
+                    None
+                }
+            },
+            None => None,
+        };
         // Each circuit's bytes when last seen, and since when they have not changed.
         let mut quiet: HashMap<Uuid, (u64, Instant)> = HashMap::new();
         loop {
-            tokio::select! {
+            let message = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(every) => None,
+                m = async {
+                    match heard.as_mut() {
+                        Some(subscriber) => subscriber.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match m {
+                    Some(m) => Some(m),
+                    None => {
+                        heard = None;
+                        continue;
+                    }
+                },
+            };
+            if let Some(message) = message {
+                if let Ok(busy) =
+                    serde_json::from_slice::<bus::protocol::CircuitsBusy>(&message.payload)
+                {
+                    let now = Instant::now();
+                    for circuit in busy.circuits {
+                        if let Some(since) = quiet.get_mut(&circuit) {
+                            since.1 = now;
+                        }
+                    }
+                }
+                continue;
             }
             let now = Instant::now();
             let mut idle = Vec::new();
+            let mut in_use = Vec::new();
             {
                 let circuits = lock(&self.circuits);
                 quiet.retain(|id, _| circuits.contains_key(id));
@@ -517,13 +635,23 @@ impl Proxy {
                     let moved = live.bytes_in.load(Ordering::Relaxed)
                         + live.bytes_out.load(Ordering::Relaxed);
                     let since = quiet.entry(live.opened.circuit_id).or_insert((moved, now));
+                    let connections = live.connections.load(Ordering::Relaxed);
                     if since.0 != moved {
                         *since = (moved, now);
+                        in_use.push(live.opened.circuit_id);
+                    } else if connections > 0 {
+                        in_use.push(live.opened.circuit_id);
                     }
-                    let connections = live.connections.load(Ordering::Relaxed);
                     if apps::circuit_is_idle(connections, now - since.1, idle_after) {
                         idle.push(live.opened.circuit_id);
                     }
+                }
+            }
+            if let (Some((nats, subject)), false) = (&busy, in_use.is_empty()) {
+                let body = bus::protocol::CircuitsBusy { circuits: in_use };
+                let body = serde_json::to_vec(&body).expect("circuits serialise");
+                if let Err(e) = nats.publish(subject.clone(), body.into()).await {
+                    tracing::debug!(error = %e, "circuits in use not told");
                 }
             }
             for circuit in idle {
@@ -537,15 +665,23 @@ impl Proxy {
         }
     }
 
-    /// Closes a session's circuits as soon as its end crosses the bus, until `stop`.
+    /// Closes a session's circuits as soon as its end crosses the bus (`sessions`, the
+    /// session events' subject), and serves each circuit another gateway opens and stops
+    /// serving each one another closes (`circuits`, the circuit events'), until `stop`.
     pub async fn follow_sessions(
         self: Arc<Self>,
         nats: async_nats::Client,
-        subject: String,
+        sessions: String,
+        circuits: String,
         stop: CancellationToken,
     ) {
         loop {
-            let mut subscriber = match nats.subscribe(subject.clone()).await {
+            let subscribed = async {
+                let sessions = nats.subscribe(sessions.clone()).await?;
+                let circuits = nats.subscribe(circuits.clone()).await?;
+                Ok::<_, async_nats::SubscribeError>(futures::stream::select(sessions, circuits))
+            };
+            let mut subscriber = match subscribed.await {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "the proxy cannot follow sessions; retrying");
@@ -574,8 +710,15 @@ impl Proxy {
                 else {
                     continue;
                 };
-                if let Event::SessionStatusChanged(e) = &event.event {
-                    if e.to.is_terminal() {
+                match &event.event {
+                    Event::AppCircuitOpened(opened) => {
+                        self.follow_opened(opened.session_id, opened.circuit_id)
+                            .await;
+                    }
+                    Event::AppCircuitClosed(closed) => {
+                        self.stop_serving(closed.circuit_id).await;
+                    }
+                    Event::SessionStatusChanged(e) if e.to.is_terminal() => {
                         let session = e.session_id;
                         if let Err(e) = self
                             .close_session(
@@ -589,7 +732,29 @@ impl Proxy {
                             tracing::warn!(error = %e, %session, "circuits not closed");
                         }
                     }
+                    _ => {}
                 }
+            }
+        }
+    }
+
+    /// Serves a circuit the bus says was opened (by this gateway, which serves it already,
+    /// or by another).
+    async fn follow_opened(self: &Arc<Self>, session_id: Uuid, circuit_id: Uuid) {
+        if lock(&self.circuits).contains_key(&circuit_id) {
+            return;
+        }
+        let rows = match db::circuits::circuits(&self.pool, Some(session_id), None).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e.message, %circuit_id, "a circuit opened elsewhere is not served here");
+                return;
+            }
+        };
+        // Not there: closed meanwhile.
+        if let Some(row) = rows.into_iter().find(|r| r.circuit_id == circuit_id) {
+            if let Err(e) = self.serve_recorded(row).await {
+                tracing::warn!(error = %e, %circuit_id, "a circuit opened elsewhere is not served here");
             }
         }
     }
@@ -606,11 +771,12 @@ fn upstream_of(session: &SessionDetail, container_port: u16) -> Result<SocketAdd
     published.ok_or(ProxyError::NotPublished(container_port))
 }
 
-async fn record(pool: &Pool, actor: Uuid, event: Event) -> Result<(), LedgerError> {
-    record_as(pool, &actor.to_string(), event).await
-}
-
-async fn record_as(pool: &Pool, actor: &str, event: Event) -> Result<(), LedgerError> {
+async fn record_as(
+    pool: &Pool,
+    actor: &str,
+    event: Event,
+    expected: ExpectedVersion,
+) -> Result<(), LedgerError> {
     let id = match &event {
         Event::AppCircuitOpened(e) => e.circuit_id,
         Event::AppCircuitClosed(e) => e.circuit_id,
@@ -618,6 +784,6 @@ async fn record_as(pool: &Pool, actor: &str, event: Event) -> Result<(), LedgerE
     };
     let stream = events::catalogue::stream_id("circuit", id);
     let metadata = events::trace::metadata(actor, None);
-    ledger::record_now(pool, &stream, ExpectedVersion::Any, &[event], &metadata).await?;
+    ledger::record_now(pool, &stream, expected, &[event], &metadata).await?;
     Ok(())
 }

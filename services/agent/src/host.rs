@@ -190,6 +190,10 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             Runtime::Docker { config, .. } => Some(config.publish_address.clone()),
             Runtime::Simulated { .. } => None,
         },
+        network_scope: match engine {
+            Some(docker) => Some(docker::network_scope(docker).await?),
+            None => None,
+        },
     };
     let (client, refusal) = match nats {
         Nats::Connect { url, seed } => {

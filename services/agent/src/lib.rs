@@ -35,6 +35,9 @@ pub struct AgentSpec {
     pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
     /// Where its published ports are reached.
     pub address: Option<String>,
+    /// The cluster network it shares with other agents (`engine:<Docker engine id>`); none
+    /// for a simulated agent, which shares none.
+    pub network_scope: Option<String>,
 }
 
 impl AgentSpec {
@@ -45,6 +48,7 @@ impl AgentSpec {
             images: self.images.clone(),
             address: self.address.clone(),
             image_apps: self.image_apps.clone(),
+            network_scope: self.network_scope.clone(),
         }
     }
 }

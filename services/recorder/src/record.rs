@@ -76,6 +76,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
         images: offer.images.clone(),
         address: offer.address.clone(),
         image_apps: offer.image_apps.clone(),
+        network_scope: offer.network_scope.clone(),
     });
     ledger::record_now(
         pool,

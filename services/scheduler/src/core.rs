@@ -13,6 +13,11 @@
 //!   the group's pending timeout ends any wait in EXPIRED; both cancel the session with the
 //!   reason.
 //!
+//! A multi-node cluster's kernels share a cluster network, so they go only to agents of one
+//! *network scope* (the agents of one Docker engine, or of one overlay network): a cluster
+//! no scope could ever hold is cancelled at once, saying so; one that a busy scope could hold
+//! waits, saying which.
+//!
 //! Nothing is placed on an agent that has gone unheard for longer than the snapshot's
 //! `silent_after` (two heartbeats missed), even before the reconciler calls it lost: it is
 //! passed over, and every decision of the pass says which agents were and for how long they
@@ -39,6 +44,10 @@ pub struct AgentView {
     /// silence cannot be told apart from an outage of the bus (no recorder has listened
     /// without a break for long enough), so it is taken as live.
     pub unheard_for: Option<Duration>,
+    /// The cluster network it shares with other agents (`engine:<Docker engine id>`, or
+    /// `agent:<id>` for an agent that shares none): a multi-node cluster's kernels all go to
+    /// agents of one scope.
+    pub network_scope: String,
 }
 
 impl AgentView {
@@ -216,6 +225,16 @@ enum Selection {
     NeverFits {
         largest: ResourceSlots,
     },
+    /// A multi-node cluster the group's agents could hold together, but no network scope
+    /// could: how many of its kernels each scope could ever hold.
+    NoSharedNetwork {
+        scopes: Vec<(String, u64)>,
+    },
+    /// A multi-node cluster some scope could hold, but none can now: how many kernels each
+    /// scope that could ever hold it has room for now.
+    ScopesBusy {
+        scopes: Vec<(String, u64)>,
+    },
     NoAgents,
     WantedUnknown,
     WantedTooSmall {
@@ -299,21 +318,78 @@ fn select(agents: &[AgentView], session: &PendingSession, selection: AgentSelect
             {
                 return Selection::NeverFits { largest };
             }
-            // Kernels are spread: each goes to the emptiest agent left, on a scratch copy.
-            let mut scratch: Vec<AgentView> = agents.to_vec();
-            let mut placed = Vec::with_capacity(session.cluster_size as usize);
-            for _ in 0..session.cluster_size {
-                match pick(&scratch, session.per_kernel, AgentSelection::Dispersed) {
-                    Some(i) => {
-                        scratch[i].used = scratch[i].used.saturating_add(session.per_kernel);
-                        placed.push((i, session.per_kernel));
-                    }
-                    None => return Selection::Busy { most_free },
-                }
-            }
-            Selection::Placed(placed)
+            place_in_one_scope(agents, session)
         }
     }
+}
+
+/// How many kernels of `per_kernel` fit in `room`.
+fn kernels_in(room: ResourceSlots, per_kernel: ResourceSlots) -> u64 {
+    let fits = |room: u64, need: u64| room.checked_div(need).unwrap_or(u64::MAX);
+    fits(room.cpu_milli, per_kernel.cpu_milli)
+        .min(fits(room.memory_bytes, per_kernel.memory_bytes))
+        .min(fits(room.gpu_milli, per_kernel.gpu_milli))
+}
+
+/// A multi-node cluster's kernels on the agents of one network scope: of the scopes that
+/// could ever hold it (their agents' capacities), the first (by most room now, then name)
+/// that can now, each kernel on the emptiest agent left.
+fn place_in_one_scope(agents: &[AgentView], session: &PendingSession) -> Selection {
+    let size = session.cluster_size as u64;
+    // Each scope's agents, and the kernels they could hold in all and now.
+    let mut scopes: std::collections::BTreeMap<&str, (Vec<usize>, u64, u64)> =
+        std::collections::BTreeMap::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let scope = scopes.entry(agent.network_scope.as_str()).or_default();
+        scope.0.push(i);
+        scope.1 = scope
+            .1
+            .saturating_add(kernels_in(agent.capacity, session.per_kernel));
+        scope.2 = scope
+            .2
+            .saturating_add(kernels_in(agent.free(), session.per_kernel));
+    }
+    let mut able: Vec<(&str, Vec<usize>, u64)> = scopes
+        .iter()
+        .filter(|(_, (_, ever, _))| *ever >= size)
+        .map(|(name, (members, _, now))| (*name, members.clone(), *now))
+        .collect();
+    if able.is_empty() {
+        return Selection::NoSharedNetwork {
+            scopes: scopes
+                .iter()
+                .map(|(name, (_, ever, _))| (name.to_string(), (*ever).min(size)))
+                .collect(),
+        };
+    }
+    able.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+    let Some((_, members, _)) = able.iter().find(|(_, _, now)| *now >= size) else {
+        return Selection::ScopesBusy {
+            scopes: able
+                .iter()
+                .map(|(name, _, now)| (name.to_string(), *now))
+                .collect(),
+        };
+    };
+    // Kernels are spread: each goes to the emptiest agent of the scope left, on a scratch copy.
+    let mut scratch: Vec<AgentView> = members.iter().map(|&i| agents[i].clone()).collect();
+    let mut placed = Vec::with_capacity(size as usize);
+    for _ in 0..size {
+        let i = pick(&scratch, session.per_kernel, AgentSelection::Dispersed)
+            .expect("the scope has room for every kernel");
+        scratch[i].used = scratch[i].used.saturating_add(session.per_kernel);
+        placed.push((members[i], session.per_kernel));
+    }
+    Selection::Placed(placed)
+}
+
+/// Scopes and kernel counts in words, for messages.
+fn scopes_in_words(scopes: &[(String, u64)]) -> String {
+    scopes
+        .iter()
+        .map(|(name, kernels)| format!("`{name}` {kernels}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn step(
@@ -591,6 +667,31 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                             false,
                             None,
                         ),
+                        Selection::NoSharedNetwork { scopes } => (
+                            Failure,
+                            Some("NO_SHARED_NETWORK"),
+                            format!(
+                        "{kernels} kernel(s) of {asked} must share one cluster network, and no \
+                         network scope of `{}` could ever hold them all (kernels each could \
+                         hold: {}); agents of different Docker engines share none",
+                                rules.name,
+                                scopes_in_words(&scopes)
+                            ),
+                            false,
+                            None,
+                        ),
+                        Selection::ScopesBusy { scopes } => (
+                            NeedRetry,
+                            Some("NO_CAPACITY"),
+                            format!(
+                        "{kernels} kernel(s) of {asked} must share one cluster network; the \
+                         network scopes that could hold them have room for too few now \
+                         (kernels each has room for: {})",
+                                scopes_in_words(&scopes)
+                            ),
+                            true,
+                            None,
+                        ),
                         Selection::NoAgents => (
                             NeedRetry,
                             Some("NO_AGENTS"),
@@ -707,6 +808,10 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
             Expired => {
                 decision.cancel_reason = Some(format!("expired in the queue: {}", verdict.message));
             }
+            // No scope's agents could ever hold it: waiting would never end.
+            Failure if verdict.code == Some("NO_SHARED_NETWORK") => {
+                decision.cancel_reason = Some(verdict.message.clone());
+            }
             Failure | NeedRetry if counts && attempts >= rules.max_attempts => {
                 decision.result = GiveUp;
                 decision.message = format!(
@@ -756,7 +861,97 @@ mod tests {
             capacity: slots(cpu, 64),
             used: slots(used_cpu, 0),
             unheard_for: Some(Duration::from_secs(3)),
+            network_scope: "engine:one".into(),
         }
+    }
+
+    fn scoped(id: &str, cpu: u64, used_cpu: u64, scope: &str) -> AgentView {
+        AgentView {
+            network_scope: scope.into(),
+            ..agent(id, cpu, used_cpu)
+        }
+    }
+
+    fn multi_node(n: u128, cpu: u64, size: u32) -> PendingSession {
+        PendingSession {
+            cluster_mode: ClusterMode::MultiNode,
+            cluster_size: size,
+            ..session(n, cpu)
+        }
+    }
+
+    #[test]
+    fn a_multi_node_cluster_goes_to_the_agents_of_one_network_scope() {
+        // Four kernels of 2 cores: engine `x` holds 4 in all (its two agents), engine `y`
+        // only 3 (it is larger now, but one scope must hold every kernel).
+        let agents = vec![
+            scoped("x1", 4, 0, "engine:x"),
+            scoped("x2", 4, 0, "engine:x"),
+            scoped("y1", 6, 0, "engine:y"),
+        ];
+        let mut s = snapshot(agents, vec![multi_node(1, 2, 4)]);
+        let d = plan(&mut s);
+        let kernels = d[0].placement.as_ref().expect("placed");
+        assert_eq!(kernels.len(), 4);
+        assert!(
+            kernels.iter().all(|k| k.agent_id.starts_with('x')),
+            "{kernels:?}"
+        );
+        assert_eq!(
+            kernels.iter().filter(|k| k.agent_id == "x1").count(),
+            2,
+            "spread over the scope's agents: {kernels:?}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_no_scope_could_hold_is_cancelled_at_once_saying_why() {
+        // Together the agents hold four kernels of 2 cores, but each engine only two.
+        let agents = vec![
+            scoped("x1", 4, 0, "engine:x"),
+            scoped("y1", 4, 0, "engine:y"),
+        ];
+        let mut s = snapshot(agents, vec![multi_node(1, 2, 4)]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (Failure, Some("NO_SHARED_NETWORK"))
+        );
+        assert_eq!(d[0].attempts, 1);
+        let reason = d[0].cancel_reason.as_deref().expect("cancelled at once");
+        assert!(reason.contains("`engine:x` 2, `engine:y` 2"), "{reason}");
+        let events = d[0].events();
+        assert!(events.iter().any(|e| matches!(e,
+            Event::SessionStatusChanged(c) if c.to == SessionStatus::Cancelled)));
+        assert!(events.iter().any(|e| matches!(e,
+            Event::SchedulingAttempted(a) if a.message.contains("cluster network"))));
+    }
+
+    #[test]
+    fn a_cluster_waits_for_a_busy_scope_that_could_hold_it_saying_which() {
+        // Engine x could hold both kernels but has room for one now; engine y never could.
+        let agents = vec![
+            scoped("x1", 4, 2, "engine:x"),
+            scoped("x2", 4, 4, "engine:x"),
+            scoped("y1", 2, 0, "engine:y"),
+        ];
+        let mut s = snapshot(agents, vec![multi_node(1, 2, 2)]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("NO_CAPACITY"))
+        );
+        assert!(d[0].cancel_reason.is_none());
+        assert!(d[0].placement.is_none());
+        assert!(d[0].message.contains("`engine:x` 1"), "{}", d[0].message);
+        assert!(!d[0].message.contains("engine:y"), "{}", d[0].message);
+    }
+
+    #[test]
+    fn kernels_fit_by_their_scarcest_resource() {
+        assert_eq!(kernels_in(slots(8, 4), slots(2, 1)), 4);
+        assert_eq!(kernels_in(slots(8, 3), slots(2, 1)), 3);
+        assert_eq!(kernels_in(slots(1, 64), slots(2, 1)), 0);
     }
 
     fn silent_agent(id: &str, cpu: u64, unheard_secs: u64) -> AgentView {

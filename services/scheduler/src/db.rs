@@ -145,7 +145,8 @@ pub async fn agents(
         .query(
             &format!(
                 "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
-                        a.used_memory_bytes, a.used_gpu_milli, {}
+                        a.used_memory_bytes, a.used_gpu_milli, {},
+                        coalesce(a.network_scope, 'agent:' || a.agent_id)
                  FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
                  WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
                 unheard_for_seconds("$2")
@@ -160,6 +161,7 @@ pub async fn agents(
             capacity: slots(r, 1),
             used: slots(r, 4),
             unheard_for: unheard_for(r, 7),
+            network_scope: r.get(8),
         })
         .collect())
 }

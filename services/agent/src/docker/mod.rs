@@ -81,6 +81,16 @@ pub async fn host_capacity(docker: &Docker) -> Result<ResourceSlots, bollard::er
     })
 }
 
+/// The cluster network scope of the agents of this engine: `engine:<its ID>` (`docker
+/// info`), which every agent of the same engine reports, so the scheduler puts a multi-node
+/// cluster's kernels (whose network is a bridge of one engine) on those agents alone.
+pub async fn network_scope(docker: &Docker) -> Result<String, bollard::errors::Error> {
+    let info = docker.info().await?;
+    let id = info.id.filter(|id| !id.is_empty());
+    // An engine that tells no ID is told by its name.
+    Ok(format!("engine:{}", id.or(info.name).unwrap_or_default()))
+}
+
 /// The images present on the host, and the apps those that declare some declare.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostImages {
