@@ -103,6 +103,8 @@ enum Command {
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
     Agent(agent_cli::AgentArgs),
+    /// Print a completion script for a shell (e.g. `source <(berth completion bash)`).
+    Completion { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -127,6 +129,11 @@ enum AuditCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before telemetry and configuration: a completion script needs neither.
+    if let Command::Completion { shell } = cli.command {
+        completion(shell);
+        return ExitCode::SUCCESS;
+    }
     let _telemetry = match telemetry::init("berth") {
         Ok(t) => t,
         Err(e) => {
@@ -141,6 +148,15 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints `berth`'s completion script for `shell`.
+fn completion(shell: clap_complete::Shell) {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "berth", &mut script);
+    // A reader that closed early (`| head`) is no failure of ours.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
 }
 
 async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
@@ -246,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
+        Command::Completion { shell } => completion(shell),
     }
     Ok(ExitCode::SUCCESS)
 }
