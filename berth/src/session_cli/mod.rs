@@ -302,6 +302,7 @@ pub struct CreateArgs {
     count: u32,
 }
 
+#[derive(Clone)]
 struct Client {
     http: reqwest::Client,
     base: String,
@@ -587,6 +588,25 @@ async fn wait_for(
 ) -> anyhow::Result<ExitCode> {
     let deadline = timeout.map(|t| tokio::time::Instant::now() + std::time::Duration::from_secs(t));
     let bar = progress::Bar::new();
+    // The image pull's progress comes as events of the session's stream.
+    let pulls = bar.drawn().then(|| {
+        let (client, id, bar) = (client.clone(), id.to_owned(), bar.clone());
+        tokio::spawn(async move {
+            let followed = follow_events(&client, "/v1/events", |event, data| {
+                if event == "SessionPullProgressed" {
+                    let recorded: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                    if recorded["payload"]["session_id"] == id.as_str() {
+                        bar.pull(&recorded["payload"]);
+                    }
+                }
+                true
+            })
+            .await;
+            // Without the stream the spinner still shows the status.
+            drop(followed);
+        })
+    });
+    let _stop_following = pulls.map(AbortOnDrop);
     loop {
         let detail = match client
             .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
@@ -616,6 +636,15 @@ async fn wait_for(
             return Ok(ExitCode::from(124));
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// A task aborted when this is dropped (however the function holding it returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -1,12 +1,20 @@
 //! The bars `berth session wait` and `commit --follow` draw (indicatif) while a session makes
-//! its way or a commit runs: on standard error, and only when it is a terminal; elsewhere
-//! a wait prints nothing and a commit's steps print as lines.
+//! its way or a commit runs: a spinner with the session's status, a bar of bytes while its
+//! image is pulled (from its agent's `SessionPullProgressed` events); on standard error, and
+//! only when it is a terminal. Elsewhere a wait prints nothing and a commit's steps print as
+//! lines.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
 /// A spinner on a terminal, or nothing.
+#[derive(Clone)]
 pub struct Bar(Option<ProgressBar>);
+
+fn spinner() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
 
 impl Bar {
     /// A spinner when standard error is a terminal.
@@ -15,19 +23,55 @@ impl Bar {
             return Bar(None);
         }
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
+        bar.set_style(spinner());
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         Bar(Some(bar))
     }
 
-    /// Shows where session `detail` (the API's detail) is.
+    /// Whether a bar is drawn at all.
+    pub fn drawn(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Shows where session `detail` (the API's detail) is: past PULLING, a spinner again.
     pub fn session(&self, detail: &Value) {
         if let Some(bar) = &self.0 {
-            bar.set_message(session_line(detail));
+            if detail["status"] != "PULLING" && bar.length().is_some() {
+                bar.unset_length();
+                bar.set_style(spinner());
+            }
+            if bar.length().is_none() {
+                bar.set_message(session_line(detail));
+            }
         }
+    }
+
+    /// Shows a pull's progress (a `SessionPullProgressed` payload) as a bar of bytes.
+    pub fn pull(&self, payload: &Value) {
+        let Some(bar) = &self.0 else {
+            return;
+        };
+        let total = payload["total_bytes"].as_u64().unwrap_or_default();
+        if total == 0 {
+            return;
+        }
+        if bar.length().is_none() {
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {elapsed:>4} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+        }
+        bar.set_length(total);
+        bar.set_position(payload["current_bytes"].as_u64().unwrap_or_default());
+        bar.set_message(format!(
+            "PULLING {} ({}/{} layers)",
+            payload["image"].as_str().unwrap_or_default(),
+            payload["layers_done"],
+            payload["layers"]
+        ));
     }
 
     /// Shows a commit's step (a `SessionCommitProgressed` payload), or prints it as a line
