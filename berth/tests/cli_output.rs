@@ -388,6 +388,11 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         assert_eq!(ran.code, Some(0), "{}", ran.stderr);
         twins.push(ran.stdout.split_whitespace().next().unwrap().to_owned());
     }
+    let (_, both) = api.get(&admin_key, "/v1/sessions?name=twin").await;
+    assert_eq!(both["total"], 2, "{both}");
+    let (_, his) = api.get(&bob_key, "/v1/sessions?name=twin").await;
+    assert_eq!(his["total"], 1, "{his}");
+    assert_eq!(his["sessions"][0]["session_id"], twins[1].as_str());
     for command in [
         vec!["session", "rm", "twin"],
         vec!["session", "info", "twin"],
