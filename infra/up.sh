@@ -79,18 +79,16 @@ SESSION="$("$BERTH" session create --type batch --image berth/shell:latest --cpu
   | awk '{print $1}')"
 say "its container's output, followed while it runs (berth session logs --follow):"
 "$BERTH" session logs --follow "$SESSION"
-STATUS=""
-for _ in $(seq 1 100); do
-  STATUS="$("$BERTH" session info --output json "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
-  case "$STATUS" in TERMINATED|ERROR|CANCELLED) break ;; esac
-  sleep 0.2
-done
+# `session wait` exits as the session did (its exit code), once it has ended.
+EXIT=0
+"$BERTH" session wait --timeout 60 "$SESSION" || EXIT=$?
+STATUS="$("$BERTH" session info -o json "$SESSION" | sed -n 's/^  "status": "\(.*\)",$/\1/p')"
 "$BERTH" session info "$SESSION"
 "$BERTH" session history "$SESSION"
 say "its container's output, as kept after the end:"
 "$BERTH" session logs "$SESSION"
 say "session $SESSION ended $STATUS"
-[ "$STATUS" = "TERMINATED" ] || { say "the session did not end TERMINATED"; exit 1; }
+[ "$STATUS" = "TERMINATED" ] && [ "$EXIT" = 0 ] || { say "the session did not end TERMINATED with exit code 0 ($EXIT)"; exit 1; }
 
 say "running the event demo"
 "$BERTH" demo

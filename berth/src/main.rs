@@ -108,6 +108,8 @@ enum Command {
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
     Agent(agent_cli::AgentArgs),
+    /// Print a completion script for a shell (e.g. `source <(berth completion bash)`).
+    Completion { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -151,6 +153,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return refuse(error),
     };
+    // Before configuration and telemetry: a completion script needs neither.
+    if let Command::Completion { shell } = cli.command {
+        completion(shell);
+        return ExitCode::SUCCESS;
+    }
     let config = match Config::from_settings(&cli.settings) {
         Ok(config) => config,
         Err(e) => {
@@ -215,6 +222,15 @@ fn refuse(error: clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Prints `berth`'s completion script for `shell`.
+fn completion(shell: clap_complete::Shell) {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "berth", &mut script);
+    // A reader that closed early (`| head`) is no failure of ours.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
 }
 
 async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
@@ -324,6 +340,7 @@ async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Re
         }
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
+        Command::Completion { shell } => completion(shell),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -236,20 +236,20 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         assert!(ok, "{args:?}: {text}");
         serde_json::from_str::<Value>(&text).unwrap_or_else(|_| panic!("{args:?}: {text}"))
     };
-    let groups = json_of(&["session", "groups"]);
+    let groups = json_of(&["session", "groups", "-o", "json"]);
     assert_eq!(groups["resource_groups"][0]["name"], "default", "{groups}");
-    let agents = json_of(&["session", "agents", "--group", "default"]);
+    let agents = json_of(&["session", "agents", "--group", "default", "-o", "json"]);
     assert_eq!(
         agents["agents"].as_array().map(Vec::len),
         Some(1),
         "{agents}"
     );
-    let environments = json_of(&["session", "environments"]);
+    let environments = json_of(&["session", "environments", "-o", "json"]);
     assert!(
         environments.to_string().contains("berth/shell:latest"),
         "{environments}"
     );
-    let launches = json_of(&["session", "launches"]);
+    let launches = json_of(&["session", "launches", "-o", "json"]);
     let launch = launches["launches"][0]["launch_id"]
         .as_str()
         .unwrap()
@@ -265,7 +265,7 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         (&pinned["label"], &pinned["pinned"]),
         (&json!("readme"), &json!(true))
     );
-    let queue = json_of(&["session", "queue"]);
+    let queue = json_of(&["session", "queue", "-o", "json"]);
     assert!(queue["resource_groups"].is_array(), "{queue}");
     // A password for the console, from the environment, never a flag.
     let mut with_password = env.clone();

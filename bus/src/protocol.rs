@@ -98,6 +98,14 @@ pub enum Fact {
     /// This agent's kernels of the session are running. Once every kernel of the session
     /// has started, the control plane moves it to RUNNING.
     KernelsStarted { kernels: Vec<StartedKernel> },
+    /// How far the pull of the session's image has come (at most once a second).
+    PullProgressed {
+        image: String,
+        current_bytes: u64,
+        total_bytes: u64,
+        layers_done: u32,
+        layers: u32,
+    },
     /// A commit went a step further.
     CommitProgressed {
         commit_id: Uuid,

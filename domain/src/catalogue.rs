@@ -203,6 +203,8 @@ catalogue! {
     SessionCommitRequested(SessionCommitRequested) = "SessionCommitRequested" v 1,
     /// A commit went a step further (started, layer written, pushed).
     SessionCommitProgressed(SessionCommitProgressed) = "SessionCommitProgressed" v 1,
+    /// How far an agent's pull of a session's image has come (at most once a second).
+    SessionPullProgressed(SessionPullProgressed) = "SessionPullProgressed" v 1,
     /// A commit ended: the image made, or why not.
     SessionCommitEnded(SessionCommitEnded) = "SessionCommitEnded" v 1,
     /// An owner removed a customized image.
@@ -531,6 +533,14 @@ mod tests {
                 commit_id: id,
                 step: CommitStep::LayerWritten,
                 detail: "sha256:abc".into(),
+            }),
+            Event::SessionPullProgressed(SessionPullProgressed {
+                session_id: id,
+                image: "berth/python:latest".into(),
+                current_bytes: 12 << 20,
+                total_bytes: 48 << 20,
+                layers_done: 2,
+                layers: 5,
             }),
             Event::SessionCommitEnded(SessionCommitEnded {
                 session_id: id,

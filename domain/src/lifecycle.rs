@@ -9,8 +9,8 @@ use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
     AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep, KernelStarted,
     SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested, SessionIdleExempted,
-    SessionIdleReaped, SessionRenamed, SessionResourcesReleased, SessionStatus,
-    SessionStatusChanged, SessionTerminationRequested, SessionType,
+    SessionIdleReaped, SessionPullProgressed, SessionRenamed, SessionResourcesReleased,
+    SessionStatus, SessionStatusChanged, SessionTerminationRequested, SessionType,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -425,6 +425,29 @@ impl SessionState {
         })])
     }
 
+    /// How far the pull of the session's image has come, as its agent reports it; nothing
+    /// unless the session is PULLING (a late report).
+    pub fn pull_progressed(
+        &self,
+        image: String,
+        current_bytes: u64,
+        total_bytes: u64,
+        layers_done: u32,
+        layers: u32,
+    ) -> Result<Vec<Event>, TransitionError> {
+        if self.status != Pulling {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event::SessionPullProgressed(SessionPullProgressed {
+            session_id: self.request.session_id,
+            image,
+            current_bytes,
+            total_bytes,
+            layers_done,
+            layers,
+        })])
+    }
+
     /// Exempts the session from the idle checks (once; again is nothing).
     pub fn exempt_from_idleness(
         &self,
@@ -566,6 +589,39 @@ mod tests {
             assert_eq!(state.status, to, "from {from:?}");
         }
         state
+    }
+
+    #[test]
+    fn a_pulls_progress_is_recorded_only_while_the_session_pulls() {
+        let mut state = placed(SessionType::Batch);
+        let progress = |state: &SessionState| {
+            state
+                .pull_progressed("busybox".into(), 10, 100, 1, 3)
+                .unwrap()
+        };
+        assert!(progress(&state).is_empty(), "not pulling yet");
+        for to in [Preparing, Pulling] {
+            state = apply(state.clone(), &state.transition(to, None, None).unwrap());
+        }
+        let recorded = progress(&state);
+        assert_eq!(
+            recorded,
+            [Event::SessionPullProgressed(SessionPullProgressed {
+                session_id: state.request.session_id,
+                image: "busybox".into(),
+                current_bytes: 10,
+                total_bytes: 100,
+                layers_done: 1,
+                layers: 3,
+            })]
+        );
+        let state = apply(state, &recorded);
+        assert_eq!(state.status, Pulling, "progress moves nothing");
+        let state = apply(
+            state.clone(),
+            &state.transition(Prepared, None, None).unwrap(),
+        );
+        assert!(progress(&state).is_empty(), "a late report records nothing");
     }
 
     #[test]

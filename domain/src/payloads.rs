@@ -746,6 +746,20 @@ pub struct SessionCommitProgressed {
     pub detail: String,
 }
 
+/// How far the agent's pull of a session's image has come: reported while the session is
+/// PULLING, at most once a second, so a client can draw a bar.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionPullProgressed {
+    pub session_id: Uuid,
+    pub image: String,
+    /// Bytes downloaded, of `total_bytes`: over the layers whose size the engine has said.
+    pub current_bytes: u64,
+    pub total_bytes: u64,
+    /// Layers pulled (or found already there), of `layers` the engine has named so far.
+    pub layers_done: u32,
+    pub layers: u32,
+}
+
 /// How a commit ended.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,8 @@
 //!   migrated before the services owned theirs.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`passwords`]: a user's password set and changed through the API, refused by name.
+//! - [`pulls`]: an image pull's progress, recorded while the session pulls and delivered on
+//!   its owner's event stream.
 //! - [`outage`]: NATS killed and started again under a running agent.
 //! - [`reads`]: what a console's pages read: list rows with resources and elapsed time,
 //!   the groups, agents and images a launch chooses from, recent launches, the queue.
@@ -49,6 +51,7 @@ mod migrations;
 mod notifications;
 mod outage;
 mod passwords;
+mod pulls;
 mod reads;
 mod restore;
 mod sessions;

@@ -107,6 +107,7 @@ impl Family {
             | Event::SessionResourcesReleased(_)
             | Event::KernelStarted(_)
             | Event::SessionIdleExempted(_)
+            | Event::SessionPullProgressed(_)
             | Event::SessionIdleReaped(_) => Family::Sessions,
             Event::AppCircuitOpened(_)
             | Event::AppCircuitClosed(_)

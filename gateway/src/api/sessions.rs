@@ -56,6 +56,10 @@ pub struct ListParams {
     /// The owner's email (superadmins; anyone else may name only themselves).
     #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
     owner: Option<String>,
+    /// Only sessions of this name (the CLI resolves a name through it; a superadmin may see
+    /// several users' sessions of one name).
+    #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
+    name: Option<String>,
     /// How many sessions a page holds (default 50).
     #[param(nullable = false, minimum = 1, maximum = 500)]
     limit: Option<i64>,
@@ -80,6 +84,7 @@ pub async fn list_sessions(
         session_type: p.session_type,
         liveness: p.state,
         status: p.status,
+        name: p.name,
         ..SessionFilter::default()
     };
     if caller.role == Role::Superadmin {

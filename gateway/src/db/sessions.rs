@@ -31,6 +31,8 @@ pub struct SessionFilter {
     pub session_type: Option<SessionType>,
     pub liveness: Option<Liveness>,
     pub status: Option<SessionStatus>,
+    /// Only sessions of this name (several users' sessions may share one).
+    pub name: Option<String>,
 }
 
 /// The order of a session list (`sort=`, a leading `-` for descending).
@@ -129,6 +131,9 @@ pub async fn list_sessions(
     }
     if let Some(status) = filter.status {
         w.add("status = ?", status.as_str().to_owned());
+    }
+    if let Some(name) = &filter.name {
+        w.add("name = ?", name.clone());
     }
     let where_sql = w.sql();
     let params = w.refs();

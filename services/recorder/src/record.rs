@@ -280,6 +280,19 @@ fn decide(
             at,
         } => state.transition_at(*to, reason.clone(), *exit_code, *at),
         Fact::MovedThrough { through } => state.transition_through(through),
+        Fact::PullProgressed {
+            image,
+            current_bytes,
+            total_bytes,
+            layers_done,
+            layers,
+        } => state.pull_progressed(
+            image.clone(),
+            *current_bytes,
+            *total_bytes,
+            *layers_done,
+            *layers,
+        ),
         Fact::CommitProgressed {
             commit_id,
             step,

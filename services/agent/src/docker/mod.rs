@@ -50,6 +50,7 @@ mod ctx;
 mod engine;
 mod keep;
 mod kernels;
+mod pull;
 mod session;
 pub mod spec;
 mod tasks;

@@ -18,6 +18,7 @@ use super::ctx::{cleanup, load, moved, moved_at, moved_through, remove, run_of, 
 use super::engine;
 use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
+use super::pull::{self, PullTally};
 use super::spec::container_name;
 use super::terminal;
 use crate::AgentError;
@@ -57,6 +58,10 @@ async fn start(
             ..Default::default()
         };
         let mut failure = None;
+        // The pull's progress, summed over its layers, reported apart from it.
+        let mut tally = PullTally::default();
+        let (figures, progress) = tokio::sync::watch::channel(tally.figures());
+        let reporter = pull::report(ctx, id, request.image.clone(), progress);
         loop {
             let mut pull = ctx.docker.create_image(Some(options.clone()), None, None);
             let mut cut = false;
@@ -71,7 +76,17 @@ async fn start(
                         failure = Some(e.to_string());
                         break;
                     }
-                    Ok(_) => {}
+                    Ok(info) => {
+                        let detail = info.progress_detail.as_ref();
+                        if tally.note(
+                            info.id.as_deref(),
+                            info.status.as_deref(),
+                            detail.and_then(|d| d.current),
+                            detail.and_then(|d| d.total),
+                        ) {
+                            figures.send_replace(tally.figures());
+                        }
+                    }
                 }
             }
             if !cut {
@@ -79,6 +94,9 @@ async fn start(
             }
             ctx.wait_for_engine().await;
         }
+        // The last figures may still go out; the session moves on regardless.
+        drop(figures);
+        drop(reporter);
         if let Some(reason) = failure {
             moved(
                 ctx,

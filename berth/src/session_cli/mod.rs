@@ -1,5 +1,12 @@
 //! `berth session ...`: the gateway's API from the command line (BERTH_GATEWAY_URL,
-//! BERTH_API_KEY). A session is named by its id or by its name (the newest of yours with that name).
+//! BERTH_API_KEY). A session is named by its id or by its name (yours, or for a superadmin
+//! anyone's: a name that several users' sessions share is refused, listing them). Every read
+//! command prints a table, a wider table, or the API's answer as JSON or YAML (`-o`).
+
+mod output;
+mod progress;
+mod views;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -9,17 +16,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use berth::config::Config;
-use gateway::model::{History, Logs, SessionDetail, SessionPage};
-
-/// How a read command prints what it got.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    /// A table or a summary for a person.
-    #[default]
-    Human,
-    /// The API's JSON, as it answered.
-    Json,
-}
+use gateway::model::{Logs, SessionDetail};
+pub use output::Output;
+use views::View;
 
 #[derive(Subcommand)]
 pub enum SessionCommand {
@@ -37,13 +36,18 @@ pub enum SessionCommand {
         owner: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        #[arg(long, value_enum, default_value_t)]
+        /// Keep the list on screen, drawn again whenever a session comes, goes or moves
+        /// (until interrupted).
+        #[arg(long, short)]
+        watch: bool,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
     /// Show a session's detail.
+    #[command(visible_alias = "show")]
     Info {
         session: String,
-        #[arg(long, value_enum, default_value_t)]
+        #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
     /// Show a session's scheduling history.
@@ -53,7 +57,7 @@ pub enum SessionCommand {
         result: Option<String>,
         #[arg(long)]
         phase: Option<String>,
-        #[arg(long, value_enum, default_value_t)]
+        #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
     /// Rename a session (4 to 64 letters and digits, unique among your live sessions).
@@ -65,8 +69,27 @@ pub enum SessionCommand {
         #[arg(long, short)]
         follow: bool,
         /// `json`: the kept output per kernel as the API answers (not with --follow).
-        #[arg(long, value_enum, default_value_t, conflicts_with = "follow")]
+        #[arg(
+            short = 'o',
+            long,
+            value_enum,
+            default_value_t,
+            conflicts_with = "follow"
+        )]
         output: Output,
+    },
+    /// Wait until a session has ended, and exit as it did: a batch session's exit code, 0 for
+    /// a session terminated without one, 1 for one that failed or was cancelled. With
+    /// `--for STATUS`, until it is in that status (1 when it ends without reaching it).
+    /// Draws the image pull's progress on a terminal.
+    Wait {
+        session: String,
+        /// A status to wait for (e.g. running) instead of the end.
+        #[arg(long = "for")]
+        wanted: Option<String>,
+        /// Give up after this many seconds (exit 124, as timeout(1) does).
+        #[arg(long)]
+        timeout: Option<u64>,
     },
     /// Terminate a session (--force ends it at once).
     Rm {
@@ -89,6 +112,8 @@ pub enum SessionCommand {
     Images {
         #[arg(long)]
         rm: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
     },
     /// A session's apps: list them, start one, open one through berth's proxy (prints its
     /// URL), close one.
@@ -102,17 +127,27 @@ pub enum SessionCommand {
     Environments {
         #[arg(long)]
         group: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
     },
     /// The resource groups open to me, with what each holds and has free.
-    Groups,
+    Groups {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// The agents of my groups and what each has free (superadmins: every agent, how long
     /// since it was heard, its sessions).
     Agents {
         #[arg(long)]
         group: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
     },
     /// My recent launches (the five newest and the pinned), each with the request it sent.
-    Launches,
+    Launches {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Rename (`--label`, empty for none) or pin (`--pinned true|false`) one of my launches.
     Launch {
         id: String,
@@ -125,11 +160,23 @@ pub enum SessionCommand {
     /// BERTH_NEW_PASSWORD or the first line of standard input, the current one (when I have
     /// one) from BERTH_CURRENT_PASSWORD; never a flag, which the process list would show.
     Password,
+    /// My notifications (a session of mine ended, failed, was reaped...), newest first.
+    Notifications {
+        /// Only those not read yet.
+        #[arg(long)]
+        unread: bool,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Every resource group's pending sessions in the order the scheduler tries them, with
     /// why each waits (superadmins).
     Queue {
         #[arg(long)]
         group: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
     },
 }
 
@@ -139,7 +186,7 @@ pub enum AppCommand {
     /// circuits open to them.
     List {
         session: String,
-        #[arg(long, value_enum, default_value_t)]
+        #[arg(short = 'o', long, value_enum, default_value_t)]
         output: Output,
     },
     /// Start an app in the session (from its image's definition); returns once it listens.
@@ -255,6 +302,7 @@ pub struct CreateArgs {
     count: u32,
 }
 
+#[derive(Clone)]
 struct Client {
     http: reqwest::Client,
     base: String,
@@ -294,7 +342,10 @@ impl Client {
         format!("{}{path}", self.base)
     }
 
-    /// The id of `session`: itself when it is one, else the live session of that name.
+    /// The id of `session`: itself when it is one, else the session of that name (the live
+    /// one, else the newest). A name that several users' sessions share (only a superadmin
+    /// sees others' sessions) is refused, listing them, rather than guessed at: among the live
+    /// sessions of that name when there are any, else among all.
     async fn resolve(&self, session: &str) -> anyhow::Result<String> {
         if uuid::Uuid::parse_str(session).is_ok() {
             return Ok(session.to_owned());
@@ -303,15 +354,33 @@ impl Client {
             .send(
                 self.http
                     .get(self.url("/v1/sessions"))
-                    .query(&[("limit", "500")]),
+                    .query(&[("name", session), ("limit", "500")]),
             )
             .await?
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        found["sessions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == session)
+            .map_err(|e| anyhow::anyhow!("{}", e["error"]["message"]))?;
+        let namesakes = found["sessions"].as_array().cloned().unwrap_or_default();
+        let live: Vec<Value> = namesakes
+            .iter()
+            .filter(|s| !wait::has_ended(s))
+            .cloned()
+            .collect();
+        let candidates = if live.is_empty() { namesakes } else { live };
+        let owners: std::collections::BTreeSet<&str> = candidates
+            .iter()
+            .filter_map(|s| s["owner"]["email"].as_str())
+            .collect();
+        if owners.len() > 1 {
+            let listed =
+                views::NAMESAKES.render(&json!({ "sessions": candidates }), Output::Table, false);
+            anyhow::bail!(
+                "{} users' sessions are named `{session}`; name the one you mean by its id:\n{}",
+                owners.len(),
+                listed.trim_end()
+            );
+        }
+        // Newest first, as the list answers.
+        candidates
+            .first()
             .and_then(|s| s["session_id"].as_str())
             .map(str::to_owned)
             .with_context(|| format!("no session of yours is named `{session}`"))
@@ -333,11 +402,19 @@ fn print_error(body: &Value) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Prints `v` as the API's JSON, or, for a person, through `human` once it reads as `T` (a
+/// Prints `v` as `output` asks: JSON or YAML as the API answered, else `view`'s table.
+fn emit(output: Output, v: &Value, view: &View) {
+    match output::machine(output, v) {
+        Some(text) => print!("{text}"),
+        None => print!("{}", view.render(v, output, output::colour())),
+    }
+}
+
+/// Prints `v` as JSON or YAML, or, for a person, through `human` once it reads as `T` (a
 /// body that does not is printed as JSON, with a note).
 fn show<T: serde::de::DeserializeOwned>(output: Output, v: Value, human: impl FnOnce(T)) {
-    if output == Output::Json {
-        return println!("{}", pretty(&v));
+    if let Some(text) = output::machine(output, &v) {
+        return print!("{text}");
     }
     match serde_json::from_value::<T>(v.clone()) {
         Ok(body) => human(body),
@@ -346,6 +423,30 @@ fn show<T: serde::de::DeserializeOwned>(output: Output, v: Value, human: impl Fn
             println!("{}", pretty(&v));
         }
     }
+}
+
+/// What `-o wide` adds to a session's detail: its request.
+fn request_lines(v: &Value) -> String {
+    let r = &v["request"];
+    let environment: Vec<String> = r["environment"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k.clone())
+        .collect();
+    [
+        ("project", output::text(v, "/project")),
+        ("command", output::text(r, "/startup_command")),
+        ("starts at", output::text(r, "/starts_at")),
+        ("timeout", output::text(r, "/batch_timeout_secs")),
+        ("env", environment.join(",")),
+        ("mounts", output::joined(r, "/mounts")),
+        ("ports", output::joined(r, "/preopen_ports")),
+        ("attempts", output::text(v, "/scheduling_attempts")),
+    ]
+    .into_iter()
+    .map(|(k, v)| format!("{k:<10} {}\n", if v.is_empty() { "-" } else { &v }))
+    .collect()
 }
 
 /// A session's detail as a person reads it: one line per aspect.
@@ -428,6 +529,123 @@ fn summary(d: &SessionDetail) -> String {
         .into_iter()
         .map(|(k, v)| format!("{k:<10} {v}\n"))
         .collect()
+}
+
+/// A session list as `output` asks, with how many of how many for a person.
+fn print_list(output: Output, v: &Value) {
+    emit(output, v, &views::SESSIONS);
+    if output.is_table() {
+        let shown = v["sessions"].as_array().map_or(0, Vec::len);
+        println!("{shown} of {}", v["total"]);
+    }
+}
+
+/// `berth session ls --watch`: the list again every two seconds, drawn again when a session
+/// came, went or moved (on a terminal over the last one; elsewhere after it), until Ctrl-C.
+async fn watch_list(
+    client: &Client,
+    list: impl Fn() -> reqwest::RequestBuilder,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    let terminal = std::io::stdout().is_terminal();
+    let mut shown = None;
+    loop {
+        let v = match client.send(list()).await? {
+            Ok(v) => v,
+            Err(body) => return Ok(print_error(&body)),
+        };
+        let now = wait::settled(&v);
+        if shown.as_ref() != Some(&now) {
+            if terminal {
+                crossterm::execute!(
+                    std::io::stdout(),
+                    crossterm::terminal::Clear(crossterm::terminal::ClearType::All),
+                    crossterm::cursor::MoveTo(0, 0)
+                )?;
+            } else if shown.is_some() {
+                println!();
+            }
+            print_list(output, &v);
+            std::io::stdout().flush()?;
+            shown = Some(now);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+/// `berth session wait`: the session's detail every half second until [`wait::outcome`]
+/// says the wait is over (its status on a spinner, on a terminal), or `timeout` seconds
+/// have passed (124).
+async fn wait_for(
+    client: &Client,
+    id: &str,
+    wanted: Option<&str>,
+    timeout: Option<u64>,
+) -> anyhow::Result<ExitCode> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + std::time::Duration::from_secs(t));
+    let bar = progress::Bar::new();
+    // The image pull's progress comes as events of the session's stream.
+    let pulls = bar.drawn().then(|| {
+        let (client, id, bar) = (client.clone(), id.to_owned(), bar.clone());
+        tokio::spawn(async move {
+            let followed = follow_events(&client, "/v1/events", |event, data| {
+                if event == "SessionPullProgressed" {
+                    let recorded: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                    if recorded["payload"]["session_id"] == id.as_str() {
+                        bar.pull(&recorded["payload"]);
+                    }
+                }
+                true
+            })
+            .await;
+            // Without the stream the spinner still shows the status.
+            drop(followed);
+        })
+    });
+    let _stop_following = pulls.map(AbortOnDrop);
+    loop {
+        let detail = match client
+            .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
+            .await?
+        {
+            Ok(detail) => detail,
+            Err(body) => {
+                bar.clear();
+                return Ok(print_error(&body));
+            }
+        };
+        bar.session(&detail);
+        if let Some(outcome) = wait::outcome(&detail, wanted) {
+            bar.clear();
+            if let Some(complaint) = outcome.complaint {
+                eprintln!("berth: {complaint}");
+            }
+            return Ok(ExitCode::from(outcome.code));
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            bar.clear();
+            eprintln!(
+                "berth: the session is still {} after {} s",
+                detail["status"].as_str().unwrap_or("-"),
+                timeout.unwrap_or_default()
+            );
+            return Ok(ExitCode::from(124));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// A task aborted when this is dropped (however the function holding it returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `request`, narrowed to one resource group when one is named.
@@ -530,6 +748,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             state,
             owner,
             limit,
+            watch,
             output,
         } => {
             let mut query = vec![("limit", limit.to_string())];
@@ -542,36 +761,34 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             if let Some(o) = owner {
                 query.push(("owner", o));
             }
-            client
-                .send(client.http.get(client.url("/v1/sessions")).query(&query))
-                .await?
-                .map(|v| {
-                    show(output, v, |page: SessionPage| {
-                        println!(
-                            "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  OWNER",
-                            "ID", "NAME", "TYPE", "STATUS", "AGENT"
-                        );
-                        for s in &page.sessions {
-                            println!(
-                                "{:<36}  {:<24}  {:<11}  {:<11}  {:<16}  {}",
-                                s.session_id,
-                                s.name,
-                                s.session_type,
-                                s.status,
-                                s.agent_id.as_deref().unwrap_or("-"),
-                                s.owner.email
-                            );
-                        }
-                        println!("{} of {}", page.sessions.len(), page.total);
-                    })
-                })
+            let list = || client.http.get(client.url("/v1/sessions")).query(&query);
+            if watch {
+                return watch_list(&client, list, output).await;
+            }
+            client.send(list()).await?.map(|v| print_list(output, &v))
         }
         SessionCommand::Info { session, output } => {
             let id = client.resolve(&session).await?;
             client
                 .send(client.http.get(client.url(&format!("/v1/sessions/{id}"))))
                 .await?
-                .map(|v| show(output, v, |d: SessionDetail| print!("{}", summary(&d))))
+                .map(|v| {
+                    let wide = (output == Output::Wide).then(|| request_lines(&v));
+                    show(output, v, |d: SessionDetail| {
+                        print!("{}{}", summary(&d), wide.unwrap_or_default())
+                    })
+                })
+        }
+        SessionCommand::Wait {
+            session,
+            wanted,
+            timeout,
+        } => {
+            if let Some(w) = wanted.as_deref().filter(|w| !wait::is_status(w)) {
+                anyhow::bail!("--for {w}: not a session status (e.g. running, terminated)");
+            }
+            let id = client.resolve(&session).await?;
+            return wait_for(&client, &id, wanted.as_deref(), timeout).await;
         }
         SessionCommand::History {
             session,
@@ -595,28 +812,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                         .query(&query),
                 )
                 .await?
-                .map(|v| {
-                    show(output, v, |history: History| {
-                        for h in &history.history {
-                            println!(
-                                "{}  {:<9} {:<10} {} -> {}  attempts {}  {}",
-                                h.created_at.to_rfc3339(),
-                                h.phase,
-                                h.result,
-                                h.from_status,
-                                h.to_status,
-                                h.attempts,
-                                h.message
-                            );
-                            for step in &h.sub_steps {
-                                // The result as the API names it (`SUCCESS`).
-                                let result = serde_json::to_value(step.result).unwrap_or_default();
-                                let result = result.as_str().unwrap_or("-");
-                                println!("    - {}: {result} {}", step.step, step.message);
-                            }
-                        }
-                    })
-                })
+                .map(|v| emit(output, &v, &views::HISTORY))
         }
         SessionCommand::Logs {
             session,
@@ -652,6 +848,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .map(|v| {
                     show(output, v, |logs: Logs| {
                         for k in &logs.kernels {
+                            if output == Output::Wide {
+                                println!("==> kernel {} ({}) <==", k.kernel, logs.status);
+                            }
                             print!("{}", k.content);
                         }
                     })
@@ -689,7 +888,10 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             let id = client.resolve(&session).await?;
             commit(&client, id, &name, follow).await?
         }
-        SessionCommand::Images { rm: Some(name) } => client
+        SessionCommand::Images {
+            rm: Some(name),
+            output: _,
+        } => client
             .send(
                 client
                     .http
@@ -697,29 +899,53 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             )
             .await?
             .map(|_| println!("image {name} removed")),
-        SessionCommand::Images { rm: None } => client
+        SessionCommand::Images { rm: None, output } => client
             .send(client.http.get(client.url("/v1/images")))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
-        SessionCommand::Environments { group } => client
+            .map(|v| emit(output, &v, &views::IMAGES)),
+        SessionCommand::Environments { group, output } => client
             .send(in_group(
                 client.http.get(client.url("/v1/environments")),
                 group,
             ))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
-        SessionCommand::Groups => client
+            .map(|v| emit(output, &v, &views::ENVIRONMENTS)),
+        SessionCommand::Groups { output } => client
             .send(client.http.get(client.url("/v1/resource-groups")))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
-        SessionCommand::Agents { group } => client
+            .map(|v| emit(output, &v, &views::GROUPS)),
+        SessionCommand::Agents { group, output } => client
             .send(in_group(client.http.get(client.url("/v1/agents")), group))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
-        SessionCommand::Launches => client
+            .map(|v| emit(output, &v, &views::AGENTS)),
+        SessionCommand::Launches { output } => client
             .send(client.http.get(client.url("/v1/launches")))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
+            .map(|v| emit(output, &v, &views::LAUNCHES)),
+        SessionCommand::Notifications {
+            unread,
+            limit,
+            output,
+        } => {
+            let mut query = vec![("limit", limit.to_string())];
+            if unread {
+                query.push(("unread", "true".into()));
+            }
+            client
+                .send(
+                    client
+                        .http
+                        .get(client.url("/v1/notifications"))
+                        .query(&query),
+                )
+                .await?
+                .map(|v| {
+                    emit(output, &v, &views::NOTIFICATIONS);
+                    if output.is_table() {
+                        println!("{} unread", v["unread"]);
+                    }
+                })
+        }
         SessionCommand::Launch { id, label, pinned } => {
             let mut change = serde_json::Map::new();
             if let Some(label) = label {
@@ -753,10 +979,10 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 .await?
                 .map(|_| println!("your password is set"))
         }
-        SessionCommand::Queue { group } => client
+        SessionCommand::Queue { group, output } => client
             .send(in_group(client.http.get(client.url("/v1/queue")), group))
             .await?
-            .map(|v| println!("{}", pretty(&v))),
+            .map(|v| emit(output, &v, &views::QUEUE)),
         SessionCommand::App(command) => app(&client, command).await?,
         SessionCommand::Shell { session } => return shell(&client, &session).await,
         SessionCommand::Events => {
@@ -791,9 +1017,9 @@ async fn app(client: &Client, command: AppCommand) -> anyhow::Result<Result<(), 
                         .get(client.url(&format!("/v1/sessions/{id}/apps"))),
                 )
                 .await?;
-            listed.map(|v| match output {
-                Output::Json => println!("{v}"),
-                Output::Human => print_apps(&v),
+            listed.map(|v| match output::machine(output, &v) {
+                Some(text) => print!("{text}"),
+                None => print_apps(output, &v),
             })
         }
         AppCommand::Start { session, app, port } => {
@@ -955,39 +1181,12 @@ async fn shell(client: &Client, session: &str) -> anyhow::Result<ExitCode> {
     std::process::exit(0);
 }
 
-fn print_apps(listed: &Value) {
-    println!("{:<16} {:<8} PORTS", "APP", "PROTOCOL");
-    for app in listed["apps"].as_array().into_iter().flatten() {
-        let ports: Vec<String> = app["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| p.to_string())
-            .collect();
-        println!(
-            "{:<16} {:<8} {}",
-            app["name"].as_str().unwrap_or_default(),
-            app["protocol"].as_str().unwrap_or_default(),
-            ports.join(",")
-        );
-    }
-    let circuits = listed["circuits"].as_array().cloned().unwrap_or_default();
-    if !circuits.is_empty() {
-        println!(
-            "\n{:<16} {:<6} {:<7} {:>12} {:>12}",
-            "OPEN", "PORT", "PUBLIC", "BYTES IN", "BYTES OUT"
-        );
-        for c in circuits {
-            // A JSON value ignores widths: each is made text first.
-            println!(
-                "{:<16} {:<6} {:<7} {:>12} {:>12}",
-                c["app"].as_str().unwrap_or_default(),
-                c["port"].to_string(),
-                c["public"].to_string(),
-                c["bytes_in"].to_string(),
-                c["bytes_out"].to_string()
-            );
-        }
+/// A session's apps, and the circuits open to them, as tables.
+fn print_apps(output: Output, listed: &Value) {
+    let colour = output::colour();
+    print!("{}", views::APPS.render(listed, output, colour));
+    if listed["circuits"].as_array().is_some_and(|c| !c.is_empty()) {
+        print!("\n{}", views::CIRCUITS.render(listed, output, colour));
     }
 }
 
@@ -1032,6 +1231,7 @@ async fn commit(
         return Ok(Ok(()));
     };
     let commit_id = started["commit_id"].as_str().unwrap_or_default().to_owned();
+    let bar = progress::Bar::new();
     while let Some(event) = events.next().await {
         let event = event.context("read the event stream")?;
         let recorded: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
@@ -1040,8 +1240,9 @@ async fn commit(
             continue;
         }
         match event.event.as_str() {
-            "SessionCommitProgressed" => println!("{}  {}", payload["step"], payload["detail"]),
+            "SessionCommitProgressed" => bar.step(payload),
             "SessionCommitEnded" => {
+                bar.clear();
                 println!("{}", pretty(&payload["outcome"]));
                 break;
             }
