@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use crate::session_cli::{print_error, show, Client, Output};
 use gateway::model::{
-    AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts,
-    ApiKeysListed, IdleSettings, Presets,
+    AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
+    IdleSettings, Presets,
 };
 
 #[derive(Subcommand)]
@@ -239,7 +239,10 @@ fn amounts(cpu: f64, memory_gib: f64, gpu: f64) -> Value {
 }
 
 /// Runs an admin command through the gateway (`init` alone through the database).
-pub async fn run(config: &berth::config::Config, command: AdminCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &berth::config::Config,
+    command: AdminCommand,
+) -> anyhow::Result<ExitCode> {
     if matches!(command, AdminCommand::Init) || config.api_key.is_none() {
         let store = crate::connect_store(config).await?;
         crate::admin_database::run(store.pool(), config, command).await?;
@@ -586,7 +589,9 @@ fn print_listing(kind: Kind, output: Output, v: Value) {
     match kind {
         Kind::Users => show(output, v, |l: AdminUsers| {
             table(
-                &["EMAIL", "ROLE", "POLICY", "KEYS", "PASSWORD", "PROJECTS", "ID"],
+                &[
+                    "EMAIL", "ROLE", "POLICY", "KEYS", "PASSWORD", "PROJECTS", "ID",
+                ],
                 l.users
                     .into_iter()
                     .map(|u| {

@@ -287,4 +287,3 @@ pub async fn run(
     }
     Ok(())
 }
-

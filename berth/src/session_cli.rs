@@ -274,7 +274,10 @@ impl Client {
         })
     }
 
-    pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Result<Value, Value>> {
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<Result<Value, Value>> {
         let response = request
             .header("x-api-key", &self.key)
             .send()
@@ -335,7 +338,11 @@ pub(crate) fn print_error(body: &Value) -> ExitCode {
 
 /// Prints `v` as the API's JSON, or, for a person, through `human` once it reads as `T` (a
 /// body that does not is printed as JSON, with a note).
-pub(crate) fn show<T: serde::de::DeserializeOwned>(output: Output, v: Value, human: impl FnOnce(T)) {
+pub(crate) fn show<T: serde::de::DeserializeOwned>(
+    output: Output,
+    v: Value,
+    human: impl FnOnce(T),
+) {
     if output == Output::Json {
         return println!("{}", pretty(&v));
     }

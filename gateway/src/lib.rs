@@ -91,7 +91,10 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::admin_list_policies))
         .routes(routes!(api::admin_set_policy))
         .routes(routes!(api::admin_save_preset))
-        .routes(routes!(api::admin_list_idle_checks, api::admin_set_idle_checks))
+        .routes(routes!(
+            api::admin_list_idle_checks,
+            api::admin_set_idle_checks
+        ))
         .routes(routes!(api::admin_idle_preview))
         .routes(routes!(api::admin_list_agents, api::admin_admit_agent))
         .routes(routes!(api::admin_revoke_agent))

@@ -115,6 +115,9 @@ async fn the_api_keeps_every_promise_its_document_makes() {
         operations,
         "not every one of the {operations} operations was tested:\n{users}\n{admin}"
     );
-    assert!(h.count_events("AgentAdmitted").await > 0, "no admission was taken:\n{admin}");
+    assert!(
+        h.count_events("AgentAdmitted").await > 0,
+        "no admission was taken:\n{admin}"
+    );
     h.assert_running();
 }

@@ -249,8 +249,12 @@ pub async fn admin_create_user(
     checked_email("email", &user.email)?;
     checked_name("resource_policy", &user.resource_policy)?;
     for (i, project) in user.projects.iter().enumerate() {
-        access::check_object_name("projects", project)
-            .map_err(|_| ApiError::invalid(format!("projects[{i}]"), "1 to 64 letters, digits, `_` or `-`"))?;
+        access::check_object_name("projects", project).map_err(|_| {
+            ApiError::invalid(
+                format!("projects[{i}]"),
+                "1 to 64 letters, digits, `_` or `-`",
+            )
+        })?;
     }
     let (user_id, api_key) = access::create_user(
         &state.pool,
@@ -582,7 +586,11 @@ pub async fn admin_set_policy(
     superadmin_only(&caller)?;
     checked_name("name", &name)?;
     let p: PolicyLimits = parse_body(body)?;
-    within("max_concurrent_sessions", p.max_concurrent_sessions, 0..=MOST_COUNT)?;
+    within(
+        "max_concurrent_sessions",
+        p.max_concurrent_sessions,
+        0..=MOST_COUNT,
+    )?;
     if let Some(n) = p.max_custom_images {
         within("max_custom_images", n, 0..=MOST_COUNT)?;
     }
@@ -762,9 +770,18 @@ impl ChecksIn {
                         1..=MOST_SECS,
                     )?,
                     thresholds: events::idleness::Thresholds {
-                        cpu_percent: percent("checks.utilization.thresholds.cpu_percent", t.cpu_percent)?,
-                        memory_percent: percent("checks.utilization.thresholds.memory_percent", t.memory_percent)?,
-                        gpu_percent: percent("checks.utilization.thresholds.gpu_percent", t.gpu_percent)?,
+                        cpu_percent: percent(
+                            "checks.utilization.thresholds.cpu_percent",
+                            t.cpu_percent,
+                        )?,
+                        memory_percent: percent(
+                            "checks.utilization.thresholds.memory_percent",
+                            t.memory_percent,
+                        )?,
+                        gpu_percent: percent(
+                            "checks.utilization.thresholds.gpu_percent",
+                            t.gpu_percent,
+                        )?,
                         gpu_memory_percent: percent(
                             "checks.utilization.thresholds.gpu_memory_percent",
                             t.gpu_memory_percent,
@@ -955,7 +972,10 @@ pub async fn admin_revoke_agent(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     if !bus::subjects::is_valid_agent_id(&id) {
-        return Err(ApiError::invalid("id", "1 to 64 letters, digits, `-` and `_`"));
+        return Err(ApiError::invalid(
+            "id",
+            "1 to 64 letters, digits, `-` and `_`",
+        ));
     }
     let Revocation { reason } = parse_body(body)?;
     let reason = reason.unwrap_or_else(|| "revoked by an operator".to_owned());
