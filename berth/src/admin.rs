@@ -1,15 +1,38 @@
 //! `berth admin ...`: operators create users, keys, passwords, projects, resource groups,
-//! policies and presets, admit and revoke agents, and make the NATS server's authorization. Talks to the database directly (like `berth migrate`), so it works before any
-//! key exists; every change is an event in the log.
+//! policies and presets, set the idle checks, admit and revoke agents, list each of these,
+//! and make the NATS server's authorization. Everything goes through the gateway's superadmin
+//! endpoints (`/v1/admin/...`) with a superadmin's API key (BERTH_GATEWAY_URL,
+//! BERTH_API_KEY), the client `berth session` uses; every change is an event in the log. Only
+//! `init`, the first superadmin on a fresh install (which `berth up` also makes), reaches the
+//! database, because no key exists before it; and without an API key the commands write to
+//! the database as they did before (`crate::admin_database`), the way back in when no
+//! superadmin key is left.
+
+use std::process::ExitCode;
 
 use clap::Subcommand;
-use events::payloads::*;
-use launcher::access;
+use serde_json::{json, Value};
+
+use crate::session_cli::{print_error, show, Client, Output};
+use gateway::model::{
+    AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
+    IdleSettings, Presets,
+};
 
 #[derive(Subcommand)]
 pub enum AdminCommand {
     /// Create the defaults and the first superadmin on a fresh install (prints its key once).
+    /// The one admin command that reaches the database (BERTH_DATABASE_URL): no key exists
+    /// before it.
     Init,
+    /// List users, API keys, projects, resource groups, policies, presets, idle checks or
+    /// agents.
+    Ls {
+        #[arg(value_enum)]
+        kind: Kind,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Create a user and print their first API key (shown only now).
     CreateUser {
         #[arg(long)]
@@ -88,8 +111,8 @@ pub enum AdminCommand {
     #[command(subcommand)]
     Agent(AgentAdminCommand),
     /// Print the NATS server's `authorization` block: the control plane's user (from the
-    /// user and password in BERTH_NATS_URL) with every right, and each admitted agent by its
-    /// key with its own subjects only. Include it in the server's configuration and reload
+    /// user and password in BERTH_NATS_URL) with every right, and each admitted agent (as
+    /// `GET /v1/admin/agents` lists them) by its key with its own subjects only. Include it in the server's configuration and reload
     /// the server (SIGHUP) after each admission or revocation.
     NatsAuthorization,
     /// The idle-reaper's checks: set them, or see what it would reap now.
@@ -177,35 +200,76 @@ pub enum AgentAdminCommand {
     },
 }
 
-/// Says how the NATS server learns of an admission or a revocation: where berth keeps its
-/// authorization (`BERTH_NATS_AUTHORIZATION_DIR`), the control plane's recorder follows the
-/// event; elsewhere the operator makes the authorization again.
-fn tell_nats_server(config: &berth::config::Config) {
-    match &config.nats_authorization {
-        Some(dir) => println!(
-            "the control plane brings the NATS server's authorization ({}) in step",
-            dir.display()
-        ),
-        None => println!(
-            "make the NATS server's authorization again (berth admin nats-authorization) and reload it"
-        ),
-    }
+/// What `berth admin ls` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Users,
+    Keys,
+    Projects,
+    Groups,
+    Policies,
+    Presets,
+    Idle,
+    Agents,
 }
 
-fn milli(v: f64) -> u64 {
-    (v * 1000.0).round().max(0.0) as u64
+/// Says how the NATS server learns of an admission or a revocation: a control plane that
+/// keeps its authorization (`BERTH_NATS_AUTHORIZATION_DIR`, its recorder's process) follows
+/// the event; elsewhere the operator makes the authorization again.
+fn tell_nats_server() {
+    println!(
+        "a control plane that keeps the NATS server's authorization (BERTH_NATS_AUTHORIZATION_DIR) brings it in step; \
+         elsewhere make it again (berth admin nats-authorization) and reload the server"
+    );
 }
 
+/// Cores or GPUs as the API takes them (units), from a flag.
+fn units(v: f64) -> Value {
+    json!(v)
+}
+
+/// GiB from a flag as the API's bytes.
 fn gib(v: f64) -> u64 {
     (v * (1u64 << 30) as f64).round().max(0.0) as u64
 }
 
+/// `{cpu, memory_bytes, gpu}` as the API takes an amount.
+fn amounts(cpu: f64, memory_gib: f64, gpu: f64) -> Value {
+    json!({"cpu": units(cpu), "memory_bytes": gib(memory_gib), "gpu": units(gpu)})
+}
+
+/// Runs an admin command through the gateway (`init` alone through the database).
 pub async fn run(
-    pool: &deadpool_postgres::Pool,
     config: &berth::config::Config,
     command: AdminCommand,
-) -> anyhow::Result<()> {
-    match command {
+) -> anyhow::Result<ExitCode> {
+    if matches!(command, AdminCommand::Init) || config.api_key.is_none() {
+        let store = crate::connect_store(config).await?;
+        crate::admin_database::run(store.pool(), config, command).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = Client::new(config)?;
+    let get = |path: &str| client.http.get(client.url(path));
+    let post = |path: &str, body: Value| client.http.post(client.url(path)).json(&body);
+    let put = |path: &str, body: Value| client.http.put(client.url(path)).json(&body);
+    let result: Result<(), Value> = match command {
+        AdminCommand::Init => unreachable!("the database's alone"),
+        AdminCommand::Ls { kind, output } => {
+            let path = match kind {
+                Kind::Users => "/v1/admin/users",
+                Kind::Keys => "/v1/admin/api-keys",
+                Kind::Projects => "/v1/admin/projects",
+                Kind::Groups => "/v1/admin/resource-groups",
+                Kind::Policies => "/v1/admin/policies",
+                Kind::Presets => "/v1/presets",
+                Kind::Idle => "/v1/admin/idle-checks",
+                Kind::Agents => "/v1/admin/agents",
+            };
+            client
+                .send(get(path))
+                .await?
+                .map(|v| print_listing(kind, output, v))
+        }
         AdminCommand::Agent(AgentAdminCommand::Admit {
             id,
             group,
@@ -214,36 +278,43 @@ pub async fn run(
             max_gpu,
             credential_out,
         }) => {
-            let admission = recorder::admission::Admission {
-                agent_id: id.clone(),
-                resource_group: group.clone(),
-                max_capacity: ResourceSlots {
-                    cpu_milli: milli(max_cpu),
-                    memory_bytes: gib(max_memory_gib),
-                    gpu_milli: milli(max_gpu),
-                },
-            };
-            let seed = recorder::admission::admit(pool, &admission, "admin").await?;
-            match credential_out {
-                Some(path) => {
-                    write_secret(&path, &seed)?;
-                    println!(
-                        "agent {id} admitted to {group}; its credential is in {}",
-                        path.display()
-                    );
+            let body = json!({
+                "agent_id": id,
+                "resource_group": group,
+                "max_capacity": amounts(max_cpu, max_memory_gib, max_gpu),
+            });
+            match client.send(post("/v1/admin/agents", body)).await? {
+                Ok(v) => {
+                    let seed = v["credential"].as_str().unwrap_or_default();
+                    match credential_out {
+                        Some(path) => {
+                            write_secret(&path, seed)?;
+                            println!(
+                                "agent {id} admitted to {group}; its credential is in {}",
+                                path.display()
+                            );
+                        }
+                        None => {
+                            println!("agent {id} admitted to {group}");
+                            println!("credential (shown only now; give it to the agent as BERTH_AGENT_CREDENTIAL): {seed}");
+                        }
+                    }
+                    tell_nats_server();
+                    Ok(())
                 }
-                None => {
-                    println!("agent {id} admitted to {group}");
-                    println!("credential (shown only now; give it to the agent as BERTH_AGENT_CREDENTIAL): {seed}");
-                }
+                Err(e) => Err(e),
             }
-            tell_nats_server(config);
         }
-        AdminCommand::Agent(AgentAdminCommand::Revoke { id, reason }) => {
-            recorder::admission::revoke(pool, &id, &reason, "admin").await?;
-            println!("agent {id} revoked");
-            tell_nats_server(config);
-        }
+        AdminCommand::Agent(AgentAdminCommand::Revoke { id, reason }) => client
+            .send(post(
+                &format!("/v1/admin/agents/{id}/revoke"),
+                json!({ "reason": reason }),
+            ))
+            .await?
+            .map(|_| {
+                println!("agent {id} revoked");
+                tell_nats_server();
+            }),
         AdminCommand::Idle(IdleAdminCommand::Set {
             group,
             policy,
@@ -257,112 +328,151 @@ pub async fn run(
             gpu_memory,
             combine,
         }) => {
-            use events::idleness::*;
             let combine = match combine.as_str() {
-                "all" | "and" => Combine::All,
-                "any" | "or" => Combine::Any,
+                "all" | "and" => "all",
+                "any" | "or" => "any",
                 other => anyhow::bail!("--combine: `{other}` is neither `all` nor `any`"),
             };
-            let utilization = window.map(|window_secs| UtilizationCheck {
-                grace_period_secs: grace,
-                window_secs,
-                thresholds: Thresholds {
-                    cpu_percent: cpu,
-                    memory_percent: memory,
-                    gpu_percent: gpu,
-                    gpu_memory_percent: gpu_memory,
-                },
-                combine,
-            });
-            let scope = match (group, policy) {
-                (Some(g), _) => IdleScope::ResourceGroup(g),
-                (None, Some(p)) => IdleScope::ResourcePolicy(p),
+            let (field, name) = match (group, policy) {
+                (Some(g), _) => ("resource_group", g),
+                (None, Some(p)) => ("resource_policy", p),
                 (None, None) => anyhow::bail!("name a --group or a --policy"),
             };
-            let checks = IdleChecks {
-                max_lifetime_secs: max_lifetime,
-                network_idle_timeout_secs: network_idle,
-                utilization,
-            };
-            launcher::access::set_idle_checks(pool, scope.clone(), checks).await?;
-            println!("idle checks of {scope:?} set");
-        }
-        AdminCommand::Idle(IdleAdminCommand::Preview) => {
-            let nats = berth::app::connect_nats(config).await?;
-            let answer = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                nats.request(config.agent_bus.idle_preview(), Vec::new().into()),
-            )
-            .await
-            .map_err(|_| anyhow::anyhow!("the idle-reaper did not answer (is it running?)"))?
-            .map_err(|e| anyhow::anyhow!("the idle-reaper did not answer: {e}"))?;
-            let due: Vec<events::idleness::IdleVerdict> = serde_json::from_slice(&answer.payload)?;
-            if due.is_empty() {
-                println!("nothing would be reaped now");
+            let mut checks = serde_json::Map::new();
+            if let Some(secs) = max_lifetime {
+                checks.insert("max_lifetime_secs".into(), json!(secs));
             }
-            for verdict in due {
-                println!(
-                    "{}  {}  {}",
-                    verdict.session_id,
-                    verdict.reading.checker.as_str(),
-                    verdict.reading.explanation
+            if let Some(secs) = network_idle {
+                checks.insert("network_idle_timeout_secs".into(), json!(secs));
+            }
+            if let Some(window) = window {
+                let mut thresholds = serde_json::Map::new();
+                for (name, value) in [
+                    ("cpu_percent", cpu),
+                    ("memory_percent", memory),
+                    ("gpu_percent", gpu),
+                    ("gpu_memory_percent", gpu_memory),
+                ] {
+                    if let Some(v) = value {
+                        thresholds.insert(name.into(), json!(v));
+                    }
+                }
+                checks.insert(
+                    "utilization".into(),
+                    json!({"grace_period_secs": grace, "window_secs": window,
+                           "thresholds": thresholds, "combine": combine}),
                 );
             }
+            client
+                .send(put(
+                    "/v1/admin/idle-checks",
+                    json!({ field: name, "checks": checks }),
+                ))
+                .await?
+                .map(|_| println!("idle checks of {field} {name} set"))
         }
+        AdminCommand::Idle(IdleAdminCommand::Preview) => client
+            .send(get("/v1/admin/idle-preview"))
+            .await?
+            .map(|v| {
+                let due = v["due"].as_array().cloned().unwrap_or_default();
+                if due.is_empty() {
+                    println!("nothing would be reaped now");
+                }
+                for verdict in due {
+                    println!(
+                        "{}  {}  {}",
+                        verdict["session_id"].as_str().unwrap_or_default(),
+                        verdict["reading"]["checker"].as_str().unwrap_or_default(),
+                        verdict["reading"]["explanation"].as_str().unwrap_or_default()
+                    );
+                }
+            }),
         AdminCommand::NatsAuthorization => {
             let url = reqwest::Url::parse(&config.nats_url)?;
             anyhow::ensure!(
                 !url.username().is_empty() && url.password().is_some(),
                 "BERTH_NATS_URL names no user and password for the control plane"
             );
-            let keys = recorder::admission::admitted_keys(pool).await?;
-            let block = bus::permissions::authorization(
-                &config.agent_bus,
-                url.username(),
-                url.password().unwrap_or_default(),
-                &keys,
-            );
-            println!("authorization: {}", serde_json::to_string_pretty(&block)?);
-        }
-        AdminCommand::Init => match access::bootstrap(pool).await? {
-            Some((email, key)) => {
-                println!("created superadmin {email}");
-                println!("API key (shown only now): {key}");
+            match client.send(get("/v1/admin/agents")).await? {
+                Ok(v) => {
+                    let listed: AdmittedAgents = serde_json::from_value(v)?;
+                    let keys: Vec<bus::permissions::AdmittedKey> = listed
+                        .agents
+                        .into_iter()
+                        .filter_map(|a| {
+                            Some(bus::permissions::AdmittedKey {
+                                public_key: a.public_key?,
+                                agent_id: a.agent_id,
+                            })
+                        })
+                        .collect();
+                    let block = bus::permissions::authorization(
+                        &config.agent_bus,
+                        url.username(),
+                        url.password().unwrap_or_default(),
+                        &keys,
+                    );
+                    println!("authorization: {}", serde_json::to_string_pretty(&block)?);
+                    Ok(())
+                }
+                Err(e) => Err(e),
             }
-            None => println!("already initialised"),
-        },
+        }
         AdminCommand::CreateUser {
             email,
             role,
             policy,
             projects,
-        } => {
-            let role = Role::parse(&role).ok_or_else(|| {
-                anyhow::anyhow!("--role: `{role}` is not user, admin or superadmin")
-            })?;
-            let (id, key) = access::create_user(pool, &email, role, &policy, &projects).await?;
-            println!("created user {email} ({id})");
-            println!("API key (shown only now): {key}");
-        }
-        AdminCommand::IssueKey { email } => {
-            println!(
-                "API key (shown only now): {}",
-                access::issue_key(pool, &email).await?
-            );
-        }
+        } => client
+            .send(post(
+                "/v1/admin/users",
+                json!({"email": email, "role": role, "resource_policy": policy, "projects": projects}),
+            ))
+            .await?
+            .map(|v| {
+                println!(
+                    "created user {email} ({})",
+                    v["user_id"].as_str().unwrap_or_default()
+                );
+                println!(
+                    "API key (shown only now): {}",
+                    v["api_key"].as_str().unwrap_or_default()
+                );
+            }),
+        AdminCommand::IssueKey { email } => client
+            .send(post("/v1/admin/api-keys", json!({ "email": email })))
+            .await?
+            .map(|v| {
+                println!(
+                    "API key (shown only now): {}",
+                    v["api_key"].as_str().unwrap_or_default()
+                )
+            }),
         AdminCommand::SetPassword { email } => {
             let password = new_password(&email)?;
-            launcher::credentials::set_password(pool, &email, &password).await?;
-            println!("password of {email} set");
+            client
+                .send(put(
+                    "/v1/admin/passwords",
+                    json!({"email": email, "password": password}),
+                ))
+                .await?
+                .map(|_| println!("password of {email} set"))
         }
-        AdminCommand::CreateProject { name, description } => {
-            access::create_project(pool, &name, &description).await?;
-            println!("project {name} created");
-        }
-        AdminCommand::AddMember { project, email } => {
-            access::add_member(pool, &project, &email).await?;
-            println!("{email} joined {project}");
-        }
+        AdminCommand::CreateProject { name, description } => client
+            .send(post(
+                "/v1/admin/projects",
+                json!({"name": name, "description": description}),
+            ))
+            .await?
+            .map(|_| println!("project {name} created")),
+        AdminCommand::AddMember { project, email } => client
+            .send(post(
+                &format!("/v1/admin/projects/{project}/members"),
+                json!({ "email": email }),
+            ))
+            .await?
+            .map(|_| println!("{email} joined {project}")),
         AdminCommand::CreateGroup {
             name,
             queue,
@@ -370,35 +480,22 @@ pub async fn run(
             max_attempts,
             skip_after,
             pending_timeout,
-        } => {
-            let queue_policy = match queue.as_str() {
-                "fifo" => QueuePolicy::Fifo,
-                "backfill" => QueuePolicy::Backfill,
-                other => anyhow::bail!("--queue: `{other}` is not fifo or backfill"),
-            };
-            let agent_selection = match selection.as_str() {
-                "concentrated" => AgentSelection::Concentrated,
-                "dispersed" => AgentSelection::Dispersed,
-                other => anyhow::bail!("--selection: `{other}` is not concentrated or dispersed"),
-            };
-            access::create_group(
-                pool,
-                ResourceGroupCreated {
-                    name: name.clone(),
-                    queue_policy,
-                    agent_selection,
-                    max_attempts,
-                    skip_after,
-                    pending_timeout_secs: pending_timeout,
-                },
-            )
-            .await?;
-            println!("resource group {name} created");
-        }
-        AdminCommand::GrantGroup { group, project } => {
-            access::grant_group(pool, &group, &project).await?;
-            println!("{project} may use {group}");
-        }
+        } => client
+            .send(post(
+                "/v1/admin/resource-groups",
+                json!({"name": name, "queue_policy": queue, "agent_selection": selection,
+                       "max_attempts": max_attempts, "skip_after": skip_after,
+                       "pending_timeout_secs": pending_timeout}),
+            ))
+            .await?
+            .map(|_| println!("resource group {name} created")),
+        AdminCommand::GrantGroup { group, project } => client
+            .send(post(
+                &format!("/v1/admin/resource-groups/{group}/grants"),
+                json!({ "project": project }),
+            ))
+            .await?
+            .map(|_| println!("{project} may use {group}")),
         AdminCommand::SetPolicy {
             name,
             max_sessions,
@@ -408,22 +505,20 @@ pub async fn run(
             max_lifetime,
             max_custom_images,
         } => {
-            access::set_policy(
-                pool,
-                ResourcePolicySet {
-                    name: name.clone(),
-                    max_concurrent_sessions: max_sessions,
-                    max_total: ResourceSlots {
-                        cpu_milli: milli(max_cpu),
-                        memory_bytes: gib(max_memory_gib),
-                        gpu_milli: milli(max_gpu),
-                    },
-                    max_session_lifetime_secs: max_lifetime,
-                    max_custom_images,
-                },
-            )
-            .await?;
-            println!("resource policy {name} set");
+            let mut body = json!({
+                "max_concurrent_sessions": max_sessions,
+                "max_total": amounts(max_cpu, max_memory_gib, max_gpu),
+            });
+            if let Some(secs) = max_lifetime {
+                body["max_session_lifetime_secs"] = json!(secs);
+            }
+            if let Some(n) = max_custom_images {
+                body["max_custom_images"] = json!(n);
+            }
+            client
+                .send(put(&format!("/v1/admin/policies/{name}"), body))
+                .await?
+                .map(|_| println!("resource policy {name} set"))
         }
         AdminCommand::SavePreset {
             name,
@@ -431,24 +526,235 @@ pub async fn run(
             memory_gib,
             gpu,
             shm_mib,
-        } => {
-            access::save_preset(
-                pool,
-                PresetSaved {
-                    name: name.clone(),
-                    resources: ResourceSlots {
-                        cpu_milli: milli(cpu),
-                        memory_bytes: gib(memory_gib),
-                        gpu_milli: milli(gpu),
-                    },
-                    shared_memory_bytes: shm_mib << 20,
-                },
-            )
-            .await?;
-            println!("preset {name} saved");
+        } => client
+            .send(put(
+                &format!("/v1/admin/presets/{name}"),
+                json!({"resources": amounts(cpu, memory_gib, gpu),
+                       "shared_memory_bytes": shm_mib << 20}),
+            ))
+            .await?
+            .map(|_| println!("preset {name} saved")),
+    };
+    Ok(match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(body) => print_error(&body),
+    })
+}
+
+/// Prints rows under their headers, each column as wide as its widest cell.
+fn table(headers: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
         }
     }
-    Ok(())
+    let line = |cells: Vec<String>| {
+        let last = cells.len().saturating_sub(1);
+        let text: Vec<String> = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == last {
+                    c
+                } else {
+                    format!("{c:<width$}", width = widths[i])
+                }
+            })
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+/// `2 cpu, 4.0 GiB, 0 gpu`.
+fn amount(a: &Amounts) -> String {
+    format!(
+        "{} cpu, {:.1} GiB, {} gpu",
+        a.cpu,
+        a.memory_bytes as f64 / (1u64 << 30) as f64,
+        a.gpu
+    )
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_owned())
+}
+
+/// Prints a listing as a table, or as the API's JSON.
+fn print_listing(kind: Kind, output: Output, v: Value) {
+    match kind {
+        Kind::Users => show(output, v, |l: AdminUsers| {
+            table(
+                &[
+                    "EMAIL", "ROLE", "POLICY", "KEYS", "PASSWORD", "PROJECTS", "ID",
+                ],
+                l.users
+                    .into_iter()
+                    .map(|u| {
+                        vec![
+                            u.email,
+                            u.role,
+                            u.resource_policy,
+                            u.api_keys.to_string(),
+                            if u.has_password { "yes" } else { "no" }.into(),
+                            u.projects.join(","),
+                            u.user_id.to_string(),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Keys => show(output, v, |l: ApiKeysListed| {
+            table(
+                &["PREFIX", "EMAIL", "USER"],
+                l.api_keys
+                    .into_iter()
+                    .map(|k| vec![k.key_prefix, k.email, k.user_id.to_string()])
+                    .collect(),
+            )
+        }),
+        Kind::Projects => show(output, v, |l: AdminProjects| {
+            table(
+                &["NAME", "MEMBERS", "GROUPS", "DESCRIPTION"],
+                l.projects
+                    .into_iter()
+                    .map(|p| {
+                        vec![
+                            p.name,
+                            p.members.join(","),
+                            p.resource_groups.join(","),
+                            p.description,
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Groups => show(output, v, |l: AdminGroups| {
+            table(
+                &[
+                    "NAME",
+                    "QUEUE",
+                    "SELECTION",
+                    "MAX-ATTEMPTS",
+                    "SKIP-AFTER",
+                    "PENDING-TIMEOUT",
+                    "PROJECTS",
+                ],
+                l.resource_groups
+                    .into_iter()
+                    .map(|g| {
+                        vec![
+                            g.name,
+                            g.queue_policy,
+                            g.agent_selection,
+                            g.max_attempts.to_string(),
+                            g.skip_after.to_string(),
+                            format!("{}s", g.pending_timeout_secs),
+                            g.projects.join(","),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Policies => show(output, v, |l: AdminPolicies| {
+            table(
+                &[
+                    "NAME",
+                    "SESSIONS",
+                    "MAX-TOTAL",
+                    "LIFETIME",
+                    "CUSTOM-IMAGES",
+                    "USERS",
+                ],
+                l.policies
+                    .into_iter()
+                    .map(|p| {
+                        vec![
+                            p.name,
+                            p.max_concurrent_sessions.to_string(),
+                            amount(&p.max_total),
+                            or_dash(p.max_session_lifetime_secs.map(|s| format!("{s}s"))),
+                            or_dash(p.max_custom_images.map(|n| n.to_string())),
+                            p.users.to_string(),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Presets => show(output, v, |l: Presets| {
+            table(
+                &["NAME", "RESOURCES", "SHM"],
+                l.presets
+                    .into_iter()
+                    .map(|p| {
+                        vec![
+                            p.name,
+                            amount(&p.resources),
+                            format!("{} MiB", p.shared_memory_bytes >> 20),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Idle => show(output, v, |l: IdleSettings| {
+            table(
+                &["SCOPE", "NAME", "CHECKS"],
+                l.idle_checks
+                    .into_iter()
+                    .map(|s| {
+                        let (scope, name) = match s.scope {
+                            events::idleness::IdleScope::ResourceGroup(n) => ("group", n),
+                            events::idleness::IdleScope::ResourcePolicy(n) => ("policy", n),
+                        };
+                        vec![
+                            scope.to_owned(),
+                            name,
+                            serde_json::to_string(&s.checks).unwrap_or_default(),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Agents => show(output, v, |l: AdmittedAgents| {
+            table(
+                &[
+                    "ID",
+                    "GROUP",
+                    "STATE",
+                    "CAPACITY",
+                    "FREE",
+                    "HEARTBEAT-AGE",
+                    "SESSIONS",
+                    "VERSION",
+                ],
+                l.agents
+                    .into_iter()
+                    .map(|a| {
+                        let state = match (&a.revoked, &a.capacity, &a.lost) {
+                            (Some(_), _, _) => "revoked".to_owned(),
+                            (None, None, _) => "admitted".to_owned(),
+                            (None, Some(_), Some(why)) => format!("lost ({why})"),
+                            (None, Some(_), None) => "live".to_owned(),
+                        };
+                        vec![
+                            a.agent_id,
+                            a.resource_group,
+                            state,
+                            or_dash(a.capacity.as_ref().map(amount)),
+                            or_dash(a.free.as_ref().map(amount)),
+                            or_dash(a.heartbeat_age_secs.map(|s| format!("{s:.0}s"))),
+                            or_dash(a.sessions.map(|n| n.to_string())),
+                            or_dash(a.version),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+    }
 }
 
 /// The new password for `email`: BERTH_NEW_PASSWORD, or the first line of standard input
@@ -477,7 +783,7 @@ pub(crate) fn new_password(email: &str) -> anyhow::Result<String> {
 }
 
 /// Writes a secret to a file only its owner can read.
-fn write_secret(path: &std::path::Path, secret: &str) -> anyhow::Result<()> {
+pub(crate) fn write_secret(path: &std::path::Path, secret: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

@@ -8,6 +8,7 @@
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
 mod admin;
+mod admin_database;
 mod agent_cli;
 mod bench;
 mod bench_apps;
@@ -98,7 +99,8 @@ enum Command {
     /// Measure the platform and print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Users, keys, projects, resource groups, policies and presets.
+    /// Users, keys, projects, resource groups, policies, presets, idle checks and agents,
+    /// through the gateway's superadmin endpoints (BERTH_GATEWAY_URL, BERTH_API_KEY).
     #[command(subcommand)]
     Admin(admin::AdminCommand),
     /// Sessions through the gateway (BERTH_GATEWAY_URL, BERTH_API_KEY).
@@ -334,10 +336,7 @@ async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Re
         Command::Audit(command) => return audit_command(&config, command).await,
         Command::Bench(command) => bench::run(&config, command).await?,
         Command::Demo => demo(&config).await?,
-        Command::Admin(command) => {
-            let store = connect_store(&config).await?;
-            admin::run(store.pool(), &config, command).await?;
-        }
+        Command::Admin(command) => return admin::run(&config, command).await,
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
         Command::Completion { shell } => completion(shell),

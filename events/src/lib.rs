@@ -2,6 +2,7 @@
 //!
 //! - [`catalogue`], [`payloads`], [`aggregate`]: re-exported from the pure `berth-domain`
 //!   crate, so callers keep short paths.
+//! - [`admission`]: agents admitted (with their NATS key) and revoked by an operator.
 //! - [`activity`]: an in-process hint that the log grew, so its readers rest while it is quiet.
 //! - [`store`]: the PostgreSQL event store (append with optimistic concurrency, gap-safe
 //!   global reads).
@@ -18,6 +19,7 @@
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
 pub mod activity;
+pub mod admission;
 pub mod audit;
 pub mod consumer;
 pub mod fault;

@@ -146,7 +146,10 @@ impl From<AccessError> for ApiError {
                 ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).field(field)
             }
             e @ AccessError::NoSuchUser(_) => ApiError::not_found(e.to_string()).field("email"),
-            e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()),
+            e @ AccessError::Unknown { what, .. } => {
+                let field = what.replace(' ', "_");
+                ApiError::not_found(e.to_string()).field(field)
+            }
             AccessError::Ledger(e) => e.into(),
         }
     }

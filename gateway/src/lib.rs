@@ -89,6 +89,23 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::list_queue))
         .routes(routes!(api::whoami))
         .routes(routes!(api::set_my_password))
+        .routes(routes!(api::admin_list_users, api::admin_create_user))
+        .routes(routes!(api::admin_set_password))
+        .routes(routes!(api::admin_list_keys, api::admin_issue_key))
+        .routes(routes!(api::admin_list_projects, api::admin_create_project))
+        .routes(routes!(api::admin_add_member))
+        .routes(routes!(api::admin_list_groups, api::admin_create_group))
+        .routes(routes!(api::admin_grant_group))
+        .routes(routes!(api::admin_list_policies))
+        .routes(routes!(api::admin_set_policy))
+        .routes(routes!(api::admin_save_preset))
+        .routes(routes!(
+            api::admin_list_idle_checks,
+            api::admin_set_idle_checks
+        ))
+        .routes(routes!(api::admin_idle_preview))
+        .routes(routes!(api::admin_list_agents, api::admin_admit_agent))
+        .routes(routes!(api::admin_revoke_agent))
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
@@ -221,6 +238,26 @@ mod tests {
             ("get", "/v1/whoami"),
             ("put", "/v1/whoami/password"),
             ("get", "/v1/events"),
+            ("get", "/v1/admin/users"),
+            ("post", "/v1/admin/users"),
+            ("put", "/v1/admin/passwords"),
+            ("get", "/v1/admin/api-keys"),
+            ("post", "/v1/admin/api-keys"),
+            ("get", "/v1/admin/projects"),
+            ("post", "/v1/admin/projects"),
+            ("post", "/v1/admin/projects/{name}/members"),
+            ("get", "/v1/admin/resource-groups"),
+            ("post", "/v1/admin/resource-groups"),
+            ("post", "/v1/admin/resource-groups/{name}/grants"),
+            ("get", "/v1/admin/policies"),
+            ("put", "/v1/admin/policies/{name}"),
+            ("put", "/v1/admin/presets/{name}"),
+            ("get", "/v1/admin/idle-checks"),
+            ("put", "/v1/admin/idle-checks"),
+            ("get", "/v1/admin/idle-preview"),
+            ("get", "/v1/admin/agents"),
+            ("post", "/v1/admin/agents"),
+            ("post", "/v1/admin/agents/{id}/revoke"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),
         ]

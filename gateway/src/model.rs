@@ -583,3 +583,186 @@ mod tests {
         assert!(serde_json::from_value::<SessionDetail>(stray).is_err());
     }
 }
+
+/// A user, as a superadmin lists them (`GET /v1/admin/users`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminUser {
+    pub user_id: Uuid,
+    pub email: String,
+    /// `user`, `admin` or `superadmin`.
+    pub role: String,
+    pub resource_policy: String,
+    pub created_at: DateTime<Utc>,
+    /// The projects they are a member of, by name.
+    pub projects: Vec<String>,
+    /// How many API keys they hold.
+    pub api_keys: i64,
+    /// Whether they have a password for the web console.
+    pub has_password: bool,
+}
+
+/// `GET /v1/admin/users`: by email.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminUsers {
+    pub users: Vec<AdminUser>,
+}
+
+/// An API key as listed: its first characters and its owner, never the key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyListed {
+    /// The key's first 12 characters (`berth_` and 6 hex digits).
+    pub key_prefix: String,
+    pub user_id: Uuid,
+    pub email: String,
+}
+
+/// `GET /v1/admin/api-keys`: by owner's email, then prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeysListed {
+    pub api_keys: Vec<ApiKeyListed>,
+}
+
+/// A key just made, shown only in this answer (`POST /v1/admin/users`, `POST
+/// /v1/admin/api-keys`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssuedKey {
+    pub user_id: Uuid,
+    pub email: String,
+    /// The API key; berth keeps only its digest, so it is shown only now.
+    pub api_key: String,
+}
+
+/// A project and its members.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminProject {
+    pub name: String,
+    pub description: String,
+    /// The members' emails.
+    pub members: Vec<String>,
+    /// The resource groups granted to it.
+    pub resource_groups: Vec<String>,
+}
+
+/// `GET /v1/admin/projects`: by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminProjects {
+    pub projects: Vec<AdminProject>,
+}
+
+/// A resource group's scheduling settings and the projects granted it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminGroup {
+    pub name: String,
+    /// `fifo` or `backfill`.
+    pub queue_policy: String,
+    /// `concentrated` or `dispersed`.
+    pub agent_selection: String,
+    pub max_attempts: i32,
+    pub skip_after: i32,
+    /// Seconds a session may wait in PENDING (0: no limit).
+    pub pending_timeout_secs: i64,
+    /// The projects that may use it.
+    pub projects: Vec<String>,
+}
+
+/// `GET /v1/admin/resource-groups`: by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminGroups {
+    pub resource_groups: Vec<AdminGroup>,
+}
+
+/// A resource policy's limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminPolicy {
+    pub name: String,
+    pub max_concurrent_sessions: i32,
+    pub max_total: Amounts,
+    pub max_session_lifetime_secs: Option<i64>,
+    pub max_custom_images: Option<i32>,
+    /// How many users it applies to.
+    pub users: i64,
+}
+
+/// `GET /v1/admin/policies`: by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminPolicies {
+    pub policies: Vec<AdminPolicy>,
+}
+
+/// The idle checks set on a resource group or a resource policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdleSetting {
+    pub scope: events::idleness::IdleScope,
+    pub checks: events::idleness::IdleChecks,
+}
+
+/// `GET /v1/admin/idle-checks`: every group's and policy's, as last set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdleSettings {
+    pub idle_checks: Vec<IdleSetting>,
+}
+
+/// `GET /v1/admin/idle-preview`: the sessions the idle-reaper would reap now, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdlePreview {
+    pub due: Vec<events::idleness::IdleVerdict>,
+}
+
+/// An agent as an operator admitted it, and what it offers since it registered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdmittedAgent {
+    pub agent_id: String,
+    /// The group it is admitted to.
+    pub resource_group: String,
+    /// The most it may offer.
+    pub max_capacity: Amounts,
+    /// Its NATS public key (what the server's authorization names); null once revoked.
+    pub public_key: Option<String>,
+    /// Why its admission was revoked; null while admitted.
+    pub revoked: Option<String>,
+    /// What it offers, holds and has free, since it registered (null: never registered).
+    pub capacity: Option<Amounts>,
+    pub used: Option<Amounts>,
+    pub free: Option<Amounts>,
+    /// Why nothing is placed on it (lost, departed, revoked); null while live.
+    pub lost: Option<String>,
+    /// Seconds since it was last heard from.
+    pub heartbeat_age_secs: Option<f64>,
+    /// Sessions holding resources on it.
+    pub sessions: Option<i64>,
+    /// The berth version it registered with (null: never registered, or before versions
+    /// were reported).
+    pub version: Option<String>,
+}
+
+/// `GET /v1/admin/agents`: every agent ever admitted, by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdmittedAgents {
+    pub agents: Vec<AdmittedAgent>,
+}
+
+/// `POST /v1/admin/agents`: the agent's credential, shown only in this answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCredential {
+    pub agent_id: String,
+    pub resource_group: String,
+    /// An nkey seed: give it to the agent as BERTH_AGENT_CREDENTIAL. Not kept by berth.
+    pub credential: String,
+}

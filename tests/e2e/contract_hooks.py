@@ -2,7 +2,8 @@
 
 A create request's schema states every rule JSON Schema can express (launcher::schema). One
 rule it cannot: shared memory at most the memory asked for (two sizes, each bytes or text with
-a unit). Bodies that break it are not generated, so a 422 for anything else is a failure.
+a unit). The admin endpoints have a few more (`_admin_rules`). Bodies that break them are not
+generated, so a 422 for anything else is a failure.
 """
 
 import re
@@ -40,3 +41,34 @@ def filter_body(context, body):
     memory, shared = size(resources.get("memory")), size(resources.get("shared_memory"))
     # Without `memory`, a preset's memory bounds it, which the generator cannot know.
     return memory is not None and shared is not None and shared <= memory
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    """The admin endpoints' rules between fields: idle checks name exactly one of a group and
+    a policy, and a utilization checker at least one threshold; a preset's shared memory is at
+    most its memory. A case hook, so that the coverage phase's cases are held to them too."""
+    body = case.body
+    if not isinstance(body, dict):
+        return True
+    where = (case.operation.method.upper(), case.operation.path)
+    if where == ("PUT", "/v1/admin/idle-checks"):
+        named = [body.get(k) for k in ("resource_group", "resource_policy")]
+        if sum(n is not None for n in named) != 1:
+            return False
+        checks = body.get("checks")
+        utilization = checks.get("utilization") if isinstance(checks, dict) else None
+        if isinstance(utilization, dict):
+            thresholds = utilization.get("thresholds")
+            if not isinstance(thresholds, dict) or all(v is None for v in thresholds.values()):
+                return False
+        return True
+    if where == ("PUT", "/v1/admin/presets/{name}"):
+        resources = body.get("resources")
+        shared = body.get("shared_memory_bytes")
+        number = (int, float)
+        if isinstance(resources, dict) and isinstance(shared, number) and not isinstance(shared, bool):
+            memory = resources.get("memory_bytes")
+            return not isinstance(memory, number) or shared <= memory
+    return True
+

@@ -303,14 +303,14 @@ pub struct CreateArgs {
 }
 
 #[derive(Clone)]
-struct Client {
-    http: reqwest::Client,
+pub(crate) struct Client {
+    pub(crate) http: reqwest::Client,
     base: String,
     key: String,
 }
 
 impl Client {
-    fn new(config: &Config) -> anyhow::Result<Client> {
+    pub(crate) fn new(config: &Config) -> anyhow::Result<Client> {
         let key = config
             .api_key
             .clone()
@@ -322,7 +322,10 @@ impl Client {
         })
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Result<Value, Value>> {
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<Result<Value, Value>> {
         let response = request
             .header("x-api-key", &self.key)
             .send()
@@ -338,7 +341,7 @@ impl Client {
         Ok(if ok { Ok(body) } else { Err(body) })
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -387,7 +390,7 @@ impl Client {
     }
 }
 
-fn print_error(body: &Value) -> ExitCode {
+pub(crate) fn print_error(body: &Value) -> ExitCode {
     let e = &body["error"];
     match e["field"].as_str() {
         Some(field) => eprintln!(
@@ -412,7 +415,11 @@ fn emit(output: Output, v: &Value, view: &View) {
 
 /// Prints `v` as JSON or YAML, or, for a person, through `human` once it reads as `T` (a
 /// body that does not is printed as JSON, with a note).
-fn show<T: serde::de::DeserializeOwned>(output: Output, v: Value, human: impl FnOnce(T)) {
+pub(crate) fn show<T: serde::de::DeserializeOwned>(
+    output: Output,
+    v: Value,
+    human: impl FnOnce(T),
+) {
     if let Some(text) = output::machine(output, &v) {
         return print!("{text}");
     }
@@ -656,7 +663,7 @@ fn in_group(request: reqwest::RequestBuilder, group: Option<String>) -> reqwest:
     }
 }
 
-fn pretty(v: &Value) -> String {
+pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 

@@ -241,3 +241,16 @@ impl Tables {
         Ok(())
     }
 }
+
+/// Every agent ever admitted (revoked since or not), by id.
+pub async fn ever_admitted(pool: &deadpool_postgres::Pool) -> Result<Vec<String>, LedgerError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT DISTINCT payload->>'agent_id' AS agent FROM events
+             WHERE category = 'agent' AND event_type = 'AgentAdmitted' ORDER BY agent",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -48,6 +48,7 @@ mod replay;
 mod resources;
 mod sessions;
 
+pub use agents::ever_admitted;
 pub use credentials::{console_owner, password_owner};
 pub use keys::{key_digest, key_owner, KeyOwner};
 pub use record::{record, record_now};

@@ -13,7 +13,10 @@
 //! - [`queue`]: every group's queue in the scheduler's order (superadmins).
 //! - [`folders`]: the caller's data folders.
 //! - `password`: the caller's password, for the web console.
+//! - [`admin`]: administration, superadmins only: users, keys, projects, groups, grants,
+//!   policies, presets, idle checks, agents.
 
+mod admin;
 mod apps;
 mod catalogue;
 mod folders;
@@ -29,6 +32,7 @@ mod queue;
 mod resources;
 mod sessions;
 
+pub use admin::*;
 pub use apps::*;
 pub use catalogue::*;
 pub use folders::*;

@@ -10,6 +10,8 @@
 //! - [`history`]: a session's scheduling history.
 //! - [`resources`]: resource groups (those open to a caller, what each holds), limits, usage
 //!   and presets.
+//! - [`admin`]: what a superadmin lists: users, keys, projects, groups, policies, idle
+//!   checks, admitted agents.
 //! - [`agents`]: the agents of some groups, what each holds and has free.
 //! - [`environments`]: the image catalogue the agents offer.
 //! - [`launches`]: a user's recent launches.
@@ -21,6 +23,7 @@
 //! - [`circuits`]: the app proxy's open circuits and the apps' secrets.
 //! - [`ready`]: how far behind the log's readers are (`/readyz`).
 
+pub mod admin;
 pub mod agents;
 pub mod circuits;
 pub mod environments;

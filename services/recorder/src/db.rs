@@ -193,19 +193,6 @@ pub async fn has_kernel_on(
     Ok(row.get(0))
 }
 
-/// The ids of agents that have ever been admitted, ascending.
-pub async fn admitted_agents(pool: &Pool) -> Result<Vec<String>, LedgerError> {
-    let client = pool.get().await?;
-    let rows = client
-        .query(
-            "SELECT DISTINCT payload->>'agent_id' AS agent FROM events
-             WHERE category = 'agent' AND event_type = 'AgentAdmitted' ORDER BY agent",
-            &[],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
-}
-
 /// Keeps when `agents` were last heard from (`times`, pairwise); the ids among them the
 /// ledger marks lost (and not revoked or departed), which have returned. A departed agent
 /// returns by registering, never by a heartbeat: one it sent before leaving may be heard

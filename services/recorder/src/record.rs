@@ -53,7 +53,7 @@ impl From<CommandError<RecordError>> for RecordError {
 
 /// The stream of agent `agent_id`'s events.
 pub(crate) fn agent_stream(agent_id: &str) -> String {
-    format!("agent-{agent_id}")
+    events::admission::agent_stream(agent_id)
 }
 
 fn metadata(agent_id: &str, causation: Option<Uuid>) -> Metadata {
