@@ -49,6 +49,19 @@ pub struct Config {
     /// default); one more is answered 503 `busy` with `Retry-After`, so a slow PostgreSQL
     /// makes clients wait and retry rather than pile up connections.
     pub create_queue: usize,
+    /// TLS to NATS (`BERTH_NATS_CA`, `BERTH_NATS_CERT`, `BERTH_NATS_KEY`: PEM files of the
+    /// server's CA and of this process's client certificate and key); any of them, or a
+    /// `tls://` URL, makes the connection TLS.
+    pub nats_tls: bus::link::NatsTls,
+    /// The gateway's certificate chain and key (`BERTH_GATEWAY_TLS_CERT`,
+    /// `BERTH_GATEWAY_TLS_KEY`, PEM): with both, it serves HTTPS only.
+    pub gateway_tls_cert: Option<PathBuf>,
+    pub gateway_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the CLI trusts for the gateway besides the system's (`BERTH_GATEWAY_CA`):
+    /// a gateway with a private or self-signed certificate.
+    pub gateway_ca: Option<PathBuf>,
+    /// A CA (PEM) webhook deliveries trust besides the system's (`BERTH_WEBHOOK_CA`).
+    pub webhook_ca: Option<PathBuf>,
     pub timings: Timings,
 }
 
@@ -174,7 +187,13 @@ impl Config {
                 commands_stream: or("BERTH_NATS_COMMANDS_STREAM", &agent_bus.commands_stream),
                 telemetry_stream: or("BERTH_NATS_TELEMETRY_STREAM", &agent_bus.telemetry_stream),
             },
-            gateway_url: var("BERTH_GATEWAY_URL").unwrap_or_else(|| format!("http://{listen}")),
+            gateway_url: var("BERTH_GATEWAY_URL").unwrap_or_else(|| {
+                let scheme = match var("BERTH_GATEWAY_TLS_CERT") {
+                    Some(_) => "https",
+                    None => "http",
+                };
+                format!("{scheme}://{listen}")
+            }),
             gateway_listen: listen,
             api_key: var("BERTH_API_KEY"),
             agent_data_dir: or("BERTH_AGENT_DATA", ".berth/agent-data").into(),
@@ -190,6 +209,15 @@ impl Config {
                 .and_then(|v| v.parse().ok())
                 .filter(|n| *n > 0)
                 .unwrap_or(gateway::DEFAULT_CREATE_QUEUE),
+            nats_tls: bus::link::NatsTls {
+                ca: var("BERTH_NATS_CA").map(PathBuf::from),
+                cert: var("BERTH_NATS_CERT").map(PathBuf::from),
+                key: var("BERTH_NATS_KEY").map(PathBuf::from),
+            },
+            gateway_tls_cert: var("BERTH_GATEWAY_TLS_CERT").map(PathBuf::from),
+            gateway_tls_key: var("BERTH_GATEWAY_TLS_KEY").map(PathBuf::from),
+            gateway_ca: var("BERTH_GATEWAY_CA").map(PathBuf::from),
+            webhook_ca: var("BERTH_WEBHOOK_CA").map(PathBuf::from),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",

@@ -127,6 +127,8 @@ enum AuditCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
+    events::tls::use_ring();
     let _telemetry = match telemetry::init("berth") {
         Ok(t) => t,
         Err(e) => {

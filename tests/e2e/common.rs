@@ -115,10 +115,13 @@ fn harness(config: Config, app: app::App, admin_key: String) -> Harness {
         pool: app.pool.clone(),
         base: format!("http://{address}"),
         admin_key,
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
+        http: {
+            events::tls::use_ring();
+            reqwest::Client::builder()
+        }
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap(),
         topology: config.topology,
         agent_bus: config.agent_bus,
         app: std::sync::Mutex::new(Some(app)),
