@@ -25,6 +25,8 @@
 //!   its restart.
 //! - [`console`]: the web console in headless Chromium, against a Docker agent.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
+//! - [`tls`]: PostgreSQL, NATS, the gateway and webhooks over TLS, with certificates the
+//!   tests make.
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
@@ -46,5 +48,6 @@ mod passwords;
 mod reads;
 mod restore;
 mod sessions;
+mod tls;
 mod traces;
 mod wake;
