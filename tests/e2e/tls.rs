@@ -327,7 +327,7 @@ async fn the_platform_runs_over_tls_and_delivers_a_webhook_over_https() {
         .send()
         .await;
     assert!(
-        plain.map(|r| r.status().is_success()).unwrap_or(false) == false,
+        !plain.is_ok_and(|r| r.status().is_success()),
         "a plain request is not served"
     );
 
