@@ -18,6 +18,7 @@ mod bench_reap;
 mod bench_recovery;
 mod bench_replay;
 mod bench_sessions;
+mod bench_tls;
 mod db;
 mod session_cli;
 
