@@ -145,7 +145,9 @@ async fn postgres_is_checked_as_sslmode_says_and_a_wrong_ca_is_refused() {
         2,
     )
     .unwrap();
-    let refused = wrong_pool.get().await.err().expect("a wrong CA is refused");
+    let Err(refused) = wrong_pool.get().await else {
+        panic!("a wrong CA is refused");
+    };
     assert!(
         chain(&refused).contains("UnknownIssuer"),
         "{}",
