@@ -132,6 +132,11 @@ async fn start(
             },
         }
     };
+    if bus::link::plain_off_host(&config.nats_url, &config.nats_tls) {
+        tracing::warn!(
+            "NATS is off this host without TLS: use a tls:// URL, and BERTH_NATS_CA (and BERTH_NATS_CERT, BERTH_NATS_KEY)"
+        );
+    }
     let seed = match args
         .credential
         .as_ref()
@@ -156,6 +161,7 @@ async fn start(
         nats: Nats::Connect {
             url: config.nats_url.clone(),
             seed,
+            tls: config.nats_tls.clone(),
         },
         subjects: config.agent_bus.clone(),
         runtime,

@@ -216,12 +216,13 @@ async fn try_connect_nats(
     config: &Config,
     in_background: bool,
 ) -> anyhow::Result<async_nats::Client> {
-    let (options, address) = bus::link::connect_options(&config.nats_url).with_context(|| {
-        format!(
-            "BERTH_NATS_URL `{}`",
-            address_without_password(&config.nats_url)
-        )
-    })?;
+    let (options, address) = bus::link::connect_options(&config.nats_url, &config.nats_tls)
+        .with_context(|| {
+            format!(
+                "BERTH_NATS_URL `{}`",
+                address_without_password(&config.nats_url)
+            )
+        })?;
     let options = if in_background {
         options.retry_on_initial_connect()
     } else {
@@ -251,6 +252,7 @@ fn address_without_password(url: &str) -> String {
 
 /// Starts `parts` of the control plane as `config` describes.
 pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
+    warn_plain_connections(config, parts.gateway);
     let pool = connect_database(config, 32).await?;
     let stop = CancellationToken::new();
     let mut tasks = Running::default();
@@ -384,10 +386,13 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     }
     if parts.notification {
         let b = OnBus::connect(config, &pool).await?;
+        let http = notification::webhook::client(config.webhook_ca.as_deref())
+            .map_err(anyhow::Error::msg)
+            .context("BERTH_WEBHOOK_CA")?;
         keep(&mut tasks, "notification", &stop, move |s| {
-            let b = b.clone();
+            let (b, http) = (b.clone(), http.clone());
             async move {
-                notification::run(b.nats, b.pool, b.subjects, b.topology, s).await?;
+                notification::run(b.nats, b.pool, b.subjects, b.topology, http, s).await?;
                 Ok(())
             }
         });
@@ -425,6 +430,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             .await
             .with_context(|| format!("listen on {}", config.gateway_listen))?;
         let address = listener.local_addr()?;
+        let tls = gateway_tls(config)?;
         let state = match config.proxy_ports {
             Some(ports) => {
                 let listen = config.proxy_address.unwrap_or(address.ip());
@@ -438,9 +444,12 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             }
             None => state,
         };
-        tracing::info!(%address, "gateway listening");
+        tracing::info!(%address, https = tls.is_some(), "gateway listening");
         gateway = Some(address);
-        let listener = gateway::run::Listener::from(listener);
+        let listener = match tls {
+            Some(tls) => gateway::run::Listener::from(listener).with_tls(tls),
+            None => gateway::run::Listener::from(listener),
+        };
         keep(&mut tasks, "gateway", &stop, move |s| {
             let (listener, state) = (listener.clone(), state.clone());
             async move {
@@ -456,6 +465,54 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         stop,
         tasks,
     })
+}
+
+/// The gateway's TLS, when `BERTH_GATEWAY_TLS_CERT` and `BERTH_GATEWAY_TLS_KEY` name its
+/// certificate chain and key; one without the other is an error at start.
+fn gateway_tls(config: &Config) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+    match (&config.gateway_tls_cert, &config.gateway_tls_key) {
+        (Some(cert), Some(key)) => Ok(Some(
+            gateway::tls::server_config(cert, key)
+                .context("BERTH_GATEWAY_TLS_CERT and BERTH_GATEWAY_TLS_KEY")?,
+        )),
+        (None, None) => Ok(None),
+        (Some(_), None) => {
+            anyhow::bail!("BERTH_GATEWAY_TLS_CERT is set without BERTH_GATEWAY_TLS_KEY")
+        }
+        (None, Some(_)) => {
+            anyhow::bail!("BERTH_GATEWAY_TLS_KEY is set without BERTH_GATEWAY_TLS_CERT")
+        }
+    }
+}
+
+/// Says once, at start, which of this process's connections would cross hosts unencrypted:
+/// PostgreSQL or NATS off loopback without TLS, and (`gateway`) a gateway listening beyond
+/// loopback without a certificate. A warning, not a refusal: a private network may be
+/// trusted.
+pub fn warn_plain_connections(config: &Config, gateway: bool) {
+    if events::tls::plain_off_host(&config.database_url) {
+        tracing::warn!(
+            url = %address_without_password(&config.database_url),
+            "PostgreSQL is off this host and its connections are not sure to be encrypted: add sslmode=verify-full&sslrootcert=<CA file> (or require) to BERTH_DATABASE_URL"
+        );
+    }
+    if bus::link::plain_off_host(&config.nats_url, &config.nats_tls) {
+        tracing::warn!(
+            url = %address_without_password(&config.nats_url),
+            "NATS is off this host without TLS: use a tls:// URL, and BERTH_NATS_CA (and BERTH_NATS_CERT, BERTH_NATS_KEY)"
+        );
+    }
+    let listens_beyond_loopback = config
+        .gateway_listen
+        .parse::<SocketAddr>()
+        .map(|a| !a.ip().is_loopback())
+        .unwrap_or(!config.gateway_listen.starts_with("localhost:"));
+    if gateway && config.gateway_tls_cert.is_none() && listens_beyond_loopback {
+        tracing::warn!(
+            listen = %config.gateway_listen,
+            "the gateway listens beyond loopback without a certificate: API keys and passwords travel in the clear; set BERTH_GATEWAY_TLS_CERT and BERTH_GATEWAY_TLS_KEY"
+        );
+    }
 }
 
 /// What a service that meets the others on the bus is given: a NATS connection of its own,

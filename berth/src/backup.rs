@@ -6,10 +6,8 @@
 //! before the restored ones, behind every checkpoint and the audit chain's head.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use anyhow::{bail, Context};
-use tokio_postgres::NoTls;
 
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +34,9 @@ pub async fn restore(database_url: &str, file: &Path) -> anyhow::Result<Restored
     events::store::ensure_database(database_url)
         .await
         .context("reach PostgreSQL")?;
-    let config = tokio_postgres::Config::from_str(database_url).context("BERTH_DATABASE_URL")?;
-    let (client, connection) = config.connect(NoTls).await.context("reach the database")?;
+    let (client, connection) = events::tls::connect(database_url)
+        .await
+        .context("reach the database (BERTH_DATABASE_URL)")?;
     tokio::spawn(connection);
     events::store::prepare_restore(&client)
         .await

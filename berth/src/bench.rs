@@ -126,6 +126,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 30)]
         rounds: usize,
     },
+    /// What TLS costs a session create: over HTTPS kept alive, with a new connection and
+    /// with a new client (a full handshake) each time, next to plain HTTP.
+    Tls {
+        /// Creates measured in each way.
+        #[arg(long, default_value_t = 300)]
+        creates: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -176,6 +183,7 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Console { sessions, rounds } => {
             crate::bench_console::console(&url, sessions, rounds).await
         }
+        BenchCommand::Tls { creates } => crate::bench_tls::tls(&url, creates).await,
         BenchCommand::Gateway {
             seconds,
             clients,

@@ -170,6 +170,7 @@ async fn run_fleet(
             nats: agent::host::Nats::Connect {
                 url: nats_url.into(),
                 seed: Some(seed),
+                tls: bus::link::NatsTls::default(),
             },
             subjects: subjects.clone(),
             runtime: agent::host::Runtime::Simulated {

@@ -163,6 +163,7 @@ pub async fn recovery(rounds: usize, outage: Duration) -> anyhow::Result<()> {
         nats: agent::host::Nats::Connect {
             url: config.nats_url.clone(),
             seed: Some(seed),
+            tls: config.nats_tls.clone(),
         },
         subjects: config.agent_bus.clone(),
         outbox: outbox.clone(),

@@ -32,7 +32,7 @@ use crate::db;
 
 const GIB: u64 = 1 << 30;
 
-fn agent_capacity() -> ResourceSlots {
+pub(crate) fn agent_capacity() -> ResourceSlots {
     ResourceSlots {
         cpu_milli: 16_000,
         memory_bytes: 64 * GIB,
@@ -129,8 +129,8 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
 }
 
 /// Registers the agents and records the pending sessions through the launcher.
-pub(crate) async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()> {
-    launcher::access::bootstrap(pool).await?;
+/// The default policy with room for any number of sessions.
+pub(crate) async fn fill_policy(pool: &Pool) -> anyhow::Result<()> {
     launcher::access::set_policy(
         pool,
         ResourcePolicySet {
@@ -146,6 +146,12 @@ pub(crate) async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow:
         },
     )
     .await?;
+    Ok(())
+}
+
+pub(crate) async fn fill(pool: &Pool, agents: usize, sessions: usize) -> anyhow::Result<()> {
+    launcher::access::bootstrap(pool).await?;
+    fill_policy(pool).await?;
     register_agents(pool, agents, agent_capacity()).await?;
     let mut users = Vec::new();
     for u in 0..10 {

@@ -60,6 +60,19 @@ pub struct Config {
     /// default); one more is answered 503 `busy` with `Retry-After`, so a slow PostgreSQL
     /// makes clients wait and retry rather than pile up connections.
     pub create_queue: usize,
+    /// TLS to NATS (`BERTH_NATS_CA`, `BERTH_NATS_CERT`, `BERTH_NATS_KEY`: PEM files of the
+    /// server's CA and of this process's client certificate and key); any of them, or a
+    /// `tls://` URL, makes the connection TLS.
+    pub nats_tls: bus::link::NatsTls,
+    /// The gateway's certificate chain and key (`BERTH_GATEWAY_TLS_CERT`,
+    /// `BERTH_GATEWAY_TLS_KEY`, PEM): with both, it serves HTTPS only.
+    pub gateway_tls_cert: Option<PathBuf>,
+    pub gateway_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the CLI trusts for the gateway besides the system's (`BERTH_GATEWAY_CA`):
+    /// a gateway with a private or self-signed certificate.
+    pub gateway_ca: Option<PathBuf>,
+    /// A CA (PEM) webhook deliveries trust besides the system's (`BERTH_WEBHOOK_CA`).
+    pub webhook_ca: Option<PathBuf>,
     pub timings: Timings,
 }
 
@@ -181,6 +194,28 @@ pub struct Settings {
     /// Where the CLI finds the gateway (default: the profile's, else http:// and the listen address).
     #[arg(long = "gateway", global = true, env = "BERTH_GATEWAY_URL", value_name = "URL", value_parser = gateway_url)]
     pub gateway_url: Option<String>,
+    /// The CA (PEM) of the NATS server's certificate; it, a client certificate or a `tls://`
+    /// URL makes the connection to NATS TLS.
+    #[arg(long, global = true, env = "BERTH_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// This process's client certificate (PEM) for NATS, with BERTH_NATS_KEY.
+    #[arg(long, global = true, env = "BERTH_NATS_CERT", value_name = "FILE", requires = "nats_key")]
+    pub nats_cert: Option<PathBuf>,
+    /// The key (PEM) of BERTH_NATS_CERT.
+    #[arg(long, global = true, env = "BERTH_NATS_KEY", value_name = "FILE", requires = "nats_cert")]
+    pub nats_key: Option<PathBuf>,
+    /// The gateway's certificate chain (PEM): with its key, the gateway serves HTTPS only.
+    #[arg(long, global = true, env = "BERTH_GATEWAY_TLS_CERT", value_name = "FILE", requires = "gateway_tls_key")]
+    pub gateway_tls_cert: Option<PathBuf>,
+    /// The key (PEM) of BERTH_GATEWAY_TLS_CERT.
+    #[arg(long, global = true, env = "BERTH_GATEWAY_TLS_KEY", value_name = "FILE", requires = "gateway_tls_cert")]
+    pub gateway_tls_key: Option<PathBuf>,
+    /// A CA (PEM) the CLI trusts for the gateway besides the system's.
+    #[arg(long, global = true, env = "BERTH_GATEWAY_CA", value_name = "FILE")]
+    pub gateway_ca: Option<PathBuf>,
+    /// A CA (PEM) webhook deliveries trust besides the system's.
+    #[arg(long, global = true, env = "BERTH_WEBHOOK_CA", value_name = "FILE")]
+    pub webhook_ca: Option<PathBuf>,
     /// The CLI's API key (default: the profile's).
     #[arg(
         long,
@@ -610,7 +645,14 @@ impl Config {
                 .gateway_url
                 .clone()
                 .or(profile.gateway.map(|g| g.trim_end_matches('/').to_owned()))
-                .unwrap_or_else(|| format!("http://{}", settings.gateway_listen)),
+                .unwrap_or_else(|| {
+                    // A gateway with a certificate serves HTTPS only.
+                    let scheme = match settings.gateway_tls_cert {
+                        Some(_) => "https",
+                        None => "http",
+                    };
+                    format!("{scheme}://{}", settings.gateway_listen)
+                }),
             gateway_listen: settings.gateway_listen.to_string(),
             api_key: settings.api_key.clone().or(profile.api_key),
             first_api_key: settings.first_api_key.clone(),
@@ -626,6 +668,15 @@ impl Config {
             proxy_address: settings.proxy_address,
             proxy_idle: Some(secs(settings.proxy_idle_secs)).filter(|d| !d.is_zero()),
             create_queue: settings.create_queue.get(),
+            nats_tls: bus::link::NatsTls {
+                ca: settings.nats_ca.clone(),
+                cert: settings.nats_cert.clone(),
+                key: settings.nats_key.clone(),
+            },
+            gateway_tls_cert: settings.gateway_tls_cert.clone(),
+            gateway_tls_key: settings.gateway_tls_key.clone(),
+            gateway_ca: settings.gateway_ca.clone(),
+            webhook_ca: settings.webhook_ca.clone(),
             timings: Timings {
                 heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
                 agent_departed_timeout: secs(settings.agent_departed_timeout_secs),

@@ -29,6 +29,7 @@ pub async fn redeem(url: &str) -> anyhow::Result<Door> {
     let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
         bail!("`{url}` names no host and port");
     };
+    events::tls::use_ring();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;

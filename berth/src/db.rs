@@ -7,9 +7,9 @@ use events::payloads::SessionStatus;
 use futures::StreamExt;
 use uuid::Uuid;
 
-/// A plain connection to `url`, driven on its own task.
+/// A connection to `url` (TLS as its `sslmode` says), driven on its own task.
 pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let (client, connection) = events::tls::connect(url).await?;
     tokio::spawn(connection);
     Ok(client)
 }

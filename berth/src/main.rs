@@ -19,6 +19,7 @@ mod bench_reap;
 mod bench_recovery;
 mod bench_replay;
 mod bench_sessions;
+mod bench_tls;
 mod db;
 mod session_cli;
 
@@ -160,6 +161,8 @@ fn main() -> ExitCode {
         completion(shell);
         return ExitCode::SUCCESS;
     }
+    // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
+    events::tls::use_ring();
     let config = match Config::from_settings(&cli.settings) {
         Ok(config) => config,
         Err(e) => {

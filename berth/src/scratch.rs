@@ -1,6 +1,7 @@
 //! Dependencies of one's own, to take away and give back: a PostgreSQL cluster in a new
-//! data directory on a free port, a nats-server on its own store, and a door to the Docker
-//! engine's socket that can be shut. The fault-injection tests and `berth bench recovery`
+//! data directory on a free port (with TLS when asked), a nats-server on its own store, a
+//! door to the Docker engine's socket that can be shut, and a certificate authority of
+//! one's own ([`Authority`], rcgen) for the TLS tests and `berth bench tls`. The fault-injection tests and `berth bench recovery`
 //! stop and start them under a running berth, which never touches them itself.
 
 use std::io;
@@ -58,11 +59,23 @@ pub struct Postgres {
     bin: PathBuf,
     data: PathBuf,
     pub port: u16,
+    /// Whether it serves TLS (`ssl=on`, with the certificate and key in its data directory).
+    tls: bool,
 }
 
 impl Postgres {
     /// Makes a cluster (`initdb`, PostgreSQL's newest install or `BERTH_PG_BIN`) and starts it.
     pub fn start() -> anyhow::Result<Postgres> {
+        Postgres::make(None)
+    }
+
+    /// [`Postgres::start`], serving TLS (`ssl=on`) with the certificate chain in `cert` and
+    /// the key in `key` (PEM); plain connections are still taken.
+    pub fn start_with_tls(cert: &Path, key: &Path) -> anyhow::Result<Postgres> {
+        Postgres::make(Some((cert, key)))
+    }
+
+    fn make(tls: Option<(&Path, &Path)>) -> anyhow::Result<Postgres> {
         let initdb = crate::backup::pg_tool("initdb");
         let bin = initdb
             .parent()
@@ -84,10 +97,21 @@ impl Postgres {
             ]),
             "initdb",
         )?;
+        if let Some((cert, key)) = tls {
+            // The server reads them as their owner, the key readable by it alone.
+            for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+                let to = data.join(to);
+                std::fs::copy(from, &to).with_context(|| format!("copy {}", from.display()))?;
+                let _ = Command::new("chown").arg("postgres").arg(&to).output();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
         let cluster = Postgres {
             bin,
             data,
             port: free_port(),
+            tls: tls.is_some(),
         };
         cluster.start_again()?;
         Ok(cluster)
@@ -112,11 +136,14 @@ impl Postgres {
 
     /// Starts the server (again) on its port and data, waiting until it takes connections.
     pub fn start_again(&self) -> anyhow::Result<()> {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             self.port,
             self.data.display()
         );
+        if self.tls {
+            options.push_str(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key");
+        }
         run(
             as_owner(&self.bin.join("pg_ctl"))
                 .arg("-D")
@@ -288,6 +315,74 @@ impl Drop for EngineDoor {
         self.shut();
         if let Some(dir) = self.path.parent() {
             let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A certificate authority of one's own: its certificate in `ca.pem` under a new directory,
+/// and the certificates it signs beside it. Removed when dropped.
+pub struct Authority {
+    pub dir: PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Authority {
+    /// A new CA named `name`.
+    pub fn new(name: &str) -> anyhow::Result<Authority> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+        let dir = scratch_dir("pki");
+        std::fs::create_dir_all(&dir)?;
+        let key = rcgen::KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key)?;
+        std::fs::write(dir.join("ca.pem"), cert.pem())?;
+        Ok(Authority {
+            dir,
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// The CA's certificate (PEM).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// Signs a certificate for `names` (host names or IP addresses), for servers and clients
+    /// alike: its files `<file>.pem` and `<file>.key` (PEM), as (certificate, key).
+    pub fn issue(&self, file: &str, names: &[&str]) -> anyhow::Result<(PathBuf, PathBuf)> {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose};
+        let key = rcgen::KeyPair::generate()?;
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, names.first().copied().unwrap_or(file));
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        let (cert_file, key_file) = (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&cert_file, cert.pem())?;
+        std::fs::write(&key_file, key.serialize_pem())?;
+        Ok((cert_file, key_file))
+    }
+}
+
+impl Drop for Authority {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -54,6 +54,8 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
 /// a filter of its own, so berth's spans, and the traceparent of every event recorded in
 /// them, exist at any log level.
 pub fn init_with(service: &'static str, log: &str) -> anyhow::Result<Telemetry> {
+    // The OTLP exporter's HTTP client (and every other) builds its TLS from ring's provider.
+    events::tls::use_ring();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_new(log).unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
     // Colours only for a person at a terminal, not in log files (`berth up > berth.log`).

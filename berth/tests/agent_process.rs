@@ -472,6 +472,7 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
         &log,
     );
 
+    events::tls::use_ring();
     let http = reqwest::Client::new();
     let get = |path: String| {
         let request = http

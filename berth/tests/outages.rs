@@ -249,7 +249,10 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
         )
     };
     let api = Api {
-        http: reqwest::Client::new(),
+        http: {
+            events::tls::use_ring();
+            reqwest::Client::new()
+        },
         base: format!("http://127.0.0.1:{port}"),
         key,
     };

@@ -130,6 +130,7 @@ async fn batch_session_end_to_end(commands: &[&str]) {
         &agent_env,
     );
 
+    events::tls::use_ring();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()

@@ -29,13 +29,74 @@ pub enum LinkError {
     Bus(String),
 }
 
+/// TLS to NATS: a `tls://` URL, or any URL when a CA or a client certificate is given,
+/// is encrypted; the server's certificate checked against `ca` (the system's roots when
+/// none), and `cert` and `key` presented when the server asks for a client certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsTls {
+    /// A PEM file of the CA that signed the server's certificate.
+    pub ca: Option<PathBuf>,
+    /// The client's certificate and key (PEM), both or neither.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl NatsTls {
+    /// Whether any TLS setting is given: the connection is then TLS whatever the URL says.
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+
+    /// `options` with these settings.
+    pub fn apply(
+        &self,
+        options: async_nats::ConnectOptions,
+    ) -> Result<async_nats::ConnectOptions, LinkError> {
+        let mut options = options;
+        if let Some(ca) = &self.ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
+            (None, None) => {}
+            _ => return Err(LinkError::Bus(
+                "a NATS client certificate and its key go together: one is set without the other"
+                    .into(),
+            )),
+        }
+        Ok(if self.is_set() {
+            options.require_tls(true)
+        } else {
+            options
+        })
+    }
+}
+
+/// Whether connections to NATS at `url` with `tls` would be plain and leave this host: berth
+/// says so once at start. Pure.
+pub fn plain_off_host(url: &str, tls: &NatsTls) -> bool {
+    let Ok(address) = parse_address(url) else {
+        return false;
+    };
+    let host = address.host().trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    !address.tls_required() && !tls.is_set() && !loopback
+}
+
 /// Connects agent `agent_id` to NATS at `url`, with its credential (the nkey seed it got at
 /// admission) when it has one, or else as the user the URL names (tests and benches run
 /// agents as the control plane's user); replies on an inbox of its own (the only one it may
 /// read), and waits for the server when it is not up yet, or does not know the credential
 /// yet (an admission reaches the server's authorization moments after it is recorded).
 pub async fn connect(url: &str, agent_id: &str, seed: Option<String>) -> Result<Client, LinkError> {
-    Ok(connect_watched(url, agent_id, seed).await?.0)
+    Ok(connect_watched(url, agent_id, seed, &NatsTls::default())
+        .await?
+        .0)
 }
 
 /// How long NATS may refuse an agent's credential before the refusal is the answer: an
@@ -93,14 +154,15 @@ pub async fn connect_watched(
     url: &str,
     agent_id: &str,
     seed: Option<String>,
+    tls: &NatsTls,
 ) -> Result<(Client, Refusal), LinkError> {
     let refusal = Refusal::default();
     let (options, address) = match seed {
         Some(seed) => (
-            async_nats::ConnectOptions::with_nkey(seed),
+            tls.apply(async_nats::ConnectOptions::with_nkey(seed))?,
             parse_address(url)?,
         ),
-        None => connect_options(url)?,
+        None => connect_options(url, tls)?,
     };
     let server = format!("{}:{}", address.host(), address.port());
     let noted = refusal.clone();
@@ -120,9 +182,10 @@ pub async fn connect_watched(
 
 /// The options to connect to NATS at `url` as the user and password the URL names
 /// (`nats://control:secret@host:4222`), which the client does not read from a URL itself, and
-/// the address to connect to.
+/// the address to connect to, with `tls`.
 pub fn connect_options(
     url: &str,
+    tls: &NatsTls,
 ) -> Result<(async_nats::ConnectOptions, async_nats::ServerAddr), LinkError> {
     let address = parse_address(url)?;
     let options = match (address.username(), address.password()) {
@@ -131,12 +194,18 @@ pub fn connect_options(
         }
         _ => async_nats::ConnectOptions::new(),
     };
-    Ok((options, address))
+    Ok((tls.apply(options)?, address))
 }
 
-/// Connects to NATS at `url` as the user the URL names, if any (see [`connect_options`]).
+/// Connects to NATS at `url` as the user the URL names, if any (see [`connect_options`]),
+/// with TLS only when the URL says `tls://`.
 pub async fn connect_as_url_says(url: &str) -> Result<Client, LinkError> {
-    let (options, address) = connect_options(url)?;
+    connect_as_url_says_with(url, &NatsTls::default()).await
+}
+
+/// [`connect_as_url_says`] with `tls`.
+pub async fn connect_as_url_says_with(url: &str, tls: &NatsTls) -> Result<Client, LinkError> {
+    let (options, address) = connect_options(url, tls)?;
     let server = format!("{}:{}", address.host(), address.port());
     connect_with(options, address)
         .await
@@ -444,6 +513,30 @@ pub fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_connections_off_this_host_are_flagged() {
+        let none = NatsTls::default();
+        assert!(plain_off_host("nats://nats.example:4222", &none));
+        assert!(plain_off_host("nats://u:p@10.1.2.3:4222", &none));
+        assert!(!plain_off_host("nats://127.0.0.1:4222", &none));
+        assert!(!plain_off_host("nats://localhost:4222", &none));
+        assert!(!plain_off_host("tls://nats.example:4222", &none));
+        let ca = NatsTls {
+            ca: Some("/ca.pem".into()),
+            ..NatsTls::default()
+        };
+        assert!(!plain_off_host("nats://nats.example:4222", &ca));
+    }
+
+    #[test]
+    fn a_client_certificate_without_its_key_is_refused() {
+        let half = NatsTls {
+            cert: Some("/c.pem".into()),
+            ..NatsTls::default()
+        };
+        assert!(half.apply(async_nats::ConnectOptions::new()).is_err());
+    }
 
     #[test]
     fn backoff_grows_then_stays_capped_with_bounded_jitter() {

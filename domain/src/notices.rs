@@ -58,23 +58,19 @@ pub struct Notice {
 pub enum BadWebhookUrl {
     #[error("at most 2,048 characters")]
     TooLong,
-    #[error("https webhooks need a TLS-enabled build; give an http:// URL")]
-    Https,
-    #[error("`{0}` is not an http:// URL")]
+    #[error("`{0}` is not an http:// or https:// URL")]
     NotHttp(String),
 }
 
-/// Whether `url` can be a webhook: `http://` with a host, at most 2,048 characters, no
-/// whitespace or control characters (this build speaks no TLS, so no `https://`). Pure.
+/// Whether `url` can be a webhook: `http://` or `https://` with a host, at most 2,048
+/// characters, no whitespace or control characters. Pure.
 pub fn check_webhook_url(url: &str) -> Result<(), BadWebhookUrl> {
     if url.chars().count() > 2048 {
         return Err(BadWebhookUrl::TooLong);
     }
-    if url.starts_with("https://") {
-        return Err(BadWebhookUrl::Https);
-    }
     let host = url
-        .strip_prefix("http://")
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
         .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
     // What the API document's pattern forbids: JSON Schema's `\s` and control characters.
     let clean = !url
@@ -264,13 +260,12 @@ mod tests {
     }
 
     #[test]
-    fn a_webhook_is_an_http_url() {
+    fn a_webhook_is_an_http_or_https_url() {
         assert!(check_webhook_url("http://hooks.example.com:8080/berth?x=1").is_ok());
-        assert!(check_webhook_url("https://hooks.example.com")
-            .unwrap_err()
-            .to_string()
-            .contains("TLS"));
+        assert!(check_webhook_url("https://hooks.example.com/berth").is_ok());
         for bad in [
+            "https://",
+            "https:///path",
             "ftp://x",
             "not a url",
             "http://",

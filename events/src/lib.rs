@@ -16,6 +16,7 @@
 //! - [`fault`]: which database failures are an outage (wait and retry) and which a mistake.
 //! - [`sql`]: SQL fragments built from the domain's status sets.
 //! - [`pg`]: wire types the store needs, and `copy_rows` (a fold in memory written out).
+//! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says (libpq's modes, over rustls).
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
 
 pub mod activity;
@@ -31,6 +32,7 @@ pub mod projection;
 pub mod relay;
 pub mod sql;
 pub mod store;
+pub mod tls;
 pub use bus::trace;
 
 pub use domain::{aggregate, catalogue, credentials, idleness, images, notices, payloads};

@@ -164,8 +164,9 @@ pub async fn run(
     ensure_stream(&js, &topology).await?;
     // The leader lock lives on a connection outside the pool: when this task or process
     // ends, the connection closes and PostgreSQL releases the lock.
-    let (lock_client, connection) =
-        tokio_postgres::connect(&database_url, tokio_postgres::NoTls).await?;
+    let (lock_client, connection) = crate::tls::connect(&database_url)
+        .await
+        .map_err(StoreError::from)?;
     let connection = tokio::spawn(connection);
     loop {
         let leader: bool = lock_client

@@ -6,14 +6,9 @@
 //! run on the log's own clock, which a restore moves past every restored event
 //! ([`continue_clock`]; `migrations/0014_log_clock.sql`).
 
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{
-    GenericClient, Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod,
-};
+use deadpool_postgres::{GenericClient, Hook, HookError, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::catalogue::{current_schema_version, CatalogueError, Event, Metadata};
@@ -142,6 +137,8 @@ pub enum StoreError {
     BadStreamId(String),
     #[error(transparent)]
     Catalogue(#[from] CatalogueError),
+    #[error(transparent)]
+    Tls(crate::tls::TlsError),
     #[error("payload of event {index} is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")]
     PayloadTooLarge { index: usize, size: usize },
     #[error("an append carries 1 to {MAX_EVENTS_PER_APPEND} events, not {0}")]
@@ -178,6 +175,16 @@ impl StoreError {
     }
 }
 
+impl From<crate::tls::TlsError> for StoreError {
+    fn from(e: crate::tls::TlsError) -> StoreError {
+        match e {
+            crate::tls::TlsError::Database(e) => StoreError::Database(e),
+            crate::tls::TlsError::BadUrl(why) => StoreError::BadUrl(why),
+            other => StoreError::Tls(other),
+        }
+    }
+}
+
 /// The event store over a connection pool.
 #[derive(Clone)]
 pub struct EventStore {
@@ -186,15 +193,12 @@ pub struct EventStore {
 
 /// Builds a connection pool for `url` with at most `max_size` connections.
 pub fn pool(url: &str, max_size: usize) -> Result<Pool, StoreError> {
-    let config =
-        tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
-    let manager = Manager::from_config(
-        config,
-        NoTls,
+    let manager = crate::tls::pool_manager(
+        url,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
-    );
+    )?;
     // A server that accepts but does not answer (stopped, swamped) costs a bounded wait per
     // new connection, not a hang: the caller gets an outage it can retry.
     Pool::builder(manager)
@@ -228,15 +232,15 @@ async fn become_service_role(client: &tokio_postgres::Client) -> Result<(), toki
 /// Creates the database named in `url` when it does not exist yet, through the `postgres`
 /// maintenance database of the same server.
 pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
-    let config =
-        tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    let parsed = crate::tls::PgUrl::parse(url)?;
+    let config = parsed.config()?;
     let name = config
         .get_dbname()
         .ok_or_else(|| StoreError::BadUrl("the url names no database".into()))?
         .to_owned();
     let mut admin = config.clone();
     admin.dbname("postgres");
-    let (client, connection) = admin.connect(NoTls).await?;
+    let (client, connection) = crate::tls::connect_with(&parsed, &admin).await?;
     tokio::spawn(connection);
     let exists = client
         .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])

@@ -12,8 +12,9 @@
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
 //! - [`error`]: every error as a status and JSON naming the field.
-//! - [`run`]: [`run::serve`], the API on a listener kept across restarts, with the work behind
-//!   it on tasks it owns.
+//! - [`run`]: [`run::serve`], the API on a listener kept across restarts (TLS with a
+//!   certificate), with the work behind it on tasks it owns.
+//! - [`tls`]: the rustls server configuration from the gateway's certificate and key.
 //! - `state`: [`AppState`], what every handler shares (the crate's bottom; this file is its top:
 //!   the router over it).
 
@@ -30,6 +31,7 @@ pub mod ready;
 pub mod run;
 pub mod sse;
 mod state;
+pub mod tls;
 
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 

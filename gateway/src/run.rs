@@ -4,39 +4,63 @@
 //! starts the gateway (a port already taken is an error at start), and lent to each run:
 //! when a run ends before the stop (and a supervisor runs it again), the socket is not let
 //! go, so the port stays this gateway's and connections made meanwhile wait in its backlog.
+//! With a certificate ([`Listener::with_tls`]), every connection is TLS (rustls), its
+//! handshake done beside the others so a slow client holds none back.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
 
-/// The gateway's bound socket, shared by the runs of [`serve`] (one at a time).
+/// The gateway's bound socket, shared by the runs of [`serve`] (one at a time), and its TLS
+/// when it has a certificate.
 #[derive(Clone)]
-pub struct Listener(Arc<Mutex<Option<TcpListener>>>);
+pub struct Listener {
+    socket: Arc<Mutex<Option<TcpListener>>>,
+    tls: Option<TlsAcceptor>,
+}
 
 impl From<TcpListener> for Listener {
     fn from(listener: TcpListener) -> Listener {
-        Listener(Arc::new(Mutex::new(Some(listener))))
+        Listener {
+            socket: Arc::new(Mutex::new(Some(listener))),
+            tls: None,
+        }
     }
 }
 
+/// How long a client has to finish its TLS handshake before its connection is dropped.
+const HANDSHAKE_WITHIN: Duration = Duration::from_secs(10);
+
 impl Listener {
+    /// Serves HTTPS only, with `tls` ([`crate::tls::server_config`]).
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> Listener {
+        self.tls = Some(TlsAcceptor::from(tls));
+        self
+    }
+
     /// The socket, for one run that ends with `stop`; an error when another run holds it.
     fn lend(&self, stop: CancellationToken) -> std::io::Result<Lent> {
         let listener = self
-            .0
+            .socket
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| std::io::Error::other("the gateway's socket is held by another run"))?;
         Ok(Lent {
             listener: Some(listener),
-            home: self.0.clone(),
+            home: self.socket.clone(),
             stop,
+            tls: self.tls.clone(),
+            handshakes: JoinSet::new(),
         })
     }
 }
@@ -48,16 +72,46 @@ struct Lent {
     listener: Option<TcpListener>,
     home: Arc<Mutex<Option<TcpListener>>>,
     stop: CancellationToken,
+    tls: Option<TlsAcceptor>,
+    /// TLS handshakes under way, each on its own task.
+    handshakes: JoinSet<Option<(TlsStream<TcpStream>, SocketAddr)>>,
 }
 
+type Connection = Either<TcpStream, TlsStream<TcpStream>>;
+
 impl axum::serve::Listener for Lent {
-    type Io = TcpStream;
+    type Io = Connection;
     type Addr = SocketAddr;
 
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+    async fn accept(&mut self) -> (Connection, SocketAddr) {
         let listener = self.listener.as_mut().expect("held until dropped");
-        // axum's own accept: a failed accept is logged and retried, never the end.
-        axum::serve::Listener::accept(listener).await
+        let Some(tls) = &self.tls else {
+            // axum's own accept: a failed accept is logged and retried, never the end.
+            let (stream, from) = axum::serve::Listener::accept(listener).await;
+            return (Either::Left(stream), from);
+        };
+        loop {
+            tokio::select! {
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    if let Ok(Some((stream, from))) = done {
+                        return (Either::Right(stream), from);
+                    }
+                }
+                (stream, from) = axum::serve::Listener::accept(listener) => {
+                    let tls = tls.clone();
+                    self.handshakes.spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_WITHIN, tls.accept(stream)).await {
+                            Ok(Ok(stream)) => Some((stream, from)),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%from, error = %e, "a TLS handshake failed");
+                                None
+                            }
+                            Err(_) => None,
+                        }
+                    });
+                }
+            }
+        }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {

@@ -65,6 +65,7 @@ fn rand_below(n: u16) -> u16 {
 }
 
 fn browser() -> reqwest::Client {
+    events::tls::use_ring();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(15))

@@ -113,12 +113,24 @@ fn harness(config: Config, app: app::App, admin_key: String) -> Harness {
     let address = app.gateway.expect("the gateway listens");
     Harness {
         pool: app.pool.clone(),
-        base: format!("http://{address}"),
+        // A gateway with a certificate serves HTTPS, checked against the CA the CLI is given.
+        base: match config.gateway_tls_cert {
+            Some(_) => format!("https://localhost:{}", address.port()),
+            None => format!("http://{address}"),
+        },
         admin_key,
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
+        http: {
+            events::tls::use_ring();
+            let builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+            match &config.gateway_ca {
+                Some(ca) => builder.tls_certs_merge(
+                    reqwest::Certificate::from_pem_bundle(&std::fs::read(ca).unwrap()).unwrap(),
+                ),
+                None => builder,
+            }
             .build()
-            .unwrap(),
+            .unwrap()
+        },
         topology: config.topology,
         agent_bus: config.agent_bus,
         app: std::sync::Mutex::new(Some(app)),
@@ -527,6 +539,21 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
+    /// Runs a nats-server with the configuration `file`, its log in `dir`.
+    pub fn spawn(file: &std::path::Path, dir: &std::path::Path) -> NatsServer {
+        let child = Command::new(nats_server_binary())
+            .arg("-c")
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
+            .spawn()
+            .expect("nats-server starts (BERTH_NATS_SERVER, or on PATH)");
+        NatsServer {
+            child,
+            dir: dir.to_owned(),
+        }
+    }
+
     /// Kills the server (SIGKILL), keeping what it stored.
     pub fn kill(mut self) {
         let _ = self.child.kill();
@@ -576,14 +603,7 @@ pub async fn start_server(
     }
     let file = dir.join("nats.conf");
     std::fs::write(&file, config).unwrap();
-    let child = Command::new(nats_server_binary())
-        .arg("-c")
-        .arg(&file)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
-        .spawn()
-        .expect("nats-server starts (BERTH_NATS_SERVER, or on PATH)");
-    let server = NatsServer { child, dir };
+    let server = NatsServer::spawn(&file, &dir);
     wait_for(|| async { std::net::TcpStream::connect(("127.0.0.1", port)).ok() }).await;
     server
 }

@@ -418,6 +418,7 @@ async fn an_interactive_sessions_terminal_and_jupyter_open_from_the_console() {
             stranger.client.goto(jupyter.as_str()).await.unwrap();
             let title = stranger.client.title().await.unwrap();
             assert!(!title.contains("JupyterLab"), "{title}");
+            events::tls::use_ring();
             let answer = reqwest::get(jupyter.as_str()).await.unwrap();
             assert!(answer.status().is_client_error(), "{}", answer.status());
             stranger
@@ -553,6 +554,7 @@ async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
 async fn the_console_cookie_speaks_for_the_api_only_from_the_same_origin() {
     let h = start().await;
     let key = h.user("dave@example.com").await;
+    events::tls::use_ring();
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -74,6 +74,7 @@ pub(crate) async fn spawn_agent(
         nats: agent::host::Nats::Connect {
             url: nats_url(),
             seed: Some(seed),
+            tls: bus::link::NatsTls::default(),
         },
         subjects: h.agent_bus.clone(),
         outbox: agent::host::outbox_in(data_dir, id),
@@ -348,6 +349,7 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
     let typed: gateway::model::SessionDetail =
         serde_json::from_value(running.clone()).expect("a running detail reads as its type");
     assert_eq!(typed.request.preopen_ports, [8080]);
+    events::tls::use_ring();
     let body = wait_for(|| async {
         let r = reqwest::get(format!("http://127.0.0.1:{port}/index.html"))
             .await

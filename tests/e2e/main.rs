@@ -31,6 +31,8 @@
 //! - [`gateways`]: two gateways on one database and bus: the same reads, an app link made on
 //!   one redeemed on the other, a circuit that outlives a gateway's restart.
 //! - [`contract`]: the API against its own OpenAPI document (schemathesis).
+//! - [`tls`]: PostgreSQL, NATS, the gateway and webhooks over TLS, with certificates the
+//!   tests make.
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
@@ -55,5 +57,6 @@ mod pulls;
 mod reads;
 mod restore;
 mod sessions;
+mod tls;
 mod traces;
 mod wake;

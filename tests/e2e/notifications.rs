@@ -279,7 +279,7 @@ async fn a_webhook_gets_each_notice_once_it_answers_with_its_id_as_idempotency_k
             &alice,
             reqwest::Method::PUT,
             "/v1/notifications/webhook",
-            Some(json!({"url": "https://hooks.example.com"})),
+            Some(json!({"url": "ftp://hooks.example.com"})),
         )
         .await;
     assert_eq!(

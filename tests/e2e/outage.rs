@@ -109,6 +109,7 @@ async fn creates_beyond_the_queue_are_answered_busy_while_postgresql_is_slow() {
     lock.batch_execute("LOCK TABLE ledger.sessions IN ACCESS EXCLUSIVE MODE")
         .await
         .unwrap();
+    events::tls::use_ring();
     let http = reqwest::Client::new();
     let url = format!("{}/v1/sessions", h.base);
     let requests = (0..6).map(|_| {

@@ -302,6 +302,21 @@ pub struct CreateArgs {
     count: u32,
 }
 
+/// An HTTP client for the gateway: `https://` checked against the system's roots and, with
+/// `BERTH_GATEWAY_CA`, that CA (a gateway with a private or self-signed certificate).
+pub fn gateway_client(config: &Config) -> anyhow::Result<reqwest::Client> {
+    events::tls::use_ring();
+    let mut builder = reqwest::Client::builder();
+    if let Some(ca) = &config.gateway_ca {
+        let pem =
+            std::fs::read(ca).with_context(|| format!("BERTH_GATEWAY_CA `{}`", ca.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("BERTH_GATEWAY_CA `{}`", ca.display()))?;
+        builder = builder.tls_certs_merge(certs);
+    }
+    Ok(builder.build()?)
+}
+
 #[derive(Clone)]
 pub(crate) struct Client {
     pub(crate) http: reqwest::Client,
@@ -316,7 +331,7 @@ impl Client {
             .clone()
             .context("set BERTH_API_KEY to your API key (berth admin create-user prints one)")?;
         Ok(Client {
-            http: reqwest::Client::new(),
+            http: gateway_client(config)?,
             base: config.gateway_url.trim_end_matches('/').to_owned(),
             key,
         })

@@ -148,11 +148,11 @@ pub async fn notification_stream(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookRequest {
-    /// An `http://` URL (POSTed each new notification as JSON, with its id as
+    /// An `http://` or `https://` URL (POSTed each new notification as JSON, with its id as
     /// `Idempotency-Key`, retried with backoff until it answers 2xx), or null to stop.
     #[schema(
         max_length = 2048,
-        pattern = r"^http://[^/?#\s\u0000-\u001f\u007f-\u009f]+[^\s\u0000-\u001f\u007f-\u009f]*$"
+        pattern = r"^https?://[^/?#\s\u0000-\u001f\u007f-\u009f]+[^\s\u0000-\u001f\u007f-\u009f]*$"
     )]
     url: Option<String>,
 }

@@ -67,8 +67,13 @@ impl Offered {
 #[derive(Debug, Clone)]
 pub enum Nats {
     /// Connects to `url` as the agent, with its credential (the nkey seed it got at
-    /// admission) when it has one, or else as the user the URL names.
-    Connect { url: String, seed: Option<String> },
+    /// admission) when it has one, or else as the user the URL names; over TLS as `tls`
+    /// (and a `tls://` URL) says.
+    Connect {
+        url: String,
+        seed: Option<String>,
+        tls: bus::link::NatsTls,
+    },
     /// Over a connection already open (tests and benchmarks share theirs).
     Client(async_nats::Client),
 }
@@ -196,8 +201,9 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         },
     };
     let (client, refusal) = match nats {
-        Nats::Connect { url, seed } => {
-            let (client, refusal) = bus::link::connect_watched(&url, &spec.agent_id, seed).await?;
+        Nats::Connect { url, seed, tls } => {
+            let (client, refusal) =
+                bus::link::connect_watched(&url, &spec.agent_id, seed, &tls).await?;
             (client, Some(refusal))
         }
         Nats::Client(client) => (client, None),

@@ -43,12 +43,13 @@ pub enum NotificationError {
     Database(#[from] tokio_postgres::Error),
 }
 
-/// Runs the service until `stop`.
+/// Runs the service until `stop`, delivering webhooks with `http` ([`webhook::client`]).
 pub async fn run(
     nats: async_nats::Client,
     pool: Pool,
     subjects: Subjects,
     topology: Topology,
+    http: reqwest::Client,
     stop: CancellationToken,
 ) -> Result<(), RelayError> {
     let js = jetstream::new(nats.clone());
@@ -65,7 +66,7 @@ pub async fn run(
         subjects,
         wake: wake.clone(),
     };
-    let delivering = webhook::deliver(pool.clone(), wake, stop.clone());
+    let delivering = webhook::deliver(pool.clone(), http, wake, stop.clone());
     let consuming = events::consumer::run(pool, js, topology, consumer, notifier, stop);
     let (consumed, _) = tokio::join!(consuming, delivering);
     consumed

@@ -32,12 +32,27 @@ pub fn backoff(attempt: i32) -> Duration {
     Duration::from_secs(1u64 << doublings).min(Duration::from_secs(300))
 }
 
-/// Sends due deliveries until `stop`; `wake` says one was added.
-pub async fn deliver(pool: Pool, wake: Arc<Notify>, stop: CancellationToken) {
-    let http = reqwest::Client::builder()
-        .timeout(TIMEOUT)
-        .build()
-        .expect("an HTTP client");
+/// The client deliveries are sent with: `https://` receivers checked against the system's
+/// roots and, when given, the CA in the PEM file `ca` (a receiver with a private CA).
+pub fn client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+    events::tls::use_ring();
+    let mut builder = reqwest::Client::builder().timeout(TIMEOUT);
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).map_err(|e| format!("`{}`: {e}", ca.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("`{}`: {e}", ca.display()))?;
+        builder = builder.tls_certs_merge(certs);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// Sends due deliveries with `http` until `stop`; `wake` says one was added.
+pub async fn deliver(
+    pool: Pool,
+    http: reqwest::Client,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
     loop {
         let claimed = match db::claim_deliveries(&pool, LEASE, 32).await {
             Ok(c) => c,
