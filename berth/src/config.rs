@@ -199,16 +199,40 @@ pub struct Settings {
     #[arg(long, global = true, env = "BERTH_NATS_CA", value_name = "FILE")]
     pub nats_ca: Option<PathBuf>,
     /// This process's client certificate (PEM) for NATS, with BERTH_NATS_KEY.
-    #[arg(long, global = true, env = "BERTH_NATS_CERT", value_name = "FILE", requires = "nats_key")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
     pub nats_cert: Option<PathBuf>,
     /// The key (PEM) of BERTH_NATS_CERT.
-    #[arg(long, global = true, env = "BERTH_NATS_KEY", value_name = "FILE", requires = "nats_cert")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
     pub nats_key: Option<PathBuf>,
     /// The gateway's certificate chain (PEM): with its key, the gateway serves HTTPS only.
-    #[arg(long, global = true, env = "BERTH_GATEWAY_TLS_CERT", value_name = "FILE", requires = "gateway_tls_key")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_GATEWAY_TLS_CERT",
+        value_name = "FILE",
+        requires = "gateway_tls_key"
+    )]
     pub gateway_tls_cert: Option<PathBuf>,
     /// The key (PEM) of BERTH_GATEWAY_TLS_CERT.
-    #[arg(long, global = true, env = "BERTH_GATEWAY_TLS_KEY", value_name = "FILE", requires = "gateway_tls_cert")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_GATEWAY_TLS_KEY",
+        value_name = "FILE",
+        requires = "gateway_tls_cert"
+    )]
     pub gateway_tls_key: Option<PathBuf>,
     /// A CA (PEM) the CLI trusts for the gateway besides the system's.
     #[arg(long, global = true, env = "BERTH_GATEWAY_CA", value_name = "FILE")]

@@ -185,6 +185,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
     );
     let dir = tempdir("berth-admin-api");
     let mut up = BerthProcess::start(&["up"], &env, &dir.join("up.log"));
+    events::tls::use_ring();
     let api = Api {
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(10))

@@ -174,6 +174,7 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         &agent_env,
         &logs.join("agent.log"),
     );
+    events::tls::use_ring();
     let api = Api {
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(10))

@@ -295,6 +295,7 @@ async fn the_stack_comes_up_runs_a_session_opens_an_app_and_rides_out_restarts()
     };
     stack.must(&["up", "-d"]);
 
+    events::tls::use_ring();
     let api = Api {
         http: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())

@@ -33,6 +33,7 @@ const PROXY_A: &str = "127.0.0.1";
 const PROXY_B: &str = "127.0.0.2";
 
 fn browser() -> reqwest::Client {
+    events::tls::use_ring();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(15))
