@@ -49,7 +49,44 @@ pub struct Config {
     /// default); one more is answered 503 `busy` with `Retry-After`, so a slow PostgreSQL
     /// makes clients wait and retry rather than pile up connections.
     pub create_queue: usize,
+    /// Whether the process records metrics (`BERTH_METRICS`, `on` by default; `off`: no
+    /// recorder, no `/metrics`, no HTTP request metrics, as for the benchmark's baseline).
+    pub metrics: bool,
+    /// Where the process serves its metrics on a listener of its own (`BERTH_METRICS_LISTEN`,
+    /// e.g. `0.0.0.0:9480`): for a process without a gateway (`berth scheduler`, an agent,
+    /// where `--metrics-listen` says the same); none by default.
+    pub metrics_listen: Option<String>,
+    /// How logs are written to stderr (`BERTH_LOG_FORMAT`, `text` or `json`).
+    pub log_format: LogFormat,
     pub timings: Timings,
+}
+
+/// How logs are written: lines for a person, or one JSON object a line for a collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    /// `text` or `json` (any case); anything else is not a format.
+    pub fn parse(text: &str) -> Option<LogFormat> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `text` turns a switch on: `on`, `true`, `1`, `yes` (`off`, `false`, `0`, `no`: off).
+fn switch(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Some(true),
+        "off" | "false" | "0" | "no" => Some(false),
+        _ => None,
+    }
 }
 
 /// How often each service looks again, and how long it waits.
@@ -190,6 +227,13 @@ impl Config {
                 .and_then(|v| v.parse().ok())
                 .filter(|n| *n > 0)
                 .unwrap_or(gateway::DEFAULT_CREATE_QUEUE),
+            metrics: var("BERTH_METRICS")
+                .and_then(|v| switch(&v))
+                .unwrap_or(true),
+            metrics_listen: var("BERTH_METRICS_LISTEN"),
+            log_format: var("BERTH_LOG_FORMAT")
+                .and_then(|v| LogFormat::parse(&v))
+                .unwrap_or_default(),
             timings: Timings {
                 heartbeat_timeout: duration(
                     "BERTH_HEARTBEAT_TIMEOUT_SECS",
@@ -247,6 +291,9 @@ mod tests {
         assert_eq!(config.timings, Timings::default());
         assert_eq!(config.topology, Topology::default());
         assert_eq!(config.proxy_idle, Some(DEFAULT_PROXY_IDLE));
+        assert!(config.metrics, "metrics are on by default");
+        assert_eq!(config.metrics_listen, None);
+        assert_eq!(config.log_format, LogFormat::Text);
 
         let config = Config::from_source(|name| match name {
             "BERTH_GATEWAY_LISTEN" => Some("0.0.0.0:9000".into()),
@@ -256,6 +303,9 @@ mod tests {
             "BERTH_NATS_STREAM" => Some("T_1".into()),
             "BERTH_API_KEY" => Some(String::new()),
             "BERTH_PROXY_IDLE_SECS" => Some("0".into()),
+            "BERTH_METRICS" => Some("off".into()),
+            "BERTH_METRICS_LISTEN" => Some("127.0.0.1:9480".into()),
+            "BERTH_LOG_FORMAT" => Some("JSON".into()),
             _ => None,
         });
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
@@ -271,5 +321,8 @@ mod tests {
         assert_eq!(config.topology.stream, "T_1");
         assert_eq!(config.api_key, None, "an empty variable is unset");
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
+        assert!(!config.metrics);
+        assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9480"));
+        assert_eq!(config.log_format, LogFormat::Json);
     }
 }

@@ -105,6 +105,28 @@ enum Command {
     Agent(agent_cli::AgentArgs),
 }
 
+impl Command {
+    /// The process's name in its traces (`service.name`): each part run alone names
+    /// itself, `berth up` is `berth-up`, and the CLI's commands are `berth`.
+    fn service_name(&self) -> &'static str {
+        match self {
+            Command::Up => "berth-up",
+            Command::Relay => "berth-relay",
+            Command::Projections => "berth-projections",
+            Command::Scheduler => "berth-scheduler",
+            Command::Reconciler => "berth-reconciler",
+            Command::Recorder => "berth-recorder",
+            Command::IdleReaper => "berth-idle-reaper",
+            Command::Notification => "berth-notification",
+            Command::ImageCommit => "berth-image-commit",
+            Command::Gateway => "berth-gateway",
+            Command::Agent(_) => "berth-agent",
+            Command::Bench(_) => "berth-bench",
+            _ => "berth",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum AuditCommand {
     /// Seal what is not sealed yet, then recompute the whole chain and name the first break.
@@ -127,14 +149,15 @@ enum AuditCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _telemetry = match telemetry::init("berth") {
+    let config = Config::from_env();
+    let _telemetry = match telemetry::init(cli.command.service_name(), config.log_format) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("berth: telemetry: {e:#}");
             return ExitCode::FAILURE;
         }
     };
-    match run(cli).await {
+    match run(cli, config).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("berth: {e:#}");
@@ -147,8 +170,7 @@ async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
     Ok(EventStore::new(app::connect_database(config, 32).await?))
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = Config::from_env();
+async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Migrate => {
             connect_store(&config).await?;

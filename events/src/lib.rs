@@ -16,6 +16,8 @@
 //! - [`sql`]: SQL fragments built from the domain's status sets.
 //! - [`pg`]: wire types the store needs, and `copy_rows` (a fold in memory written out).
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
+//! - [`metrics`]: the names and help of the relay's, the projections' and the consumers'
+//!   metrics (recorded through the `metrics` facade).
 
 pub mod activity;
 pub mod audit;
@@ -24,12 +26,14 @@ pub mod fault;
 pub mod hints;
 pub mod ledger;
 pub mod lifecycle;
+pub mod metrics;
 pub mod pg;
 pub mod projection;
 pub mod relay;
 pub mod sql;
 pub mod store;
 pub use bus::trace;
+pub use metrics::describe_metrics;
 
 pub use domain::{aggregate, catalogue, credentials, idleness, images, notices, payloads};
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};

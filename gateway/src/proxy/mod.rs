@@ -320,7 +320,12 @@ impl Proxy {
             served: Mutex::default(),
             cookies: Mutex::default(),
         });
-        lock(&self.circuits).insert(live.opened.circuit_id, live.clone());
+        let open = {
+            let mut circuits = lock(&self.circuits);
+            circuits.insert(live.opened.circuit_id, live.clone());
+            circuits.len()
+        };
+        ::metrics::gauge!(crate::metrics::PROXY_CIRCUITS).set(open as f64);
         tracing::info!(circuit = %live.opened.circuit_id, port = live.opened.port,
             app = %live.opened.app, session = %live.opened.session_id, "circuit open");
         let served = tokio::spawn(door::serve(self.clone(), live.clone(), listener));
@@ -336,7 +341,11 @@ impl Proxy {
         reason: CircuitCloseReason,
     ) -> Result<bool, ProxyError> {
         let recorded = db::circuits::circuit(&self.pool, circuit_id).await?;
-        let live = lock(&self.circuits).remove(&circuit_id);
+        let (live, open) = {
+            let mut circuits = lock(&self.circuits);
+            (circuits.remove(&circuit_id), circuits.len())
+        };
+        ::metrics::gauge!(crate::metrics::PROXY_CIRCUITS).set(open as f64);
         if let Some(live) = live {
             live.stop.cancel();
             let served = lock(&live.served).take();
