@@ -101,7 +101,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// Counts each request by method, route and status, and times it. A request no route
 /// matched counts under `route="unmatched"`.
 pub async fn measure(request: Request, next: Next) -> Response {
-    let began = std::time::Instant::now();
+    let began = tokio::time::Instant::now();
     let method = request.method().as_str().to_owned();
     let route = request
         .extensions()

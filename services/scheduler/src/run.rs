@@ -260,7 +260,7 @@ impl Scheduler {
         let mut outage = events::fault::Outage::default();
         while !stop.is_cancelled() {
             let mut sleep = self.config.interval;
-            let began = std::time::Instant::now();
+            let began = tokio::time::Instant::now();
             let passed = self.pass().await;
             metrics::histogram!(PASS_SECONDS).record(began.elapsed().as_secs_f64());
             match passed {
