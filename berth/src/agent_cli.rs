@@ -46,6 +46,10 @@ pub struct AgentArgs {
     /// departing, instead of leaving their containers running: for decommissioning a host.
     #[arg(long)]
     drain: bool,
+    /// Serve this agent's metrics (Prometheus's text format) on `GET /metrics` at this address,
+    /// e.g. 0.0.0.0:9481 (default: BERTH_METRICS_LISTEN; none when neither is given).
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 /// Runs the agent `args` describe until SIGTERM or SIGINT (or until it fails), then departs.
@@ -53,6 +57,15 @@ pub async fn run(config: &Config, args: AgentArgs) -> anyhow::Result<()> {
     let mut signals = berth::signals::StopSignals::listen().context("listen for signals")?;
     let (drain, timings) = (args.drain, config.timings.clone());
     let stop = CancellationToken::new();
+    let metrics_listen = args
+        .metrics_listen
+        .clone()
+        .or_else(|| config.metrics_listen.clone());
+    if let Some(listen) = metrics_listen.filter(|_| config.metrics) {
+        if let Some(handle) = berth::metrics::install() {
+            berth::metrics::listen(&listen, handle, stop.clone()).await?;
+        }
+    }
     let mut host = tokio::select! {
         host = start(config, args, stop.clone()) => host?,
         signal = signals.next() => {

@@ -123,6 +123,9 @@ pub struct App {
     pub pool: Pool,
     /// Where the gateway listens, when it runs.
     pub gateway: Option<SocketAddr>,
+    /// Where the process's metrics listener serves `/metrics`, when it has one
+    /// (`BERTH_METRICS_LISTEN`).
+    pub metrics: Option<SocketAddr>,
     /// The first superadmin's email and API key, when this start set up a fresh install.
     pub first_superadmin: Option<(String, String)>,
     stop: CancellationToken,
@@ -257,6 +260,15 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     let stop = CancellationToken::new();
     let mut tasks = Running::default();
     let timings = &config.timings;
+
+    // Metrics are recorded from here on, unless turned off (`BERTH_METRICS=off`).
+    let metrics = config.metrics.then(crate::metrics::install).flatten();
+    let mut metrics_address = None;
+    if let (Some(handle), Some(listen)) = (&metrics, &config.metrics_listen) {
+        let (address, _served) =
+            crate::metrics::listen(listen, handle.clone(), stop.clone()).await?;
+        metrics_address = Some(address);
+    }
 
     // A fresh install gets its first superadmin from the process that serves users.
     let first_superadmin = if parts.gateway {
@@ -424,6 +436,10 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         .with_agent_bus(config.agent_bus.clone())
         .with_create_queue(config.create_queue)
         .watch_readiness();
+        let state = match &metrics {
+            Some(handle) => state.with_metrics(crate::metrics::renderer(handle.clone())),
+            None => state,
+        };
         // Bound once, here, so a port already taken stops the start; each run of the
         // supervised gateway serves on this same socket.
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)
@@ -461,6 +477,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     Ok(App {
         pool,
         gateway,
+        metrics: metrics_address,
         first_superadmin,
         stop,
         tasks,

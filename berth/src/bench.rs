@@ -143,6 +143,17 @@ pub enum BenchCommand {
         #[arg(long)]
         no_cache: bool,
     },
+    /// The gateway's session-detail reads with metrics on (every request measured, `/metrics`
+    /// scraped every second) next to metrics off, in alternating rounds in one run.
+    Metrics {
+        /// Seconds of each round, each way.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long, default_value_t = 4)]
+        rounds: usize,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+    },
 }
 
 pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
@@ -192,6 +203,11 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::bench_sessions::gateway(&config.nats_url, &url, seconds, clients, !no_cache)
                 .await
         }
+        BenchCommand::Metrics {
+            seconds,
+            rounds,
+            clients,
+        } => crate::bench_sessions::metrics(&config.nats_url, &url, seconds, rounds, clients).await,
     };
     drop_database(&config.database_url, &name).await?;
     result

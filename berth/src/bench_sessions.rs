@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use chrono::Utc;
 use deadpool_postgres::Pool;
 use events::catalogue::Event;
@@ -559,79 +560,15 @@ pub async fn gateway(
     clients: usize,
     cache: bool,
 ) -> anyhow::Result<()> {
-    let pool = events::store::pool(url, 32)?;
-    crate::app::migrate(&pool).await?;
-    fill(&pool, 100, 10_000).await?;
-    let mut scheduler = scheduler::run::Scheduler::new(
-        pool.clone(),
-        scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
-    );
-    while scheduler.pass().await?.placed > 0 {}
-    let view = gateway::projection::SessionsView;
-    events::projection::install(&pool, &view).await?;
-    events::projection::catch_up(&pool, &view).await?;
-    let key = {
-        let client = pool.get().await?;
-        let ids: Vec<Uuid> = db::session_ids(&client).await?;
-        let (_, key) = launcher::access::create_user(
-            &pool,
-            "reader@berth.local",
-            Role::Superadmin,
-            "default",
-            &[],
-        )
-        .await?;
-        (ids, key)
-    };
-    let (ids, key) = key;
-    // The relay and NATS run as in production: the detail cache follows the session events.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let bench = GatewayBench::prepare(nats_url, url).await?;
     // Without NATS the gateway keeps no detail cache: every read is a projection query.
-    let follow = cache.then_some(nats);
-    let state = gateway::AppState::new(pool.clone(), follow, topology.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(gateway::run::serve(listener.into(), state, stop.clone()));
-    let ids = Arc::new(ids);
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients)
-        .build()?;
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let warmup = Instant::now() + Duration::from_secs(1);
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (http, ids, key) = (http.clone(), ids.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut i = c * 7919;
-            while Instant::now() < deadline {
-                i = (i + 104_729) % ids.len();
-                let started = Instant::now();
-                let response = http
-                    .get(format!("http://{address}/v1/sessions/{}", ids[i]))
-                    .header("x-api-key", &key)
-                    .send()
-                    .await?;
-                anyhow::ensure!(
-                    response.status().is_success(),
-                    "status {}",
-                    response.status()
-                );
-                response.bytes().await?;
-                if started > warmup {
-                    latencies.push(started.elapsed());
-                }
-            }
-            Ok::<_, anyhow::Error>(latencies)
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    stop.cancel();
-    js.delete_stream(&topology.stream).await?;
+    let follow = cache.then(|| bench.nats.clone());
+    let state = gateway::AppState::new(bench.pool.clone(), follow, bench.topology.clone());
+    let address = bench.serve(state).await?;
+    let mut all = bench
+        .load(address, clients, Duration::from_secs(seconds))
+        .await?;
+    bench.finish().await?;
     all.sort_unstable();
     let measured = seconds.saturating_sub(1).max(1) as f64;
     let at = |q: f64| percentile(&all, q).as_secs_f64() * 1000.0;
@@ -646,6 +583,207 @@ pub async fn gateway(
         at(1.0)
     );
     Ok(())
+}
+
+/// `berth bench metrics`: the session-detail reads of `berth bench gateway` against two
+/// gateways over the same state in one process, one measuring every request and serving
+/// `/metrics` (scraped every second meanwhile), one built with metrics off, in alternating
+/// rounds so that neither gains from going second, after a round each that fills the detail
+/// cache they share. The recorder is installed for the whole
+/// run (a global recorder cannot be taken back); nothing on the off gateway's request path
+/// records a metric, so its rounds are what `BERTH_METRICS=off` serves.
+pub async fn metrics(
+    nats_url: &str,
+    url: &str,
+    seconds: u64,
+    rounds: usize,
+    clients: usize,
+) -> anyhow::Result<()> {
+    let bench = GatewayBench::prepare(nats_url, url).await?;
+    let handle = berth::metrics::install().context("a metrics recorder of another kind")?;
+    let off = gateway::AppState::new(
+        bench.pool.clone(),
+        Some(bench.nats.clone()),
+        bench.topology.clone(),
+    );
+    let on = off.clone().with_metrics(berth::metrics::renderer(handle));
+    let (off, on) = (bench.serve(off).await?, bench.serve(on).await?);
+    let scraper = {
+        let stop = bench.stop.clone();
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut scraped = 0usize;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                let body = http.get(format!("http://{on}/metrics")).send().await?;
+                anyhow::ensure!(body.status().is_success(), "/metrics {}", body.status());
+                body.bytes().await?;
+                scraped += 1;
+            }
+            anyhow::Ok(scraped)
+        })
+    };
+    let phase = Duration::from_secs(seconds);
+    // The two share one detail cache: a round each, not counted, fills it for both.
+    for address in [off, on] {
+        bench.load(address, clients, phase).await?;
+    }
+    let (mut off_all, mut on_all) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate which goes first, so warming and a neighbour's load fall on both.
+        let order = if round % 2 == 0 { [off, on] } else { [on, off] };
+        for address in order {
+            let latencies = bench.load(address, clients, phase).await?;
+            if address == on {
+                on_all.extend(latencies);
+            } else {
+                off_all.extend(latencies);
+            }
+        }
+    }
+    bench.stop.cancel();
+    let scraped = scraper.await??;
+    bench.finish().await?;
+    let measured = (seconds.saturating_sub(1).max(1) as usize * rounds) as f64;
+    let line = |what: &str, all: &mut Vec<Duration>| {
+        all.sort_unstable();
+        let at = |q: f64| percentile(all, q).as_secs_f64() * 1000.0;
+        let rate = all.len() as f64 / measured;
+        println!(
+            "{what}: {:.0} req/s with {clients} clients; p50 {:.2} ms, p99 {:.2} ms",
+            rate,
+            at(0.5),
+            at(0.99)
+        );
+        rate
+    };
+    println!(
+        "berth bench metrics: session-detail reads, {rounds} rounds of {seconds} s each way, alternating"
+    );
+    let off_rate = line("metrics off", &mut off_all);
+    let on_rate = line("metrics on (scraped every second)", &mut on_all);
+    println!(
+        "metrics on serve {:.1}% of metrics off's requests per second ({scraped} scrapes)",
+        100.0 * on_rate / off_rate
+    );
+    Ok(())
+}
+
+/// What the gateway benchmarks read: 10,000 sessions placed and projected, a superadmin's
+/// key, and the relay on the bus so the detail cache follows the session events.
+struct GatewayBench {
+    pool: Pool,
+    ids: Arc<Vec<Uuid>>,
+    key: String,
+    nats: async_nats::Client,
+    js: async_nats::jetstream::Context,
+    topology: events::relay::Topology,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl GatewayBench {
+    async fn prepare(nats_url: &str, url: &str) -> anyhow::Result<GatewayBench> {
+        let pool = events::store::pool(url, 32)?;
+        crate::app::migrate(&pool).await?;
+        fill(&pool, 100, 10_000).await?;
+        let mut scheduler = scheduler::run::Scheduler::new(
+            pool.clone(),
+            scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
+        );
+        while scheduler.pass().await?.placed > 0 {}
+        let view = gateway::projection::SessionsView;
+        events::projection::install(&pool, &view).await?;
+        events::projection::catch_up(&pool, &view).await?;
+        let ids: Vec<Uuid> = db::session_ids(&pool.get().await?).await?;
+        let (_, key) = launcher::access::create_user(
+            &pool,
+            "reader@berth.local",
+            Role::Superadmin,
+            "default",
+            &[],
+        )
+        .await?;
+        // The relay and NATS run as in production: the detail cache follows the session events.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (nats, js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+        Ok(GatewayBench {
+            pool,
+            ids: Arc::new(ids),
+            key,
+            nats,
+            js,
+            topology,
+            stop,
+        })
+    }
+
+    /// Serves `state` on a port of its own until the bench stops.
+    async fn serve(&self, state: gateway::AppState) -> anyhow::Result<std::net::SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(gateway::run::serve(
+            listener.into(),
+            state,
+            self.stop.clone(),
+        ));
+        Ok(address)
+    }
+
+    /// `clients` reading session details from `address` for `phase`: the latencies of the
+    /// requests started after its first second.
+    async fn load(
+        &self,
+        address: std::net::SocketAddr,
+        clients: usize,
+        phase: Duration,
+    ) -> anyhow::Result<Vec<Duration>> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(clients)
+            .build()?;
+        let deadline = Instant::now() + phase;
+        let warmup = Instant::now() + Duration::from_secs(1);
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let (http, ids, key) = (http.clone(), self.ids.clone(), self.key.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut i = c * 7919;
+                while Instant::now() < deadline {
+                    i = (i + 104_729) % ids.len();
+                    let started = Instant::now();
+                    let response = http
+                        .get(format!("http://{address}/v1/sessions/{}", ids[i]))
+                        .header("x-api-key", &key)
+                        .send()
+                        .await?;
+                    anyhow::ensure!(
+                        response.status().is_success(),
+                        "status {}",
+                        response.status()
+                    );
+                    response.bytes().await?;
+                    if started > warmup {
+                        latencies.push(started.elapsed());
+                    }
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        Ok(all)
+    }
+
+    async fn finish(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.js.delete_stream(&self.topology.stream).await?;
+        Ok(())
+    }
 }
 
 /// `berth bench start`: create request to RUNNING through the Docker runtime, next to a plain

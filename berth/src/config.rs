@@ -73,7 +73,42 @@ pub struct Config {
     pub gateway_ca: Option<PathBuf>,
     /// A CA (PEM) webhook deliveries trust besides the system's (`BERTH_WEBHOOK_CA`).
     pub webhook_ca: Option<PathBuf>,
+    /// Whether the process records metrics (`BERTH_METRICS`, `on` by default; `off`: no
+    /// recorder, no `/metrics`, no HTTP request metrics, as for the benchmark's baseline).
+    pub metrics: bool,
+    /// Where the process serves its metrics on a listener of its own (`BERTH_METRICS_LISTEN`,
+    /// e.g. `0.0.0.0:9480`): for a process without a gateway (`berth scheduler`, an agent,
+    /// where `--metrics-listen` says the same); none by default.
+    pub metrics_listen: Option<String>,
+    /// How logs are written to stderr (`BERTH_LOG_FORMAT`, `text` or `json`).
+    pub log_format: LogFormat,
     pub timings: Timings,
+}
+
+/// How logs are written: lines for a person, or one JSON object a line for a collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+/// Whether `text` turns a switch on: `on`, `true`, `1`, `yes` (`off`, `false`, `0`, `no`: off).
+fn switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("`{text}` is neither on nor off")),
+    }
 }
 
 /// How often each service looks again, and how long it waits.
@@ -240,6 +275,16 @@ pub struct Settings {
     /// A CA (PEM) webhook deliveries trust besides the system's.
     #[arg(long, global = true, env = "BERTH_WEBHOOK_CA", value_name = "FILE")]
     pub webhook_ca: Option<PathBuf>,
+    /// Whether the process records metrics (`off`: no recorder, `/metrics` answers 404).
+    #[arg(long, global = true, env = "BERTH_METRICS", value_name = "on|off", default_value = "on", value_parser = switch)]
+    pub metrics: bool,
+    /// Where the process serves `/metrics` on a listener of its own (a part run without a
+    /// gateway; `berth agent --metrics-listen` says the same for an agent).
+    #[arg(long, global = true, env = "BERTH_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How logs are written to standard error: lines for a person, or one JSON object a line.
+    #[arg(long, global = true, env = "BERTH_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// The CLI's API key (default: the profile's).
     #[arg(
         long,
@@ -701,6 +746,9 @@ impl Config {
             gateway_tls_key: settings.gateway_tls_key.clone(),
             gateway_ca: settings.gateway_ca.clone(),
             webhook_ca: settings.webhook_ca.clone(),
+            metrics: settings.metrics,
+            metrics_listen: settings.metrics_listen.map(|a| a.to_string()),
+            log_format: settings.log_format,
             timings: Timings {
                 heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
                 agent_departed_timeout: secs(settings.agent_departed_timeout_secs),
@@ -759,6 +807,9 @@ mod tests {
         assert_eq!(config.topology, Topology::default());
         assert_eq!(config.agent_bus, bus::Subjects::default());
         assert_eq!(config.proxy_idle, Some(DEFAULT_PROXY_IDLE));
+        assert!(config.metrics, "metrics are on by default");
+        assert_eq!(config.metrics_listen, None);
+        assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.proxy_ports, Some((10200, 10299)));
         assert_eq!(config.create_queue, gateway::DEFAULT_CREATE_QUEUE);
 
@@ -771,6 +822,9 @@ mod tests {
             ("BERTH_API_KEY", ""),
             ("BERTH_PROXY_IDLE_SECS", "0"),
             ("BERTH_PROXY_PORTS", "off"),
+            ("BERTH_METRICS", "off"),
+            ("BERTH_METRICS_LISTEN", "127.0.0.1:9480"),
+            ("BERTH_LOG_FORMAT", "json"),
         ])
         .unwrap();
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
@@ -787,6 +841,9 @@ mod tests {
         assert_eq!(config.api_key, None, "an empty variable is unset");
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
         assert_eq!(config.proxy_ports, None);
+        assert!(!config.metrics);
+        assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9480"));
+        assert_eq!(config.log_format, LogFormat::Json);
     }
 
     #[test]
@@ -802,6 +859,9 @@ mod tests {
             ("BERTH_GATEWAY_URL", "ftp://gateway"),
             ("BERTH_CREATE_QUEUE", "0"),
             ("BERTH_FIRST_API_KEY", "secret"),
+            ("BERTH_METRICS", "maybe"),
+            ("BERTH_METRICS_LISTEN", "9480"),
+            ("BERTH_LOG_FORMAT", "xml"),
         ] {
             let error = with(&[(variable, value)]).expect_err(variable).to_string();
             assert!(

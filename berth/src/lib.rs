@@ -1,5 +1,6 @@
 //! berth as a library: the one composition of its control plane ([`app`]), its
-//! configuration ([`config`]), its logging and tracing ([`telemetry`]), backups that keep the
+//! configuration ([`config`]), its logging and tracing ([`telemetry`]), its metrics' recorder
+//! and listener ([`metrics`]), backups that keep the
 //! log's order across a restore ([`backup`]), each part kept running through outages of
 //! PostgreSQL and NATS ([`supervise`]), the client side of its app proxy ([`console`]:
 //! tunnels and the terminal), the authorization of a NATS server on this host kept in step
@@ -12,6 +13,7 @@ pub mod app;
 pub mod backup;
 pub mod config;
 pub mod console;
+pub mod metrics;
 pub mod nats_authority;
 pub mod scratch;
 pub mod signals;

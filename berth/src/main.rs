@@ -115,6 +115,28 @@ enum Command {
     Completion { shell: clap_complete::Shell },
 }
 
+impl Command {
+    /// The process's name in its traces (`service.name`): each part run alone names
+    /// itself, `berth up` is `berth-up`, and the CLI's commands are `berth`.
+    fn service_name(&self) -> &'static str {
+        match self {
+            Command::Up => "berth-up",
+            Command::Relay => "berth-relay",
+            Command::Projections => "berth-projections",
+            Command::Scheduler => "berth-scheduler",
+            Command::Reconciler => "berth-reconciler",
+            Command::Recorder => "berth-recorder",
+            Command::IdleReaper => "berth-idle-reaper",
+            Command::Notification => "berth-notification",
+            Command::ImageCommit => "berth-image-commit",
+            Command::Gateway => "berth-gateway",
+            Command::Agent(_) => "berth-agent",
+            Command::Bench(_) => "berth-bench",
+            _ => "berth",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum AuditCommand {
     /// Seal what is not sealed yet, then recompute the whole chain and name the first break.
@@ -177,8 +199,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let service = cli.command.service_name();
     runtime.block_on(async move {
-        let _telemetry = match telemetry::init("berth") {
+        let _telemetry = match telemetry::init(service, config.log_format) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("berth: telemetry: {e:#}");

@@ -258,6 +258,13 @@ async fn handle_message<H: Handler>(
             return;
         }
     };
+    // What this consumer has yet to take after this event, and how old the event is.
+    if let Ok(info) = message.info() {
+        metrics::gauge!(crate::metrics::CONSUMER_LAG_EVENTS, "consumer" => config.name.clone())
+            .set(info.pending as f64);
+    }
+    metrics::gauge!(crate::metrics::CONSUMER_LAG_SECONDS, "consumer" => config.name.clone())
+        .set(crate::metrics::age_secs(event.recorded_at));
     if !handler.wants(&event) {
         if let Err(e) = message.ack().await {
             tracing::debug!(consumer = %config.name, "ack of a passed-over event failed: {e}");

@@ -18,6 +18,8 @@
 //! - [`pg`]: wire types the store needs, and `copy_rows` (a fold in memory written out).
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says (libpq's modes, over rustls).
 //! - [`trace`]: W3C trace context in envelopes and NATS headers.
+//! - [`metrics`]: the names and help of the relay's, the projections' and the consumers'
+//!   metrics (recorded through the `metrics` facade).
 
 pub mod activity;
 pub mod admission;
@@ -27,6 +29,7 @@ pub mod fault;
 pub mod hints;
 pub mod ledger;
 pub mod lifecycle;
+pub mod metrics;
 pub mod pg;
 pub mod projection;
 pub mod relay;
@@ -34,6 +37,7 @@ pub mod sql;
 pub mod store;
 pub mod tls;
 pub use bus::trace;
+pub use metrics::describe_metrics;
 
 pub use domain::{aggregate, catalogue, credentials, idleness, images, notices, payloads};
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};

@@ -183,6 +183,13 @@ async fn step(
     }
     write_checkpoint(&tx, &name, last).await?;
     tx.commit().await?;
+    let projection_name = projection.name();
+    metrics::counter!(crate::metrics::PROJECTION_APPLIED, "projection" => projection_name)
+        .increment(events.len() as u64);
+    if let Some(newest) = events.last() {
+        metrics::gauge!(crate::metrics::PROJECTION_LAG_SECONDS, "projection" => projection_name)
+            .set(crate::metrics::age_secs(newest.recorded_at));
+    }
     Ok(events.len())
 }
 

@@ -231,6 +231,9 @@ async fn publish_loop(
             }
             outage.passed("relay");
             failures = 0;
+            metrics::counter!(crate::metrics::RELAY_PUBLISHED).increment(events.len() as u64);
+            metrics::gauge!(crate::metrics::RELAY_LAG_SECONDS)
+                .set(crate::metrics::age_secs(last.recorded_at));
             after = last.position;
             activity.saw_events();
         }

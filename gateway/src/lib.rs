@@ -11,6 +11,8 @@
 //! - [`proxy`]: the app proxy, the only door into a session's apps.
 //! - [`sse`]: `GET /v1/events`.
 //! - [`openapi`]: `GET /openapi.json`.
+//! - [`metrics`]: `GET /metrics` (Prometheus's text format, when the process records metrics),
+//!   each request measured by route and status, and the names of the gateway's metrics.
 //! - [`error`]: every error as a status and JSON naming the field.
 //! - [`run`]: [`run::serve`], the API on a listener kept across restarts (TLS with a
 //!   certificate), with the work behind it on tasks it owns.
@@ -23,6 +25,7 @@ pub mod cache;
 pub mod console;
 mod db;
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod openapi;
 pub mod projection;
@@ -33,6 +36,7 @@ pub mod sse;
 mod state;
 pub mod tls;
 
+pub use metrics::{describe_metrics, MetricsRender, METRICS_CONTENT_TYPE};
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
 /// The gateway's own schema (`proxy`: the app proxy's tickets and cookies, shared by every
@@ -128,16 +132,26 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// The whole API.
+/// The whole API, and `/metrics` beside it (for a scraper, not in the document, without a
+/// key like `/readyz`).
 pub fn router(state: AppState) -> Router {
     let (router, _) = routes().split_for_parts();
-    router
+    let measured = state.metrics.is_some();
+    let router = router
         .merge(console::router())
+        .route("/metrics", axum::routing::get(metrics::metrics))
         .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ready::refuse_writes_while_down,
-        ))
+        ));
+    // Only a process that records metrics pays for measuring each request.
+    let router = if measured {
+        router.layer(axum::middleware::from_fn(metrics::measure))
+    } else {
+        router
+    };
+    router
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(
             TraceLayer::new_for_http()

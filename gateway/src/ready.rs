@@ -33,6 +33,11 @@ const CHECK_WITHIN: Duration = Duration::from_secs(2);
 pub const MOST_LAG_SECS: f64 = 60.0;
 /// Readers' lag is counted up to this many events (a count, not a scan of the whole log).
 const LAG_COUNTED_UP_TO: i64 = 10_000;
+/// The sessions and agents gauges are counted every this many checks (10 s): a count over
+/// the sessions view, cheap at that pace.
+const COUNT_EVERY_CHECKS: u64 = 10;
+/// An agent unheard this long counts as `silent` in the agents gauge (two heartbeats).
+const SILENT_AFTER_SECS: f64 = 20.0;
 
 /// The last check of everything, shared by the checker and the handlers.
 #[derive(Clone, Default)]
@@ -148,9 +153,24 @@ impl Readiness {
         nats: Option<async_nats::Client>,
         stop: CancellationToken,
     ) {
-        loop {
+        let mut gauges = Gauges::default();
+        for check in 0u64.. {
+            if check % COUNT_EVERY_CHECKS == 0 {
+                if let Ok(Err(e)) = tokio::time::timeout(CHECK_WITHIN, gauges.count(&pool)).await {
+                    tracing::debug!(error = %e, "sessions and agents not counted");
+                }
+            }
             let (postgres, readers) = match tokio::time::timeout(CHECK_WITHIN, lags(&pool)).await {
-                Ok(Ok(readers)) => (None, readers),
+                Ok(Ok(readers)) => {
+                    for reader in &readers {
+                        let name = reader.name.clone();
+                        ::metrics::gauge!(crate::metrics::READER_LAG_EVENTS, "reader" => name.clone())
+                            .set(reader.events_behind as f64);
+                        ::metrics::gauge!(crate::metrics::READER_LAG_SECONDS, "reader" => name)
+                            .set(reader.seconds_behind);
+                    }
+                    (None, readers)
+                }
                 Ok(Err(e)) => (Some(e.to_string()), Vec::new()),
                 Err(_) => (Some("no answer within 2 s".to_owned()), Vec::new()),
             };
@@ -190,6 +210,45 @@ impl Readiness {
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
             }
         }
+    }
+}
+
+/// The sessions and agents gauges, with the labels set before: one no longer counted is set
+/// to zero rather than left at its last value.
+#[derive(Default)]
+struct Gauges {
+    sessions: std::collections::BTreeSet<(String, String)>,
+    agents: std::collections::BTreeSet<String>,
+}
+
+impl Gauges {
+    /// Counts the sessions view's sessions by status and type and the agents by state.
+    async fn count(&mut self, pool: &Pool) -> Result<(), LagsError> {
+        let client = pool.get().await?;
+        let sessions = crate::db::ready::session_counts(&client).await?;
+        let agents = crate::db::ready::agent_counts(&client, SILENT_AFTER_SECS).await?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (status, session_type, count) in sessions {
+            let labels = (status, session_type);
+            ::metrics::gauge!(crate::metrics::SESSIONS, "status" => labels.0.clone(), "type" => labels.1.clone())
+                .set(count as f64);
+            seen.insert(labels);
+        }
+        for (status, session_type) in self.sessions.difference(&seen) {
+            ::metrics::gauge!(crate::metrics::SESSIONS, "status" => status.clone(), "type" => session_type.clone())
+                .set(0.0);
+        }
+        self.sessions = seen;
+        let mut seen = std::collections::BTreeSet::new();
+        for (state, count) in agents {
+            ::metrics::gauge!(crate::metrics::AGENTS, "state" => state.clone()).set(count as f64);
+            seen.insert(state);
+        }
+        for state in self.agents.difference(&seen) {
+            ::metrics::gauge!(crate::metrics::AGENTS, "state" => state.clone()).set(0.0);
+        }
+        self.agents = seen;
+        Ok(())
     }
 }
 

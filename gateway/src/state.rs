@@ -40,6 +40,9 @@ pub struct AppState {
     /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
     /// for a connection PostgreSQL is slow to give.
     creates: Arc<tokio::sync::Semaphore>,
+    /// The process's metrics as `GET /metrics` answers them, when metrics are on
+    /// ([`AppState::with_metrics`]).
+    pub metrics: Option<crate::metrics::MetricsRender>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -70,6 +73,7 @@ impl AppState {
             readiness: ready::Readiness::default(),
             watches_readiness: false,
             creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
+            metrics: None,
         }
     }
 
@@ -116,6 +120,14 @@ impl AppState {
     /// circuits), reports the apps' activity and closes idle circuits.
     pub fn with_proxy(mut self, config: proxy::ProxyConfig) -> AppState {
         self.proxy = Some(proxy::Proxy::new(config, self.pool.clone()));
+        self
+    }
+
+    /// This state serving `render`'s exposition on `GET /metrics` and measuring every request
+    /// (by route and status) for it; without it, `/metrics` is 404 and requests are not
+    /// measured.
+    pub fn with_metrics(mut self, render: crate::metrics::MetricsRender) -> AppState {
+        self.metrics = Some(render);
         self
     }
 

@@ -13,6 +13,8 @@
 //!   none could hold them.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
+//! - [`metrics`]: `/metrics` scraped before and after a session's life, and an agent's own
+//!   metrics listener.
 //! - [`migrations`]: the backbone's and the services' schemas, on a fresh database and on one
 //!   migrated before the services owned theirs.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
@@ -49,6 +51,7 @@ mod containers;
 mod contract;
 mod gateways;
 mod idle;
+mod metrics;
 mod migrations;
 mod notifications;
 mod outage;

@@ -17,7 +17,7 @@ use crate::containers::local_agent;
 /// The subscriber with the OpenTelemetry layer, as every berth process installs it; once per
 /// test process (nextest runs each test in its own).
 fn install_telemetry() {
-    if let Ok(telemetry) = berth::telemetry::init("berth-test") {
+    if let Ok(telemetry) = berth::telemetry::init("berth-test", berth::config::LogFormat::Text) {
         std::mem::forget(telemetry);
     }
 }

@@ -1,6 +1,6 @@
 //! Readiness: how far behind each checkpointed reader of the log is, from the event store
 //! (`events`, `checkpoints`, written by the `events` crate's store and its readers), for
-//! `/readyz`.
+//! `/readyz`; and the sessions view's counts the gateway reports as gauges.
 
 use deadpool_postgres::GenericClient;
 
@@ -27,4 +27,39 @@ pub async fn reader_lags(
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect())
+}
+
+/// Sessions in the sessions view by status and type, with how many of each.
+pub async fn session_counts(
+    client: &impl GenericClient,
+) -> Result<Vec<(String, String, i64)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT status, session_type, count(*) FROM proj_sessions.sessions GROUP BY 1, 2",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// Agents in the ledger by state: `lost`, `silent` (unheard for `silent_after_secs`)
+/// or `alive`.
+pub async fn agent_counts(
+    client: &impl GenericClient,
+    silent_after_secs: f64,
+) -> Result<Vec<(String, i64)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT CASE WHEN a.lost IS NOT NULL THEN 'lost'
+                         WHEN greatest(a.last_heartbeat, l.seen_at)
+                              < now() - make_interval(secs => $1) THEN 'silent'
+                         ELSE 'alive' END, count(*)
+             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id) GROUP BY 1",
+            &[&silent_after_secs],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

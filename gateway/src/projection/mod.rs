@@ -170,28 +170,33 @@ impl Projection for SessionsView {
                      VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
                        $14, $15, $15, $16) ON CONFLICT DO NOTHING"
                 );
-                tx.execute(
-                    &sql,
-                    &[
-                        &r.session_id,
-                        &r.name,
-                        &r.owner.user_id,
-                        &r.owner.email,
-                        &r.requested_by,
-                        &r.owner.project,
-                        &text(&r.session_type),
-                        &r.image,
-                        &r.resource_group,
-                        &serde_json::to_value(r.resources).unwrap_or_default(),
-                        &i64_of(r.shared_memory_bytes),
-                        &text(&r.cluster_mode),
-                        &(r.cluster_size as i32),
-                        &request,
-                        &at,
-                        &version,
-                    ],
-                )
-                .await?;
+                let inserted = tx
+                    .execute(
+                        &sql,
+                        &[
+                            &r.session_id,
+                            &r.name,
+                            &r.owner.user_id,
+                            &r.owner.email,
+                            &r.requested_by,
+                            &r.owner.project,
+                            &text(&r.session_type),
+                            &r.image,
+                            &r.resource_group,
+                            &serde_json::to_value(r.resources).unwrap_or_default(),
+                            &i64_of(r.shared_memory_bytes),
+                            &text(&r.cluster_mode),
+                            &(r.cluster_size as i32),
+                            &request,
+                            &at,
+                            &version,
+                        ],
+                    )
+                    .await?;
+                if inserted > 0 {
+                    ::metrics::counter!(crate::metrics::SESSIONS_CREATED, "type" => text(&r.session_type))
+                        .increment(1);
+                }
             }
             Event::SchedulingAttempted(e) => {
                 let latest = format!(
@@ -255,19 +260,26 @@ impl Projection for SessionsView {
                 occupy(tx, schema, &kernels, 1).await?;
                 let sql = format!(
                     "UPDATE {schema}.sessions SET agent_id = $2, kernels = $3, scheduled_at = $4,
-                       version = $5 WHERE session_id = $1"
+                       version = $5 WHERE session_id = $1
+                     RETURNING session_type, extract(epoch FROM $4 - created_at)::float8"
                 );
-                tx.execute(
-                    &sql,
-                    &[
-                        &e.session_id,
-                        &e.agent_id,
-                        &serde_json::to_value(&kernels).unwrap_or_default(),
-                        &at,
-                        &version,
-                    ],
-                )
-                .await?;
+                let placed = tx
+                    .query_opt(
+                        &sql,
+                        &[
+                            &e.session_id,
+                            &e.agent_id,
+                            &serde_json::to_value(&kernels).unwrap_or_default(),
+                            &at,
+                            &version,
+                        ],
+                    )
+                    .await?;
+                if let Some(row) = placed {
+                    let session_type: String = row.get(0);
+                    ::metrics::histogram!(crate::metrics::CREATE_TO_PLACED, "type" => session_type)
+                        .record(row.get::<_, f64>(1));
+                }
             }
             Event::SessionResourcesReleased(e) => {
                 let kernels = e.placements();
@@ -288,22 +300,41 @@ impl Projection for SessionsView {
                        ended_at = CASE WHEN $6 THEN coalesce($8, $4) ELSE ended_at END,
                        exit_code = coalesce($7, exit_code),
                        agent_id = CASE WHEN $2 = 'PENDING' THEN NULL ELSE agent_id END
-                     WHERE session_id = $1"
+                     FROM (SELECT started_at AS started_before, ended_at AS ended_before
+                           FROM {schema}.sessions WHERE session_id = $1) before
+                     WHERE session_id = $1
+                     RETURNING session_type, before.started_before IS NULL AND started_at IS NOT NULL,
+                       extract(epoch FROM started_at - created_at)::float8,
+                       before.ended_before IS NULL AND ended_at IS NOT NULL"
                 );
-                tx.execute(
-                    &sql,
-                    &[
-                        &e.session_id,
-                        &text(&e.to),
-                        &e.reason,
-                        &at,
-                        &version,
-                        &ended,
-                        &e.exit_code,
-                        &e.occurred_at,
-                    ],
-                )
-                .await?;
+                let changed = tx
+                    .query_opt(
+                        &sql,
+                        &[
+                            &e.session_id,
+                            &text(&e.to),
+                            &e.reason,
+                            &at,
+                            &version,
+                            &ended,
+                            &e.exit_code,
+                            &e.occurred_at,
+                        ],
+                    )
+                    .await?;
+                // Measured once per session: its first RUNNING, and its end.
+                if let Some(row) = changed {
+                    let session_type: String = row.get(0);
+                    if row.get::<_, bool>(1) {
+                        let seconds: Option<f64> = row.get(2);
+                        ::metrics::histogram!(crate::metrics::CREATE_TO_RUNNING, "type" => session_type.clone())
+                            .record(seconds.unwrap_or_default());
+                    }
+                    if row.get::<_, bool>(3) {
+                        ::metrics::counter!(crate::metrics::SESSIONS_ENDED, "type" => session_type, "status" => text(&e.to))
+                            .increment(1);
+                    }
+                }
             }
             Event::SessionRenamed(e) => {
                 let sql = format!(

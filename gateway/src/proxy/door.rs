@@ -515,7 +515,11 @@ impl AsyncRead for MeteredStream {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = buf.filled().len() - before;
-        self.live.bytes_in.fetch_add(read as u64, Ordering::Relaxed);
+        if read > 0 {
+            self.live.bytes_in.fetch_add(read as u64, Ordering::Relaxed);
+            ::metrics::counter!(crate::metrics::PROXY_BYTES, "direction" => "in")
+                .increment(read as u64);
+        }
         polled
     }
 }
@@ -532,6 +536,8 @@ impl AsyncWrite for MeteredStream {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &polled {
             self.live.bytes_out.fetch_add(*n as u64, Ordering::Relaxed);
+            ::metrics::counter!(crate::metrics::PROXY_BYTES, "direction" => "out")
+                .increment(*n as u64);
         }
         polled
     }
@@ -555,6 +561,8 @@ impl AsyncWrite for MeteredStream {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &polled {
             self.live.bytes_out.fetch_add(*n as u64, Ordering::Relaxed);
+            ::metrics::counter!(crate::metrics::PROXY_BYTES, "direction" => "out")
+                .increment(*n as u64);
         }
         polled
     }

@@ -357,7 +357,12 @@ impl Proxy {
             served: Mutex::default(),
             cookies: Mutex::default(),
         });
-        lock(&self.circuits).insert(live.opened.circuit_id, live.clone());
+        let open = {
+            let mut circuits = lock(&self.circuits);
+            circuits.insert(live.opened.circuit_id, live.clone());
+            circuits.len()
+        };
+        ::metrics::gauge!(crate::metrics::PROXY_CIRCUITS).set(open as f64);
         tracing::info!(circuit = %live.opened.circuit_id, port = live.opened.port,
             app = %live.opened.app, session = %live.opened.session_id, "circuit open");
         let served = tokio::spawn(door::serve(self.clone(), live.clone(), listener));
@@ -407,7 +412,11 @@ impl Proxy {
     /// Stops serving `circuit_id` here (closed, by this gateway or another), cutting its
     /// connections.
     async fn stop_serving(&self, circuit_id: Uuid) {
-        let live = lock(&self.circuits).remove(&circuit_id);
+        let (live, open) = {
+            let mut circuits = lock(&self.circuits);
+            (circuits.remove(&circuit_id), circuits.len())
+        };
+        ::metrics::gauge!(crate::metrics::PROXY_CIRCUITS).set(open as f64);
         if let Some(live) = live {
             live.stop.cancel();
             let served = lock(&live.served).take();

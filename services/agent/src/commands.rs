@@ -71,6 +71,14 @@ impl Commands {
             match next {
                 Some(Ok(message)) => match serde_json::from_slice::<Command>(&message.payload) {
                     Ok(command) => {
+                        let name = match &command {
+                            Command::Assign { .. } => "assign",
+                            Command::Stop { .. } => "stop",
+                            Command::Commit { .. } => "commit",
+                            Command::RemoveImage { .. } => "remove_image",
+                            Command::StartApp { .. } => "start_app",
+                        };
+                        metrics::counter!(crate::COMMANDS, "command" => name).increment(1);
                         self.unacked = Some(message);
                         return Some(command);
                     }

@@ -175,3 +175,14 @@ pub async fn depart(link: &Link, reason: &str, stop: &CancellationToken) -> bool
 
 /// How often an agent says it is alive: the domain's, which the scheduler judges silence by.
 pub use domain::aggregate::HEARTBEAT_EVERY;
+
+pub const COMMANDS: &str = "berth_agent_commands_total";
+
+/// Describes the agent's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        COMMANDS,
+        "Commands this agent took from the control plane, by command: `assign`, `stop`, \
+         `commit`, `remove_image`, `start_app`"
+    );
+}

@@ -299,6 +299,17 @@ async fn reap_when_due(pool: Pool, list: Shared, config: ReaperConfig, stop: Can
     }
 }
 
+pub const REAPS: &str = "berth_idle_reaps_total";
+
+/// Describes the idle-reaper's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        REAPS,
+        "Sessions the idle-reaper terminated, by the checker that fired: `lifetime`, \
+         `network_idle` or `utilization`"
+    );
+}
+
 /// Terminates one session for `verdict`. A failure is logged; the next tick tries again.
 async fn reap(pool: &Pool, verdict: IdleVerdict) {
     let metadata = Metadata {
@@ -309,6 +320,7 @@ async fn reap(pool: &Pool, verdict: IdleVerdict) {
     let reading = verdict.reading;
     match lifecycle::command(pool, id, &metadata, |s| s.reap(reading.clone())).await {
         Ok(_) => {
+            metrics::counter!(REAPS, "checker" => reading.checker.as_str()).increment(1);
             tracing::info!(session_id = %id, checker = reading.checker.as_str(), "{}", reading.explanation);
         }
         Err(CommandError::Refused(TransitionError::Ended(_)) | CommandError::NotFound(_)) => {}

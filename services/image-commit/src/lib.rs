@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use events::catalogue::Event;
 use events::consumer::{ConsumerConfig, Handler, HandlerError};
+use events::payloads::CommitOutcome;
 use events::relay::{RelayError, Topology};
 use events::{Metadata, RecordedEvent};
 use tokio_util::sync::CancellationToken;
@@ -161,7 +162,14 @@ impl Handler for Sender {
             }
             Event::SessionCommitEnded(e) => {
                 db::forget(tx, e.commit_id).await?;
-                lock(&self.pending).remove(&e.commit_id);
+                // Counted once, by the service that waited for it.
+                if lock(&self.pending).remove(&e.commit_id).is_some() {
+                    let outcome = match e.outcome {
+                        CommitOutcome::Done { .. } => "done",
+                        CommitOutcome::Failed { .. } => "failed",
+                    };
+                    metrics::counter!(COMMITS, "outcome" => outcome).increment(1);
+                }
                 Ok(())
             }
             Event::CustomImageRemoved(e) => match (&e.agent_id, e.session_id) {
@@ -177,6 +185,17 @@ impl Handler for Sender {
             _ => Ok(()),
         }
     }
+}
+
+pub const COMMITS: &str = "berth_commits_total";
+
+/// Describes the image-commit service's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        COMMITS,
+        "Commits to customized images that ended, by outcome: `done` or `failed` (by the \
+         agent, or overdue)"
+    );
 }
 
 /// Fails every commit asked longer than the deadline ago and not ended.

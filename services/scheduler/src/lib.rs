@@ -12,3 +12,4 @@ pub mod db;
 pub mod reconcile;
 pub mod run;
 pub mod wake;
+pub use run::describe_metrics;

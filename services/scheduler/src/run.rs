@@ -89,6 +89,44 @@ pub struct Pass {
     pub next_deadline: Option<DateTime<Utc>>,
 }
 
+pub const PASS_SECONDS: &str = "berth_scheduler_pass_seconds";
+pub const PASS_FAILURES: &str = "berth_scheduler_pass_failures_total";
+pub const DECISIONS: &str = "berth_scheduler_decisions_total";
+
+/// Describes the scheduler's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        PASS_SECONDS,
+        metrics::Unit::Seconds,
+        "Time one scheduler pass took (every resource group's queue decided and recorded, or failed)"
+    );
+    metrics::describe_counter!(
+        PASS_FAILURES,
+        "Scheduler passes that failed (PostgreSQL away, a decision refused by the ledger) and were rolled back"
+    );
+    metrics::describe_counter!(
+        DECISIONS,
+        "Decisions of committed scheduler passes by outcome: `placed`, `cancelled` (gave up, \
+         expired) or `waiting` (left PENDING)"
+    );
+}
+
+impl Pass {
+    /// Counts this committed pass's decisions by outcome.
+    fn count_decisions(&self) {
+        let waiting = self.decided.saturating_sub(self.placed + self.cancelled);
+        for (outcome, count) in [
+            ("placed", self.placed),
+            ("cancelled", self.cancelled),
+            ("waiting", waiting),
+        ] {
+            if count > 0 {
+                metrics::counter!(DECISIONS, "outcome" => outcome).increment(count as u64);
+            }
+        }
+    }
+}
+
 /// A scheduler: remembers, per group, the free resources seen by its last pass (to tell
 /// whether a wait for resources deserves another counted attempt).
 pub struct Scheduler {
@@ -222,9 +260,13 @@ impl Scheduler {
         let mut outage = events::fault::Outage::default();
         while !stop.is_cancelled() {
             let mut sleep = self.config.interval;
-            match self.pass().await {
+            let began = tokio::time::Instant::now();
+            let passed = self.pass().await;
+            metrics::histogram!(PASS_SECONDS).record(began.elapsed().as_secs_f64());
+            match passed {
                 Ok(pass) => {
                     outage.passed("scheduler");
+                    pass.count_decisions();
                     if pass.placed + pass.cancelled > 0 {
                         tracing::debug!(?pass, "scheduling pass");
                         // The queue moved; look again at once. Failures are retried only at
@@ -237,6 +279,7 @@ impl Scheduler {
                     }
                 }
                 Err(e) => {
+                    metrics::counter!(PASS_FAILURES).increment(1);
                     outage.failed("scheduler", &e);
                     // An outage is retried soon, not at the safety net's interval.
                     sleep = sleep.min(RETRY_AFTER_FAILURE);

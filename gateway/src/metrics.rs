@@ -1,0 +1,117 @@
+//! The gateway's metrics: `GET /metrics` (Prometheus's text format, unauthenticated like
+//! `/readyz`, outside the OpenAPI document), every request measured by its route (axum's
+//! `MatchedPath`, never the raw path, so ids do not make new series) and status, and the names
+//! and help of what the gateway's parts record: the app proxy's circuits and bytes, the
+//! sessions view's counts, creates to placed and to RUNNING, and the log's readers' lag.
+//! The gateway records through the `metrics` facade only; the process that runs it installs
+//! the recorder and hands its exposition in ([`crate::AppState::with_metrics`]).
+
+use std::sync::Arc;
+
+use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::state::AppState;
+
+/// The process's exposition, made when `/metrics` is asked for.
+pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Prometheus's text exposition format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub const HTTP_REQUESTS: &str = "berth_http_requests_total";
+pub const HTTP_DURATION: &str = "berth_http_request_duration_seconds";
+pub const PROXY_CIRCUITS: &str = "berth_proxy_circuits";
+pub const PROXY_BYTES: &str = "berth_proxy_bytes_total";
+pub const SESSIONS: &str = "berth_sessions";
+pub const AGENTS: &str = "berth_agents";
+pub const SESSIONS_CREATED: &str = "berth_sessions_created_total";
+pub const SESSIONS_ENDED: &str = "berth_sessions_ended_total";
+pub const CREATE_TO_PLACED: &str = "berth_session_create_to_placed_seconds";
+pub const CREATE_TO_RUNNING: &str = "berth_session_create_to_running_seconds";
+pub const READER_LAG_EVENTS: &str = "berth_reader_lag_events";
+pub const READER_LAG_SECONDS: &str = "berth_reader_lag_seconds";
+
+/// Describes the gateway's metrics (and its sessions view's) to the installed recorder.
+pub fn describe_metrics() {
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered by the gateway, by method, route (its pattern) and status"
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Time the gateway took to answer a request (to its response's head), by method and route"
+    );
+    describe_gauge!(PROXY_CIRCUITS, "App proxy circuits this gateway serves now");
+    describe_counter!(
+        PROXY_BYTES,
+        Unit::Bytes,
+        "Bytes the app proxy carried: direction `in` from clients to apps, `out` back"
+    );
+    describe_gauge!(
+        SESSIONS,
+        "Sessions in the sessions view by status and type (counted every 10 s)"
+    );
+    describe_gauge!(
+        AGENTS,
+        "Agents by state: `alive`, `silent` (unheard for two heartbeats), `lost` (counted every 10 s)"
+    );
+    describe_counter!(
+        SESSIONS_CREATED,
+        "Sessions requested, by type, as the sessions projection applies them"
+    );
+    describe_counter!(
+        SESSIONS_ENDED,
+        "Sessions that reached TERMINATED, ERROR or CANCELLED, by type and status"
+    );
+    describe_histogram!(
+        CREATE_TO_PLACED,
+        Unit::Seconds,
+        "Time from a session's request to its placement on agents, by type"
+    );
+    describe_histogram!(
+        CREATE_TO_RUNNING,
+        Unit::Seconds,
+        "Time from a session's request to its first RUNNING, by type"
+    );
+    describe_gauge!(
+        READER_LAG_EVENTS,
+        "Events written to the log and not yet read by each checkpointed reader (the relay, \
+         the projections), counted up to 10,000"
+    );
+    describe_gauge!(
+        READER_LAG_SECONDS,
+        Unit::Seconds,
+        "How long the oldest event each checkpointed reader has not read has waited"
+    );
+}
+
+/// `GET /metrics`: the process's metrics; 404 when metrics are off.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(render) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], render()).into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are off (BERTH_METRICS=off)").into_response(),
+    }
+}
+
+/// Counts each request by method, route and status, and times it. A request no route
+/// matched counts under `route="unmatched"`.
+pub async fn measure(request: Request, next: Next) -> Response {
+    let began = tokio::time::Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    ::metrics::histogram!(HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
+        .record(began.elapsed().as_secs_f64());
+    ::metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    response
+}
