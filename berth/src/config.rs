@@ -276,7 +276,7 @@ pub struct Settings {
     #[arg(long, global = true, env = "BERTH_WEBHOOK_CA", value_name = "FILE")]
     pub webhook_ca: Option<PathBuf>,
     /// Whether the process records metrics (`off`: no recorder, `/metrics` answers 404).
-    #[arg(long, global = true, env = "BERTH_METRICS", value_name = "on|off", default_value = "on", value_parser = switch)]
+    #[arg(long, global = true, env = "BERTH_METRICS", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
     pub metrics: bool,
     /// Where the process serves `/metrics` on a listener of its own (a part run without a
     /// gateway; `berth agent --metrics-listen` says the same for an agent).
