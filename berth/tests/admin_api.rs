@@ -14,15 +14,6 @@ use common::*;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `berth admin ARGS` against `gateway` with `key`, without any database URL, with
 /// `input` on standard input: whether it succeeded, and what it printed.
 fn admin(gateway: &str, key: &str, args: &[&str], input: &str) -> (bool, String) {

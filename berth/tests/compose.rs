@@ -152,19 +152,10 @@ impl Drop for Stack {
     }
 }
 
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `count` consecutive free ports.
 fn free_range(count: u16) -> (u16, u16) {
     for _ in 0..100 {
-        let first = free_port();
+        let first = common::free_port();
         let Some(last) = first.checked_add(count - 1) else {
             continue;
         };
@@ -276,12 +267,12 @@ async fn the_stack_comes_up_runs_a_session_opens_an_app_and_rides_out_restarts()
     );
 
     let tag = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
-    let (gateway, proxy) = (free_port(), free_range(4));
+    let (gateway, proxy) = (common::free_port(), free_range(4));
     let agent_data = common::tempdir("berth-compose-agent");
     let mut env = required_env();
     env.extend([
-        ("BERTH_COMPOSE_PG_PORT", free_port().to_string()),
-        ("BERTH_COMPOSE_NATS_PORT", free_port().to_string()),
+        ("BERTH_COMPOSE_PG_PORT", common::free_port().to_string()),
+        ("BERTH_COMPOSE_NATS_PORT", common::free_port().to_string()),
         ("BERTH_COMPOSE_GATEWAY_PORT", gateway.to_string()),
         ("BERTH_PROXY_PORTS", format!("{}-{}", proxy.0, proxy.1)),
         ("BERTH_AGENT_DATA", agent_data.display().to_string()),

@@ -59,15 +59,6 @@ impl Drop for Processes {
     }
 }
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs the README's batch session through the gateway of processes started as `commands`
 /// (each a `berth` subcommand), with an agent; checks it ends TERMINATED with its output.
 async fn batch_session_end_to_end(commands: &[&str]) {

@@ -85,6 +85,15 @@ pub async fn first_superadmin(pool: &Pool, url: &str) -> events::ledger::KeyOwne
         .expect("the printed key has an owner")
 }
 
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A new directory under the temporary one, named `<prefix>-<uuid>`.
 pub fn tempdir(prefix: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::new_v4().simple()));
