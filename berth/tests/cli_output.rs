@@ -122,14 +122,7 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     let (pool, url) = fresh_database().await;
     let admin_key = init_install(&url);
     let id = Uuid::new_v4().simple().to_string();
-    let listen = format!(
-        "127.0.0.1:{}",
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    );
+    let listen = format!("127.0.0.1:{}", free_port());
     let mut env = bus_env("o", &id);
     env.extend(
         [
@@ -389,7 +382,16 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         assert_eq!(ran.code, Some(0), "{}", ran.stderr);
         twins.push(ran.stdout.split_whitespace().next().unwrap().to_owned());
     }
-    let (_, both) = api.get(&admin_key, "/v1/sessions?name=twin").await;
+    // The list is the sessions view, which follows the log a moment behind a create (more
+    // under a loaded run): wait, bounded, for both creates to reach it.
+    let mut both = Value::Null;
+    for _ in 0..100 {
+        both = api.get(&admin_key, "/v1/sessions?name=twin").await.1;
+        if both["total"] == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert_eq!(both["total"], 2, "{both}");
     let (_, his) = api.get(&bob_key, "/v1/sessions?name=twin").await;
     assert_eq!(his["total"], 1, "{his}");
