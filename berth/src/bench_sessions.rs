@@ -60,6 +60,8 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
             max_attempts: 5,
             skip_after: 3,
             pending_timeout_secs: 3600,
+            fair_share: Default::default(),
+            starve_after_secs: 0,
         },
         agents: (0..agents)
             .map(|i| AgentView {
@@ -85,8 +87,12 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
                 attempts: 0,
                 last_result: None,
                 last_error_code: None,
+                priority: 0,
+                project: None,
             })
             .collect(),
+        held: HashMap::new(),
+        usage: Default::default(),
         owners: owners
             .iter()
             .map(|o| {

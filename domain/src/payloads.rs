@@ -584,6 +584,41 @@ pub enum QueuePolicy {
     Fifo,
     /// Oldest first, but any session that fits now goes, whatever waits ahead of it.
     Backfill,
+    /// Newest first; a head that does not fit holds back as under `fifo`.
+    Lifo,
+    /// Dominant resource fairness over what runs now: the next session is always the
+    /// owner's whose largest share of any of the group's resources is smallest.
+    Drf,
+    /// Fair share over past use: owners (and projects) that ran least lately, by their decayed
+    /// resource-seconds, go first.
+    #[serde(rename = "fair-share")]
+    FairShare,
+}
+
+impl QueuePolicy {
+    pub const ALL: [QueuePolicy; 5] = [
+        QueuePolicy::Fifo,
+        QueuePolicy::Backfill,
+        QueuePolicy::Lifo,
+        QueuePolicy::Drf,
+        QueuePolicy::FairShare,
+    ];
+
+    /// The name as stored and typed (`fair-share`), the same as its serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuePolicy::Fifo => "fifo",
+            QueuePolicy::Backfill => "backfill",
+            QueuePolicy::Lifo => "lifo",
+            QueuePolicy::Drf => "drf",
+            QueuePolicy::FairShare => "fair-share",
+        }
+    }
+
+    /// The policy named `name`, as [`QueuePolicy::as_str`] spells it.
+    pub fn parse(name: &str) -> Option<QueuePolicy> {
+        QueuePolicy::ALL.into_iter().find(|p| p.as_str() == name)
+    }
 }
 
 /// How the scheduler picks among the agents a session fits on.

@@ -31,6 +31,8 @@ use events::catalogue::Event;
 use events::payloads::*;
 use uuid::Uuid;
 
+pub use crate::fair_share::{FairShareSettings, Usage};
+
 /// The phase name of placement in scheduling history.
 pub const PHASE: &str = "schedule";
 
@@ -80,6 +82,10 @@ pub struct PendingSession {
     pub attempts: u32,
     pub last_result: Option<SchedulingResult>,
     pub last_error_code: Option<String>,
+    /// Higher goes first within the group's policy.
+    pub priority: i32,
+    /// The project it runs for, if any (fair share counts projects' use too).
+    pub project: Option<String>,
 }
 
 impl PendingSession {
@@ -113,6 +119,11 @@ pub struct GroupRules {
     pub skip_after: u32,
     /// 0: no limit.
     pub pending_timeout_secs: u64,
+    /// How past use is counted under `fair-share`.
+    pub fair_share: FairShareSettings,
+    /// Longest a session may be passed over by others of higher priority or policy rank
+    /// before it goes first whatever its rank; 0: no bound.
+    pub starve_after_secs: u64,
 }
 
 /// Everything one pass over a group decides on.
@@ -128,6 +139,10 @@ pub struct Snapshot {
     /// Pending sessions, oldest first.
     pub queue: Vec<PendingSession>,
     pub owners: HashMap<Uuid, OwnerLoad>,
+    /// What each owner holds in this group now (DRF's shares are of these).
+    pub held: HashMap<Uuid, ResourceSlots>,
+    /// Decayed past use in this group (fair share's factors come from it).
+    pub usage: Usage,
     pub now: DateTime<Utc>,
     /// Whether the group gained free resources since the last pass: only then is a wait for
     /// resources tried again as a counted attempt.
@@ -822,7 +837,7 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
             }
             NeedRetry if verdict.group_short => {
                 let holds_back =
-                    rules.queue_policy == QueuePolicy::Fifo && attempts <= rules.skip_after;
+                    rules.queue_policy != QueuePolicy::Backfill && attempts <= rules.skip_after;
                 if holds_back && blocker.is_none() {
                     blocker = Some((session.session_id, verdict.message.clone()));
                 }
@@ -975,6 +990,8 @@ mod tests {
             attempts: 0,
             last_result: None,
             last_error_code: None,
+            priority: 0,
+            project: None,
         }
     }
 
@@ -987,11 +1004,15 @@ mod tests {
                 max_attempts: 5,
                 skip_after: 2,
                 pending_timeout_secs: 3600,
+                fair_share: FairShareSettings::default(),
+                starve_after_secs: 0,
             },
             agents,
             silent_after: Duration::from_secs(10),
             queue,
             owners: HashMap::new(),
+            held: HashMap::new(),
+            usage: Usage::default(),
             now: t0(),
             capacity_grew: false,
         }

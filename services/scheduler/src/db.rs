@@ -56,6 +56,8 @@ pub async fn groups(tx: &impl GenericClient) -> Result<Vec<GroupRules>, LedgerEr
             max_attempts: g.get::<_, i32>(3).max(1) as u32,
             skip_after: g.get::<_, i32>(4).max(0) as u32,
             pending_timeout_secs: g.get::<_, i64>(5).max(0) as u64,
+            fair_share: Default::default(),
+            starve_after_secs: 0,
         })
         .collect())
 }
@@ -74,7 +76,7 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
             &format!(
                 "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                         cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
-                        attempts, last_result, last_error_code, traceparent
+                        attempts, last_result, last_error_code, traceparent, project
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
                  ORDER BY {} LIMIT $2",
                 events::sql::queue_order("s")
@@ -101,6 +103,8 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
             attempts: r.get::<_, i32>(11).max(0) as u32,
             last_result: r.get::<_, Option<&str>>(12).and_then(parse),
             last_error_code: r.get(13),
+            priority: 0,
+            project: r.get(15),
         })
         .collect();
     Ok(Queue {

@@ -2,6 +2,7 @@
 //! keeps sessions from getting stuck.
 //!
 //! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
+//! - [`fair_share`]: past use decayed by age, and the factor a fair-share queue is ordered by.
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
 //! - [`wake`]: the events on NATS that wake the scheduler.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
@@ -9,6 +10,7 @@
 
 pub mod core;
 pub mod db;
+pub mod fair_share;
 pub mod reconcile;
 pub mod run;
 pub mod wake;

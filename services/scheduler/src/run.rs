@@ -247,6 +247,8 @@ impl Scheduler {
             silent_after: after,
             queue,
             owners,
+            held: HashMap::new(),
+            usage: Default::default(),
             now: Utc::now(),
             capacity_grew,
         };
