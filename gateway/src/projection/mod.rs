@@ -202,7 +202,7 @@ impl Projection for SessionsView {
                 let latest = format!(
                     "SELECT id, phase, result, from_status, to_status, error_code
                      FROM {schema}.history WHERE session_id = $1
-                     ORDER BY created_at DESC LIMIT 1"
+                     ORDER BY created_at DESC, id DESC LIMIT 1"
                 );
                 let same = tx
                     .query_opt(&latest, &[&e.session_id])
