@@ -285,9 +285,15 @@ fn moved_rows(
             Vec::new(),
         )],
         (_, Terminated | Cancelled) => {
+            // The exit code, unless the reason says it already.
             let exit = moved
                 .exit_code
+                .filter(|_| !reason.contains("exit code"))
                 .map(|code| format!(" (exit code {code})"))
+                .unwrap_or_default();
+            let code = moved
+                .exit_code
+                .map(|code| format!(", exit code {code}"))
                 .unwrap_or_default();
             let ended = moved.occurred_at.unwrap_or(now);
             vec![row(TERMINATE).done(
@@ -297,7 +303,7 @@ fn moved_rows(
                 vec![step(
                     "stop",
                     Success,
-                    format!("{} after {}{exit}", to.as_str(), from.as_str()),
+                    format!("{} after {}{code}", to.as_str(), from.as_str()),
                     None,
                     since.min(ended),
                     ended,
@@ -382,11 +388,7 @@ fn cleanup_row(
             step(
                 format!("kernel {kernel}"),
                 Success,
-                format!(
-                    "gave back {} on agent `{}`",
-                    slots(k.resources),
-                    k.agent_id
-                ),
+                format!("gave back {} on agent `{}`", slots(k.resources), k.agent_id),
                 None,
                 now,
                 now,
@@ -551,7 +553,13 @@ mod tests {
                 }],
             ))
         });
-        j.run(|s| s.transition(Terminated, Some("the startup command succeeded".into()), Some(0)));
+        j.run(|s| {
+            s.transition(
+                Terminated,
+                Some("the startup command succeeded (exit code 0)".into()),
+                Some(0),
+            )
+        });
         assert_eq!(
             j.phases(),
             [
@@ -579,7 +587,10 @@ mod tests {
         // The rows never change what the session's scheduling counted.
         assert!(j.rows.iter().all(|r| r.attempts == 2));
         assert_eq!(j.state.scheduling_attempts, 2);
-        assert!(j.row(PULL).message.contains("`berth/python:latest` is on agent `a1`"));
+        assert!(j
+            .row(PULL)
+            .message
+            .contains("`berth/python:latest` is on agent `a1`"));
         let created = &j.row(CREATE).steps;
         assert_eq!(created.len(), 1);
         assert_eq!(created[0].step, "kernel 0");
@@ -591,7 +602,10 @@ mod tests {
         assert_eq!(end.message, "the startup command succeeded (exit code 0)");
         assert_eq!(end.steps[0].ended_at, at(3));
         let cleanup = j.row(CLEANUP);
-        assert_eq!(cleanup.message, "released cpu 1 cores, memory 256 MiB, gpu 0");
+        assert_eq!(
+            cleanup.message,
+            "released cpu 1 cores, memory 256 MiB, gpu 0"
+        );
         assert_eq!(
             cleanup.steps[0].message,
             "gave back cpu 1 cores, memory 256 MiB, gpu 0 on agent `a1`"
@@ -632,7 +646,8 @@ mod tests {
         let mut j = Journey::of(placed("berth/no-such-image:1", 1));
         j.run(|s| s.transition(Preparing, None, None));
         j.run(|s| s.transition(Pulling, None, None));
-        let engine = "pulling `berth/no-such-image:1` failed: Docker responded with status code 500: \
+        let engine =
+            "pulling `berth/no-such-image:1` failed: Docker responded with status code 500: \
                       Get \"https://registry-1.docker.io/v2/\": dial tcp: no such host";
         j.run(|s| s.transition(Error, Some(engine.into()), None));
         assert_eq!(
@@ -658,7 +673,11 @@ mod tests {
         for (path, code, phase) in [
             (&[][..], "PREPARE_FAILED", PREPARE),
             (&[Preparing, Prepared][..], "CREATE_FAILED", CREATE),
-            (&[Preparing, Prepared, Creating][..], "CREATE_FAILED", CREATE),
+            (
+                &[Preparing, Prepared, Creating][..],
+                "CREATE_FAILED",
+                CREATE,
+            ),
         ] {
             let mut j = Journey::of(placed("x", 1));
             j.run(|s| s.transition_through(path));
@@ -688,6 +707,10 @@ mod tests {
         assert_eq!(
             j.row(TERMINATE).message,
             "terminated by its owner (stopped on request) (exit code 137)"
+        );
+        assert_eq!(
+            j.row(TERMINATE).steps[0].message,
+            "TERMINATED after TERMINATING, exit code 137"
         );
 
         // Forced while it pulls: the pull never ends, the termination does.
@@ -721,7 +744,13 @@ mod tests {
         let mut j = Journey::of(state);
         j.run(|s| s.transition_through(&[Preparing, Prepared, Creating]));
         j.run(|s| s.start_kernels(&started(s, vec![])));
-        j.run(|s| s.transition(Restarting, Some("exited with code 1; restarting".into()), Some(1)));
+        j.run(|s| {
+            s.transition(
+                Restarting,
+                Some("exited with code 1; restarting".into()),
+                Some(1),
+            )
+        });
         j.run(|s| s.transition(Running, None, None));
         let later: Vec<_> = j.phases().into_iter().skip(4).collect();
         assert_eq!(
