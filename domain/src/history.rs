@@ -152,7 +152,9 @@ fn step(
         result,
         message,
         error_code: error_code.map(str::to_owned),
-        started_at,
+        // The log's clock and the recorder's may differ a little: a step never ends before
+        // it starts.
+        started_at: started_at.min(ended_at),
         ended_at,
     }
 }
@@ -760,6 +762,55 @@ mod tests {
                 (START, Success, Restarting, Running),
             ]
         );
+    }
+
+    #[test]
+    fn the_fold_knows_since_when_a_session_is_in_its_status_and_its_last_pull() {
+        let state = placed("berth/big:1", 1);
+        let id = state.request.session_id;
+        let recorded = |version: u64, second: u32, event: Event| crate::RecordedEvent {
+            event_id: uuid::Uuid::now_v7(),
+            stream_id: format!("session-{id}"),
+            stream_version: version,
+            position: crate::LogPosition {
+                tx: version + 1,
+                seq: version as i64,
+            },
+            recorded_at: at(second),
+            schema_version: 1,
+            metadata: Default::default(),
+            event,
+        };
+        let mut log = vec![recorded(
+            0,
+            0,
+            Event::SessionRequested(Box::new(state.request.clone())),
+        )];
+        let moves = state.transition_through(&[Preparing, Pulling]).unwrap();
+        log.extend(
+            moves
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| recorded(1 + i as u64, 3 + i as u32, e)),
+        );
+        let progress = Event::SessionPullProgressed(SessionPullProgressed {
+            session_id: id,
+            image: "berth/big:1".into(),
+            current_bytes: 1 << 20,
+            total_bytes: 2 << 20,
+            layers_done: 1,
+            layers: 2,
+        });
+        log.push(recorded(3, 9, progress.clone()));
+        let crate::aggregate::StreamState::Session(folded) = crate::aggregate::fold(&log) else {
+            panic!("a session's stream folds into a session");
+        };
+        // In PULLING since its move (second 4), not since the progress (second 9).
+        assert_eq!(folded.status_since, Some(at(4)));
+        let Event::SessionPullProgressed(last) = progress else {
+            unreachable!()
+        };
+        assert_eq!(folded.pull, Some(last));
     }
 
     #[test]
