@@ -60,6 +60,14 @@ pub struct SessionState {
     /// The commit to an image in progress, if any.
     #[serde(default)]
     pub commit: Option<crate::payloads::SessionCommitRequested>,
+    /// When it entered its status, by the log's clock (set by [`fold`], which reads the
+    /// events' times; `None` before its first move): where the phase it is in began, for its
+    /// history row's sub-steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// The last progress its agent reported of the pull of its image in this placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<crate::payloads::SessionPullProgressed>,
 }
 
 /// The state of one stream, by its category.
@@ -196,6 +204,8 @@ impl SessionState {
             exit_code: None,
             idle_exempt: false,
             commit: None,
+            status_since: None,
+            pull: None,
         }
     }
 
@@ -226,7 +236,9 @@ impl SessionState {
                 self.reserved = Some(e.resources);
                 self.kernels = e.kernels.clone();
                 self.kernels_started.clear();
+                self.pull = None;
             }
+            Event::SessionPullProgressed(e) => self.pull = Some(e.clone()),
             Event::KernelStarted(e) => {
                 if let Err(at) = self.kernels_started.binary_search(&e.kernel) {
                     self.kernels_started.insert(at, e.kernel);
@@ -275,9 +287,17 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a RecordedEvent>) -> StreamSt
         .fold(StreamState::Empty, |state, recorded| {
             match (state, &recorded.event) {
                 (StreamState::Empty, Event::SessionRequested(r)) => {
-                    StreamState::Session(Box::new(SessionState::requested(r)))
+                    let mut s = SessionState::requested(r);
+                    s.status_since = Some(recorded.recorded_at);
+                    StreamState::Session(Box::new(s))
                 }
-                (StreamState::Session(s), event) => StreamState::Session(Box::new(s.evolve(event))),
+                (StreamState::Session(s), event) => {
+                    let mut s = s.evolve(event);
+                    if let Event::SessionStatusChanged(_) = event {
+                        s.status_since = Some(recorded.recorded_at);
+                    }
+                    StreamState::Session(Box::new(s))
+                }
                 (StreamState::Agent(a), event) => StreamState::Agent(Box::new(a.evolve(event))),
                 (
                     StreamState::Empty,

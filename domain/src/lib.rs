@@ -6,6 +6,8 @@
 //!   the rules of the proxy circuits that reach them.
 //! - [`credentials`]: the rule a password keeps and how long a web-console sign-in lasts.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
+//! - [`history`]: the history rows of the phases an agent takes a session through (prepare,
+//!   pull, create, start, terminate) and of its clean-up, made from its moves.
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
 //! - [`notices`]: which events a session's owner is told about, in what words.
@@ -24,6 +26,7 @@ pub mod aggregate;
 pub mod apps;
 pub mod catalogue;
 pub mod credentials;
+pub mod history;
 pub mod idleness;
 pub mod images;
 pub mod launches;

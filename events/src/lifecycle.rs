@@ -1,5 +1,6 @@
 //! Commands on a session, recorded: the I/O shell around the pure moves in
-//! [`domain::lifecycle`], which this module re-exports so callers keep one path.
+//! [`domain::lifecycle`], which this module re-exports so callers keep one path. The moves
+//! are recorded with the history rows of the phases they end ([`domain::history`]).
 
 pub use domain::lifecycle::*;
 
@@ -60,6 +61,8 @@ where
         if events.is_empty() {
             return Ok(*state);
         }
+        // Every phase the moves end gets its history row, in the same append.
+        let events = domain::history::with_phases(&state, events, chrono::Utc::now());
         let expected = crate::ExpectedVersion::Exact(version);
         match crate::ledger::record_now(pool, &stream, expected, &events, metadata).await {
             Ok(_) => {

@@ -140,6 +140,8 @@ pub struct SessionDetail {
 #[serde(deny_unknown_fields)]
 pub struct HistoryEntry {
     pub id: Uuid,
+    /// `schedule`, `reconcile`, `prepare`, `pull`, `create`, `start`, `restart`, `terminate`
+    /// or `cleanup`.
     pub phase: String,
     pub result: String,
     pub from_status: String,

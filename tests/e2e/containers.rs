@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// An image no registry has: its pull fails.
-const ABSENT: &str = "registry.invalid/berth/absent:1";
+pub(crate) const ABSENT: &str = "registry.invalid/berth/absent:1";
 
 pub(crate) struct DockerAgent {
     stop: CancellationToken,
@@ -121,7 +121,7 @@ fn batch(command: &str) -> Value {
            "resources": {"cpu": 1, "memory": "256m"}})
 }
 
-async fn run_to_end(h: &Harness, body: Value) -> Value {
+pub(crate) async fn run_to_end(h: &Harness, body: Value) -> Value {
     let (status, created) = h.create(&h.admin_key, body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
@@ -278,7 +278,7 @@ async fn timeouts_start_times_and_pull_failures_end_sessions_with_their_reason()
     let history = h.history(ended["session_id"].as_str().unwrap()).await;
     assert_eq!(
         history[0]["result"], "SUCCESS",
-        "placed first, then the pull failed"
+        "placed first, then the pull failed (`history.rs` reads the pull's own row)"
     );
 }
 

@@ -27,6 +27,8 @@
 //! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
+//! - [`history`]: a session's history of every phase (schedule, prepare, pull, create,
+//!   start, terminate, cleanup) with a Docker agent, and a failed pull in the engine's words.
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
 //!   its restart.
 //! - [`console`]: the web console in headless Chromium, against a Docker agent.
@@ -50,6 +52,7 @@ mod console;
 mod containers;
 mod contract;
 mod gateways;
+mod history;
 mod idle;
 mod metrics;
 mod migrations;

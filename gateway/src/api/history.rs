@@ -22,7 +22,8 @@ pub struct HistoryParams {
     /// One history row, by its id.
     #[param(nullable = false)]
     id: Option<Uuid>,
-    /// The phase's name.
+    /// The phase's name: `schedule`, `reconcile`, `prepare`, `pull`, `create`, `start`,
+    /// `restart`, `terminate` or `cleanup`.
     #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
     phase: Option<String>,
     /// The phase's result.
@@ -45,7 +46,9 @@ pub struct HistoryParams {
     sort: Option<HistoryOrder>,
 }
 
-/// A session's scheduling history: every phase with its result and sub-steps.
+/// A session's scheduling history: every phase it went through (its placement, its agent's
+/// preparation, pull, creation and start, its end and clean-up), in order, with its result
+/// and sub-steps.
 #[utoipa::path(get, path = "/v1/sessions/{id}/history", tag = "sessions",
     params(SessionId, HistoryParams),
     responses((status = 200, description = "history rows with sub-steps", body = History)))]

@@ -72,10 +72,12 @@ pub async fn history(
         w.add("message ILIKE ?", format!("%{escaped}%"));
     }
     let order = match order {
-        HistoryOrder::CreatedAscending => "created_at ASC",
-        HistoryOrder::CreatedDescending => "created_at DESC",
-        HistoryOrder::UpdatedAscending => "updated_at ASC",
-        HistoryOrder::UpdatedDescending => "updated_at DESC",
+        // Rows of one append share a time: the event's id (a UUIDv7, in the order of the
+        // append) keeps them in the order they were recorded.
+        HistoryOrder::CreatedAscending => "created_at ASC, id ASC",
+        HistoryOrder::CreatedDescending => "created_at DESC, id DESC",
+        HistoryOrder::UpdatedAscending => "updated_at ASC, id ASC",
+        HistoryOrder::UpdatedDescending => "updated_at DESC, id DESC",
     };
     let client = pool.get().await?;
     let rows = client

@@ -1,6 +1,7 @@
 //! The gateway's read models, one projection (`proj_sessions`): the session list and detail,
-//! the scheduling history (repeats of the same outcome merged into one row whose attempts
-//! and updated time grow, as Backend.AI shows it) and agent occupancy. Folded only from
+//! the scheduling history (a row for every phase, in the order recorded; repeats of the same
+//! outcome merged into one row whose attempts and updated time grow, as Backend.AI shows it)
+//! and agent occupancy. Folded only from
 //! events and their recorded times, so a rebuild equals the live tables.
 
 use deadpool_postgres::Transaction;
@@ -202,7 +203,7 @@ impl Projection for SessionsView {
                 let latest = format!(
                     "SELECT id, phase, result, from_status, to_status, error_code
                      FROM {schema}.history WHERE session_id = $1
-                     ORDER BY created_at DESC LIMIT 1"
+                     ORDER BY created_at DESC, id DESC LIMIT 1"
                 );
                 let same = tx
                     .query_opt(&latest, &[&e.session_id])

@@ -134,8 +134,8 @@ impl SessionsRows {
                 let newest = self
                     .latest
                     .get(&e.session_id)
-                    .and_then(|latest| self.history.get(latest))
-                    .is_none_or(|row| row.created_at <= at);
+                    .and_then(|latest| Some((latest, self.history.get(latest)?)))
+                    .is_none_or(|(latest, row)| (row.created_at, *latest) <= (at, id));
                 self.history.insert(
                     id,
                     History {
