@@ -25,7 +25,8 @@ pub struct AgentArgs {
     /// GiB offered (default: the host's).
     #[arg(long)]
     memory_gib: Option<f64>,
-    /// GPUs offered (fractions allowed; default: those NVML finds).
+    /// GPUs offered (fractions allowed; default: those discovery finds, NVML's or the mock
+    /// ones BERTH_MOCK_GPUS declares); more than discovery finds is refused at start.
     #[arg(long)]
     gpu: Option<f64>,
     /// Images offered (repeatable; default: the images on the host).
@@ -142,6 +143,7 @@ async fn start(
                 usage_every: timings.agent_usage_every,
                 registry: config.registry.clone(),
                 publish_address: config.agent_address.clone(),
+                gpus: gpus(config),
             },
         }
     };
@@ -179,5 +181,21 @@ async fn start(
         subjects: config.agent_bus.clone(),
         runtime,
     };
-    Ok(agent::host::start(host, stop).await?)
+    match agent::host::start(host, stop).await {
+        Err(e @ agent::host::HostError::GpusNotFound { .. }) => Err(anyhow::anyhow!(
+            "--gpu: {e} (BERTH_MOCK_GPUS declares simulated GPUs)"
+        )),
+        started => Ok(started?),
+    }
+}
+
+/// The agent's GPUs: the mock ones its settings declare, or else NVML's; shared as the
+/// admin set.
+fn gpus(config: &Config) -> agent::gpu::GpuConfig {
+    let mut gpus = match &config.mock_gpus {
+        Some(mock) => agent::gpu::GpuConfig::mock(mock.clone()),
+        None => agent::gpu::GpuConfig::nvml(),
+    };
+    gpus.shares_per_device = config.gpu_shares_per_device;
+    gpus
 }

@@ -45,7 +45,9 @@ pub struct Offered {
     pub cpu_milli: Option<u64>,
     /// Default: the engine's memory (16 GiB on a simulated host).
     pub memory_bytes: Option<u64>,
-    /// Default: the GPUs NVML finds.
+    /// Default: the GPUs the runtime's accelerators find (NVML, or the mock devices
+    /// declared); a Docker host refuses to start offering more than they find. A simulated
+    /// host offers what it is given, none by default.
     pub gpu_milli: Option<u64>,
     /// Default: the images on the host (`berth/shell` and `berth/python` on a simulated one).
     pub images: Option<HostImages>,
@@ -109,6 +111,13 @@ pub enum HostError {
     Agent(#[from] AgentError),
     #[error("the agent's task: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error("offers {} GPUs, but this host's discovery found {}: {found}", *offered_milli as f64 / 1000.0, *found_milli as f64 / 1000.0)]
+    GpusNotFound {
+        offered_milli: u64,
+        found_milli: u64,
+        /// What discovery found, in words.
+        found: String,
+    },
 }
 
 /// The capacity a simulated host offers by default.
@@ -173,6 +182,30 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         Some(_) => ResourceSlots::default(),
         None => SIMULATED_CAPACITY,
     };
+    // A Docker host offers only the GPUs its accelerators find: sessions placed on GPUs that
+    // are not there would run without them, and say nothing.
+    let gpus = match &runtime {
+        Runtime::Docker { config, .. } => {
+            let found = config.gpus.source.discover();
+            match &found {
+                crate::gpu::Discovery::None(why) => tracing::info!(%why, "no GPUs on this host"),
+                crate::gpu::Discovery::Found(_) => {
+                    tracing::info!(gpus = %found.describe(), "GPUs on this host")
+                }
+            }
+            if let Some(offered) = offer.gpu_milli.filter(|o| *o > found.gpu_milli()) {
+                return Err(HostError::GpusNotFound {
+                    offered_milli: offered,
+                    found_milli: found.gpu_milli(),
+                    found: found.describe(),
+                });
+            }
+            found
+        }
+        Runtime::Simulated { .. } => {
+            crate::gpu::Discovery::None("a simulated host runs no containers".into())
+        }
+    };
     let images = match (offer.images, engine) {
         (Some(images), _) => images,
         (None, Some(docker)) => docker::local_images(docker).await?,
@@ -184,9 +217,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         capacity: ResourceSlots {
             cpu_milli: offer.cpu_milli.unwrap_or(host.cpu_milli),
             memory_bytes: offer.memory_bytes.unwrap_or(host.memory_bytes),
-            gpu_milli: offer
-                .gpu_milli
-                .unwrap_or_else(|| crate::gpu::discover().gpu_milli()),
+            gpu_milli: offer.gpu_milli.unwrap_or(gpus.gpu_milli()),
         },
         images: images.names,
         image_apps: images.apps,
@@ -217,6 +248,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             engine,
             spec,
             config,
+            gpus,
             stop.clone(),
             leaving.clone(),
         )),

@@ -157,8 +157,8 @@ impl Watchlist {
             at: sample.sampled_at,
             cpu_percent: sample.cpu_percent,
             memory_bytes: u64::try_from(sample.memory_bytes).ok(),
-            gpu_percent: None,
-            gpu_memory_percent: None,
+            gpu_percent: sample.gpu_percent,
+            gpu_memory_percent: sample.gpu_memory_percent,
             network_bytes: u64::try_from(sample.rx_bytes.saturating_add(sample.tx_bytes)).ok(),
         };
         w.observe(point, keep);
@@ -283,6 +283,8 @@ mod tests {
             memory_bytes: 1 << 20,
             rx_bytes: 0,
             tx_bytes: 0,
+            gpu_percent: None,
+            gpu_memory_percent: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! What each kernel's container is to be, pure: a session, this agent and a GPU share in,
-//! the engine's container configuration out (command, environment, folders, published ports,
-//! labels, cluster network and host names, device requests, cgroup limits). Nothing here
+//! the engine's container configuration out (command, environment (GPU ordinals and MPS
+//! limits too), folders, published ports, labels, cluster network and host names, device
+//! requests, cgroup limits). Nothing here
 //! talks to the engine, so every rule is unit-tested.
 
 use std::collections::HashMap;
@@ -139,9 +140,7 @@ pub fn kernel_config(
     let main = k == 0;
     let host = &layout.hosts[k as usize];
     let mut env = session_environment(state, layout);
-    if let Some(percentage) = gpu.mps_percentage {
-        env.push(format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}"));
-    }
+    env.extend(gpu.environment());
     if layout.network.is_some() {
         env.push(format!(
             "BERTH_CLUSTER_ROLE={}",
@@ -158,7 +157,9 @@ pub fn kernel_config(
     if !gpu.devices.is_empty() {
         labels.insert(LABEL_GPUS.to_string(), gpu.to_label());
     }
-    let device_requests = (!gpu.devices.is_empty()).then(|| {
+    // Only devices the engine can attach are asked of it: a mock device is in the labels and
+    // the environment alone, so its container runs where no GPU is.
+    let device_requests = (gpu.attach && !gpu.devices.is_empty()).then(|| {
         vec![DeviceRequest {
             driver: Some("nvidia".into()),
             device_ids: Some(gpu.device_ids()),
@@ -270,7 +271,7 @@ mod tests {
     }
 
     fn no_gpu() -> GpuShare {
-        crate::gpu::assign(0, &[], &HashMap::new())
+        GpuShare::default()
     }
 
     fn env_of(config: &Config<String>) -> Vec<String> {
@@ -432,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_share_becomes_a_device_request_a_label_and_an_mps_percentage() {
+    fn a_gpu_share_becomes_a_device_request_a_label_and_its_mps_limits() {
         let mut state = session(1);
         state.request.resources.gpu_milli = 500;
         let gpus = [Gpu {
@@ -441,17 +442,47 @@ mod tests {
             name: "Test GPU".into(),
             memory_bytes: 16 << 30,
         }];
-        let share = crate::gpu::assign(500, &gpus, &HashMap::new());
+        let share = crate::gpu::assign(500, &gpus, &HashMap::new(), 1000, true);
         let layout = layout(&state, "a1");
         let config = kernel_config(&state, "a1", &layout, 0, &[], &share, "127.0.0.1");
         let host = config.host_config.unwrap();
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.driver.as_deref(), Some("nvidia"));
-        assert_eq!(request.device_ids, Some(share.device_ids()));
-        assert_eq!(config.labels.unwrap()[LABEL_GPUS], share.to_label());
-        if let Some(percentage) = share.mps_percentage {
-            let wanted = format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}");
-            assert!(config.env.unwrap().contains(&wanted));
+        assert_eq!(request.device_ids, Some(vec!["GPU-0".to_string()]));
+        assert_eq!(config.labels.unwrap()[LABEL_GPUS], "GPU-0=500");
+        let env = config.env.unwrap();
+        for wanted in [
+            "CUDA_VISIBLE_DEVICES=0",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M",
+        ] {
+            assert!(env.iter().any(|e| e == wanted), "{wanted} in {env:?}");
         }
+    }
+
+    #[test]
+    fn mock_devices_are_labelled_and_told_but_never_asked_of_the_engine() {
+        let mut state = session(1);
+        state.request.resources.gpu_milli = 1000;
+        let mock = crate::gpu::MockGpus {
+            count: 2,
+            memory_bytes: 16 << 30,
+            model: "Mock".into(),
+            usage_file: None,
+        };
+        let found = crate::gpu::Accelerators::discover(&mock);
+        let held = HashMap::from([("mock-gpu-0".to_string(), 1000)]);
+        let share = crate::gpu::assign(1000, found.gpus(), &held, 1000, false);
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &share, "127.0.0.1");
+        assert_eq!(config.host_config.unwrap().device_requests, None);
+        assert_eq!(config.labels.unwrap()[LABEL_GPUS], "mock-gpu-1=1000");
+        let env = config.env.unwrap();
+        assert!(
+            env.iter().any(|e| e == "BERTH_GPU_DEVICES=mock-gpu-1"),
+            "{env:?}"
+        );
+        assert!(env.iter().any(|e| e == "CUDA_VISIBLE_DEVICES=0"), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS")), "{env:?}");
     }
 }
