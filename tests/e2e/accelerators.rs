@@ -2,8 +2,9 @@
 //! the same plugin interface as NVML) runs real containers through the whole path: the
 //! scheduler counts its GPUs, the agent picks the devices and tells each container its
 //! devices and, for a fraction, its part of the compute and memory; a request the free GPUs
-//! cannot hold waits saying so; the idle checker reaps a session whose GPU is idle and keeps
-//! one whose GPU is busy. An agent never offers GPUs its discovery does not find.
+//! cannot hold waits saying so; the agent samples the GPUs' use, which the session's detail
+//! shows and by which the idle checker reaps a session whose GPU is idle and keeps one whose
+//! GPU is busy. An agent never offers GPUs its discovery does not find.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -280,7 +281,17 @@ async fn a_session_idle_by_its_gpu_is_reaped_while_one_whose_gpu_is_busy_is_kept
     let gpu = &shown["measures"][0];
     assert_eq!(gpu["name"], "gpu_percent", "{shown}");
     assert!(gpu["value"].as_f64().unwrap() > 80.0, "{shown}");
-    let (_, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{busy}")).await;
+    // Its detail shows its GPU's use beside its CPU's: 85 %, 1 GiB of 16 used.
+    let detail = wait_for(|| async {
+        let (_, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{busy}")).await;
+        detail["usage"]["gpu_percent"]
+            .as_f64()
+            .is_some()
+            .then_some(detail)
+    })
+    .await;
     assert_eq!(detail["status"], "RUNNING", "{detail}");
+    assert_eq!(detail["usage"]["gpu_percent"], 85.0, "{detail}");
+    assert_eq!(detail["usage"]["gpu_memory_percent"], 6.25, "{detail}");
     end(&h, &busy).await;
 }

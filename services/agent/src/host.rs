@@ -144,6 +144,22 @@ pub fn check_id(agent_id: &str) -> Result<(), HostError> {
     }
 }
 
+/// Refuses an offer of more GPUs (`offered_milli`) than discovery `found`: a session placed
+/// on GPUs that are not there would run without them. Pure; `None` offers what was found.
+pub fn check_gpu_offer(
+    offered_milli: Option<u64>,
+    found: &crate::gpu::Discovery,
+) -> Result<(), HostError> {
+    match offered_milli {
+        Some(offered) if offered > found.gpu_milli() => Err(HostError::GpusNotFound {
+            offered_milli: offered,
+            found_milli: found.gpu_milli(),
+            found: found.describe(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Where an agent's outbox lives under its host's data directory.
 pub fn outbox_in(data_dir: &Path, agent_id: &str) -> PathBuf {
     data_dir.join("outbox").join(agent_id)
@@ -193,13 +209,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
                     tracing::info!(gpus = %found.describe(), "GPUs on this host")
                 }
             }
-            if let Some(offered) = offer.gpu_milli.filter(|o| *o > found.gpu_milli()) {
-                return Err(HostError::GpusNotFound {
-                    offered_milli: offered,
-                    found_milli: found.gpu_milli(),
-                    found: found.describe(),
-                });
-            }
+            check_gpu_offer(offer.gpu_milli, &found)?;
             found
         }
         Runtime::Simulated { .. } => {
@@ -371,5 +381,40 @@ impl AgentHost {
             Err(e) => Some(Err(e.into())),
             Ok(ended) => Some(ended.map_err(HostError::from)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{Accelerators, MockGpus};
+
+    #[test]
+    fn an_offer_above_what_discovery_found_is_refused_naming_both() {
+        let one = MockGpus {
+            count: 1,
+            memory_bytes: 16 << 30,
+            model: "Mock A100".into(),
+            usage_file: None,
+        }
+        .discover();
+        assert!(check_gpu_offer(None, &one).is_ok(), "what was found");
+        assert!(check_gpu_offer(Some(1000), &one).is_ok());
+        assert!(
+            check_gpu_offer(Some(500), &one).is_ok(),
+            "less than was found"
+        );
+        let refused = check_gpu_offer(Some(1500), &one).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "offers 1.5 GPUs, but this host's discovery found 1: Mock A100 (16384 MiB)"
+        );
+        let none = crate::gpu::Discovery::None("NVML is not available".into());
+        assert!(check_gpu_offer(Some(0), &none).is_ok());
+        let refused = check_gpu_offer(Some(1000), &none).unwrap_err().to_string();
+        assert!(
+            refused.ends_with("found 0: no GPU (NVML is not available)"),
+            "{refused}"
+        );
     }
 }
