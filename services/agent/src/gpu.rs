@@ -15,9 +15,9 @@
 //! the host ([`GpuConfig::shares_per_device`]): a fraction gets whole shares of the device's
 //! compute (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`) and of its memory
 //! (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), both enforced by the CUDA MPS daemon where the host
-//! runs one. Whole devices go to a container as a device request (devices the engine can
-//! attach only); [`assign`] picks the devices on the host, from what its containers' labels
-//! say they hold.
+//! runs one and the container reaches it (its pipe directory is not mounted yet). Whole
+//! devices go to a container as a device request (devices the engine can attach only);
+//! [`assign`] picks the devices on the host, from what its containers' labels say they hold.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

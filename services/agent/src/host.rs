@@ -111,7 +111,11 @@ pub enum HostError {
     Agent(#[from] AgentError),
     #[error("the agent's task: {0}")]
     Task(#[from] tokio::task::JoinError),
-    #[error("offers {} GPUs, but this host's discovery found {}: {found}", *offered_milli as f64 / 1000.0, *found_milli as f64 / 1000.0)]
+    #[error(
+        "offers {} GPUs, but this host's discovery found {}: {found}",
+        *offered_milli as f64 / 1000.0,
+        *found_milli as f64 / 1000.0
+    )]
     GpusNotFound {
         offered_milli: u64,
         found_milli: u64,
