@@ -207,5 +207,6 @@ fn gpus(config: &Config) -> agent::gpu::GpuConfig {
         None => agent::gpu::GpuConfig::nvml(),
     };
     gpus.shares_per_device = config.gpu_shares_per_device;
+    gpus.mps_pipe_dir = config.gpu_mps_pipe_dir.clone();
     gpus
 }

@@ -90,6 +90,9 @@ pub struct Config {
     /// 1 to 1,000; 1,000 by default): a fraction gets whole shares of a device's compute and
     /// memory.
     pub gpu_shares_per_device: u64,
+    /// The pipe directory of the host's CUDA MPS daemon (`BERTH_GPU_MPS_PIPE_DIR`), which
+    /// fractional sessions' containers get to reach it; none by default (no daemon).
+    pub gpu_mps_pipe_dir: Option<PathBuf>,
     pub timings: Timings,
 }
 
@@ -487,6 +490,15 @@ pub struct Settings {
     #[arg(long, global = true, env = "BERTH_GPU_SHARES_PER_DEVICE", value_name = "SHARES",
           default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub gpu_shares_per_device: u64,
+    /// The pipe directory of the host's CUDA MPS daemon (e.g. /tmp/nvidia-mps): fractional
+    /// sessions' containers get it and the host's IPC namespace, to have their limits enforced.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_GPU_MPS_PIPE_DIR",
+        value_name = "DIR"
+    )]
+    pub gpu_mps_pipe_dir: Option<PathBuf>,
 }
 
 /// A memory size in GiB above zero.
@@ -804,6 +816,7 @@ impl Config {
                 usage_file: settings.mock_gpu_usage.clone(),
             }),
             gpu_shares_per_device: settings.gpu_shares_per_device,
+            gpu_mps_pipe_dir: settings.gpu_mps_pipe_dir.clone(),
             timings: Timings {
                 heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
                 agent_departed_timeout: secs(settings.agent_departed_timeout_secs),
@@ -869,6 +882,7 @@ mod tests {
         assert_eq!(config.create_queue, gateway::DEFAULT_CREATE_QUEUE);
         assert_eq!(config.mock_gpus, None, "the GPUs are NVML's by default");
         assert_eq!(config.gpu_shares_per_device, 1000);
+        assert_eq!(config.gpu_mps_pipe_dir, None);
 
         let config = with(&[
             ("BERTH_GATEWAY_LISTEN", "0.0.0.0:9000"),
@@ -887,6 +901,7 @@ mod tests {
             ("BERTH_MOCK_GPU_MODEL", "Mock A100"),
             ("BERTH_MOCK_GPU_USAGE", "/tmp/gpu-use.json"),
             ("BERTH_GPU_SHARES_PER_DEVICE", "5"),
+            ("BERTH_GPU_MPS_PIPE_DIR", "/tmp/nvidia-mps"),
         ])
         .unwrap();
         assert_eq!(
@@ -899,6 +914,10 @@ mod tests {
             })
         );
         assert_eq!(config.gpu_shares_per_device, 5);
+        assert_eq!(
+            config.gpu_mps_pipe_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/nvidia-mps"))
+        );
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
         assert_eq!(
             config.timings.scheduler_interval,

@@ -14,9 +14,9 @@
 //! a whole device or a share of one. How finely a device is shared is the admin's setting on
 //! the host ([`GpuConfig::shares_per_device`]): a fraction gets whole shares of the device's
 //! compute (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`) and of its memory
-//! (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), both enforced by the CUDA MPS daemon where the host
-//! runs one and the container reaches it (its pipe directory is not mounted yet). Whole
-//! devices go to a container as a device request (devices the engine can attach only);
+//! (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), both enforced by the host's CUDA MPS daemon where
+//! the host names its pipe directory ([`GpuConfig::mps_pipe_dir`]). Whole devices go to a
+//! container as a device request (devices the engine can attach only);
 //! [`assign`] picks the devices on the host, from what its containers' labels say they hold.
 
 use std::collections::HashMap;
@@ -210,6 +210,10 @@ pub struct GpuConfig {
     /// compute and memory (1,000, the default, is the scheduler's thousandths; 5 is
     /// Backend.AI's example, 1 FGPU = 0.2 GPU). 1 to 1,000.
     pub shares_per_device: u64,
+    /// The pipe directory of the host's CUDA MPS daemon, mounted into a fraction's container
+    /// (with the host's IPC namespace) so that its client reaches the daemon that enforces
+    /// its limits; `None`: no daemon, the limits are passed only.
+    pub mps_pipe_dir: Option<PathBuf>,
 }
 
 /// The most shares a device may be cut into: a share is at least the scheduler's thousandth.
@@ -221,6 +225,7 @@ impl GpuConfig {
         GpuConfig {
             source: Arc::new(NvmlGpus::open()),
             shares_per_device: MOST_SHARES_PER_DEVICE,
+            mps_pipe_dir: None,
         }
     }
 
@@ -229,6 +234,7 @@ impl GpuConfig {
         GpuConfig {
             source: Arc::new(mock),
             shares_per_device: MOST_SHARES_PER_DEVICE,
+            mps_pipe_dir: None,
         }
     }
 }
@@ -252,6 +258,8 @@ pub struct GpuShare {
     pub devices: Vec<(String, u64)>,
     pub fraction: Option<Fraction>,
     pub attach: bool,
+    /// Where the host's MPS daemon listens, for a fraction of a device the engine attaches.
+    pub mps_pipe_dir: Option<PathBuf>,
 }
 
 impl GpuShare {
@@ -294,7 +302,19 @@ impl GpuShare {
                 f.memory_limit_bytes >> 20
             ));
         }
+        if let Some(dir) = &self.mps_pipe_dir {
+            env.push(format!("CUDA_MPS_PIPE_DIRECTORY={}", dir.display()));
+        }
         env
+    }
+
+    /// Gives a fraction of a device the engine attaches the host's MPS daemon at `pipe_dir`
+    /// (none: no daemon); a whole device, or a mock one, never connects to it.
+    pub fn through_mps(mut self, pipe_dir: Option<&std::path::Path>) -> GpuShare {
+        self.mps_pipe_dir = pipe_dir
+            .filter(|_| self.attach && self.fraction.is_some())
+            .map(std::path::Path::to_owned);
+        self
     }
 }
 
@@ -390,6 +410,7 @@ pub fn assign(
             devices: vec![(device.uuid.clone(), gpu_milli)],
             fraction: Some(fraction(gpu_milli, device.memory_bytes, shares_per_device)),
             attach,
+            mps_pipe_dir: None,
         };
     }
     let whole = (gpu_milli.div_ceil(MILLI_PER_DEVICE) as usize).min(available.len());
@@ -409,6 +430,7 @@ pub fn assign(
         devices,
         fraction: None,
         attach,
+        mps_pipe_dir: None,
     }
 }
 
@@ -527,6 +549,26 @@ mod tests {
                 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
                 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M",
             ]
+        );
+    }
+
+    #[test]
+    fn only_a_fraction_of_a_real_device_connects_to_the_hosts_mps_daemon() {
+        let pipe = Some(std::path::Path::new("/tmp/nvidia-mps"));
+        let half = pick(500, &gpus(1), &held(&[])).through_mps(pipe);
+        assert_eq!(half.mps_pipe_dir, pipe.map(Into::into));
+        assert!(half
+            .environment()
+            .contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_string()));
+        let whole = pick(1000, &gpus(1), &held(&[])).through_mps(pipe);
+        assert_eq!(whole.mps_pipe_dir, None);
+        let mock = assign(500, &gpus(1), &held(&[]), 1000, false).through_mps(pipe);
+        assert_eq!(mock.mps_pipe_dir, None);
+        assert_eq!(
+            pick(500, &gpus(1), &held(&[]))
+                .through_mps(None)
+                .mps_pipe_dir,
+            None
         );
     }
 

@@ -81,6 +81,8 @@ pub enum Nats {
 }
 
 /// What runs the sessions placed on the agent.
+// One value per agent, made once: the size of a variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Runtime {
     /// Containers, through the engine; the agent offers its ports at

@@ -209,7 +209,8 @@ async fn create_containers(
             &held,
             ctx.config.gpus.shares_per_device,
             ctx.config.gpus.source.attachable(),
-        );
+        )
+        .through_mps(ctx.config.gpus.mps_pipe_dir.as_deref());
         crate::gpu::add_held(&gpu.to_label(), &mut held);
         let mut config = spec::kernel_config(
             state,

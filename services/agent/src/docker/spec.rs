@@ -198,6 +198,13 @@ pub fn kernel_config(
         )]),
     });
     let resources = &request.resources;
+    // A fraction reaches the host's MPS daemon through its pipe directory and the host's IPC
+    // namespace (the daemon's shared memory): the daemon enforces the share's limits.
+    let mut binds = binds.to_vec();
+    if let Some(dir) = &gpu.mps_pipe_dir {
+        binds.push(format!("{0}:{0}", dir.display()));
+    }
+    let ipc_mode = gpu.mps_pipe_dir.as_ref().map(|_| "host".to_owned());
     Config {
         image: Some(request.image.clone()),
         cmd: Some(vec!["/bin/sh".into(), "-c".into(), command]),
@@ -216,7 +223,8 @@ pub fn kernel_config(
             // No swap beyond the memory asked for.
             memory_swap: Some(resources.memory_bytes as i64),
             shm_size: Some(request.shared_memory_bytes as i64),
-            binds: Some(binds.to_vec()),
+            binds: Some(binds),
+            ipc_mode,
             port_bindings: main.then_some(bindings),
             device_requests,
             network_mode: layout.network.clone(),
@@ -458,6 +466,20 @@ mod tests {
         ] {
             assert!(env.iter().any(|e| e == wanted), "{wanted} in {env:?}");
         }
+        assert_eq!(host.ipc_mode, None, "no MPS daemon named: nothing shared");
+        // With the host's MPS daemon: its pipe directory and IPC namespace, to reach it.
+        let daemon = share.through_mps(Some(Path::new("/tmp/nvidia-mps")));
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &daemon, "127.0.0.1");
+        let host = config.host_config.unwrap();
+        assert_eq!(host.ipc_mode.as_deref(), Some("host"));
+        assert_eq!(
+            host.binds,
+            Some(vec!["/tmp/nvidia-mps:/tmp/nvidia-mps".into()])
+        );
+        assert!(config
+            .env
+            .unwrap()
+            .contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_string()));
     }
 
     #[test]
