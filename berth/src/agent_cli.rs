@@ -25,7 +25,8 @@ pub struct AgentArgs {
     /// GiB offered (default: the host's).
     #[arg(long)]
     memory_gib: Option<f64>,
-    /// GPUs offered (fractions allowed; default: those NVML finds).
+    /// GPUs offered (fractions allowed; default: those discovery finds, NVML's or the mock
+    /// ones BERTH_MOCK_GPUS declares); more than discovery finds is refused at start.
     #[arg(long)]
     gpu: Option<f64>,
     /// Images offered (repeatable; default: the images on the host).
@@ -120,6 +121,13 @@ async fn start(
     std::fs::create_dir_all(&data_dir)?;
     // Folders are bound into containers by their absolute path.
     let data_dir = std::fs::canonicalize(&data_dir)?;
+    let gpus = gpus(config);
+    let offered_gpu_milli = args.gpu.map(|g| (g * 1000.0).round() as u64);
+    if !args.simulate {
+        // Refused before anything is reached (the agent's start checks it again).
+        let found = gpus.source.discover();
+        agent::host::check_gpu_offer(offered_gpu_milli, &found).map_err(gpu_refused)?;
+    }
     let runtime = if args.simulate {
         Runtime::Simulated {
             batch_runs_for: config.timings.simulated_step,
@@ -142,6 +150,7 @@ async fn start(
                 usage_every: timings.agent_usage_every,
                 registry: config.registry.clone(),
                 publish_address: config.agent_address.clone(),
+                gpus,
             },
         }
     };
@@ -165,7 +174,7 @@ async fn start(
         offer: Offered {
             cpu_milli: args.cpu.map(|c| (c * 1000.0) as u64),
             memory_bytes: args.memory_gib.map(|m| (m * (1u64 << 30) as f64) as u64),
-            gpu_milli: args.gpu.map(|g| (g * 1000.0) as u64),
+            gpu_milli: offered_gpu_milli,
             images: (!args.images.is_empty()).then(|| agent::docker::HostImages {
                 names: args.images,
                 ..Default::default()
@@ -179,5 +188,25 @@ async fn start(
         subjects: config.agent_bus.clone(),
         runtime,
     };
-    Ok(agent::host::start(host, stop).await?)
+    match agent::host::start(host, stop).await {
+        Err(e @ agent::host::HostError::GpusNotFound { .. }) => Err(gpu_refused(e)),
+        started => Ok(started?),
+    }
+}
+
+/// A refused GPU offer, named by the flag that made it.
+fn gpu_refused(e: agent::host::HostError) -> anyhow::Error {
+    anyhow::anyhow!("--gpu: {e} (BERTH_MOCK_GPUS declares simulated GPUs)")
+}
+
+/// The agent's GPUs: the mock ones its settings declare, or else NVML's; shared as the
+/// admin set.
+fn gpus(config: &Config) -> agent::gpu::GpuConfig {
+    let mut gpus = match &config.mock_gpus {
+        Some(mock) => agent::gpu::GpuConfig::mock(mock.clone()),
+        None => agent::gpu::GpuConfig::nvml(),
+    };
+    gpus.shares_per_device = config.gpu_shares_per_device;
+    gpus.mps_pipe_dir = config.gpu_mps_pipe_dir.clone();
+    gpus
 }

@@ -334,6 +334,7 @@ pub(crate) async fn bench_docker_agent(
                 usage_every: Duration::from_secs(5),
                 registry: None,
                 publish_address: "127.0.0.1".into(),
+                gpus: agent::gpu::GpuConfig::nvml(),
             },
         },
     };

@@ -82,6 +82,17 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// How logs are written to stderr (`BERTH_LOG_FORMAT`, `text` or `json`).
     pub log_format: LogFormat,
+    /// The simulated GPUs an agent declares instead of NVML's (`BERTH_MOCK_GPUS` of them,
+    /// `BERTH_MOCK_GPU_MEMORY_GIB`, `BERTH_MOCK_GPU_MODEL`, their use read from
+    /// `BERTH_MOCK_GPU_USAGE`); none by default: the agent's GPUs are those NVML finds.
+    pub mock_gpus: Option<agent::gpu::MockGpus>,
+    /// How many shares make one GPU on an agent's host (`BERTH_GPU_SHARES_PER_DEVICE`,
+    /// 1 to 1,000; 1,000 by default): a fraction gets whole shares of a device's compute and
+    /// memory.
+    pub gpu_shares_per_device: u64,
+    /// The pipe directory of the host's CUDA MPS daemon (`BERTH_GPU_MPS_PIPE_DIR`), which
+    /// fractional sessions' containers get to reach it; none by default (no daemon).
+    pub gpu_mps_pipe_dir: Option<PathBuf>,
     pub timings: Timings,
 }
 
@@ -447,6 +458,55 @@ pub struct Settings {
         default_value_t = 15
     )]
     pub stop_within_secs: u64,
+    /// Simulated GPUs an agent declares instead of those NVML finds (0: none, NVML's).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_MOCK_GPUS",
+        value_name = "COUNT",
+        default_value_t = 0
+    )]
+    pub mock_gpus: u32,
+    /// The memory of each simulated GPU, in GiB.
+    #[arg(long, global = true, env = "BERTH_MOCK_GPU_MEMORY_GIB", value_name = "GIB",
+          default_value_t = 16.0, value_parser = positive_gib)]
+    pub mock_gpu_memory_gib: f64,
+    /// The model the simulated GPUs are named.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_MOCK_GPU_MODEL",
+        value_name = "NAME",
+        default_value = "Mock GPU"
+    )]
+    pub mock_gpu_model: String,
+    /// A JSON file saying what each simulated GPU is doing (`{"mock-gpu-0":
+    /// {"utilization_percent": 0, "memory_used_bytes": 0}}`), read at each usage sample;
+    /// without it they are not measured.
+    #[arg(long, global = true, env = "BERTH_MOCK_GPU_USAGE", value_name = "FILE")]
+    pub mock_gpu_usage: Option<PathBuf>,
+    /// How many shares make one GPU on an agent's host: a fraction of a device gets whole
+    /// shares of its compute and memory (5: 0.2 GPU a share).
+    #[arg(long, global = true, env = "BERTH_GPU_SHARES_PER_DEVICE", value_name = "SHARES",
+          default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub gpu_shares_per_device: u64,
+    /// The pipe directory of the host's CUDA MPS daemon (e.g. /tmp/nvidia-mps): fractional
+    /// sessions' containers get it and the host's IPC namespace, to have their limits enforced.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_GPU_MPS_PIPE_DIR",
+        value_name = "DIR"
+    )]
+    pub gpu_mps_pipe_dir: Option<PathBuf>,
+}
+
+/// A memory size in GiB above zero.
+fn positive_gib(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(gib) if gib > 0.0 && gib.is_finite() => Ok(gib),
+        _ => Err("a number of GiB above 0".into()),
+    }
 }
 
 /// The app proxy's pool of ports, or none.
@@ -749,6 +809,14 @@ impl Config {
             metrics: settings.metrics,
             metrics_listen: settings.metrics_listen.map(|a| a.to_string()),
             log_format: settings.log_format,
+            mock_gpus: (settings.mock_gpus > 0).then(|| agent::gpu::MockGpus {
+                count: settings.mock_gpus,
+                memory_bytes: (settings.mock_gpu_memory_gib * (1u64 << 30) as f64) as u64,
+                model: settings.mock_gpu_model.clone(),
+                usage_file: settings.mock_gpu_usage.clone(),
+            }),
+            gpu_shares_per_device: settings.gpu_shares_per_device,
+            gpu_mps_pipe_dir: settings.gpu_mps_pipe_dir.clone(),
             timings: Timings {
                 heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
                 agent_departed_timeout: secs(settings.agent_departed_timeout_secs),
@@ -812,6 +880,9 @@ mod tests {
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.proxy_ports, Some((10200, 10299)));
         assert_eq!(config.create_queue, gateway::DEFAULT_CREATE_QUEUE);
+        assert_eq!(config.mock_gpus, None, "the GPUs are NVML's by default");
+        assert_eq!(config.gpu_shares_per_device, 1000);
+        assert_eq!(config.gpu_mps_pipe_dir, None);
 
         let config = with(&[
             ("BERTH_GATEWAY_LISTEN", "0.0.0.0:9000"),
@@ -825,8 +896,28 @@ mod tests {
             ("BERTH_METRICS", "off"),
             ("BERTH_METRICS_LISTEN", "127.0.0.1:9480"),
             ("BERTH_LOG_FORMAT", "json"),
+            ("BERTH_MOCK_GPUS", "2"),
+            ("BERTH_MOCK_GPU_MEMORY_GIB", "16"),
+            ("BERTH_MOCK_GPU_MODEL", "Mock A100"),
+            ("BERTH_MOCK_GPU_USAGE", "/tmp/gpu-use.json"),
+            ("BERTH_GPU_SHARES_PER_DEVICE", "5"),
+            ("BERTH_GPU_MPS_PIPE_DIR", "/tmp/nvidia-mps"),
         ])
         .unwrap();
+        assert_eq!(
+            config.mock_gpus,
+            Some(agent::gpu::MockGpus {
+                count: 2,
+                memory_bytes: 16 << 30,
+                model: "Mock A100".into(),
+                usage_file: Some("/tmp/gpu-use.json".into()),
+            })
+        );
+        assert_eq!(config.gpu_shares_per_device, 5);
+        assert_eq!(
+            config.gpu_mps_pipe_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/nvidia-mps"))
+        );
         assert_eq!(config.gateway_url, "http://0.0.0.0:9000");
         assert_eq!(
             config.timings.scheduler_interval,
@@ -862,6 +953,10 @@ mod tests {
             ("BERTH_METRICS", "maybe"),
             ("BERTH_METRICS_LISTEN", "9480"),
             ("BERTH_LOG_FORMAT", "xml"),
+            ("BERTH_MOCK_GPUS", "-1"),
+            ("BERTH_MOCK_GPU_MEMORY_GIB", "0"),
+            ("BERTH_GPU_SHARES_PER_DEVICE", "0"),
+            ("BERTH_GPU_SHARES_PER_DEVICE", "1001"),
         ] {
             let error = with(&[(variable, value)]).expect_err(variable).to_string();
             assert!(

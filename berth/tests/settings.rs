@@ -151,3 +151,23 @@ fn config_prints_the_settings_in_force_with_secrets_masked() {
         "{stdout}"
     );
 }
+
+#[test]
+fn an_agent_refuses_to_offer_gpus_its_discovery_does_not_find() {
+    // One mock GPU declared, two offered: refused before the engine or NATS is reached.
+    let data = std::env::temp_dir().join(format!("berth-gpu-refusal-{}", std::process::id()));
+    let data_dir = data.to_str().unwrap();
+    let (code, _, stderr) = berth(
+        &["agent", "--gpu", "2", "--data-dir", data_dir],
+        &[
+            ("BERTH_MOCK_GPUS", "1"),
+            ("BERTH_MOCK_GPU_MODEL", "Mock A100"),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&data);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}: {stderr}");
+    assert!(
+        stderr.contains("--gpu: offers 2 GPUs, but this host's discovery found 1: Mock A100"),
+        "{stderr}"
+    );
+}

@@ -240,6 +240,13 @@ pub struct UsageSample {
     pub memory_bytes: i64,
     pub rx_bytes: i64,
     pub tx_bytes: i64,
+    /// The mean utilization of the GPUs the session's main kernel holds, in percent; `None`
+    /// when it holds none or they were not measured (and from agents older than the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_percent: Option<f64>,
+    /// How much of those GPUs' memory is in use, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_percent: Option<f64>,
 }
 
 #[cfg(test)]

@@ -93,6 +93,13 @@ pub struct Usage {
     pub memory_bytes: i64,
     pub network_rx_bytes: i64,
     pub network_tx_bytes: i64,
+    /// Mean utilization of the GPUs the main kernel holds, in percent (none without GPUs, or
+    /// where they are not measured).
+    #[serde(default)]
+    pub gpu_percent: Option<f64>,
+    /// How much of those GPUs' memory is used, in percent.
+    #[serde(default)]
+    pub gpu_memory_percent: Option<f64>,
     pub sampled_at: DateTime<Utc>,
 }
 

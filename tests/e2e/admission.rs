@@ -131,6 +131,8 @@ async fn an_admitted_agent_reaches_only_its_own_subjects_on_a_server_with_author
         memory_bytes: 1,
         rx_bytes: 0,
         tx_bytes: 0,
+        gpu_percent: None,
+        gpu_memory_percent: None,
     };
     link.send_usage(&sample)
         .await

@@ -39,6 +39,23 @@ pub(crate) async fn spawn_agent(
     cpu_milli: u64,
     image_refresh: Option<Duration>,
 ) -> DockerAgent {
+    let gpus = agent::gpu::GpuConfig::nvml();
+    start_agent(h, id, data_dir, cpu_milli, image_refresh, gpus, Some(0))
+        .await
+        .expect("the agent starts")
+}
+
+/// A Docker agent with the GPUs of `gpus`, offering `gpu_milli` of them (`None`: those
+/// discovery finds); registered when it returns, or the reason it did not start.
+pub(crate) async fn start_agent(
+    h: &Harness,
+    id: &str,
+    data_dir: &std::path::Path,
+    cpu_milli: u64,
+    image_refresh: Option<Duration>,
+    gpus: agent::gpu::GpuConfig,
+    gpu_milli: Option<u64>,
+) -> Result<DockerAgent, agent::host::HostError> {
     let docker = agent::docker::connect()
         .await
         .expect("the Docker engine answers");
@@ -58,6 +75,7 @@ pub(crate) async fn spawn_agent(
         usage_every: Duration::from_secs(1),
         registry: None,
         publish_address: "127.0.0.1".into(),
+        gpus,
     };
     let capacity = ResourceSlots {
         cpu_milli,
@@ -70,7 +88,10 @@ pub(crate) async fn spawn_agent(
     let config = agent::host::HostConfig {
         agent_id: id.into(),
         resource_group: "default".into(),
-        offer: agent::host::Offered::fixed(capacity, images),
+        offer: agent::host::Offered {
+            gpu_milli,
+            ..agent::host::Offered::fixed(capacity, images)
+        },
         nats: agent::host::Nats::Connect {
             url: nats_url(),
             seed: Some(seed),
@@ -84,11 +105,9 @@ pub(crate) async fn spawn_agent(
         },
     };
     let stop = CancellationToken::new();
-    let host = agent::host::start(config, stop.clone())
-        .await
-        .expect("the agent starts");
+    let host = agent::host::start(config, stop.clone()).await?;
     h.wait_registered(id).await;
-    DockerAgent { stop, host }
+    Ok(DockerAgent { stop, host })
 }
 
 /// Kills an agent, as its process dies, which must have been running until then: one that

@@ -3,6 +3,9 @@
 //! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
 //! its own.
 //!
+//! - [`accelerators`]: GPUs without a GPU: mock devices through the whole path (devices,
+//!   environment and MPS limits in the container, a request that waits, the GPU idle check),
+//!   and an agent that refuses GPUs its discovery does not find.
 //! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
@@ -40,6 +43,7 @@
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 
+mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;

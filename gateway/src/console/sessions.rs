@@ -553,8 +553,17 @@ async fn detail(
         Field {
             label: "Usage",
             value: usage.map_or("no sample yet".into(), |u| {
+                // A session holding GPUs shows theirs too (measured where the agent can).
+                let gpu = match (u.gpu_percent, u.gpu_memory_percent) {
+                    (None, None) => String::new(),
+                    (used, memory) => format!(
+                        ", GPU {}% (memory {}%)",
+                        used.map_or("-".into(), |p| view::number(p, 1)),
+                        memory.map_or("-".into(), |p| view::number(p, 1))
+                    ),
+                };
                 format!(
-                    "CPU {}%, memory {}, network in {} / out {}",
+                    "CPU {}%, memory {}{gpu}, network in {} / out {}",
                     u.cpu_percent.map_or("-".into(), |p| view::number(p, 1)),
                     view::size(u.memory_bytes),
                     view::size(u.network_rx_bytes),

@@ -176,7 +176,8 @@ const DETAIL_SQL: &str = "SELECT owner, json_build_object(
     'termination_requested', termination_requested,
     'usage', (SELECT json_build_object('cpu_seconds', u.cpu_seconds, 'cpu_percent', u.cpu_percent,
         'memory_bytes', u.memory_bytes, 'network_rx_bytes', u.rx_bytes,
-        'network_tx_bytes', u.tx_bytes, 'sampled_at', u.sampled_at)
+        'network_tx_bytes', u.tx_bytes, 'gpu_percent', u.gpu_percent,
+        'gpu_memory_percent', u.gpu_memory_percent, 'sampled_at', u.sampled_at)
       FROM session_usage u WHERE u.session_id = s.session_id))::text, version
   FROM proj_sessions.sessions s WHERE session_id = $1";
 

@@ -45,7 +45,9 @@ pub struct Offered {
     pub cpu_milli: Option<u64>,
     /// Default: the engine's memory (16 GiB on a simulated host).
     pub memory_bytes: Option<u64>,
-    /// Default: the GPUs NVML finds.
+    /// Default: the GPUs the runtime's accelerators find (NVML, or the mock devices
+    /// declared); a Docker host refuses to start offering more than they find. A simulated
+    /// host offers what it is given, none by default.
     pub gpu_milli: Option<u64>,
     /// Default: the images on the host (`berth/shell` and `berth/python` on a simulated one).
     pub images: Option<HostImages>,
@@ -79,6 +81,8 @@ pub enum Nats {
 }
 
 /// What runs the sessions placed on the agent.
+// One value per agent, made once: the size of a variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Runtime {
     /// Containers, through the engine; the agent offers its ports at
@@ -109,6 +113,17 @@ pub enum HostError {
     Agent(#[from] AgentError),
     #[error("the agent's task: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(
+        "offers {} GPUs, but this host's discovery found {}: {found}",
+        *offered_milli as f64 / 1000.0,
+        *found_milli as f64 / 1000.0
+    )]
+    GpusNotFound {
+        offered_milli: u64,
+        found_milli: u64,
+        /// What discovery found, in words.
+        found: String,
+    },
 }
 
 /// The capacity a simulated host offers by default.
@@ -132,6 +147,22 @@ pub fn check_id(agent_id: &str) -> Result<(), HostError> {
         Ok(())
     } else {
         Err(HostError::InvalidId(agent_id.to_owned()))
+    }
+}
+
+/// Refuses an offer of more GPUs (`offered_milli`) than discovery `found`: a session placed
+/// on GPUs that are not there would run without them. Pure; `None` offers what was found.
+pub fn check_gpu_offer(
+    offered_milli: Option<u64>,
+    found: &crate::gpu::Discovery,
+) -> Result<(), HostError> {
+    match offered_milli {
+        Some(offered) if offered > found.gpu_milli() => Err(HostError::GpusNotFound {
+            offered_milli: offered,
+            found_milli: found.gpu_milli(),
+            found: found.describe(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -173,6 +204,24 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         Some(_) => ResourceSlots::default(),
         None => SIMULATED_CAPACITY,
     };
+    // A Docker host offers only the GPUs its accelerators find: sessions placed on GPUs that
+    // are not there would run without them, and say nothing.
+    let gpus = match &runtime {
+        Runtime::Docker { config, .. } => {
+            let found = config.gpus.source.discover();
+            match &found {
+                crate::gpu::Discovery::None(why) => tracing::info!(%why, "no GPUs on this host"),
+                crate::gpu::Discovery::Found(_) => {
+                    tracing::info!(gpus = %found.describe(), "GPUs on this host")
+                }
+            }
+            check_gpu_offer(offer.gpu_milli, &found)?;
+            found
+        }
+        Runtime::Simulated { .. } => {
+            crate::gpu::Discovery::None("a simulated host runs no containers".into())
+        }
+    };
     let images = match (offer.images, engine) {
         (Some(images), _) => images,
         (None, Some(docker)) => docker::local_images(docker).await?,
@@ -184,9 +233,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         capacity: ResourceSlots {
             cpu_milli: offer.cpu_milli.unwrap_or(host.cpu_milli),
             memory_bytes: offer.memory_bytes.unwrap_or(host.memory_bytes),
-            gpu_milli: offer
-                .gpu_milli
-                .unwrap_or_else(|| crate::gpu::discover().gpu_milli()),
+            gpu_milli: offer.gpu_milli.unwrap_or(gpus.gpu_milli()),
         },
         images: images.names,
         image_apps: images.apps,
@@ -217,6 +264,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             engine,
             spec,
             config,
+            gpus,
             stop.clone(),
             leaving.clone(),
         )),
@@ -339,5 +387,40 @@ impl AgentHost {
             Err(e) => Some(Err(e.into())),
             Ok(ended) => Some(ended.map_err(HostError::from)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{Accelerators, MockGpus};
+
+    #[test]
+    fn an_offer_above_what_discovery_found_is_refused_naming_both() {
+        let one = MockGpus {
+            count: 1,
+            memory_bytes: 16 << 30,
+            model: "Mock A100".into(),
+            usage_file: None,
+        }
+        .discover();
+        assert!(check_gpu_offer(None, &one).is_ok(), "what was found");
+        assert!(check_gpu_offer(Some(1000), &one).is_ok());
+        assert!(
+            check_gpu_offer(Some(500), &one).is_ok(),
+            "less than was found"
+        );
+        let refused = check_gpu_offer(Some(1500), &one).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "offers 1.5 GPUs, but this host's discovery found 1: Mock A100 (16384 MiB)"
+        );
+        let none = crate::gpu::Discovery::None("NVML is not available".into());
+        assert!(check_gpu_offer(Some(0), &none).is_ok());
+        let refused = check_gpu_offer(Some(1000), &none).unwrap_err().to_string();
+        assert!(
+            refused.ends_with("found 0: no GPU (NVML is not available)"),
+            "{refused}"
+        );
     }
 }

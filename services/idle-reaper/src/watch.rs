@@ -157,8 +157,8 @@ impl Watchlist {
             at: sample.sampled_at,
             cpu_percent: sample.cpu_percent,
             memory_bytes: u64::try_from(sample.memory_bytes).ok(),
-            gpu_percent: None,
-            gpu_memory_percent: None,
+            gpu_percent: sample.gpu_percent,
+            gpu_memory_percent: sample.gpu_memory_percent,
             network_bytes: u64::try_from(sample.rx_bytes.saturating_add(sample.tx_bytes)).ok(),
         };
         w.observe(point, keep);
@@ -283,6 +283,8 @@ mod tests {
             memory_bytes: 1 << 20,
             rx_bytes: 0,
             tx_bytes: 0,
+            gpu_percent: None,
+            gpu_memory_percent: None,
         }
     }
 
@@ -405,5 +407,62 @@ mod tests {
         );
         assert!(list.due(t(12)).is_empty(), "exempt");
         assert!(list.readings(id, t(12)).unwrap().exempt);
+    }
+
+    #[test]
+    fn the_gpus_use_an_agent_samples_decides_the_gpu_thresholds() {
+        let mut list = Watchlist::default();
+        let gpu_only = IdleChecks {
+            utilization: Some(UtilizationCheck {
+                grace_period_secs: 0,
+                window_secs: 10,
+                thresholds: Thresholds {
+                    gpu_percent: Some(10.0),
+                    gpu_memory_percent: Some(10.0),
+                    ..Default::default()
+                },
+                combine: Default::default(),
+            }),
+            ..Default::default()
+        };
+        list.apply(
+            &checks(IdleScope::ResourceGroup("default".into()), gpu_only),
+            t(0),
+        );
+        let (idle, busy) = (Uuid::now_v7(), Uuid::now_v7());
+        for id in [idle, busy] {
+            let Event::SessionRequested(mut asked) = requested(id, Uuid::now_v7(), None) else {
+                unreachable!()
+            };
+            asked.resources.gpu_milli = 1000;
+            list.apply(&Event::SessionRequested(asked), t(0));
+            list.apply(&scheduled(id, "a1"), t(0));
+            list.apply(
+                &moved(id, SessionStatus::Creating, SessionStatus::Running),
+                t(0),
+            );
+        }
+        let with_gpu = |id, at, gpu: f64| UsageSample {
+            gpu_percent: Some(gpu),
+            gpu_memory_percent: Some(gpu / 2.0),
+            ..sample(id, at, 0.0)
+        };
+        for at in [2, 5, 8, 11] {
+            assert!(list.observe("a1", &with_gpu(idle, at, 1.0)));
+            assert!(list.observe("a1", &with_gpu(busy, at, 90.0)));
+        }
+        let due = list.due(t(11));
+        assert_eq!(due.len(), 1, "{due:?}");
+        assert_eq!(due[0].session_id, idle);
+        let names: Vec<&str> = due[0]
+            .reading
+            .measures
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(names, ["gpu_percent", "gpu_memory_percent"]);
+        let kept = list.readings(busy, t(11)).unwrap();
+        assert!(!kept.readings[0].fires, "{kept:?}");
+        assert_eq!(kept.readings[0].measures[0].value, 90.0);
     }
 }

@@ -155,10 +155,12 @@ pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerE
     let client = pool.get().await?;
     client
         .execute(
-            "INSERT INTO session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at,
+               gpu_percent, gpu_memory_percent)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (session_id) DO UPDATE SET cpu_seconds = $2, cpu_percent = $3,
-               memory_bytes = $4, rx_bytes = $5, tx_bytes = $6, sampled_at = $7
+               memory_bytes = $4, rx_bytes = $5, tx_bytes = $6, sampled_at = $7,
+               gpu_percent = $8, gpu_memory_percent = $9
              WHERE u.sampled_at <= $7",
             &[
                 &sample.session_id,
@@ -168,6 +170,8 @@ pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerE
                 &sample.rx_bytes,
                 &sample.tx_bytes,
                 &sample.sampled_at,
+                &sample.gpu_percent,
+                &sample.gpu_memory_percent,
             ],
         )
         .await?;

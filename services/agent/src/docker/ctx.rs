@@ -41,6 +41,9 @@ pub struct RuntimeConfig {
     /// The host address app and preopen ports are published on, and where berth's proxy
     /// reaches them: loopback on a single machine, never every interface.
     pub publish_address: String,
+    /// Where the host's GPUs come from (NVML, or mock devices) and how finely they are
+    /// shared.
+    pub gpus: crate::gpu::GpuConfig,
 }
 
 /// What every task of the agent shares: its link to the control plane, the engine, the

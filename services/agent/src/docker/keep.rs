@@ -1,5 +1,6 @@
 //! What the agent sends of a running kernel while it runs: its output (read on from where
-//! the last send ended) and its resource usage. Both are telemetry, not events (large or
+//! the last send ended) and its resource usage, that of the GPUs it holds included (through
+//! the host's accelerators). Both are telemetry, not events (large or
 //! frequent, and nothing is decided on them): they travel on the telemetry stream, and the
 //! control plane's sink stores them idempotently.
 
@@ -10,6 +11,7 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::ctx::Ctx;
+use super::spec::LABEL_GPUS;
 
 /// How far a kernel's output has been kept: the engine's timestamp of the last frame kept and
 /// how many kept frames carry exactly that timestamp. Output is read from there on, so a
@@ -228,12 +230,42 @@ pub(super) async fn save_final_logs(
     tracing::error!(%session_id, kernel, "the output could not be sent; it is lost with the container");
 }
 
-/// Samples the container's CPU, memory and network counters and keeps the latest; returns
-/// (CPU nanoseconds, when) for the next sample's CPU percentage.
+/// The GPUs the container holds, as its label says (none when it holds none, or the engine
+/// does not answer).
+pub(super) async fn gpus_held_by(ctx: &Ctx, container: &str) -> Vec<String> {
+    if ctx.gpus.gpus().is_empty() {
+        return Vec::new();
+    }
+    let inspected = ctx.docker.inspect_container(container, None).await;
+    inspected
+        .ok()
+        .and_then(|c| c.config?.labels?.remove(LABEL_GPUS))
+        .map(|label| crate::gpu::devices_of(&label))
+        .unwrap_or_default()
+}
+
+/// What the GPUs `devices` are doing now, through the host's accelerators: (utilization,
+/// memory used), in percent.
+fn sample_gpus(ctx: &Ctx, devices: &[String]) -> (Option<f64>, Option<f64>) {
+    let source = &ctx.config.gpus.source;
+    let held: Vec<_> = ctx
+        .gpus
+        .gpus()
+        .iter()
+        .filter(|g| devices.contains(&g.uuid))
+        .map(|g| (g, source.sample(&g.uuid)))
+        .collect();
+    crate::gpu::usage_of(&held)
+}
+
+/// Samples the container's CPU, memory and network counters, and the use of the GPUs it
+/// holds (`gpus`), and keeps the latest; returns (CPU nanoseconds, when) for the next
+/// sample's CPU percentage.
 pub(super) async fn sample_usage(
     ctx: &Ctx,
     session_id: Uuid,
     container: &str,
+    gpus: &[String],
     previous: Option<(u64, tokio::time::Instant)>,
 ) -> Option<(u64, tokio::time::Instant)> {
     let options = bollard::container::StatsOptions {
@@ -262,6 +294,7 @@ pub(super) async fn sample_usage(
         .values()
         .fold((0u64, 0u64), |(r, t), n| (r + n.rx_bytes, t + n.tx_bytes));
     let memory = stats.memory_stats.usage.unwrap_or(0) as i64;
+    let (gpu_percent, gpu_memory_percent) = sample_gpus(ctx, gpus);
     let sample = UsageSample {
         session_id,
         sampled_at: Utc::now(),
@@ -270,6 +303,8 @@ pub(super) async fn sample_usage(
         memory_bytes: memory,
         rx_bytes: rx as i64,
         tx_bytes: tx as i64,
+        gpu_percent,
+        gpu_memory_percent,
     };
     if let Err(e) = ctx.link.send_usage(&sample).await {
         tracing::debug!(%session_id, error = %e, "usage sample not sent");

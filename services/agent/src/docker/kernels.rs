@@ -65,7 +65,15 @@ pub(super) async fn create_kernels(
     let layout = spec::layout(state, &ctx.agent_id);
     // Choosing GPUs and creating the containers that hold them is one step per host, so two
     // sessions starting at once cannot both take the same free GPU.
-    let wants_gpus = request.resources.gpu_milli > 0 && !ctx.gpus.gpus().is_empty();
+    let wants_gpus = request.resources.gpu_milli > 0;
+    if wants_gpus && ctx.gpus.gpus().is_empty() {
+        // Never a GPU session without GPUs: it would run on the CPU and say nothing.
+        return Err(format!(
+            "the session asks for {} GPUs, and this host has none ({})",
+            request.resources.gpu_milli as f64 / 1000.0,
+            ctx.gpus.describe()
+        ));
+    }
     let _gpu_turn = if wants_gpus {
         Some(ctx.gpu_turn.lock().await)
     } else {
@@ -195,7 +203,14 @@ async fn create_containers(
     };
     let mut created: Vec<Created> = Vec::with_capacity(layout.mine.len());
     for &k in &layout.mine {
-        let gpu = crate::gpu::assign(request.resources.gpu_milli, ctx.gpus.gpus(), &held);
+        let gpu = crate::gpu::assign(
+            request.resources.gpu_milli,
+            ctx.gpus.gpus(),
+            &held,
+            ctx.config.gpus.shares_per_device,
+            ctx.config.gpus.source.attachable(),
+        )
+        .through_mps(ctx.config.gpus.mps_pipe_dir.as_deref());
         crate::gpu::add_held(&gpu.to_label(), &mut held);
         let mut config = spec::kernel_config(
             state,

@@ -133,6 +133,7 @@ pub(crate) async fn run(
     docker: Docker,
     spec: AgentSpec,
     config: RuntimeConfig,
+    gpus: crate::gpu::Discovery,
     stop: CancellationToken,
     leaving: Leaving,
 ) -> Result<(), AgentError> {
@@ -146,10 +147,6 @@ pub(crate) async fn run(
     let kept = link.drain_outbox(&stop).await?;
     if kept > 0 {
         tracing::info!(kept, "sent the reports an earlier run kept");
-    }
-    let gpus = crate::gpu::discover();
-    if let crate::gpu::Discovery::None(why) = &gpus {
-        tracing::info!(%why, "no GPUs on this host");
     }
     let ctx = Ctx {
         gpus: std::sync::Arc::new(gpus),

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::ctx::{cleanup, load, moved, moved_at, moved_through, remove, run_of, status_now, Ctx};
 use super::engine;
-use super::keep::{sample_usage, save_final_logs, save_logs, LogCursor};
+use super::keep::{gpus_held_by, sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::pull::{self, PullTally};
 use super::spec::container_name;
@@ -342,7 +342,8 @@ async fn own_session(
         let cursor = log_cursor.clone();
         tokio::spawn(async move {
             // A first sample at once: a short batch session is gone before the first tick.
-            let mut previous = sample_usage(&ctx, session_id, &container, None).await;
+            let gpus = gpus_held_by(&ctx, &container).await;
+            let mut previous = sample_usage(&ctx, session_id, &container, &gpus, None).await;
             let mut sampled = tokio::time::Instant::now();
             while !keeping.is_cancelled() {
                 tokio::select! {
@@ -351,7 +352,7 @@ async fn own_session(
                         save_logs(&ctx, session_id, 0, &container, &cursor).await;
                         if sampled.elapsed() >= ctx.config.usage_every {
                             sampled = tokio::time::Instant::now();
-                            previous = sample_usage(&ctx, session_id, &container, previous).await;
+                            previous = sample_usage(&ctx, session_id, &container, &gpus, previous).await;
                         }
                     }
                 }

@@ -1,6 +1,7 @@
 //! What each kernel's container is to be, pure: a session, this agent and a GPU share in,
-//! the engine's container configuration out (command, environment, folders, published ports,
-//! labels, cluster network and host names, device requests, cgroup limits). Nothing here
+//! the engine's container configuration out (command, environment (GPU ordinals and MPS
+//! limits too), folders, published ports, labels, cluster network and host names, device
+//! requests, cgroup limits). Nothing here
 //! talks to the engine, so every rule is unit-tested.
 
 use std::collections::HashMap;
@@ -139,9 +140,7 @@ pub fn kernel_config(
     let main = k == 0;
     let host = &layout.hosts[k as usize];
     let mut env = session_environment(state, layout);
-    if let Some(percentage) = gpu.mps_percentage {
-        env.push(format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}"));
-    }
+    env.extend(gpu.environment());
     if layout.network.is_some() {
         env.push(format!(
             "BERTH_CLUSTER_ROLE={}",
@@ -158,7 +157,9 @@ pub fn kernel_config(
     if !gpu.devices.is_empty() {
         labels.insert(LABEL_GPUS.to_string(), gpu.to_label());
     }
-    let device_requests = (!gpu.devices.is_empty()).then(|| {
+    // Only devices the engine can attach are asked of it: a mock device is in the labels and
+    // the environment alone, so its container runs where no GPU is.
+    let device_requests = (gpu.attach && !gpu.devices.is_empty()).then(|| {
         vec![DeviceRequest {
             driver: Some("nvidia".into()),
             device_ids: Some(gpu.device_ids()),
@@ -197,6 +198,13 @@ pub fn kernel_config(
         )]),
     });
     let resources = &request.resources;
+    // A fraction reaches the host's MPS daemon through its pipe directory and the host's IPC
+    // namespace (the daemon's shared memory): the daemon enforces the share's limits.
+    let mut binds = binds.to_vec();
+    if let Some(dir) = &gpu.mps_pipe_dir {
+        binds.push(format!("{0}:{0}", dir.display()));
+    }
+    let ipc_mode = gpu.mps_pipe_dir.as_ref().map(|_| "host".to_owned());
     Config {
         image: Some(request.image.clone()),
         cmd: Some(vec!["/bin/sh".into(), "-c".into(), command]),
@@ -215,7 +223,8 @@ pub fn kernel_config(
             // No swap beyond the memory asked for.
             memory_swap: Some(resources.memory_bytes as i64),
             shm_size: Some(request.shared_memory_bytes as i64),
-            binds: Some(binds.to_vec()),
+            binds: Some(binds),
+            ipc_mode,
             port_bindings: main.then_some(bindings),
             device_requests,
             network_mode: layout.network.clone(),
@@ -270,7 +279,7 @@ mod tests {
     }
 
     fn no_gpu() -> GpuShare {
-        crate::gpu::assign(0, &[], &HashMap::new())
+        GpuShare::default()
     }
 
     fn env_of(config: &Config<String>) -> Vec<String> {
@@ -432,7 +441,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_share_becomes_a_device_request_a_label_and_an_mps_percentage() {
+    fn a_gpu_share_becomes_a_device_request_a_label_and_its_mps_limits() {
         let mut state = session(1);
         state.request.resources.gpu_milli = 500;
         let gpus = [Gpu {
@@ -441,17 +450,61 @@ mod tests {
             name: "Test GPU".into(),
             memory_bytes: 16 << 30,
         }];
-        let share = crate::gpu::assign(500, &gpus, &HashMap::new());
+        let share = crate::gpu::assign(500, &gpus, &HashMap::new(), 1000, true);
         let layout = layout(&state, "a1");
         let config = kernel_config(&state, "a1", &layout, 0, &[], &share, "127.0.0.1");
         let host = config.host_config.unwrap();
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.driver.as_deref(), Some("nvidia"));
-        assert_eq!(request.device_ids, Some(share.device_ids()));
-        assert_eq!(config.labels.unwrap()[LABEL_GPUS], share.to_label());
-        if let Some(percentage) = share.mps_percentage {
-            let wanted = format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage}");
-            assert!(config.env.unwrap().contains(&wanted));
+        assert_eq!(request.device_ids, Some(vec!["GPU-0".to_string()]));
+        assert_eq!(config.labels.unwrap()[LABEL_GPUS], "GPU-0=500");
+        let env = config.env.unwrap();
+        for wanted in [
+            "CUDA_VISIBLE_DEVICES=0",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M",
+        ] {
+            assert!(env.iter().any(|e| e == wanted), "{wanted} in {env:?}");
         }
+        assert_eq!(host.ipc_mode, None, "no MPS daemon named: nothing shared");
+        // With the host's MPS daemon: its pipe directory and IPC namespace, to reach it.
+        let daemon = share.through_mps(Some(Path::new("/tmp/nvidia-mps")));
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &daemon, "127.0.0.1");
+        let host = config.host_config.unwrap();
+        assert_eq!(host.ipc_mode.as_deref(), Some("host"));
+        assert_eq!(
+            host.binds,
+            Some(vec!["/tmp/nvidia-mps:/tmp/nvidia-mps".into()])
+        );
+        assert!(config
+            .env
+            .unwrap()
+            .contains(&"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".to_string()));
+    }
+
+    #[test]
+    fn mock_devices_are_labelled_and_told_but_never_asked_of_the_engine() {
+        let mut state = session(1);
+        state.request.resources.gpu_milli = 1000;
+        let mock = crate::gpu::MockGpus {
+            count: 2,
+            memory_bytes: 16 << 30,
+            model: "Mock".into(),
+            usage_file: None,
+        };
+        let found = crate::gpu::Accelerators::discover(&mock);
+        let held = HashMap::from([("mock-gpu-0".to_string(), 1000)]);
+        let share = crate::gpu::assign(1000, found.gpus(), &held, 1000, false);
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &share, "127.0.0.1");
+        assert_eq!(config.host_config.unwrap().device_requests, None);
+        assert_eq!(config.labels.unwrap()[LABEL_GPUS], "mock-gpu-1=1000");
+        let env = config.env.unwrap();
+        assert!(
+            env.iter().any(|e| e == "BERTH_GPU_DEVICES=mock-gpu-1"),
+            "{env:?}"
+        );
+        assert!(env.iter().any(|e| e == "CUDA_VISIBLE_DEVICES=0"), "{env:?}");
+        assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS")), "{env:?}");
     }
 }
