@@ -12,12 +12,18 @@ use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
 use super::ctx::{engine_time, remove, remove_all, run_of, Ctx};
-use super::spec::{self, container_name, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT};
+use super::spec::{self, container_name, LABEL_AGENT, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT};
 
-/// What the containers on this host that may still run hold of each GPU, from their labels.
+/// What the containers that may still run hold of each GPU, from their labels: every
+/// container of the engine for devices the engine attaches (another agent on this host shares
+/// them), this agent's own for simulated ones (each agent's are its own, whatever their names).
 async fn gpus_held(ctx: &Ctx) -> Result<HashMap<String, u64>, String> {
+    let mut labels = vec![LABEL_GPUS.to_string()];
+    if !ctx.config.gpus.source.attachable() {
+        labels.push(format!("{LABEL_AGENT}={}", ctx.agent_id));
+    }
     let filters = HashMap::from([
-        ("label".to_string(), vec![LABEL_GPUS.to_string()]),
+        ("label".to_string(), labels),
         (
             "status".to_string(),
             ["created", "running", "restarting", "paused"]
