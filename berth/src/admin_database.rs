@@ -257,6 +257,7 @@ pub async fn run(
                     },
                     max_session_lifetime_secs: max_lifetime,
                     max_custom_images,
+                    max_session_priority: None,
                 },
             )
             .await?;

@@ -152,6 +152,7 @@ pub(crate) async fn fill_policy(pool: &Pool) -> anyhow::Result<()> {
             },
             max_session_lifetime_secs: None,
             max_custom_images: None,
+            max_session_priority: None,
         },
     )
     .await?;

@@ -605,6 +605,7 @@ pub async fn admin_set_policy(
             max_total: p.max_total.slots("max_total")?,
             max_session_lifetime_secs: p.max_session_lifetime_secs,
             max_custom_images: p.max_custom_images,
+            max_session_priority: None,
         },
     )
     .await?;

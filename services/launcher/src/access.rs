@@ -337,6 +337,7 @@ pub async fn bootstrap_with_key(
             },
             max_session_lifetime_secs: None,
             max_custom_images: None,
+            max_session_priority: None,
         })],
     ));
     put.push((

@@ -466,6 +466,7 @@ pub fn decide(
             omp_num_threads,
             max_lifetime_secs: policy.max_lifetime_secs,
             apps: image_apps.clone(),
+            priority: SessionPriority::DEFAULT,
         })
         .collect())
 }
