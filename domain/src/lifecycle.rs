@@ -9,8 +9,9 @@ use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
     AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep, KernelStarted,
     SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested, SessionIdleExempted,
-    SessionIdleReaped, SessionPullProgressed, SessionPriority, SessionPriorityChanged, SessionRenamed, SessionResourcesReleased,
-    SessionStatus, SessionStatusChanged, SessionTerminationRequested, SessionType,
+    SessionIdleReaped, SessionPriority, SessionPriorityChanged, SessionPullProgressed,
+    SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
+    SessionTerminationRequested, SessionType,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -37,7 +38,9 @@ pub enum TransitionError {
     NoSuchCommit(Uuid),
     #[error("apps start only while the session is RUNNING; this one is {0}")]
     NotRunning(&'static str),
-    #[error("a priority changes only while the session waits in the queue (PENDING); this one is {0:?}")]
+    #[error(
+        "a priority changes only while the session waits in the queue (PENDING); this one is {0:?}"
+    )]
     NotQueued(SessionStatus),
     #[error("priority {0} is out of bounds: {min}..={max}", min = SessionPriority::MIN, max = SessionPriority::MAX)]
     PriorityOutOfBounds(i32),
@@ -484,11 +487,13 @@ impl SessionState {
         if self.request.priority == to {
             return Ok(Vec::new());
         }
-        Ok(vec![Event::SessionPriorityChanged(SessionPriorityChanged {
-            session_id: self.request.session_id,
-            from: self.request.priority,
-            to,
-        })])
+        Ok(vec![Event::SessionPriorityChanged(
+            SessionPriorityChanged {
+                session_id: self.request.session_id,
+                from: self.request.priority,
+                to,
+            },
+        )])
     }
 
     /// A new name (the caller has checked the name's rules).
@@ -1089,11 +1094,12 @@ mod tests {
         let events = session.change_priority(80).unwrap();
         assert!(matches!(&events[..], [Event::SessionPriorityChanged(c)]
             if (c.from, c.to) == (SessionPriority::DEFAULT, 80)));
-        let changed = events
-            .iter()
-            .fold(session.clone(), |s, e| s.evolve(e));
+        let changed = events.iter().fold(session.clone(), |s, e| s.evolve(e));
         assert_eq!(changed.request.priority, 80);
-        assert!(changed.change_priority(80).unwrap().is_empty(), "the same again: nothing");
+        assert!(
+            changed.change_priority(80).unwrap().is_empty(),
+            "the same again: nothing"
+        );
         assert!(matches!(
             session.change_priority(101),
             Err(TransitionError::PriorityOutOfBounds(101))

@@ -14,14 +14,14 @@
 //! 4. *arrival* (the queue's order as loaded, oldest first) breaks every tie.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 use events::payloads::{QueuePolicy, ResourceSlots};
 use uuid::Uuid;
 
 use crate::core::{PendingSession, Snapshot};
-use crate::fair_share::{factor, Usage};
+use crate::fair_share::{dominant_share, DominantShare, Factors};
 
 /// The name of the history step that says where a session's turn came from.
 pub fn step_name(policy: QueuePolicy) -> String {
@@ -35,57 +35,6 @@ pub struct Turn {
     pub message: String,
 }
 
-/// An owner's dominant share: the largest of what they hold of each resource over the
-/// group's capacity of it, and that resource in words.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DominantShare {
-    pub share: f64,
-    pub dominant: String,
-}
-
-/// The dominant share of `held` in `capacity` (resources the group has none of are left out).
-pub fn dominant_share(held: ResourceSlots, capacity: ResourceSlots) -> DominantShare {
-    let gib = (1u64 << 30) as f64;
-    let parts = [
-        (held.cpu_milli, capacity.cpu_milli, "cpu", 1000.0, "cores"),
-        (
-            held.memory_bytes,
-            capacity.memory_bytes,
-            "memory",
-            gib,
-            "GiB",
-        ),
-        (held.gpu_milli, capacity.gpu_milli, "gpu", 1000.0, "devices"),
-    ];
-    let mut best = DominantShare {
-        share: 0.0,
-        dominant: "nothing held".into(),
-    };
-    for (held, capacity, name, unit, units) in parts {
-        if capacity == 0 {
-            continue;
-        }
-        let share = held as f64 / capacity as f64;
-        if share > best.share || (best.share == 0.0 && held > 0) {
-            best = DominantShare {
-                share,
-                dominant: format!(
-                    "{name} {} of {} {units}",
-                    trim(held as f64 / unit),
-                    trim(capacity as f64 / unit)
-                ),
-            };
-        }
-    }
-    best
-}
-
-/// A figure without trailing zeros (4, 2.5, 0.125).
-fn trim(value: f64) -> String {
-    let text = format!("{value:.3}");
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
 /// Usage in weighed resource-seconds, short (812, 12.3 k, 4.56 M).
 pub fn short_usage(value: f64) -> String {
     if value >= 1e6 {
@@ -94,60 +43,6 @@ pub fn short_usage(value: f64) -> String {
         format!("{:.1} k", value / 1e3)
     } else {
         format!("{value:.0}")
-    }
-}
-
-/// Each owner's and project's fair-share factor, from decayed usage: the parties are the
-/// owners (projects) with usage or a session in the queue, sharing the group equally.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Factors {
-    pub by_owner: HashMap<Uuid, f64>,
-    pub by_project: HashMap<String, f64>,
-}
-
-impl Factors {
-    pub fn new<'a>(
-        usage: &Usage,
-        queued: impl IntoIterator<Item = (Uuid, Option<&'a str>)>,
-    ) -> Factors {
-        let mut owners: HashSet<Uuid> = usage.by_owner.keys().copied().collect();
-        let mut projects: HashSet<String> = usage.by_project.keys().cloned().collect();
-        for (owner, project) in queued {
-            owners.insert(owner);
-            if let Some(project) = project {
-                projects.insert(project.to_owned());
-            }
-        }
-        let owner_total: f64 = usage.by_owner.values().sum();
-        let project_total: f64 = usage.by_project.values().sum();
-        let by_owner = owners
-            .iter()
-            .map(|o| {
-                let used = usage.by_owner.get(o).copied().unwrap_or(0.0);
-                (*o, factor(used, owner_total, owners.len()))
-            })
-            .collect();
-        let by_project = projects
-            .iter()
-            .map(|p| {
-                let used = usage.by_project.get(p).copied().unwrap_or(0.0);
-                (p.clone(), factor(used, project_total, projects.len()))
-            })
-            .collect();
-        Factors {
-            by_owner,
-            by_project,
-        }
-    }
-
-    pub fn owner(&self, owner: Uuid) -> f64 {
-        self.by_owner.get(&owner).copied().unwrap_or(1.0)
-    }
-
-    pub fn project(&self, project: Option<&str>) -> f64 {
-        project
-            .and_then(|p| self.by_project.get(p).copied())
-            .unwrap_or(1.0)
     }
 }
 
@@ -444,7 +339,7 @@ pub fn waited(session: &PendingSession, now: DateTime<Utc>) -> u64 {
 mod tests {
     use super::*;
     use crate::core::{plan, AgentView, Decision, GroupRules};
-    use crate::fair_share::FairShareSettings;
+    use crate::fair_share::{FairShareSettings, Usage};
     use chrono::TimeZone;
     use events::payloads::{AgentSelection, ClusterMode};
     use std::time::Duration;
