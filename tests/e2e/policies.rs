@@ -506,7 +506,7 @@ async fn priorities_reorder_the_queue_and_a_starving_session_goes_first_within_i
     // Room for one: the raised one goes, before the older ones.
     let queued = vec![low.clone(), high.clone(), raised.clone()];
     force_end(&h, &filler[0]).await;
-    assert_eq!(wait_placed(&h, &queued, 1).await, [raised.clone()]);
+    assert_eq!(wait_placed(&h, &queued, 1).await, std::slice::from_ref(&raised));
     let why = order_step(&h, &raised).await;
     assert!(why.contains("priority 90"), "{why}");
 
@@ -531,7 +531,7 @@ async fn priorities_reorder_the_queue_and_a_starving_session_goes_first_within_i
     .await;
     force_end(&h, &raised).await;
     let both = vec![low.clone(), high.clone()];
-    assert_eq!(wait_placed(&h, &both, 1).await, [low.clone()]);
+    assert_eq!(wait_placed(&h, &both, 1).await, std::slice::from_ref(&low));
     let why = order_step(&h, &low).await;
     assert!(why.contains("past the group's bound of 2 s"), "{why}");
     h.assert_running();
