@@ -506,7 +506,10 @@ async fn priorities_reorder_the_queue_and_a_starving_session_goes_first_within_i
     // Room for one: the raised one goes, before the older ones.
     let queued = vec![low.clone(), high.clone(), raised.clone()];
     force_end(&h, &filler[0]).await;
-    assert_eq!(wait_placed(&h, &queued, 1).await, std::slice::from_ref(&raised));
+    assert_eq!(
+        wait_placed(&h, &queued, 1).await,
+        std::slice::from_ref(&raised)
+    );
     let why = order_step(&h, &raised).await;
     assert!(why.contains("priority 90"), "{why}");
 
