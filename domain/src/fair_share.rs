@@ -138,6 +138,20 @@ pub struct DominantShare {
     pub dominant: String,
 }
 
+/// [`dominant_share`]'s figure alone, without the words (DRF computes it every turn).
+pub fn dominant_share_value(held: ResourceSlots, capacity: ResourceSlots) -> f64 {
+    let part = |held: u64, capacity: u64| {
+        if capacity == 0 {
+            0.0
+        } else {
+            held as f64 / capacity as f64
+        }
+    };
+    part(held.cpu_milli, capacity.cpu_milli)
+        .max(part(held.memory_bytes, capacity.memory_bytes))
+        .max(part(held.gpu_milli, capacity.gpu_milli))
+}
+
 /// The dominant share of `held` in `capacity` (resources the group has none of are left out).
 pub fn dominant_share(held: ResourceSlots, capacity: ResourceSlots) -> DominantShare {
     let gib = (1u64 << 30) as f64;
@@ -269,6 +283,29 @@ mod tests {
             started_at: now() - chrono::Duration::hours(from_hours_ago),
             ended_at: to_hours_ago.map(|h| now() - chrono::Duration::hours(h)),
         }
+    }
+
+    #[test]
+    fn the_dominant_share_is_the_largest_of_any_resource_the_group_has() {
+        let capacity = ResourceSlots {
+            cpu_milli: 16_000,
+            memory_bytes: 64 << 30,
+            gpu_milli: 0,
+        };
+        let held = ResourceSlots {
+            cpu_milli: 2_000,
+            memory_bytes: 32 << 30,
+            gpu_milli: 0,
+        };
+        let share = dominant_share(held, capacity);
+        assert_eq!(
+            (share.share, share.dominant.as_str()),
+            (0.5, "memory 32 of 64 GiB")
+        );
+        assert_eq!(dominant_share_value(held, capacity), share.share);
+        let none = ResourceSlots::default();
+        assert_eq!(dominant_share(none, capacity).dominant, "nothing held");
+        assert_eq!(dominant_share_value(held, none), 0.0);
     }
 
     #[test]

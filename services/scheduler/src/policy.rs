@@ -21,7 +21,7 @@ use events::payloads::{QueuePolicy, ResourceSlots};
 use uuid::Uuid;
 
 use crate::core::{PendingSession, Snapshot};
-use crate::fair_share::{dominant_share, DominantShare, Factors};
+use crate::fair_share::{dominant_share, dominant_share_value, DominantShare, Factors};
 
 /// The name of the history step that says where a session's turn came from.
 pub fn step_name(policy: QueuePolicy) -> String {
@@ -207,6 +207,14 @@ impl Order {
         bands
     }
 
+    /// The owner's dominant share now, the figure alone (a heap key).
+    fn share_key(&self, owner: Uuid) -> u64 {
+        share_key(dominant_share_value(
+            self.held.get(&owner).copied().unwrap_or_default(),
+            self.capacity,
+        ))
+    }
+
     fn share(&self, owner: Uuid) -> DominantShare {
         dominant_share(
             self.held.get(&owner).copied().unwrap_or_default(),
@@ -222,7 +230,7 @@ impl Order {
             let returning = self
                 .drf_owner
                 .take()
-                .map(|owner| (owner, share_key(self.share(owner).share)));
+                .map(|owner| (owner, self.share_key(owner)));
             let index = match self.bands.front_mut()? {
                 Band::Fixed(turns) => turns.pop_front(),
                 Band::Drf {
@@ -262,10 +270,7 @@ impl Order {
         let shares: Vec<(Uuid, u64)> = match self.bands.front() {
             Some(Band::Drf {
                 per_owner, started, ..
-            }) if !*started => per_owner
-                .keys()
-                .map(|o| (*o, share_key(self.share(*o).share)))
-                .collect(),
+            }) if !*started => per_owner.keys().map(|o| (*o, self.share_key(*o))).collect(),
             _ => return,
         };
         if let Some(Band::Drf {
