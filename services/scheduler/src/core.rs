@@ -6,8 +6,9 @@
 //! Three things Backend.AI users suffer from are designed out here:
 //! - *PENDING with no visible reason*: every outcome carries a message with the figures
 //!   (asked, free, limit) and an error code, recorded as scheduling history.
-//! - *Head-of-line blocking*: under `fifo`, a head that does not fit holds those behind it
-//!   back for at most `skip_after` counted attempts; `backfill` never holds anyone back. Only
+//! - *Head-of-line blocking*: under every policy but `backfill`, the first session of the
+//!   pass's order (`crate::policy`) that does not fit holds those after it back for at most
+//!   `skip_after` counted attempts; `backfill` never holds anyone back. Only
 //!   a shortage of the group's resources blocks; an owner's own limit never blocks others.
 //! - *Retry limits that never fire*: counted attempts end in GIVE_UP at `max_attempts`, and
 //!   the group's pending timeout ends any wait in EXPIRED; both cancel the session with the
