@@ -88,6 +88,20 @@ pub async fn queue(
     policy: QueuePolicy,
     batch: i64,
 ) -> Result<Queue, LedgerError> {
+    queue_bounded(tx, group, policy, 0, batch).await
+}
+
+/// [`queue`], where sessions waiting longer than `starve_after_secs` (when above 0) are
+/// loaded before any other, so a starving session beyond the first `batch` by priority is
+/// still seen (and goes first).
+pub async fn queue_bounded(
+    tx: &impl GenericClient,
+    group: &str,
+    policy: QueuePolicy,
+    starve_after_secs: u64,
+    batch: i64,
+) -> Result<Queue, LedgerError> {
+    let starve = starve_after_secs as f64;
     let mut rows = tx
         .query(
             &format!(
@@ -96,10 +110,12 @@ pub async fn queue(
                         attempts, last_result, last_error_code, traceparent, project,
                         priority, queue_seq
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
-                 ORDER BY {} LIMIT $2",
+                 ORDER BY $4::float8 > 0
+                            AND s.status_since < now() - make_interval(secs => $4::float8) DESC,
+                          {} LIMIT $2",
                 events::sql::queue_order("s", "$3::text")
             ),
-            &[&group, &batch, &policy.as_str()],
+            &[&group, &batch, &policy.as_str(), &starve],
         )
         .await?;
     rows.sort_by_key(|r| r.get::<_, i64>(17));

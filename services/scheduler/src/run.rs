@@ -220,7 +220,14 @@ impl Scheduler {
         let db::Queue {
             sessions: queue,
             traceparents,
-        } = db::queue(tx, &group.name, group.queue_policy, self.config.batch).await?;
+        } = db::queue_bounded(
+            tx,
+            &group.name,
+            group.queue_policy,
+            group.starve_after_secs,
+            self.config.batch,
+        )
+        .await?;
         if queue.is_empty() {
             return Ok(None);
         }
