@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::session_cli::{print_error, show, Client, Output};
 use gateway::model::{
     AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
-    IdleSettings, Presets,
+    GroupShares, IdleSettings, Presets,
 };
 
 #[derive(Subcommand)]
@@ -69,7 +69,7 @@ pub enum AdminCommand {
     /// Create a resource group (or change its scheduling settings).
     CreateGroup {
         name: String,
-        /// fifo or backfill
+        /// fifo, backfill, lifo, drf or fair-share
         #[arg(long, default_value = "fifo")]
         queue: String,
         /// concentrated or dispersed
@@ -87,6 +87,41 @@ pub enum AdminCommand {
     },
     /// Let a project use a resource group.
     GrantGroup { group: String, project: String },
+    /// Set how a resource group's queue is ordered: its policy, fair share's half-life,
+    /// look-back and weights, and the starvation bound.
+    SetScheduling {
+        group: String,
+        /// fifo, backfill, lifo, drf or fair-share
+        #[arg(long)]
+        queue: String,
+        /// Fair share: seconds after which past use counts half (7 days).
+        #[arg(long, default_value_t = 604_800)]
+        half_life: u64,
+        /// Fair share: seconds of past use counted (30 days).
+        #[arg(long, default_value_t = 2_592_000)]
+        lookback: u64,
+        /// Fair share: what a core counts for per second.
+        #[arg(long, default_value_t = 1.0)]
+        weight_cpu: f64,
+        /// Fair share: what a GiB of memory counts for per second.
+        #[arg(long, default_value_t = 0.25)]
+        weight_memory: f64,
+        /// Fair share: what a GPU counts for per second.
+        #[arg(long, default_value_t = 10.0)]
+        weight_gpu: f64,
+        /// Seconds a session may be passed over before it goes first (0: no bound).
+        #[arg(long, default_value_t = 0)]
+        starve_after: u64,
+    },
+    /// Every user's standing in a resource group's queue: decayed use, fair-share factor,
+    /// dominant share, queued sessions, the priority they may ask.
+    Shares {
+        group: String,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Change a queued session's priority (0 to 100, higher first).
+    SetPriority { session: String, priority: i32 },
     /// Create a resource policy (or change its limits).
     SetPolicy {
         name: String,
@@ -106,6 +141,9 @@ pub enum AdminCommand {
         /// Most customized images (committed sessions) a user may keep.
         #[arg(long)]
         max_custom_images: Option<u32>,
+        /// Highest priority a user may ask for a session (0 to 100; absent: 100).
+        #[arg(long)]
+        max_session_priority: Option<u32>,
     },
     /// Admit or revoke agents.
     #[command(subcommand)]
@@ -489,6 +527,37 @@ pub async fn run(
             ))
             .await?
             .map(|_| println!("resource group {name} created")),
+        AdminCommand::SetScheduling {
+            group,
+            queue,
+            half_life,
+            lookback,
+            weight_cpu,
+            weight_memory,
+            weight_gpu,
+            starve_after,
+        } => client
+            .send(put(
+                &format!("/v1/admin/resource-groups/{group}/scheduling"),
+                json!({"queue_policy": queue, "half_life_secs": half_life,
+                       "lookback_secs": lookback,
+                       "weights": {"cpu_per_core": weight_cpu, "memory_per_gib": weight_memory,
+                                   "gpu_per_device": weight_gpu},
+                       "starve_after_secs": starve_after}),
+            ))
+            .await?
+            .map(|_| println!("resource group {group} orders its queue by {queue}")),
+        AdminCommand::Shares { group, output } => client
+            .send(get(&format!("/v1/admin/resource-groups/{group}/shares")))
+            .await?
+            .map(|v| print_shares(output, v)),
+        AdminCommand::SetPriority { session, priority } => client
+            .send(put(
+                &format!("/v1/admin/sessions/{session}/priority"),
+                json!({ "priority": priority }),
+            ))
+            .await?
+            .map(|_| println!("session {session} has priority {priority}")),
         AdminCommand::GrantGroup { group, project } => client
             .send(post(
                 &format!("/v1/admin/resource-groups/{group}/grants"),
@@ -504,6 +573,7 @@ pub async fn run(
             max_gpu,
             max_lifetime,
             max_custom_images,
+            max_session_priority,
         } => {
             let mut body = json!({
                 "max_concurrent_sessions": max_sessions,
@@ -514,6 +584,9 @@ pub async fn run(
             }
             if let Some(n) = max_custom_images {
                 body["max_custom_images"] = json!(n);
+            }
+            if let Some(n) = max_session_priority {
+                body["max_session_priority"] = json!(n);
             }
             client
                 .send(put(&format!("/v1/admin/policies/{name}"), body))
@@ -585,6 +658,58 @@ fn or_dash(v: Option<String>) -> String {
 }
 
 /// Prints a listing as a table, or as the API's JSON.
+/// A group's shares as a table: one line per user, then one per project.
+fn print_shares(output: Output, v: Value) {
+    show(output, v, |s: GroupShares| {
+        println!(
+            "{}: {} (half-life {} s, look-back {} s, starvation bound {} s)",
+            s.resource_group,
+            s.queue_policy,
+            s.half_life_secs,
+            s.lookback_secs,
+            s.starve_after_secs
+        );
+        table(
+            &[
+                "USER",
+                "QUEUED",
+                "DOMINANT-SHARE",
+                "DECAYED-USE",
+                "FACTOR",
+                "MAX-PRIORITY",
+            ],
+            s.users
+                .into_iter()
+                .map(|u| {
+                    vec![
+                        u.email.unwrap_or_else(|| u.user_id.to_string()),
+                        u.queued.to_string(),
+                        format!("{:.3} ({})", u.dominant_share, u.dominant),
+                        format!("{:.0}", u.decayed_usage),
+                        format!("{:.3}", u.fair_share_factor),
+                        u.max_session_priority.to_string(),
+                    ]
+                })
+                .collect(),
+        );
+        if !s.projects.is_empty() {
+            table(
+                &["PROJECT", "DECAYED-USE", "FACTOR"],
+                s.projects
+                    .into_iter()
+                    .map(|p| {
+                        vec![
+                            p.project,
+                            format!("{:.0}", p.decayed_usage),
+                            format!("{:.3}", p.fair_share_factor),
+                        ]
+                    })
+                    .collect(),
+            );
+        }
+    })
+}
+
 fn print_listing(kind: Kind, output: Output, v: Value) {
     match kind {
         Kind::Users => show(output, v, |l: AdminUsers| {

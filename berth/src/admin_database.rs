@@ -208,11 +208,7 @@ pub async fn run(
             skip_after,
             pending_timeout,
         } => {
-            let queue_policy = match queue.as_str() {
-                "fifo" => QueuePolicy::Fifo,
-                "backfill" => QueuePolicy::Backfill,
-                other => anyhow::bail!("--queue: `{other}` is not fifo or backfill"),
-            };
+            let queue_policy = queue_policy(&queue)?;
             let agent_selection = match selection.as_str() {
                 "concentrated" => AgentSelection::Concentrated,
                 "dispersed" => AgentSelection::Dispersed,
@@ -232,6 +228,57 @@ pub async fn run(
             .await?;
             println!("resource group {name} created");
         }
+        AdminCommand::SetScheduling {
+            group,
+            queue,
+            half_life,
+            lookback,
+            weight_cpu,
+            weight_memory,
+            weight_gpu,
+            starve_after,
+        } => {
+            if half_life == 0 {
+                anyhow::bail!("--half-life: at least 1 second");
+            }
+            for (flag, weight) in [
+                ("--weight-cpu", weight_cpu),
+                ("--weight-memory", weight_memory),
+                ("--weight-gpu", weight_gpu),
+            ] {
+                if !(0.0..=1e6).contains(&weight) {
+                    anyhow::bail!("{flag}: from 0 to 1000000");
+                }
+            }
+            access::set_group_scheduling(
+                pool,
+                ResourceGroupSchedulingSet {
+                    name: group.clone(),
+                    queue_policy: queue_policy(&queue)?,
+                    half_life_secs: half_life,
+                    lookback_secs: lookback,
+                    weight_cpu_per_core: weight_cpu,
+                    weight_memory_per_gib: weight_memory,
+                    weight_gpu_per_device: weight_gpu,
+                    starve_after_secs: starve_after,
+                },
+            )
+            .await?;
+            println!("resource group {group} orders its queue by {queue}");
+        }
+        AdminCommand::Shares { .. } => anyhow::bail!(
+            "berth admin shares reads through the gateway: set BERTH_API_KEY to a superadmin's key"
+        ),
+        AdminCommand::SetPriority { session, priority } => {
+            let id: uuid::Uuid = session
+                .parse()
+                .map_err(|_| anyhow::anyhow!("`{session}` is not a session id"))?;
+            let metadata = events::trace::metadata("admin", None);
+            events::lifecycle::command(pool, id, &metadata, |s| s.change_priority(priority))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("session {session} has priority {priority}");
+        }
         AdminCommand::GrantGroup { group, project } => {
             access::grant_group(pool, &group, &project).await?;
             println!("{project} may use {group}");
@@ -244,7 +291,11 @@ pub async fn run(
             max_gpu,
             max_lifetime,
             max_custom_images,
+            max_session_priority,
         } => {
+            if max_session_priority.is_some_and(|m| m > SessionPriority::MAX as u32) {
+                anyhow::bail!("--max-session-priority: at most {}", SessionPriority::MAX);
+            }
             access::set_policy(
                 pool,
                 ResourcePolicySet {
@@ -257,6 +308,7 @@ pub async fn run(
                     },
                     max_session_lifetime_secs: max_lifetime,
                     max_custom_images,
+                    max_session_priority,
                 },
             )
             .await?;
@@ -286,4 +338,12 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// A queue policy as `--queue` names it.
+fn queue_policy(name: &str) -> anyhow::Result<QueuePolicy> {
+    QueuePolicy::parse(name).ok_or_else(|| {
+        let all: Vec<&str> = QueuePolicy::ALL.iter().map(|p| p.as_str()).collect();
+        anyhow::anyhow!("--queue: `{name}` is not one of {}", all.join(", "))
+    })
 }

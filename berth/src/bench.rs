@@ -47,12 +47,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         seconds: u64,
     },
-    /// The scheduling core, and scheduling end to end, with 1,000 agents and 10,000 pending.
+    /// The scheduling core under fifo and drf side by side, and scheduling end to end, with
+    /// 1,000 agents and 10,000 pending.
     Schedule {
         #[arg(long, default_value_t = 1_000)]
         agents: usize,
         #[arg(long, default_value_t = 10_000)]
         sessions: usize,
+        /// Only the scheduling core, in memory (no database): e.g. `--agents 10000
+        /// --sessions 100000`.
+        #[arg(long)]
+        core_only: bool,
     },
     /// An in-process launch to RUNNING with real containers, next to the bare Engine API's
     /// create and start and plain `docker run -d`; and sessions started per second in a
@@ -166,9 +171,11 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             no_sealer,
         } => store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
         BenchCommand::Relay { rate, seconds } => relay_bench(config, &url, rate, seconds).await,
-        BenchCommand::Schedule { agents, sessions } => {
-            crate::bench_sessions::schedule(&url, agents, sessions).await
-        }
+        BenchCommand::Schedule {
+            agents,
+            sessions,
+            core_only,
+        } => crate::bench_sessions::schedule(&url, agents, sessions, core_only).await,
         BenchCommand::Start { sessions, burst } => {
             crate::bench_sessions::start(&config.nats_url, &url, sessions, burst).await
         }

@@ -213,6 +213,7 @@ async fn run_fleet(
             },
             max_session_lifetime_secs: None,
             max_custom_images: None,
+            max_session_priority: None,
         },
     )
     .await?;

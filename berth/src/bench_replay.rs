@@ -277,6 +277,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             omp_num_threads: 1,
             max_lifetime_secs: None,
             apps: vec![],
+            priority: SessionPriority::DEFAULT,
         })),
         Event::SchedulingAttempted(SchedulingAttempted {
             session_id,

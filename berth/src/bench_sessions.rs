@@ -49,13 +49,14 @@ fn session_size() -> ResourceSlots {
     }
 }
 
-/// The scheduling core alone on an in-memory snapshot.
-fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
+/// The scheduling core alone on an in-memory snapshot, its group under `policy`: ten owners'
+/// sessions interleaved, all of which fit.
+fn core_figures(policy: QueuePolicy, agents: usize, sessions: usize, rounds: usize) -> f64 {
     let owners: Vec<Uuid> = (0..10).map(|_| Uuid::now_v7()).collect();
     let snapshot = Snapshot {
         group: GroupRules {
             name: "default".into(),
-            queue_policy: QueuePolicy::Fifo,
+            queue_policy: policy,
             agent_selection: AgentSelection::Concentrated,
             max_attempts: 5,
             skip_after: 3,
@@ -129,7 +130,8 @@ fn core_figures(agents: usize, sessions: usize, rounds: usize) -> f64 {
     }
     let rate = sessions as f64 / best.as_secs_f64();
     println!(
-        "scheduling core: {sessions} pending on {agents} agents placed in {:.1} ms (best of {rounds}) = {rate:.0} decisions/s",
+        "scheduling core ({}): {sessions} pending on {agents} agents placed in {:.1} ms (best of {rounds}) = {rate:.0} decisions/s",
+        policy.as_str(),
         best.as_secs_f64() * 1000.0
     );
     rate
@@ -150,6 +152,7 @@ pub(crate) async fn fill_policy(pool: &Pool) -> anyhow::Result<()> {
             },
             max_session_lifetime_secs: None,
             max_custom_images: None,
+            max_session_priority: None,
         },
     )
     .await?;
@@ -505,8 +508,23 @@ pub(crate) fn percentile<T: Copy>(sorted: &[T], q: f64) -> T {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
-pub async fn schedule(url: &str, agents: usize, sessions: usize) -> anyhow::Result<()> {
-    core_figures(agents, sessions, 5);
+/// The scheduling core under `fifo` and `drf` side by side, on the same snapshot.
+pub fn core_policies(agents: usize, sessions: usize) {
+    let fifo = core_figures(QueuePolicy::Fifo, agents, sessions, 5);
+    let drf = core_figures(QueuePolicy::Drf, agents, sessions, 5);
+    println!("drf decides at {:.0}% of fifo's rate", drf / fifo * 100.0);
+}
+
+pub async fn schedule(
+    url: &str,
+    agents: usize,
+    sessions: usize,
+    core_only: bool,
+) -> anyhow::Result<()> {
+    core_policies(agents, sessions);
+    if core_only {
+        return Ok(());
+    }
     let pool = events::store::pool(url, 16)?;
     crate::app::migrate(&pool).await?;
     fill(&pool, agents, sessions).await?;

@@ -128,6 +128,17 @@ fn admin_endpoints() -> Vec<(&'static str, &'static str, Option<Value>)> {
             "/v1/admin/resource-groups/default/grants",
             Some(json!({"project": "default"})),
         ),
+        (
+            "PUT",
+            "/v1/admin/resource-groups/default/scheduling",
+            Some(json!({"queue_policy": "lifo"})),
+        ),
+        ("GET", "/v1/admin/resource-groups/default/shares", None),
+        (
+            "PUT",
+            "/v1/admin/sessions/01a21714-a2df-7185-8cd6-1451ad2c5f82/priority",
+            Some(json!({"priority": 100})),
+        ),
         ("GET", "/v1/admin/policies", None),
         (
             "PUT",
@@ -323,6 +334,43 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         ],
     );
     ok(g, k, &["grant-group", "gpu", "vision"]);
+    ok(
+        g,
+        k,
+        &[
+            "set-scheduling",
+            "gpu",
+            "--queue",
+            "fair-share",
+            "--half-life",
+            "86400",
+            "--weight-gpu",
+            "8",
+            "--starve-after",
+            "600",
+        ],
+    );
+    let (refused, text) = admin(g, k, &["set-scheduling", "gpu", "--queue", "sjf"], "");
+    assert!(!refused && text.contains("queue_policy"), "{text}");
+    // Created again, the group keeps what its scheduling set, but for the policy.
+    ok(
+        g,
+        k,
+        &[
+            "create-group",
+            "gpu",
+            "--queue",
+            "backfill",
+            "--selection",
+            "dispersed",
+            "--max-attempts",
+            "7",
+            "--skip-after",
+            "2",
+            "--pending-timeout",
+            "60",
+        ],
+    );
     let groups = api.get(k, "/v1/admin/resource-groups").await;
     let gpu = groups["resource_groups"]
         .as_array()
@@ -333,8 +381,23 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         .clone();
     assert_eq!(
         gpu,
-        json!({"name": "gpu", "queue_policy": "backfill", "agent_selection": "dispersed", "max_attempts": 7, "skip_after": 2, "pending_timeout_secs": 60, "projects": ["vision"]})
+        json!({"name": "gpu", "queue_policy": "backfill", "agent_selection": "dispersed", "max_attempts": 7, "skip_after": 2, "pending_timeout_secs": 60, "projects": ["vision"],
+               "half_life_secs": 86400, "lookback_secs": 2592000, "starve_after_secs": 600,
+               "weights": {"cpu_per_core": 1.0, "memory_per_gib": 0.25, "gpu_per_device": 8.0}})
     );
+    let shares = ok(g, k, &["shares", "gpu", "--output", "json"]);
+    let shares: Value = serde_json::from_str(&shares).unwrap();
+    assert_eq!(
+        (
+            &shares["queue_policy"],
+            &shares["half_life_secs"],
+            &shares["users"]
+        ),
+        (&json!("backfill"), &json!(86400), &json!([])),
+        "{shares}"
+    );
+    let (found, text) = admin(g, k, &["shares", "nosuch"], "");
+    assert!(!found && text.contains("name"), "{text}");
     assert_eq!(ls(g, k, "groups"), groups);
     let open = api.get(&bob, "/v1/resource-groups").await;
     assert!(
@@ -365,6 +428,8 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
             "3600",
             "--max-custom-images",
             "3",
+            "--max-session-priority",
+            "40",
         ],
     );
     let policies = api.get(k, "/v1/admin/policies").await;
@@ -377,7 +442,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         .clone();
     assert_eq!(
         small,
-        json!({"name": "small", "max_concurrent_sessions": 2, "max_total": {"cpu": 4.0, "memory_bytes": 8u64 << 30, "gpu": 1.0}, "max_session_lifetime_secs": 3600, "max_custom_images": 3, "users": 0})
+        json!({"name": "small", "max_concurrent_sessions": 2, "max_total": {"cpu": 4.0, "memory_bytes": 8u64 << 30, "gpu": 1.0}, "max_session_lifetime_secs": 3600, "max_custom_images": 3, "max_session_priority": 40, "users": 0})
     );
     assert_eq!(ls(g, k, "policies"), policies);
     ok(
@@ -576,7 +641,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
     assert!(!done && text.contains("email"), "a second Ada: {text}");
     let (done, text) = admin(g, k, &["grant-group", "gpu", "nowhere"], "");
     assert!(!done && text.contains("project"), "{text}");
-    let (done, text) = admin(g, k, &["create-group", "gpu", "--queue", "lifo"], "");
+    let (done, text) = admin(g, k, &["create-group", "gpu", "--queue", "sjf"], "");
     assert!(!done && text.contains("queue_policy"), "{text}");
     let (done, text) = admin(g, k, &["agent", "revoke", "nobody"], "");
     assert!(!done && text.contains("not admitted"), "{text}");
@@ -646,6 +711,36 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
             "/v1/admin/agents",
             json!({"agent_id": "ok", "resource_group": "nowhere"}),
             "resource_group",
+        ),
+        (
+            "PUT",
+            "/v1/admin/resource-groups/default/scheduling",
+            json!({"queue_policy": "drf", "half_life_secs": 0}),
+            "half_life_secs",
+        ),
+        (
+            "PUT",
+            "/v1/admin/resource-groups/default/scheduling",
+            json!({"queue_policy": "drf", "weights": {"cpu_per_core": -1.0, "memory_per_gib": 0.0, "gpu_per_device": 0.0}}),
+            "weights.cpu_per_core",
+        ),
+        (
+            "PUT",
+            "/v1/admin/resource-groups/nowhere/scheduling",
+            json!({"queue_policy": "drf"}),
+            "name",
+        ),
+        (
+            "PUT",
+            "/v1/admin/sessions/01a21714-a2df-7185-8cd6-1451ad2c5f82/priority",
+            json!({"priority": 101}),
+            "priority",
+        ),
+        (
+            "PUT",
+            "/v1/admin/policies/default",
+            json!({"max_concurrent_sessions": 1, "max_total": {"cpu": 1, "memory_bytes": 1}, "max_session_priority": 101}),
+            "max_session_priority",
         ),
     ] {
         let (status, answer) = api.call(k, method, path, Some(body.clone())).await;

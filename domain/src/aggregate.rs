@@ -259,6 +259,7 @@ impl SessionState {
                 }
             }
             Event::SessionRenamed(e) => self.name = e.new_name.clone(),
+            Event::SessionPriorityChanged(e) => self.request.priority = e.to,
             Event::SessionTerminationRequested(_) => self.termination_requested = true,
             Event::SessionIdleExempted(_) => self.idle_exempt = true,
             Event::SessionCommitRequested(e) => self.commit = Some(e.clone()),

@@ -162,6 +162,8 @@ catalogue! {
     SessionStatusChanged(SessionStatusChanged) = "SessionStatusChanged" v 1,
     /// A session got a new name.
     SessionRenamed(SessionRenamed) = "SessionRenamed" v 1,
+    /// An admin changed a queued session's priority.
+    SessionPriorityChanged(SessionPriorityChanged) = "SessionPriorityChanged" v 1,
     /// Somebody asked to terminate a session (gracefully or by force).
     SessionTerminationRequested(SessionTerminationRequested) = "SessionTerminationRequested" v 1,
     /// What a session held on its agent was given back. Recorded exactly once per session.
@@ -184,6 +186,9 @@ catalogue! {
     ResourceGroupCreated(ResourceGroupCreated) = "ResourceGroupCreated" v 1,
     /// A project was allowed to use a resource group.
     ResourceGroupGranted(ResourceGroupGranted) = "ResourceGroupGranted" v 1,
+    /// An admin set how a resource group's queue is ordered (policy, fair share, starvation
+    /// bound).
+    ResourceGroupSchedulingSet(ResourceGroupSchedulingSet) = "ResourceGroupSchedulingSet" v 1,
     /// A resource policy was created or changed.
     ResourcePolicySet(ResourcePolicySet) = "ResourcePolicySet" v 1,
     /// A resource preset was created or changed.
@@ -353,6 +358,7 @@ mod tests {
                 omp_num_threads: 2,
                 max_lifetime_secs: Some(3600),
                 apps: Vec::new(),
+                priority: 20,
             })),
             Event::SchedulingAttempted(SchedulingAttempted {
                 session_id: id,
@@ -390,6 +396,11 @@ mod tests {
                 session_id: id,
                 old_name: "job1".into(),
                 new_name: "job2".into(),
+            }),
+            Event::SessionPriorityChanged(SessionPriorityChanged {
+                session_id: id,
+                from: 10,
+                to: 50,
             }),
             Event::SessionTerminationRequested(SessionTerminationRequested {
                 session_id: id,
@@ -447,12 +458,23 @@ mod tests {
                 resource_group: "gpu".into(),
                 project: "research".into(),
             }),
+            Event::ResourceGroupSchedulingSet(ResourceGroupSchedulingSet {
+                name: "gpu".into(),
+                queue_policy: QueuePolicy::FairShare,
+                half_life_secs: 86_400,
+                lookback_secs: 7 * 86_400,
+                weight_cpu_per_core: 1.0,
+                weight_memory_per_gib: 0.5,
+                weight_gpu_per_device: 8.0,
+                starve_after_secs: 3_600,
+            }),
             Event::ResourcePolicySet(ResourcePolicySet {
                 name: "default".into(),
                 max_concurrent_sessions: 8,
                 max_total: slots,
                 max_session_lifetime_secs: Some(86_400),
                 max_custom_images: Some(3),
+                max_session_priority: Some(50),
             }),
             Event::PresetSaved(PresetSaved {
                 name: "small".into(),

@@ -5,6 +5,8 @@
 //! - [`apps`]: the apps a session offers (the terminal, its image's, its preopen ports) and
 //!   the rules of the proxy circuits that reach them.
 //! - [`credentials`]: the rule a password keeps and how long a web-console sign-in lasts.
+//! - [`fair_share`]: decayed past use, fair-share factors and dominant shares, which order a
+//!   resource group's queue under `fair-share` and `drf`.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
 //! - [`history`]: the history rows of the phases an agent takes a session through (prepare,
 //!   pull, create, start, terminate) and of its clean-up, made from its moves.
@@ -26,6 +28,7 @@ pub mod aggregate;
 pub mod apps;
 pub mod catalogue;
 pub mod credentials;
+pub mod fair_share;
 pub mod history;
 pub mod idleness;
 pub mod images;

@@ -9,8 +9,9 @@ use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
     AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep, KernelStarted,
     SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested, SessionIdleExempted,
-    SessionIdleReaped, SessionPullProgressed, SessionRenamed, SessionResourcesReleased,
-    SessionStatus, SessionStatusChanged, SessionTerminationRequested, SessionType,
+    SessionIdleReaped, SessionPriority, SessionPriorityChanged, SessionPullProgressed,
+    SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
+    SessionTerminationRequested, SessionType,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -37,6 +38,12 @@ pub enum TransitionError {
     NoSuchCommit(Uuid),
     #[error("apps start only while the session is RUNNING; this one is {0}")]
     NotRunning(&'static str),
+    #[error(
+        "a priority changes only while the session waits in the queue (PENDING); this one is {0:?}"
+    )]
+    NotQueued(SessionStatus),
+    #[error("priority {0} is out of bounds: {min}..={max}", min = SessionPriority::MIN, max = SessionPriority::MAX)]
+    PriorityOutOfBounds(i32),
 }
 
 /// Statuses a session never leaves (the set is [`SessionStatus::TERMINAL`]).
@@ -467,6 +474,28 @@ impl SessionState {
         })])
     }
 
+    /// A new priority for a session waiting in the queue (an admin's change; within
+    /// [`SessionPriority`]'s bounds, whatever the owner's policy allows them to ask for).
+    /// The same priority again is nothing.
+    pub fn change_priority(&self, to: i32) -> Result<Vec<Event>, TransitionError> {
+        if !(SessionPriority::MIN..=SessionPriority::MAX).contains(&to) {
+            return Err(TransitionError::PriorityOutOfBounds(to));
+        }
+        if self.status != SessionStatus::Pending {
+            return Err(TransitionError::NotQueued(self.status));
+        }
+        if self.request.priority == to {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Event::SessionPriorityChanged(
+            SessionPriorityChanged {
+                session_id: self.request.session_id,
+                from: self.request.priority,
+                to,
+            },
+        )])
+    }
+
     /// A new name (the caller has checked the name's rules).
     pub fn rename(&self, new_name: String) -> Result<Event, TransitionError> {
         if is_terminal(self.status) {
@@ -519,6 +548,7 @@ mod tests {
             omp_num_threads: 1,
             max_lifetime_secs: None,
             apps: Vec::new(),
+            priority: SessionPriority::DEFAULT,
         }
     }
 
@@ -1056,6 +1086,34 @@ mod tests {
             ended.rename("x1234".into()),
             Err(TransitionError::Ended(Cancelled))
         );
+    }
+
+    #[test]
+    fn a_queued_sessions_priority_changes_within_bounds_and_only_while_pending() {
+        let session = SessionState::requested(&request(SessionType::Batch));
+        let events = session.change_priority(80).unwrap();
+        assert!(matches!(&events[..], [Event::SessionPriorityChanged(c)]
+            if (c.from, c.to) == (SessionPriority::DEFAULT, 80)));
+        let changed = events.iter().fold(session.clone(), |s, e| s.evolve(e));
+        assert_eq!(changed.request.priority, 80);
+        assert!(
+            changed.change_priority(80).unwrap().is_empty(),
+            "the same again: nothing"
+        );
+        assert!(matches!(
+            session.change_priority(101),
+            Err(TransitionError::PriorityOutOfBounds(101))
+        ));
+        assert!(matches!(
+            session.change_priority(-1),
+            Err(TransitionError::PriorityOutOfBounds(-1))
+        ));
+        let mut running = session.clone();
+        running.status = SessionStatus::Running;
+        assert!(matches!(
+            running.change_priority(50),
+            Err(TransitionError::NotQueued(SessionStatus::Running))
+        ));
     }
 
     #[test]

@@ -345,6 +345,34 @@ pub struct SessionRequested {
     /// The apps the image declared when the session was requested.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<crate::apps::ServicePort>,
+    /// Higher goes first within the group's queue policy ([`SessionPriority`]); requests
+    /// recorded before priorities have the default.
+    #[serde(default = "SessionPriority::default_value")]
+    pub priority: i32,
+}
+
+/// A session's priority in its group's queue: `0..=100`, [`SessionPriority::DEFAULT`] unless
+/// asked for, at most what the owner's resource policy allows (its `max_session_priority`,
+/// [`SessionPriority::MAX`] when it names none). As Backend.AI: higher goes first, within the
+/// group's queue policy.
+pub struct SessionPriority;
+
+impl SessionPriority {
+    pub const MIN: i32 = 0;
+    pub const MAX: i32 = 100;
+    pub const DEFAULT: i32 = 10;
+
+    pub fn default_value() -> i32 {
+        Self::DEFAULT
+    }
+}
+
+/// An admin changed a queued (PENDING) session's priority.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionPriorityChanged {
+    pub session_id: Uuid,
+    pub from: i32,
+    pub to: i32,
 }
 
 /// One sub-step of a scheduling attempt.
@@ -644,6 +672,25 @@ pub struct ResourceGroupCreated {
     pub pending_timeout_secs: u64,
 }
 
+/// An admin set how a resource group's queue is ordered: its policy, how fair share counts
+/// past use, and how long a session may be passed over before it goes first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceGroupSchedulingSet {
+    pub name: String,
+    pub queue_policy: QueuePolicy,
+    /// Fair share: past use this old counts half.
+    pub half_life_secs: u64,
+    /// Fair share: past use older than this counts not at all.
+    pub lookback_secs: u64,
+    /// Fair share: what a core, a GiB of memory and a GPU count for, each per second.
+    pub weight_cpu_per_core: f64,
+    pub weight_memory_per_gib: f64,
+    pub weight_gpu_per_device: f64,
+    /// Longest a session may be passed over by higher priorities or policy ranks before it
+    /// goes first; 0: no bound.
+    pub starve_after_secs: u64,
+}
+
 /// A project may use a resource group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceGroupGranted {
@@ -662,6 +709,9 @@ pub struct ResourcePolicySet {
     /// Most customized images (committed sessions) one user may keep; none: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_custom_images: Option<u32>,
+    /// Highest priority a user may ask for a session; none: [`SessionPriority::MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_session_priority: Option<u32>,
 }
 
 /// A named resource preset was created or changed.

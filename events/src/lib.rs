@@ -39,6 +39,8 @@ pub mod tls;
 pub use bus::trace;
 pub use metrics::describe_metrics;
 
-pub use domain::{aggregate, catalogue, credentials, idleness, images, notices, payloads};
+pub use domain::{
+    aggregate, catalogue, credentials, fair_share, idleness, images, notices, payloads,
+};
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

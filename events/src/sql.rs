@@ -35,11 +35,16 @@ pub fn holds_resources(column: &str) -> String {
 }
 
 /// The order in which the scheduler tries a resource group's PENDING sessions, for the
-/// sessions table (`ledger.sessions`) named or aliased `table`: the order they were
-/// requested in, kept when a session comes back to the queue. The scheduler's queue and the
-/// gateway's view of it both sort by this, so they cannot part.
-pub fn queue_order(table: &str) -> String {
-    format!("{table}.queue_seq")
+/// sessions table (`ledger.sessions`) named or aliased `table`, in a group whose queue
+/// policy is the SQL expression `policy`: higher priority first, then the order they were
+/// requested in (kept when a session comes back to the queue), newest first under `lifo`.
+/// The scheduler's queue and the gateway's view of it both sort by this, so they cannot part;
+/// `drf` and `fair-share` turns are decided within each pass from this order (ties go by it).
+pub fn queue_order(table: &str, policy: &str) -> String {
+    format!(
+        "{table}.priority DESC, CASE WHEN {policy} = 'lifo' THEN -{table}.queue_seq \
+         ELSE {table}.queue_seq END"
+    )
 }
 
 #[cfg(test)]

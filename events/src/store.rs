@@ -47,6 +47,8 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (18, include_str!("../migrations/0018_launches.sql")),
     (19, include_str!("../migrations/0019_credentials.sql")),
     (20, include_str!("../migrations/0020_network_scope.sql")),
+    (21, include_str!("../migrations/0021_group_scheduling.sql")),
+    (22, include_str!("../migrations/0022_session_priority.sql")),
     (24, include_str!("../migrations/0024_gpu_usage.sql")),
 ];
 /// What a backbone migration whose tables moved to their service's crate now runs: nothing.

@@ -102,6 +102,9 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::admin_add_member))
         .routes(routes!(api::admin_list_groups, api::admin_create_group))
         .routes(routes!(api::admin_grant_group))
+        .routes(routes!(api::admin_set_group_scheduling))
+        .routes(routes!(api::admin_group_shares))
+        .routes(routes!(api::admin_set_session_priority))
         .routes(routes!(api::admin_list_policies))
         .routes(routes!(api::admin_set_policy))
         .routes(routes!(api::admin_save_preset))
@@ -265,6 +268,9 @@ mod tests {
             ("get", "/v1/admin/resource-groups"),
             ("post", "/v1/admin/resource-groups"),
             ("post", "/v1/admin/resource-groups/{name}/grants"),
+            ("put", "/v1/admin/resource-groups/{name}/scheduling"),
+            ("get", "/v1/admin/resource-groups/{name}/shares"),
+            ("put", "/v1/admin/sessions/{id}/priority"),
             ("get", "/v1/admin/policies"),
             ("put", "/v1/admin/policies/{name}"),
             ("put", "/v1/admin/presets/{name}"),

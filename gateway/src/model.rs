@@ -425,7 +425,7 @@ pub struct Environments {
 #[serde(deny_unknown_fields)]
 pub struct ResourceGroup {
     pub name: String,
-    /// `fifo` or `backfill`.
+    /// `fifo`, `backfill`, `lifo`, `drf` or `fair-share`.
     pub queue_policy: String,
     /// `concentrated` or `dispersed`.
     pub agent_selection: String,
@@ -544,7 +544,7 @@ pub struct QueuedSession {
 #[serde(deny_unknown_fields)]
 pub struct GroupQueue {
     pub resource_group: String,
-    /// `fifo` or `backfill`.
+    /// `fifo`, `backfill`, `lifo`, `drf` or `fair-share`.
     pub queue_policy: String,
     /// In the order the scheduler tries them.
     pub sessions: Vec<QueuedSession>,
@@ -670,7 +670,7 @@ pub struct AdminProjects {
 #[serde(deny_unknown_fields)]
 pub struct AdminGroup {
     pub name: String,
-    /// `fifo` or `backfill`.
+    /// `fifo`, `backfill`, `lifo`, `drf` or `fair-share`.
     pub queue_policy: String,
     /// `concentrated` or `dispersed`.
     pub agent_selection: String,
@@ -680,6 +680,77 @@ pub struct AdminGroup {
     pub pending_timeout_secs: i64,
     /// The projects that may use it.
     pub projects: Vec<String>,
+    /// Fair share: seconds after which past use counts half.
+    pub half_life_secs: i64,
+    /// Fair share: seconds of past use counted.
+    pub lookback_secs: i64,
+    pub weights: ShareWeights,
+    /// Longest a session may be passed over before it goes first (0: no bound).
+    pub starve_after_secs: i64,
+}
+
+/// Fair share's resource weights: what one core, one GiB and one GPU count for per second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareWeights {
+    pub cpu_per_core: f64,
+    pub memory_per_gib: f64,
+    pub gpu_per_device: f64,
+}
+
+/// Where one user stands in a resource group's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserShare {
+    pub user_id: Uuid,
+    /// Absent for a user the ledger does not know.
+    pub email: Option<String>,
+    /// Sessions waiting in the group's queue.
+    pub queued: i64,
+    /// What their sessions hold in the group now.
+    pub held: Amounts,
+    /// DRF: the largest share of any of the group's resources they hold now (0 to 1).
+    pub dominant_share: f64,
+    /// That resource, in words (`cpu 4 of 16 cores`).
+    pub dominant: String,
+    /// Fair share: their use of the group over the look-back, each moment weighed by the
+    /// weights and halved every half-life (weighed resource-seconds).
+    pub decayed_usage: f64,
+    /// Fair share: `2^(-(decayed_usage / all users' decayed usage) * users)`, the users being
+    /// those listed with use or a queued session; 1 for one who ran nothing. A session's factor
+    /// is its owner's times its project's.
+    pub fair_share_factor: f64,
+    /// The highest priority they may ask for a session (their resource policy's).
+    pub max_session_priority: i32,
+}
+
+/// Where one project stands in a resource group's queue (fair share).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectShare {
+    pub project: String,
+    pub decayed_usage: f64,
+    pub fair_share_factor: f64,
+}
+
+/// `GET /v1/admin/resource-groups/{name}/shares`: the group's ordering settings and every
+/// user (and project) with past use in the look-back, a queued session or a hold, by email.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupShares {
+    pub resource_group: String,
+    pub queue_policy: String,
+    pub half_life_secs: i64,
+    pub lookback_secs: i64,
+    pub weights: ShareWeights,
+    /// Longest a session may be passed over before it goes first (0: no bound).
+    pub starve_after_secs: i64,
+    /// The group's agents not lost, together: dominant shares are of this.
+    pub capacity: Amounts,
+    /// The moment the usage is decayed to.
+    pub computed_at: DateTime<Utc>,
+    pub users: Vec<UserShare>,
+    pub projects: Vec<ProjectShare>,
 }
 
 /// `GET /v1/admin/resource-groups`: by name.
@@ -698,6 +769,8 @@ pub struct AdminPolicy {
     pub max_total: Amounts,
     pub max_session_lifetime_secs: Option<i64>,
     pub max_custom_images: Option<i32>,
+    /// The highest priority its users may ask for (absent: 100).
+    pub max_session_priority: Option<i32>,
     /// How many users it applies to.
     pub users: i64,
 }

@@ -22,6 +22,8 @@
 //!   migrated before the services owned theirs.
 //! - [`notifications`]: each owner told, in order and live, what became of their sessions.
 //! - [`passwords`]: a user's password set and changed through the API, refused by name.
+//! - [`policies`]: queue policies (fifo, drf, fair share over the log's past use) and
+//!   priorities with a starvation bound, agents driven by the test.
 //! - [`pulls`]: an image pull's progress, recorded while the session pulls and delivered on
 //!   its owner's event stream.
 //! - [`outage`]: NATS killed and started again under a running agent.
@@ -63,6 +65,7 @@ mod migrations;
 mod notifications;
 mod outage;
 mod passwords;
+mod policies;
 mod pulls;
 mod reads;
 mod restore;

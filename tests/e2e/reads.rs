@@ -628,13 +628,14 @@ async fn the_queue_lists_each_groups_pending_sessions_in_the_schedulers_order_an
         .collect();
     assert_eq!(positions, [1, 2, 3]);
     let client = h.pool.get().await.unwrap();
-    let scheduler_order: Vec<String> = scheduler::db::queue(&client, "tiny", 100)
-        .await
-        .unwrap()
-        .sessions
-        .iter()
-        .map(|s| s.session_id.to_string())
-        .collect();
+    let scheduler_order: Vec<String> =
+        scheduler::db::queue(&client, "tiny", QueuePolicy::Fifo, 100)
+            .await
+            .unwrap()
+            .sessions
+            .iter()
+            .map(|s| s.session_id.to_string())
+            .collect();
     assert_eq!(
         scheduler_order, waiting,
         "the order the scheduler tries them in"

@@ -118,6 +118,75 @@ mod tests {
     }
 
     #[test]
+    fn a_session_counts_as_used_from_its_start_to_its_end_once_however_often_it_restarts() {
+        let mut rows = LedgerRows::default();
+        let session_id = Uuid::new_v4();
+        let owner = Uuid::new_v4();
+        let request: SessionRequested = serde_json::from_value(serde_json::json!({
+            "session_id": session_id, "name": "train", "owner": {"user_id": owner, "email": "a@b.c",
+            "project": "lab"}, "session_type": "batch", "resource_group": "gpu",
+            "image": "python", "resources": slots(2_000), "shared_memory_bytes": 0,
+            "cluster_mode": "single-node", "cluster_size": 1, "omp_num_threads": 2}))
+        .unwrap();
+        assert_eq!(
+            request.priority,
+            SessionPriority::DEFAULT,
+            "an old request's priority"
+        );
+        rows.apply(&recorded(0, Event::SessionRequested(Box::new(request))));
+        rows.apply(&recorded(
+            1,
+            Event::SessionScheduled(SessionScheduled {
+                session_id,
+                agent_id: "a1".into(),
+                resources: slots(2_000),
+                kernels: vec![],
+            }),
+        ));
+        let moved = |to, at| {
+            Event::SessionStatusChanged(SessionStatusChanged {
+                session_id,
+                from: SessionStatus::Pending,
+                to,
+                reason: None,
+                exit_code: None,
+                occurred_at: at,
+            })
+        };
+        let started = Utc::now() - chrono::Duration::hours(3);
+        let ended = Utc::now() - chrono::Duration::hours(1);
+        rows.apply(&recorded(2, moved(SessionStatus::Running, Some(started))));
+        rows.apply(&recorded(3, moved(SessionStatus::Restarting, None)));
+        rows.apply(&recorded(4, moved(SessionStatus::Running, None)));
+        rows.apply(&recorded(5, moved(SessionStatus::Terminated, Some(ended))));
+        let usage: Vec<_> = rows.sessions.usage.iter().collect();
+        assert_eq!(usage.len(), 1, "one interval, kept open over the restart");
+        let ((id, from), interval) = usage[0];
+        assert_eq!(
+            (*id, *from, interval.ended_at),
+            (session_id, started, Some(ended))
+        );
+        assert_eq!(
+            (
+                interval.owner,
+                interval.project.as_deref(),
+                interval.cpu_milli
+            ),
+            (owner, Some("lab"), 2_000)
+        );
+        assert_eq!(interval.resource_group, "gpu");
+        rows.apply(&recorded(
+            6,
+            Event::SessionPriorityChanged(SessionPriorityChanged {
+                session_id,
+                from: 10,
+                to: 60,
+            }),
+        ));
+        assert_eq!(rows.sessions.sessions[&session_id].priority, 60);
+    }
+
+    #[test]
     fn an_event_for_a_session_the_ledger_lacks_changes_no_session() {
         let mut rows = LedgerRows::default();
         rows.apply(&recorded(

@@ -90,6 +90,7 @@ impl Family {
             | Event::ConsoleSignedIn(_)
             | Event::ConsoleSignedOut(_) => Family::Accounts,
             Event::ResourceGroupCreated(_)
+            | Event::ResourceGroupSchedulingSet(_)
             | Event::ResourceGroupGranted(_)
             | Event::ResourcePolicySet(_)
             | Event::PresetSaved(_) => Family::Resources,
@@ -104,6 +105,7 @@ impl Family {
             | Event::SessionScheduled(_)
             | Event::SessionStatusChanged(_)
             | Event::SessionRenamed(_)
+            | Event::SessionPriorityChanged(_)
             | Event::SessionTerminationRequested(_)
             | Event::SessionResourcesReleased(_)
             | Event::KernelStarted(_)

@@ -3,7 +3,10 @@
 //!
 //! Tables: `resource_groups`, `group_projects`, `policies`, `presets`. Changed by
 //! `ResourceGroupCreated`, `ResourceGroupGranted`, `ResourcePolicySet` and `PresetSaved`;
-//! each sets its row again, whole, when it is recorded for a name that has one.
+//! each sets its row again, whole, when it is recorded for a name that has one, except that
+//! `ResourceGroupCreated` keeps what `ResourceGroupSchedulingSet` set (fair share, the
+//! starvation bound), and `ResourceGroupSchedulingSet` changes only those and the queue policy
+//! of a group that exists.
 
 use std::collections::HashMap;
 
@@ -38,6 +41,26 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::ResourceGroupSchedulingSet(e) => {
+            exec(
+                client,
+                "UPDATE ledger.resource_groups SET queue_policy = $2, half_life_secs = $3,
+                   lookback_secs = $4, weight_cpu_per_core = $5, weight_memory_per_gib = $6,
+                   weight_gpu_per_device = $7, starve_after_secs = $8
+                 WHERE name = $1",
+                &[
+                    &e.name,
+                    &name_of(&e.queue_policy),
+                    &i64_of(e.half_life_secs),
+                    &i64_of(e.lookback_secs),
+                    &e.weight_cpu_per_core,
+                    &e.weight_memory_per_gib,
+                    &e.weight_gpu_per_device,
+                    &i64_of(e.starve_after_secs),
+                ],
+            )
+            .await?;
+        }
         Event::ResourceGroupGranted(e) => {
             exec(
                 client,
@@ -49,10 +72,11 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::ResourcePolicySet(e) => {
             exec(
                 client,
-                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7)
+                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
-                       max_session_lifetime_secs = $6, max_custom_images = $7",
+                       max_session_lifetime_secs = $6, max_custom_images = $7,
+                       max_session_priority = $8",
                 &[
                     &e.name,
                     &(e.max_concurrent_sessions as i32),
@@ -61,6 +85,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &i64_of(e.max_total.gpu_milli),
                     &e.max_session_lifetime_secs.map(i64_of),
                     &e.max_custom_images.map(|n| n as i32),
+                    &e.max_session_priority.map(|n| n as i32),
                 ],
             )
             .await?;
@@ -92,6 +117,12 @@ pub(super) struct ResourceGroup {
     pub max_attempts: i32,
     pub skip_after: i32,
     pub pending_timeout_secs: i64,
+    pub half_life_secs: i64,
+    pub lookback_secs: i64,
+    pub weight_cpu_per_core: f64,
+    pub weight_memory_per_gib: f64,
+    pub weight_gpu_per_device: f64,
+    pub starve_after_secs: i64,
 }
 
 pub(super) struct Policy {
@@ -101,6 +132,7 @@ pub(super) struct Policy {
     pub max_gpu_milli: i64,
     pub max_session_lifetime_secs: Option<i64>,
     pub max_custom_images: Option<i32>,
+    pub max_session_priority: Option<i32>,
 }
 
 pub(super) struct Preset {
@@ -124,16 +156,39 @@ impl Tables {
     pub(super) fn apply_in_memory(&mut self, event: &Event) {
         match event {
             Event::ResourceGroupCreated(e) => {
-                self.resource_groups.insert(
-                    e.name.clone(),
-                    ResourceGroup {
-                        queue_policy: name_of(&e.queue_policy),
-                        agent_selection: name_of(&e.agent_selection),
-                        max_attempts: e.max_attempts as i32,
-                        skip_after: e.skip_after as i32,
-                        pending_timeout_secs: i64_of(e.pending_timeout_secs),
-                    },
-                );
+                // The migration's defaults, or what the group's scheduling was set to.
+                let group = self
+                    .resource_groups
+                    .entry(e.name.clone())
+                    .or_insert_with(|| ResourceGroup {
+                        queue_policy: String::new(),
+                        agent_selection: String::new(),
+                        max_attempts: 0,
+                        skip_after: 0,
+                        pending_timeout_secs: 0,
+                        half_life_secs: 604_800,
+                        lookback_secs: 2_592_000,
+                        weight_cpu_per_core: 1.0,
+                        weight_memory_per_gib: 0.25,
+                        weight_gpu_per_device: 10.0,
+                        starve_after_secs: 0,
+                    });
+                group.queue_policy = name_of(&e.queue_policy);
+                group.agent_selection = name_of(&e.agent_selection);
+                group.max_attempts = e.max_attempts as i32;
+                group.skip_after = e.skip_after as i32;
+                group.pending_timeout_secs = i64_of(e.pending_timeout_secs);
+            }
+            Event::ResourceGroupSchedulingSet(e) => {
+                if let Some(group) = self.resource_groups.get_mut(&e.name) {
+                    group.queue_policy = name_of(&e.queue_policy);
+                    group.half_life_secs = i64_of(e.half_life_secs);
+                    group.lookback_secs = i64_of(e.lookback_secs);
+                    group.weight_cpu_per_core = e.weight_cpu_per_core;
+                    group.weight_memory_per_gib = e.weight_memory_per_gib;
+                    group.weight_gpu_per_device = e.weight_gpu_per_device;
+                    group.starve_after_secs = i64_of(e.starve_after_secs);
+                }
             }
             Event::ResourceGroupGranted(e) => {
                 self.group_projects
@@ -149,6 +204,7 @@ impl Tables {
                         max_gpu_milli: i64_of(e.max_total.gpu_milli),
                         max_session_lifetime_secs: e.max_session_lifetime_secs.map(i64_of),
                         max_custom_images: e.max_custom_images.map(|n| n as i32),
+                        max_session_priority: e.max_session_priority.map(|n| n as i32),
                     },
                 );
             }
@@ -185,11 +241,12 @@ impl Tables {
                 "max_gpu_milli",
                 "max_session_lifetime_secs",
                 "max_custom_images",
+                "max_session_priority",
             ],
             &self
                 .policies
                 .iter()
-                .map(|(name, p)| -> [&(dyn ToSql + Sync); 7] {
+                .map(|(name, p)| -> [&(dyn ToSql + Sync); 8] {
                     [
                         name,
                         &p.max_concurrent_sessions,
@@ -198,6 +255,7 @@ impl Tables {
                         &p.max_gpu_milli,
                         &p.max_session_lifetime_secs,
                         &p.max_custom_images,
+                        &p.max_session_priority,
                     ]
                 })
                 .collect::<Vec<_>>(),
@@ -247,11 +305,17 @@ impl Tables {
                 "max_attempts",
                 "skip_after",
                 "pending_timeout_secs",
+                "half_life_secs",
+                "lookback_secs",
+                "weight_cpu_per_core",
+                "weight_memory_per_gib",
+                "weight_gpu_per_device",
+                "starve_after_secs",
             ],
             &self
                 .resource_groups
                 .iter()
-                .map(|(name, g)| -> [&(dyn ToSql + Sync); 6] {
+                .map(|(name, g)| -> [&(dyn ToSql + Sync); 12] {
                     [
                         name,
                         &g.queue_policy,
@@ -259,6 +323,12 @@ impl Tables {
                         &g.max_attempts,
                         &g.skip_after,
                         &g.pending_timeout_secs,
+                        &g.half_life_secs,
+                        &g.lookback_secs,
+                        &g.weight_cpu_per_core,
+                        &g.weight_memory_per_gib,
+                        &g.weight_gpu_per_device,
+                        &g.starve_after_secs,
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -6,13 +6,21 @@
 //! `SchedulingAttempted`, `SessionScheduled` (the kernels, reserved on their agents:
 //! the only decision here, refused when an agent lacks the room or is lost),
 //! `SessionResourcesReleased` (the kernels given back, and the session's apps forgotten, see
-//! `apps`), `SessionStatusChanged` and `SessionRenamed`. `SessionTerminationRequested`,
+//! `apps`), `SessionStatusChanged`, `SessionRenamed` and `SessionPriorityChanged`.
+//! `SessionTerminationRequested`,
 //! `KernelStarted`, `SessionIdleExempted`, `SessionIdleReaped` and `SessionPullProgressed`
 //! only move the session's version, as the other events of its stream do (those of `apps`
 //! and `images`): the reaper and the detail read them from the log.
 //!
 //! The SQL account gathers the session row's changes from consecutive events of one stream
 //! in a [`SessionPatch`] and writes them with one statement.
+//!
+//! Also `usage_intervals`: what each session held from when it ran until it stopped, for fair
+//! share. RUNNING opens one (at the container's start, `occurred_at`, when the event carries
+//! it; else at the event's `recorded_at`, which the SQL account reads back from the log so
+//! both accounts agree to the microsecond), and an end, a move back to the queue or the
+//! release of its resources closes it, at the same kind of time. A restart that runs again
+//! while one is open keeps it open.
 
 use std::collections::HashMap;
 
@@ -70,6 +78,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
             patch.holds = Some(false);
+            usage_closes_sql(client, e.session_id, None, stream_version).await?;
         }
         Event::SessionStatusChanged(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
@@ -78,6 +87,19 @@ pub(super) async fn apply_sql<C: GenericClient>(
                 patch.requeues += 1;
                 patch.agent_id = Some(None);
             }
+            match usage_move(e.to) {
+                Some(UsageMove::Opens) => {
+                    usage_opens_sql(client, e.session_id, e.occurred_at, stream_version).await?
+                }
+                Some(UsageMove::Closes) => {
+                    usage_closes_sql(client, e.session_id, e.occurred_at, stream_version).await?
+                }
+                None => {}
+            }
+        }
+        Event::SessionPriorityChanged(e) => {
+            patch.enter(client, e.session_id, stream_version).await?;
+            patch.priority = Some(e.to);
         }
         Event::SessionRenamed(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
@@ -98,6 +120,71 @@ pub(super) async fn apply_sql<C: GenericClient>(
     Ok(())
 }
 
+/// What a status change does to a session's usage interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum UsageMove {
+    Opens,
+    Closes,
+}
+
+fn usage_move(to: SessionStatus) -> Option<UsageMove> {
+    match to {
+        SessionStatus::Running => Some(UsageMove::Opens),
+        SessionStatus::Pending => Some(UsageMove::Closes),
+        to if to.is_terminal() => Some(UsageMove::Closes),
+        _ => None,
+    }
+}
+
+/// Opens the session's usage interval, unless one is open, with what its kernels hold. Its
+/// start is `occurred_at`, else the log's time of the session's `stream_version`-th event
+/// (recorded in this transaction): the time the in-memory account reads as `recorded_at`.
+async fn usage_opens_sql<C: GenericClient>(
+    client: &C,
+    session_id: Uuid,
+    occurred_at: Option<DateTime<Utc>>,
+    stream_version: u64,
+) -> Result<(), LedgerError> {
+    let stream = crate::catalogue::stream_id("session", session_id);
+    exec(
+        client,
+        "INSERT INTO ledger.usage_intervals (session_id, started_at, resource_group, owner,
+           project, cpu_milli, memory_bytes, gpu_milli)
+         SELECT s.session_id, coalesce($2, (SELECT recorded_at FROM events
+             WHERE stream_id = $3 AND stream_version = $4)),
+           s.resource_group, s.owner, s.project, sum(k.cpu_milli)::bigint,
+           sum(k.memory_bytes)::bigint, sum(k.gpu_milli)::bigint
+         FROM ledger.sessions s JOIN ledger.kernels k USING (session_id)
+         WHERE s.session_id = $1 AND NOT EXISTS (SELECT 1 FROM ledger.usage_intervals u
+           WHERE u.session_id = $1 AND u.ended_at IS NULL)
+         GROUP BY s.session_id, s.resource_group, s.owner, s.project
+         ON CONFLICT DO NOTHING",
+        &[&session_id, &occurred_at, &stream, &i64_of(stream_version)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Closes the session's open usage interval, if any, at `occurred_at` or the log's time of
+/// the event (as [`usage_opens_sql`]).
+async fn usage_closes_sql<C: GenericClient>(
+    client: &C,
+    session_id: Uuid,
+    occurred_at: Option<DateTime<Utc>>,
+    stream_version: u64,
+) -> Result<(), LedgerError> {
+    let stream = crate::catalogue::stream_id("session", session_id);
+    exec(
+        client,
+        "UPDATE ledger.usage_intervals SET ended_at = coalesce($2, (SELECT recorded_at
+             FROM events WHERE stream_id = $3 AND stream_version = $4))
+         WHERE session_id = $1 AND ended_at IS NULL",
+        &[&session_id, &occurred_at, &stream, &i64_of(stream_version)],
+    )
+    .await?;
+    Ok(())
+}
+
 /// The row of a requested session, pending.
 async fn insert_sql<C: GenericClient>(
     client: &C,
@@ -111,9 +198,9 @@ async fn insert_sql<C: GenericClient>(
         "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                resource_group, session_type, status, status_since, cpu_milli,
                memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
-               starts_at, created_at, version, traceparent)
+               starts_at, created_at, version, traceparent, priority)
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-               $14, $15, $8, $16, $17)",
+               $14, $15, $8, $16, $17, $18)",
         &[
             &e.session_id,
             &e.owner.user_id,
@@ -132,6 +219,7 @@ async fn insert_sql<C: GenericClient>(
             &e.starts_at,
             &i64_of(stream_version),
             &traceparent,
+            &e.priority,
         ],
     )
     .await?;
@@ -217,6 +305,7 @@ pub(super) struct SessionPatch {
     status: Option<(String, Option<String>, DateTime<Utc>)>,
     requeues: i32,
     name: Option<String>,
+    priority: Option<i32>,
     version: i64,
 }
 
@@ -268,7 +357,8 @@ impl SessionPatch {
                status_since = coalesce($11, status_since),
                requeues = requeues + $12,
                name = coalesce($13, name),
-               version = $14
+               version = $14,
+               priority = coalesce($15, priority)
              WHERE session_id = $1",
             &[
                 &session_id,
@@ -285,6 +375,7 @@ impl SessionPatch {
                 &patch.requeues,
                 &patch.name,
                 &patch.version,
+                &patch.priority,
             ],
         )
         .await?;
@@ -318,6 +409,18 @@ pub(super) struct Session {
     pub requeues: i32,
     pub version: i64,
     pub traceparent: Option<String>,
+    pub priority: i32,
+}
+
+/// One session's hold on its group's resources while it ran ([`usage_move`]).
+pub(super) struct UsageInterval {
+    pub ended_at: Option<DateTime<Utc>>,
+    pub resource_group: String,
+    pub owner: Uuid,
+    pub project: Option<String>,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub gpu_milli: i64,
 }
 
 pub(super) struct Kernel {
@@ -335,6 +438,10 @@ pub(super) struct Tables {
     pub sessions: HashMap<Uuid, Session>,
     /// Each placed session's kernels, in order (`idx` is the place).
     pub kernels: HashMap<Uuid, Vec<Kernel>>,
+    /// Usage intervals by session and start.
+    pub usage: HashMap<(Uuid, DateTime<Utc>), UsageInterval>,
+    /// The start of each session's open usage interval.
+    pub open_usage: HashMap<Uuid, DateTime<Utc>>,
 }
 
 impl Tables {
@@ -363,6 +470,7 @@ impl Tables {
             }
             Event::SessionScheduled(e) => self.place(agents, e, version),
             Event::SessionResourcesReleased(e) => {
+                self.usage_closes(e.session_id, at);
                 apps.session_released(e.session_id);
                 for k in self.kernels.remove(&e.session_id).unwrap_or_default() {
                     if let Some(a) = agents.agents.get_mut(&k.agent_id) {
@@ -383,6 +491,15 @@ impl Tables {
                         s.agent_id = None;
                     }
                 });
+                let when = e.occurred_at.unwrap_or(at);
+                match usage_move(e.to) {
+                    Some(UsageMove::Opens) => self.usage_opens(e.session_id, when),
+                    Some(UsageMove::Closes) => self.usage_closes(e.session_id, when),
+                    None => {}
+                }
+            }
+            Event::SessionPriorityChanged(e) => {
+                self.change(e.session_id, version, |s| s.priority = e.to);
             }
             Event::SessionRenamed(e) => {
                 self.change(e.session_id, version, |s| s.name = e.new_name.clone());
@@ -394,6 +511,42 @@ impl Tables {
             Event::SessionPullProgressed(e) => self.change(e.session_id, version, |_| {}),
             Event::SessionIdleReaped(e) => self.change(e.session_id, version, |_| {}),
             other => unreachable!("`{}` is not a sessions event", other.event_type()),
+        }
+    }
+
+    /// Opens the session's usage interval at `at`, unless one is open, with what its kernels
+    /// hold (none: nothing to count).
+    fn usage_opens(&mut self, id: Uuid, at: DateTime<Utc>) {
+        let Some(s) = self.sessions.get(&id) else {
+            return;
+        };
+        let Some(kernels) = self.kernels.get(&id).filter(|k| !k.is_empty()) else {
+            return;
+        };
+        if self.open_usage.contains_key(&id) || self.usage.contains_key(&(id, at)) {
+            return;
+        }
+        self.open_usage.insert(id, at);
+        self.usage.insert(
+            (id, at),
+            UsageInterval {
+                ended_at: None,
+                resource_group: s.resource_group.clone(),
+                owner: s.owner,
+                project: s.project.clone(),
+                cpu_milli: kernels.iter().map(|k| k.cpu_milli).sum(),
+                memory_bytes: kernels.iter().map(|k| k.memory_bytes).sum(),
+                gpu_milli: kernels.iter().map(|k| k.gpu_milli).sum(),
+            },
+        );
+    }
+
+    /// Closes the session's open usage interval at `at`, if any.
+    fn usage_closes(&mut self, id: Uuid, at: DateTime<Utc>) {
+        if let Some(started) = self.open_usage.remove(&id) {
+            if let Some(u) = self.usage.get_mut(&(id, started)) {
+                u.ended_at = Some(at);
+            }
         }
     }
 
@@ -442,6 +595,39 @@ impl Tables {
         schema: &str,
     ) -> Result<(), tokio_postgres::Error> {
         self.copy_sessions(tx, schema).await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.usage_intervals"),
+            [
+                "session_id",
+                "started_at",
+                "ended_at",
+                "resource_group",
+                "owner",
+                "project",
+                "cpu_milli",
+                "memory_bytes",
+                "gpu_milli",
+            ],
+            &self
+                .usage
+                .iter()
+                .map(|((session, started), u)| -> [&(dyn ToSql + Sync); 9] {
+                    [
+                        session,
+                        started,
+                        &u.ended_at,
+                        &u.resource_group,
+                        &u.owner,
+                        &u.project,
+                        &u.cpu_milli,
+                        &u.memory_bytes,
+                        &u.gpu_milli,
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
         copy_rows(
             tx,
             &format!("{schema}.kernels"),
@@ -509,11 +695,12 @@ impl Tables {
                 "requeues",
                 "version",
                 "traceparent",
+                "priority",
             ],
             &self
                 .sessions
                 .iter()
-                .map(|(id, s)| -> [&(dyn ToSql + Sync); 26] {
+                .map(|(id, s)| -> [&(dyn ToSql + Sync); 27] {
                     [
                         id,
                         &s.owner,
@@ -541,6 +728,7 @@ impl Tables {
                         &s.requeues,
                         &s.version,
                         &s.traceparent,
+                        &s.priority,
                     ]
                 })
                 .collect::<Vec<_>>(),
@@ -583,5 +771,6 @@ fn requested(
         requeues: 0,
         version,
         traceparent,
+        priority: e.priority,
     }
 }

@@ -2,19 +2,26 @@
 //! members and groups, resource groups' settings and grants, resource policies, the idle
 //! checks set, and every agent ever admitted with what it offers. From the ledger
 //! (`ledger.users`, `ledger.api_keys`, `ledger.projects`, `ledger.project_members`,
+//! `ledger.sessions`, `ledger.usage_intervals` (a group's shares),
 //! `ledger.user_passwords`, `ledger.resource_groups`, `ledger.group_projects`,
 //! `ledger.policies`, `ledger.agents`, `ledger.kernels`, written by `events::ledger`), the
 //! recorder's `agent_liveness`, and, for what the ledger takes no notice of (admissions, idle
 //! checks), the log itself (`events`, the agents' and idle streams).
 
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+use events::fair_share::{self, Factors, FairShareSettings, ResourceWeights, UsageInterval};
 use events::idleness::{IdleChecks, IdleScope};
+use events::payloads::{ResourceSlots, SessionPriority};
+use uuid::Uuid;
 
 use super::resources::amounts;
 use crate::error::ApiError;
 use crate::model::{
     AdminGroup, AdminPolicy, AdminProject, AdminUser, AdmittedAgent, Amounts, ApiKeyListed,
-    IdleSetting,
+    GroupShares, IdleSetting, ProjectShare, ShareWeights, UserShare,
 };
 
 /// Every user, by email.
@@ -101,7 +108,9 @@ pub async fn groups(pool: &Pool) -> Result<Vec<AdminGroup>, ApiError> {
             "SELECT r.name, r.queue_policy, r.agent_selection, r.max_attempts, r.skip_after,
                r.pending_timeout_secs,
                coalesce((SELECT array_agg(g.project ORDER BY g.project)
-                         FROM ledger.group_projects g WHERE g.resource_group = r.name), '{}')
+                         FROM ledger.group_projects g WHERE g.resource_group = r.name), '{}'),
+               r.half_life_secs, r.lookback_secs, r.weight_cpu_per_core,
+               r.weight_memory_per_gib, r.weight_gpu_per_device, r.starve_after_secs
              FROM ledger.resource_groups r ORDER BY r.name",
             &[],
         )
@@ -116,8 +125,177 @@ pub async fn groups(pool: &Pool) -> Result<Vec<AdminGroup>, ApiError> {
             skip_after: r.get(4),
             pending_timeout_secs: r.get(5),
             projects: r.get(6),
+            half_life_secs: r.get(7),
+            lookback_secs: r.get(8),
+            weights: ShareWeights {
+                cpu_per_core: r.get(9),
+                memory_per_gib: r.get(10),
+                gpu_per_device: r.get(11),
+            },
+            starve_after_secs: r.get(12),
         })
         .collect())
+}
+
+/// Where every user and project with use in the look-back, a queued session or a hold stands
+/// in group `name` at `now` (`None`: no such group): what they hold now and its dominant share
+/// of the capacity of the group's agents not lost, their decayed use
+/// (`ledger.usage_intervals`) and fair-share factor, computed as the scheduler computes them
+/// (`events::fair_share`).
+pub async fn group_shares(
+    pool: &Pool,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<GroupShares>, ApiError> {
+    let client = pool.get().await?;
+    let Some(g) = client
+        .query_opt(
+            "SELECT queue_policy, half_life_secs, lookback_secs, weight_cpu_per_core,
+               weight_memory_per_gib, weight_gpu_per_device, starve_after_secs,
+               (SELECT coalesce(sum(cpu_milli), 0)::bigint FROM ledger.agents
+                  WHERE resource_group = $1 AND lost IS NULL),
+               (SELECT coalesce(sum(memory_bytes), 0)::bigint FROM ledger.agents
+                  WHERE resource_group = $1 AND lost IS NULL),
+               (SELECT coalesce(sum(gpu_milli), 0)::bigint FROM ledger.agents
+                  WHERE resource_group = $1 AND lost IS NULL)
+             FROM ledger.resource_groups WHERE name = $1",
+            &[&name],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let settings = FairShareSettings {
+        half_life_secs: g.get::<_, i64>(1).max(1) as u64,
+        lookback_secs: g.get::<_, i64>(2).max(0) as u64,
+        weights: ResourceWeights {
+            cpu_per_core: g.get(3),
+            memory_per_gib: g.get(4),
+            gpu_per_device: g.get(5),
+        },
+    };
+    let slots = |r: &tokio_postgres::Row, first: usize| ResourceSlots {
+        cpu_milli: r.get::<_, i64>(first).max(0) as u64,
+        memory_bytes: r.get::<_, i64>(first + 1).max(0) as u64,
+        gpu_milli: r.get::<_, i64>(first + 2).max(0) as u64,
+    };
+    let capacity = slots(&g, 7);
+    let held: HashMap<Uuid, ResourceSlots> = client
+        .query(
+            "SELECT owner, sum(cpu_milli * cluster_size)::bigint,
+               sum(memory_bytes * cluster_size)::bigint, sum(gpu_milli * cluster_size)::bigint
+             FROM ledger.sessions WHERE resource_group = $1 AND holds GROUP BY owner",
+            &[&name],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), slots(r, 1)))
+        .collect();
+    let queued: Vec<(Uuid, Option<String>, i64)> = client
+        .query(
+            "SELECT owner, project, count(*) FROM ledger.sessions
+             WHERE resource_group = $1 AND status = 'PENDING' GROUP BY owner, project",
+            &[&name],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let since = now - chrono::Duration::seconds(settings.lookback_secs as i64);
+    let intervals: Vec<UsageInterval> = client
+        .query(
+            "SELECT owner, project, cpu_milli, memory_bytes, gpu_milli, started_at, ended_at
+             FROM ledger.usage_intervals
+             WHERE resource_group = $1 AND (ended_at IS NULL OR ended_at > $2)",
+            &[&name, &since],
+        )
+        .await?
+        .iter()
+        .map(|r| UsageInterval {
+            owner: r.get(0),
+            project: r.get(1),
+            resources: slots(r, 2),
+            started_at: r.get(5),
+            ended_at: r.get(6),
+        })
+        .collect();
+    let usage = fair_share::usage(&intervals, now, &settings);
+    let factors = Factors::new(&usage, queued.iter().map(|(o, p, _)| (*o, p.as_deref())));
+    let mut owners: Vec<Uuid> = factors.by_owner.keys().copied().collect();
+    owners.extend(held.keys().copied());
+    owners.sort_unstable();
+    owners.dedup();
+    let known: HashMap<Uuid, (String, Option<i32>)> = client
+        .query(
+            "SELECT u.user_id, u.email, p.max_session_priority FROM ledger.users u
+             LEFT JOIN ledger.policies p ON p.name = u.resource_policy
+             WHERE u.user_id = ANY($1)",
+            &[&owners],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    let amounts_of = |s: ResourceSlots| Amounts {
+        cpu: s.cpu_milli as f64 / 1000.0,
+        memory_bytes: s.memory_bytes as i64,
+        gpu: s.gpu_milli as f64 / 1000.0,
+    };
+    let mut users: Vec<UserShare> = owners
+        .iter()
+        .map(|owner| {
+            let holds = held.get(owner).copied().unwrap_or_default();
+            let share = fair_share::dominant_share(holds, capacity);
+            let (email, most) = known
+                .get(owner)
+                .map(|(e, m)| (Some(e.clone()), *m))
+                .unwrap_or((None, None));
+            UserShare {
+                user_id: *owner,
+                email,
+                queued: queued
+                    .iter()
+                    .filter(|(o, _, _)| o == owner)
+                    .map(|(_, _, n)| n)
+                    .sum(),
+                held: amounts_of(holds),
+                dominant_share: share.share,
+                dominant: share.dominant,
+                decayed_usage: usage.by_owner.get(owner).copied().unwrap_or(0.0),
+                fair_share_factor: factors.owner(*owner),
+                max_session_priority: most
+                    .unwrap_or(SessionPriority::MAX)
+                    .min(SessionPriority::MAX),
+            }
+        })
+        .collect();
+    users.sort_by(|a, b| a.email.cmp(&b.email).then(a.user_id.cmp(&b.user_id)));
+    let mut projects: Vec<ProjectShare> = factors
+        .by_project
+        .iter()
+        .map(|(project, factor)| ProjectShare {
+            project: project.clone(),
+            decayed_usage: usage.by_project.get(project).copied().unwrap_or(0.0),
+            fair_share_factor: *factor,
+        })
+        .collect();
+    projects.sort_by(|a, b| a.project.cmp(&b.project));
+    Ok(Some(GroupShares {
+        resource_group: name.to_owned(),
+        queue_policy: g.get(0),
+        half_life_secs: settings.half_life_secs as i64,
+        lookback_secs: settings.lookback_secs as i64,
+        weights: ShareWeights {
+            cpu_per_core: settings.weights.cpu_per_core,
+            memory_per_gib: settings.weights.memory_per_gib,
+            gpu_per_device: settings.weights.gpu_per_device,
+        },
+        starve_after_secs: g.get(6),
+        capacity: amounts_of(capacity),
+        computed_at: now,
+        users,
+        projects,
+    }))
 }
 
 /// Every resource policy, by name, with how many users it applies to.
@@ -127,7 +305,8 @@ pub async fn policies(pool: &Pool) -> Result<Vec<AdminPolicy>, ApiError> {
         .query(
             "SELECT p.name, p.max_concurrent_sessions, p.max_cpu_milli, p.max_memory_bytes,
                p.max_gpu_milli, p.max_session_lifetime_secs, p.max_custom_images,
-               (SELECT count(*) FROM ledger.users u WHERE u.resource_policy = p.name)
+               (SELECT count(*) FROM ledger.users u WHERE u.resource_policy = p.name),
+               p.max_session_priority
              FROM ledger.policies p ORDER BY p.name",
             &[],
         )
@@ -140,6 +319,7 @@ pub async fn policies(pool: &Pool) -> Result<Vec<AdminPolicy>, ApiError> {
             max_total: amounts(r, 2),
             max_session_lifetime_secs: r.get(5),
             max_custom_images: r.get(6),
+            max_session_priority: r.get(8),
             users: r.get(7),
         })
         .collect())

@@ -1,5 +1,7 @@
-//! The queue: each resource group's PENDING sessions in the order the scheduler tries them
-//! (`events::sql::queue_order`, the scheduler's own), each with why it waits (its latest
+//! The queue: each resource group's PENDING sessions in the order the scheduler loads them
+//! (`events::sql::queue_order`, the scheduler's own: priority, then arrival, newest first
+//! under `lifo`; `drf` and `fair-share` turns are decided per pass, and each session's
+//! history names the figures that placed it), each with why it waits (its latest
 //! scheduling-history row). Order and figures from the ledger (`ledger.sessions`,
 //! `ledger.resource_groups`, written by `events::ledger`); the reasons from the gateway's
 //! projection (`proj_sessions.history`, written by [`crate::projection`]).
@@ -35,13 +37,15 @@ pub async fn queue(pool: &Pool, groups: &[String]) -> Result<Vec<GroupQueue>, Ap
                    s.session_type, s.created_at, s.status_since, s.cpu_milli, s.memory_bytes,
                    s.gpu_milli, s.cluster_size, s.wanted_agent, s.starts_at, s.attempts,
                    h.phase, h.result, h.error_code, h.message, h.attempts, h.updated_at
-                 FROM ledger.sessions s LEFT JOIN LATERAL (
+                 FROM ledger.sessions s
+                 JOIN ledger.resource_groups g ON g.name = s.resource_group
+                 LEFT JOIN LATERAL (
                    SELECT phase, result, error_code, message, attempts, updated_at
                    FROM proj_sessions.history h WHERE h.session_id = s.session_id
                    ORDER BY created_at DESC, id DESC LIMIT 1) h ON true
                  WHERE s.status = 'PENDING' AND s.resource_group = ANY($1)
                  ORDER BY s.resource_group, {}",
-                events::sql::queue_order("s")
+                events::sql::queue_order("s", "g.queue_policy")
             ),
             &[&groups],
         )

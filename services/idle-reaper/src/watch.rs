@@ -247,6 +247,7 @@ mod tests {
             omp_num_threads: 1,
             max_lifetime_secs: lifetime_cap,
             apps: Vec::new(),
+            priority: 10,
         }))
     }
 

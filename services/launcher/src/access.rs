@@ -225,6 +225,27 @@ pub async fn create_group(pool: &Pool, group: ResourceGroupCreated) -> Result<()
     record(pool, stream, &[Event::ResourceGroupCreated(group)]).await
 }
 
+/// Sets how an existing resource group's queue is ordered (`ResourceGroupSchedulingSet`).
+pub async fn set_group_scheduling(
+    pool: &Pool,
+    scheduling: ResourceGroupSchedulingSet,
+) -> Result<(), AccessError> {
+    check_object_name("resource_group", &scheduling.name)?;
+    if !exists(pool, Named::ResourceGroup, &scheduling.name).await? {
+        return Err(AccessError::Unknown {
+            what: "resource group",
+            name: scheduling.name,
+        });
+    }
+    let stream = format!("group-{}", scheduling.name);
+    record(
+        pool,
+        stream,
+        &[Event::ResourceGroupSchedulingSet(scheduling)],
+    )
+    .await
+}
+
 pub async fn grant_group(pool: &Pool, group: &str, project: &str) -> Result<(), AccessError> {
     for (table, what, name) in [
         (Named::ResourceGroup, "resource group", group),
@@ -337,6 +358,7 @@ pub async fn bootstrap_with_key(
             },
             max_session_lifetime_secs: None,
             max_custom_images: None,
+            max_session_priority: None,
         })],
     ));
     put.push((

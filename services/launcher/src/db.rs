@@ -154,7 +154,8 @@ pub async fn load_context(
     };
     let policy = client
         .query_opt(
-            "SELECT max_cpu_milli, max_memory_bytes, max_gpu_milli, max_session_lifetime_secs
+            "SELECT max_cpu_milli, max_memory_bytes, max_gpu_milli, max_session_lifetime_secs,
+                    max_session_priority
              FROM ledger.policies WHERE name = $1",
             &[&who.resource_policy],
         )
@@ -162,6 +163,7 @@ pub async fn load_context(
         .map(|row| PolicyLimits {
             max_total: slots_of(&row, 0),
             max_lifetime_secs: row.get::<_, Option<i64>>(3).map(|v| v.max(0) as u64),
+            max_session_priority: row.get::<_, Option<i32>>(4).map(|v| v.max(0) as u32),
         });
     let agents = client
         .query(

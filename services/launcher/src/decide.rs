@@ -27,6 +27,8 @@ pub struct PresetSlots {
 pub struct PolicyLimits {
     pub max_total: ResourceSlots,
     pub max_lifetime_secs: Option<u64>,
+    /// Highest priority the owner may ask for; `None`: [`SessionPriority::MAX`].
+    pub max_session_priority: Option<u32>,
 }
 
 /// A live agent of the requested group.
@@ -109,6 +111,40 @@ fn forbidden(field: &str, message: &str) -> LaunchError {
         field: field.into(),
         message: message.into(),
     })
+}
+
+/// The session's priority: the default when none is asked for; refused outside
+/// `0..=100` (invalid) and above what the owner's policy allows (forbidden), naming `priority`.
+fn check_priority(
+    asked: Option<i32>,
+    policy: &PolicyLimits,
+    policy_name: &str,
+) -> Result<i32, LaunchError> {
+    let Some(asked) = asked else {
+        return Ok(SessionPriority::DEFAULT);
+    };
+    if !(SessionPriority::MIN..=SessionPriority::MAX).contains(&asked) {
+        return Err(invalid(
+            "priority",
+            format!(
+                "{asked} is out of bounds: {}..={}",
+                SessionPriority::MIN,
+                SessionPriority::MAX
+            ),
+        ));
+    }
+    let most = policy
+        .max_session_priority
+        .map_or(SessionPriority::MAX, |m| {
+            m.min(SessionPriority::MAX as u32) as i32
+        });
+    if asked > most {
+        return Err(forbidden(
+            "priority",
+            &format!("{asked} is above {most}, the most resource policy `{policy_name}` allows"),
+        ));
+    }
+    Ok(asked)
 }
 
 /// CPU or GPU units to thousandths, refusing negatives, absurd amounts and finer fractions.
@@ -345,6 +381,7 @@ pub fn decide(
             ),
         ));
     }
+    let priority = check_priority(request.priority, policy, &owner.resource_policy)?;
 
     // The group: live agents, what they hold in all, which images they offer.
     if context.agents.is_empty() {
@@ -466,6 +503,7 @@ pub fn decide(
             omp_num_threads,
             max_lifetime_secs: policy.max_lifetime_secs,
             apps: image_apps.clone(),
+            priority,
         })
         .collect())
 }
@@ -509,6 +547,7 @@ mod tests {
             policy: Some(PolicyLimits {
                 max_total: slots(16, 64, 2),
                 max_lifetime_secs: Some(3600),
+                max_session_priority: Some(50),
             }),
             agents: vec![GroupAgent {
                 agent_id: "a1".into(),
@@ -583,6 +622,34 @@ mod tests {
         assert!(
             message.contains("18 cores") && message.contains("policy `default`"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_priority_is_the_default_unless_asked_and_bounded_by_the_policy() {
+        let sessions = decide(&context(), &request(), &mut no_names()).unwrap();
+        assert_eq!(sessions[0].priority, SessionPriority::DEFAULT);
+        let mut asked = request();
+        asked.priority = Some(50);
+        let sessions = decide(&context(), &asked, &mut no_names()).unwrap();
+        assert_eq!(sessions[0].priority, 50, "the policy's most is allowed");
+        asked.priority = Some(51);
+        let (field, message) = refused(&context(), &asked);
+        assert_eq!(field, "priority");
+        assert!(
+            message.contains("above 50") && message.contains("policy `default`"),
+            "{message}"
+        );
+        asked.priority = Some(101);
+        assert_eq!(refused(&context(), &asked).0, "priority");
+        asked.priority = Some(-1);
+        assert_eq!(refused(&context(), &asked).0, "priority");
+        let mut unbounded = context();
+        unbounded.policy.as_mut().unwrap().max_session_priority = None;
+        asked.priority = Some(100);
+        assert_eq!(
+            decide(&unbounded, &asked, &mut no_names()).unwrap()[0].priority,
+            100
         );
     }
 

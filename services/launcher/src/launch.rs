@@ -144,6 +144,11 @@ pub struct CreateSession {
     /// Create the session for this user (admins only).
     #[schema(format = Email)]
     pub owner_email: Option<String>,
+    /// Its priority in the group's queue, higher first within the group's queue policy:
+    /// 0 to 100, 10 when absent, at most what the owner's resource policy allows
+    /// (`max_session_priority`, 100 when it names none).
+    #[schema(minimum = 0, maximum = 100)]
+    pub priority: Option<i32>,
 }
 
 impl CreateSession {

@@ -6,8 +6,9 @@
 //! Three things Backend.AI users suffer from are designed out here:
 //! - *PENDING with no visible reason*: every outcome carries a message with the figures
 //!   (asked, free, limit) and an error code, recorded as scheduling history.
-//! - *Head-of-line blocking*: under `fifo`, a head that does not fit holds those behind it
-//!   back for at most `skip_after` counted attempts; `backfill` never holds anyone back. Only
+//! - *Head-of-line blocking*: under every policy but `backfill`, the first session of the
+//!   pass's order (`crate::policy`) that does not fit holds those after it back for at most
+//!   `skip_after` counted attempts; `backfill` never holds anyone back. Only
 //!   a shortage of the group's resources blocks; an owner's own limit never blocks others.
 //! - *Retry limits that never fire*: counted attempts end in GIVE_UP at `max_attempts`, and
 //!   the group's pending timeout ends any wait in EXPIRED; both cancel the session with the
@@ -32,6 +33,7 @@ use events::payloads::*;
 use uuid::Uuid;
 
 pub use crate::fair_share::{FairShareSettings, Usage};
+use crate::policy::Order;
 
 /// The phase name of placement in scheduling history.
 pub const PHASE: &str = "schedule";
@@ -223,10 +225,7 @@ pub fn describe(s: ResourceSlots) -> String {
     )
 }
 
-/// The order agents are compared in: GPU first (the scarcest), then CPU, then memory.
-fn key(s: ResourceSlots) -> (u64, u64, u64) {
-    (s.gpu_milli, s.cpu_milli, s.memory_bytes)
-}
+use crate::free_index::{key, FreeIndex};
 
 /// Where a session can go.
 #[derive(Debug, Clone, PartialEq)]
@@ -260,6 +259,8 @@ enum Selection {
     },
 }
 
+/// The agent `need` goes on, by a scan of every agent: the reference [`FreeIndex::pick`]
+/// must agree with, and the choice among a multi-node cluster's few agents.
 fn pick(agents: &[AgentView], need: ResourceSlots, selection: AgentSelection) -> Option<usize> {
     let mut best: Option<(usize, (u64, u64, u64))> = None;
     for (i, agent) in agents.iter().enumerate() {
@@ -280,7 +281,12 @@ fn pick(agents: &[AgentView], need: ResourceSlots, selection: AgentSelection) ->
     best.map(|(i, _)| i)
 }
 
-fn select(agents: &[AgentView], session: &PendingSession, selection: AgentSelection) -> Selection {
+fn select(
+    agents: &[AgentView],
+    index: &FreeIndex,
+    session: &PendingSession,
+    selection: AgentSelection,
+) -> Selection {
     if agents.is_empty() {
         return Selection::NoAgents;
     }
@@ -300,26 +306,19 @@ fn select(agents: &[AgentView], session: &PendingSession, selection: AgentSelect
         }
         return Selection::Placed(vec![(i, session.per_kernel); session.cluster_size as usize]);
     }
-    let largest = agents
-        .iter()
-        .map(|a| a.capacity)
-        .max_by_key(|c| key(*c))
-        .unwrap_or_default();
-    let most_free = agents
-        .iter()
-        .map(|a| a.free())
-        .max_by_key(|f| key(*f))
-        .unwrap_or_default();
+    let largest = index.largest();
     match session.cluster_mode {
         ClusterMode::SingleNode => {
-            if !agents.iter().any(|a| total.fits_in(a.capacity)) {
+            if !index.ever_fits(total) {
                 return Selection::NeverFits { largest };
             }
-            match pick(agents, total, selection) {
+            match index.pick(agents, total, selection) {
                 Some(i) => {
                     Selection::Placed(vec![(i, session.per_kernel); session.cluster_size as usize])
                 }
-                None => Selection::Busy { most_free },
+                None => Selection::Busy {
+                    most_free: index.most_free(agents),
+                },
             }
         }
         ClusterMode::MultiNode => {
@@ -493,11 +492,12 @@ fn waiting_for_silent(
 }
 
 /// The earliest moment after `snapshot.now` at which a decision on its queue changes with
-/// nothing but time passing: a reserved start time arriving, or a wait reaching the group's
-/// pending timeout. Every other change comes with an event, which wakes the scheduler.
+/// nothing but time passing: a reserved start time arriving, a wait reaching the group's
+/// pending timeout, or its starvation bound (the session then goes first). Every other change comes with an event, which wakes the scheduler.
 pub fn next_deadline(snapshot: &Snapshot) -> Option<DateTime<Utc>> {
     let now = snapshot.now;
     let timeout = snapshot.group.pending_timeout_secs;
+    let starve = snapshot.group.starve_after_secs;
     snapshot
         .queue
         .iter()
@@ -506,15 +506,20 @@ pub fn next_deadline(snapshot: &Snapshot) -> Option<DateTime<Utc>> {
                 // `plan` expires a wait longer than the timeout, counted in whole seconds.
                 session.queued_at + chrono::Duration::seconds(timeout as i64 + 1)
             });
-            [session.starts_at, expires]
+            // A session starts starving (and goes first) when it has waited past the bound.
+            let starves = (starve > 0)
+                .then(|| session.queued_at + chrono::Duration::seconds(starve as i64 + 1));
+            [session.starts_at, expires, starves]
         })
         .flatten()
         .filter(|t| *t > now)
         .min()
 }
 
-/// Decides every session of the snapshot's queue, in queue order. Placements are applied to
-/// the snapshot's agents and owners as they are made, so later sessions see them.
+/// Decides every session of the snapshot's queue, in the order of the group's policy and the
+/// sessions' priorities ([`crate::policy`]); the decisions come in that order. Placements are
+/// applied to the snapshot's agents, owners and holdings as they are made, so later sessions
+/// (and DRF's shares) see them.
 pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
     use SchedulingResult::*;
     let now = snapshot.now;
@@ -526,11 +531,22 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
         .partition(|a| !a.is_silent(after));
     snapshot.agents = live;
     let passed_over = passed_over(&silent, after);
+    let mut index = FreeIndex::new(&snapshot.agents);
+    let capacity = snapshot
+        .agents
+        .iter()
+        .fold(ResourceSlots::default(), |sum, a| {
+            sum.saturating_add(a.capacity)
+        });
+    let mut order = Order::new(snapshot, capacity);
+    let order_step = crate::policy::step_name(rules.queue_policy);
     let mut blocker: Option<(Uuid, String)> = None;
     let mut decisions = Vec::with_capacity(snapshot.queue.len());
     let queue = std::mem::take(&mut snapshot.queue);
-    for session in &queue {
-        let mut steps = Vec::with_capacity(3);
+    while let Some(turn) = order.next_turn() {
+        let session = &queue[turn.index];
+        let mut steps = Vec::with_capacity(4);
+        steps.push(step(now, &order_step, Success, turn.message, None));
         let total = session.total();
         let waited = (now - session.queued_at).num_seconds().max(0) as u64;
 
@@ -653,7 +669,7 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                     ));
                 }
                 let (result, code, message, group_short, chosen) =
-                    match select(&snapshot.agents, session, rules.agent_selection) {
+                    match select(&snapshot.agents, &index, session, rules.agent_selection) {
                         Selection::Placed(chosen) => {
                             let agent = &snapshot.agents[chosen[0].0];
                             let message = format!(
@@ -767,7 +783,9 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                         .into_iter()
                         .map(|(i, resources)| {
                             let agent = &mut snapshot.agents[i];
+                            let before = agent.free();
                             agent.used = agent.used.saturating_add(resources);
+                            index.update(i, before, agent.free());
                             KernelPlacement {
                                 agent_id: agent.agent_id.clone(),
                                 resources,
@@ -780,6 +798,9 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                         owner.sessions += 1;
                         owner.used = owner.used.saturating_add(total);
                     }
+                    let held = snapshot.held.entry(session.owner).or_default();
+                    *held = held.saturating_add(total);
+                    order.placed(session.owner, total);
                     steps.push(step(
                         now,
                         "allocate",
@@ -1332,7 +1353,7 @@ mod tests {
             .message
             .contains("passed over silent agent(s) `a1` (last heard 12 s ago)"));
         assert!(d[0].message.contains("more than 10 s"), "{}", d[0].message);
-        let step = &d[0].steps[0];
+        let step = &d[0].steps[1];
         assert_eq!(
             (step.step.as_str(), step.error_code.as_deref()),
             ("pass over silent agents", Some("AGENT_SILENT"))

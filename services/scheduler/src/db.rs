@@ -12,6 +12,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::core::{AgentView, GroupRules, OwnerLoad, PendingSession};
+use crate::fair_share::{FairShareSettings, ResourceWeights, UsageInterval};
 
 /// Key of the advisory lock that serialises scheduling passes.
 const SCHEDULER_LOCK: i64 = 0x6265_7274_685f_7363;
@@ -43,7 +44,9 @@ pub async fn groups(tx: &impl GenericClient) -> Result<Vec<GroupRules>, LedgerEr
     let rows = tx
         .query(
             "SELECT name, queue_policy, agent_selection, max_attempts, skip_after,
-                    pending_timeout_secs FROM ledger.resource_groups ORDER BY name",
+                    pending_timeout_secs, half_life_secs, lookback_secs, weight_cpu_per_core,
+                    weight_memory_per_gib, weight_gpu_per_device, starve_after_secs
+             FROM ledger.resource_groups ORDER BY name",
             &[],
         )
         .await?;
@@ -56,8 +59,16 @@ pub async fn groups(tx: &impl GenericClient) -> Result<Vec<GroupRules>, LedgerEr
             max_attempts: g.get::<_, i32>(3).max(1) as u32,
             skip_after: g.get::<_, i32>(4).max(0) as u32,
             pending_timeout_secs: g.get::<_, i64>(5).max(0) as u64,
-            fair_share: Default::default(),
-            starve_after_secs: 0,
+            fair_share: FairShareSettings {
+                half_life_secs: g.get::<_, i64>(6).max(1) as u64,
+                lookback_secs: g.get::<_, i64>(7).max(0) as u64,
+                weights: ResourceWeights {
+                    cpu_per_core: g.get(8),
+                    memory_per_gib: g.get(9),
+                    gpu_per_device: g.get(10),
+                },
+            },
+            starve_after_secs: g.get::<_, i64>(11).max(0) as u64,
         })
         .collect())
 }
@@ -68,22 +79,46 @@ pub struct Queue {
     pub traceparents: HashMap<Uuid, String>,
 }
 
-/// The first `batch` sessions waiting in `group`'s queue, in the order they are tried
-/// (`events::sql::queue_order`, which the gateway's view of the queue shares).
-pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Queue, LedgerError> {
-    let rows = tx
+/// The first `batch` sessions waiting in `group`'s queue under its `policy`
+/// (`events::sql::queue_order`, which the gateway's view of the queue shares), oldest first:
+/// [`crate::core::plan`] orders them by the policy and their priorities.
+pub async fn queue(
+    tx: &impl GenericClient,
+    group: &str,
+    policy: QueuePolicy,
+    batch: i64,
+) -> Result<Queue, LedgerError> {
+    queue_bounded(tx, group, policy, 0, batch).await
+}
+
+/// [`queue`], where sessions waiting longer than `starve_after_secs` (when above 0) are
+/// loaded before any other, so a starving session beyond the first `batch` by priority is
+/// still seen (and goes first).
+pub async fn queue_bounded(
+    tx: &impl GenericClient,
+    group: &str,
+    policy: QueuePolicy,
+    starve_after_secs: u64,
+    batch: i64,
+) -> Result<Queue, LedgerError> {
+    let starve = starve_after_secs as f64;
+    let mut rows = tx
         .query(
             &format!(
                 "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                         cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
-                        attempts, last_result, last_error_code, traceparent, project
+                        attempts, last_result, last_error_code, traceparent, project,
+                        priority, queue_seq
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
-                 ORDER BY {} LIMIT $2",
-                events::sql::queue_order("s")
+                 ORDER BY $4::float8 > 0
+                            AND s.status_since < now() - make_interval(secs => $4::float8) DESC,
+                          {} LIMIT $2",
+                events::sql::queue_order("s", "$3::text")
             ),
-            &[&group, &batch],
+            &[&group, &batch, &policy.as_str(), &starve],
         )
         .await?;
+    rows.sort_by_key(|r| r.get::<_, i64>(17));
     let traceparents = rows
         .iter()
         .filter_map(|r| Some((r.get(0), r.get::<_, Option<String>>(14)?)))
@@ -103,7 +138,7 @@ pub async fn queue(tx: &impl GenericClient, group: &str, batch: i64) -> Result<Q
             attempts: r.get::<_, i32>(11).max(0) as u32,
             last_result: r.get::<_, Option<&str>>(12).and_then(parse),
             last_error_code: r.get(13),
-            priority: 0,
+            priority: r.get(16),
             project: r.get(15),
         })
         .collect();
@@ -166,6 +201,49 @@ pub async fn agents(
             used: slots(r, 4),
             unheard_for: unheard_for(r, 7),
             network_scope: r.get(8),
+        })
+        .collect())
+}
+
+/// What each owner holds in `group` now (DRF's shares are of these).
+pub async fn held_in_group(
+    tx: &impl GenericClient,
+    group: &str,
+) -> Result<HashMap<Uuid, ResourceSlots>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT owner, sum(cpu_milli * cluster_size)::bigint,
+                    sum(memory_bytes * cluster_size)::bigint, sum(gpu_milli * cluster_size)::bigint
+             FROM ledger.sessions WHERE resource_group = $1 AND holds GROUP BY owner",
+            &[&group],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), slots(r, 1))).collect())
+}
+
+/// What sessions held in `group` while they ran (`ledger.usage_intervals`), of those that
+/// ran at some time after `since` (the fair-share look-back).
+pub async fn usage_intervals(
+    tx: &impl GenericClient,
+    group: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<UsageInterval>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT owner, project, cpu_milli, memory_bytes, gpu_milli, started_at, ended_at
+             FROM ledger.usage_intervals
+             WHERE resource_group = $1 AND (ended_at IS NULL OR ended_at > $2)",
+            &[&group, &since],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| UsageInterval {
+            owner: r.get(0),
+            project: r.get(1),
+            resources: slots(r, 2),
+            started_at: r.get(5),
+            ended_at: r.get(6),
         })
         .collect())
 }

@@ -3,6 +3,9 @@
 //!
 //! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
 //! - [`fair_share`]: past use decayed by age, and the factor a fair-share queue is ordered by.
+//! - [`policy`]: the order a queue is decided in (fifo, backfill, lifo, drf, fair-share,
+//!   priorities, the starvation bound), with the figures that set it.
+//! - [`free_index`]: agents ordered by what they have free, so choosing one is not a scan.
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
 //! - [`wake`]: the events on NATS that wake the scheduler.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
@@ -11,6 +14,8 @@
 pub mod core;
 pub mod db;
 pub mod fair_share;
+pub mod free_index;
+pub mod policy;
 pub mod reconcile;
 pub mod run;
 pub mod wake;

@@ -220,7 +220,14 @@ impl Scheduler {
         let db::Queue {
             sessions: queue,
             traceparents,
-        } = db::queue(tx, &group.name, self.config.batch).await?;
+        } = db::queue_bounded(
+            tx,
+            &group.name,
+            group.queue_policy,
+            group.starve_after_secs,
+            self.config.batch,
+        )
+        .await?;
         if queue.is_empty() {
             return Ok(None);
         }
@@ -241,15 +248,30 @@ impl Scheduler {
             None => true,
             Some(before) => !free.fits_in(*before),
         };
+        // What the policy orders by: DRF the owners' holdings now, fair share decayed use.
+        let now = Utc::now();
+        let held = match group.queue_policy {
+            QueuePolicy::Drf => db::held_in_group(tx, &group.name).await?,
+            _ => HashMap::new(),
+        };
+        let usage = match group.queue_policy {
+            QueuePolicy::FairShare => {
+                let settings = group.fair_share;
+                let since = now - chrono::Duration::seconds(settings.lookback_secs as i64);
+                let intervals = db::usage_intervals(tx, &group.name, since).await?;
+                crate::fair_share::usage(&intervals, now, &settings)
+            }
+            _ => Default::default(),
+        };
         let snapshot = Snapshot {
             group,
             agents,
             silent_after: after,
             queue,
             owners,
-            held: HashMap::new(),
-            usage: Default::default(),
-            now: Utc::now(),
+            held,
+            usage,
+            now,
             capacity_grew,
         };
         Ok(Some((snapshot, traceparents)))

@@ -20,6 +20,8 @@ pub const WAKING_EVENTS: &[&str] = &[
     "AgentLost",
     "AgentDeparted",
     "ResourceGroupCreated",
+    "ResourceGroupSchedulingSet",
+    "SessionPriorityChanged",
     "ResourceGroupGranted",
     "ResourcePolicySet",
     "UserJoinedProject",

@@ -274,6 +274,7 @@ mod tests {
             omp_num_threads: 2,
             max_lifetime_secs: None,
             apps: Vec::new(),
+            priority: 10,
         };
         SessionState::requested(&request)
     }
