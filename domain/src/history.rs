@@ -458,6 +458,7 @@ mod tests {
             omp_num_threads: 1,
             max_lifetime_secs: None,
             apps: Vec::new(),
+            priority: crate::payloads::SessionPriority::DEFAULT,
         };
         let mut state = SessionState::requested(&request);
         state.scheduling_attempts = attempts;

@@ -12,7 +12,9 @@ use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
 use super::ctx::{engine_time, remove, remove_all, run_of, Ctx};
-use super::spec::{self, container_name, LABEL_AGENT, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT};
+use super::spec::{
+    self, container_name, LABEL_AGENT, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT,
+};
 
 /// What the containers that may still run hold of each GPU, from their labels: every
 /// container of the engine for devices the engine attaches (another agent on this host shares
