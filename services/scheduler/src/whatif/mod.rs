@@ -60,6 +60,36 @@ pub enum WhatIfError {
     Ledger(#[from] events::ledger::LedgerError),
     #[error("an event of the log does not decode: {0}")]
     Catalogue(#[from] events::catalogue::CatalogueError),
+    #[error("the log holds no resource group `{0}` by then")]
+    UnknownGroup(String),
+}
+
+/// Replays the log's workload of `group` (`None`: each group requests were made in,
+/// separately) within `[from, to]` (`None`: the whole log) through `policy` (`None`: the
+/// policy that really ran), each next to what really happened.
+pub async fn replay(
+    client: &impl deadpool_postgres::GenericClient,
+    policy: Option<QueuePolicy>,
+    group: Option<&str>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> Result<Vec<Comparison>, WhatIfError> {
+    let events = db::logged_events(client, to).await?;
+    let groups = match group {
+        Some(group) => vec![group.to_owned()],
+        None => workload::groups(&events),
+    };
+    let mut comparisons = Vec::with_capacity(groups.len());
+    for name in groups {
+        let Some(workload) = workload::workload(&events, &name, from, to) else {
+            return Err(WhatIfError::UnknownGroup(name));
+        };
+        let mut rules = workload.rules.clone();
+        rules.queue_policy = policy.unwrap_or(rules.queue_policy);
+        let outcome = simulate(&workload, &rules);
+        comparisons.push(compare(&workload, &outcome, rules.queue_policy.as_str()));
+    }
+    Ok(comparisons)
 }
 
 /// Most queued sessions of one group decided in one pass, as the live scheduler's
@@ -386,10 +416,7 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                         let h = held.entry(request.owner).or_default();
                         *h = h.saturating_add(total);
                         *sessions_held.entry(request.owner).or_default() += 1;
-                        let until = match request.held_for {
-                            Some(d) => Some(now + d.max(TimeDelta::zero())),
-                            None => None,
-                        };
+                        let until = request.held_for.map(|d| now + d.max(TimeDelta::zero()));
                         intervals.push(UsageInterval {
                             owner: request.owner,
                             project: request.project.clone(),
