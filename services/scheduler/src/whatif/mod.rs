@@ -8,8 +8,9 @@
 //! - at every moment the real scheduler's passes recorded a decision in the group (the log's
 //!   `SchedulingAttempted`, each pass's time its steps' `started_at`, the snapshot's `now`);
 //! - at every moment that wakes the live scheduler (a request, resources released, an agent
-//!   registering) when no recorded pass follows it before the next such moment: the live
-//!   scheduler passed there too, and recorded nothing;
+//!   registering) when no recorded pass follows it within [`WAKE_LATENCY`]: the live
+//!   scheduler passed there too, and recorded nothing (a recorded pass that soon after is
+//!   the one the wake-up caused, and may have served several wake-ups at once);
 //! - when time alone changes a decision ([`crate::core::next_deadline`]).
 //!
 //! So the replay through the policy that really ran, at the real passes' moments, decides on
@@ -91,6 +92,10 @@ pub async fn replay(
     }
     Ok(comparisons)
 }
+
+/// How soon after a wake-up the live scheduler passes (it is woken by the bus within
+/// milliseconds): a recorded pass this soon after a wake-up is the one it caused.
+pub const WAKE_LATENCY: TimeDelta = TimeDelta::seconds(1);
 
 /// Most queued sessions of one group decided in one pass, as the live scheduler's
 /// `SchedulerConfig::batch`.
@@ -456,18 +461,11 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
             }
         }
         changed_since_pass = true;
-        // Of wake-ups at one instant, the last decides whether a pass follows them.
-        if happening.wakes() && timeline.next_wake() != Some(now) {
-            // The live scheduler passes after a wake-up; when that pass recorded nothing it
-            // is not in the log, and is made here.
-            let next_wake = timeline.next_wake();
+        if happening.wakes() {
+            // The live scheduler passes right after a wake-up. A recorded pass soon after is
+            // that pass; with none, the live pass recorded nothing, and is made here.
             let recorded_next = passes.get(passes.partition_point(|p| *p < now)).copied();
-            let followed = match (recorded_next, next_wake) {
-                (Some(pass), Some(wake)) => pass <= wake,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if !followed {
+            if recorded_next.is_none_or(|pass| pass - now > WAKE_LATENCY) {
                 timeline.push((now, Happening::Pass(false)));
             }
         }
@@ -554,38 +552,19 @@ fn snapshot(
     }
 }
 
-/// The happenings still ahead, earliest first, and the moments of those that wake the
-/// live scheduler (to tell whether a recorded pass follows a wake-up).
+/// The happenings still ahead, earliest first.
 #[derive(Default)]
 struct Timeline {
     heap: BinaryHeap<Reverse<(DateTime<Utc>, Happening)>>,
-    wakes: BTreeMap<DateTime<Utc>, u32>,
 }
 
 impl Timeline {
     fn push(&mut self, (at, happening): (DateTime<Utc>, Happening)) {
-        if happening.wakes() {
-            *self.wakes.entry(at).or_default() += 1;
-        }
         self.heap.push(Reverse((at, happening)));
     }
 
     fn pop(&mut self) -> Option<(DateTime<Utc>, Happening)> {
-        let Reverse((at, happening)) = self.heap.pop()?;
-        if happening.wakes() {
-            if let Some(count) = self.wakes.get_mut(&at) {
-                *count -= 1;
-                if *count == 0 {
-                    self.wakes.remove(&at);
-                }
-            }
-        }
-        Some((at, happening))
-    }
-
-    /// The earliest wake-up still ahead.
-    fn next_wake(&self) -> Option<DateTime<Utc>> {
-        self.wakes.keys().next().copied()
+        self.heap.pop().map(|Reverse(next)| next)
     }
 }
 
