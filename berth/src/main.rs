@@ -20,6 +20,7 @@ mod bench_recovery;
 mod bench_replay;
 mod bench_sessions;
 mod bench_tls;
+mod bench_whatif;
 mod db;
 mod session_cli;
 mod whatif_cli;

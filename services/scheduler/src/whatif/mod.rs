@@ -209,6 +209,9 @@ pub struct Outcome {
     pub cancelled: Vec<Option<(DateTime<Utc>, String)>>,
     /// Passes of `plan` run.
     pub passes: usize,
+    /// The moments of the passes that recorded a decision (those a live scheduler's log
+    /// would hold).
+    pub deciding_passes: Vec<DateTime<Utc>>,
 }
 
 impl Outcome {
@@ -222,6 +225,7 @@ impl Outcome {
                 .collect(),
             cancelled: vec![None; workload.requests.len()],
             passes: workload.passes.len(),
+            deciding_passes: workload.passes.clone(),
         }
     }
 }
@@ -265,6 +269,7 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
         placements: vec![None; n],
         cancelled: vec![None; n],
         passes: 0,
+        deciding_passes: Vec::new(),
     };
     let mut timeline = Timeline::default();
     for (i, change) in workload.agents.iter().enumerate() {
@@ -412,7 +417,9 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                     .keys()
                     .map(|i| (workload.requests[*i].session_id, *i))
                     .collect();
+                let mut deciding = false;
                 for decision in decisions.into_iter().filter(|d| d.record) {
+                    deciding = true;
                     let i = index[&decision.session_id];
                     let request = &workload.requests[i];
                     if let Some(kernels) = decision.placement {
@@ -453,6 +460,9 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                         waiting.last_result = Some(decision.result);
                         waiting.last_error_code = decision.error_code.map(str::to_owned);
                     }
+                }
+                if deciding {
+                    outcome.deciding_passes.push(now);
                 }
                 if let Some(deadline) = deadline {
                     timeline.push((deadline, Happening::Pass(false)));
