@@ -16,7 +16,10 @@
 //! So the replay through the policy that really ran, at the real passes' moments, decides on
 //! the same queue and agents as the live passes did and reproduces their placements (same
 //! session, same agents, same order); through another policy, the passes at wake-ups let it
-//! place whenever the live scheduler would have looked.
+//! place whenever the live scheduler would have looked. One race the log cannot tell apart:
+//! resources released while a live pass read its snapshot, committed just after, were not seen
+//! by it; the replay, which orders events by their recorded times, sees them at that pass, and
+//! places one pass (milliseconds) earlier.
 //!
 //! A placed session holds its agents for as long as it really held them (from its placement
 //! to its `SessionResourcesReleased`, which covers its start and its run), whenever the
