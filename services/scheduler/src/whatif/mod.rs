@@ -238,7 +238,10 @@ impl Outcome {
 /// does, and the pass comes last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Happening {
+    /// A hold given back (an index into the holds).
     Release(usize),
+    /// A background hold taken, as recorded.
+    Occupy(usize),
     Agent(usize),
     Withdraw(usize),
     Arrive(usize),
@@ -291,34 +294,56 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
     }
 
     let mut agents: BTreeMap<String, AgentView> = BTreeMap::new();
-    // Background holds, placed on their agents when the agents join.
-    let mut background_on: HashMap<String, ResourceSlots> = HashMap::new();
+    // What is held on agents that are not in the group now (not joined yet, or gone): theirs
+    // again when they join.
+    let mut absent_used: HashMap<String, ResourceSlots> = HashMap::new();
     let mut held: HashMap<Uuid, ResourceSlots> = HashMap::new();
     let mut sessions_held: HashMap<Uuid, u32> = HashMap::new();
     let mut intervals: Vec<UsageInterval> = Vec::new();
-    // Background holds end as recorded: their releases are scheduled like the simulation's.
+    // Every hold, the background's (taken and given back as recorded) and the simulation's.
     let mut holds: Vec<Hold> = Vec::new();
     for hold in &workload.background {
-        for k in &hold.kernels {
-            let on = background_on.entry(k.agent_id.clone()).or_default();
-            *on = on.saturating_add(k.resources);
-        }
-        let total = hold_total(hold);
-        let h = held.entry(hold.owner).or_default();
-        *h = h.saturating_add(total);
-        *sessions_held.entry(hold.owner).or_default() += 1;
         intervals.push(UsageInterval {
             owner: hold.owner,
             project: hold.project.clone(),
-            resources: total,
+            resources: hold_total(hold),
             started_at: hold.from,
             ended_at: hold.until,
         });
+        timeline.push((hold.from.max(workload.from), Happening::Occupy(holds.len())));
         if let Some(until) = hold.until.filter(|u| *u <= workload.to) {
-            timeline.push((until, Happening::Release(n + holds.len())));
+            timeline.push((until, Happening::Release(holds.len())));
         }
         holds.push(hold.clone());
     }
+    // Takes (`take`) or gives back a hold's resources.
+    let apply = |hold: &Hold,
+                 take: bool,
+                 agents: &mut BTreeMap<String, AgentView>,
+                 absent_used: &mut HashMap<String, ResourceSlots>,
+                 held: &mut HashMap<Uuid, ResourceSlots>,
+                 sessions_held: &mut HashMap<Uuid, u32>| {
+        let change = |s: ResourceSlots, by: ResourceSlots| {
+            if take {
+                s.saturating_add(by)
+            } else {
+                s.saturating_sub(by)
+            }
+        };
+        for k in &hold.kernels {
+            match agents.get_mut(&k.agent_id) {
+                Some(agent) => agent.used = change(agent.used, k.resources),
+                None => {
+                    let used = absent_used.entry(k.agent_id.clone()).or_default();
+                    *used = change(*used, k.resources);
+                }
+            }
+        }
+        let h = held.entry(hold.owner).or_default();
+        *h = change(*h, hold_total(hold));
+        let s = sessions_held.entry(hold.owner).or_default();
+        *s = if take { *s + 1 } else { s.saturating_sub(1) };
+    };
 
     let mut queue: BTreeMap<usize, Waiting> = BTreeMap::new();
     let mut last_free: Option<ResourceSlots> = None;
@@ -331,37 +356,30 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
             break;
         }
         match happening {
-            Happening::Release(i) => {
-                let hold = &holds[i - n];
-                for k in &hold.kernels {
-                    if let Some(agent) = agents.get_mut(&k.agent_id) {
-                        agent.used = agent.used.saturating_sub(k.resources);
-                    }
-                    if let Some(on) = background_on.get_mut(&k.agent_id) {
-                        *on = on.saturating_sub(k.resources);
-                    }
-                }
-                if let Some(h) = held.get_mut(&hold.owner) {
-                    *h = h.saturating_sub(hold_total(hold));
-                }
-                if let Some(s) = sessions_held.get_mut(&hold.owner) {
-                    *s = s.saturating_sub(1);
-                }
-            }
+            Happening::Occupy(i) => apply(
+                &holds[i],
+                true,
+                &mut agents,
+                &mut absent_used,
+                &mut held,
+                &mut sessions_held,
+            ),
+            Happening::Release(i) => apply(
+                &holds[i],
+                false,
+                &mut agents,
+                &mut absent_used,
+                &mut held,
+                &mut sessions_held,
+            ),
             Happening::Agent(i) => {
                 let change = &workload.agents[i];
                 match &change.joined {
                     Some(offer) => {
-                        let used =
-                            agents
-                                .get(&change.agent_id)
-                                .map(|a| a.used)
-                                .unwrap_or_else(|| {
-                                    background_on
-                                        .get(&change.agent_id)
-                                        .copied()
-                                        .unwrap_or_default()
-                                });
+                        let used = match agents.get(&change.agent_id) {
+                            Some(agent) => agent.used,
+                            None => absent_used.remove(&change.agent_id).unwrap_or_default(),
+                        };
                         agents.insert(
                             change.agent_id.clone(),
                             AgentView {
@@ -376,7 +394,7 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                     None => {
                         // What it holds is remembered for its return; nothing goes on it meanwhile.
                         if let Some(agent) = agents.remove(&change.agent_id) {
-                            background_on.insert(change.agent_id.clone(), agent.used);
+                            absent_used.insert(change.agent_id.clone(), agent.used);
                         }
                     }
                 }
@@ -447,7 +465,7 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                             until,
                         };
                         if let Some(until) = until.filter(|u| *u <= workload.to) {
-                            timeline.push((until, Happening::Release(n + holds.len())));
+                            timeline.push((until, Happening::Release(holds.len())));
                         }
                         holds.push(hold);
                         outcome.placements[i] = Some(Placement { at: now, kernels });

@@ -427,3 +427,27 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
     );
     assert!(workload(&log, "other", None, None).is_none());
 }
+
+#[test]
+fn what_sessions_before_the_window_held_is_held_as_recorded() {
+    // A session requested before the window holds 2 of the 4 cores until 30 s in; a 4-core
+    // request at 10 s waits for it, whatever the policy.
+    let mut day = fifo_day();
+    day.requests = vec![request(9, 2, 4, 10.0, 20.0)];
+    day.passes.clear();
+    day.background = vec![Hold {
+        owner: user(1),
+        project: None,
+        kernels: placed(-10.0, "a1", 2).unwrap().kernels,
+        from: t(-10.0),
+        until: Some(t(30.0)),
+    }];
+    for policy in [QueuePolicy::Fifo, QueuePolicy::Drf] {
+        let outcome = simulate(&day, &rules(policy));
+        assert_eq!(outcome.placements[0], placed(30.0, "a1", 4), "{policy:?}");
+    }
+    // Its 2 cores for the window's first 30 s count as used: 60 + 80 core-seconds of 800.
+    let c = compare(&day, &simulate(&day, &day.rules), "fifo");
+    let cpu = c.simulated.utilization.cpu.unwrap();
+    assert!((cpu - 140.0 / 800.0).abs() < 1e-9, "{cpu}");
+}
