@@ -105,6 +105,7 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                 held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
                 withdrawn_at: None,
                 recorded: None,
+                recorded_cancel: None,
             }
         })
         .collect::<Vec<_>>();

@@ -163,7 +163,11 @@ pub fn table(c: &Comparison) -> String {
             share(s.utilization.gpu),
         ),
         ("jain's index", plain(r.jain_index), plain(s.jain_index)),
-        ("gave up or expired", "-".into(), s.cancelled.to_string()),
+        (
+            "gave up or expired",
+            r.cancelled.to_string(),
+            s.cancelled.to_string(),
+        ),
         ("passes", r.passes.to_string(), s.passes.to_string()),
     ];
     for (name, r, s) in lines {

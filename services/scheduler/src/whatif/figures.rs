@@ -57,8 +57,7 @@ pub struct Waits {
 pub struct Figures {
     pub placed: usize,
     pub not_placed: usize,
-    /// Given up on or expired by the scheduler (simulated runs only: the log's are left out
-    /// of the requests' outcomes).
+    /// Given up on or expired by the scheduler.
     pub cancelled: usize,
     pub wait_p50_secs: Option<f64>,
     pub wait_p99_secs: Option<f64>,

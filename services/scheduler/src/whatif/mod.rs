@@ -174,6 +174,8 @@ pub struct Request {
     pub withdrawn_at: Option<DateTime<Utc>>,
     /// Where and when it really was placed (within the window), if it was.
     pub recorded: Option<Placement>,
+    /// When the real scheduler gave up on it or expired it, if it did (within the window).
+    pub recorded_cancel: Option<DateTime<Utc>>,
 }
 
 impl Request {
@@ -226,7 +228,11 @@ impl Outcome {
                 .iter()
                 .map(|r| r.recorded.clone())
                 .collect(),
-            cancelled: vec![None; workload.requests.len()],
+            cancelled: workload
+                .requests
+                .iter()
+                .map(|r| r.recorded_cancel.map(|at| (at, "as recorded".to_owned())))
+                .collect(),
             passes: workload.passes.len(),
             deciding_passes: workload.passes.clone(),
         }

@@ -57,6 +57,7 @@ fn request(n: u128, owner: u128, cores: u64, at: f64, held: f64) -> Request {
         held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
         withdrawn_at: None,
         recorded: None,
+        recorded_cancel: None,
     }
 }
 
@@ -387,9 +388,34 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
         }),
     ));
     log.extend(decided("p5", 150.05, 150.1, 4, false));
+    // Request 5 is given up on by the scheduler: not withdrawn.
+    log.push(requested(5, 1, 170.0));
+    let mut gave_up = decided("p6", 170.05, 170.1, 5, false);
+    if let Event::SchedulingAttempted(a) = &mut gave_up[0].event {
+        a.result = SchedulingResult::GiveUp;
+        a.status_after = SessionStatus::Cancelled;
+    }
+    log.extend(gave_up);
+    log.push(logged(
+        "p6",
+        170.1,
+        Event::SessionStatusChanged(SessionStatusChanged {
+            session_id: Uuid::from_u128(5),
+            from: SessionStatus::Pending,
+            to: SessionStatus::Cancelled,
+            reason: Some("gave up".into()),
+            exit_code: None,
+            occurred_at: None,
+        }),
+    ));
     log.push(released(2, 200.0));
 
-    let day = workload(&log, "default", Some(t(0.0)), None).expect("the group exists");
+    let mut day = workload(&log, "default", Some(t(0.0)), None).expect("the group exists");
+    assert_eq!(day.requests[4].recorded_cancel, Some(t(170.05)));
+    assert_eq!(day.requests[4].withdrawn_at, None);
+    // The rest replays without it (this log's rules would not have given up so soon).
+    day.requests.truncate(4);
+    day.passes.pop();
     assert_eq!(day.rules.skip_after, 3);
     assert_eq!(day.to, t(200.0));
     assert_eq!(
@@ -419,7 +445,7 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
 
     // A window that starts later keeps what earlier sessions held as background.
     let late = workload(&log, "default", Some(t(50.0)), None).unwrap();
-    assert_eq!(late.requests.len(), 1);
+    assert_eq!(late.requests.len(), 2);
     assert_eq!(
         late.background.len(),
         3,

@@ -45,6 +45,7 @@ struct Told {
     placed: Option<Placement>,
     released_at: Option<DateTime<Utc>>,
     withdrawn_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
 }
 
 /// The workload of `group` within `[from, to]` (`None`: from the log's first event, to its
@@ -154,6 +155,7 @@ pub fn workload(
                     held_for: Some(chrono::TimeDelta::zero()),
                     withdrawn_at: None,
                     recorded: None,
+                    recorded_cancel: None,
                 });
             }
             Event::SchedulingAttempted(a) if told.contains_key(&a.session_id) => {
@@ -167,6 +169,9 @@ pub fn workload(
                 ) || a.status_after == SessionStatus::Cancelled
                 {
                     scheduler_cancelled.insert((logged.tx.clone(), a.session_id));
+                    if let Some(t) = told.get_mut(&a.session_id) {
+                        t.cancelled_at.get_or_insert(moment);
+                    }
                 }
             }
             Event::SessionScheduled(s) => {
@@ -235,6 +240,7 @@ pub fn workload(
             request.recorded = Some(placed);
         }
         request.withdrawn_at = t.withdrawn_at;
+        request.recorded_cancel = t.cancelled_at.filter(|at| *at <= to);
         requests.push(request);
     }
     let limits = requests
