@@ -138,6 +138,14 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         creates: usize,
     },
+    /// A what-if replay of recorded requests (synthetic, in memory) through FIFO and DRF,
+    /// next to reading the workload out of its log and one pass of the core over it all.
+    Whatif {
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+    },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
         #[arg(long, default_value_t = 10)]
@@ -162,6 +170,10 @@ pub enum BenchCommand {
 }
 
 pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
+    // In memory only: no database of its own.
+    if let BenchCommand::Whatif { sessions, agents } = command {
+        return crate::bench_whatif::whatif(sessions, agents);
+    }
     let (url, name) = bench_database(&config.database_url)?;
     store::ensure_database(&url).await?;
     let result = match command {
@@ -215,6 +227,7 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             rounds,
             clients,
         } => crate::bench_sessions::metrics(&config.nats_url, &url, seconds, rounds, clients).await,
+        BenchCommand::Whatif { .. } => unreachable!("run in memory above"),
     };
     drop_database(&config.database_url, &name).await?;
     result

@@ -20,8 +20,10 @@ mod bench_recovery;
 mod bench_replay;
 mod bench_sessions;
 mod bench_tls;
+mod bench_whatif;
 mod db;
 mod session_cli;
+mod whatif_cli;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -84,13 +86,17 @@ enum Command {
     /// Run only the gateway (HTTP API on BERTH_GATEWAY_LISTEN).
     Gateway,
     /// Rebuild a projection from position zero into fresh tables and compare with the live
-    /// one; `ledger` folds the write-side tables again and compares them.
+    /// one; `ledger` folds the write-side tables again and compares them; `workload` replays
+    /// the log's requests through another queue policy in simulated time and prints it next
+    /// to what really happened (`--policy drf --from T1 --to T2`).
     Replay {
-        /// `streams`, `sessions` or `ledger`.
+        /// `streams`, `sessions`, `ledger` or `workload`.
         projection: String,
         /// Replace the live tables with the rebuilt ones afterwards.
         #[arg(long)]
         swap: bool,
+        #[command(flatten)]
+        workload: whatif_cli::WorkloadArgs,
     },
     /// Check the log against its hash chain, or show a stream as it was.
     #[command(subcommand)]
@@ -300,7 +306,12 @@ async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Re
         Command::Replay {
             projection: name,
             swap,
+            workload,
         } => {
+            if name == "workload" {
+                anyhow::ensure!(!swap, "a workload is replayed in memory, never swapped");
+                return whatif_cli::run(&config, workload).await;
+            }
             let store = connect_store(&config).await?;
             let began = tokio::time::Instant::now();
             // How fast the log was folded again: the operator's measure of a check's cost.
@@ -336,7 +347,9 @@ async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Re
                 "streams" => projection::rebuild(store.pool(), &StreamIndex, swap).await?,
                 "sessions" => projection::rebuild(store.pool(), &SessionsView, swap).await?,
                 other => {
-                    anyhow::bail!("unknown projection `{other}`; known: streams, sessions, ledger")
+                    anyhow::bail!(
+                        "unknown projection `{other}`; known: streams, sessions, ledger, workload"
+                    )
                 }
             };
             println!(

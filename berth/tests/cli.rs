@@ -365,3 +365,186 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
         "{text}"
     );
 }
+
+/// `berth replay workload` over a log recorded by hand: one agent of 2 cores, two 2-core
+/// requests of two users, the second placed when the first gave its cores back.
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_json() {
+    use events::payloads::*;
+    let (pool, url) = fresh_database().await;
+    let store = EventStore::new(pool);
+    let slots = ResourceSlots {
+        cpu_milli: 2000,
+        memory_bytes: 1 << 30,
+        gpu_milli: 0,
+    };
+    let append = |stream: String, events: Vec<Event>| {
+        let store = &store;
+        async move {
+            let proposed: Vec<ProposedEvent> = events
+                .iter()
+                .map(|e| ProposedEvent::new(e, Metadata::default()))
+                .collect();
+            store
+                .append(&stream, ExpectedVersion::Any, &proposed)
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    append(
+        "resource_group-default".into(),
+        vec![Event::ResourceGroupCreated(ResourceGroupCreated {
+            name: "default".into(),
+            queue_policy: QueuePolicy::Fifo,
+            agent_selection: AgentSelection::Concentrated,
+            max_attempts: 10,
+            skip_after: 3,
+            pending_timeout_secs: 0,
+        })],
+    )
+    .await;
+    append(
+        "agent-w1".into(),
+        vec![Event::AgentRegistered(AgentRegistered {
+            agent_id: "w1".into(),
+            resource_group: "default".into(),
+            capacity: slots,
+            images: vec![],
+            address: None,
+            image_apps: Default::default(),
+            network_scope: None,
+        })],
+    )
+    .await;
+    let ids = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    for (id, who) in ids.iter().zip(["alice", "bob"]) {
+        let request = SessionRequested {
+            session_id: *id,
+            name: format!("{who}s"),
+            owner: Owner {
+                user_id: uuid::Uuid::new_v4(),
+                email: format!("{who}@whatif.test"),
+                project: None,
+            },
+            requested_by: None,
+            session_type: SessionType::Batch,
+            resource_group: "default".into(),
+            image: "berth/shell:latest".into(),
+            environment: Default::default(),
+            resources: slots,
+            shared_memory_bytes: 0,
+            cluster_mode: ClusterMode::SingleNode,
+            cluster_size: 1,
+            agent_id: None,
+            preopen_ports: vec![],
+            mounts: vec![],
+            startup_command: Some("true".into()),
+            starts_at: None,
+            batch_timeout_secs: None,
+            omp_num_threads: 1,
+            max_lifetime_secs: None,
+            apps: vec![],
+        };
+        append(
+            format!("session-{id}"),
+            vec![Event::SessionRequested(Box::new(request))],
+        )
+        .await;
+    }
+    let attempt = |id: uuid::Uuid, result: SchedulingResult| {
+        let now = chrono::Utc::now();
+        Event::SchedulingAttempted(SchedulingAttempted {
+            session_id: id,
+            phase: "schedule".into(),
+            result,
+            status_before: SessionStatus::Pending,
+            status_after: SessionStatus::Pending,
+            attempts: 1,
+            message: String::new(),
+            error_code: None,
+            steps: vec![SchedulingStep {
+                step: "select agent (concentrated)".into(),
+                result,
+                message: String::new(),
+                error_code: None,
+                started_at: now,
+                ended_at: now,
+            }],
+        })
+    };
+    let placed = |id: uuid::Uuid| {
+        Event::SessionScheduled(SessionScheduled {
+            session_id: id,
+            agent_id: "w1".into(),
+            resources: slots,
+            kernels: vec![],
+        })
+    };
+    let released = |id: uuid::Uuid| {
+        Event::SessionResourcesReleased(SessionResourcesReleased {
+            session_id: id,
+            agent_id: "w1".into(),
+            resources: slots,
+            kernels: vec![],
+        })
+    };
+    let [first, second] = ids;
+    append(
+        format!("session-{first}"),
+        vec![attempt(first, SchedulingResult::Success), placed(first)],
+    )
+    .await;
+    append(
+        format!("session-{second}"),
+        vec![attempt(second, SchedulingResult::NeedRetry)],
+    )
+    .await;
+    append(format!("session-{first}"), vec![released(first)]).await;
+    append(
+        format!("session-{second}"),
+        vec![attempt(second, SchedulingResult::Success), placed(second)],
+    )
+    .await;
+    append(format!("session-{second}"), vec![released(second)]).await;
+
+    let (ok, text) = berth(&url, &["replay", "workload", "-o", "json"]);
+    assert!(ok, "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let group = &json["groups"][0];
+    assert_eq!(group["group"], "default", "{json:#}");
+    assert_eq!(group["recorded_policy"], "fifo");
+    assert_eq!(group["simulated_policy"], "fifo");
+    assert_eq!(group["placements"]["compared"], 2, "{json:#}");
+    assert_eq!(group["placements"]["differing"], 0, "{json:#}");
+    assert_eq!(group["placements"]["same_order"], true, "{json:#}");
+    assert_eq!(group["recorded"]["placed"], 2);
+    assert_eq!(
+        group["users"][1]["recorded"]["wait_p99_secs"],
+        group["users"][1]["simulated"]["wait_p99_secs"],
+        "{json:#}"
+    );
+    assert!(
+        group["users"][1]["recorded"]["wait_p99_secs"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    let (ok, text) = berth(&url, &["replay", "workload", "--policy", "drf"]);
+    assert!(ok, "{text}");
+    for expected in [
+        "recorded under fifo, replayed through drf",
+        "alice@whatif.test",
+        "bob@whatif.test",
+        "utilization cpu",
+        "jain's index",
+        "placements: 2 compared",
+    ] {
+        assert!(text.contains(expected), "no `{expected}` in:\n{text}");
+    }
+
+    let (ok, text) = berth(&url, &["replay", "workload", "--policy", "nope"]);
+    assert!(!ok);
+    assert!(text.contains("unknown --policy `nope`"), "{text}");
+}

@@ -44,6 +44,8 @@
 //!   tests make.
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
+//! - [`whatif`]: a recorded workload replayed through the policy that ran (its placements
+//!   exactly) and through DRF.
 
 mod accelerators;
 mod admission;
@@ -73,3 +75,4 @@ mod sessions;
 mod tls;
 mod traces;
 mod wake;
+mod whatif;

@@ -9,6 +9,8 @@
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
 //! - [`wake`]: the events on NATS that wake the scheduler.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
+//! - [`whatif`]: what-if replays: a recorded workload run through another policy in
+//!   simulated time with [`core`], measured next to what really happened.
 //! - [`db`]: the ledger reads of both, the crate's only SQL.
 
 pub mod core;
@@ -19,4 +21,5 @@ pub mod policy;
 pub mod reconcile;
 pub mod run;
 pub mod wake;
+pub mod whatif;
 pub use run::describe_metrics;

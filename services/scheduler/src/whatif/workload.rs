@@ -1,0 +1,291 @@
+//! A resource group's recorded workload, read out of the log's events (pure: the events come
+//! from [`super::db::logged_events`], in log order). What each field means, and what the log
+//! cannot tell, is said on [`super::Workload`] and in the module docs of [`super`].
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use events::catalogue::Event;
+use events::payloads::*;
+use uuid::Uuid;
+
+use super::{AgentChange, AgentOffer, Hold, OwnerLimits, Placement, Request, Workload};
+use crate::core::GroupRules;
+
+/// One event of the log, with the transaction that recorded it and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logged {
+    /// The recording transaction (one scheduler pass records its decisions in one).
+    pub tx: String,
+    pub at: DateTime<Utc>,
+    pub event: Event,
+}
+
+/// The event types a workload is read from (the others are not read at all).
+pub const EVENT_TYPES: &[&str] = &[
+    "ResourceGroupCreated",
+    "ResourcePolicySet",
+    "UserCreated",
+    "AgentRegistered",
+    "AgentLost",
+    "AgentReturned",
+    "AgentDeparted",
+    "AgentRevoked",
+    "SessionRequested",
+    "SchedulingAttempted",
+    "SessionScheduled",
+    "SessionStatusChanged",
+    "SessionResourcesReleased",
+];
+
+/// What the log says of one session of the group.
+#[derive(Default)]
+struct Told {
+    request: Option<Request>,
+    placed: Option<Placement>,
+    released_at: Option<DateTime<Utc>>,
+    withdrawn_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// The workload of `group` within `[from, to]` (`None`: from the log's first event, to its
+/// last), read from `events` in log order; `None` when the log never created the group.
+pub fn workload(
+    events: &[Logged],
+    group: &str,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> Option<Workload> {
+    let from = from.or_else(|| events.iter().map(|e| e.at).min())?;
+    let to = to.or_else(|| events.iter().map(|e| e.at).max())?;
+    let mut rules: Option<GroupRules> = None;
+    let mut policies: HashMap<String, (u32, ResourceSlots)> = HashMap::new();
+    let mut user_policy: HashMap<Uuid, String> = HashMap::new();
+    // Agents of the group now, with what they offer; and the last offer of each (a return).
+    let mut in_group: HashSet<String> = HashSet::new();
+    let mut offers: HashMap<String, AgentOffer> = HashMap::new();
+    let mut agents: Vec<AgentChange> = Vec::new();
+    let mut told: HashMap<Uuid, Told> = HashMap::new();
+    let mut order: Vec<Uuid> = Vec::new();
+    // Each pass (transaction) of the group: its moment, and whether it gave up or expired
+    // a session (then its cancellation is the scheduler's, not the user's).
+    let mut pass_at: HashMap<String, DateTime<Utc>> = HashMap::new();
+    let mut scheduler_cancelled: HashSet<(String, Uuid)> = HashSet::new();
+
+    for logged in events.iter().filter(|e| e.at <= to) {
+        let at = logged.at;
+        match &logged.event {
+            Event::ResourceGroupCreated(g) if g.name == group => {
+                rules = Some(GroupRules {
+                    name: g.name.clone(),
+                    queue_policy: g.queue_policy,
+                    agent_selection: g.agent_selection,
+                    max_attempts: g.max_attempts.max(1),
+                    skip_after: g.skip_after,
+                    pending_timeout_secs: g.pending_timeout_secs,
+                    fair_share: Default::default(),
+                    starve_after_secs: 0,
+                });
+            }
+            Event::ResourcePolicySet(p) => {
+                policies.insert(p.name.clone(), (p.max_concurrent_sessions, p.max_total));
+            }
+            Event::UserCreated(u) => {
+                user_policy.insert(u.user_id, u.resource_policy.clone());
+            }
+            Event::AgentRegistered(a) => {
+                let offer = AgentOffer {
+                    capacity: a.capacity,
+                    network_scope: a
+                        .network_scope
+                        .clone()
+                        .unwrap_or_else(|| format!("agent:{}", a.agent_id)),
+                };
+                if a.resource_group == group {
+                    in_group.insert(a.agent_id.clone());
+                    offers.insert(a.agent_id.clone(), offer.clone());
+                    agents.push(AgentChange {
+                        at,
+                        agent_id: a.agent_id.clone(),
+                        joined: Some(offer),
+                    });
+                } else if in_group.remove(&a.agent_id) {
+                    offers.remove(&a.agent_id);
+                    agents.push(AgentChange {
+                        at,
+                        agent_id: a.agent_id.clone(),
+                        joined: None,
+                    });
+                }
+            }
+            Event::AgentLost(AgentLost { agent_id, .. })
+            | Event::AgentDeparted(AgentDeparted { agent_id, .. })
+            | Event::AgentRevoked(AgentRevoked { agent_id, .. })
+                if in_group.contains(agent_id) =>
+            {
+                agents.push(AgentChange {
+                    at,
+                    agent_id: agent_id.clone(),
+                    joined: None,
+                });
+            }
+            Event::AgentReturned(AgentReturned { agent_id }) if in_group.contains(agent_id) => {
+                if let Some(offer) = offers.get(agent_id) {
+                    agents.push(AgentChange {
+                        at,
+                        agent_id: agent_id.clone(),
+                        joined: Some(offer.clone()),
+                    });
+                }
+            }
+            Event::SessionRequested(r) if r.resource_group == group => {
+                order.push(r.session_id);
+                told.entry(r.session_id).or_default().request = Some(Request {
+                    session_id: r.session_id,
+                    owner: r.owner.user_id,
+                    user: r.owner.email.clone(),
+                    project: r.owner.project.clone(),
+                    per_kernel: r.resources,
+                    cluster_mode: r.cluster_mode,
+                    cluster_size: r.cluster_size.max(1),
+                    wanted_agent: r.agent_id.clone(),
+                    starts_at: r.starts_at,
+                    priority: 0,
+                    requested_at: at,
+                    held_for: Some(chrono::TimeDelta::zero()),
+                    withdrawn_at: None,
+                    recorded: None,
+                    recorded_cancel: None,
+                });
+            }
+            Event::SchedulingAttempted(a) if told.contains_key(&a.session_id) => {
+                // A pass's moment is its snapshot's `now`, which every step carries.
+                let moment = a.steps.first().map_or(at, |s| s.started_at);
+                let pass = pass_at.entry(logged.tx.clone()).or_insert(moment);
+                *pass = (*pass).min(moment);
+                if matches!(
+                    a.result,
+                    SchedulingResult::GiveUp | SchedulingResult::Expired
+                ) || a.status_after == SessionStatus::Cancelled
+                {
+                    scheduler_cancelled.insert((logged.tx.clone(), a.session_id));
+                    if let Some(t) = told.get_mut(&a.session_id) {
+                        t.cancelled_at.get_or_insert(moment);
+                    }
+                }
+            }
+            Event::SessionScheduled(s) => {
+                if let Some(t) = told.get_mut(&s.session_id) {
+                    if t.placed.is_none() {
+                        t.placed = Some(Placement {
+                            at: pass_at.get(&logged.tx).copied().unwrap_or(at),
+                            kernels: s.placements(),
+                        });
+                    }
+                }
+            }
+            Event::SessionStatusChanged(c)
+                if c.from == SessionStatus::Pending
+                    && c.to == SessionStatus::Cancelled
+                    && !scheduler_cancelled.contains(&(logged.tx.clone(), c.session_id)) =>
+            {
+                if let Some(t) = told.get_mut(&c.session_id) {
+                    t.withdrawn_at.get_or_insert(at);
+                }
+            }
+            Event::SessionResourcesReleased(r) => {
+                if let Some(t) = told.get_mut(&r.session_id) {
+                    if t.placed.is_some() {
+                        t.released_at.get_or_insert(at);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let rules = rules?;
+
+    // Agents there at `from` join at `from`; later changes keep their moments.
+    let agents = agents
+        .into_iter()
+        .map(|c| AgentChange {
+            at: c.at.max(from),
+            ..c
+        })
+        .collect();
+    let mut requests = Vec::new();
+    let mut background = Vec::new();
+    for id in order {
+        let Some(t) = told.remove(&id) else { continue };
+        let Some(mut request) = t.request else {
+            continue;
+        };
+        if request.requested_at < from {
+            // Not replayed: what it held during the window is held as recorded.
+            if let Some(placed) = t.placed {
+                if t.released_at.is_none_or(|r| r > from) {
+                    background.push(Hold {
+                        owner: request.owner,
+                        project: request.project.clone(),
+                        kernels: placed.kernels,
+                        from: placed.at,
+                        until: t.released_at,
+                    });
+                }
+            }
+            continue;
+        }
+        if let Some(placed) = t.placed.filter(|p| p.at <= to) {
+            request.held_for = t.released_at.map(|r| r - placed.at);
+            request.recorded = Some(placed);
+        }
+        request.withdrawn_at = t.withdrawn_at;
+        request.recorded_cancel = t.cancelled_at.filter(|at| *at <= to);
+        requests.push(request);
+    }
+    let limits = requests
+        .iter()
+        .filter_map(|r| {
+            let policy = user_policy.get(&r.owner)?;
+            let (max_sessions, max_total) = policies.get(policy)?;
+            Some((
+                r.owner,
+                OwnerLimits {
+                    policy: policy.clone(),
+                    max_sessions: *max_sessions,
+                    max_total: *max_total,
+                },
+            ))
+        })
+        .collect();
+    let mut passes: Vec<DateTime<Utc>> = pass_at
+        .into_values()
+        .filter(|p| *p >= from && *p <= to)
+        .collect();
+    passes.sort();
+    passes.dedup();
+    Some(Workload {
+        rules,
+        from,
+        to,
+        agents,
+        requests,
+        background,
+        limits,
+        passes,
+    })
+}
+
+/// The groups that requests of the log were made in, by name.
+pub fn groups(events: &[Logged]) -> Vec<String> {
+    let mut names: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SessionRequested(r) => Some(r.resource_group.clone()),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
