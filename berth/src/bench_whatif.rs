@@ -101,6 +101,7 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                 wanted_agent: None,
                 starts_at: None,
                 priority: 0,
+                reprioritized: Vec::new(),
                 requested_at: t0() + TimeDelta::milliseconds((at * 1000.0) as i64),
                 held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
                 withdrawn_at: None,
@@ -199,6 +200,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
                 omp_num_threads: 1,
                 max_lifetime_secs: None,
                 apps: vec![],
+                priority: SessionPriority::DEFAULT,
             })),
         ));
         let Some(placement) = placement else { continue };

@@ -445,6 +445,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
             omp_num_threads: 1,
             max_lifetime_secs: None,
             apps: vec![],
+            priority: events::payloads::SessionPriority::DEFAULT,
         };
         append(
             format!("session-{id}"),

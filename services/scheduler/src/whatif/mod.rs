@@ -166,7 +166,10 @@ pub struct Request {
     pub cluster_size: u32,
     pub wanted_agent: Option<String>,
     pub starts_at: Option<DateTime<Utc>>,
+    /// Its priority when requested.
     pub priority: i32,
+    /// An admin's changes of its priority while it waited, in order: `(when, to)`.
+    pub reprioritized: Vec<(DateTime<Utc>, i32)>,
     pub requested_at: DateTime<Utc>,
     /// How long it held its agents once placed; `None`: to the end (it was never released).
     pub held_for: Option<TimeDelta>,
@@ -179,6 +182,15 @@ pub struct Request {
 }
 
 impl Request {
+    /// Its priority at `now`: the last change made by then, or the one it was requested with.
+    pub fn priority_at(&self, now: DateTime<Utc>) -> i32 {
+        self.reprioritized
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .last()
+            .map_or(self.priority, |(_, to)| *to)
+    }
+
     pub fn total(&self) -> ResourceSlots {
         let n = self.cluster_size as u64;
         ResourceSlots {
@@ -516,7 +528,7 @@ fn hold_total(hold: &Hold) -> ResourceSlots {
     })
 }
 
-fn pending(request: &Request, waiting: &Waiting) -> PendingSession {
+fn pending(request: &Request, waiting: &Waiting, now: DateTime<Utc>) -> PendingSession {
     PendingSession {
         session_id: request.session_id,
         version: 0,
@@ -530,7 +542,7 @@ fn pending(request: &Request, waiting: &Waiting) -> PendingSession {
         attempts: waiting.attempts,
         last_result: waiting.last_result,
         last_error_code: waiting.last_error_code.clone(),
-        priority: request.priority,
+        priority: request.priority_at(now),
         project: request.project.clone(),
     }
 }
@@ -551,7 +563,7 @@ fn snapshot(
     let queue: Vec<PendingSession> = queue
         .iter()
         .take(BATCH)
-        .map(|(i, w)| pending(&workload.requests[*i], w))
+        .map(|(i, w)| pending(&workload.requests[*i], w, now))
         .collect();
     let mut owners = HashMap::new();
     for session in &queue {

@@ -53,6 +53,7 @@ fn request(n: u128, owner: u128, cores: u64, at: f64, held: f64) -> Request {
         wanted_agent: None,
         starts_at: None,
         priority: 0,
+        reprioritized: Vec::new(),
         requested_at: t(at),
         held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
         withdrawn_at: None,
@@ -273,6 +274,7 @@ fn requested(n: u128, owner: u128, at: f64) -> Logged {
             omp_num_threads: 1,
             max_lifetime_secs: None,
             apps: vec![],
+            priority: SessionPriority::DEFAULT,
         })),
     )
 }
@@ -476,4 +478,15 @@ fn what_sessions_before_the_window_held_is_held_as_recorded() {
     let c = compare(&day, &simulate(&day, &day.rules), "fifo");
     let cpu = c.simulated.utilization.cpu.unwrap();
     assert!((cpu - 140.0 / 800.0).abs() < 1e-9, "{cpu}");
+}
+
+#[test]
+fn a_requests_priority_is_the_last_change_made_by_the_pass_that_reads_it() {
+    let mut r = request(1, 1, 2, 0.0, 10.0);
+    r.priority = 10;
+    r.reprioritized = vec![(t(5.0), 50), (t(8.0), 0)];
+    assert_eq!(r.priority_at(t(1.0)), 10);
+    assert_eq!(r.priority_at(t(5.0)), 50);
+    assert_eq!(r.priority_at(t(7.9)), 50);
+    assert_eq!(r.priority_at(t(9.0)), 0);
 }

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::{AgentChange, AgentOffer, Hold, OwnerLimits, Placement, Request, Workload};
 use crate::core::GroupRules;
+use crate::fair_share::{FairShareSettings, ResourceWeights};
 
 /// One event of the log, with the transaction that recorded it and when.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +88,29 @@ pub fn workload(
                     starve_after_secs: 0,
                 });
             }
+            // The group's scheduling as an admin last set it within the window: the policy
+            // that really ran is the one in force at its end.
+            Event::ResourceGroupSchedulingSet(g) if g.name == group => {
+                if let Some(rules) = rules.as_mut() {
+                    rules.queue_policy = g.queue_policy;
+                    rules.fair_share = FairShareSettings {
+                        half_life_secs: g.half_life_secs,
+                        lookback_secs: g.lookback_secs,
+                        weights: ResourceWeights {
+                            cpu_per_core: g.weight_cpu_per_core,
+                            memory_per_gib: g.weight_memory_per_gib,
+                            gpu_per_device: g.weight_gpu_per_device,
+                        },
+                    };
+                    rules.starve_after_secs = g.starve_after_secs;
+                }
+            }
+            Event::SessionPriorityChanged(c) => {
+                if let Some(request) = told.get_mut(&c.session_id).and_then(|t| t.request.as_mut())
+                {
+                    request.reprioritized.push((at, c.to));
+                }
+            }
             Event::ResourcePolicySet(p) => {
                 policies.insert(p.name.clone(), (p.max_concurrent_sessions, p.max_total));
             }
@@ -150,7 +174,8 @@ pub fn workload(
                     cluster_size: r.cluster_size.max(1),
                     wanted_agent: r.agent_id.clone(),
                     starts_at: r.starts_at,
-                    priority: 0,
+                    priority: r.priority,
+                    reprioritized: Vec::new(),
                     requested_at: at,
                     held_for: Some(chrono::TimeDelta::zero()),
                     withdrawn_at: None,
