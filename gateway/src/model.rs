@@ -138,6 +138,9 @@ pub struct SessionDetail {
     pub elapsed_secs: Option<f64>,
     pub exit_code: Option<i32>,
     pub scheduling_attempts: u32,
+    /// Its place among priorities in its group's queue (0 to 100, higher first); an admin may
+    /// change it while it waits.
+    pub priority: i32,
     pub termination_requested: bool,
     pub usage: Option<Usage>,
 }
@@ -583,7 +586,7 @@ mod tests {
                         "omp_num_threads": 1, "max_lifetime_secs": null, "wanted_agent": null},
             "reserved_at": "2026-11-23T00:00:00Z", "scheduled_at": null, "started_at": null,
             "ended_at": null, "elapsed_secs": null, "exit_code": 0, "scheduling_attempts": 1,
-            "termination_requested": false, "usage": null,
+            "priority": 10, "termination_requested": false, "usage": null,
         });
         let detail: SessionDetail = serde_json::from_value(document.clone()).unwrap();
         assert_eq!(detail.containers[0].ports[0].host, 32768);

@@ -466,6 +466,10 @@ async fn priorities_reorder_the_queue_and_a_starving_session_goes_first_within_i
         (status, answer["priority"].clone()),
         (StatusCode::OK, json!(90))
     );
+    // The session's own detail shows the priority it has now, and that it asked for at first.
+    h.wait_session(&raised, |s| s["priority"] == 90).await;
+    let low_detail = h.wait_session(&low, |_| true).await;
+    assert_eq!(low_detail["priority"], 0, "{low_detail}");
     let (status, answer) = h
         .call(
             &h.admin_key,

@@ -465,6 +465,7 @@ fn request_lines(v: &Value) -> String {
         ("mounts", output::joined(r, "/mounts")),
         ("ports", output::joined(r, "/preopen_ports")),
         ("attempts", output::text(v, "/scheduling_attempts")),
+        ("priority", output::text(v, "/priority")),
     ]
     .into_iter()
     .map(|(k, v)| format!("{k:<10} {}\n", if v.is_empty() { "-" } else { &v }))

@@ -172,7 +172,7 @@ const DETAIL_SQL: &str = "SELECT owner, json_build_object(
     'request', request, 'reserved_at', created_at, 'scheduled_at', scheduled_at,
     'started_at', started_at, 'ended_at', ended_at,
     'elapsed_secs', extract(epoch FROM coalesce(ended_at, now()) - started_at)::float8,
-    'exit_code', exit_code, 'scheduling_attempts', attempts,
+    'exit_code', exit_code, 'scheduling_attempts', attempts, 'priority', priority,
     'termination_requested', termination_requested,
     'usage', (SELECT json_build_object('cpu_seconds', u.cpu_seconds, 'cpu_percent', u.cpu_percent,
         'memory_bytes', u.memory_bytes, 'network_rx_bytes', u.rx_bytes,

@@ -119,6 +119,7 @@ impl Projection for SessionsView {
                 ended_at timestamptz,
                 exit_code integer,
                 attempts integer NOT NULL DEFAULT 0,
+                priority integer NOT NULL,
                 termination_requested boolean NOT NULL DEFAULT false,
                 version bigint NOT NULL);
              CREATE INDEX ON {schema}.sessions (owner, created_at);
@@ -167,9 +168,9 @@ impl Projection for SessionsView {
                     "INSERT INTO {schema}.sessions (session_id, name, owner, owner_email,
                        requested_by, project, session_type, status, image, resource_group,
                        resources, shared_memory_bytes, cluster_mode, cluster_size, request,
-                       created_at, status_changed_at, version)
+                       created_at, status_changed_at, version, priority)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-                       $14, $15, $15, $16) ON CONFLICT DO NOTHING"
+                       $14, $15, $15, $16, $17) ON CONFLICT DO NOTHING"
                 );
                 let inserted = tx
                     .execute(
@@ -191,6 +192,7 @@ impl Projection for SessionsView {
                             &request,
                             &at,
                             &version,
+                            &r.priority,
                         ],
                     )
                     .await?;
@@ -336,6 +338,12 @@ impl Projection for SessionsView {
                             .increment(1);
                     }
                 }
+            }
+            Event::SessionPriorityChanged(e) => {
+                let sql = format!(
+                    "UPDATE {schema}.sessions SET priority = $2, version = $3 WHERE session_id = $1"
+                );
+                tx.execute(&sql, &[&e.session_id, &e.to, &version]).await?;
             }
             Event::SessionRenamed(e) => {
                 let sql = format!(

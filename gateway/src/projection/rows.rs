@@ -43,6 +43,7 @@ struct Session {
     ended_at: Option<DateTime<Utc>>,
     exit_code: Option<i32>,
     attempts: i32,
+    priority: i32,
     termination_requested: bool,
     version: i64,
 }
@@ -194,6 +195,7 @@ impl FoldedRows for SessionsRows {
                         ended_at: None,
                         exit_code: None,
                         attempts: 0,
+                        priority: r.priority,
                         termination_requested: false,
                         version,
                     });
@@ -234,6 +236,9 @@ impl FoldedRows for SessionsRows {
                         s.agent_id = None;
                     }
                 });
+            }
+            Event::SessionPriorityChanged(e) => {
+                self.session(e.session_id, version, |s| s.priority = e.to);
             }
             Event::SessionRenamed(e) => {
                 self.session(e.session_id, version, |s| s.name = e.new_name.clone());
@@ -317,13 +322,14 @@ impl FoldedRows for SessionsRows {
                 "ended_at",
                 "exit_code",
                 "attempts",
+                "priority",
                 "termination_requested",
                 "version",
             ],
             &self
                 .sessions
                 .iter()
-                .map(|(id, s)| -> [&(dyn ToSql + Sync); 28] {
+                .map(|(id, s)| -> [&(dyn ToSql + Sync); 29] {
                     [
                         id,
                         &s.name,
@@ -351,6 +357,7 @@ impl FoldedRows for SessionsRows {
                         &s.ended_at,
                         &s.exit_code,
                         &s.attempts,
+                        &s.priority,
                         &s.termination_requested,
                         &s.version,
                     ]

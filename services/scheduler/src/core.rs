@@ -261,7 +261,11 @@ enum Selection {
 
 /// The agent `need` goes on, by a scan of every agent: the reference [`FreeIndex::pick`]
 /// must agree with, and the choice among a multi-node cluster's few agents.
-fn pick(agents: &[AgentView], need: ResourceSlots, selection: AgentSelection) -> Option<usize> {
+pub(crate) fn pick(
+    agents: &[AgentView],
+    need: ResourceSlots,
+    selection: AgentSelection,
+) -> Option<usize> {
     let mut best: Option<(usize, (u64, u64, u64))> = None;
     for (i, agent) in agents.iter().enumerate() {
         let free = agent.free();

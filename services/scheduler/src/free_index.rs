@@ -109,7 +109,7 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{plan, GroupRules, PendingSession, Snapshot};
+    use crate::core::{pick, plan, GroupRules, PendingSession, Snapshot};
     use events::payloads::{ClusterMode, QueuePolicy};
     use std::collections::HashMap;
     use std::time::Duration;
@@ -134,27 +134,6 @@ mod tests {
                 gpu_milli: self.below(gpu + 1) * 1000,
             }
         }
-    }
-
-    /// The scan `core` used before the index, kept as the reference.
-    fn scan(agents: &[AgentView], need: ResourceSlots, selection: AgentSelection) -> Option<usize> {
-        let mut best: Option<(usize, Key)> = None;
-        for (i, agent) in agents.iter().enumerate() {
-            let free = agent.free();
-            if !need.fits_in(free) {
-                continue;
-            }
-            let after = key(free.saturating_sub(need));
-            let better = match (best, selection) {
-                (None, _) => true,
-                (Some((_, b)), AgentSelection::Concentrated) => after < b,
-                (Some((_, b)), AgentSelection::Dispersed) => after > b,
-            };
-            if better {
-                best = Some((i, after));
-            }
-        }
-        best.map(|(i, _)| i)
     }
 
     fn agents(rng: &mut Lcg, n: usize) -> Vec<AgentView> {
@@ -211,7 +190,7 @@ mod tests {
                 let chosen = index.pick(&agents, need, selection);
                 assert_eq!(
                     chosen,
-                    scan(&agents, need, selection),
+                    pick(&agents, need, selection),
                     "round {round}, {need:?} {selection:?}"
                 );
                 assert_eq!(
@@ -281,7 +260,7 @@ mod tests {
                     d.session_id, s.session_id,
                     "backfill decides in arrival order"
                 );
-                let expected = scan(&by_hand, s.per_kernel, selection);
+                let expected = pick(&by_hand, s.per_kernel, selection);
                 let got = d.placement.as_ref().map(|k| {
                     by_hand
                         .iter()
