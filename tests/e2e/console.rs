@@ -385,6 +385,18 @@ async fn an_interactive_sessions_terminal_and_jupyter_open_from_the_console() {
         assert!(b.unlabelled_controls().await.is_empty());
         b.fill("#exempt-reason", "a long training run").await;
         b.click("form[action$='/exempt'] button").await;
+        // The page the form comes back to shows the idle-reaper's fold, which takes in the
+        // exemption a moment after it is recorded (under a loaded run, after the page is
+        // drawn): once the reaper says so, the panel, drawn again, does too.
+        wait_for(|| async {
+            let (_, idle) = s.h.get(&s.user, &format!("/v1/sessions/{id}/idle")).await;
+            (idle["exempt"] == true).then_some(())
+        })
+        .await;
+        b.client
+            .goto(&format!("{}/console/sessions?session={id}", s.h.base))
+            .await
+            .unwrap();
         b.wait_for_text("Exempt from idle checks: it is never reaped")
             .await;
     })

@@ -507,6 +507,10 @@ async fn detail(
             value: d.resource_group.clone(),
         },
         Field {
+            label: "Priority",
+            value: d.priority.to_string(),
+        },
+        Field {
             label: "Mounts",
             value: if d.request.mounts.is_empty() {
                 "none".into()
