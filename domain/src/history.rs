@@ -413,8 +413,6 @@ fn cleanup_row(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use chrono::TimeZone;
 
     use super::*;
@@ -429,36 +427,13 @@ mod tests {
     /// since second 0.
     fn placed(image: &str, attempts: u32) -> SessionState {
         let request = SessionRequested {
-            session_id: uuid::Uuid::now_v7(),
-            name: "job1".into(),
-            owner: Owner {
-                user_id: uuid::Uuid::now_v7(),
-                email: "a@b.c".into(),
-                project: None,
-            },
-            requested_by: None,
-            session_type: SessionType::Batch,
-            resource_group: "default".into(),
             image: image.into(),
-            environment: BTreeMap::new(),
             resources: ResourceSlots {
                 cpu_milli: 1000,
                 memory_bytes: 256 << 20,
                 gpu_milli: 0,
             },
-            shared_memory_bytes: 0,
-            cluster_mode: ClusterMode::SingleNode,
-            cluster_size: 1,
-            agent_id: None,
-            preopen_ports: vec![],
-            mounts: vec![],
-            startup_command: None,
-            starts_at: None,
-            batch_timeout_secs: None,
-            omp_num_threads: 1,
-            max_lifetime_secs: None,
-            apps: Vec::new(),
-            priority: crate::payloads::SessionPriority::DEFAULT,
+            ..crate::lifecycle::tests::request(SessionType::Batch)
         };
         let mut state = SessionState::requested(&request);
         state.scheduling_attempts = attempts;

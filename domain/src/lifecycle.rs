@@ -510,14 +510,16 @@ impl SessionState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::payloads::*;
     use std::collections::BTreeMap;
 
     const ALL: [SessionStatus; 12] = SessionStatus::ALL;
 
-    fn request(session_type: SessionType) -> SessionRequested {
+    /// A request of `session_type` with small resources: the other modules' tests start
+    /// from it too.
+    pub(crate) fn request(session_type: SessionType) -> SessionRequested {
         SessionRequested {
             session_id: uuid::Uuid::now_v7(),
             name: "test1".into(),
