@@ -440,6 +440,10 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             Some(handle) => state.with_metrics(crate::metrics::renderer(handle.clone())),
             None => state,
         };
+        let state = match &config.backendai {
+            Some(key) => state.with_backendai(key.load().context("BERTH_BACKENDAI_MASTER_KEY")?),
+            None => state,
+        };
         // Bound once, here, so a port already taken stops the start; each run of the
         // supervised gateway serves on this same socket.
         let listener = tokio::net::TcpListener::bind(&config.gateway_listen)

@@ -93,6 +93,8 @@ pub struct Config {
     /// The pipe directory of the host's CUDA MPS daemon (`BERTH_GPU_MPS_PIPE_DIR`), which
     /// fractional sessions' containers get to reach it; none by default (no daemon).
     pub gpu_mps_pipe_dir: Option<PathBuf>,
+    /// Backend.AI's API beside berth's, and where its master key comes from; `None`: off.
+    pub backendai: Option<MasterKey>,
     pub timings: Timings,
 }
 
@@ -119,6 +121,76 @@ fn switch(text: &str) -> Result<bool, String> {
         "on" | "true" | "1" | "yes" => Ok(true),
         "off" | "false" | "0" | "no" => Ok(false),
         _ => Err(format!("`{text}` is neither on nor off")),
+    }
+}
+
+/// Where the gateway finds the master key that Backend.AI keypairs' secret keys are derived
+/// with (it is never in the database or the log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MasterKey {
+    /// Given as a setting (`BERTH_BACKENDAI_MASTER_KEY`).
+    Given(Vec<u8>),
+    /// Kept in a file, made (mode 0600, 32 random bytes as hex) when missing.
+    File(PathBuf),
+}
+
+/// Where the master key is kept when no setting names it.
+pub const DEFAULT_MASTER_KEY_FILE: &str = ".berth/backendai-master.key";
+
+impl MasterKey {
+    /// The key: given, or read from its file, which is made when missing.
+    pub fn load(&self) -> anyhow::Result<Vec<u8>> {
+        use anyhow::Context;
+        let path = match self {
+            MasterKey::Given(key) => return Ok(key.clone()),
+            MasterKey::File(path) => path,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let key = text.trim().as_bytes().to_vec();
+                anyhow::ensure!(
+                    key.len() >= MIN_MASTER_KEY_BYTES,
+                    "{}: a master key has at least {MIN_MASTER_KEY_BYTES} characters",
+                    path.display()
+                );
+                Ok(key)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("create {}", dir.display()))?;
+                }
+                let bytes: [u8; 32] = rand::random();
+                let key = hex::encode(bytes);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(key.as_bytes()))
+                    .with_context(|| {
+                        format!("write the Backend.AI master key to {}", path.display())
+                    })?;
+                tracing::info!(path = %path.display(), "made a Backend.AI master key");
+                Ok(key.into_bytes())
+            }
+            Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+        }
+    }
+}
+
+/// Fewest characters a master key has.
+pub const MIN_MASTER_KEY_BYTES: usize = 32;
+
+fn master_key(text: &str) -> Result<String, String> {
+    if text.len() >= MIN_MASTER_KEY_BYTES {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "a master key has at least {MIN_MASTER_KEY_BYTES} characters (e.g. `$(openssl rand -hex 32)`)"
+        ))
     }
 }
 
@@ -467,6 +539,19 @@ pub struct Settings {
         default_value_t = 0
     )]
     pub mock_gpus: u32,
+    /// Whether the gateway serves Backend.AI's API for its official client beside berth's.
+    #[arg(long, global = true, env = "BERTH_BACKENDAI", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
+    pub backendai: bool,
+    /// The master key Backend.AI keypairs' secret keys are derived with (at least 32
+    /// characters; every gateway of one installation needs the same). Default: the file of
+    /// BERTH_BACKENDAI_MASTER_KEY_FILE.
+    #[arg(long, global = true, env = "BERTH_BACKENDAI_MASTER_KEY", value_name = "KEY",
+          hide_env_values = true, value_parser = master_key)]
+    pub backendai_master_key: Option<String>,
+    /// The file that keeps the master key, made (0600) when missing.
+    #[arg(long, global = true, env = "BERTH_BACKENDAI_MASTER_KEY_FILE", value_name = "FILE",
+          default_value = DEFAULT_MASTER_KEY_FILE)]
+    pub backendai_master_key_file: PathBuf,
     /// The memory of each simulated GPU, in GiB.
     #[arg(long, global = true, env = "BERTH_MOCK_GPU_MEMORY_GIB", value_name = "GIB",
           default_value_t = 16.0, value_parser = positive_gib)]
@@ -817,6 +902,12 @@ impl Config {
             }),
             gpu_shares_per_device: settings.gpu_shares_per_device,
             gpu_mps_pipe_dir: settings.gpu_mps_pipe_dir.clone(),
+            backendai: settings
+                .backendai
+                .then(|| match &settings.backendai_master_key {
+                    Some(key) => MasterKey::Given(key.as_bytes().to_vec()),
+                    None => MasterKey::File(settings.backendai_master_key_file.clone()),
+                }),
             timings: Timings {
                 heartbeat_timeout: secs(settings.heartbeat_timeout_secs),
                 agent_departed_timeout: secs(settings.agent_departed_timeout_secs),
@@ -883,6 +974,11 @@ mod tests {
         assert_eq!(config.mock_gpus, None, "the GPUs are NVML's by default");
         assert_eq!(config.gpu_shares_per_device, 1000);
         assert_eq!(config.gpu_mps_pipe_dir, None);
+        assert_eq!(
+            config.backendai,
+            Some(MasterKey::File(DEFAULT_MASTER_KEY_FILE.into())),
+            "Backend.AI's API is on, its key in a file"
+        );
 
         let config = with(&[
             ("BERTH_GATEWAY_LISTEN", "0.0.0.0:9000"),

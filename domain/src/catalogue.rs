@@ -172,6 +172,11 @@ catalogue! {
     UserCreated(UserCreated) = "UserCreated" v 1,
     /// An API key was issued to a user (only its hash is kept).
     ApiKeyIssued(ApiKeyIssued) = "ApiKeyIssued" v 1,
+    /// A Backend.AI keypair was issued to a user (only its access key is kept; the secret is
+    /// derived from it with a master key outside the log).
+    BackendAiKeypairIssued(BackendAiKeypairIssued) = "BackendAiKeypairIssued" v 1,
+    /// A Backend.AI keypair was revoked.
+    BackendAiKeypairRevoked(BackendAiKeypairRevoked) = "BackendAiKeypairRevoked" v 1,
     /// A user's password was set (only its Argon2id hash is kept).
     UserPasswordSet(UserPasswordSet) = "UserPasswordSet" v 1,
     /// A person signed in to the web console (only the SHA-256 of its token is kept).
@@ -423,6 +428,14 @@ mod tests {
                 user_id: id,
                 key_prefix: "berth_012345".into(),
                 key_sha256: "ab".repeat(32),
+            }),
+            Event::BackendAiKeypairIssued(BackendAiKeypairIssued {
+                user_id: id,
+                access_key: "AKIAEXAMPLEKEY000001".into(),
+            }),
+            Event::BackendAiKeypairRevoked(BackendAiKeypairRevoked {
+                user_id: id,
+                access_key: "AKIAEXAMPLEKEY000001".into(),
             }),
             Event::UserPasswordSet(UserPasswordSet {
                 user_id: id,

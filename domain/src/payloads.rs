@@ -535,6 +535,24 @@ pub struct ApiKeyIssued {
     pub key_sha256: String,
 }
 
+/// A Backend.AI keypair was issued to a user, for Backend.AI's own client (HMAC-signed
+/// requests on the gateway's compatibility paths). Only the access key is recorded: the secret
+/// key is derived from it with a master key held outside the log and the database, so it can
+/// be shown once and never erased from anywhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendAiKeypairIssued {
+    pub user_id: Uuid,
+    /// `AKIA` and 16 upper-case letters and digits.
+    pub access_key: String,
+}
+
+/// A Backend.AI keypair was revoked: its signatures are refused from now on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendAiKeypairRevoked {
+    pub user_id: Uuid,
+    pub access_key: String,
+}
+
 /// A user's password was set, by an admin or by the user (the event's `actor` says which).
 /// Only its Argon2id hash is recorded, as a PHC string; the password itself never is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

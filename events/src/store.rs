@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
     (21, include_str!("../migrations/0021_group_scheduling.sql")),
     (22, include_str!("../migrations/0022_session_priority.sql")),
     (24, include_str!("../migrations/0024_gpu_usage.sql")),
+    (
+        25,
+        include_str!("../migrations/0025_backendai_keypairs.sql"),
+    ),
 ];
 /// What a backbone migration whose tables moved to their service's crate now runs: nothing.
 const MOVED_TO_ITS_SERVICE: &str = "-- moved to the service that owns the schema";

@@ -3,6 +3,8 @@
 //!
 //! - [`projection`]: the `sessions` read model it serves.
 //! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
+//! - [`backendai`]: Backend.AI's API on its own paths, for its official client (HMAC-signed
+//!   keypairs, problem JSON), translated onto the same commands and reads.
 //! - `db`: the reads the handlers make, one module per resource, the crate's only SQL besides
 //!   the projection.
 //! - [`model`]: the bodies the API answers with, as types the CLI reads back.
@@ -21,6 +23,7 @@
 //!   the router over it).
 
 pub mod api;
+pub mod backendai;
 pub mod cache;
 pub mod console;
 mod db;
@@ -142,12 +145,19 @@ pub fn router(state: AppState) -> Router {
     let measured = state.metrics.is_some();
     let router = router
         .merge(console::router())
-        .route("/metrics", axum::routing::get(metrics::metrics))
-        .fallback(|| async { ApiError::not_found("no such route; see /openapi.json") })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            ready::refuse_writes_while_down,
-        ));
+        .route("/metrics", axum::routing::get(metrics::metrics));
+    // Backend.AI's paths do not collide with berth's; off, they are berth's 404s.
+    let router = if state.backendai.is_some() {
+        router
+            .merge(backendai::router())
+            .fallback(backendai::fallback)
+    } else {
+        router.fallback(not_found)
+    };
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        ready::refuse_writes_while_down,
+    ));
     // Only a process that records metrics pays for measuring each request.
     let router = if measured {
         router.layer(axum::middleware::from_fn(metrics::measure))
@@ -166,6 +176,11 @@ pub fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// berth's answer to a path it does not serve.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; see /openapi.json")
 }
 
 /// A span per request, named by its route, continuing the caller's trace when the request

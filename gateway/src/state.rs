@@ -43,6 +43,8 @@ pub struct AppState {
     /// The process's metrics as `GET /metrics` answers them, when metrics are on
     /// ([`AppState::with_metrics`]).
     pub metrics: Option<crate::metrics::MetricsRender>,
+    /// Backend.AI's API on its own paths, when it is on ([`AppState::with_backendai`]).
+    pub backendai: Option<Arc<crate::backendai::BackendAi>>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -74,6 +76,7 @@ impl AppState {
             watches_readiness: false,
             creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
             metrics: None,
+            backendai: None,
         }
     }
 
@@ -131,6 +134,13 @@ impl AppState {
         self
     }
 
+    /// This state serving Backend.AI's API beside berth's (`crate::backendai`), its keypairs'
+    /// secret keys derived with `master_key`.
+    pub fn with_backendai(mut self, master_key: Vec<u8>) -> AppState {
+        self.backendai = Some(crate::backendai::BackendAi::new(master_key));
+        self
+    }
+
     /// This state with the services answering under `subjects` (a test's own root).
     pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
         self.agent_bus = subjects;
@@ -151,6 +161,13 @@ impl KeyCache {
             Some((owner, at)) if at.elapsed() < KEY_CACHE_TTL => Some(owner.clone()),
             _ => None,
         }
+    }
+
+    /// Forgets the owner of the key with `digest` (a revoked key), so the next request looks
+    /// it up again.
+    #[allow(dead_code)] // until the routes that use it land (issue 30)
+    pub(crate) async fn forget(&self, digest: &str) {
+        self.0.write().await.remove(digest);
     }
 
     /// Keeps `owner` as the owner of the key with `digest`, looked up now.

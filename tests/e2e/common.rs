@@ -39,6 +39,8 @@ pub struct Harness {
     app: std::sync::Mutex<Option<App>>,
     /// The test's own database, dropped with the harness unless the test failed.
     database_url: String,
+    /// The master key Backend.AI keypairs' secrets are derived with, when that API is on.
+    backendai_master_key: Option<Vec<u8>>,
 }
 
 /// The configuration of a test's control plane: a database and a JetStream stream of its
@@ -62,6 +64,10 @@ pub fn test_config() -> Config {
         telemetry_stream: format!("TT_{id}"),
     };
     config.gateway_listen = "127.0.0.1:0".into();
+    // Backend.AI's API, with a master key of the test's own (never a file in the tree).
+    config.backendai = Some(berth::config::MasterKey::Given(
+        format!("test master key {id}").into_bytes(),
+    ));
     // The shared server's authorization, which the test's control plane keeps in step with
     // the agents it admits (a test with a server of its own sets this to none).
     config.nats_authorization = std::env::var_os("BERTH_NATS_AUTHORIZATION_DIR")
@@ -135,6 +141,7 @@ fn harness(config: Config, app: app::App, admin_key: String) -> Harness {
         agent_bus: config.agent_bus,
         app: std::sync::Mutex::new(Some(app)),
         database_url: config.database_url,
+        backendai_master_key: config.backendai.map(|key| key.load().unwrap()),
     }
 }
 
@@ -275,6 +282,20 @@ impl Harness {
         .await
         .unwrap();
         key
+    }
+
+    /// A Backend.AI keypair issued to `email` (recorded as the admin command records it):
+    /// its access key and the secret key the gateway derives for it.
+    pub async fn backendai_keypair(&self, email: &str) -> (String, String) {
+        let (_, access_key) = launcher::access::issue_backendai_keypair(&self.pool, email)
+            .await
+            .unwrap();
+        let master = self
+            .backendai_master_key
+            .as_ref()
+            .expect("Backend.AI's API is on");
+        let secret = gateway::backendai::auth::derive_secret(master, &access_key);
+        (access_key, secret)
     }
 
     /// Polls the session's detail until `done` holds (or fails after 20 s).

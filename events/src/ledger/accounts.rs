@@ -1,7 +1,9 @@
 //! The accounts family: who the users are and what they hold.
 //!
-//! Tables: `users`, `api_keys`, `folders`, `projects`, `project_members`, `user_passwords`,
-//! `console_sign_ins`. Changed by `UserCreated`, `ApiKeyIssued`, `FolderCreated`,
+//! Tables: `users`, `api_keys`, `backendai_keypairs`, `folders`, `projects`, `project_members`,
+//! `user_passwords`, `console_sign_ins`. Changed by `UserCreated`, `ApiKeyIssued`,
+//! `BackendAiKeypairIssued`, `BackendAiKeypairRevoked` (the keypair stays, inactive),
+//! `FolderCreated`,
 //! `ProjectCreated`, `UserJoinedProject`, `UserPasswordSet` (the last one set is the password),
 //! `ConsoleSignedIn` and `ConsoleSignedOut` (which removes the sign-in; an expired one stays,
 //! and `events::ledger::credentials` no longer honours it).
@@ -70,6 +72,22 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::BackendAiKeypairIssued(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.backendai_keypairs VALUES ($1, $2, true)",
+                &[&e.access_key, &e.user_id],
+            )
+            .await?;
+        }
+        Event::BackendAiKeypairRevoked(e) => {
+            exec(
+                client,
+                "UPDATE ledger.backendai_keypairs SET active = false WHERE access_key = $1",
+                &[&e.access_key],
+            )
+            .await?;
+        }
         Event::ProjectCreated(e) => {
             exec(
                 client,
@@ -131,6 +149,8 @@ pub(super) struct Tables {
     pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
     /// Key digest to (prefix, user).
     pub api_keys: HashMap<String, (String, Uuid)>,
+    /// Backend.AI access key to (user, active).
+    pub backendai_keypairs: HashMap<String, (Uuid, bool)>,
     /// Project name to description.
     pub projects: HashMap<String, String>,
     pub project_members: HashMap<(String, Uuid), ()>,
@@ -165,6 +185,15 @@ impl Tables {
             Event::ApiKeyIssued(e) => {
                 self.api_keys
                     .insert(e.key_sha256.clone(), (e.key_prefix.clone(), e.user_id));
+            }
+            Event::BackendAiKeypairIssued(e) => {
+                self.backendai_keypairs
+                    .insert(e.access_key.clone(), (e.user_id, true));
+            }
+            Event::BackendAiKeypairRevoked(e) => {
+                if let Some((_, active)) = self.backendai_keypairs.get_mut(&e.access_key) {
+                    *active = false;
+                }
             }
             Event::ProjectCreated(e) => {
                 self.projects.insert(e.name.clone(), e.description.clone());
@@ -234,6 +263,17 @@ impl Tables {
                 .map(|(digest, (prefix, user))| -> [&(dyn ToSql + Sync); 3] {
                     [digest, prefix, user]
                 })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.backendai_keypairs"),
+            ["access_key", "user_id", "active"],
+            &self
+                .backendai_keypairs
+                .iter()
+                .map(|(key, (user, active))| -> [&(dyn ToSql + Sync); 3] { [key, user, active] })
                 .collect::<Vec<_>>(),
         )
         .await?;

@@ -40,3 +40,64 @@ pub async fn key_owner<C: GenericClient>(
         resource_policy: r.get(3),
     }))
 }
+
+/// The user who holds Backend.AI access key `access_key`; `None` when nobody does or it was
+/// revoked.
+pub async fn backendai_key_owner<C: GenericClient>(
+    client: &C,
+    access_key: &str,
+) -> Result<Option<KeyOwner>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT u.user_id, u.email, u.role, u.resource_policy
+             FROM ledger.backendai_keypairs k JOIN ledger.users u USING (user_id)
+             WHERE k.access_key = $1 AND k.active",
+            &[&access_key],
+        )
+        .await?;
+    Ok(row.map(|r| KeyOwner {
+        user_id: r.get(0),
+        email: r.get(1),
+        role: Role::parse(r.get(2)).unwrap_or(Role::User),
+        resource_policy: r.get(3),
+    }))
+}
+
+/// A Backend.AI keypair as the ledger keeps it (no secret: that is derived, never stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendAiKeypair {
+    pub access_key: String,
+    pub user_id: Uuid,
+    pub email: String,
+    pub role: Role,
+    pub active: bool,
+}
+
+/// Every Backend.AI keypair, of one user (`user`), of one access key (`access_key`) or of all,
+/// by access key; revoked ones included.
+pub async fn backendai_keypairs<C: GenericClient>(
+    client: &C,
+    user: Option<Uuid>,
+    access_key: Option<&str>,
+) -> Result<Vec<BackendAiKeypair>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT k.access_key, k.user_id, u.email, u.role, k.active
+             FROM ledger.backendai_keypairs k JOIN ledger.users u USING (user_id)
+             WHERE ($1::uuid IS NULL OR k.user_id = $1)
+               AND ($2::text IS NULL OR k.access_key = $2)
+             ORDER BY k.access_key",
+            &[&user, &access_key],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| BackendAiKeypair {
+            access_key: r.get(0),
+            user_id: r.get(1),
+            email: r.get(2),
+            role: Role::parse(r.get(3)).unwrap_or(Role::User),
+            active: r.get(4),
+        })
+        .collect())
+}

@@ -50,7 +50,9 @@ mod sessions;
 
 pub use agents::ever_admitted;
 pub use credentials::{console_owner, password_owner};
-pub use keys::{key_digest, key_owner, KeyOwner};
+pub use keys::{
+    backendai_key_owner, backendai_keypairs, key_digest, key_owner, BackendAiKeypair, KeyOwner,
+};
 pub use record::{record, record_now};
 pub use replay::{replay, Replay, NOT_COMPARED};
 
@@ -83,6 +85,8 @@ impl Family {
         match event {
             Event::UserCreated(_)
             | Event::ApiKeyIssued(_)
+            | Event::BackendAiKeypairIssued(_)
+            | Event::BackendAiKeypairRevoked(_)
             | Event::ProjectCreated(_)
             | Event::UserJoinedProject(_)
             | Event::FolderCreated(_)

@@ -7,6 +7,7 @@
 //! who writes them.
 //!
 //! - [`sessions`]: the session list, detail and owner.
+//! - [`backendai`]: a session by its owner's name for it (Backend.AI's paths).
 //! - [`history`]: a session's scheduling history.
 //! - [`resources`]: resource groups (those open to a caller, what each holds), limits, usage
 //!   and presets.
@@ -25,6 +26,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod backendai;
 pub mod circuits;
 pub mod environments;
 pub mod folders;

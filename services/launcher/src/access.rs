@@ -189,6 +189,56 @@ pub async fn issue_key(pool: &Pool, email: &str) -> Result<String, AccessError> 
     Ok(key)
 }
 
+/// A fresh Backend.AI access key: `AKIA` and 16 random upper-case letters and digits, the
+/// shape Backend.AI's own keys have.
+pub fn new_backendai_access_key() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = rand::rng();
+    let tail: String = (0..16)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("AKIA{tail}")
+}
+
+/// Issues a Backend.AI keypair to the user with `email` (`BackendAiKeypairIssued`) and
+/// returns the user's id and the access key. The secret key is the gateway's to derive.
+pub async fn issue_backendai_keypair(
+    pool: &Pool,
+    email: &str,
+) -> Result<(Uuid, String), AccessError> {
+    let user_id = user_id_of(pool, email).await?;
+    let access_key = new_backendai_access_key();
+    let event = Event::BackendAiKeypairIssued(BackendAiKeypairIssued {
+        user_id,
+        access_key: access_key.clone(),
+    });
+    record(pool, stream_id("user", user_id), &[event]).await?;
+    Ok((user_id, access_key))
+}
+
+/// Revokes Backend.AI keypair `access_key` (`BackendAiKeypairRevoked`); revoking one already
+/// revoked changes nothing. An access key nobody was issued is [`AccessError::Unknown`].
+pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<(), AccessError> {
+    let client = pool.get().await?;
+    let found = ledger::backendai_keypairs(&client, None, Some(access_key)).await?;
+    drop(client);
+    let keypair = found
+        .into_iter()
+        .next()
+        .ok_or_else(|| AccessError::Unknown {
+            what: "Backend.AI access key",
+            name: access_key.to_owned(),
+        })?;
+    if !keypair.active {
+        return Ok(());
+    }
+    let event = Event::BackendAiKeypairRevoked(BackendAiKeypairRevoked {
+        user_id: keypair.user_id,
+        access_key: keypair.access_key,
+    });
+    record(pool, stream_id("user", keypair.user_id), &[event]).await
+}
+
 pub async fn create_project(pool: &Pool, name: &str, description: &str) -> Result<(), AccessError> {
     check_object_name("project", name)?;
     let event = Event::ProjectCreated(ProjectCreated {

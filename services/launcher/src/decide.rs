@@ -200,7 +200,7 @@ pub fn check_request(
     }
     // A base name for several sessions is checked once numbered (`job` gives `job1`, ...).
     if let Some(name) = request.name.as_ref().filter(|_| count == 1) {
-        domain::check_name("name", name)?;
+        request.name_rule.check("name", name)?;
     }
     if request.image.trim().is_empty() || request.image.len() > 512 {
         return Err(invalid(
@@ -471,7 +471,7 @@ pub fn decide(
         }
     };
     for name in &names {
-        domain::check_name("name", name)?;
+        request.name_rule.check("name", name)?;
     }
 
     let requested_by = (owner.user_id != actor.user_id).then_some(actor.user_id);

@@ -40,6 +40,52 @@ pub fn check_name(field: &str, name: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// Which rule a session's name follows: the seeds' (berth's own API) or Backend.AI's (its
+/// compatibility paths, whose client names sessions `pysdk-...` by default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NameRule {
+    #[default]
+    Berth,
+    BackendAi,
+}
+
+impl NameRule {
+    /// Checks `name` by this rule.
+    pub fn check(self, field: &str, name: &str) -> Result<(), FieldError> {
+        match self {
+            NameRule::Berth => check_name(field, name),
+            NameRule::BackendAi => check_backendai_name(field, name),
+        }
+    }
+}
+
+/// Session names as Backend.AI takes them: 4 to 64 ASCII characters, letters, digits and `_`
+/// at both ends, and also `-` and `.` between.
+pub fn check_backendai_name(field: &str, name: &str) -> Result<(), FieldError> {
+    let length = name.chars().count();
+    if !(4..=64).contains(&length) {
+        return Err(problem(
+            field,
+            format!("must be 4 to 64 characters, not {length}"),
+        ));
+    }
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if let Some(bad) = name.chars().find(|&c| !word(c) && c != '-' && c != '.') {
+        return Err(problem(
+            field,
+            format!("may hold only letters, digits, `_`, `-` and `.`, not {bad:?}"),
+        ));
+    }
+    let ends = [name.chars().next(), name.chars().last()];
+    if ends.into_iter().flatten().any(|c| !word(c)) {
+        return Err(problem(
+            field,
+            "must begin and end with a letter, a digit or `_`",
+        ));
+    }
+    Ok(())
+}
+
 /// Preopen ports: each in 1024..=65535, no repeats.
 pub fn check_ports(ports: &[u32]) -> Result<Vec<u16>, FieldError> {
     let mut seen = Vec::with_capacity(ports.len());
@@ -228,6 +274,25 @@ mod tests {
         assert!(check_name("name", "my-session").is_err());
         assert!(check_name("name", "séance").is_err());
         assert!(check_name("name", "ab\u{3b1}cd").is_err());
+    }
+
+    #[test]
+    fn backend_ai_names_may_hold_hyphens_and_dots_inside() {
+        let rule = NameRule::BackendAi;
+        for ok in ["pysdk-3fa8bc1d", "my.session_1", "_abc", "a-b-c-d"] {
+            assert!(rule.check("name", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "-abc",
+            "abc.",
+            "ab",
+            "my session",
+            "s\u{e9}ance",
+            "a".repeat(65).as_str(),
+        ] {
+            assert_eq!(rule.check("name", bad).unwrap_err().field, "name", "{bad}");
+        }
+        assert!(NameRule::Berth.check("name", "pysdk-3fa8bc1d").is_err());
     }
 
     #[test]

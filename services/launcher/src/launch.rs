@@ -149,6 +149,11 @@ pub struct CreateSession {
     /// (`max_session_priority`, 100 when it names none).
     #[schema(minimum = 0, maximum = 100)]
     pub priority: Option<i32>,
+    /// The rule the name follows: the seeds' on berth's API, Backend.AI's on its
+    /// compatibility paths. Not part of the body.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub name_rule: domain::NameRule,
 }
 
 impl CreateSession {
