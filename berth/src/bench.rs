@@ -131,6 +131,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 30)]
         rounds: usize,
     },
+    /// What Backend.AI's compatibility costs: a signed request's verification next to an API
+    /// key's, through the gateway and alone, and Backend.AI's own `backend.ai ps` over one
+    /// user's sessions next to `berth session ls` (the client is installed from PyPI into
+    /// `--client-dir` when missing).
+    Backendai {
+        #[arg(long, default_value_t = 1_000)]
+        sessions: usize,
+        /// Requests each way.
+        #[arg(long, default_value_t = 2_000)]
+        requests: usize,
+        /// Runs of each CLI.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        #[arg(long, default_value_os_t = crate::bench_backendai::default_client_dir())]
+        client_dir: std::path::PathBuf,
+    },
     /// What TLS costs a session create: over HTTPS kept alive, with a new connection and
     /// with a new client (a full handshake) each time, next to plain HTTP.
     Tls {
@@ -214,6 +230,12 @@ pub async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::bench_console::console(&url, sessions, rounds).await
         }
         BenchCommand::Tls { creates } => crate::bench_tls::tls(&url, creates).await,
+        BenchCommand::Backendai {
+            sessions,
+            requests,
+            runs,
+            client_dir,
+        } => crate::bench_backendai::backendai(&url, sessions, requests, runs, &client_dir).await,
         BenchCommand::Gateway {
             seconds,
             clients,

@@ -12,6 +12,7 @@ mod admin_database;
 mod agent_cli;
 mod bench;
 mod bench_apps;
+mod bench_backendai;
 mod bench_commit;
 mod bench_console;
 mod bench_fleet;

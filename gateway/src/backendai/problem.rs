@@ -13,6 +13,9 @@ use crate::error::ApiError;
 /// Where Backend.AI's problem types live; a type is this and a slug.
 pub const PROBLEM_BASE: &str = "https://api.backend.ai/probs/";
 
+/// The header that repeats a problem's slug and message.
+pub const PROBLEM_HEADER: &str = "x-backendai-problem";
+
 /// One error of the compatibility router.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
@@ -124,6 +127,23 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        // Also in a header: a client that reads no body (a refused WebSocket handshake, which
+        // Backend.AI's client reports with the response's headers) still shows what is wrong.
+        let summary: String = format!(
+            "{}: {}",
+            self.slug,
+            self.msg.as_deref().unwrap_or(&self.title)
+        )
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(512)
+        .collect();
         let mut body = json!({
             "type": format!("{PROBLEM_BASE}{}", self.slug),
             "title": self.title,
@@ -135,6 +155,9 @@ impl IntoResponse for Problem {
             body["data"] = data;
         }
         let mut response = (self.status, body.to_string()).into_response();
+        if let Ok(value) = HeaderValue::from_str(&summary) {
+            response.headers_mut().insert(PROBLEM_HEADER, value);
+        }
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -217,6 +240,12 @@ mod tests {
         let (status, kind, value) = body(Problem::invalid("image", "is required")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(kind, "application/problem+json");
+        let response = Problem::not_implemented("GET /stream/session/x/execute").into_response();
+        let header = response.headers()[PROBLEM_HEADER].to_str().unwrap();
+        assert!(
+            header.starts_with("not-implemented: berth does not implement GET"),
+            "{header}"
+        );
         assert_eq!(
             value,
             json!({
