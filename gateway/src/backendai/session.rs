@@ -143,7 +143,7 @@ fn service_ports(detail: &SessionDetail) -> Value {
 /// Resource slots as Backend.AI writes them: amounts as decimal text by slot name.
 fn slots(cpu_milli: u64, memory_bytes: u64, gpu_milli: u64) -> Value {
     let units = |milli: u64| {
-        if milli % 1000 == 0 {
+        if milli.is_multiple_of(1000) {
             (milli / 1000).to_string()
         } else {
             (milli as f64 / 1000.0).to_string()

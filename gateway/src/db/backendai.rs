@@ -1,7 +1,7 @@
 //! What Backend.AI's paths read besides berth's own views: a session by the name its owner
 //! gave it (`ledger.sessions`, exact right after a create, written by `events::ledger`), the
-//! image it was requested with and its moves between statuses (the log itself), and project
-//! membership (the ledger).
+//! image it was requested with and its moves between statuses (the log itself), project
+//! membership (the ledger), and whether the view shows a session's status yet.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
@@ -88,6 +88,18 @@ pub async fn session_name(pool: &Pool, id: Uuid) -> Result<Option<String>, ApiEr
     let row = client
         .query_opt(
             "SELECT name FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Session `id`'s status in berth's view (`proj_sessions.sessions`), if the view has it.
+pub async fn view_status(pool: &Pool, id: Uuid) -> Result<Option<String>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT status FROM proj_sessions.sessions WHERE session_id = $1",
             &[&id],
         )
         .await?;

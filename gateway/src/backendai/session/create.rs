@@ -5,7 +5,8 @@
 //! Otherwise the launcher records the session, exactly as for `/v1`, and, unless
 //! `enqueueOnly`, the answer waits until the session runs or ends, or `maxWaitSeconds` pass
 //! (`TIMEOUT`; the session goes on starting). The wait follows the session's own events on
-//! NATS and reads its status from the ledger at each one.
+//! NATS and reads its status from the ledger at each one; the answer then waits (briefly)
+//! for berth's views to show what it says, so the info and lists asked next agree with it.
 
 use std::time::Duration;
 
@@ -42,6 +43,10 @@ const BACKSTOP: Duration = Duration::from_secs(2);
 
 /// How often the ledger is read while NATS is away, when no event says when to.
 const POLL: Duration = Duration::from_millis(200);
+
+/// The longest an answer waits for berth's views to show what it says (see
+/// [`await_views`]); past it the answer goes anyway.
+const VIEW_PATIENCE: Duration = Duration::from_secs(2);
 
 /// 400 `session-already-exists`: the owner has a live session of that name which this
 /// request may not reuse; the client prints `existingSessionId`.
@@ -170,6 +175,29 @@ async fn wait_started(
     }
 }
 
+/// Read-your-writes for the calls that follow a create: the answer comes from the ledger,
+/// and the views the info and the lists read lag it by milliseconds, so a client that is
+/// told `RUNNING` (or `PENDING`) and asks at once would see the session still creating (or
+/// not at all). Waits, up to [`VIEW_PATIENCE`], until the view has session `id` and, when
+/// `status` is given, shows it or has moved past it to an end.
+async fn await_views(state: &AppState, id: Uuid, status: Option<&str>) -> Result<(), Problem> {
+    let deadline = Instant::now() + VIEW_PATIENCE;
+    loop {
+        let shown = db::backendai::view_status(&state.pool, id).await?;
+        let caught_up = match (shown.as_deref(), status) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(shown), Some(status)) => {
+                shown == status || SessionStatus::parse(shown).is_some_and(|s| s.is_terminal())
+            }
+        };
+        if caught_up || Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `POST /session`: get-or-create, as Backend.AI's client asks for it.
 pub(super) async fn create(
     State(state): State<AppState>,
@@ -237,6 +265,7 @@ pub(super) async fn create(
     };
     let (id, name) = (launched.session_id, launched.name);
     if body.enqueue_only {
+        await_views(&state, id, None).await?;
         let pending = SessionStatus::Pending.as_str();
         return Ok((
             StatusCode::CREATED,
@@ -248,8 +277,14 @@ pub(super) async fn create(
         seconds => Duration::from_secs(seconds).min(MAX_WAIT),
     };
     let status = match wait_started(&state, id, limit).await? {
-        Some(status) => status.as_str(),
-        None => "TIMEOUT",
+        Some(status) => {
+            await_views(&state, id, Some(status.as_str())).await?;
+            status.as_str()
+        }
+        None => {
+            await_views(&state, id, None).await?;
+            "TIMEOUT"
+        }
     };
     let ports = ports_if_running(&state, &owner, id, status).await?;
     Ok((StatusCode::CREATED, answer(id, &name, status, true, ports)))
