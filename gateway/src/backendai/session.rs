@@ -205,6 +205,7 @@ fn info_body(detail: &SessionDetail, status_data: Value, now: DateTime<Utc>) -> 
     let main = detail.containers.iter().min_by_key(|c| c.kernel);
     let running = detail.status == SessionStatus::Running.as_str();
     let mut agents: Vec<&str> = detail.kernels.iter().map(|k| k.agent_id.as_str()).collect();
+    agents.sort_unstable();
     agents.dedup();
     json!({
         "sessionId": detail.session_id,
