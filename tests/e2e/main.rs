@@ -10,6 +10,9 @@
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
 //!   (and inference) placed again elsewhere.
+//! - [`backendai_sessions`]: Backend.AI's `/session` calls, signed as its client signs them:
+//!   get-or-create and its wait, info, logs of a real container, rename, destroy, commit, each
+//!   seen by berth's `/v1`, and the refusals in Backend.AI's problem JSON.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
@@ -51,6 +54,7 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod backendai_sessions;
 mod bus;
 mod chrome;
 mod clusters;

@@ -49,6 +49,19 @@ pub async fn commit_session(
     let CommitRequest { name } = parse_body(body)?;
     check_image_name(&name).map_err(|e| ApiError::invalid("name", e.to_string()))?;
     check_may_act(&state, &caller, id).await?;
+    let started = start_commit(&state, &caller, id, name).await?;
+    Ok((StatusCode::ACCEPTED, Json(started)))
+}
+
+/// Starts committing session `id` to its owner's image `name` (a name checked by
+/// `check_image_name`), for `actor`, whose right to was checked: the owner's allowance
+/// first, then the commit recorded. berth's API and Backend.AI's both commit through this.
+pub(crate) async fn start_commit(
+    state: &AppState,
+    actor: &events::ledger::KeyOwner,
+    id: Uuid,
+    name: String,
+) -> Result<CommitStarted, ApiError> {
     let owner = db::sessions::ledger_owner(&state.pool, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
@@ -77,19 +90,16 @@ pub async fn commit_session(
         }
     }
     let commit_id = Uuid::now_v7();
-    let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    let metadata = events::trace::metadata(&actor.user_id.to_string(), None);
     lifecycle::command(&state.pool, id, &metadata, |s| {
         s.request_commit(commit_id, name.clone(), image.clone())
     })
     .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(CommitStarted {
-            session_id: id,
-            commit_id,
-            image,
-        }),
-    ))
+    Ok(CommitStarted {
+        session_id: id,
+        commit_id,
+        image,
+    })
 }
 
 /// My customized images, newest first.

@@ -226,7 +226,11 @@ async fn check_may_see(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
 /// just created may not be in it yet. When the ledger (exact) has a session the caller may
 /// see and the view does not, waits for the view, up to 2 s; 404 when there is no such
 /// session of the caller's.
-async fn await_view(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<(), ApiError> {
+pub(crate) async fn await_view(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: Uuid,
+) -> Result<(), ApiError> {
     check_may_act(state, caller, id).await?;
     for _ in 0..100 {
         if db::sessions::view_owner(&state.pool, id).await?.is_some() {

@@ -5,6 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
+use events::ledger::KeyOwner;
 use events::lifecycle;
 use events::payloads::{Role, SessionStatus, SessionType};
 use launcher::domain;
@@ -186,7 +187,18 @@ pub async fn rename_session(
     let Rename { name } = parse_body(body)?;
     domain::check_name("name", &name)?;
     check_may_act(&state, &caller, id).await?;
-    let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    rename(&state, &caller, id, name).await.map(Json)
+}
+
+/// Renames session `id` for `actor` (whose right to was checked, and the name by the rule
+/// of the API it came through): berth's API and Backend.AI's both rename through this.
+pub(crate) async fn rename(
+    state: &AppState,
+    actor: &KeyOwner,
+    id: Uuid,
+    name: String,
+) -> Result<Renamed, ApiError> {
+    let metadata = events::trace::metadata(&actor.user_id.to_string(), None);
     let after = lifecycle::command(&state.pool, id, &metadata, |s| {
         if s.name == name {
             return Ok(Vec::new());
@@ -194,10 +206,10 @@ pub async fn rename_session(
         s.rename(name.clone()).map(|e| vec![e])
     })
     .await?;
-    Ok(Json(Renamed {
+    Ok(Renamed {
         session_id: id,
         name: after.name,
-    }))
+    })
 }
 
 /// `DELETE /v1/sessions/{id}`'s parameters.
@@ -223,23 +235,32 @@ pub async fn terminate_session(
     let p: TerminateParams = query::parse(query.as_deref())?;
     let forced = p.force.unwrap_or(false);
     check_may_act(&state, &caller, id).await?;
+    let terminated = terminate(&state, &caller, id, forced).await?;
+    Ok((StatusCode::ACCEPTED, Json(terminated)))
+}
+
+/// Terminates session `id` for `actor` (whose right to was checked); `forced` ends it at
+/// once. berth's API and Backend.AI's both terminate through this.
+pub(crate) async fn terminate(
+    state: &AppState,
+    actor: &KeyOwner,
+    id: Uuid,
+    forced: bool,
+) -> Result<Terminated, ApiError> {
     let who = if forced {
         "force-terminated"
     } else {
         "terminated"
     };
-    let reason = format!("{who} by {}", caller.email);
-    let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    let reason = format!("{who} by {}", actor.email);
+    let metadata = events::trace::metadata(&actor.user_id.to_string(), None);
     let after = lifecycle::command(&state.pool, id, &metadata, |s| {
         s.terminate(forced, reason.clone())
     })
     .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(Terminated {
-            session_id: id,
-            status: after.status,
-            reason: after.status_reason,
-        }),
-    ))
+    Ok(Terminated {
+        session_id: id,
+        status: after.status,
+        reason: after.status_reason,
+    })
 }
