@@ -10,6 +10,9 @@
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
 //!   (and inference) placed again elsewhere.
+//! - [`backendai_events`]: Backend.AI's event stream as its client reads it: a failing batch
+//!   session's lifecycle with its exit code on a Docker agent, one session's stream ending
+//!   (also replayed once it ended), the caller's own sessions only.
 //! - [`admission`]: admitted agents on a NATS server with authorization, each confined to
 //!   its own subjects.
 //! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
@@ -51,6 +54,7 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod backendai_events;
 mod bus;
 mod chrome;
 mod clusters;

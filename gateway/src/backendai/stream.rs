@@ -317,8 +317,9 @@ struct Follow {
     owner: Option<Uuid>,
     group: String,
     scope: Scope,
-    /// The one session followed, and the last version of its stream already taken.
-    only: Option<(Uuid, u64)>,
+    /// The one session followed, and the last version of its stream already taken (a
+    /// stream's first event is version 0).
+    only: Option<(Uuid, Option<u64>)>,
     sessions: HashMap<Uuid, Tracked>,
     /// Each owner's access key as the events name it (the first active one).
     access_keys: HashMap<Uuid, Option<String>>,
@@ -332,14 +333,19 @@ impl Follow {
     /// be sent; after the last event of the one session followed, `server_close`, and the
     /// stream ends.
     async fn take(&mut self, event: RecordedEvent) {
+        // Ended: what the log holds after the session's last event (its release, ...) is not
+        // told, nor is the end twice.
+        if self.source.is_none() {
+            return;
+        }
         let Some(id) = session_of(&event) else {
             return;
         };
-        if let Some((only, after)) = &mut self.only {
-            if id != *only || event.stream_version <= *after {
+        if let Some((only, taken)) = &mut self.only {
+            if id != *only || taken.is_some_and(|v| event.stream_version <= v) {
                 return;
             }
-            *after = event.stream_version;
+            *taken = Some(event.stream_version);
         }
         if !self.sessions.contains_key(&id) {
             let Some(tracked) = self.look_up(id, &event.event).await else {
@@ -462,7 +468,7 @@ async fn session_events(
         owner: (only.is_none() && !everyone).then_some(owner.user_id),
         group: params.group,
         scope: params.scope,
-        only: only.map(|id| (id, 0)),
+        only: only.map(|id| (id, None)),
         sessions: HashMap::new(),
         access_keys: HashMap::new(),
         pending: VecDeque::new(),
