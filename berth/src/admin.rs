@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::session_cli::{print_error, show, Client, Output};
 use gateway::model::{
     AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
-    GroupShares, IdleSettings, Presets,
+    GroupShares, IdleSettings, KeypairsListed, Presets,
 };
 
 #[derive(Subcommand)]
@@ -25,8 +25,8 @@ pub enum AdminCommand {
     /// The one admin command that reaches the database (BERTH_DATABASE_URL): no key exists
     /// before it.
     Init,
-    /// List users, API keys, projects, resource groups, policies, presets, idle checks or
-    /// agents.
+    /// List users, API keys, Backend.AI keypairs, projects, resource groups, policies,
+    /// presets, idle checks or agents.
     Ls {
         #[arg(value_enum)]
         kind: Kind,
@@ -46,10 +46,23 @@ pub enum AdminCommand {
         #[arg(long = "project", default_values_t = vec!["default".to_string()])]
         projects: Vec<String>,
     },
-    /// Issue another API key to a user.
+    /// Issue another API key to a user; with `--backendai EMAIL`, a Backend.AI keypair for
+    /// Backend.AI's own client instead, printed once as the `export` lines it reads.
     IssueKey {
-        #[arg(long)]
-        email: String,
+        #[arg(
+            long,
+            required_unless_present = "keypair_for",
+            conflicts_with = "keypair_for"
+        )]
+        email: Option<String>,
+        /// The user to issue a Backend.AI keypair to.
+        #[arg(long = "backendai", value_name = "EMAIL")]
+        keypair_for: Option<String>,
+    },
+    /// Revoke a Backend.AI keypair (`--backendai ACCESS_KEY`): requests it signs are refused.
+    RevokeKey {
+        #[arg(long = "backendai", value_name = "ACCESS_KEY")]
+        access_key: String,
     },
     /// Set a user's password, with which they sign in to the web console. The password is
     /// read from BERTH_NEW_PASSWORD when set, else from the first line of standard input;
@@ -243,6 +256,7 @@ pub enum AgentAdminCommand {
 pub enum Kind {
     Users,
     Keys,
+    Keypairs,
     Projects,
     Groups,
     Policies,
@@ -296,6 +310,7 @@ pub async fn run(
             let path = match kind {
                 Kind::Users => "/v1/admin/users",
                 Kind::Keys => "/v1/admin/api-keys",
+                Kind::Keypairs => "/v1/admin/backendai-keypairs",
                 Kind::Projects => "/v1/admin/projects",
                 Kind::Groups => "/v1/admin/resource-groups",
                 Kind::Policies => "/v1/admin/policies",
@@ -478,7 +493,24 @@ pub async fn run(
                     v["api_key"].as_str().unwrap_or_default()
                 );
             }),
-        AdminCommand::IssueKey { email } => client
+        AdminCommand::IssueKey {
+            email: _,
+            keypair_for: Some(email),
+        } => client
+            .send(post(
+                "/v1/admin/backendai-keypairs",
+                json!({ "email": email }),
+            ))
+            .await?
+            .map(|v| {
+                print_keypair(
+                    &email,
+                    v["access_key"].as_str().unwrap_or_default(),
+                    v["secret_key"].as_str().unwrap_or_default(),
+                    Some(&client.url("")),
+                )
+            }),
+        AdminCommand::IssueKey { email, .. } => client
             .send(post("/v1/admin/api-keys", json!({ "email": email })))
             .await?
             .map(|v| {
@@ -487,6 +519,12 @@ pub async fn run(
                     v["api_key"].as_str().unwrap_or_default()
                 )
             }),
+        AdminCommand::RevokeKey { access_key } => client
+            .send(client.http.post(client.url(&format!(
+                "/v1/admin/backendai-keypairs/{access_key}/revoke"
+            ))))
+            .await?
+            .map(|_| println!("Backend.AI keypair {access_key} revoked")),
         AdminCommand::SetPassword { email } => {
             let password = new_password(&email)?;
             client
@@ -614,6 +652,25 @@ pub async fn run(
     })
 }
 
+/// A Backend.AI keypair as Backend.AI's client takes it: `export` lines to paste into a
+/// shell, under a comment (so the whole output pastes) that says it is shown once, and where
+/// the client's endpoint is, when known.
+pub(crate) fn print_keypair(
+    email: &str,
+    access_key: &str,
+    secret_key: &str,
+    endpoint: Option<&str>,
+) {
+    println!(
+        "# Backend.AI keypair of {email}: the secret key is shown only now (berth keeps none)"
+    );
+    if let Some(endpoint) = endpoint {
+        println!("# Backend.AI's client reaches berth at its gateway: export BACKEND_ENDPOINT={endpoint}");
+    }
+    println!("export BACKEND_ACCESS_KEY={access_key}");
+    println!("export BACKEND_SECRET_KEY={secret_key}");
+}
+
 /// Prints rows under their headers, each column as wide as its widest cell.
 fn table(headers: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
@@ -739,6 +796,23 @@ fn print_listing(kind: Kind, output: Output, v: Value) {
                 l.api_keys
                     .into_iter()
                     .map(|k| vec![k.key_prefix, k.email, k.user_id.to_string()])
+                    .collect(),
+            )
+        }),
+        Kind::Keypairs => show(output, v, |l: KeypairsListed| {
+            table(
+                &["ACCESS-KEY", "EMAIL", "STATE", "USER"],
+                l.keypairs
+                    .into_iter()
+                    .map(|k| {
+                        let state = if k.active { "active" } else { "revoked" };
+                        vec![
+                            k.access_key,
+                            k.email,
+                            state.to_owned(),
+                            k.user_id.to_string(),
+                        ]
+                    })
                     .collect(),
             )
         }),

@@ -9,7 +9,9 @@
 use events::payloads::*;
 use launcher::access;
 
-use crate::admin::{new_password, write_secret, AdminCommand, AgentAdminCommand, IdleAdminCommand};
+use crate::admin::{
+    new_password, print_keypair, write_secret, AdminCommand, AgentAdminCommand, IdleAdminCommand,
+};
 
 /// Says how the NATS server learns of an admission or a revocation: where berth keeps its
 /// authorization (`BERTH_NATS_AUTHORIZATION_DIR`), the control plane's recorder follows the
@@ -23,6 +25,22 @@ fn tell_nats_server(config: &berth::config::Config) {
         None => println!(
             "make the NATS server's authorization again (berth admin nats-authorization) and reload it"
         ),
+    }
+}
+
+/// The gateway's master key, which a keypair's secret is derived with. Unlike the gateway,
+/// this never makes one: a key made here, beside a gateway that has another, would derive a
+/// secret that gateway refuses.
+fn backendai_master_key(config: &berth::config::Config) -> anyhow::Result<Vec<u8>> {
+    use berth::config::MasterKey;
+    match &config.backendai {
+        None => anyhow::bail!("Backend.AI's API is switched off (BERTH_BACKENDAI=off)"),
+        Some(MasterKey::File(path)) if !path.exists() => anyhow::bail!(
+            "no Backend.AI master key at {}: run this where the gateway keeps it, or set \
+             BERTH_BACKENDAI_MASTER_KEY(_FILE) as the gateway has it",
+            path.display()
+        ),
+        Some(key) => key.load(),
     }
 }
 
@@ -181,11 +199,25 @@ pub async fn run(
             println!("created user {email} ({id})");
             println!("API key (shown only now): {key}");
         }
-        AdminCommand::IssueKey { email } => {
+        AdminCommand::IssueKey {
+            email: _,
+            keypair_for: Some(email),
+        } => {
+            let master = backendai_master_key(config)?;
+            let (_, access_key) = access::issue_backendai_keypair(pool, &email).await?;
+            let secret = gateway::backendai::auth::derive_secret(&master, &access_key);
+            print_keypair(&email, &access_key, &secret, None);
+        }
+        AdminCommand::IssueKey { email, .. } => {
+            let email = email.ok_or_else(|| anyhow::anyhow!("name the user: --email"))?;
             println!(
                 "API key (shown only now): {}",
                 access::issue_key(pool, &email).await?
             );
+        }
+        AdminCommand::RevokeKey { access_key } => {
+            access::revoke_backendai_keypair(pool, &access_key).await?;
+            println!("Backend.AI keypair {access_key} revoked");
         }
         AdminCommand::SetPassword { email } => {
             let password = new_password(&email)?;

@@ -540,7 +540,9 @@ pub struct Settings {
     )]
     pub mock_gpus: u32,
     /// Whether the gateway serves Backend.AI's API for its official client beside berth's.
-    #[arg(long, global = true, env = "BERTH_BACKENDAI", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
+    // `--backendai-api`, not `--backendai`: that names a user or a key in `berth admin
+    // issue-key --backendai EMAIL` and `revoke-key --backendai AK`.
+    #[arg(long = "backendai-api", global = true, env = "BERTH_BACKENDAI", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
     pub backendai: bool,
     /// The master key Backend.AI keypairs' secret keys are derived with (at least 32
     /// characters; every gateway of one installation needs the same). Default: the file of

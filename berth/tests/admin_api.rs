@@ -63,6 +63,44 @@ fn key_in(text: &str) -> String {
         .to_owned()
 }
 
+/// The master key the test's gateway derives Backend.AI secret keys with.
+const MASTER_KEY: &str = "the admin test's master key, 32 bytes or more";
+
+/// A `GET path` signed with a Backend.AI keypair as Backend.AI's client signs it: its status
+/// and body.
+async fn signed_get(api: &Api, access_key: &str, secret_key: &str, path: &str) -> (u16, Value) {
+    use gateway::backendai::auth::{parse_date, Signed};
+    let host = api.base.trim_start_matches("http://").to_owned();
+    let date = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+        .to_string();
+    let signed = Signed {
+        method: "GET",
+        target: path,
+        date: &date,
+        host: &host,
+        content_type: Some("text/plain"),
+        version: gateway::backendai::API_VERSION,
+    };
+    let signature = hex::encode(signed.signature(secret_key, parse_date(&date).unwrap()));
+    let response = api
+        .http
+        .get(format!("{}{path}", api.base))
+        .header("host", &host)
+        .header("date", &date)
+        .header("content-type", "text/plain")
+        .header("x-backendai-version", gateway::backendai::API_VERSION)
+        .header(
+            "authorization",
+            format!("BackendAI signMethod=HMAC-SHA256, credential={access_key}:{signature}"),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
 struct Api {
     http: reqwest::Client,
     base: String,
@@ -166,6 +204,17 @@ fn admin_endpoints() -> Vec<(&'static str, &'static str, Option<Value>)> {
             Some(json!({"agent_id": "evil"})),
         ),
         ("POST", "/v1/admin/agents/evil/revoke", Some(json!({}))),
+        ("GET", "/v1/admin/backendai-keypairs", None),
+        (
+            "POST",
+            "/v1/admin/backendai-keypairs",
+            Some(json!({"email": "ada@example.com"})),
+        ),
+        (
+            "POST",
+            "/v1/admin/backendai-keypairs/AKIAEXAMPLEKEY000001/revoke",
+            None,
+        ),
     ]
 }
 
@@ -182,6 +231,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         [
             ("BERTH_DATABASE_URL", url.clone()),
             ("BERTH_GATEWAY_LISTEN", listen.clone()),
+            ("BERTH_BACKENDAI_MASTER_KEY", MASTER_KEY.to_owned()),
         ]
         .map(|(k, v)| (k.to_owned(), v)),
     );
@@ -290,6 +340,77 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         "a listed key is only its prefix"
     );
     assert_eq!(ls(g, k, "keys"), keys);
+
+    // Backend.AI keypairs: issued as the export lines Backend.AI's client reads, listed without
+    // their secret, honoured on a signed request until revoked.
+    let text = ok(g, k, &["issue-key", "--backendai", "bob@example.com"]);
+    assert!(text.contains("shown only now"), "{text}");
+    let exported = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .to_owned()
+    };
+    let (access_key, secret_key) = (
+        exported("BACKEND_ACCESS_KEY"),
+        exported("BACKEND_SECRET_KEY"),
+    );
+    assert!(
+        access_key.starts_with("AKIA") && access_key.len() == 20,
+        "{access_key}"
+    );
+    assert_eq!(
+        secret_key,
+        gateway::backendai::auth::derive_secret(MASTER_KEY.as_bytes(), &access_key),
+        "the secret is the gateway's derivation"
+    );
+    let announcement = "/manager/announcement";
+    let (status, answer) = signed_get(&api, &access_key, &secret_key, announcement).await;
+    assert_eq!(
+        (status, &answer["enabled"]),
+        (200, &json!(false)),
+        "{answer}"
+    );
+    let keypairs = api.get(k, "/v1/admin/backendai-keypairs").await;
+    assert_eq!(
+        keypairs["keypairs"],
+        json!([{"access_key": access_key, "user_id": user("bob@example.com")["user_id"],
+                "email": "bob@example.com", "active": true}]),
+        "{keypairs}"
+    );
+    assert!(!keypairs.to_string().contains(&secret_key));
+    assert_eq!(ls(g, k, "keypairs"), keypairs);
+    let table = ok(g, k, &["ls", "keypairs"]);
+    assert!(
+        table.contains(&access_key) && table.contains("active"),
+        "{table}"
+    );
+    let text = ok(g, k, &["revoke-key", "--backendai", &access_key]);
+    assert!(text.contains("revoked"), "{text}");
+    let (status, answer) = signed_get(&api, &access_key, &secret_key, announcement).await;
+    assert_eq!(status, 401, "a revoked keypair signs nothing: {answer}");
+    assert_eq!(
+        answer["type"], "https://api.backend.ai/probs/auth-failed",
+        "{answer}"
+    );
+    let keypairs = api.get(k, "/v1/admin/backendai-keypairs").await;
+    assert_eq!(keypairs["keypairs"][0]["active"], false, "{keypairs}");
+    // Revoking it again changes nothing; a key never issued is refused by name.
+    ok(g, k, &["revoke-key", "--backendai", &access_key]);
+    let (done, text) = admin(
+        g,
+        k,
+        &["revoke-key", "--backendai", "AKIANOSUCHKEY0000000"],
+        "",
+    );
+    assert!(!done && text.contains("access_key"), "{text}");
+    let (done, text) = admin(
+        g,
+        k,
+        &["issue-key", "--backendai", "nobody@example.com"],
+        "",
+    );
+    assert!(!done && text.contains("email"), "{text}");
 
     // A password, from standard input.
     let (done, text) = admin(
@@ -632,6 +753,8 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         ("IdleChecksSet", 2),
         ("AgentAdmitted", 2),
         ("AgentRevoked", 1),
+        ("BackendAiKeypairIssued", 1),
+        ("BackendAiKeypairRevoked", 1),
     ] {
         assert!(count_events(&pool, event).await >= at_least, "{event}");
     }
@@ -699,6 +822,24 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
             "/v1/admin/idle-checks",
             json!({"resource_policy": "small", "checks": {"utilization": {"grace_period_secs": 0, "window_secs": 60, "thresholds": {}}}}),
             "checks.utilization",
+        ),
+        (
+            "POST",
+            "/v1/admin/backendai-keypairs",
+            json!({"email": "not an email"}),
+            "email",
+        ),
+        (
+            "POST",
+            "/v1/admin/backendai-keypairs",
+            json!({"email": "nobody@example.com"}),
+            "email",
+        ),
+        (
+            "POST",
+            "/v1/admin/backendai-keypairs/AKIA-X/revoke",
+            json!({}),
+            "access_key",
         ),
         (
             "POST",

@@ -101,6 +101,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::admin_list_users, api::admin_create_user))
         .routes(routes!(api::admin_set_password))
         .routes(routes!(api::admin_list_keys, api::admin_issue_key))
+        .routes(routes!(api::admin_list_keypairs, api::admin_issue_keypair))
+        .routes(routes!(api::admin_revoke_keypair))
         .routes(routes!(api::admin_list_projects, api::admin_create_project))
         .routes(routes!(api::admin_add_member))
         .routes(routes!(api::admin_list_groups, api::admin_create_group))
@@ -277,6 +279,9 @@ mod tests {
             ("put", "/v1/admin/passwords"),
             ("get", "/v1/admin/api-keys"),
             ("post", "/v1/admin/api-keys"),
+            ("get", "/v1/admin/backendai-keypairs"),
+            ("post", "/v1/admin/backendai-keypairs"),
+            ("post", "/v1/admin/backendai-keypairs/{access_key}/revoke"),
             ("get", "/v1/admin/projects"),
             ("post", "/v1/admin/projects"),
             ("post", "/v1/admin/projects/{name}/members"),

@@ -649,6 +649,38 @@ pub struct IssuedKey {
     pub api_key: String,
 }
 
+/// A Backend.AI keypair just issued (`POST /v1/admin/backendai-keypairs`), for Backend.AI's
+/// client (`BACKEND_ACCESS_KEY`, `BACKEND_SECRET_KEY`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssuedKeypair {
+    pub user_id: Uuid,
+    pub email: String,
+    /// `AKIA` and 16 upper-case letters and digits.
+    pub access_key: String,
+    /// 40 hex digits. Derived by the gateway from the access key with its master key, never
+    /// stored: shown here, not listed.
+    pub secret_key: String,
+}
+
+/// A Backend.AI keypair as listed: its access key and holder, never its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeypairListed {
+    pub access_key: String,
+    pub user_id: Uuid,
+    pub email: String,
+    /// Whether it still signs requests (false once revoked).
+    pub active: bool,
+}
+
+/// `GET /v1/admin/backendai-keypairs`: by access key, revoked ones included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeypairsListed {
+    pub keypairs: Vec<KeypairListed>,
+}
+
 /// A project and its members.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -165,7 +165,6 @@ impl KeyCache {
 
     /// Forgets the owner of the key with `digest` (a revoked key), so the next request looks
     /// it up again.
-    #[allow(dead_code)] // until the routes that use it land (issue 30)
     pub(crate) async fn forget(&self, digest: &str) {
         self.0.write().await.remove(digest);
     }

@@ -10,6 +10,9 @@
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
 //!   (and inference) placed again elsewhere.
+//! - [`backendai_events`]: Backend.AI's event stream as its client reads it: a failing batch
+//!   session's lifecycle with its exit code on a Docker agent, one session's stream ending
+//!   (also replayed once it ended), the caller's own sessions only.
 //! - [`backendai_sessions`]: Backend.AI's `/session` calls, signed as its client signs them:
 //!   get-or-create and its wait, info, logs of a real container, rename, destroy, commit, each
 //!   seen by berth's `/v1`, and the refusals in Backend.AI's problem JSON.
@@ -54,6 +57,7 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod backendai_events;
 mod backendai_sessions;
 mod bus;
 mod chrome;

@@ -87,7 +87,6 @@ pub(crate) async fn fallback(method: Method, OriginalUri(uri): OriginalUri) -> R
 /// The user a call acts for: the caller, or the holder of `owner_access_key` when it names
 /// another keypair, which only admins and superadmins may do (403 `insufficient-privilege`
 /// naming the field otherwise; 400 for an access key nobody holds).
-#[allow(dead_code)] // until the routes that use it land (issue 30)
 pub(crate) async fn acting_owner(
     state: &AppState,
     caller: &BackendAiCaller,
@@ -116,7 +115,6 @@ pub(crate) async fn acting_owner(
 /// the owner's own, or any for a superadmin), else a name among the owner's live sessions
 /// (and, with `ended_too`, their ended ones, newest first), as Backend.AI resolves it. 404
 /// `No such session.` otherwise, whoever owns it.
-#[allow(dead_code)] // until the routes that use it land (issue 30)
 pub(crate) async fn resolve_session(
     state: &AppState,
     caller: &KeyOwner,

@@ -1,7 +1,8 @@
 //! What Backend.AI's paths read besides berth's own views: a session by the name its owner
 //! gave it (`ledger.sessions`, exact right after a create, written by `events::ledger`), the
 //! image it was requested with and its moves between statuses (the log itself), project
-//! membership (the ledger), and whether the view shows a session's status yet.
+//! membership (the ledger), whether the view shows a session's status yet, and what the event
+//! stream says of a session (the ledger).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
@@ -13,7 +14,6 @@ use crate::error::ApiError;
 /// The sessions of `owner` named `name`, live ones first, then ended ones newest first (with
 /// `ended_too`; otherwise live ones only). A name is unique among an owner's live sessions,
 /// so at most one live session comes first.
-#[allow(dead_code)] // until the routes that use it land (issue 30)
 pub async fn sessions_named(
     pool: &Pool,
     owner: Uuid,
@@ -104,4 +104,34 @@ pub async fn view_status(pool: &Pool, id: Uuid) -> Result<Option<String>, ApiErr
         )
         .await?;
     Ok(row.map(|r| r.get(0)))
+}
+
+/// What Backend.AI's event stream says of a session besides each event's own payload: its
+/// owner, name, project, whether it is a batch session, and its kernels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamedSession {
+    pub owner: Uuid,
+    pub name: String,
+    pub project: Option<String>,
+    pub batch: bool,
+    pub cluster_size: u32,
+}
+
+/// [`StreamedSession`] of session `id`, from the ledger (exact once its request committed).
+pub async fn streamed_session(pool: &Pool, id: Uuid) -> Result<Option<StreamedSession>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT owner, name, project, session_type = 'batch', cluster_size
+             FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| StreamedSession {
+        owner: r.get(0),
+        name: r.get(1),
+        project: r.get(2),
+        batch: r.get(3),
+        cluster_size: u32::try_from(r.get::<_, i32>(4)).unwrap_or(1),
+    }))
 }
