@@ -6,6 +6,9 @@
 //! - [`accelerators`]: GPUs without a GPU: mock devices through the whole path (devices,
 //!   environment and MPS limits in the container, a request that waits, the GPU idle check),
 //!   and an agent that refuses GPUs its discovery does not find.
+//! - [`backendai_client`]: Backend.AI's own client from PyPI, unchanged (its `backend.ai` CLI
+//!   and its SDK), creating, listing, following, renaming and destroying sessions, and
+//!   refused by key, by owner and where berth has no such call.
 //! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
@@ -13,6 +16,9 @@
 //! - [`backendai_events`]: Backend.AI's event stream as its client reads it: a failing batch
 //!   session's lifecycle with its exit code on a Docker agent, one session's stream ending
 //!   (also replayed once it ended), the caller's own sessions only.
+//! - [`backendai_gql`]: Backend.AI's GraphQL subset as its client queries it (`ps`,
+//!   `session info`, the keypair check): fields in the order selected, JSON text, who sees
+//!   what.
 //! - [`backendai_sessions`]: Backend.AI's `/session` calls, signed as its client signs them:
 //!   get-or-create and its wait, info, logs of a real container, rename, destroy, commit, each
 //!   seen by berth's `/v1`, and the refusals in Backend.AI's problem JSON.
@@ -57,7 +63,9 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod backendai_client;
 mod backendai_events;
+mod backendai_gql;
 mod backendai_sessions;
 mod bus;
 mod chrome;

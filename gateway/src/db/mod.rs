@@ -8,6 +8,7 @@
 //!
 //! - [`sessions`]: the session list, detail and owner.
 //! - [`backendai`]: a session by its owner's name for it (Backend.AI's paths).
+//! - [`backendai_gql`]: sessions and keypair owners as Backend.AI's GraphQL subset shows them.
 //! - [`history`]: a session's scheduling history.
 //! - [`resources`]: resource groups (those open to a caller, what each holds), limits, usage
 //!   and presets.
@@ -27,6 +28,7 @@
 pub mod admin;
 pub mod agents;
 pub mod backendai;
+pub mod backendai_gql;
 pub mod circuits;
 pub mod environments;
 pub mod folders;

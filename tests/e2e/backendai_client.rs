@@ -1,0 +1,389 @@
+//! Backend.AI's own client, unchanged, drives berth: the `backend.ai` CLI and the Python SDK
+//! of `backend-ai-client` 23.9.10 from PyPI (installed once under the target directory by
+//! `berth::backendai_client`; an install that fails fails the test), against a control plane
+//! and a Docker agent of the test's own. Each program runs in an empty working directory with
+//! an empty home (the client reads a `.env` from where it runs) and nothing of the
+//! environment but its endpoint and keypair.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::*;
+use crate::containers::{data_dir, local_agent};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// The image every session here runs.
+const IMAGE: &str = "berth/shell:latest";
+
+/// How long one run of the client may take (a blocking create waits for its session).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// `backend.ai` of the shared install.
+async fn installed() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("backendai-client-23.9.10");
+    tokio::task::spawn_blocking(move || berth::backendai_client::install(&dir))
+        .await
+        .unwrap()
+        .expect("Backend.AI's client installs from PyPI")
+}
+
+/// The client as one user runs it.
+struct Client {
+    program: PathBuf,
+    /// The working directory and home, empty.
+    home: PathBuf,
+    endpoint: String,
+    access_key: String,
+    secret_key: String,
+}
+
+/// What one run printed and how it exited.
+struct Ran {
+    code: i32,
+    /// Standard output and standard error, in that order.
+    out: String,
+}
+
+impl Ran {
+    fn ok(self) -> Ran {
+        assert_eq!(self.code, 0, "the client failed:\n{}", self.out);
+        self
+    }
+
+    fn failed(self) -> Ran {
+        assert_ne!(self.code, 0, "the client succeeded:\n{}", self.out);
+        self
+    }
+
+    /// The session id the create command printed (`Session ID <id> is ...`).
+    fn session_id(&self) -> String {
+        let rest = self
+            .out
+            .split("Session ID ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no session id in:\n{}", self.out));
+        rest.split_whitespace().next().unwrap().to_owned()
+    }
+}
+
+impl Client {
+    async fn new(h: &Harness, (access_key, secret_key): (String, String)) -> Client {
+        Client {
+            program: installed().await,
+            home: data_dir(),
+            endpoint: h.base.clone(),
+            access_key,
+            secret_key,
+        }
+    }
+
+    fn command(&self, program: &std::path::Path) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("LANG", "C.UTF-8")
+            .env("BACKEND_ENDPOINT", &self.endpoint)
+            .env("BACKEND_ENDPOINT_TYPE", "api")
+            .env("BACKEND_ACCESS_KEY", &self.access_key)
+            .env("BACKEND_SECRET_KEY", &self.secret_key)
+            .current_dir(&self.home)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    async fn wait(&self, mut command: tokio::process::Command, what: &str) -> Ran {
+        let output = tokio::time::timeout(PATIENCE, command.output())
+            .await
+            .unwrap_or_else(|_| panic!("`{what}` did not end within {PATIENCE:?}"))
+            .expect("the client runs");
+        Ran {
+            code: output.status.code().unwrap_or(-1),
+            out: format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    }
+
+    /// `backend.ai ARGS...`.
+    async fn run(&self, args: &[&str]) -> Ran {
+        let mut command = self.command(&self.program);
+        command.args(args);
+        self.wait(command, &format!("backend.ai {}", args.join(" ")))
+            .await
+    }
+
+    /// A Python script run by the install's interpreter (the SDK).
+    async fn python(&self, script: &str) -> Ran {
+        let mut command = self.command(&self.program.with_file_name("python3"));
+        command.args(["-c", script]);
+        self.wait(command, "python3 -c <sdk script>").await
+    }
+}
+
+/// `create` arguments for a small session of `IMAGE`.
+fn small<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["session", "create", "-r", "cpu=0.5", "-r", "mem=256m"];
+    args.extend_from_slice(extra);
+    args.push(IMAGE);
+    args
+}
+
+fn ended(s: &Value) -> bool {
+    matches!(
+        s["status"].as_str(),
+        Some("TERMINATED" | "ERROR" | "CANCELLED")
+    )
+}
+
+#[tokio::test]
+async fn the_cli_creates_lists_inspects_follows_renames_and_destroys_sessions() {
+    let h = start().await;
+    let _agent = local_agent(&h).await;
+    let email = "alice@berth.test";
+    let key = h.user(email).await;
+    let cli = Client::new(&h, h.backendai_keypair(email).await).await;
+
+    // Queued only: the create answers at once.
+    let queued = cli
+        .run(&small(&["--enqueue-only", "-t", "bai-queued"]))
+        .await
+        .ok();
+    assert!(
+        queued.out.contains("is enqueued for scheduling."),
+        "{}",
+        queued.out
+    );
+    let queued = queued.session_id();
+
+    // With the client's own default name (`pysdk-...`), waiting until it runs.
+    let ready = cli.run(&small(&[])).await.ok();
+    assert!(ready.out.contains("is created and ready."), "{}", ready.out);
+    let running = ready.session_id();
+    let (status, detail) = h.get(&key, &format!("/v1/sessions/{running}")).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["status"], "RUNNING", "{detail}");
+    let default_name = detail["name"].as_str().unwrap().to_owned();
+    assert!(default_name.starts_with("pysdk-"), "{detail}");
+
+    // Both are listed, in the table and as JSON.
+    let table = cli.run(&["ps"]).await.ok();
+    for name in ["bai-queued", default_name.as_str()] {
+        assert!(table.out.contains(name), "{name} not in:\n{}", table.out);
+    }
+    let listed = cli.run(&["--output", "json", "ps"]).await.ok();
+    let listed: Value = serde_json::from_str(&listed.out)
+        .unwrap_or_else(|e| panic!("{e}: not JSON:\n{}", listed.out));
+    let items = listed["items"].as_array().expect("items");
+    let mine = items
+        .iter()
+        .find(|i| i["name"] == default_name.as_str())
+        .unwrap_or_else(|| panic!("{default_name} not in {listed:#}"));
+    assert_eq!(mine["status"], "RUNNING", "{listed:#}");
+    assert!(
+        items.iter().any(|i| i["name"] == "bai-queued"),
+        "{listed:#}"
+    );
+    assert_eq!(listed["total_count"], 2, "{listed:#}");
+
+    // Its detail by id.
+    let info = cli.run(&["session", "info", &running]).await.ok();
+    assert!(
+        info.out.contains(&default_name) && info.out.contains("RUNNING"),
+        "{}",
+        info.out
+    );
+
+    // Renamed by the client, seen by berth's own API.
+    cli.run(&["session", "rename", &default_name, "bai-renamed"])
+        .await
+        .ok();
+    let (_, detail) = h.get(&key, &format!("/v1/sessions/{running}")).await;
+    assert_eq!(detail["name"], "bai-renamed", "{detail}");
+
+    // A batch session followed from its creation: the lifecycle, then the stream ends.
+    let batch = cli
+        .run(&small(&[
+            "--enqueue-only",
+            "--type",
+            "batch",
+            "-c",
+            "sleep 1; echo hello from berth through backend.ai",
+            "-t",
+            "bai-batch",
+        ]))
+        .await
+        .ok()
+        .session_id();
+    let events = cli.run(&["events", &batch]).await.ok();
+    let names: Vec<&str> = events
+        .out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for expected in [
+        "session_enqueued",
+        "session_scheduled",
+        "kernel_started",
+        "session_started",
+        "kernel_terminated",
+        "session_success",
+        "session_terminated",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} not in:\n{}",
+            events.out
+        );
+    }
+    let position = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    assert!(position("session_enqueued") < position("session_started"));
+    assert!(position("session_started") < position("session_terminated"));
+    h.wait_session(&batch, ended).await;
+
+    // Its output, by name, after it ended.
+    let logs = cli.run(&["session", "logs", "bai-batch"]).await.ok();
+    assert!(
+        logs.out.contains("hello from berth through backend.ai"),
+        "{}",
+        logs.out
+    );
+
+    // Force-destroyed by name: terminated for berth too.
+    cli.run(&["session", "rm", "-f", "bai-renamed"]).await.ok();
+    let detail = h
+        .wait_session(&running, |s| s["status"] == "TERMINATED")
+        .await;
+    assert!(
+        detail["status_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(email)),
+        "{detail}"
+    );
+    cli.run(&["session", "rm", "-f", &queued]).await.ok();
+    h.wait_session(&queued, ended).await;
+}
+
+#[tokio::test]
+async fn watch_exits_with_a_batch_session_s_exit_code_and_the_sdk_drives_a_session() {
+    let h = start().await;
+    let _agent = local_agent(&h).await;
+    let email = "carol@berth.test";
+    h.user(email).await;
+    let cli = Client::new(&h, h.backendai_keypair(email).await).await;
+
+    let failing = cli
+        .run(&small(&[
+            "--enqueue-only",
+            "--type",
+            "batch",
+            "-c",
+            "sleep 2; exit 3",
+            "-t",
+            "wfailing",
+        ]))
+        .await
+        .ok()
+        .session_id();
+    let watched = cli.run(&["watch", "wfailing"]).await;
+    assert_eq!(
+        watched.code, 3,
+        "watch exits with the session's code:\n{}",
+        watched.out
+    );
+    let detail = h.wait_session(&failing, ended).await;
+    assert_eq!(detail["exit_code"], 3, "{detail}");
+
+    let script = format!(
+        r#"
+from ai.backend.client.session import Session
+with Session() as api:
+    first = api.ComputeSession.get_or_create("{IMAGE}", name="sdk-session",
+        resources={{"cpu": "0.5", "mem": "256m"}})
+    assert first.status == "RUNNING" and first.created, (first.status, first.created)
+    again = api.ComputeSession.get_or_create("{IMAGE}", name="sdk-session",
+        resources={{"cpu": "0.5", "mem": "256m"}})
+    assert str(again.id) == str(first.id) and not again.created, (again.id, first.id)
+    info = first.get_info()
+    assert info["status"] == "RUNNING", info
+    first.destroy(forced=True)
+    print("SDK", first.id)
+"#
+    );
+    let sdk = cli.python(&script).await.ok();
+    let id = sdk
+        .out
+        .split("SDK ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}", sdk.out))
+        .trim()
+        .to_owned();
+    let detail = h.wait_session(&id, ended).await;
+    assert_eq!(
+        (&detail["name"], &detail["status"]),
+        (&Value::from("sdk-session"), &Value::from("TERMINATED")),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn the_cli_is_refused_cleanly_by_key_by_owner_and_where_berth_has_no_such_call() {
+    let h = start().await;
+    let _agent = local_agent(&h).await;
+    h.user("dave@berth.test").await;
+    h.user("erin@berth.test").await;
+    let dave_keys = h.backendai_keypair("dave@berth.test").await;
+    let dave_access = dave_keys.0.clone();
+    let dave = Client::new(&h, dave_keys).await;
+    let erin = Client::new(&h, h.backendai_keypair("erin@berth.test").await).await;
+
+    let id = dave
+        .run(&small(&["--enqueue-only", "-t", "dave-one"]))
+        .await
+        .ok()
+        .session_id();
+
+    // A wrong secret key: refused, and the client says why.
+    let wrong = Client::new(&h, (dave_access.clone(), "not-the-secret".into())).await;
+    let refused = wrong.run(&["ps"]).await.failed();
+    assert!(
+        refused.out.contains("401") && refused.out.contains("signature"),
+        "{}",
+        refused.out
+    );
+
+    // Another user: no such session, by name or id; naming its owner is forbidden.
+    for reference in ["dave-one", id.as_str()] {
+        let other = erin.run(&["session", "logs", reference]).await.failed();
+        assert!(
+            other.out.contains("404") && other.out.contains("No such session."),
+            "{}",
+            other.out
+        );
+    }
+    let forbidden = erin
+        .run(&["session", "rm", "-o", &dave_access, "dave-one"])
+        .await
+        .failed();
+    assert!(
+        forbidden.out.contains("403") && forbidden.out.contains("owner_access_key"),
+        "{}",
+        forbidden.out
+    );
+    let (_, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert!(!ended(&detail), "erin ended dave's session: {detail}");
+
+    // Code execution is not berth's: the client prints that, and fails.
+    let run = dave
+        .run(&[
+            "run", "-r", "cpu=0.5", "-r", "mem=256m", "-c", "echo hi", IMAGE,
+        ])
+        .await
+        .failed();
+    assert!(run.out.contains("not-implemented"), "{}", run.out);
+}
