@@ -794,7 +794,8 @@ mod tests {
         // No caller in the context: a query that reached a resolver would fail on that,
         // so each error here is the schema's own.
         // Introspection answers nothing.
-        let response = schema().execute("{ __schema { types { name } } }").await;
+        let introspection = "{ __schema { types { name } } }";
+        let response = schema().execute(introspection).await;
         assert_eq!(
             response.data,
             Value::from_json(json!({"__schema": null})).unwrap(),
