@@ -352,13 +352,29 @@ async fn backend_ai_s_ps_and_info_queries_answer_as_its_client_reads_them() {
         ]
     );
 
+    // Root fields too come back in the order asked, though the list reads the database and
+    // the keypair does not.
+    let both = client
+        .gql(
+            "query { compute_session_list(limit: 1, offset: 0) { total_count } \
+             keypair { user_id } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        both.ordered.keys_at(&["data"]),
+        ["compute_session_list", "keypair"],
+        "{}",
+        both.body
+    );
+
     // `backend.ai ps`: the live ones, newest first, the starting ones among them.
     let ps = client
         .gql(PS_QUERY, ps_variables(PS_DEFAULT_STATUSES, None, None))
         .await;
     assert_eq!(
         item_ids(&ps),
-        [creating.clone(), prepared.clone(), running.clone()]
+        [creating.as_str(), prepared.as_str(), running.as_str()]
     );
     assert_eq!(ps.body["data"]["compute_session_list"]["total_count"], 3);
     assert_eq!(
@@ -390,7 +406,7 @@ async fn backend_ai_s_ps_and_info_queries_answer_as_its_client_reads_them() {
     let preparing = client
         .gql(PS_QUERY, ps_variables("PREPARING", None, Some("+name")))
         .await;
-    assert_eq!(item_ids(&preparing), [creating.clone(), prepared.clone()]);
+    assert_eq!(item_ids(&preparing), [creating.as_str(), prepared.as_str()]);
     let statuses: Vec<&Value> = preparing.body["data"]["compute_session_list"]["items"]
         .as_array()
         .unwrap()
@@ -411,7 +427,7 @@ async fn backend_ai_s_ps_and_info_queries_answer_as_its_client_reads_them() {
     let dead = client
         .gql(PS_QUERY, ps_variables("CANCELLED,TERMINATED", None, None))
         .await;
-    assert_eq!(item_ids(&dead), std::slice::from_ref(&batch));
+    assert_eq!(item_ids(&dead), [batch.as_str()]);
     let item = &dead.body["data"]["compute_session_list"]["items"][0];
     assert_eq!(
         (&item["type"], &item["result"]),
@@ -424,7 +440,7 @@ async fn backend_ai_s_ps_and_info_queries_answer_as_its_client_reads_them() {
     variables["limit"] = json!(2);
     variables["offset"] = json!(1);
     let page = client.gql(PS_QUERY, variables).await;
-    assert_eq!(item_ids(&page), [prepared.clone(), batch.clone()]);
+    assert_eq!(item_ids(&page), [prepared.as_str(), batch.as_str()]);
     assert_eq!(page.body["data"]["compute_session_list"]["total_count"], 4);
 
     // `session info UUID`.
@@ -616,7 +632,7 @@ async fn a_user_sees_only_their_own_sessions_and_a_superadmin_everyone_s() {
             ps_variables(PS_DEFAULT_STATUSES, Some(&owner.access_key), None),
         )
         .await;
-    assert_eq!(item_ids(&own_named), std::slice::from_ref(&session));
+    assert_eq!(item_ids(&own_named), [session.as_str()]);
 
     // A superadmin: `is_admin`, so the CLI asks for each session's access key; everyone's.
     let keypair = admin.gql(KEYPAIR_QUERY, json!({})).await;
@@ -627,7 +643,7 @@ async fn a_user_sees_only_their_own_sessions_and_a_superadmin_everyone_s() {
             ps_variables(PS_DEFAULT_STATUSES, None, None),
         )
         .await;
-    assert_eq!(item_ids(&everyone), [own.clone(), session.clone()]);
+    assert_eq!(item_ids(&everyone), [own.as_str(), session.as_str()]);
     let items = &everyone.body["data"]["compute_session_list"]["items"];
     assert_eq!(items[0]["access_key"], admin.access_key.as_str());
     assert_eq!(items[1]["access_key"], owner.access_key.as_str());
@@ -644,7 +660,7 @@ async fn a_user_sees_only_their_own_sessions_and_a_superadmin_everyone_s() {
             ps_variables(PS_DEFAULT_STATUSES, Some(&owner.access_key), None),
         )
         .await;
-    assert_eq!(item_ids(&theirs), std::slice::from_ref(&session));
+    assert_eq!(item_ids(&theirs), [session.as_str()]);
     let none = admin
         .gql(
             ADMIN_PS_QUERY,

@@ -21,6 +21,16 @@ pub struct KeyOwner {
     pub resource_policy: String,
 }
 
+/// A key's owner from a row of `user_id, email, role, resource_policy`.
+fn owner_of_row(r: &tokio_postgres::Row) -> KeyOwner {
+    KeyOwner {
+        user_id: r.get(0),
+        email: r.get(1),
+        role: Role::parse(r.get(2)).unwrap_or(Role::User),
+        resource_policy: r.get(3),
+    }
+}
+
 /// Looks an API key up; `None` when no user holds it.
 pub async fn key_owner<C: GenericClient>(
     client: &C,
@@ -33,12 +43,7 @@ pub async fn key_owner<C: GenericClient>(
             &[&key_digest(key)],
         )
         .await?;
-    Ok(row.map(|r| KeyOwner {
-        user_id: r.get(0),
-        email: r.get(1),
-        role: Role::parse(r.get(2)).unwrap_or(Role::User),
-        resource_policy: r.get(3),
-    }))
+    Ok(row.as_ref().map(owner_of_row))
 }
 
 /// The user who holds Backend.AI access key `access_key`; `None` when nobody does or it was
@@ -55,12 +60,7 @@ pub async fn backendai_key_owner<C: GenericClient>(
             &[&access_key],
         )
         .await?;
-    Ok(row.map(|r| KeyOwner {
-        user_id: r.get(0),
-        email: r.get(1),
-        role: Role::parse(r.get(2)).unwrap_or(Role::User),
-        resource_policy: r.get(3),
-    }))
+    Ok(row.as_ref().map(owner_of_row))
 }
 
 /// A Backend.AI keypair as the ledger keeps it (no secret: that is derived, never stored).

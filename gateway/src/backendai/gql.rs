@@ -7,8 +7,8 @@
 //!
 //! The order needs care: async-graphql 7 resolves an object's fields concurrently and keeps
 //! them in the order they finish, so every object type here resolves its fields serially
-//! (`#[Object(serial)]`; they are reads of one row, the only two that read the database are a
-//! list's items and count), and the root fields, always resolved concurrently, are put back
+//! (`#[Object(serial)]`; nearly all their fields read a row already fetched: only a list's
+//! items and count, and a keypair's projects and live sessions, read the database), and the root fields, always resolved concurrently, are put back
 //! in the order of the query's text ([`root_keys`]).
 //!
 //! Names are snake_case (graphene's with auto camel case off), ids a scalar named `UUID`,
@@ -22,8 +22,8 @@
 //! A page is one statement for its sessions and one for the count, each only when selected.
 //!
 //! - `args`: the status filter and the order expression.
-//! - `session`: `ComputeSession` and `ComputeContainer`.
-//! - `keypair`: `KeyPair`.
+//! - `session`: the `ComputeSession` and `ComputeContainer` types.
+//! - `keypair`: the `KeyPair` type.
 
 mod args;
 mod keypair;
@@ -124,8 +124,8 @@ async fn gql(
             format!("must be a GraphQL request {{query, variables}}: {e}"),
         )
     })?;
-    let query_text = query.clone();
-    let operation = operation_name.clone();
+    // The order the root fields are answered in (see the module's doc).
+    let roots = root_keys(&query, operation_name.as_deref());
     let mut request = async_graphql::Request::new(query)
         .variables(Variables::from_json(variables.unwrap_or_default()))
         .data(Ctx { state, caller });
@@ -133,10 +133,7 @@ async fn gql(
         request = request.operation_name(name);
     }
     let mut response = schema().execute(request).await;
-    reorder(
-        &mut response.data,
-        &root_keys(&query_text, operation.as_deref()),
-    );
+    reorder(&mut response.data, &roots);
     // Serialized straight from the executor's ordered maps: the selection's order is kept.
     let text = serde_json::to_vec(&response).map_err(|e| {
         Problem::from(ApiError::internal(format_args!(
@@ -679,8 +676,8 @@ mod tests {
         let ports: serde_json::Value = serde_json::from_str(text(&s["service_ports"])).unwrap();
         assert_eq!(
             ports,
-            json!([{"name": "8080", "protocol": "preopen", "container_ports": [8080],
-                "host_ports": [30001], "is_inference": false}])
+            json!({"8080": {"protocol": "preopen", "container_ports": [8080],
+                "host_ports": [30001]}})
         );
         assert_eq!(s["agent_ids"], Value::List(vec![Value::from("a1")]));
         let opts: serde_json::Value = serde_json::from_str(text(&s["resource_opts"])).unwrap();
@@ -791,8 +788,6 @@ mod tests {
 
     #[tokio::test]
     async fn the_schema_refuses_introspection_depth_and_unknown_fields_before_any_read() {
-        // No caller in the context: a query that reached a resolver would fail on that,
-        // so each error here is the schema's own.
         // Introspection answers nothing.
         let introspection = "{ __schema { types { name } } }";
         let response = schema().execute(introspection).await;
@@ -802,6 +797,8 @@ mod tests {
             "{:?}",
             response.errors
         );
+        // No caller in the context: a query that reached a resolver would fail on that,
+        // so each error here is the schema's own.
         for (query, says) in [
             (
                 "query($id: UUID!) { compute_session(id: $id) { dependencies { dependencies \

@@ -8,7 +8,8 @@
 //! id is the session's (Backend.AI's old convention) and another kernel's is UUIDv5 of the
 //! session's id and its index ([`kernel_id`]); a kernel has its session's status; berth has
 //! one domain (`default`); a session outside any project is in group `default`, as the
-//! client asked for it.
+//! client asked for it; `service_ports` is an object by app name, which the client's
+//! formatter reads (Backend.AI's list crashes it).
 
 use std::sync::Arc;
 
@@ -41,10 +42,6 @@ impl ScalarType for DateTime {
     fn to_value(&self) -> Value {
         Value::String(self.0.to_rfc3339_opts(SecondsFormat::Micros, false))
     }
-}
-
-fn time(t: chrono::DateTime<Utc>) -> DateTime {
-    DateTime(t)
 }
 
 /// Thousandths as a decimal (`1500` is `1.5`, `1000` is `1`), as Backend.AI writes slot
@@ -361,23 +358,23 @@ impl ComputeSession {
     }
 
     async fn status_changed(&self) -> DateTime {
-        time(self.row().status_changed_at)
+        DateTime(self.row().status_changed_at)
     }
 
     async fn created_at(&self) -> DateTime {
-        time(self.row().created_at)
+        DateTime(self.row().created_at)
     }
 
     async fn terminated_at(&self) -> Option<DateTime> {
-        self.row().ended_at.map(time)
+        self.row().ended_at.map(DateTime)
     }
 
     async fn starts_at(&self) -> Option<DateTime> {
-        self.0.parsed.starts_at.map(time)
+        self.0.parsed.starts_at.map(DateTime)
     }
 
     async fn scheduled_at(&self) -> Option<DateTime> {
-        self.row().scheduled_at.map(time)
+        self.row().scheduled_at.map(DateTime)
     }
 
     async fn startup_command(&self) -> Option<&str> {
@@ -403,11 +400,13 @@ impl ComputeSession {
         &self.row().resource_group
     }
 
-    /// JSON text: the session's apps, each with its container ports and the host ports the
-    /// main kernel publishes them on (null until it does).
+    /// JSON text: the session's apps by name, each with its protocol, its container ports and
+    /// the host ports the main kernel publishes them on (null until it does). An object, not
+    /// Backend.AI's list: the client's formatter for this field reads an object (a list
+    /// crashes `ps --format service_ports`, against Backend.AI too).
     async fn service_ports(&self) -> String {
         let published = self.started(0).map(|s| s.ports.as_slice()).unwrap_or(&[]);
-        let apps: Vec<serde_json::Value> = self
+        let apps: serde_json::Map<String, serde_json::Value> = self
             .0
             .parsed
             .apps
@@ -418,12 +417,12 @@ impl ComputeSession {
                     .iter()
                     .map(|p| published.iter().find(|q| q.container == *p).map(|q| q.host))
                     .collect();
-                json!({"name": app.name, "protocol": app.protocol,
-                    "container_ports": app.ports, "host_ports": host_ports,
-                    "is_inference": false})
+                let ports = json!({"protocol": app.protocol,
+                    "container_ports": app.ports, "host_ports": host_ports});
+                (app.name.clone(), ports)
             })
             .collect();
-        serde_json::Value::Array(apps).to_string()
+        serde_json::Value::Object(apps).to_string()
     }
 
     async fn mounts(&self) -> &[String] {
@@ -568,19 +567,19 @@ impl ComputeContainer {
     }
 
     async fn status_changed(&self) -> DateTime {
-        time(self.session.row().status_changed_at)
+        DateTime(self.session.row().status_changed_at)
     }
 
     async fn created_at(&self) -> DateTime {
-        time(self.session.row().created_at)
+        DateTime(self.session.row().created_at)
     }
 
     async fn terminated_at(&self) -> Option<DateTime> {
-        self.session.row().ended_at.map(time)
+        self.session.row().ended_at.map(DateTime)
     }
 
     async fn scheduled_at(&self) -> Option<DateTime> {
-        self.session.row().scheduled_at.map(time)
+        self.session.row().scheduled_at.map(DateTime)
     }
 
     /// The agent it is placed on (none while it waits).
