@@ -19,10 +19,12 @@ pub const REQUIREMENTS: [&str; 2] = ["backend-ai-client==23.9.10", "yarl<1.17.1"
 /// The file that says an install is whole.
 const COMPLETE: &str = ".berth-complete";
 
-/// The `backend.ai` program of the install in `dir`, made there first when it is not whole
+/// The `backend.ai` program (an absolute path) of the install in `dir`, made there first when it is not whole
 /// (python3's `venv` and pip; PyPI must be reachable). Runs blocking programs: call it from
 /// `spawn_blocking` in async code.
 pub fn install(dir: &Path) -> anyhow::Result<PathBuf> {
+    // Absolute, so that the program runs from any working directory.
+    let dir = &std::path::absolute(dir).with_context(|| format!("{}", dir.display()))?;
     let program = dir.join("bin").join("backend.ai");
     if dir.join(COMPLETE).exists() {
         return Ok(program);

@@ -3,9 +3,9 @@
 //!
 //! - A signed request's verification alone (three HMAC-SHA256 and a compare), next to an API
 //!   key's (one SHA-256), in process.
-//! - A request through the gateway signed with a Backend.AI keypair
-//!   (`GET /manager/announcement`), next to one with an API key (`GET /v1/whoami`): both
-//!   authenticate and answer a few bytes, so the difference is the signature.
+//! - A request through the gateway's own extractors over HTTP, signed with a Backend.AI keypair
+//!   (`BackendAiCaller`) next to one with an API key (`Caller`), each to a handler that only
+//!   answers `ok`: the same work but the authentication.
 //! - Backend.AI's own `backend.ai ps` over one user's 1,000 sessions, next to `berth session
 //!   ls` (this binary) over the same sessions, as a person runs them: each a new process;
 //!   and the GraphQL list query the CLI sends, alone, next to berth's JSON list of a page.
@@ -83,7 +83,11 @@ pub async fn backendai(
     let address = listener.local_addr()?;
     let base = format!("http://{address}");
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(gateway::run::serve(listener.into(), state, stop.clone()));
+    tokio::spawn(gateway::run::serve(
+        listener.into(),
+        state.clone(),
+        stop.clone(),
+    ));
     let http = reqwest::Client::new();
     let signer = Signer {
         host: address.to_string(),
@@ -91,30 +95,48 @@ pub async fn backendai(
         secret_key: secret_key.clone(),
     };
 
+    // The two extractors alone, each in front of a handler that answers `ok`.
+    let auth_only = axum::Router::new()
+        .route(
+            "/key",
+            axum::routing::get(|_: gateway::api::Caller| async { "ok" }),
+        )
+        .route(
+            "/signed",
+            axum::routing::get(|_: gateway::backendai::BackendAiCaller| async { "ok" }),
+        )
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let auth_address = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, auth_only).await });
+    let auth_signer = Signer {
+        host: auth_address.to_string(),
+        ..signer.clone()
+    };
     // Warm both paths (the key caches, the connection), then alternate them.
     let mut keyed = Vec::with_capacity(requests);
     let mut signed = Vec::with_capacity(requests);
     for round in 0..requests + 20 {
         let started = Instant::now();
         let r = http
-            .get(format!("{base}/v1/whoami"))
+            .get(format!("http://{auth_address}/key"))
             .header("x-api-key", &api_key)
             .send()
             .await?;
-        anyhow::ensure!(r.status().is_success(), "whoami: {}", r.status());
+        anyhow::ensure!(r.status().is_success(), "API key: {}", r.status());
         r.bytes().await?;
         let api = started.elapsed();
         let started = Instant::now();
-        let r = signer
+        let r = auth_signer
             .sign(
-                http.get(format!("{base}/manager/announcement")),
+                http.get(format!("http://{auth_address}/signed")),
                 "GET",
-                "/manager/announcement",
+                "/signed",
                 None,
             )
             .send()
             .await?;
-        anyhow::ensure!(r.status().is_success(), "announcement: {}", r.status());
+        anyhow::ensure!(r.status().is_success(), "signed: {}", r.status());
         r.bytes().await?;
         let hmac = started.elapsed();
         if round >= 20 {
@@ -122,8 +144,11 @@ pub async fn backendai(
             signed.push(hmac);
         }
     }
-    report("API key: GET /v1/whoami", &mut keyed);
-    report("Backend.AI keypair: GET /manager/announcement", &mut signed);
+    report("API key (X-API-Key), a handler that answers ok", &mut keyed);
+    report(
+        "Backend.AI keypair (HMAC-SHA256 signed), the same handler",
+        &mut signed,
+    );
 
     // The page `ps` asks for, through the gateway alone.
     let mut gql = Vec::with_capacity(runs * 10);
@@ -178,7 +203,23 @@ pub async fn backendai(
     let berth = std::env::current_exe()?;
     let mut ps = Vec::with_capacity(runs);
     let mut ls = Vec::with_capacity(runs);
+    let mut start_only = Vec::with_capacity(runs);
     for round in 0..runs + 1 {
+        // The client's own start: `config` prints its settings and asks the server nothing.
+        let started = Instant::now();
+        let out = cli(&program, &home)
+            .arg("config")
+            .env("BACKEND_ENDPOINT", &base)
+            .output()
+            .await?;
+        anyhow::ensure!(
+            out.status.success(),
+            "backend.ai config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if round >= 1 {
+            start_only.push(started.elapsed());
+        }
         let started = Instant::now();
         let out = cli(&program, &home)
             .arg("ps")
@@ -214,6 +255,10 @@ pub async fn backendai(
     }
     report("berth session ls (new process, a page of 20)", &mut ls);
     report("backend.ai ps (new process, a page of 20)", &mut ps);
+    report(
+        "of which the client's own start: backend.ai config (new process, no request)",
+        &mut start_only,
+    );
     let _ = std::fs::remove_dir_all(&home);
     stop.cancel();
     Ok(())
@@ -237,6 +282,7 @@ fn cli(program: &Path, home: &Path) -> tokio::process::Command {
 }
 
 /// Signs requests as Backend.AI's client does.
+#[derive(Clone)]
 struct Signer {
     host: String,
     access_key: String,
