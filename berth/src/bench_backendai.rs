@@ -297,27 +297,21 @@ impl Signer {
         target: &str,
         content_type: Option<&str>,
     ) -> reqwest::RequestBuilder {
-        let now = Utc::now().fixed_offset();
-        let date = now.format("%Y-%m-%dT%H:%M:%S%.6f%:z").to_string();
-        let signed = Signed {
+        let date = auth::client_date(Utc::now());
+        let authorization = Signed {
             method,
             target,
             date: &date,
             host: &self.host,
             content_type,
             version: auth::API_VERSION,
-        };
-        let signature = hex::encode(signed.signature(&self.secret_key, now));
+        }
+        .authorization(&self.access_key, &self.secret_key)
+        .expect("a date the client writes reads back");
         let request = request
             .header("date", &date)
             .header("x-backendai-version", auth::API_VERSION)
-            .header(
-                "authorization",
-                format!(
-                    "BackendAI signMethod=HMAC-SHA256, credential={}:{signature}",
-                    self.access_key
-                ),
-            );
+            .header("authorization", authorization);
         match content_type {
             Some(t) => request.header("content-type", t),
             None => request,
@@ -329,8 +323,9 @@ impl Signer {
 /// to what it computes per API-key request.
 fn verification(rounds: usize) {
     let secret = auth::derive_secret(b"a master key of thirty-two bytes!", "AKIABENCH0000000001");
-    let now = Utc::now().fixed_offset();
-    let date = now.format("%Y-%m-%dT%H:%M:%S%.6f%:z").to_string();
+    let now = Utc::now();
+    let date = auth::client_date(now);
+    let now = now.fixed_offset();
     let signed = Signed {
         method: "GET",
         target: "/session/bench/logs",

@@ -69,20 +69,19 @@ const MASTER_KEY: &str = "the admin test's master key, 32 bytes or more";
 /// A `GET path` signed with a Backend.AI keypair as Backend.AI's client signs it: its status
 /// and body.
 async fn signed_get(api: &Api, access_key: &str, secret_key: &str, path: &str) -> (u16, Value) {
-    use gateway::backendai::auth::{parse_date, Signed};
+    use gateway::backendai::auth::{client_date, Signed};
     let host = api.base.trim_start_matches("http://").to_owned();
-    let date = chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-        .to_string();
-    let signed = Signed {
+    let date = client_date(chrono::Utc::now());
+    let authorization = Signed {
         method: "GET",
         target: path,
         date: &date,
         host: &host,
         content_type: Some("text/plain"),
         version: gateway::backendai::API_VERSION,
-    };
-    let signature = hex::encode(signed.signature(secret_key, parse_date(&date).unwrap()));
+    }
+    .authorization(access_key, secret_key)
+    .unwrap();
     let response = api
         .http
         .get(format!("{}{path}", api.base))
@@ -90,10 +89,7 @@ async fn signed_get(api: &Api, access_key: &str, secret_key: &str, path: &str) -
         .header("date", &date)
         .header("content-type", "text/plain")
         .header("x-backendai-version", gateway::backendai::API_VERSION)
-        .header(
-            "authorization",
-            format!("BackendAI signMethod=HMAC-SHA256, credential={access_key}:{signature}"),
-        )
+        .header("authorization", authorization)
         .send()
         .await
         .unwrap();

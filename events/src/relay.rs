@@ -43,7 +43,13 @@ impl Default for Topology {
 impl Topology {
     /// The subject an event is published on: `<prefix>.<category>.<stream_id>`.
     pub fn subject_of(&self, event: &RecordedEvent) -> String {
-        format!("{}.{}.{}", self.prefix, event.category(), event.stream_id)
+        self.stream_subject(event.category(), &event.stream_id)
+    }
+
+    /// The subject the events of one stream (`session-<id>`, of `category`) are published
+    /// on: what to subscribe to for that stream alone.
+    pub fn stream_subject(&self, category: &str, stream_id: &str) -> String {
+        format!("{}.{category}.{stream_id}", self.prefix)
     }
 
     /// Subject filter matching every event of one category.

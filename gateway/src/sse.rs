@@ -35,7 +35,8 @@ pub struct StreamedEvent {
     data: String,
 }
 
-fn session_of(event: &RecordedEvent) -> Option<Uuid> {
+/// The session whose stream `event` is in, if any.
+pub(crate) fn session_of(event: &RecordedEvent) -> Option<Uuid> {
     let id = event.stream_id.strip_prefix("session-")?;
     Uuid::parse_str(id).ok()
 }

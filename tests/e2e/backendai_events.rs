@@ -39,36 +39,25 @@ impl BackendAiClient {
     /// microseconds and `+00:00`, the API version, the Host, and no Content-Type (signed as
     /// `application/octet-stream`).
     async fn get(&self, target: &str) -> reqwest::Response {
-        use gateway::backendai::auth::{parse_date, Signed};
-        let date = chrono::Utc::now()
-            .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-            .to_string();
-        let signed = Signed {
+        use gateway::backendai::auth::{client_date, Signed};
+        let date = client_date(chrono::Utc::now());
+        let authorization = Signed {
             method: "GET",
             target,
             date: &date,
             host: &self.host,
             content_type: None,
             version: gateway::backendai::API_VERSION,
-        };
-        let signature: String = signed
-            .signature(&self.secret_key, parse_date(&date).unwrap())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        }
+        .authorization(&self.access_key, &self.secret_key)
+        .unwrap();
         self.http
             .get(format!("{}{target}", self.base))
             .header("host", &self.host)
             .header("date", &date)
             .header("x-backendai-version", gateway::backendai::API_VERSION)
             .header("user-agent", "Backend.AI Client for Python 23.09.10")
-            .header(
-                "authorization",
-                format!(
-                    "BackendAI signMethod=HMAC-SHA256, credential={}:{signature}",
-                    self.access_key
-                ),
-            )
+            .header("authorization", authorization)
             .send()
             .await
             .expect("the gateway answers")

@@ -7,7 +7,7 @@
 
 use chrono::Utc;
 use events::payloads::SessionStatus;
-use gateway::backendai::auth::{parse_date, Signed};
+use gateway::backendai::auth::{client_date, Signed};
 use gateway::backendai::API_VERSION;
 use reqwest::StatusCode;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -164,16 +164,17 @@ impl Client<'_> {
             .strip_prefix("http://")
             .expect("a plain-HTTP gateway")
             .to_owned();
-        let date = Utc::now().format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string();
-        let signed = Signed {
+        let date = client_date(Utc::now());
+        let authorization = Signed {
             method: "POST",
             target: "/admin/gql",
             date: &date,
             host: &host,
             content_type: Some("application/json"),
             version: API_VERSION,
-        };
-        let signature = hex(&signed.signature(&self.secret_key, parse_date(&date).unwrap()));
+        }
+        .authorization(&self.access_key, &self.secret_key)
+        .unwrap();
         let response = self
             .h
             .http
@@ -182,13 +183,7 @@ impl Client<'_> {
             .header("X-BackendAI-Version", API_VERSION)
             .header("X-BackendAI-Domain", "default")
             .header("Content-Type", "application/json")
-            .header(
-                "Authorization",
-                format!(
-                    "BackendAI signMethod=HMAC-SHA256, credential={}:{signature}",
-                    self.access_key
-                ),
-            )
+            .header("Authorization", authorization)
             .body(body)
             .send()
             .await
@@ -212,10 +207,6 @@ async fn answer(response: reqwest::Response) -> Answer {
         ordered: serde_json::from_str(&text).unwrap(),
         content_type,
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The list query's variables as the CLI sends them (unset ones null).

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use gateway::backendai::auth::{parse_date, Signed};
+use gateway::backendai::auth::{client_date, Signed};
 use gateway::backendai::API_VERSION;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -84,10 +84,7 @@ impl<'a> Client<'a> {
         let mut last = self.last.lock().unwrap();
         let now = Utc::now().timestamp_micros().max(*last + 1);
         *last = now;
-        chrono::DateTime::from_timestamp_micros(now)
-            .unwrap()
-            .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-            .to_string()
+        client_date(chrono::DateTime::from_timestamp_micros(now).unwrap())
     }
 
     fn request<'t>(&self, method: Method, target: &'t str, body: Option<Value>) -> Request<'t> {
@@ -116,19 +113,16 @@ impl<'a> Client<'a> {
         } else {
             "text/plain"
         };
-        let signed = Signed {
+        let authorization = Signed {
             method: r.method.as_str(),
             target: r.signed_target,
             date: &r.date,
             host: &r.signed_host,
             content_type: Some(content_type),
             version: API_VERSION,
-        };
-        let signature: String = signed
-            .signature(&self.secret_key, parse_date(&r.date).unwrap())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        }
+        .authorization(&self.access_key, &self.secret_key)
+        .unwrap();
         let mut request = self
             .h
             .http
@@ -141,13 +135,7 @@ impl<'a> Client<'a> {
             .header("X-BackendAI-Version", API_VERSION)
             .header("Date", &r.date)
             .header("Content-Type", content_type)
-            .header(
-                "Authorization",
-                format!(
-                    "BackendAI signMethod=HMAC-SHA256, credential={}:{signature}",
-                    self.access_key
-                ),
-            );
+            .header("Authorization", authorization);
         request = match &r.body {
             Some(body) => request.body(body.to_string()),
             None => request.body(""),
@@ -543,9 +531,7 @@ async fn refusals_are_backend_ai_s_problems_and_berth_s_own_paths_keep_berth_s_s
         .await
         .assert_problem(StatusCode::UNAUTHORIZED, "auth-failed");
     let stale = Request {
-        date: (Utc::now() - TimeDelta::minutes(16))
-            .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-            .to_string(),
+        date: client_date(Utc::now() - TimeDelta::minutes(16)),
         ..alice.request(Method::GET, "/session/alice-one/logs", None)
     };
     alice

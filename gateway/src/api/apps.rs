@@ -380,11 +380,9 @@ pub async fn start_app(
         )
     })?;
     // Listen before asking, so the end cannot pass unheard.
-    let subject = format!(
-        "{}.session.{}",
-        state.topology.prefix,
-        events::catalogue::stream_id("session", id)
-    );
+    let subject = state
+        .topology
+        .stream_subject("session", &events::catalogue::stream_id("session", id));
     let mut ends = nats.subscribe(subject).await.map_err(ApiError::internal)?;
     let start_id = Uuid::now_v7();
     let metadata = events::trace::metadata(&caller.user_id.to_string(), None);

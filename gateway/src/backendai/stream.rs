@@ -32,6 +32,7 @@ use uuid::Uuid;
 use super::{acting_owner, resolve_session, BackendAiCaller, Problem};
 use crate::db;
 use crate::error::ApiError;
+use crate::sse::session_of;
 use crate::state::AppState;
 
 /// How often an idle stream says it is alive (an SSE comment, which the client skips).
@@ -302,11 +303,6 @@ fn in_group(group: &str, project: Option<&str>) -> bool {
     group == "*" || project == Some(group) || (project.is_none() && group == "default")
 }
 
-fn session_of(event: &RecordedEvent) -> Option<Uuid> {
-    let id = event.stream_id.strip_prefix("session-")?;
-    Uuid::parse_str(id).ok()
-}
-
 /// A stream being followed: what it shows, what it knows of each session, and the events
 /// written but not yet sent.
 struct Follow {
@@ -450,11 +446,9 @@ async fn session_events(
     };
     let nats = state.bus("the event stream cannot be followed")?.clone();
     let subject = match only {
-        Some(id) => format!(
-            "{}.session.{}",
-            state.topology.prefix,
-            events::catalogue::stream_id("session", id)
-        ),
+        Some(id) => state
+            .topology
+            .stream_subject("session", &events::catalogue::stream_id("session", id)),
         None => state.topology.category_subject("session"),
     };
     let source = nats.subscribe(subject).await.map_err(ApiError::internal)?;

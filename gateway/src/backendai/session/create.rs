@@ -134,11 +134,9 @@ async fn wait_started(
     let deadline = Instant::now() + limit;
     let mut events = match state.bus("the create cannot follow its session") {
         Ok(nats) => {
-            let subject = format!(
-                "{}.session.{}",
-                state.topology.prefix,
-                events::catalogue::stream_id("session", id)
-            );
+            let subject = state
+                .topology
+                .stream_subject("session", &events::catalogue::stream_id("session", id));
             match nats.subscribe(subject).await {
                 Ok(subscriber) => nats.flush().await.ok().map(|()| subscriber),
                 Err(e) => {
