@@ -3,8 +3,8 @@
 # docker-compose, openssh-client, chromium, chromium-driver and iproute2;
 # cargo-nextest from crates.io), starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
-# (infra/images.sh) and installs schemathesis, then runs every test of the workspace against
-# them and Docker. Formatting and clippy are checked first. Ends with the test runner's own summary; nextest's per-test
+# (infra/images.sh) and installs schemathesis while clippy and the build run, then runs every
+# test of the workspace against them and Docker. Formatting is checked first. Ends with the test runner's own summary; nextest's per-test
 # limit is in .config/nextest.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +35,11 @@ command -v ssh >/dev/null || missing+=(openssh-client)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v ip >/dev/null || missing+=(iproute2)
+# What infra/images.sh installs for itself, installed here first: it builds beside the
+# compiler below, and two apt-gets at once would wait on each other's lock.
+for p in busybox-static debootstrap python3-venv; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
@@ -49,27 +54,58 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 say "cargo fmt --check"
 cargo fmt --all --check
-say "cargo clippy --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-
 infra/services.sh up
 eval "$(infra/services.sh env)"
-# The session images the container tests run (built locally; no registry is needed).
-infra/images.sh all
-# The compose stack's PostgreSQL and NATS images (the compose test adds berth's own, from the
+
+# The images and schemathesis are downloads more than work: they run beside clippy and the
+# build, each into a log of its own that is shown if it fails.
+LOGS="${BERTH_STATE_DIR:-$ROOT/.berth}/log"
+mkdir -p "$LOGS"
+# The session images the container tests run (built locally; no registry is needed), then the
+# compose stack's PostgreSQL and NATS images (the compose test adds berth's own, from the
 # binary this run builds).
-infra/images.sh servers
+(infra/images.sh all && infra/images.sh servers) >"$LOGS/images.log" 2>&1 &
+IMAGES=$!
 
 # schemathesis (PyPI) for the contract test (tests/e2e/contract.rs), which holds the API to
 # its OpenAPI document; a pinned release, so its checks do not change under the tests.
 SCHEMATHESIS_RELEASE=4.32.5
 VENV="${BERTH_STATE_DIR:-$ROOT/.berth}/venv"
-if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_RELEASE"; then
-  say "installing schemathesis $SCHEMATHESIS_RELEASE (PyPI) into $VENV"
-  [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_RELEASE"
-fi
+install_schemathesis() {
+  if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_RELEASE"; then
+    [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_RELEASE"
+  fi
+}
+install_schemathesis >"$LOGS/schemathesis.log" 2>&1 &
+SCHEMATHESIS=$!
 export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
+
+# Stops the downloads when a step below fails, so the run leaves nothing behind.
+stop_downloads() {
+  local pid
+  for pid in "$IMAGES" "$SCHEMATHESIS"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap stop_downloads EXIT
+
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+say "building the tests"
+cargo nextest run --workspace --no-run --cargo-quiet
+
+# waited_for NAME PID LOG: the background step's end, its log shown when it failed.
+waited_for() {
+  if ! wait "$2"; then
+    cat "$3" >&2; say "$1 failed (its log: $3)"; exit 1
+  fi
+  say "$1 done"
+}
+waited_for "the images" "$IMAGES" "$LOGS/images.log"
+waited_for "schemathesis $SCHEMATHESIS_RELEASE" "$SCHEMATHESIS" "$LOGS/schemathesis.log"
+trap - EXIT
 
 # Outside CI, a test whose prerequisite this machine lacks is left out by name, so the
 # runner's summary counts it as skipped; under CI (CI=true) nothing is left out, and such a

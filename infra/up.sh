@@ -22,10 +22,20 @@ fi
 
 infra/services.sh up
 eval "$(infra/services.sh env)"
-infra/images.sh all
-say "building berth (release)"
-cargo build --release -q -p berth
-BERTH="${CARGO_TARGET_DIR:-$ROOT/target}/release/berth"
+# The session images are mostly downloads and the build is mostly compiling: the two run side
+# by side, and the images' log is shown if they fail.
+mkdir -p "$STATE/log"
+infra/images.sh all >"$STATE/log/images.log" 2>&1 &
+IMAGES=$!
+# The test profile (dev, dependencies at opt-level 1, no debug information; see Cargo.toml):
+# `infra/test.sh` after this reuses what it built. Operators build with --release.
+say "building berth (the test profile, shared with infra/test.sh)"
+cargo build -q -p berth
+BERTH="${CARGO_TARGET_DIR:-$ROOT/target}/debug/berth"
+if ! wait "$IMAGES"; then
+  cat "$STATE/log/images.log" >&2; say "the session images did not build"; exit 1
+fi
+cat "$STATE/log/images.log" >&2
 
 if [ -f "$STATE/berth.pid" ] && kill -0 "$(cat "$STATE/berth.pid")" 2>/dev/null; then
   say "berth already runs (pid $(cat "$STATE/berth.pid"))"
