@@ -9,6 +9,8 @@
 //! - The domain crate depends on serde, serde_json, chrono, uuid and thiserror only (and,
 //!   behind its `openapi` feature, utoipa), and nothing that does I/O reaches it transitively,
 //!   with every feature the workspace turns on.
+//! - The backbone's migrations make only the tables of the log and its readers and the
+//!   ledger's; a service's own tables are its schema, migrated by its crate.
 //! - The code map names only what exists: every path and item that `docs/ARCHITECTURE.md`
 //!   names is in the tree ([`code_map`]).
 
@@ -364,6 +366,63 @@ fn workspace_libraries(meta: &Value) -> BTreeMap<String, PathBuf> {
 
 fn architecture() -> String {
     fs::read_to_string(workspace_root().join("docs/ARCHITECTURE.md")).unwrap()
+}
+
+/// The tables `sql` makes (`CREATE TABLE [IF NOT EXISTS] name`), as written.
+fn tables_made(sql: &str) -> Vec<String> {
+    let create =
+        Regex::new(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_.]*)")
+            .unwrap();
+    create.captures_iter(sql).map(|c| c[1].to_owned()).collect()
+}
+
+/// Whether the backbone's migrations may make `table`: the log's and its readers' tables, or
+/// the ledger's.
+fn backbone_table(table: &str) -> bool {
+    const LOG: &[&str] = &[
+        "events",
+        "event_seals",
+        "audit_head",
+        "checkpoints",
+        "processed_events",
+    ];
+    LOG.contains(&table) || table.starts_with("ledger.")
+}
+
+#[test]
+fn the_backbones_migrations_make_only_the_logs_and_the_ledgers_tables() {
+    let dir = workspace_root().join("events/migrations");
+    let mut made = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let sql = fs::read_to_string(&path).unwrap();
+        for table in tables_made(&sql) {
+            made.push((
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                table,
+            ));
+        }
+    }
+    assert!(made.len() > 20, "found only {made:?}");
+    let strays: Vec<String> = made
+        .iter()
+        .filter(|(_, table)| !backbone_table(table))
+        .map(|(file, table)| format!("{file}: {table}"))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "a service's tables belong in its own schema, migrated by its crate:\n{}",
+        strays.join("\n")
+    );
+}
+
+#[test]
+fn the_migration_check_sees_a_services_table_in_the_backbone() {
+    let planted = "CREATE TABLE IF NOT EXISTS session_logs (id uuid);\n\
+                   create table ledger.sessions (id uuid);";
+    let made = tables_made(planted);
+    assert_eq!(made, ["session_logs", "ledger.sessions"]);
+    assert!(!backbone_table(&made[0]) && backbone_table(&made[1]));
 }
 
 #[test]

@@ -150,6 +150,7 @@ pub async fn migrate(pool: &Pool) -> Result<(), store::StoreError> {
 /// The migrations of the schemas the services own, each under its service's component.
 pub fn service_migrations() -> Vec<store::Migration> {
     [
+        recorder::MIGRATIONS,
         idle_reaper::MIGRATIONS,
         notification::MIGRATIONS,
         image_commit::MIGRATIONS,

@@ -230,7 +230,7 @@ async fn containers_that_exit_while_the_agent_is_away_keep_their_output_exit_cod
     }
     // Output travels as telemetry, beside the reports: the last chunk may be kept a moment
     // after the session ended.
-    let complete = "SELECT count(*) FROM session_logs
+    let complete = "SELECT count(*) FROM recorder.session_logs
                     WHERE session_id = ANY($1) AND kernel = 0 AND complete";
     for _ in 0..150 {
         let n: i64 = client.query_one(complete, &[&ids]).await.unwrap().get(0);
@@ -248,7 +248,7 @@ async fn containers_that_exit_while_the_agent_is_away_keep_their_output_exit_cod
                      WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
                        AND e.event_type = 'KernelStarted')
              FROM proj_sessions.sessions s
-             LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             LEFT JOIN recorder.session_logs l ON l.session_id = s.session_id AND l.kernel = 0
              WHERE s.session_id = ANY($1)",
             &[&ids],
         )

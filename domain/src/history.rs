@@ -433,7 +433,8 @@ mod tests {
                 memory_bytes: 256 << 20,
                 gpu_milli: 0,
             },
-            ..crate::lifecycle::tests::request(SessionType::Batch)
+            session_type: SessionType::Batch,
+            ..crate::fixtures::session_requested()
         };
         let mut state = SessionState::requested(&request);
         state.scheduling_attempts = attempts;

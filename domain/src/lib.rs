@@ -17,6 +17,8 @@
 //! - [`launches`]: a user's recent launches, their names and pins.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
+//! - `fixtures` (feature `fixtures`, for other crates' tests): example payloads, such as
+//!   one `SessionRequested` every test starts from.
 //! - [`RecordedEvent`] and [`LogPosition`]: an event as the log returns it, and its place in
 //!   the log's global order.
 //!
@@ -29,6 +31,8 @@ pub mod apps;
 pub mod catalogue;
 pub mod credentials;
 pub mod fair_share;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod history;
 pub mod idleness;
 pub mod images;

@@ -513,7 +513,6 @@ impl SessionState {
 pub(crate) mod tests {
     use super::*;
     use crate::payloads::*;
-    use std::collections::BTreeMap;
 
     const ALL: [SessionStatus; 12] = SessionStatus::ALL;
 
@@ -521,36 +520,8 @@ pub(crate) mod tests {
     /// from it too.
     pub(crate) fn request(session_type: SessionType) -> SessionRequested {
         SessionRequested {
-            session_id: uuid::Uuid::now_v7(),
-            name: "test1".into(),
-            owner: Owner {
-                user_id: uuid::Uuid::now_v7(),
-                email: "a@b.c".into(),
-                project: None,
-            },
-            requested_by: None,
             session_type,
-            resource_group: "default".into(),
-            image: "busybox".into(),
-            environment: BTreeMap::new(),
-            resources: ResourceSlots {
-                cpu_milli: 1000,
-                memory_bytes: 1 << 30,
-                gpu_milli: 0,
-            },
-            shared_memory_bytes: 0,
-            cluster_mode: ClusterMode::SingleNode,
-            cluster_size: 1,
-            agent_id: None,
-            preopen_ports: vec![],
-            mounts: vec![],
-            startup_command: None,
-            starts_at: None,
-            batch_timeout_secs: None,
-            omp_num_threads: 1,
-            max_lifetime_secs: None,
-            apps: Vec::new(),
-            priority: SessionPriority::DEFAULT,
+            ..crate::fixtures::session_requested()
         }
     }
 

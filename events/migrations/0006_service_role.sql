@@ -1,8 +1,10 @@
 -- The role every berth service runs as, so that the database itself keeps the promise that
 -- no code updates or deletes an event: `berth_service` may append to and read the log
 -- (`events`, `event_seals`) but not change or remove a row of it. It may do everything else
--- the services do: keep the ledger, checkpoints, logs and usage, and create, drop and
--- rebuild the projections' schemas. Migrations run as the owner, which keeps every right.
+-- the services do: keep the ledger and checkpoints, and create, drop and rebuild the
+-- projections' schemas. Migrations run as the owner, which keeps every right. (The
+-- recorder's logs and usage, once granted here, are its own schema's now: see
+-- services/recorder/migrations/0001_recorder.sql.)
 --
 -- Pools switch to this role on each new connection (events::store::pool). Roles belong to
 -- the server, not to one database, so its creation tolerates another database's migration
@@ -33,8 +35,8 @@ GRANT SELECT, INSERT ON events, event_seals TO berth_service;
 REVOKE UPDATE, DELETE, TRUNCATE ON events, event_seals FROM berth_service;
 
 -- Everything else the services keep.
-GRANT SELECT, INSERT, UPDATE, DELETE ON audit_head, checkpoints, processed_events,
-    session_logs, session_usage TO berth_service;
+GRANT SELECT, INSERT, UPDATE, DELETE ON audit_head, checkpoints, processed_events
+    TO berth_service;
 GRANT SELECT ON schema_migrations TO berth_service;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ledger TO berth_service;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public, ledger TO berth_service;

@@ -6,6 +6,7 @@
 //! - [`activity`]: an in-process hint that the log grew, so its readers rest while it is quiet.
 //! - [`store`]: the PostgreSQL event store (append with optimistic concurrency, gap-safe
 //!   global reads).
+//! - [`migrations`]: the backbone's schema, one migration per version, which the store applies.
 //! - [`audit`]: the hash chain sealed behind the horizon, and its verification.
 //! - [`relay`]: publishes committed events to NATS JetStream in global order.
 //! - [`consumer`]: durable, idempotent handling of those NATS messages.
@@ -30,6 +31,7 @@ pub mod hints;
 pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
+pub mod migrations;
 pub mod pg;
 pub mod projection;
 pub mod relay;

@@ -20,46 +20,9 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 /// Most events one append may carry.
 pub const MAX_EVENTS_PER_APPEND: usize = 1_000;
 
-/// The backbone's migrations (component `events`): its version and SQL, in order.
-pub const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("../migrations/0001_event_store.sql")),
-    (2, include_str!("../migrations/0002_ledger.sql")),
-    (3, include_str!("../migrations/0003_session_logs.sql")),
-    (4, include_str!("../migrations/0004_folders.sql")),
-    (5, include_str!("../migrations/0005_session_usage.sql")),
-    (6, include_str!("../migrations/0006_service_role.sql")),
-    (7, include_str!("../migrations/0007_session_trace.sql")),
-    (8, include_str!("../migrations/0008_log_epochs.sql")),
-    (9, include_str!("../migrations/0009_liveness.sql")),
-    // 0010 and 0011 made the idle-reaper's and the notification service's schemas, and 0012
-    // the image-commit service's beside the ledger's customized images; each service now
-    // migrates its own (the `component` hook of [`migrate`]). The versions stay, as no-ops, so
-    // that a database migrated before and one migrated since hold the same backbone history: a
-    // database that ran the old 0010-0012 skips them as before, and its service migrations
-    // find their tables there and leave them (they are written to run twice); an older berth
-    // started on a database migrated since finds nothing left to apply.
-    (10, MOVED_TO_ITS_SERVICE),
-    (11, MOVED_TO_ITS_SERVICE),
-    (12, include_str!("../migrations/0012_custom_images.sql")),
-    (13, include_str!("../migrations/0013_apps.sql")),
-    (14, include_str!("../migrations/0014_log_clock.sql")),
-    (17, include_str!("../migrations/0017_image_claims.sql")),
-    (18, include_str!("../migrations/0018_launches.sql")),
-    (19, include_str!("../migrations/0019_credentials.sql")),
-    (20, include_str!("../migrations/0020_network_scope.sql")),
-    (21, include_str!("../migrations/0021_group_scheduling.sql")),
-    (22, include_str!("../migrations/0022_session_priority.sql")),
-    (24, include_str!("../migrations/0024_gpu_usage.sql")),
-    (
-        25,
-        include_str!("../migrations/0025_backendai_keypairs.sql"),
-    ),
-];
-/// What a backbone migration whose tables moved to their service's crate now runs: nothing.
-const MOVED_TO_ITS_SERVICE: &str = "-- moved to the service that owns the schema";
 /// One migration of one component: its name (its row in `schema_migrations`), its version,
-/// and its SQL. A service that owns a schema exports its list (`idle_reaper::MIGRATIONS`, ...)
-/// for [`migrate`].
+/// and its SQL. The backbone's list is [`crate::migrations::MIGRATIONS`]; a service that owns
+/// a schema exports its own (`idle_reaper::MIGRATIONS`, ...) for [`migrate`].
 pub type Migration = (&'static str, i32, &'static str);
 /// The role services run as: it may append to and read the log, never change a row of it
 /// (migration 0006). [`pool`] switches every new connection to it.
@@ -286,10 +249,7 @@ pub async fn migrate(pool: &Pool, extra: &[Migration]) -> Result<(), StoreError>
             PRIMARY KEY (component, version))",
     )
     .await?;
-    let all = MIGRATIONS
-        .iter()
-        .map(|(v, sql)| ("events", *v, *sql))
-        .chain(extra.iter().copied());
+    let all = crate::migrations::MIGRATIONS.iter().chain(extra).copied();
     for (component, version, sql) in all {
         let done = tx
             .query_opt(

@@ -34,7 +34,7 @@ async fn unheard_for(h: &Harness, id: &str, secs: f64) {
         let client = h.pool.get().await.unwrap();
         let silent = client
             .query_opt(
-                "SELECT 1 FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+                "SELECT 1 FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                  WHERE a.agent_id = $1
                    AND greatest(a.last_heartbeat, l.seen_at) < now() - make_interval(secs => $2)",
                 &[&id, &secs],

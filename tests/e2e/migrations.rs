@@ -1,9 +1,10 @@
 //! The database's migrations as `berth::app::migrate` runs them: the backbone's, then the
-//! schemas the services own (idle-reaper, notification, image-commit, the gateway's proxy), each
-//! from its crate.
+//! schemas the services own (recorder, idle-reaper, notification, image-commit, the gateway's
+//! proxy), each from its crate.
 //! A fresh database gets every history row, the backbone's moved versions included (so an
 //! older berth finds nothing left to do); a database migrated before the services owned their
-//! schemas, when the backbone's 0010-0012 made those tables, migrates on with its rows kept.
+//! schemas, when the backbone's 0010-0012 made those tables and its 0003, 0005, 0008, 0009 and
+//! 0024 made the recorder's in `public`, migrates on with its rows kept.
 
 use deadpool_postgres::tokio_postgres::{self, NoTls};
 use deadpool_postgres::Pool;
@@ -59,6 +60,10 @@ async fn service_rows(pool: &Pool) -> Vec<i64> {
     let client = pool.get().await.unwrap();
     let mut counts = Vec::new();
     for table in [
+        "recorder.session_logs",
+        "recorder.session_usage",
+        "recorder.agent_liveness",
+        "recorder.liveness_watch",
         "idle_reaper.watched",
         "idle_reaper.checks",
         "idle_reaper.owners",
@@ -80,11 +85,17 @@ async fn service_rows(pool: &Pool) -> Vec<i64> {
 }
 
 fn expected_history() -> Vec<(String, i32)> {
-    let mut rows: Vec<(String, i32)> = events::store::MIGRATIONS
+    let mut rows: Vec<(String, i32)> = events::migrations::MIGRATIONS
         .iter()
-        .map(|(v, _)| ("events".to_owned(), *v))
+        .map(|(component, v, _)| ((*component).to_owned(), *v))
         .collect();
-    for component in ["gateway", "idle_reaper", "image_commit", "notification"] {
+    for component in [
+        "gateway",
+        "idle_reaper",
+        "image_commit",
+        "notification",
+        "recorder",
+    ] {
         rows.push((component.to_owned(), 1));
     }
     rows.sort();
@@ -96,7 +107,7 @@ async fn a_fresh_database_gets_the_backbone_history_and_each_services_schema() {
     let (pool, url) = empty_database().await;
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
-    assert_eq!(service_rows(&pool).await, vec![0; 10]);
+    assert_eq!(service_rows(&pool).await, vec![0; 14]);
     // Again: nothing left to do.
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
@@ -106,14 +117,26 @@ async fn a_fresh_database_gets_the_backbone_history_and_each_services_schema() {
 #[tokio::test]
 async fn a_database_migrated_before_the_services_owned_their_schemas_migrates_on() {
     let (pool, url) = empty_database().await;
-    // What the backbone alone made before: its history (the same rows as now) and the
-    // services' tables, with no history row of their own components.
+    // What the backbone alone made before: its history (the same rows as now), the
+    // recorder's tables in `public` and the other services' tables in their schemas, with no
+    // history row of their own components.
     events::store::migrate(&pool, &[]).await.unwrap();
     let old = owner(&url).await;
-    for (_, _, sql) in berth::app::service_migrations() {
-        old.batch_execute(sql).await.unwrap();
+    old.batch_execute(RECORDER_TABLES_IN_PUBLIC).await.unwrap();
+    for (component, _, sql) in berth::app::service_migrations() {
+        if component != "recorder" {
+            old.batch_execute(sql).await.unwrap();
+        }
     }
     let (user, session) = (Uuid::new_v4(), Uuid::new_v4());
+    old.batch_execute(&format!(
+        "INSERT INTO session_logs (session_id, kernel, content, complete, epoch, kept_bytes)
+           VALUES ('{session}', 0, 'kept output', true, '{session}', 11);
+         INSERT INTO agent_liveness VALUES ('old-agent', now());
+         INSERT INTO liveness_watch VALUES ('old-recorder', now(), now());"
+    ))
+    .await
+    .unwrap();
     old.execute(
         "INSERT INTO idle_reaper.owners VALUES ($1, 'default')",
         &[&user],
@@ -132,13 +155,130 @@ async fn a_database_migrated_before_the_services_owned_their_schemas_migrates_on
     )
     .await
     .unwrap();
-    assert_eq!(history(&old).await.len(), events::store::MIGRATIONS.len());
+    assert_eq!(
+        history(&old).await.len(),
+        events::migrations::MIGRATIONS.len()
+    );
 
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&old).await, expected_history());
     assert_eq!(
         service_rows(&pool).await,
-        vec![0, 0, 1, 1, 0, 0, 0, 1, 0, 0]
+        vec![1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0]
     );
+    // The recorder's tables moved, with their rows: none is left in `public`, and the kept
+    // output reads as the recorder wrote it.
+    for table in [
+        "session_logs",
+        "session_usage",
+        "agent_liveness",
+        "liveness_watch",
+    ] {
+        let left: bool = old
+            .query_one(
+                &format!("SELECT to_regclass('public.{table}') IS NOT NULL"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!left, "public.{table} is still there");
+    }
+    let kept = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT content, kept_bytes FROM recorder.session_logs WHERE session_id = $1",
+            &[&session],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.get::<_, String>(0), "kept output");
+    assert_eq!(kept.get::<_, i64>(1), 11);
     drop_database(pool, &url).await;
 }
+
+#[tokio::test]
+async fn the_recorders_tables_of_an_older_shape_get_their_later_columns() {
+    let (pool, url) = empty_database().await;
+    // A database migrated before the backbone's 0008 and 0024: the logs without their
+    // reading and byte count, the usage without the GPUs, no liveness tables yet.
+    events::store::migrate(&pool, &[]).await.unwrap();
+    let old = owner(&url).await;
+    let before_0008 = RECORDER_TABLES_IN_PUBLIC
+        .split("ALTER TABLE session_logs")
+        .next()
+        .unwrap();
+    old.batch_execute(before_0008).await.unwrap();
+    let session = Uuid::new_v4();
+    old.execute(
+        "INSERT INTO session_logs (session_id, kernel, content) VALUES ($1, 0, 'héllo')",
+        &[&session],
+    )
+    .await
+    .unwrap();
+
+    berth::app::migrate(&pool).await.unwrap();
+    assert_eq!(history(&old).await, expected_history());
+    let client = pool.get().await.unwrap();
+    let kept = client
+        .query_one(
+            "SELECT epoch IS NULL, kept_bytes FROM recorder.session_logs WHERE session_id = $1",
+            &[&session],
+        )
+        .await
+        .unwrap();
+    assert!(kept.get::<_, bool>(0));
+    assert_eq!(kept.get::<_, i64>(1), "héllo".len() as i64);
+    client
+        .execute(
+            "INSERT INTO recorder.session_usage (session_id, cpu_seconds, memory_bytes, rx_bytes,
+               tx_bytes, gpu_percent, gpu_memory_percent) VALUES ($1, 1, 1, 0, 0, 50, 25)",
+            &[&session],
+        )
+        .await
+        .unwrap();
+    assert_eq!(service_rows(&pool).await[..4], [1, 1, 0, 0]);
+    drop(client);
+    drop_database(pool, &url).await;
+}
+
+/// The recorder's tables as the backbone's migrations 0003, 0005, 0008, 0009 and 0024 made
+/// them, in `public`, with the grants of 0006 and 0009.
+const RECORDER_TABLES_IN_PUBLIC: &str = "
+CREATE TABLE session_logs (
+    session_id uuid        NOT NULL,
+    kernel     integer     NOT NULL,
+    content    text        NOT NULL,
+    complete   boolean     NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, kernel)
+);
+CREATE TABLE session_usage (
+    session_id   uuid PRIMARY KEY,
+    cpu_seconds  float8      NOT NULL,
+    cpu_percent  float8,
+    memory_bytes bigint      NOT NULL,
+    rx_bytes     bigint      NOT NULL,
+    tx_bytes     bigint      NOT NULL,
+    sampled_at   timestamptz NOT NULL DEFAULT now()
+);
+GRANT SELECT, INSERT, UPDATE, DELETE ON session_logs, session_usage TO berth_service;
+ALTER TABLE session_logs
+    ADD COLUMN epoch uuid,
+    ADD COLUMN kept_bytes bigint NOT NULL DEFAULT 0;
+UPDATE session_logs SET kept_bytes = octet_length(content);
+CREATE TABLE agent_liveness (
+    agent_id text        PRIMARY KEY,
+    seen_at  timestamptz NOT NULL
+);
+CREATE TABLE liveness_watch (
+    watcher         text        PRIMARY KEY,
+    listening_since timestamptz NOT NULL,
+    checked_at      timestamptz NOT NULL
+);
+GRANT SELECT, INSERT, UPDATE, DELETE ON agent_liveness, liveness_watch TO berth_service;
+ALTER TABLE session_usage ADD COLUMN gpu_percent float8;
+ALTER TABLE session_usage ADD COLUMN gpu_memory_percent float8;
+";

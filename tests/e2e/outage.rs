@@ -62,7 +62,7 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
         .await
         .unwrap()
         .query_one(
-            "SELECT extract(epoch FROM now() - seen_at)::float8 FROM agent_liveness WHERE agent_id = 'sim1'",
+            "SELECT extract(epoch FROM now() - seen_at)::float8 FROM recorder.agent_liveness WHERE agent_id = 'sim1'",
             &[],
         )
         .await

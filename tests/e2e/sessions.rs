@@ -978,7 +978,7 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_give_the
     wait_for(|| async {
         let client = h.pool.get().await.unwrap();
         client
-            .query_opt("SELECT 1 FROM liveness_watch", &[])
+            .query_opt("SELECT 1 FROM recorder.liveness_watch", &[])
             .await
             .unwrap()
     })

@@ -268,7 +268,7 @@ pub async fn assert_every_batch_ended_whole(
     // Output travels as telemetry, beside the reports that end a session: the sink may keep
     // a session's last chunk a moment after it ends (more so just after a restart).
     for _ in 0..150 {
-        let complete = "SELECT count(*) FROM session_logs
+        let complete = "SELECT count(*) FROM recorder.session_logs
                         WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'";
         if count(complete).await == sessions.len() {
             break;
@@ -286,7 +286,7 @@ pub async fn assert_every_batch_ended_whole(
                        AND e.event_type = 'KernelStarted'),
                     (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
                        AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'RUNNING')
-             FROM ledger.sessions s LEFT JOIN session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             FROM ledger.sessions s LEFT JOIN recorder.session_logs l ON l.session_id = s.session_id AND l.kernel = 0
              WHERE s.session_id = ANY($1)",
             &[&sessions],
         )

@@ -483,10 +483,7 @@ async fn session_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use events::payloads::{
-        ClusterMode, KernelStarted, Owner, ResourceSlots, SessionPriority, SessionRenamed,
-        SessionScheduled,
-    };
+    use events::payloads::{KernelStarted, Owner, ResourceSlots, SessionRenamed, SessionScheduled};
 
     fn request(session_type: SessionType, cluster_size: u32) -> SessionRequested {
         SessionRequested {
@@ -497,25 +494,10 @@ mod tests {
                 email: "ada@example.com".into(),
                 project: None,
             },
-            requested_by: None,
             session_type,
-            resource_group: "default".into(),
-            image: "berth/shell:latest".into(),
-            environment: Default::default(),
             resources: ResourceSlots::default(),
-            shared_memory_bytes: 0,
-            cluster_mode: ClusterMode::SingleNode,
             cluster_size,
-            agent_id: None,
-            preopen_ports: Vec::new(),
-            mounts: Vec::new(),
-            startup_command: None,
-            starts_at: None,
-            batch_timeout_secs: None,
-            omp_num_threads: 1,
-            max_lifetime_secs: None,
-            apps: Vec::new(),
-            priority: SessionPriority::DEFAULT,
+            ..domain::fixtures::session_requested()
         }
     }
 

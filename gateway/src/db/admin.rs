@@ -5,7 +5,7 @@
 //! `ledger.sessions`, `ledger.usage_intervals` (a group's shares),
 //! `ledger.user_passwords`, `ledger.resource_groups`, `ledger.group_projects`,
 //! `ledger.policies`, `ledger.agents`, `ledger.kernels`, written by `events::ledger`), the
-//! recorder's `agent_liveness`, and, for what the ledger takes no notice of (admissions, idle
+//! recorder's heartbeats (`recorder.agent_liveness`), and, for what the ledger takes no notice of (admissions, idle
 //! checks), the log itself (`events`, the agents' and idle streams).
 
 use std::collections::HashMap;
@@ -402,7 +402,7 @@ pub async fn admitted_agents(pool: &Pool) -> Result<Vec<AdmittedAgent>, ApiError
                g.version
              FROM admitted d JOIN latest l USING (stream_id)
              LEFT JOIN ledger.agents a ON a.agent_id = d.payload->>'agent_id'
-             LEFT JOIN agent_liveness lv ON lv.agent_id = a.agent_id
+             LEFT JOIN recorder.agent_liveness lv ON lv.agent_id = a.agent_id
              LEFT JOIN registered g USING (stream_id)
              ORDER BY 1",
             &[],

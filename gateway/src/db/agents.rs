@@ -1,7 +1,7 @@
 //! Agents: each agent of some resource groups, what it offers, holds and has free, and for
 //! superadmins how long it has gone unheard and how many sessions it holds. From the ledger
 //! (`ledger.agents`, `ledger.kernels`, written by `events::ledger`: the figures the launcher
-//! and the scheduler decide on) and the recorder's `agent_liveness` (heartbeats, kept
+//! and the scheduler decide on) and `recorder.agent_liveness` (heartbeats, kept
 //! outside the log).
 
 use deadpool_postgres::Pool;
@@ -38,7 +38,7 @@ pub async fn agents(
                         0),
                (SELECT count(DISTINCT k.session_id) FROM ledger.kernels k
                  WHERE k.agent_id = a.agent_id)
-             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+             FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
              WHERE a.resource_group = ANY($1) AND ($2 OR a.lost IS NULL)
              ORDER BY a.resource_group, a.agent_id",
             &[&groups, &everyone],

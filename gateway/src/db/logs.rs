@@ -1,5 +1,5 @@
-//! Logs: the kept output of a session's kernels (`session_logs`, written by the recorder from
-//! the agents' chunks; logs are not events).
+//! Logs: the kept output of a session's kernels (`recorder.session_logs`, written by the
+//! recorder from the agents' chunks; logs are not events).
 
 use deadpool_postgres::Pool;
 use uuid::Uuid;
@@ -12,7 +12,7 @@ pub async fn logs(pool: &Pool, id: Uuid) -> Result<Vec<KernelLog>, ApiError> {
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT kernel, content, complete, updated_at FROM session_logs
+            "SELECT kernel, content, complete, updated_at FROM recorder.session_logs
              WHERE session_id = $1 ORDER BY kernel",
             &[&id],
         )

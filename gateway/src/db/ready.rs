@@ -57,7 +57,7 @@ pub async fn agent_counts(
                          WHEN greatest(a.last_heartbeat, l.seen_at)
                               < now() - make_interval(secs => $1) THEN 'silent'
                          ELSE 'alive' END, count(*)
-             FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id) GROUP BY 1",
+             FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id) GROUP BY 1",
             &[&silent_after_secs],
         )
         .await?;

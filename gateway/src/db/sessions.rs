@@ -1,8 +1,8 @@
 //! Sessions: the list, the detail document and who owns a session. The list and the detail
 //! read the gateway's own projection (`proj_sessions.sessions`, written by
-//! [`crate::projection`]) and the recorder's latest usage sample (`session_usage`); the owner
-//! and status that must be exact right after a write read the ledger (`ledger.sessions`,
-//! written by `events::ledger`).
+//! [`crate::projection`]) and the recorder's latest usage sample
+//! (`recorder.session_usage`); the owner and status that must be exact right after a write
+//! read the ledger (`ledger.sessions`, written by `events::ledger`).
 
 use deadpool_postgres::Pool;
 use events::payloads::{SessionStatus, SessionType};
@@ -178,7 +178,7 @@ const DETAIL_SQL: &str = "SELECT owner, json_build_object(
         'memory_bytes', u.memory_bytes, 'network_rx_bytes', u.rx_bytes,
         'network_tx_bytes', u.tx_bytes, 'gpu_percent', u.gpu_percent,
         'gpu_memory_percent', u.gpu_memory_percent, 'sampled_at', u.sampled_at)
-      FROM session_usage u WHERE u.session_id = s.session_id))::text, version
+      FROM recorder.session_usage u WHERE u.session_id = s.session_id))::text, version
   FROM proj_sessions.sessions s WHERE session_id = $1";
 
 /// A session's detail document as the view has it.

@@ -225,29 +225,8 @@ mod tests {
                 email: "u@example.com".into(),
                 project: None,
             },
-            requested_by: None,
-            session_type: SessionType::Interactive,
-            resource_group: "default".into(),
-            image: "berth/shell:latest".into(),
-            environment: Default::default(),
-            resources: ResourceSlots {
-                cpu_milli: 1000,
-                memory_bytes: 1 << 30,
-                gpu_milli: 0,
-            },
-            shared_memory_bytes: 0,
-            cluster_mode: ClusterMode::SingleNode,
-            cluster_size: 1,
-            agent_id: None,
-            preopen_ports: Vec::new(),
-            mounts: Vec::new(),
-            startup_command: None,
-            starts_at: None,
-            batch_timeout_secs: None,
-            omp_num_threads: 1,
             max_lifetime_secs: lifetime_cap,
-            apps: Vec::new(),
-            priority: 10,
+            ..domain::fixtures::session_requested()
         }))
     }
 

@@ -1,11 +1,21 @@
 //! The statements this crate makes, as typed functions: the only place in it that writes
-//! SQL (the workspace's tidy test checks it). Events go through `events::ledger`.
+//! SQL (the workspace's tidy test checks it). Events go through `events::ledger`; what agents
+//! send that is not history (logs, usage, liveness) is kept in schema `recorder`, which the
+//! crate migrates itself ([`MIGRATIONS`]).
 
 use bus::protocol::{LiveSession, LogChunk, UsageSample};
 use deadpool_postgres::{GenericClient, Pool};
 use events::ledger::LedgerError;
 use events::payloads::SessionStatus;
+use events::store::Migration;
 use uuid::Uuid;
+
+/// The schema `recorder`, for `events::store::migrate` (component `recorder`).
+pub const MIGRATIONS: &[Migration] = &[(
+    "recorder",
+    1,
+    include_str!("../migrations/0001_recorder.sql"),
+)];
 
 /// The session's status now, if report `report_id` has been recorded on it.
 pub async fn recorded_status(
@@ -104,7 +114,7 @@ pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, Ledge
     ];
     let appended = client
         .execute(
-            "UPDATE session_logs l SET
+            "UPDATE recorder.session_logs l SET
                content = CASE WHEN l.epoch = $5 THEN l.content || $3 ELSE $3 END,
                kept_bytes = CASE WHEN l.epoch = $5 THEN l.kept_bytes + octet_length($3)
                                  ELSE octet_length($3) END,
@@ -121,7 +131,7 @@ pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, Ledge
     if offset == 0 {
         let inserted = client
             .execute(
-                "INSERT INTO session_logs (session_id, kernel, content, complete, epoch, kept_bytes)
+                "INSERT INTO recorder.session_logs (session_id, kernel, content, complete, epoch, kept_bytes)
                  SELECT $1::uuid, $2::int4, $3::text, $4::bool, $5::uuid, octet_length($3::text)
                  WHERE $6::int8 = 0
                  ON CONFLICT (session_id, kernel) DO NOTHING",
@@ -134,7 +144,7 @@ pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, Ledge
     }
     let held = client
         .query_opt(
-            "SELECT epoch, kept_bytes FROM session_logs WHERE session_id = $1 AND kernel = $2",
+            "SELECT epoch, kept_bytes FROM recorder.session_logs WHERE session_id = $1 AND kernel = $2",
             &[&chunk.session_id, &kernel],
         )
         .await?;
@@ -155,7 +165,7 @@ pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerE
     let client = pool.get().await?;
     client
         .execute(
-            "INSERT INTO session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at,
+            "INSERT INTO recorder.session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at,
                gpu_percent, gpu_memory_percent)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (session_id) DO UPDATE SET cpu_seconds = $2, cpu_percent = $3,
@@ -209,7 +219,7 @@ pub async fn keep_seen(
     let client = pool.get().await?;
     client
         .execute(
-            "INSERT INTO agent_liveness AS l (agent_id, seen_at)
+            "INSERT INTO recorder.agent_liveness AS l (agent_id, seen_at)
              SELECT * FROM unnest($1::text[], $2::timestamptz[])
              ON CONFLICT (agent_id) DO UPDATE SET seen_at = greatest(l.seen_at, EXCLUDED.seen_at)",
             &[&agents, &times],
@@ -238,7 +248,7 @@ pub async fn keep_watch(
         Some(since) => {
             client
                 .execute(
-                    "INSERT INTO liveness_watch (watcher, listening_since, checked_at)
+                    "INSERT INTO recorder.liveness_watch (watcher, listening_since, checked_at)
                      VALUES ($1, $2, now())
                      ON CONFLICT (watcher) DO UPDATE SET listening_since = $2, checked_at = now()",
                     &[&watcher, &since],
@@ -247,7 +257,10 @@ pub async fn keep_watch(
         }
         None => {
             client
-                .execute("DELETE FROM liveness_watch WHERE watcher = $1", &[&watcher])
+                .execute(
+                    "DELETE FROM recorder.liveness_watch WHERE watcher = $1",
+                    &[&watcher],
+                )
                 .await?;
         }
     }

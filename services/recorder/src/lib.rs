@@ -11,7 +11,8 @@
 //!   service's) on a JetStream stream where they wait while the agent is away.
 //! - [`liveness`]: when each agent was last heard from, kept outside the log.
 //! - [`telemetry`]: the sink that stores the output and usage agents send, idempotently.
-//! - `db`: the statements this crate makes.
+//! - `db`: the statements this crate makes, on the ledger and on the tables the crate owns
+//!   in schema `recorder` (logs, usage, liveness), which it migrates itself ([`MIGRATIONS`]).
 
 pub mod admission;
 mod db;
@@ -21,6 +22,7 @@ pub mod record;
 pub mod serve;
 pub mod telemetry;
 
+pub use db::MIGRATIONS;
 pub use record::RecordError;
 
 use deadpool_postgres::Pool;

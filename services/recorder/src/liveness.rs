@@ -1,9 +1,9 @@
 //! Liveness is not history. The recorder notes when it hears from each agent (a heartbeat, a
-//! registration) in memory and writes the latest times to `agent_liveness` every second, in
-//! one statement, outside the log. Only changes are events: the reconciler records
+//! registration) in memory and writes the latest times to `recorder.agent_liveness` every
+//! second, in one statement, outside the log. Only changes are events: the reconciler records
 //! `AgentLost`, and the recorder records `AgentReturned` when a lost agent is heard from
-//! again. Each recorder also keeps its watch (`liveness_watch`): since when it has listened
-//! without a break. A NATS outage restarts the watch, so silence that only the bus caused
+//! again. Each recorder also keeps its watch (`recorder.liveness_watch`): since when it has
+//! listened without a break. A NATS outage restarts the watch, so silence that only the bus caused
 //! never marks agents lost (the reconciler waits for a watch longer than its timeout); so
 //! does a PostgreSQL outage that kept what was heard from being written.
 

@@ -1,9 +1,9 @@
 //! The telemetry sink: a durable consumer of the telemetry stream that keeps each kernel's
-//! output in `session_logs` and each session's latest usage in `session_usage`. Both are
-//! idempotent (a chunk is appended only at the end of what is held of its reading, a sample
-//! only if no later one is kept), so a redelivered message changes nothing. An agent may
-//! send only about sessions placed on it: the sink drops what an agent sends about another
-//! agent's session.
+//! output in `recorder.session_logs` and each session's latest usage in
+//! `recorder.session_usage`. Both are idempotent (a chunk is appended only at the end of what
+//! is held of its reading, a sample only if no later one is kept), so a redelivered message
+//! changes nothing. An agent may send only about sessions placed on it: the sink drops what an
+//! agent sends about another agent's session.
 
 use std::time::Duration;
 

@@ -148,15 +148,15 @@ pub async fn queue_bounded(
     })
 }
 
-/// How long agent `a` (of `ledger.agents a`, with `agent_liveness l` joined) has gone
-/// unheard, in seconds on the database's clock: its last heartbeat the recorder noted, or
+/// How long agent `a` (of `ledger.agents a`, with `recorder.agent_liveness l` joined) has
+/// gone unheard, in seconds on the database's clock: its last heartbeat the recorder noted, or
 /// since it registered. NULL unless some recorder has listened without a break for longer
 /// than the parameter `listened_for` (seconds) names and is listening now: a bus outage must
 /// not look like every agent falling silent.
 fn unheard_for_seconds(listened_for: &str) -> String {
     format!(
         "CASE WHEN EXISTS (
-               SELECT 1 FROM liveness_watch
+               SELECT 1 FROM recorder.liveness_watch
                WHERE listening_since < now() - make_interval(secs => {listened_for})
                  AND checked_at > now() - interval '10 seconds')
              THEN extract(epoch FROM now() - greatest(a.last_heartbeat, l.seen_at))::float8
@@ -171,7 +171,7 @@ fn unheard_for(row: &tokio_postgres::Row, idx: usize) -> Option<Duration> {
 }
 
 /// `group`'s agents not marked lost with what they hold, by id, and how long each has gone
-/// unheard (by the recorder's `agent_liveness`, or since it registered) on the database's
+/// unheard (by `recorder.agent_liveness`, or since it registered) on the database's
 /// clock. The silence is told only while some recorder has listened without a break for
 /// longer than `silent_after` and is listening now, as in [`silent_agents`]: a bus outage
 /// must not look like every agent falling silent.
@@ -186,7 +186,7 @@ pub async fn agents(
                 "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
                         a.used_memory_bytes, a.used_gpu_milli, {},
                         coalesce(a.network_scope, 'agent:' || a.agent_id)
-                 FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+                 FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                  WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
                 unheard_for_seconds("$2")
             ),
@@ -283,9 +283,9 @@ pub async fn owner_loads(
         .collect())
 }
 
-/// Agents not lost that have not been heard from for longer than `timeout` (by the recorder's
-/// `agent_liveness`, or since they registered), with their silence in seconds. None while no
-/// recorder has listened without a break for longer than `timeout` and is listening now: the
+/// Agents not lost that have not been heard from for longer than `timeout` (by
+/// `recorder.agent_liveness`, or since they registered), with their silence in seconds. None
+/// while no recorder has listened without a break for longer than `timeout` and is listening now: the
 /// silence may then be the bus's, not the agents'.
 pub async fn silent_agents(
     client: &impl GenericClient,
@@ -295,11 +295,11 @@ pub async fn silent_agents(
         .query(
             "WITH last AS (
                SELECT a.agent_id, greatest(a.last_heartbeat, l.seen_at) AS seen_at
-               FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+               FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                WHERE a.lost IS NULL)
              SELECT agent_id, extract(epoch FROM now() - seen_at)::bigint FROM last
              WHERE seen_at < now() - make_interval(secs => $1)
-               AND EXISTS (SELECT 1 FROM liveness_watch
+               AND EXISTS (SELECT 1 FROM recorder.liveness_watch
                            WHERE listening_since < now() - make_interval(secs => $1)
                              AND checked_at > now() - interval '10 seconds')",
             &[&timeout.as_secs_f64()],
@@ -315,7 +315,7 @@ pub struct Departed {
     pub agent_id: String,
     /// Its `lost`, as the ledger has it: `departed: ` and its own words.
     pub lost: String,
-    /// How long it has gone unheard (by the recorder's `agent_liveness`, or by its own last
+    /// How long it has gone unheard (by `recorder.agent_liveness`, or by its own last
     /// heartbeat) on the database's clock; `None` while no recorder has listened without a
     /// break for longer than `listened_for` and is listening now, as in [`silent_agents`].
     pub unheard_for: Option<Duration>,
@@ -331,7 +331,7 @@ pub async fn departed_agents(
         .query(
             &format!(
                 "SELECT a.agent_id, a.lost, {}
-                 FROM ledger.agents a LEFT JOIN agent_liveness l USING (agent_id)
+                 FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                  WHERE starts_with(a.lost, $1) ORDER BY a.agent_id",
                 unheard_for_seconds("$2")
             ),

@@ -245,17 +245,8 @@ mod tests {
 
     fn session(cluster_size: u32) -> SessionState {
         let request = SessionRequested {
-            session_id: Uuid::now_v7(),
             name: "job1".into(),
-            owner: Owner {
-                user_id: Uuid::now_v7(),
-                email: "a@b.c".into(),
-                project: None,
-            },
-            requested_by: None,
             session_type: SessionType::Batch,
-            resource_group: "default".into(),
-            image: "berth/shell:latest".into(),
             environment: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
             resources: ResourceSlots {
                 cpu_milli: 1500,
@@ -263,18 +254,12 @@ mod tests {
                 gpu_milli: 0,
             },
             shared_memory_bytes: 64 << 20,
-            cluster_mode: ClusterMode::SingleNode,
             cluster_size,
-            agent_id: None,
             preopen_ports: vec![8080],
             mounts: vec!["data".into()],
             startup_command: Some("echo hi".into()),
-            starts_at: None,
-            batch_timeout_secs: None,
             omp_num_threads: 2,
-            max_lifetime_secs: None,
-            apps: Vec::new(),
-            priority: 10,
+            ..domain::fixtures::session_requested()
         };
         SessionState::requested(&request)
     }
