@@ -2,22 +2,34 @@
 //! which `infra/test.sh` installs), for the tests of berth's pages. Without chromedriver a
 //! browser test says so and passes nothing off as checked.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common::free_port;
 
-/// One chromedriver and the browser session it drives; both end with it.
+/// One chromedriver and the browser session it drives; both end with it, also when the test
+/// fails.
 pub struct Browser {
     pub client: fantoccini::Client,
     driver: Child,
 }
 
 impl Drop for Browser {
+    /// chromedriver starts Chromium as processes of its own, which outlive a chromedriver that
+    /// is killed alone (a run once left five headless browsers behind): the driver leads a
+    /// process group of its own, and the whole group is killed.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        kill_process_group(&self.driver);
         let _ = self.driver.wait();
     }
+}
+
+fn kill_process_group(leader: &Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", leader.id())])
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// A headless Chromium, or `None` where chromedriver is not installed (a failure under CI:
@@ -38,6 +50,7 @@ pub async fn browser() -> Option<Browser> {
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("chromedriver starts");
     let url = format!("http://127.0.0.1:{port}");
@@ -63,7 +76,8 @@ pub async fn browser() -> Option<Browser> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = driver.kill();
+    kill_process_group(&driver);
+    let _ = driver.wait();
     panic!("chromedriver never opened a browser: {last:?}");
 }
 
