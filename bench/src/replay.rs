@@ -209,7 +209,9 @@ async fn record_sessions(
                     let life = life_of(session_id, agent, owner, !n.is_multiple_of(10));
                     events::ledger::record(
                         &tx,
-                        &format!("session-{session_id}"),
+                        // The stream id the services write, which the ledger's usage
+                        // intervals read back (a hyphenated one left `started_at` null).
+                        &events::catalogue::stream_id("session", session_id),
                         ExpectedVersion::NoStream,
                         &life,
                         &metadata,
