@@ -96,6 +96,7 @@ enum Command {
     /// the PATH; `cargo build --release -p berth-bench` builds it) with the arguments given.
     #[command(disable_help_flag = true)]
     Bench {
+        /// The bench and its flags, as `berth-bench` reads them (`berth bench --help`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
