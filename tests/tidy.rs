@@ -350,6 +350,24 @@ fn no_database_client_reaches_the_agent() {
     assert!(events.iter().any(|id| id.contains("tokio-postgres")));
 }
 
+/// The `berth` that operators run links nothing only tests and benchmarks need: no test kit
+/// (scratch servers), no rcgen (its certificate authority) and no benchmark.
+#[test]
+fn the_product_links_no_test_kit_and_no_benchmark() {
+    let meta = metadata();
+    let test_only = ["berth-testkit", "berth-bench", "rcgen"];
+    let reached: Vec<String> = normal_closure(&meta, "berth")
+        .into_iter()
+        .filter(|id| test_only.iter().any(|t| id.contains(t)))
+        .collect();
+    assert!(reached.is_empty(), "berth reaches {reached:?}");
+    // The check sees them where they are.
+    let bench = normal_closure(&meta, "berth-bench");
+    for t in test_only {
+        assert!(bench.iter().any(|id| id.contains(t)), "berth-bench: no {t}");
+    }
+}
+
 /// Each workspace library's name (as code writes it) and its root source file.
 fn workspace_libraries(meta: &Value) -> BTreeMap<String, PathBuf> {
     members(meta)

@@ -11,18 +11,6 @@ mod admin;
 mod admin_database;
 mod agent_cli;
 mod bench;
-mod bench_apps;
-mod bench_backendai;
-mod bench_commit;
-mod bench_console;
-mod bench_fleet;
-mod bench_reap;
-mod bench_recovery;
-mod bench_replay;
-mod bench_sessions;
-mod bench_tls;
-mod bench_whatif;
-mod db;
 mod session_cli;
 mod whatif_cli;
 
@@ -104,9 +92,14 @@ enum Command {
     Audit(AuditCommand),
     /// Record a few events and watch the running relay deliver them on NATS.
     Demo,
-    /// Measure the platform and print figures.
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    /// Measure the platform and print figures: runs `berth-bench` (beside this binary or on
+    /// the PATH; `cargo build --release -p berth-bench` builds it) with the arguments given.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The bench and its flags, as `berth-bench` reads them (`berth bench --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Users, keys, projects, resource groups, policies, presets, idle checks and agents,
     /// through the gateway's superadmin endpoints (BERTH_GATEWAY_URL, BERTH_API_KEY).
     #[command(subcommand)]
@@ -138,7 +131,6 @@ impl Command {
             Command::ImageCommit => "berth-image-commit",
             Command::Gateway => "berth-gateway",
             Command::Agent(_) => "berth-agent",
-            Command::Bench(_) => "berth-bench",
             _ => "berth",
         }
     }
@@ -189,6 +181,10 @@ fn main() -> ExitCode {
     if let Command::Completion { shell } = cli.command {
         completion(shell);
         return ExitCode::SUCCESS;
+    }
+    // The benchmarks read their own settings, in a process of their own.
+    if let Command::Bench { args } = cli.command {
+        return bench::pass_through(&matches, args);
     }
     // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
     events::tls::use_ring();
@@ -374,7 +370,7 @@ async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Re
             }
         }
         Command::Audit(command) => return audit_command(&config, command).await,
-        Command::Bench(command) => bench::run(&config, command).await?,
+        Command::Bench { args } => return Ok(bench::pass_through(matches, args)),
         Command::Demo => demo(&config).await?,
         Command::Admin(command) => return admin::run(&config, command).await,
         Command::Session(command) => return session_cli::run(&config, command).await,

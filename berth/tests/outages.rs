@@ -14,10 +14,10 @@ mod common;
 
 use std::time::Duration;
 
-use berth::scratch::{EngineDoor, Nats, Postgres};
 use common::*;
 use deadpool_postgres::Pool;
 use serde_json::{json, Value};
+use testkit::scratch::{EngineDoor, Nats, Postgres};
 
 /// How long each outage lasts: longer than the heartbeat timeout the processes are given,
 /// so an agent marked lost for the outage's silence would show.
@@ -167,7 +167,7 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let credential = dir.join("credential");
     admit_agent(&url, &agent_id, &credential, &[]);
 
-    let port = berth::scratch::free_port();
+    let port = testkit::scratch::free_port();
     let up_env: Vec<(String, String)> = [
         ("BERTH_DATABASE_URL", url.clone()),
         ("BERTH_NATS_URL", nats.url()),

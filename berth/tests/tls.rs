@@ -11,10 +11,10 @@ use uuid::Uuid;
 async fn the_cli_talks_to_an_https_gateway_and_checks_its_certificate() {
     let (_pool, url) = fresh_database().await;
     let key = init_install(&url);
-    let ca = berth::scratch::Authority::new("berth test CA").unwrap();
+    let ca = testkit::scratch::Authority::new("berth test CA").unwrap();
     let (cert, cert_key) = ca.issue("gateway", &["localhost"]).unwrap();
     let id = Uuid::new_v4().simple().to_string();
-    let port = berth::scratch::free_port();
+    let port = testkit::scratch::free_port();
     let mut env = bus_env("tls", &id);
     let more: Vec<(String, String)> = [
         ("BERTH_DATABASE_URL", url.clone()),

@@ -22,7 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// `backend.ai` of the shared install.
 async fn installed() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("backendai-client-23.9.10");
-    tokio::task::spawn_blocking(move || berth::backendai_client::install(&dir))
+    tokio::task::spawn_blocking(move || testkit::backendai_client::install(&dir))
         .await
         .unwrap()
         .expect("Backend.AI's client installs from PyPI")

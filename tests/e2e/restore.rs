@@ -60,7 +60,7 @@ async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
 
     // A new cluster counts transactions from a few hundred: far behind the log.
     // A cluster of the test's own: a new data directory, on a free port.
-    let cluster = berth::scratch::Postgres::start().unwrap();
+    let cluster = testkit::scratch::Postgres::start().unwrap();
     let (admin, connection) = deadpool_postgres::tokio_postgres::connect(
         &cluster.url("postgres"),
         deadpool_postgres::tokio_postgres::NoTls,

@@ -1,5 +1,5 @@
 //! TLS wherever a connection may leave the host, against servers the tests start with
-//! certificates they make (rcgen, `berth::scratch::Authority`): PostgreSQL checked as each
+//! certificates they make (rcgen, `testkit::scratch::Authority`): PostgreSQL checked as each
 //! `sslmode` says and refused with a wrong CA; NATS over `tls://` with client certificates,
 //! refusing plain and certificate-less clients; and the whole platform at once over TLS (its
 //! database, its bus, an agent, an HTTPS gateway) delivering a webhook to an `https://`
@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-use berth::scratch::{Authority, Postgres};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use testkit::scratch::{Authority, Postgres};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every error of `e`'s chain, in words.

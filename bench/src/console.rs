@@ -4,9 +4,6 @@
 //! next to the time to fetch and parse the JSON list from the same page. Chromium is driven
 //! over WebDriver (Debian's `chromium-driver`) with plain HTTP requests.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,15 +11,15 @@ use anyhow::Context as _;
 use events::payloads::Role;
 use serde_json::{json, Value};
 
-use crate::bench_sessions::percentile;
+use crate::sessions::percentile;
 
 /// Sessions on the page (one page of the list, out of all of them).
 const PAGE_ROWS: usize = 20;
 
 pub async fn console(url: &str, sessions: usize, rounds: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
-    crate::bench_sessions::fill(&pool, 10, sessions).await?;
+    berth::app::migrate(&pool).await?;
+    crate::sessions::fill(&pool, 10, sessions).await?;
     let view = gateway::projection::SessionsView;
     events::projection::install(&pool, &view).await?;
     events::projection::catch_up(&pool, &view).await?;

@@ -13,21 +13,18 @@
 //!   takes it), from the server's return to that session RUNNING; it is placed during the
 //!   outage or by the wake-up the relay publishes once the bus is back.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use berth::app::{self, Parts};
 use berth::config::Config;
-use berth::scratch::{Nats, Postgres};
 use events::payloads::{ResourceSlots, SessionStatus};
 use serde_json::json;
+use testkit::scratch::{Nats, Postgres};
 use uuid::Uuid;
 
-use crate::bench_sessions::{admit_for_bench, percentile, shell_image};
 use crate::db;
+use crate::sessions::{admit_for_bench, percentile, shell_image};
 
 /// A session's milestones, in seconds from a moment the caller chose.
 #[derive(Debug, Clone, Copy)]

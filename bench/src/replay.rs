@@ -7,9 +7,6 @@
 //! nine in ten, TERMINATING, TERMINATED with an exit code and the resources released; the
 //! tenth stays RUNNING and holds its agent's share.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::Instant;
 
 use chrono::Utc;
@@ -31,13 +28,13 @@ const WRITERS: usize = 4;
 
 pub async fn replay(url: &str, events: u64) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     let capacity = ResourceSlots {
         cpu_milli: 1_000_000,
         memory_bytes: 4_096 * GIB,
         gpu_milli: 0,
     };
-    let agents = crate::bench_sessions::register_agents(&pool, 100, capacity).await?;
+    let agents = crate::sessions::register_agents(&pool, 100, capacity).await?;
     let owners = owners(&pool).await?;
     // Nine in ten sessions end (12 events), the tenth stays RUNNING (9).
     let sessions = (events * 10).div_ceil(117) as usize;
@@ -212,7 +209,9 @@ async fn record_sessions(
                     let life = life_of(session_id, agent, owner, !n.is_multiple_of(10));
                     events::ledger::record(
                         &tx,
-                        &format!("session-{session_id}"),
+                        // The stream id the services write, which the ledger's usage
+                        // intervals read back (a hyphenated one left `started_at` null).
+                        &events::catalogue::stream_id("session", session_id),
                         ExpectedVersion::NoStream,
                         &life,
                         &metadata,

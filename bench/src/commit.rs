@@ -5,26 +5,23 @@
 //! `docker commit` CLI (which also pays a process spawn), in the same run, taking turns.
 //! Only commits that ended done are timed; those that failed are counted and said.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::{Duration, Instant};
 
 use events::payloads::*;
 use uuid::Uuid;
 
-use crate::bench_sessions::{
+use crate::db;
+use crate::sessions::{
     bench_docker_agent, bench_engine, end_session, percentile, recorder_on_bus, relay_on_bus,
     superadmin, woken_scheduler,
 };
-use crate::db;
 
 const GIB: u64 = 1 << 30;
 const IMAGE: &str = "berth/python:latest";
 
 pub async fn commit(nats_url: &str, url: &str, rounds: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let engine = bench_engine(IMAGE).await?;
     let docker = engine.docker.clone();

@@ -7,11 +7,8 @@
 //!   (`BackendAiCaller`) next to one with an API key (`Caller`), each to a handler that only
 //!   answers `ok`: the same work but the authentication.
 //! - Backend.AI's own `backend.ai ps` over one user's 1,000 sessions, next to `berth session
-//!   ls` (this binary) over the same sessions, as a person runs them: each a new process;
+//!   ls` (the `berth` binary) over the same sessions, as a person runs them: each a new process;
 //!   and the GraphQL list query the CLI sends, alone, next to berth's JSON list of a page.
-
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -22,7 +19,7 @@ use events::payloads::Role;
 use gateway::backendai::auth::{self, Signed};
 use serde_json::{json, Value};
 
-use crate::bench_sessions::percentile;
+use crate::sessions::percentile;
 
 /// The GraphQL list query `backend.ai ps` sends, with its default fields.
 const PS_QUERY: &str = "query($limit:Int!, $offset:Int!, $status: String, $access_key: String, \
@@ -45,8 +42,8 @@ pub async fn backendai(
     verification(requests * 100);
 
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
-    crate::bench_sessions::fill(&pool, 10, 0).await?;
+    berth::app::migrate(&pool).await?;
+    crate::sessions::fill(&pool, 10, 0).await?;
     let email = "ps@berth.local";
     let (_, api_key) =
         launcher::access::create_user(&pool, email, Role::User, "default", &["default".into()])
@@ -196,11 +193,11 @@ pub async fn backendai(
     // Both CLIs, each run a new process, as a person types them.
     let program = {
         let dir = client_dir.to_path_buf();
-        tokio::task::spawn_blocking(move || berth::backendai_client::install(&dir)).await??
+        tokio::task::spawn_blocking(move || testkit::backendai_client::install(&dir)).await??
     };
     let home = std::env::temp_dir().join(format!("berth-bench-bai-{}", std::process::id()));
     std::fs::create_dir_all(&home)?;
-    let berth = std::env::current_exe()?;
+    let berth = crate::berth_binary()?;
     let mut ps = Vec::with_capacity(runs);
     let mut ls = Vec::with_capacity(runs);
     let mut start_only = Vec::with_capacity(runs);

@@ -4,9 +4,6 @@
 //! connections in use, the CPU of the control-plane process and of PostgreSQL; then batch
 //! sessions created at once, placed, run and ended by the agents through NATS, per second.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,7 +11,7 @@ use deadpool_postgres::Pool;
 use events::payloads::*;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench_sessions::shell_image;
+use crate::sessions::shell_image;
 
 /// Seconds of CPU (user and system) a process has used, from `/proc/<pid>/stat`.
 pub(crate) fn cpu_seconds(pid: u32) -> f64 {
@@ -78,7 +75,7 @@ pub async fn fleet(
     sessions: usize,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 4)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     let id = std::process::id();
     let subjects = bus::Subjects {
         root: format!("fleet{id}"),

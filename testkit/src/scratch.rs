@@ -76,7 +76,7 @@ impl Postgres {
     }
 
     fn make(tls: Option<(&Path, &Path)>) -> anyhow::Result<Postgres> {
-        let initdb = crate::backup::pg_tool("initdb");
+        let initdb = berth::backup::pg_tool("initdb");
         let bin = initdb
             .parent()
             .context(

@@ -8,9 +8,6 @@
 //!   process while it watches none; and the checkers' own cost, `Watchlist::due` over that
 //!   many RUNNING sessions each holding a whole window of usage.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -19,9 +16,9 @@ use events::idleness::*;
 use events::payloads::*;
 use uuid::Uuid;
 
-use crate::bench_fleet::cpu_seconds;
-use crate::bench_sessions::{admit_for_bench, percentile, relay_on_bus, small_shell, superadmin};
 use crate::db;
+use crate::fleet::cpu_seconds;
+use crate::sessions::{admit_for_bench, percentile, relay_on_bus, small_shell, superadmin};
 
 /// Lifetime of the sessions of the delay phase.
 const LIFETIME_SECS: u64 = 2;
@@ -33,7 +30,7 @@ pub async fn reap(
     watched: usize,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
         resource_group: "default".into(),

@@ -6,15 +6,12 @@
 //! cache resumes it), and with a new client each time (a full handshake, as each `berth
 //! session create` process makes).
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::{Duration, Instant};
 
 use events::payloads::*;
 use serde_json::json;
 
-use crate::bench_sessions::{agent_capacity, fill_policy, percentile, register_agents};
+use crate::sessions::{agent_capacity, fill_policy, percentile, register_agents};
 
 /// How each run of creates reaches the gateway.
 #[derive(Clone, Copy)]
@@ -41,7 +38,7 @@ impl Way {
 pub async fn tls(url: &str, creates: usize) -> anyhow::Result<()> {
     events::tls::use_ring();
     let pool = events::store::pool(url, 8)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     fill_policy(&pool).await?;
     register_agents(&pool, 1, agent_capacity()).await?;
@@ -54,7 +51,7 @@ pub async fn tls(url: &str, creates: usize) -> anyhow::Result<()> {
     )
     .await?;
 
-    let authority = berth::scratch::Authority::new("berth bench CA")?;
+    let authority = testkit::scratch::Authority::new("berth bench CA")?;
     let (cert, cert_key) = authority.issue("gateway", &["localhost"])?;
     let tls = gateway::tls::server_config(&cert, &cert_key)?;
     let stop = tokio_util::sync::CancellationToken::new();

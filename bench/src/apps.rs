@@ -6,9 +6,6 @@
 //! The whole control plane runs in this process (`berth::app`, the gateway's proxy among it)
 //! with a Docker agent, on a database and streams of the bench's own.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -17,7 +14,7 @@ use berth::config::Config;
 use events::payloads::ResourceSlots;
 use serde_json::{json, Value};
 
-use crate::bench_sessions::{bench_docker_agent, bench_engine, percentile};
+use crate::sessions::{bench_docker_agent, bench_engine, percentile};
 
 const IMAGE: &str = "berth/jupyter:latest";
 /// A web server in the session: a small file and a 100 MB one, on the preopen port.

@@ -10,9 +10,6 @@
 //! request and release, as the live scheduler is), written as the events the log would hold,
 //! and read back; the replays run on what was read.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::collections::HashMap;
 use std::time::Instant;
 

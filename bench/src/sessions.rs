@@ -13,9 +13,6 @@
 //!   the other's.
 //! - wake: create to placement, the scheduler woken by the bus next to an in-process poke.
 
-// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
-#![allow(clippy::disallowed_types)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -526,7 +523,7 @@ pub async fn schedule(
         return Ok(());
     }
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     fill(&pool, agents, sessions).await?;
     let mut scheduler = scheduler::run::Scheduler::new(
         pool.clone(),
@@ -712,7 +709,7 @@ struct GatewayBench {
 impl GatewayBench {
     async fn prepare(nats_url: &str, url: &str) -> anyhow::Result<GatewayBench> {
         let pool = events::store::pool(url, 32)?;
-        crate::app::migrate(&pool).await?;
+        berth::app::migrate(&pool).await?;
         fill(&pool, 100, 10_000).await?;
         let mut scheduler = scheduler::run::Scheduler::new(
             pool.clone(),
@@ -817,7 +814,7 @@ impl GatewayBench {
 /// follower pokes it.
 pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let engine = bench_engine("berth/shell:latest").await?;
     let docker = engine.docker.clone();
@@ -1080,7 +1077,7 @@ impl StatusWatch {
 /// gateway's old shortcut), as the baseline.
 pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
-    crate::app::migrate(&pool).await?;
+    berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
         resource_group: "default".into(),

@@ -1,0 +1,362 @@
+//! `berth-bench`: figures for docs/performance.md, each next to the raw PostgreSQL figure
+//! for the same rows measured in the same run. `berth bench ...` runs this binary (found
+//! beside `berth`, else on the `PATH`); `cargo build --release -p berth-bench` builds it.
+//!
+//! The benchmarks live outside the `berth` that operators run, so that what only they and the
+//! tests need (scratch clusters, a certificate authority: `testkit`) is not linked into it.
+//! Every run uses a database of its own (dropped at the end), so the figures do not depend
+//! on what the platform's database holds.
+
+// A benchmark measures wall-clock time on purpose, outside any runtime's clock.
+#![allow(clippy::disallowed_types)]
+
+mod apps;
+mod backendai;
+mod commit;
+mod console;
+mod db;
+mod fleet;
+mod reap;
+mod recovery;
+mod relay;
+mod replay;
+mod sessions;
+mod store;
+mod tls;
+mod whatif;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use berth::config::{Config, Settings};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// `berth bench`'s command line: the bench, and every setting `berth` reads (the same flags
+/// and `BERTH_*` variables).
+#[derive(Parser)]
+#[command(
+    name = "berth-bench",
+    bin_name = "berth bench",
+    version,
+    about = "Measure the platform and print figures (docs/performance.md)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: BenchCommand,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+fn main() -> ExitCode {
+    // As `berth` reads its settings: an empty BERTH_* variable counts as unset.
+    let command = Cli::command().mut_args(|arg| {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|value| value.is_empty());
+        if empty {
+            arg.env(None::<&str>)
+        } else {
+            arg
+        }
+    });
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    // Before any HTTP client: reqwest builds its TLS from it.
+    events::tls::use_ring();
+    let config = match Config::from_settings(&cli.settings) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("berth bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("berth bench: start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let _telemetry = match berth::telemetry::init("berth-bench", config.log_format) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("berth bench: telemetry: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match run(&config, cli.command).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("berth bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Appends (single and batched), reading the whole log, and raw PostgreSQL for each.
+    Store {
+        /// Seconds each append phase runs.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 16)]
+        writers: usize,
+        /// Run without the audit sealer beside the writers.
+        #[arg(long)]
+        no_sealer: bool,
+    },
+    /// Append-to-delivery latency through the relay to a JetStream consumer.
+    Relay {
+        /// Events appended per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
+    /// The scheduling core under fifo and drf side by side, and scheduling end to end, with
+    /// 1,000 agents and 10,000 pending.
+    Schedule {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
+        /// Only the scheduling core, in memory (no database): e.g. `--agents 10000
+        /// --sessions 100000`.
+        #[arg(long)]
+        core_only: bool,
+    },
+    /// An in-process launch to RUNNING with real containers, next to the bare Engine API's
+    /// create and start and plain `docker run -d`; and sessions started per second in a
+    /// burst, next to as many parallel `docker run -d` on an engine as quiet.
+    Start {
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+        #[arg(long, default_value_t = 20)]
+        burst: usize,
+    },
+    /// Create to placement, one session at a time: the scheduler woken by the bus (relay and
+    /// NATS, as in service) next to an in-process poke (how the gateway woke it before).
+    Wake {
+        #[arg(long, default_value_t = 200)]
+        sessions: usize,
+    },
+    /// Simulated agents on the bus against `berth up` as its own process: PostgreSQL
+    /// connections and CPU idle, with none and with all of them; then batch sessions
+    /// placed and run per second.
+    Fleet {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 2_000)]
+        sessions: usize,
+    },
+    /// The idle-reaper: from a session falling due to its reaping, next to terminating it in
+    /// process when due; the CPU of watching sessions, next to watching none.
+    Reap {
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        #[arg(long, default_value_t = 1_000)]
+        watched: usize,
+    },
+    /// A RUNNING berth/python session committed to an image, next to the bare Engine API's
+    /// commit and `docker commit` of the same container; only commits that ended done are
+    /// timed.
+    Commit {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// The app proxy next to the published port (a small request's latency, a 100 MB
+    /// download), the terminal's keystroke echo, and JupyterLab's first page.
+    Apps {
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+    },
+    /// How soon sessions are placed and RUNNING again once PostgreSQL or NATS returns from
+    /// an outage, next to a create's own times with nothing away. Runs on a PostgreSQL
+    /// cluster and a nats-server of its own, which it stops and starts.
+    Recovery {
+        /// Outages of each dependency.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Seconds each outage lasts.
+        #[arg(long, default_value_t = 3)]
+        outage: u64,
+    },
+    /// The ledger replayed and each projection folded again over a log of sessions' lives,
+    /// next to a raw `COPY` of the log and to applying events a statement at a time.
+    Replay {
+        /// Events in the log (at least; whole sessions are recorded).
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+    },
+    /// The console's Sessions page over many sessions next to the JSON list of the same
+    /// page: bytes and answer times, and in headless Chromium its first paint next to the
+    /// list fetched from the page.
+    Console {
+        #[arg(long, default_value_t = 1_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 30)]
+        rounds: usize,
+    },
+    /// What Backend.AI's compatibility costs: a signed request's verification next to an API
+    /// key's, through the gateway and alone, and Backend.AI's own `backend.ai ps` over one
+    /// user's sessions next to `berth session ls` (the client is installed from PyPI into
+    /// `--client-dir` when missing).
+    Backendai {
+        #[arg(long, default_value_t = 1_000)]
+        sessions: usize,
+        /// Requests each way.
+        #[arg(long, default_value_t = 2_000)]
+        requests: usize,
+        /// Runs of each CLI.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        #[arg(long, default_value_os_t = crate::backendai::default_client_dir())]
+        client_dir: std::path::PathBuf,
+    },
+    /// What TLS costs a session create: over HTTPS kept alive, with a new connection and
+    /// with a new client (a full handshake) each time, next to plain HTTP.
+    Tls {
+        /// Creates measured in each way.
+        #[arg(long, default_value_t = 300)]
+        creates: usize,
+    },
+    /// A what-if replay of recorded requests (synthetic, in memory) through FIFO and DRF,
+    /// next to reading the workload out of its log and one pass of the core over it all.
+    Whatif {
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+    },
+    /// Session-detail reads through the gateway: requests per second and latency.
+    Gateway {
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Serve every read from the projection (no detail cache).
+        #[arg(long)]
+        no_cache: bool,
+    },
+    /// The gateway's session-detail reads with metrics on (every request measured, `/metrics`
+    /// scraped every second) next to metrics off, in alternating rounds in one run.
+    Metrics {
+        /// Seconds of each round, each way.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long, default_value_t = 4)]
+        rounds: usize,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+    },
+}
+
+async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
+    // In memory only: no database of its own.
+    if let BenchCommand::Whatif { sessions, agents } = command {
+        return crate::whatif::whatif(sessions, agents);
+    }
+    let (url, name) = bench_database(&config.database_url)?;
+    events::store::ensure_database(&url).await?;
+    let result = match command {
+        BenchCommand::Store {
+            seconds,
+            writers,
+            no_sealer,
+        } => store::store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
+        BenchCommand::Relay { rate, seconds } => {
+            relay::relay_bench(config, &url, rate, seconds).await
+        }
+        BenchCommand::Schedule {
+            agents,
+            sessions,
+            core_only,
+        } => crate::sessions::schedule(&url, agents, sessions, core_only).await,
+        BenchCommand::Start { sessions, burst } => {
+            crate::sessions::start(&config.nats_url, &url, sessions, burst).await
+        }
+        BenchCommand::Wake { sessions } => {
+            crate::sessions::wake(&config.nats_url, &url, sessions).await
+        }
+        BenchCommand::Commit { rounds } => {
+            crate::commit::commit(&config.nats_url, &url, rounds).await
+        }
+        BenchCommand::Apps { requests } => crate::apps::apps(config, &url, requests).await,
+        BenchCommand::Reap { sessions, watched } => {
+            crate::reap::reap(&config.nats_url, &url, sessions, watched).await
+        }
+        BenchCommand::Fleet { agents, sessions } => {
+            let binary = berth_binary()?;
+            crate::fleet::fleet(&binary, &config.nats_url, &url, &name, agents, sessions).await
+        }
+        BenchCommand::Recovery { rounds, outage } => {
+            crate::recovery::recovery(rounds, Duration::from_secs(outage)).await
+        }
+        BenchCommand::Replay { events } => crate::replay::replay(&url, events).await,
+        BenchCommand::Console { sessions, rounds } => {
+            crate::console::console(&url, sessions, rounds).await
+        }
+        BenchCommand::Tls { creates } => crate::tls::tls(&url, creates).await,
+        BenchCommand::Backendai {
+            sessions,
+            requests,
+            runs,
+            client_dir,
+        } => crate::backendai::backendai(&url, sessions, requests, runs, &client_dir).await,
+        BenchCommand::Gateway {
+            seconds,
+            clients,
+            no_cache,
+        } => crate::sessions::gateway(&config.nats_url, &url, seconds, clients, !no_cache).await,
+        BenchCommand::Metrics {
+            seconds,
+            rounds,
+            clients,
+        } => crate::sessions::metrics(&config.nats_url, &url, seconds, rounds, clients).await,
+        BenchCommand::Whatif { .. } => unreachable!("run in memory above"),
+    };
+    drop_database(&config.database_url, &name).await?;
+    result
+}
+
+fn bench_database(url: &str) -> anyhow::Result<(String, String)> {
+    let (prefix, _) = url
+        .rsplit_once('/')
+        .context("the database url names no database")?;
+    let name = format!("berth_bench_{}", std::process::id());
+    Ok((format!("{prefix}/{name}"), name))
+}
+
+async fn drop_database(url: &str, name: &str) -> anyhow::Result<()> {
+    let (prefix, _) = url
+        .rsplit_once('/')
+        .context("the database url names no database")?;
+    db::drop_database(&format!("{prefix}/postgres"), name).await
+}
+
+/// The `berth` binary the benches run as processes of their own (`berth up`, `berth session
+/// ls`): the one beside this binary (both are built into the same `target/` directory), else
+/// the first on the `PATH`.
+fn berth_binary() -> anyhow::Result<PathBuf> {
+    let beside = std::env::current_exe()?
+        .parent()
+        .map(|dir| dir.join("berth"))
+        .filter(|path| path.is_file());
+    beside
+        .or_else(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("berth"))
+                .find(|path| path.is_file())
+        })
+        .context("no `berth` beside this binary nor on the PATH: build it with `cargo build --release -p berth`")
+}

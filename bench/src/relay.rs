@@ -1,0 +1,122 @@
+//! `berth bench relay`: append-to-delivery latency through the relay to a JetStream consumer,
+//! appends paced at a fixed rate.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use berth::config::Config;
+use events::catalogue::Metadata;
+use events::relay::{RelayConfig, Topology};
+use events::store::{self, EventStore, ExpectedVersion, ProposedEvent};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::sample_event;
+
+pub async fn relay_bench(
+    config: &Config,
+    url: &str,
+    rate: u64,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let pool = store::pool(url, 24)?;
+    berth::app::migrate(&pool).await?;
+    let store = EventStore::new(pool.clone());
+    let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
+    let topology = Topology {
+        stream: format!("BENCH_{}", std::process::id()),
+        prefix: format!("bench{}.evt", std::process::id()),
+    };
+    let stop = CancellationToken::new();
+    let relay = tokio::spawn(events::relay::run(
+        pool.clone(),
+        url.to_owned(),
+        js.clone(),
+        topology.clone(),
+        RelayConfig::default(),
+        stop.clone(),
+    ));
+    let stream = events::relay::ensure_stream(&js, &topology).await?;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await?;
+    let mut messages = consumer.messages().await?;
+
+    // Pace appends: every millisecond, start the appends due by then, each on its own task.
+    let warmup = Duration::from_secs(2);
+    let total = rate * seconds;
+    let appender = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut sent = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let event = sample_event();
+            let mut inflight = tokio::task::JoinSet::new();
+            while sent < total {
+                tick.tick().await;
+                let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                while sent < due.min(total) {
+                    let (store, event) = (store.clone(), event.clone());
+                    let stream = format!("agent-lat{}", sent % 256);
+                    inflight.spawn(async move {
+                        store
+                            .append(
+                                &stream,
+                                ExpectedVersion::Any,
+                                &[ProposedEvent::new(&event, Metadata::default())],
+                            )
+                            .await
+                    });
+                    sent += 1;
+                }
+                while let Some(done) = inflight.try_join_next() {
+                    done??;
+                }
+            }
+            while let Some(done) = inflight.join_next().await {
+                done??;
+            }
+            anyhow::Ok(started.elapsed())
+        })
+    };
+    let mut latencies = Vec::with_capacity(total as usize);
+    let bench_start = chrono::Utc::now();
+    let mut received = 0u64;
+    while received < total {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .context("no delivery for 30 s")?
+            .context("consumer ended")??;
+        let now = chrono::Utc::now();
+        let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
+        received += 1;
+        if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
+            latencies.push(
+                (now - event.recorded_at)
+                    .num_microseconds()
+                    .unwrap_or(i64::MAX),
+            );
+        }
+    }
+    let append_time = appender.await??;
+    stop.cancel();
+    relay.await??;
+    js.delete_stream(&topology.stream).await?;
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    println!(
+        "berth bench relay: {total} events at {rate}/s offered ({:.0}/s achieved), {} measured after a {}s warm-up",
+        total as f64 / append_time.as_secs_f64(),
+        latencies.len(),
+        warmup.as_secs()
+    );
+    println!(
+        "append-to-delivery latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(0.50),
+        pct(0.90),
+        pct(0.99),
+        pct(1.0)
+    );
+    Ok(())
+}

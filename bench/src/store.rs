@@ -1,0 +1,230 @@
+//! `berth bench store`: appends (single and batched) and reading the whole log, each next to
+//! raw PostgreSQL (pgbench inserting the same columns, a `COPY` of the same rows).
+
+use std::process::Command as Process;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use events::catalogue::{Event, Metadata};
+use events::payloads::{AgentRegistered, ResourceSlots};
+use events::store::{self, EventStore, ExpectedVersion, LogPosition, ProposedEvent};
+use tokio_util::sync::CancellationToken;
+
+use crate::db;
+
+/// The event every store benchmark writes: an agent registration, about 200 bytes of JSON.
+pub fn sample_event() -> Event {
+    Event::AgentRegistered(AgentRegistered {
+        agent_id: "agent-0042.rack7.example".into(),
+        resource_group: "default".into(),
+        capacity: ResourceSlots {
+            cpu_milli: 64_000,
+            memory_bytes: 256 << 30,
+            gpu_milli: 8_000,
+        },
+        images: vec!["berth/python:3.11".into(), "berth/shell:latest".into()],
+        address: Some("10.0.7.42:6001".into()),
+        image_apps: Default::default(),
+        network_scope: None,
+    })
+}
+
+pub async fn store_bench(
+    url: &str,
+    phase: Duration,
+    writers: usize,
+    sealer: bool,
+) -> anyhow::Result<()> {
+    let pool = store::pool(url, writers + 8)?;
+    berth::app::migrate(&pool).await?;
+    db::create_raw_events(&pool).await?;
+    let store = EventStore::new(pool.clone());
+    let payload = sample_event().to_payload().to_string();
+    println!(
+        "berth bench store: {writers} writers, {}s per phase, payload {} bytes, sealer {}",
+        phase.as_secs(),
+        payload.len(),
+        if sealer { "running" } else { "off" }
+    );
+
+    let raw_single = pgbench(url, db::PGBENCH_SINGLE_INSERT, &payload, writers, phase)?;
+    let berth_single = append_phase(&store, writers, 1, phase, sealer).await?;
+    report("single-event appends", "events/s", berth_single, raw_single);
+
+    let raw_batch = pgbench(url, &db::pgbench_batch_insert(), &payload, writers, phase)? * 100.0;
+    let berth_batch = append_phase(&store, writers, 100, phase, sealer).await?;
+    report(
+        "batched appends (100 per transaction)",
+        "events/s",
+        berth_batch,
+        raw_batch,
+    );
+
+    let (berth_read, rows) = read_phase(&store).await?;
+    let raw_read = copy_phase(url).await?;
+    report(
+        &format!("read whole log in global order ({rows} events)"),
+        "events/s",
+        berth_read,
+        raw_read,
+    );
+    Ok(())
+}
+
+fn report(what: &str, unit: &str, berth: f64, raw: f64) {
+    println!(
+        "{what}: berth {berth:.0} {unit}, raw PostgreSQL {raw:.0} {unit}, ratio {:.0}%",
+        100.0 * berth / raw
+    );
+}
+
+/// Runs pgbench with `script` (which binds `:payload` and `:metadata`) and returns its
+/// transactions per second.
+fn pgbench(
+    url: &str,
+    script: &str,
+    payload: &str,
+    clients: usize,
+    phase: Duration,
+) -> anyhow::Result<f64> {
+    let path = std::env::temp_dir().join(format!("berth-bench-{}.sql", std::process::id()));
+    std::fs::write(&path, script)?;
+    let output = Process::new("pgbench")
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-T",
+        ])
+        .arg(phase.as_secs().to_string())
+        .arg("-D")
+        .arg(format!("payload={payload}"))
+        .arg("-D")
+        .arg(r#"metadata={"actor":"bench"}"#)
+        .arg("-f")
+        .arg(&path)
+        .arg(url)
+        .output()
+        .context("run pgbench (Debian's postgresql-client)")?;
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .context("pgbench printed no tps")
+}
+
+/// `writers` tasks append `per_append` events at a time to streams of their own, with the
+/// exact expected version, for `phase`. Returns events per second.
+async fn append_phase(
+    store: &EventStore,
+    writers: usize,
+    per_append: usize,
+    phase: Duration,
+    sealer: bool,
+) -> anyhow::Result<f64> {
+    let total = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let stop_sealer = CancellationToken::new();
+    let sealer_task = sealer.then(|| {
+        let pool = store.pool().clone();
+        let stop = stop_sealer.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                if events::audit::seal_once(&pool, 20_000).await? == 0 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            Ok::<_, events::StoreError>(())
+        })
+    });
+    let event = sample_event();
+    let sealed = || async {
+        let head = events::audit::head(store.pool()).await?;
+        anyhow::Ok(head.map_or(0, |h| h.audit_seq))
+    };
+    let sealed_before = sealed().await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (store, total, done, event) =
+            (store.clone(), total.clone(), done.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut versions: Vec<Option<u64>> = vec![None; 64];
+            let mut round = 0usize;
+            let run = uuid::Uuid::new_v4().simple().to_string();
+            while !done.load(Ordering::Relaxed) {
+                let slot = round % versions.len();
+                let stream = format!("agent-{run}-{w}-{slot}");
+                let batch: Vec<ProposedEvent> = (0..per_append)
+                    .map(|_| {
+                        ProposedEvent::new(
+                            &event,
+                            Metadata {
+                                actor: Some("bench".into()),
+                                ..Metadata::default()
+                            },
+                        )
+                    })
+                    .collect();
+                let expected =
+                    versions[slot].map_or(ExpectedVersion::NoStream, ExpectedVersion::Exact);
+                // As the services append (`ledger::record`): events built from the typed
+                // catalogue are held to the store's limits, not decoded again.
+                store::check_limits(&stream, &batch)?;
+                let client = store.pool().get().await?;
+                let appended = store::append_with(&client, &stream, expected, &batch).await?;
+                versions[slot] = Some(appended.stream_version);
+                total.fetch_add(per_append as u64, Ordering::Relaxed);
+                round += 1;
+            }
+            Ok::<_, events::StoreError>(())
+        }));
+    }
+    tokio::time::sleep(phase).await;
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    stop_sealer.cancel();
+    if let Some(task) = sealer_task {
+        task.await??;
+        // Whether the sealer keeps up: what it sealed over the phase, and what it left.
+        let sealed_after = sealed().await?;
+        let sealed_rate = (sealed_after - sealed_before) as f64 / elapsed;
+        let unsealed = db::log_length(&store.pool().get().await?).await? as i64 - sealed_after;
+        println!(
+            "  sealer beside {per_append}-event appends: {sealed_rate:.0} events/s sealed, {unsealed} left unsealed at the end"
+        );
+    }
+    Ok(total.load(Ordering::Relaxed) as f64 / elapsed)
+}
+
+/// Reads the whole log in global order into typed events. Returns (events/s, events).
+async fn read_phase(store: &EventStore) -> anyhow::Result<(f64, u64)> {
+    let client = store.pool().get().await?;
+    let started = Instant::now();
+    let rows = store::read_through(&client, LogPosition::START, 20_000, |_| Ok(())).await?;
+    Ok((rows as f64 / started.elapsed().as_secs_f64(), rows))
+}
+
+/// COPY of the same rows, in the same order, out of PostgreSQL as text. Returns rows/s.
+async fn copy_phase(url: &str) -> anyhow::Result<f64> {
+    let client = db::connect(url).await?;
+    let started = Instant::now();
+    let rows = db::copy_events_out(&client).await?;
+    Ok(rows as f64 / started.elapsed().as_secs_f64())
+}
