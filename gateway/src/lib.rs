@@ -25,9 +25,12 @@
 pub mod api;
 pub mod backendai;
 pub mod cache;
+pub mod caller;
 pub mod console;
 mod db;
 pub mod error;
+pub mod handles;
+mod headers;
 pub mod metrics;
 pub mod model;
 pub mod openapi;
@@ -39,7 +42,8 @@ pub mod sse;
 mod state;
 pub mod tls;
 
-pub use metrics::{describe_metrics, MetricsRender, METRICS_CONTENT_TYPE};
+pub use handles::MetricsRender;
+pub use metrics::{describe_metrics, METRICS_CONTENT_TYPE};
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
 /// The gateway's own schema (`proxy`: the app proxy's tickets and cookies, shared by every
@@ -50,14 +54,15 @@ pub const MIGRATIONS: &[events::store::Migration] = &[(
     include_str!("../migrations/0001_app_passes.sql"),
 )];
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-
-use crate::error::ApiError;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -98,28 +103,46 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::list_queue))
         .routes(routes!(api::whoami))
         .routes(routes!(api::set_my_password))
-        .routes(routes!(api::admin_list_users, api::admin_create_user))
-        .routes(routes!(api::admin_set_password))
-        .routes(routes!(api::admin_list_keys, api::admin_issue_key))
-        .routes(routes!(api::admin_list_keypairs, api::admin_issue_keypair))
-        .routes(routes!(api::admin_revoke_keypair))
-        .routes(routes!(api::admin_list_projects, api::admin_create_project))
-        .routes(routes!(api::admin_add_member))
-        .routes(routes!(api::admin_list_groups, api::admin_create_group))
-        .routes(routes!(api::admin_grant_group))
-        .routes(routes!(api::admin_set_group_scheduling))
-        .routes(routes!(api::admin_group_shares))
-        .routes(routes!(api::admin_set_session_priority))
-        .routes(routes!(api::admin_list_policies))
-        .routes(routes!(api::admin_set_policy))
-        .routes(routes!(api::admin_save_preset))
         .routes(routes!(
-            api::admin_list_idle_checks,
-            api::admin_set_idle_checks
+            api::admin::users::admin_list_users,
+            api::admin::users::admin_create_user
         ))
-        .routes(routes!(api::admin_idle_preview))
-        .routes(routes!(api::admin_list_agents, api::admin_admit_agent))
-        .routes(routes!(api::admin_revoke_agent))
+        .routes(routes!(api::admin::users::admin_set_password))
+        .routes(routes!(
+            api::admin::keys::admin_list_keys,
+            api::admin::keys::admin_issue_key
+        ))
+        .routes(routes!(
+            api::admin::keypairs::admin_list_keypairs,
+            api::admin::keypairs::admin_issue_keypair
+        ))
+        .routes(routes!(api::admin::keypairs::admin_revoke_keypair))
+        .routes(routes!(
+            api::admin::projects::admin_list_projects,
+            api::admin::projects::admin_create_project
+        ))
+        .routes(routes!(api::admin::projects::admin_add_member))
+        .routes(routes!(
+            api::admin::groups::admin_list_groups,
+            api::admin::groups::admin_create_group
+        ))
+        .routes(routes!(api::admin::groups::admin_grant_group))
+        .routes(routes!(api::admin::groups::admin_set_group_scheduling))
+        .routes(routes!(api::admin::groups::admin_group_shares))
+        .routes(routes!(api::admin::groups::admin_set_session_priority))
+        .routes(routes!(api::admin::policies::admin_list_policies))
+        .routes(routes!(api::admin::policies::admin_set_policy))
+        .routes(routes!(api::admin::presets::admin_save_preset))
+        .routes(routes!(
+            api::admin::idle::admin_list_idle_checks,
+            api::admin::idle::admin_set_idle_checks
+        ))
+        .routes(routes!(api::admin::idle::admin_idle_preview))
+        .routes(routes!(
+            api::admin::agents::admin_list_agents,
+            api::admin::agents::admin_admit_agent
+        ))
+        .routes(routes!(api::admin::agents::admin_revoke_agent))
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
@@ -147,14 +170,14 @@ pub fn router(state: AppState) -> Router {
     let measured = state.metrics.is_some();
     let router = router
         .merge(console::router())
-        .route("/metrics", axum::routing::get(metrics::metrics));
+        .route("/metrics", axum::routing::get(metrics_page));
     // Backend.AI's paths do not collide with berth's; off, they are berth's 404s.
     let router = if state.backendai.is_some() {
         router
             .merge(backendai::router())
             .fallback(backendai::fallback)
     } else {
-        router.fallback(not_found)
+        router.fallback(error::no_such_route)
     };
     let router = router.layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -162,7 +185,7 @@ pub fn router(state: AppState) -> Router {
     ));
     // Only a process that records metrics pays for measuring each request.
     let router = if measured {
-        router.layer(axum::middleware::from_fn(metrics::measure))
+        router.layer(axum::middleware::from_fn(measure))
     } else {
         router
     };
@@ -180,9 +203,34 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// berth's answer to a path it does not serve.
-pub(crate) async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; see /openapi.json")
+/// `GET /metrics`: the process's metrics; 404 when metrics are off.
+pub async fn metrics_page(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(render) => (
+            [(header::CONTENT_TYPE, metrics::METRICS_CONTENT_TYPE)],
+            render(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are off (BERTH_METRICS=off)").into_response(),
+    }
+}
+
+/// Counts each request by method, route and status, and times it. A request no route
+/// matched counts under `route="unmatched"`.
+pub async fn measure(request: Request, next: Next) -> Response {
+    let began = tokio::time::Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    ::metrics::histogram!(metrics::HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
+        .record(began.elapsed().as_secs_f64());
+    ::metrics::counter!(metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    response
 }
 
 /// A span per request, named by its route, continuing the caller's trace when the request

@@ -294,7 +294,7 @@ impl Harness {
             .backendai_master_key
             .as_ref()
             .expect("Backend.AI's API is on");
-        let secret = gateway::backendai::auth::derive_secret(master, &access_key);
+        let secret = gateway::handles::derive_secret(master, &access_key);
         (access_key, secret)
     }
 

@@ -16,7 +16,7 @@
 //! - [`admin`]: administration, superadmins only: users, keys, projects, groups, grants,
 //!   policies, presets, idle checks, agents.
 
-mod admin;
+pub mod admin;
 mod apps;
 mod catalogue;
 mod folders;
@@ -32,7 +32,6 @@ mod queue;
 mod resources;
 mod sessions;
 
-pub use admin::*;
 pub use apps::*;
 pub use catalogue::*;
 pub use folders::*;
@@ -48,11 +47,9 @@ pub use resources::*;
 pub use sessions::*;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::StatusCode;
 use bytes::Bytes;
-use events::ledger::{self, KeyOwner};
+use events::ledger::KeyOwner;
 use events::payloads::Role;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -71,35 +68,6 @@ pub struct SessionId {
     /// The session's id.
     #[param(value_type = Uuid)]
     pub id: String,
-}
-
-/// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`), or from the
-/// console's cookie on a same-origin request ([`crate::console::auth::api_caller`]).
-pub struct Caller(pub KeyOwner);
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-        let key = header("x-api-key")
-            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
-        if key.is_none() {
-            // The console's own pages call the API with its cookie (same origin only).
-            if let Some(owner) = crate::console::auth::api_caller(state, &parts.headers).await? {
-                return Ok(Caller(owner));
-            }
-        }
-        let key = key.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "send your API key in the X-API-Key header",
-            )
-            .field("X-API-Key")
-        })?;
-        authenticate(state, key).await.map(Caller)
-    }
 }
 
 /// The path (`mounts[0]`, `environment.A`) of the first string in `value`, key or value,
@@ -254,31 +222,6 @@ async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
         }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
-}
-
-/// The owner of API key `key`: from the state's cache while fresh, else from the ledger
-/// (and then kept); 401 `unauthenticated` for a key nobody owns.
-async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
-    let digest = events::ledger::key_digest(key);
-    if let Some(owner) = state.keys.fresh(&digest).await {
-        return Ok(owner);
-    }
-    let owner = lookup_key(state, key).await?.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "unknown API key",
-        )
-        .field("X-API-Key")
-    })?;
-    state.keys.keep(digest, owner.clone()).await;
-    Ok(owner)
-}
-
-/// Looks a key up in the ledger.
-pub async fn lookup_key(state: &AppState, key: &str) -> Result<Option<KeyOwner>, ApiError> {
-    let client = state.pool.get().await?;
-    Ok(ledger::key_owner(&client, key).await?)
 }
 
 #[cfg(test)]

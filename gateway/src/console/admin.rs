@@ -11,7 +11,8 @@ use events::payloads::Role;
 
 use super::view;
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::{Agent, GroupQueue};
 use crate::state::AppState;

@@ -15,7 +15,8 @@ use serde::Deserialize;
 
 use super::auth::SameOrigin;
 use super::{json_body, render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller, SessionApp, SessionId};
+use crate::api::{self, SessionApp, SessionId};
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::KernelLog;
 use crate::state::AppState;

@@ -9,7 +9,8 @@ use axum::response::Response;
 use events::payloads::{SchedulingResult, SessionStatus};
 
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller, SessionId};
+use crate::api::{self, SessionId};
+use crate::caller::Caller;
 use crate::model::HistoryEntry;
 use crate::state::AppState;
 

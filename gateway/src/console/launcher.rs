@@ -21,7 +21,8 @@ use serde_json::{json, Map, Value};
 
 use super::auth::SameOrigin;
 use super::{json_body, render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::{Agent, Environment, Folder, Launch, Preset, ResourceGroup};
 use crate::state::AppState;

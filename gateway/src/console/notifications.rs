@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use super::auth::SameOrigin;
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::model::NoticeItem;
 use crate::state::AppState;
 
