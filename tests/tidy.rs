@@ -595,7 +595,7 @@ fn the_floor_check_reads_crate_super_and_grouped_paths() {
         .map(str::to_owned)
         .into();
     let module = |path: &str| gateway_room(path).1;
-    let text = "use super::super::caller::Caller;\nuse crate::{error::ApiError, state};\n\
+    let text = "use super::super::super::caller::Caller;\nuse crate::{error::ApiError, state};\n\
                 // crate::console::x in a comment\nlet r = crate::router(s);\nuse super::parse_body;";
     let found = gateway_imports(text, &module("api/admin/users.rs"), &rooms);
     let names: Vec<(usize, &str)> = found.iter().map(|(l, r)| (*l, r.as_str())).collect();

@@ -1,26 +1,26 @@
-//! The gateway: berth's HTTP API (axum) over the projections, the SSE stream of events and
-//! the OpenAPI document.
+//! The gateway: berth's HTTP API (axum) over the projections, its event stream, the web
+//! console, Backend.AI's API, the app proxy and the OpenAPI document.
 //!
-//! - [`projection`]: the `sessions` read model it serves.
-//! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
-//! - [`backendai`]: Backend.AI's API on its own paths, for its official client (HMAC-signed
-//!   keypairs, problem JSON), translated onto the same commands and reads.
-//! - `db`: the reads the handlers make, one module per resource, the crate's only SQL besides
-//!   the projection.
-//! - [`model`]: the bodies the API answers with, as types the CLI reads back.
-//! - [`cache`]: session-detail documents kept in memory, evicted by the events.
-//! - [`console`]: the web console under `/console`, server-rendered pages over the handlers.
-//! - [`proxy`]: the app proxy, the only door into a session's apps.
-//! - [`sse`]: `GET /v1/events`.
-//! - [`openapi`]: `GET /openapi.json`.
-//! - [`metrics`]: `GET /metrics` (Prometheus's text format, when the process records metrics),
-//!   each request measured by route and status, and the names of the gateway's metrics.
-//! - [`error`]: every error as a status and JSON naming the field.
-//! - [`run`]: [`run::serve`], the API on a listener kept across restarts (TLS with a
-//!   certificate), with the work behind it on tasks it owns.
-//! - [`tls`]: the rustls server configuration from the gateway's certificate and key.
-//! - `state`: [`AppState`], what every handler shares (the crate's bottom; this file is its top:
-//!   the router over it).
+//! Its modules stand in floors, each importing only from its own floor or below
+//! (`tests/tidy.rs` checks it), so the surfaces never reach into one another:
+//!
+//! 0. [`error`] (every error as a status and JSON naming the field), [`model`] (every body
+//!    the API answers with, as types the CLI reads back), [`handles`] (the readiness report,
+//!    the metrics exposition, Backend.AI's keys), `headers` (cookies), [`metrics`] (the
+//!    metrics' names), [`tls`] (the rustls server configuration).
+//! 1. `state` ([`AppState`], what every handler shares), `db` (the reads, one module per
+//!    resource, the crate's only SQL besides the projection), [`cache`] (session-detail
+//!    documents, evicted by the events), [`projection`] (the sessions view), [`proxy`] (the
+//!    app proxy, the only door into a session's apps).
+//! 2. [`caller`] (who is calling: an API key or the console's cookie), [`ready`] (`/readyz`
+//!    and its checks).
+//! 3. [`api`] (the REST handlers, one module per resource), [`sse`] (`GET /v1/events`).
+//! 4. [`console`] (the web console under `/console`, pages over the handlers), [`backendai`]
+//!    (Backend.AI's API on its own paths, for its official client, translated onto the same
+//!    handlers and reads).
+//! 5. This file (the router over all of it, `/metrics` and each request measured),
+//!    [`run`] ([`run::serve`], the API on a listener kept across restarts, with the work
+//!    behind it on tasks it owns), [`openapi`] (`GET /openapi.json`).
 
 pub mod api;
 pub mod backendai;
@@ -71,38 +71,44 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 /// `#[utoipa::path]` gives; [`openapi::document`] is generated from the same list.
 fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(api::list_sessions, api::create_session))
         .routes(routes!(
-            api::session_detail,
-            api::rename_session,
-            api::terminate_session
+            api::sessions::list_sessions,
+            api::sessions::create_session
         ))
-        .routes(routes!(api::session_history))
-        .routes(routes!(api::session_idle))
-        .routes(routes!(api::exempt_session))
-        .routes(routes!(api::commit_session))
-        .routes(routes!(api::list_images))
-        .routes(routes!(api::remove_image))
-        .routes(routes!(api::list_notifications))
-        .routes(routes!(api::mark_read))
-        .routes(routes!(api::notification_stream))
-        .routes(routes!(api::set_webhook))
-        .routes(routes!(api::list_apps))
-        .routes(routes!(api::open_app))
-        .routes(routes!(api::start_app))
-        .routes(routes!(api::close_app))
-        .routes(routes!(api::session_logs))
-        .routes(routes!(api::list_folders, api::create_folder))
-        .routes(routes!(api::resource_summary))
-        .routes(routes!(api::presets))
-        .routes(routes!(api::list_resource_groups))
-        .routes(routes!(api::list_agents))
-        .routes(routes!(api::list_environments))
-        .routes(routes!(api::list_launches))
-        .routes(routes!(api::update_launch))
-        .routes(routes!(api::list_queue))
-        .routes(routes!(api::whoami))
-        .routes(routes!(api::set_my_password))
+        .routes(routes!(
+            api::sessions::session_detail,
+            api::sessions::rename_session,
+            api::sessions::terminate_session
+        ))
+        .routes(routes!(api::history::session_history))
+        .routes(routes!(api::idle::session_idle))
+        .routes(routes!(api::idle::exempt_session))
+        .routes(routes!(api::images::commit_session))
+        .routes(routes!(api::images::list_images))
+        .routes(routes!(api::images::remove_image))
+        .routes(routes!(api::notifications::list_notifications))
+        .routes(routes!(api::notifications::mark_read))
+        .routes(routes!(api::notifications::notification_stream))
+        .routes(routes!(api::notifications::set_webhook))
+        .routes(routes!(api::apps::list_apps))
+        .routes(routes!(api::apps::open_app))
+        .routes(routes!(api::apps::start_app))
+        .routes(routes!(api::apps::close_app))
+        .routes(routes!(api::logs::session_logs))
+        .routes(routes!(
+            api::folders::list_folders,
+            api::folders::create_folder
+        ))
+        .routes(routes!(api::resources::resource_summary))
+        .routes(routes!(api::resources::presets))
+        .routes(routes!(api::catalogue::list_resource_groups))
+        .routes(routes!(api::catalogue::list_agents))
+        .routes(routes!(api::catalogue::list_environments))
+        .routes(routes!(api::launches::list_launches))
+        .routes(routes!(api::launches::update_launch))
+        .routes(routes!(api::queue::list_queue))
+        .routes(routes!(api::resources::whoami))
+        .routes(routes!(api::password::set_my_password))
         .routes(routes!(
             api::admin::users::admin_list_users,
             api::admin::users::admin_create_user

@@ -1,7 +1,8 @@
 //! What every handler shares ([`AppState`]): the pool, the NATS client, where events and
 //! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
-//! readiness report and the create queue. The bottom of the crate: `api/`, `ready`, `sse`
-//! and `openapi` import it; the router in `lib.rs` is built over it.
+//! readiness report, the metrics exposition, Backend.AI's keys and the create queue. Data
+//! only: it imports the ground floor (`error`, `handles`) and its own (`cache`, `proxy`);
+//! everything above (`caller`, `ready`, the surfaces, the router in `lib.rs`) is built over it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -343,7 +343,7 @@ impl Harness {
                 .expect("gateway answers");
             let hit = response
                 .headers()
-                .get(gateway::api::CACHE_HEADER)
+                .get(gateway::api::sessions::CACHE_HEADER)
                 .is_some_and(|v| v == "hit");
             let body: Value = response.json().await.expect("a JSON detail");
             hit.then_some(body)

@@ -1,50 +1,42 @@
-//! The REST handlers, one module per resource, and what they share: the [`Caller`]
-//! extractor, body and query parsing, and the visibility checks. Reads come from the
-//! `proj_sessions` projection through [`crate::db`]; commands go through the launcher and the
-//! session lifecycle. A caller sees and acts on only their own sessions (a superadmin on all);
-//! anyone else's session is a 404, so names do not leak.
+//! The REST handlers, one module per resource (the router in `lib.rs` names each by its
+//! path), and what they share: body parsing that names a wrong field and the visibility
+//! checks. The caller comes from [`crate::caller`]; reads go through `crate::db` (the
+//! sessions view, and the ledger where no view holds what is asked); commands go through the
+//! launcher and the session lifecycle. A caller sees and acts on only their own sessions (a
+//! superadmin on all); anyone else's session is a 404, so names do not leak.
 //!
 //! - [`sessions`]: create, list, detail, rename, terminate.
 //! - [`history`]: a session's scheduling history.
+//! - [`idle`]: a session's idleness, and its exemption.
+//! - [`images`]: the caller's images, a session committed to one, one removed.
+//! - [`apps`]: a session's apps through the proxy: listed, opened, started, closed.
 //! - [`logs`]: a session's output, whole or followed.
+//! - [`notifications`]: the caller's notifications, read, streamed, and their webhook.
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
 //! - [`launches`]: the caller's recent launches, renamed and pinned.
 //! - [`queue`]: every group's queue in the scheduler's order (superadmins).
 //! - [`folders`]: the caller's data folders.
-//! - `password`: the caller's password, for the web console.
-//! - [`admin`]: administration, superadmins only: users, keys, projects, groups, grants,
-//!   policies, presets, idle checks, agents.
+//! - [`password`]: the caller's password, for the web console.
+//! - `query`: query strings parsed with the field at fault named.
+//! - [`admin`]: administration, superadmins only, one module per resource: users, keys,
+//!   Backend.AI keypairs, projects, groups and grants, policies, presets, idle checks, agents.
 
 pub mod admin;
-mod apps;
-mod catalogue;
-mod folders;
-mod history;
-mod idle;
-mod images;
-mod launches;
-mod logs;
-mod notifications;
-mod password;
+pub mod apps;
+pub mod catalogue;
+pub mod folders;
+pub mod history;
+pub mod idle;
+pub mod images;
+pub mod launches;
+pub mod logs;
+pub mod notifications;
+pub mod password;
 mod query;
-mod queue;
-mod resources;
-mod sessions;
-
-pub use apps::*;
-pub use catalogue::*;
-pub use folders::*;
-pub use history::*;
-pub use idle::*;
-pub use images::*;
-pub use launches::*;
-pub use logs::*;
-pub use notifications::*;
-pub use password::*;
-pub use queue::*;
-pub use resources::*;
-pub use sessions::*;
+pub mod queue;
+pub mod resources;
+pub mod sessions;
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;

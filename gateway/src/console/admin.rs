@@ -50,10 +50,11 @@ pub async fn agents(
     Viewer(me): Viewer,
 ) -> Result<Response, PageError> {
     superadmins_only(&me)?;
-    let agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
-        .await?
-        .0
-        .agents;
+    let agents =
+        api::catalogue::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
+            .await?
+            .0
+            .agents;
     Ok(render(&AgentsPage {
         chrome: Chrome::of(&state, &me, "agents").await,
         agents: agents
@@ -83,7 +84,7 @@ pub async fn queue(
     Viewer(me): Viewer,
 ) -> Result<Response, PageError> {
     superadmins_only(&me)?;
-    let groups = api::list_queue(State(state.clone()), Caller(me.clone()), RawQuery(None))
+    let groups = api::queue::list_queue(State(state.clone()), Caller(me.clone()), RawQuery(None))
         .await?
         .0
         .resource_groups;

@@ -3,7 +3,8 @@
 //! HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), for 12
 //! hours. Every form is checked against the gateway's own origin before it acts, and the
 //! cookie speaks for the JSON API only on a same-origin request (`Sec-Fetch-Site`), so an
-//! app served on one of the proxy's ports (same site, another origin) cannot use it.
+//! app served on one of the proxy's ports (same site, another origin) cannot use it. The
+//! cookie is read where every caller is identified ([`crate::caller`]).
 
 use askama::Template;
 use axum::extract::{FromRequestParts, State};

@@ -85,7 +85,7 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     let session = super::sessions::session(&state, &me, &id).await?;
     let (query, values) = api_query(raw.as_deref());
-    let history = api::session_history(
+    let history = api::history::session_history(
         State(state.clone()),
         Caller(me.clone()),
         Path(SessionId { id: id.clone() }),
