@@ -480,3 +480,254 @@ fn the_code_map_check_sees_a_renamed_path_and_a_renamed_item() {
         );
     }
 }
+
+/// The gateway's floors, lowest first: a module imports only from its own floor or one below
+/// (`docs/ARCHITECTURE.md`, "the gateway's floors"). The base (errors, answer types, shared
+/// handles; then the state and the reads; then who is calling) stands under the surfaces (the
+/// REST API and its event stream; the console and Backend.AI's API), which the router composes.
+const GATEWAY_FLOORS: &[&[&str]] = &[
+    &["error", "model", "handles", "headers", "metrics", "tls"],
+    &["state", "db", "cache", "projection", "proxy"],
+    &["caller", "ready"],
+    &["api", "sse"],
+    &["console", "backendai"],
+    &["lib", "run", "openapi"],
+];
+
+/// The floor of the gateway module `room` (its top-level module; `lib` for the crate root).
+fn gateway_floor(room: &str) -> Option<usize> {
+    GATEWAY_FLOORS
+        .iter()
+        .position(|floor| floor.contains(&room))
+}
+
+/// The gateway's top-level module a file under `gateway/src/` belongs to, and the module path
+/// of the file itself (`api/admin/users.rs` is `api::admin::users`).
+fn gateway_room(relative: &str) -> (String, Vec<String>) {
+    let mut path: Vec<String> = relative
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") || path == ["lib"] {
+        path.pop();
+    }
+    let room = path.first().cloned().unwrap_or_else(|| "lib".to_owned());
+    (room, path)
+}
+
+/// The production part of a source file: the file without its `#[cfg(test)] mod`s (each
+/// cut to its closing brace).
+fn production_part(text: &str) -> String {
+    let tests = Regex::new(r"#\[cfg\(test\)\]\s*(pub(\(crate\))?\s+)?mod\s[^{;]*\{").unwrap();
+    let mut kept = String::new();
+    let mut rest = text;
+    while let Some(m) = tests.find(rest) {
+        kept.push_str(&rest[..m.start()]);
+        let mut depth = 1;
+        let mut end = rest.len();
+        for (i, c) in rest[m.end()..].char_indices() {
+            depth += match c {
+                '{' => 1,
+                '}' => -1,
+                _ => 0,
+            };
+            if depth == 0 {
+                end = m.end() + i + 1;
+                break;
+            }
+        }
+        // Lines are kept, so a finding's line number is the file's.
+        kept.extend(rest[m.start()..end].matches('\n').map(|_| '\n'));
+        rest = &rest[end..];
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// Each top-level module the code of `text` (the file at module path `module`) names through
+/// a `crate::` or `super::` path, with the line: `crate::{a, b::c}` names `a` and `b`, and a
+/// crate-root item (`crate::router`) names `lib`. Comment lines are not code.
+fn gateway_imports(
+    text: &str,
+    module: &[String],
+    rooms: &BTreeSet<String>,
+) -> Vec<(usize, String)> {
+    let path = Regex::new(r"\b(crate|super)((?:::super)*)::(\{|[A-Za-z_][A-Za-z0-9_]*)").unwrap();
+    let mut found = Vec::new();
+    let mut line_start = 0;
+    for (index, line) in text.lines().enumerate() {
+        let at = line_start;
+        line_start += line.len() + 1;
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for m in path.captures_iter(line) {
+            let base: Vec<String> = if &m[1] == "crate" {
+                Vec::new()
+            } else {
+                let up = 1 + m[2].matches("super").count();
+                module[..module.len().saturating_sub(up)].to_vec()
+            };
+            let firsts: Vec<String> = if &m[3] == "{" {
+                // The names at the group's first level, read on to its closing brace.
+                let start = at + m.get(0).unwrap().end();
+                let (mut depth, mut name, mut names) = (1, String::new(), Vec::new());
+                for c in text[start..].chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 1 => names.push(std::mem::take(&mut name)),
+                        _ if depth == 1 => name.push(c),
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        names.push(name);
+                        break;
+                    }
+                }
+                names
+                    .iter()
+                    .filter_map(|n| n.split("::").next().map(|s| s.trim().to_owned()))
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            } else {
+                vec![m[3].to_owned()]
+            };
+            for first in firsts {
+                let top = base.first().cloned().unwrap_or(first);
+                if top == "self" {
+                    continue;
+                }
+                let room = if rooms.contains(&top) {
+                    top
+                } else {
+                    "lib".to_owned()
+                };
+                found.push((index + 1, room));
+            }
+        }
+    }
+    found
+}
+
+/// Every import of a gateway module from a floor above its own, as `file:line: ...`.
+fn upward_imports(root: &Path) -> Vec<String> {
+    let src = root.join("gateway/src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let rooms: BTreeSet<String> = fs::read_dir(&src)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_owned()
+        })
+        .filter(|name| !name.contains('.'))
+        .collect();
+    let floor_of = |room: &str| {
+        gateway_floor(room).unwrap_or_else(|| {
+            panic!("gateway/src/{room} is on no floor: add it to GATEWAY_FLOORS in tests/tidy.rs")
+        })
+    };
+    let mut offences = Vec::new();
+    for path in files {
+        let relative = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let (room, module) = gateway_room(&relative);
+        let text = fs::read_to_string(&path).unwrap();
+        for (line, target) in gateway_imports(&production_part(&text), &module, &rooms) {
+            let (from, to) = (floor_of(&room), floor_of(&target));
+            if to > from {
+                offences.push(format!(
+                    "gateway/src/{relative}:{line}: `{room}` (floor {from}: {}) imports `{target}` (floor {to}: {})",
+                    GATEWAY_FLOORS[from].join(", "),
+                    GATEWAY_FLOORS[to].join(", "),
+                ));
+            }
+        }
+    }
+    offences
+}
+
+#[test]
+fn the_gateway_imports_only_from_its_own_floor_or_below() {
+    let offences = upward_imports(&workspace_root());
+    assert!(
+        offences.is_empty(),
+        "a gateway module imports from a floor above its own (move the item down, or the \
+         caller up; floors in tests/tidy.rs GATEWAY_FLOORS):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_floor_check_reads_crate_super_and_grouped_paths() {
+    let rooms: BTreeSet<String> = ["api", "caller", "state", "error", "console"]
+        .map(str::to_owned)
+        .into();
+    let module = |path: &str| gateway_room(path).1;
+    let text = "use super::super::super::caller::Caller;\nuse crate::{error::ApiError, state};\n\
+                // crate::console::x in a comment\nlet r = crate::router(s);\nuse super::parse_body;";
+    let found = gateway_imports(text, &module("api/admin/users.rs"), &rooms);
+    let names: Vec<(usize, &str)> = found.iter().map(|(l, r)| (*l, r.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            (1, "caller"),
+            (2, "error"),
+            (2, "state"),
+            (4, "lib"),
+            (5, "api")
+        ]
+    );
+    assert_eq!(
+        gateway_room("sse.rs"),
+        ("sse".to_owned(), vec!["sse".to_owned()])
+    );
+    assert_eq!(gateway_room("lib.rs").0, "lib");
+    let plain = "fn a() {}\n#[cfg(test)]\nmod tests {\n use crate::console::x;\n}";
+    assert!(!production_part(plain).contains("console"));
+}
+
+/// `docs/ARCHITECTURE.md`: `model.rs` holds every body the API answers with, so a change to
+/// what a client reads is one file's change. An answer is a type that serializes and has a
+/// schema; error bodies are `error.rs`'s.
+#[test]
+fn the_gateway_answers_only_with_types_of_its_model() {
+    let root = workspace_root();
+    let src = root.join("gateway/src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let derive = Regex::new(r"#\[derive\(([^\]]*)\)\]").unwrap();
+    let mut offences = Vec::new();
+    for path in files {
+        let relative = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if relative == "model.rs" || relative == "error.rs" {
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        let text = production_part(&text);
+        for m in derive.captures_iter(&text) {
+            let traits = &m[1];
+            if traits.contains("Serialize") && traits.contains("ToSchema") {
+                let line = text[..m.get(0).unwrap().start()].matches('\n').count() + 1;
+                offences.push(format!("gateway/src/{relative}:{line}"));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "an answer type outside gateway/src/model.rs (move it there):\n{}",
+        offences.join("\n")
+    );
+}

@@ -73,7 +73,7 @@ pub async fn backendai(
     events::projection::catch_up(&pool, &view).await?;
 
     let master = b"the bench's master key, thirty-two bytes or more".to_vec();
-    let secret_key = auth::derive_secret(&master, &access_key);
+    let secret_key = gateway::handles::derive_secret(&master, &access_key);
     let state = gateway::AppState::new(pool.clone(), None, events::relay::Topology::default())
         .with_backendai(master);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -96,7 +96,7 @@ pub async fn backendai(
     let auth_only = axum::Router::new()
         .route(
             "/key",
-            axum::routing::get(|_: gateway::api::Caller| async { "ok" }),
+            axum::routing::get(|_: gateway::caller::Caller| async { "ok" }),
         )
         .route(
             "/signed",
@@ -319,7 +319,10 @@ impl Signer {
 /// The verification alone, in process: what the gateway computes per signed request, next
 /// to what it computes per API-key request.
 fn verification(rounds: usize) {
-    let secret = auth::derive_secret(b"a master key of thirty-two bytes!", "AKIABENCH0000000001");
+    let secret = gateway::handles::derive_secret(
+        b"a master key of thirty-two bytes!",
+        "AKIABENCH0000000001",
+    );
     let now = Utc::now();
     let date = auth::client_date(now);
     let now = now.fixed_offset();

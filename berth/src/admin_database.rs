@@ -205,7 +205,7 @@ pub async fn run(
         } => {
             let master = backendai_master_key(config)?;
             let (_, access_key) = access::issue_backendai_keypair(pool, &email).await?;
-            let secret = gateway::backendai::auth::derive_secret(&master, &access_key);
+            let secret = gateway::handles::derive_secret(&master, &access_key);
             print_keypair(&email, &access_key, &secret, None);
         }
         AdminCommand::IssueKey { email, .. } => {

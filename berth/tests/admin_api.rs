@@ -357,7 +357,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
     );
     assert_eq!(
         secret_key,
-        gateway::backendai::auth::derive_secret(MASTER_KEY.as_bytes(), &access_key),
+        gateway::handles::derive_secret(MASTER_KEY.as_bytes(), &access_key),
         "the secret is the gateway's derivation"
     );
     let announcement = "/manager/announcement";

@@ -93,6 +93,12 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
+/// berth's answer to a path it does not serve (the router's fallback, and Backend.AI's for a
+/// path outside its own).
+pub(crate) async fn no_such_route() -> ApiError {
+    ApiError::not_found("no such route; see /openapi.json")
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {

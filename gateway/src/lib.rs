@@ -1,33 +1,36 @@
-//! The gateway: berth's HTTP API (axum) over the projections, the SSE stream of events and
-//! the OpenAPI document.
+//! The gateway: berth's HTTP API (axum) over the projections, its event stream, the web
+//! console, Backend.AI's API, the app proxy and the OpenAPI document.
 //!
-//! - [`projection`]: the `sessions` read model it serves.
-//! - [`api`]: REST handlers, one module per resource, and the API-key extractor.
-//! - [`backendai`]: Backend.AI's API on its own paths, for its official client (HMAC-signed
-//!   keypairs, problem JSON), translated onto the same commands and reads.
-//! - `db`: the reads the handlers make, one module per resource, the crate's only SQL besides
-//!   the projection.
-//! - [`model`]: the bodies the API answers with, as types the CLI reads back.
-//! - [`cache`]: session-detail documents kept in memory, evicted by the events.
-//! - [`console`]: the web console under `/console`, server-rendered pages over the handlers.
-//! - [`proxy`]: the app proxy, the only door into a session's apps.
-//! - [`sse`]: `GET /v1/events`.
-//! - [`openapi`]: `GET /openapi.json`.
-//! - [`metrics`]: `GET /metrics` (Prometheus's text format, when the process records metrics),
-//!   each request measured by route and status, and the names of the gateway's metrics.
-//! - [`error`]: every error as a status and JSON naming the field.
-//! - [`run`]: [`run::serve`], the API on a listener kept across restarts (TLS with a
-//!   certificate), with the work behind it on tasks it owns.
-//! - [`tls`]: the rustls server configuration from the gateway's certificate and key.
-//! - `state`: [`AppState`], what every handler shares (the crate's bottom; this file is its top:
-//!   the router over it).
+//! Its modules stand in floors, each importing only from its own floor or below
+//! (`tests/tidy.rs` checks it), so the surfaces never reach into one another:
+//!
+//! 0. [`error`] (every error as a status and JSON naming the field), [`model`] (every body
+//!    the API answers with, as types the CLI reads back), [`handles`] (the readiness report,
+//!    the metrics exposition, Backend.AI's keys), `headers` (cookies), [`metrics`] (the
+//!    metrics' names), [`tls`] (the rustls server configuration).
+//! 1. `state` ([`AppState`], what every handler shares), `db` (the reads, one module per
+//!    resource, the crate's only SQL besides the projection), [`cache`] (session-detail
+//!    documents, evicted by the events), [`projection`] (the sessions view), [`proxy`] (the
+//!    app proxy, the only door into a session's apps).
+//! 2. [`caller`] (who is calling: an API key or the console's cookie), [`ready`] (`/readyz`
+//!    and its checks).
+//! 3. [`api`] (the REST handlers, one module per resource), [`sse`] (`GET /v1/events`).
+//! 4. [`console`] (the web console under `/console`, pages over the handlers), [`backendai`]
+//!    (Backend.AI's API on its own paths, for its official client, translated onto the same
+//!    handlers and reads).
+//! 5. This file (the router over all of it, `/metrics` and each request measured),
+//!    [`run`] ([`run::serve`], the API on a listener kept across restarts, with the work
+//!    behind it on tasks it owns), [`openapi`] (`GET /openapi.json`).
 
 pub mod api;
 pub mod backendai;
 pub mod cache;
+pub mod caller;
 pub mod console;
 mod db;
 pub mod error;
+pub mod handles;
+mod headers;
 pub mod metrics;
 pub mod model;
 pub mod openapi;
@@ -39,7 +42,8 @@ pub mod sse;
 mod state;
 pub mod tls;
 
-pub use metrics::{describe_metrics, MetricsRender, METRICS_CONTENT_TYPE};
+pub use handles::MetricsRender;
+pub use metrics::{describe_metrics, METRICS_CONTENT_TYPE};
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
 /// The gateway's own schema (`proxy`: the app proxy's tickets and cookies, shared by every
@@ -50,14 +54,15 @@ pub const MIGRATIONS: &[events::store::Migration] = &[(
     include_str!("../migrations/0001_app_passes.sql"),
 )];
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-
-use crate::error::ApiError;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -66,60 +71,84 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 /// `#[utoipa::path]` gives; [`openapi::document`] is generated from the same list.
 fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(api::list_sessions, api::create_session))
         .routes(routes!(
-            api::session_detail,
-            api::rename_session,
-            api::terminate_session
+            api::sessions::list_sessions,
+            api::sessions::create_session
         ))
-        .routes(routes!(api::session_history))
-        .routes(routes!(api::session_idle))
-        .routes(routes!(api::exempt_session))
-        .routes(routes!(api::commit_session))
-        .routes(routes!(api::list_images))
-        .routes(routes!(api::remove_image))
-        .routes(routes!(api::list_notifications))
-        .routes(routes!(api::mark_read))
-        .routes(routes!(api::notification_stream))
-        .routes(routes!(api::set_webhook))
-        .routes(routes!(api::list_apps))
-        .routes(routes!(api::open_app))
-        .routes(routes!(api::start_app))
-        .routes(routes!(api::close_app))
-        .routes(routes!(api::session_logs))
-        .routes(routes!(api::list_folders, api::create_folder))
-        .routes(routes!(api::resource_summary))
-        .routes(routes!(api::presets))
-        .routes(routes!(api::list_resource_groups))
-        .routes(routes!(api::list_agents))
-        .routes(routes!(api::list_environments))
-        .routes(routes!(api::list_launches))
-        .routes(routes!(api::update_launch))
-        .routes(routes!(api::list_queue))
-        .routes(routes!(api::whoami))
-        .routes(routes!(api::set_my_password))
-        .routes(routes!(api::admin_list_users, api::admin_create_user))
-        .routes(routes!(api::admin_set_password))
-        .routes(routes!(api::admin_list_keys, api::admin_issue_key))
-        .routes(routes!(api::admin_list_keypairs, api::admin_issue_keypair))
-        .routes(routes!(api::admin_revoke_keypair))
-        .routes(routes!(api::admin_list_projects, api::admin_create_project))
-        .routes(routes!(api::admin_add_member))
-        .routes(routes!(api::admin_list_groups, api::admin_create_group))
-        .routes(routes!(api::admin_grant_group))
-        .routes(routes!(api::admin_set_group_scheduling))
-        .routes(routes!(api::admin_group_shares))
-        .routes(routes!(api::admin_set_session_priority))
-        .routes(routes!(api::admin_list_policies))
-        .routes(routes!(api::admin_set_policy))
-        .routes(routes!(api::admin_save_preset))
         .routes(routes!(
-            api::admin_list_idle_checks,
-            api::admin_set_idle_checks
+            api::sessions::session_detail,
+            api::sessions::rename_session,
+            api::sessions::terminate_session
         ))
-        .routes(routes!(api::admin_idle_preview))
-        .routes(routes!(api::admin_list_agents, api::admin_admit_agent))
-        .routes(routes!(api::admin_revoke_agent))
+        .routes(routes!(api::history::session_history))
+        .routes(routes!(api::idle::session_idle))
+        .routes(routes!(api::idle::exempt_session))
+        .routes(routes!(api::images::commit_session))
+        .routes(routes!(api::images::list_images))
+        .routes(routes!(api::images::remove_image))
+        .routes(routes!(api::notifications::list_notifications))
+        .routes(routes!(api::notifications::mark_read))
+        .routes(routes!(api::notifications::notification_stream))
+        .routes(routes!(api::notifications::set_webhook))
+        .routes(routes!(api::apps::list_apps))
+        .routes(routes!(api::apps::open_app))
+        .routes(routes!(api::apps::start_app))
+        .routes(routes!(api::apps::close_app))
+        .routes(routes!(api::logs::session_logs))
+        .routes(routes!(
+            api::folders::list_folders,
+            api::folders::create_folder
+        ))
+        .routes(routes!(api::resources::resource_summary))
+        .routes(routes!(api::resources::presets))
+        .routes(routes!(api::catalogue::list_resource_groups))
+        .routes(routes!(api::catalogue::list_agents))
+        .routes(routes!(api::catalogue::list_environments))
+        .routes(routes!(api::launches::list_launches))
+        .routes(routes!(api::launches::update_launch))
+        .routes(routes!(api::queue::list_queue))
+        .routes(routes!(api::resources::whoami))
+        .routes(routes!(api::password::set_my_password))
+        .routes(routes!(
+            api::admin::users::admin_list_users,
+            api::admin::users::admin_create_user
+        ))
+        .routes(routes!(api::admin::users::admin_set_password))
+        .routes(routes!(
+            api::admin::keys::admin_list_keys,
+            api::admin::keys::admin_issue_key
+        ))
+        .routes(routes!(
+            api::admin::keypairs::admin_list_keypairs,
+            api::admin::keypairs::admin_issue_keypair
+        ))
+        .routes(routes!(api::admin::keypairs::admin_revoke_keypair))
+        .routes(routes!(
+            api::admin::projects::admin_list_projects,
+            api::admin::projects::admin_create_project
+        ))
+        .routes(routes!(api::admin::projects::admin_add_member))
+        .routes(routes!(
+            api::admin::groups::admin_list_groups,
+            api::admin::groups::admin_create_group
+        ))
+        .routes(routes!(api::admin::groups::admin_grant_group))
+        .routes(routes!(api::admin::groups::admin_set_group_scheduling))
+        .routes(routes!(api::admin::groups::admin_group_shares))
+        .routes(routes!(api::admin::groups::admin_set_session_priority))
+        .routes(routes!(api::admin::policies::admin_list_policies))
+        .routes(routes!(api::admin::policies::admin_set_policy))
+        .routes(routes!(api::admin::presets::admin_save_preset))
+        .routes(routes!(
+            api::admin::idle::admin_list_idle_checks,
+            api::admin::idle::admin_set_idle_checks
+        ))
+        .routes(routes!(api::admin::idle::admin_idle_preview))
+        .routes(routes!(
+            api::admin::agents::admin_list_agents,
+            api::admin::agents::admin_admit_agent
+        ))
+        .routes(routes!(api::admin::agents::admin_revoke_agent))
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
@@ -147,14 +176,14 @@ pub fn router(state: AppState) -> Router {
     let measured = state.metrics.is_some();
     let router = router
         .merge(console::router())
-        .route("/metrics", axum::routing::get(metrics::metrics));
+        .route("/metrics", axum::routing::get(metrics_page));
     // Backend.AI's paths do not collide with berth's; off, they are berth's 404s.
     let router = if state.backendai.is_some() {
         router
             .merge(backendai::router())
             .fallback(backendai::fallback)
     } else {
-        router.fallback(not_found)
+        router.fallback(error::no_such_route)
     };
     let router = router.layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -162,7 +191,7 @@ pub fn router(state: AppState) -> Router {
     ));
     // Only a process that records metrics pays for measuring each request.
     let router = if measured {
-        router.layer(axum::middleware::from_fn(metrics::measure))
+        router.layer(axum::middleware::from_fn(measure))
     } else {
         router
     };
@@ -180,9 +209,34 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// berth's answer to a path it does not serve.
-pub(crate) async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; see /openapi.json")
+/// `GET /metrics`: the process's metrics; 404 when metrics are off.
+pub async fn metrics_page(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(render) => (
+            [(header::CONTENT_TYPE, metrics::METRICS_CONTENT_TYPE)],
+            render(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are off (BERTH_METRICS=off)").into_response(),
+    }
+}
+
+/// Counts each request by method, route and status, and times it. A request no route
+/// matched counts under `route="unmatched"`.
+pub async fn measure(request: Request, next: Next) -> Response {
+    let began = tokio::time::Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    ::metrics::histogram!(metrics::HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
+        .record(began.elapsed().as_secs_f64());
+    ::metrics::counter!(metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    response
 }
 
 /// A span per request, named by its route, continuing the caller's trace when the request

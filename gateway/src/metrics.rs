@@ -1,23 +1,11 @@
-//! The gateway's metrics: `GET /metrics` (Prometheus's text format, unauthenticated like
-//! `/readyz`, outside the OpenAPI document), every request measured by its route (axum's
-//! `MatchedPath`, never the raw path, so ids do not make new series) and status, and the names
-//! and help of what the gateway's parts record: the app proxy's circuits and bytes, the
-//! sessions view's counts, creates to placed and to RUNNING, and the log's readers' lag.
-//! The gateway records through the `metrics` facade only; the process that runs it installs
-//! the recorder and hands its exposition in ([`crate::AppState::with_metrics`]).
-
-use std::sync::Arc;
+//! The names and help of the gateway's metrics: each request by its route and status (measured
+//! by the router, [`crate::measure`]), the app proxy's circuits and bytes, the sessions view's
+//! counts, creates to placed and to RUNNING, and the log's readers' lag. The gateway records
+//! through the `metrics` facade only; the process that runs it installs the recorder and hands
+//! its exposition in ([`crate::AppState::with_metrics`]), which `GET /metrics` serves
+//! ([`crate::metrics_page`]).
 
 use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use crate::state::AppState;
-
-/// The process's exposition, made when `/metrics` is asked for.
-pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Prometheus's text exposition format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -88,30 +76,4 @@ pub fn describe_metrics() {
         Unit::Seconds,
         "How long the oldest event each checkpointed reader has not read has waited"
     );
-}
-
-/// `GET /metrics`: the process's metrics; 404 when metrics are off.
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    match &state.metrics {
-        Some(render) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], render()).into_response(),
-        None => (StatusCode::NOT_FOUND, "metrics are off (BERTH_METRICS=off)").into_response(),
-    }
-}
-
-/// Counts each request by method, route and status, and times it. A request no route
-/// matched counts under `route="unmatched"`.
-pub async fn measure(request: Request, next: Next) -> Response {
-    let began = tokio::time::Instant::now();
-    let method = request.method().as_str().to_owned();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    ::metrics::histogram!(HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
-        .record(began.elapsed().as_secs_f64());
-    ::metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
-        .increment(1);
-    response
 }

@@ -561,6 +561,132 @@ pub struct Queue {
     pub resource_groups: Vec<GroupQueue>,
 }
 
+/// A circuit open to one of the session's apps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Circuit {
+    pub circuit_id: Uuid,
+    pub app: String,
+    pub container_port: u16,
+    /// The proxy's port.
+    pub port: u16,
+    pub public: bool,
+    /// Client address ranges let through (all when empty).
+    pub allowed_ips: Vec<String>,
+    /// Bytes from clients and to them since this gateway serves it.
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+}
+
+/// `GET /v1/sessions/{id}/apps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionApps {
+    pub session_id: Uuid,
+    pub apps: Vec<domain::apps::SessionApp>,
+    pub circuits: Vec<Circuit>,
+}
+
+/// An opened app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OpenedApp {
+    pub circuit_id: Uuid,
+    pub app: String,
+    /// The proxy's port the app is served on.
+    pub port: u16,
+    pub preferred_port_honoured: bool,
+    /// An open circuit of the same app and admission served this request.
+    pub reused: bool,
+    pub public: bool,
+    /// How the proxy carries the app: an HTTP app (`http`, `preopen`, `pty`) is opened in a
+    /// browser; any other is raw TCP.
+    pub protocol: domain::apps::AppProtocol,
+    /// Where to point a browser: for a private circuit a single-use link (valid a minute)
+    /// that sets the circuit's cookie. For a raw TCP app, `tcp://host:port` when public; when
+    /// private, that link's cookie opens a tunnel on the port (`berth session app tunnel`).
+    pub url: String,
+}
+
+/// A started app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StartedApp {
+    pub app: String,
+    pub port: u16,
+    /// Whether berth started a server (false: it listened already, or it is a preopen port,
+    /// which its user serves).
+    pub spawned: bool,
+}
+
+/// `POST /v1/sessions/{id}/apps/{app}/close`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ClosedApp {
+    pub closed: usize,
+}
+
+/// A queued session's priority, after a change.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrioritySet {
+    pub session_id: Uuid,
+    pub priority: i32,
+}
+
+/// One server-sent event as a client reads it (OpenAPI 3.1 describes an event stream by its
+/// events): its name, its id where it has one, and its data, JSON text. Only described: axum's
+/// `Event` writes the wire form.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct StreamedEvent {
+    /// The event's name: an event type (`SessionScheduled`) on `/v1/events`; `log` or `end`
+    /// on a followed session's logs.
+    event: String,
+    /// The log position (`/v1/events`), from which a client may resume.
+    #[schema(nullable = false)]
+    id: Option<String>,
+    /// JSON text: the recorded event, or `{"kernel", "text"}` for `log`.
+    data: String,
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct Report {
+    /// PostgreSQL and NATS are up and no reader trails the log by more than a minute.
+    pub ready: bool,
+    pub postgres: Dependency,
+    pub nats: Dependency,
+    /// Each reader of the log (its checkpoint's name: `relay`, the projections).
+    pub readers: Vec<ReaderLag>,
+    /// When this was checked (none before the first check).
+    pub checked_at: Option<DateTime<Utc>>,
+}
+
+/// One dependency's state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Dependency {
+    pub up: bool,
+    /// Why it is down, as its client said.
+    pub error: Option<String>,
+    /// Since when it has been down.
+    pub down_since: Option<DateTime<Utc>>,
+}
+
+impl Default for Dependency {
+    fn default() -> Self {
+        Dependency {
+            up: true,
+            error: None,
+            down_since: None,
+        }
+    }
+}
+
+/// How far one reader of the log trails it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReaderLag {
+    pub name: String,
+    /// Events written and not yet read by it (counted up to 10,000).
+    pub events_behind: i64,
+    /// How long the oldest of those has waited, in seconds (0 when none).
+    pub seconds_behind: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

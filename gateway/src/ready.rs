@@ -5,7 +5,6 @@
 //! 503 `database_unavailable` within half a second ([`refuse_writes_while_down`]) instead
 //! of waiting on a pool that cannot connect.
 
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -13,19 +12,17 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use deadpool_postgres::Pool;
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use utoipa::ToSchema;
 
 use crate::error::ApiError;
+use crate::handles::Readiness;
+use crate::model::ReaderLag;
 use crate::state::AppState;
 
 /// How often the dependencies are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
-/// How long a write that finds PostgreSQL down waits for a connection before it is refused.
-const RECHECK_WITHIN: Duration = Duration::from_millis(500);
 /// How long a check of PostgreSQL may take before it counts as down.
 const CHECK_WITHIN: Duration = Duration::from_secs(2);
 /// A reader further behind the log than this makes the gateway not ready: what it serves
@@ -39,176 +36,68 @@ const COUNT_EVERY_CHECKS: u64 = 10;
 /// An agent unheard this long counts as `silent` in the agents gauge (two heartbeats).
 const SILENT_AFTER_SECS: f64 = 20.0;
 
-/// The last check of everything, shared by the checker and the handlers.
-#[derive(Clone, Default)]
-pub struct Readiness(Arc<RwLock<Report>>);
-
-/// What `/readyz` answers.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, ToSchema)]
-pub struct Report {
-    /// PostgreSQL and NATS are up and no reader trails the log by more than a minute.
-    pub ready: bool,
-    pub postgres: Dependency,
-    pub nats: Dependency,
-    /// Each reader of the log (its checkpoint's name: `relay`, the projections).
-    pub readers: Vec<ReaderLag>,
-    /// When this was checked (none before the first check).
-    pub checked_at: Option<DateTime<Utc>>,
-}
-
-/// One dependency's state.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
-pub struct Dependency {
-    pub up: bool,
-    /// Why it is down, as its client said.
-    pub error: Option<String>,
-    /// Since when it has been down.
-    pub down_since: Option<DateTime<Utc>>,
-}
-
-impl Default for Dependency {
-    fn default() -> Self {
-        Dependency {
-            up: true,
-            error: None,
-            down_since: None,
-        }
-    }
-}
-
-/// How far one reader of the log trails it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
-pub struct ReaderLag {
-    pub name: String,
-    /// Events written and not yet read by it (counted up to 10,000).
-    pub events_behind: i64,
-    /// How long the oldest of those has waited, in seconds (0 when none).
-    pub seconds_behind: f64,
-}
-
-impl Dependency {
-    /// This dependency after a check that found `error` (none: up); a change is logged,
-    /// with what it means for the API (`meaning`).
-    fn noted(
-        &self,
-        now: DateTime<Utc>,
-        error: Option<String>,
-        what: &str,
-        meaning: &str,
-    ) -> Dependency {
-        match (self.up, error) {
-            (_, None) => {
-                if !self.up {
-                    tracing::info!(dependency = what, "up again");
-                }
-                Dependency::default()
+/// Checks `readiness` every second until `stop`; a change of a dependency's state is logged
+/// once.
+pub async fn watch(
+    readiness: Readiness,
+    pool: Pool,
+    nats: Option<async_nats::Client>,
+    stop: CancellationToken,
+) {
+    let mut gauges = Gauges::default();
+    for check in 0u64.. {
+        if check % COUNT_EVERY_CHECKS == 0 {
+            if let Ok(Err(e)) = tokio::time::timeout(CHECK_WITHIN, gauges.count(&pool)).await {
+                tracing::debug!(error = %e, "sessions and agents not counted");
             }
-            (true, Some(error)) => {
-                tracing::warn!(dependency = what, %error, "down; {meaning}");
-                Dependency {
-                    up: false,
-                    error: Some(error),
-                    down_since: Some(now),
-                }
-            }
-            (false, Some(error)) => Dependency {
-                up: false,
-                error: Some(error),
-                down_since: self.down_since,
-            },
         }
-    }
-}
-
-impl Readiness {
-    /// The last report.
-    pub fn report(&self) -> Report {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Whether the last check found PostgreSQL down.
-    pub fn postgres_down(&self) -> bool {
-        !self.0.read().unwrap_or_else(|e| e.into_inner()).postgres.up
-    }
-
-    /// Whether PostgreSQL answers again, asked now rather than at the next check (a write
-    /// that finds it down asks, so the first write after its return goes through); noted
-    /// when it does.
-    pub async fn postgres_back(&self, pool: &Pool) -> bool {
-        let answered = matches!(
-            tokio::time::timeout(RECHECK_WITHIN, pool.get()).await,
-            Ok(Ok(_))
-        );
-        if answered {
-            let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
-            report.postgres = report.postgres.noted(Utc::now(), None, "PostgreSQL", "");
-        }
-        answered
-    }
-
-    /// Checks every second until `stop`; a change of a dependency's state is logged once.
-    pub async fn watch(
-        self,
-        pool: Pool,
-        nats: Option<async_nats::Client>,
-        stop: CancellationToken,
-    ) {
-        let mut gauges = Gauges::default();
-        for check in 0u64.. {
-            if check % COUNT_EVERY_CHECKS == 0 {
-                if let Ok(Err(e)) = tokio::time::timeout(CHECK_WITHIN, gauges.count(&pool)).await {
-                    tracing::debug!(error = %e, "sessions and agents not counted");
+        let (postgres, readers) = match tokio::time::timeout(CHECK_WITHIN, lags(&pool)).await {
+            Ok(Ok(readers)) => {
+                for reader in &readers {
+                    let name = reader.name.clone();
+                    ::metrics::gauge!(crate::metrics::READER_LAG_EVENTS, "reader" => name.clone())
+                        .set(reader.events_behind as f64);
+                    ::metrics::gauge!(crate::metrics::READER_LAG_SECONDS, "reader" => name)
+                        .set(reader.seconds_behind);
                 }
+                (None, readers)
             }
-            let (postgres, readers) = match tokio::time::timeout(CHECK_WITHIN, lags(&pool)).await {
-                Ok(Ok(readers)) => {
-                    for reader in &readers {
-                        let name = reader.name.clone();
-                        ::metrics::gauge!(crate::metrics::READER_LAG_EVENTS, "reader" => name.clone())
-                            .set(reader.events_behind as f64);
-                        ::metrics::gauge!(crate::metrics::READER_LAG_SECONDS, "reader" => name)
-                            .set(reader.seconds_behind);
-                    }
-                    (None, readers)
-                }
-                Ok(Err(e)) => (Some(e.to_string()), Vec::new()),
-                Err(_) => (Some("no answer within 2 s".to_owned()), Vec::new()),
-            };
-            let nats_error = match &nats {
-                Some(client)
-                    if client.connection_state() != async_nats::connection::State::Connected =>
-                {
-                    Some(format!("{}", client.connection_state()))
-                }
-                Some(_) => None,
-                None => Some("no connection configured".to_owned()),
-            };
+            Ok(Err(e)) => (Some(e.to_string()), Vec::new()),
+            Err(_) => (Some("no answer within 2 s".to_owned()), Vec::new()),
+        };
+        let nats_error = match &nats {
+            Some(client)
+                if client.connection_state() != async_nats::connection::State::Connected =>
             {
-                let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
-                let now = Utc::now();
-                let pg = "writes answer 503 until it is back";
-                report.postgres = report.postgres.noted(now, postgres, "PostgreSQL", pg);
-                report.nats = report.nats.noted(
-                    now,
-                    nats_error,
-                    "NATS",
-                    "the event stream and the agents wait for it",
-                );
-                if report.postgres.up {
-                    report.readers = readers;
-                }
-                report.ready = report.postgres.up
-                    && report.nats.up
-                    && report
-                        .readers
-                        .iter()
-                        .all(|r| r.seconds_behind <= MOST_LAG_SECS);
-                report.checked_at = Some(now);
+                Some(format!("{}", client.connection_state()))
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(CHECK_EVERY) => {}
+            Some(_) => None,
+            None => Some("no connection configured".to_owned()),
+        };
+        readiness.update(|report| {
+            let now = Utc::now();
+            let pg = "writes answer 503 until it is back";
+            report.postgres = report.postgres.noted(now, postgres, "PostgreSQL", pg);
+            report.nats = report.nats.noted(
+                now,
+                nats_error,
+                "NATS",
+                "the event stream and the agents wait for it",
+            );
+            if report.postgres.up {
+                report.readers = readers;
             }
+            report.ready = report.postgres.up
+                && report.nats.up
+                && report
+                    .readers
+                    .iter()
+                    .all(|r| r.seconds_behind <= MOST_LAG_SECS);
+            report.checked_at = Some(now);
+        });
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
     }
 }
@@ -278,8 +167,8 @@ async fn lags(pool: &Pool) -> Result<Vec<ReaderLag>, LagsError> {
 
 /// Say whether this gateway can serve: PostgreSQL, NATS and the log's readers.
 #[utoipa::path(get, path = "/readyz", tag = "meta",
-    responses((status = 200, description = "ready", body = Report),
-              (status = 503, description = "a dependency is down or a reader trails the log by more than a minute", body = Report)))]
+    responses((status = 200, description = "ready", body = crate::model::Report),
+              (status = 503, description = "a dependency is down or a reader trails the log by more than a minute", body = crate::model::Report)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let report = state.readiness.report();
     let status = if report.ready {
@@ -306,24 +195,4 @@ pub async fn refuse_writes_while_down(
         return ApiError::database_unavailable().into_response();
     }
     next.run(request).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_dependency_keeps_when_it_went_down_until_it_is_back() {
-        let up = Dependency::default();
-        let t0 = Utc::now();
-        let down = up.noted(t0, Some("refused".into()), "x", "y");
-        assert!(!down.up);
-        assert_eq!(down.down_since, Some(t0));
-        let later = t0 + chrono::Duration::seconds(3);
-        let still = down.noted(later, Some("again".into()), "x", "y");
-        assert_eq!(still.down_since, Some(t0));
-        assert_eq!(still.error.as_deref(), Some("again"));
-        let back = still.noted(t0, None, "x", "y");
-        assert!(back.up && back.down_since.is_none() && back.error.is_none());
-    }
 }

@@ -180,11 +180,12 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
         );
     }
     if state.watches_readiness {
-        let watch =
-            state
-                .readiness
-                .clone()
-                .watch(state.pool.clone(), state.nats.clone(), stop.clone());
+        let watch = crate::ready::watch(
+            state.readiness.clone(),
+            state.pool.clone(),
+            state.nats.clone(),
+            stop.clone(),
+        );
         tasks.spawn(watch);
     }
     if let Some(proxy) = &state.proxy {

@@ -15,25 +15,9 @@ use futures::{Stream, StreamExt};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::api::Caller;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// One server-sent event as a client reads it (OpenAPI 3.1 describes an event stream by its
-/// events): its name, its id where it has one, and its data, JSON text. Only described: axum's
-/// `Event` writes the wire form.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub struct StreamedEvent {
-    /// The event's name: an event type (`SessionScheduled`) on `/v1/events`; `log` or `end`
-    /// on a followed session's logs.
-    event: String,
-    /// The log position (`/v1/events`), from which a client may resume.
-    #[schema(nullable = false)]
-    id: Option<String>,
-    /// JSON text: the recorded event, or `{"kernel", "text"}` for `log`.
-    data: String,
-}
 
 /// The session whose stream `event` is in, if any.
 pub(crate) fn session_of(event: &RecordedEvent) -> Option<Uuid> {
@@ -45,7 +29,7 @@ pub(crate) fn session_of(event: &RecordedEvent) -> Option<Uuid> {
 /// is the recorded event as JSON.
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     responses((status = 200, description = "`text/event-stream` of recorded events",
-        content_type = "text/event-stream", body = StreamedEvent),
+        content_type = "text/event-stream", body = crate::model::StreamedEvent),
               (status = 503, description = "NATS is unavailable (`bus_unavailable`); try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,

@@ -1,7 +1,8 @@
 //! What every handler shares ([`AppState`]): the pool, the NATS client, where events and
 //! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
-//! readiness report and the create queue. The bottom of the crate: `api/`, `ready`, `sse`
-//! and `openapi` import it; the router in `lib.rs` is built over it.
+//! readiness report, the metrics exposition, Backend.AI's keys and the create queue. Data
+//! only: it imports the ground floor (`error`, `handles`) and its own (`cache`, `proxy`);
+//! everything above (`caller`, `ready`, the surfaces, the router in `lib.rs`) is built over it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use events::relay::Topology;
 use tokio::sync::RwLock;
 
 use crate::error::ApiError;
-use crate::{cache, proxy, ready};
+use crate::handles::{BackendAiKeys, MetricsRender, Readiness};
+use crate::{cache, proxy};
 
 /// How long a looked-up API key is trusted before it is looked up again.
 const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
@@ -34,7 +36,7 @@ pub struct AppState {
     /// The app proxy, when this gateway serves one.
     pub proxy: Option<Arc<proxy::Proxy>>,
     /// The last check of PostgreSQL, NATS and the log's readers (`/readyz`).
-    pub readiness: ready::Readiness,
+    pub readiness: Readiness,
     /// Whether [`crate::run::serve`] keeps `readiness` checked ([`AppState::watch_readiness`]).
     pub(crate) watches_readiness: bool,
     /// Creates in flight: one beyond the queue is answered 503 `busy` rather than waiting
@@ -42,9 +44,9 @@ pub struct AppState {
     creates: Arc<tokio::sync::Semaphore>,
     /// The process's metrics as `GET /metrics` answers them, when metrics are on
     /// ([`AppState::with_metrics`]).
-    pub metrics: Option<crate::metrics::MetricsRender>,
+    pub metrics: Option<MetricsRender>,
     /// Backend.AI's API on its own paths, when it is on ([`AppState::with_backendai`]).
-    pub backendai: Option<Arc<crate::backendai::BackendAi>>,
+    pub backendai: Option<Arc<BackendAiKeys>>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -72,7 +74,7 @@ impl AppState {
             keys: KeyCache::default(),
             details: Arc::new(cache::DetailCache::new(detail_ttl)),
             proxy: None,
-            readiness: ready::Readiness::default(),
+            readiness: Readiness::default(),
             watches_readiness: false,
             creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
             metrics: None,
@@ -129,7 +131,7 @@ impl AppState {
     /// This state serving `render`'s exposition on `GET /metrics` and measuring every request
     /// (by route and status) for it; without it, `/metrics` is 404 and requests are not
     /// measured.
-    pub fn with_metrics(mut self, render: crate::metrics::MetricsRender) -> AppState {
+    pub fn with_metrics(mut self, render: MetricsRender) -> AppState {
         self.metrics = Some(render);
         self
     }
@@ -137,7 +139,7 @@ impl AppState {
     /// This state serving Backend.AI's API beside berth's (`crate::backendai`), its keypairs'
     /// secret keys derived with `master_key`.
     pub fn with_backendai(mut self, master_key: Vec<u8>) -> AppState {
-        self.backendai = Some(crate::backendai::BackendAi::new(master_key));
+        self.backendai = Some(BackendAiKeys::new(master_key));
         self
     }
 

@@ -294,7 +294,7 @@ impl Harness {
             .backendai_master_key
             .as_ref()
             .expect("Backend.AI's API is on");
-        let secret = gateway::backendai::auth::derive_secret(master, &access_key);
+        let secret = gateway::handles::derive_secret(master, &access_key);
         (access_key, secret)
     }
 
@@ -343,7 +343,7 @@ impl Harness {
                 .expect("gateway answers");
             let hit = response
                 .headers()
-                .get(gateway::api::CACHE_HEADER)
+                .get(gateway::api::sessions::CACHE_HEADER)
                 .is_some_and(|v| v == "hit");
             let body: Value = response.json().await.expect("a JSON detail");
             hit.then_some(body)

@@ -7,14 +7,15 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
 use bytes::Bytes;
-use domain::apps::{AddressRange, Admission, AppProtocol, CircuitCloseReason};
-use serde::{Deserialize, Serialize};
+use domain::apps::{AddressRange, Admission, CircuitCloseReason};
+use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{check_may_act, parse_body, parse_id, Caller};
+use super::{check_may_act, parse_body, parse_id};
+use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::model::SessionDetail;
+use crate::model::{Circuit, ClosedApp, OpenedApp, SessionApps, SessionDetail, StartedApp};
 use crate::proxy::{OpenRequest, ProxyError};
 use crate::state::AppState;
 use events::ledger::KeyOwner;
@@ -29,30 +30,6 @@ pub struct SessionApp {
     /// The app's name (`GET /v1/sessions/{id}/apps` lists them).
     #[param(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub app: String,
-}
-
-/// A circuit open to one of the session's apps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Circuit {
-    pub circuit_id: Uuid,
-    pub app: String,
-    pub container_port: u16,
-    /// The proxy's port.
-    pub port: u16,
-    pub public: bool,
-    /// Client address ranges let through (all when empty).
-    pub allowed_ips: Vec<String>,
-    /// Bytes from clients and to them since this gateway serves it.
-    pub bytes_in: Option<u64>,
-    pub bytes_out: Option<u64>,
-}
-
-/// `GET /v1/sessions/{id}/apps`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct SessionApps {
-    pub session_id: Uuid,
-    pub apps: Vec<domain::apps::SessionApp>,
-    pub circuits: Vec<Circuit>,
 }
 
 /// How to open an app.
@@ -111,26 +88,6 @@ fn check_app(app: &str) -> Result<(), ApiError> {
     }
 }
 
-/// An opened app.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OpenedApp {
-    pub circuit_id: Uuid,
-    pub app: String,
-    /// The proxy's port the app is served on.
-    pub port: u16,
-    pub preferred_port_honoured: bool,
-    /// An open circuit of the same app and admission served this request.
-    pub reused: bool,
-    pub public: bool,
-    /// How the proxy carries the app: an HTTP app (`http`, `preopen`, `pty`) is opened in a
-    /// browser; any other is raw TCP.
-    pub protocol: AppProtocol,
-    /// Where to point a browser: for a private circuit a single-use link (valid a minute)
-    /// that sets the circuit's cookie. For a raw TCP app, `tcp://host:port` when public; when
-    /// private, that link's cookie opens a tunnel on the port (`berth session app tunnel`).
-    pub url: String,
-}
-
 /// How to start an app.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -139,22 +96,6 @@ pub struct StartApp {
     #[schema(minimum = 1, maximum = 65535)]
     #[serde(default)]
     pub port: Option<u16>,
-}
-
-/// A started app.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct StartedApp {
-    pub app: String,
-    pub port: u16,
-    /// Whether berth started a server (false: it listened already, or it is a preopen port,
-    /// which its user serves).
-    pub spawned: bool,
-}
-
-/// `POST /v1/sessions/{id}/apps/{app}/close`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ClosedApp {
-    pub closed: usize,
 }
 
 fn proxy_off() -> ApiError {

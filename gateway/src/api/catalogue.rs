@@ -12,7 +12,8 @@ use events::payloads::Role;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{query, Caller};
+use super::query;
+use crate::caller::Caller;
 use crate::db;
 use crate::db::agents::Audience;
 use crate::error::ApiError;

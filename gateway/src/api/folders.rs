@@ -7,7 +7,8 @@ use axum::Json;
 use bytes::Bytes;
 use launcher::launch;
 
-use super::{parse_body, Caller};
+use super::parse_body;
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{FolderCreated, Folders};

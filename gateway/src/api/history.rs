@@ -8,7 +8,8 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
 
-use super::{check_may_see, parse_id, query, Caller, SessionId};
+use super::{check_may_see, parse_id, query, SessionId};
+use crate::caller::Caller;
 use crate::db;
 use crate::db::history::{HistoryFilter, HistoryOrder};
 use crate::error::ApiError;

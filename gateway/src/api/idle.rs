@@ -13,7 +13,8 @@ use events::lifecycle;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{check_may_act, parse_body, parse_id, Caller, SessionId};
+use super::{check_may_act, parse_body, parse_id, SessionId};
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::Exempted;
 use crate::state::AppState;

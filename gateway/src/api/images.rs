@@ -17,7 +17,8 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{check_may_act, parse_body, parse_id, Caller, SessionId};
+use super::{check_may_act, parse_body, parse_id, SessionId};
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{CommitStarted, CustomImages};

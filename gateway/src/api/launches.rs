@@ -16,7 +16,8 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{parse_body, Caller};
+use super::parse_body;
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{Launch, Launches};

@@ -15,11 +15,12 @@ use uuid::Uuid;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{check_may_act, parse_id, query, Caller, SessionId};
+use super::{check_may_act, parse_id, query, SessionId};
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
+use crate::model::StreamedEvent;
 use crate::model::{KernelLog, Logs};
-use crate::sse::StreamedEvent;
 use crate::state::AppState;
 
 /// How often a followed session's kept output is read again.

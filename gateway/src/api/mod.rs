@@ -1,58 +1,47 @@
-//! The REST handlers, one module per resource, and what they share: the [`Caller`]
-//! extractor, body and query parsing, and the visibility checks. Reads come from the
-//! `proj_sessions` projection through [`crate::db`]; commands go through the launcher and the
-//! session lifecycle. A caller sees and acts on only their own sessions (a superadmin on all);
-//! anyone else's session is a 404, so names do not leak.
+//! The REST handlers, one module per resource (the router in `lib.rs` names each by its
+//! path), and what they share: body parsing that names a wrong field and the visibility
+//! checks. The caller comes from [`crate::caller`]; reads go through `crate::db` (the
+//! sessions view, and the ledger where no view holds what is asked); commands go through the
+//! launcher and the session lifecycle. A caller sees and acts on only their own sessions (a
+//! superadmin on all); anyone else's session is a 404, so names do not leak.
 //!
 //! - [`sessions`]: create, list, detail, rename, terminate.
 //! - [`history`]: a session's scheduling history.
+//! - [`idle`]: a session's idleness, and its exemption.
+//! - [`images`]: the caller's images, a session committed to one, one removed.
+//! - [`apps`]: a session's apps through the proxy: listed, opened, started, closed.
 //! - [`logs`]: a session's output, whole or followed.
+//! - [`notifications`]: the caller's notifications, read, streamed, and their webhook.
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
 //! - [`launches`]: the caller's recent launches, renamed and pinned.
 //! - [`queue`]: every group's queue in the scheduler's order (superadmins).
 //! - [`folders`]: the caller's data folders.
-//! - `password`: the caller's password, for the web console.
-//! - [`admin`]: administration, superadmins only: users, keys, projects, groups, grants,
-//!   policies, presets, idle checks, agents.
+//! - [`password`]: the caller's password, for the web console.
+//! - `query`: query strings parsed with the field at fault named.
+//! - [`admin`]: administration, superadmins only, one module per resource: users, keys,
+//!   Backend.AI keypairs, projects, groups and grants, policies, presets, idle checks, agents.
 
-mod admin;
-mod apps;
-mod catalogue;
-mod folders;
-mod history;
-mod idle;
-mod images;
-mod launches;
-mod logs;
-mod notifications;
-mod password;
+pub mod admin;
+pub mod apps;
+pub mod catalogue;
+pub mod folders;
+pub mod history;
+pub mod idle;
+pub mod images;
+pub mod launches;
+pub mod logs;
+pub mod notifications;
+pub mod password;
 mod query;
-mod queue;
-mod resources;
-mod sessions;
-
-pub use admin::*;
-pub use apps::*;
-pub use catalogue::*;
-pub use folders::*;
-pub use history::*;
-pub use idle::*;
-pub use images::*;
-pub use launches::*;
-pub use logs::*;
-pub use notifications::*;
-pub use password::*;
-pub use queue::*;
-pub use resources::*;
-pub use sessions::*;
+pub mod queue;
+pub mod resources;
+pub mod sessions;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::StatusCode;
 use bytes::Bytes;
-use events::ledger::{self, KeyOwner};
+use events::ledger::KeyOwner;
 use events::payloads::Role;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -71,35 +60,6 @@ pub struct SessionId {
     /// The session's id.
     #[param(value_type = Uuid)]
     pub id: String,
-}
-
-/// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`), or from the
-/// console's cookie on a same-origin request ([`crate::console::auth::api_caller`]).
-pub struct Caller(pub KeyOwner);
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-        let key = header("x-api-key")
-            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
-        if key.is_none() {
-            // The console's own pages call the API with its cookie (same origin only).
-            if let Some(owner) = crate::console::auth::api_caller(state, &parts.headers).await? {
-                return Ok(Caller(owner));
-            }
-        }
-        let key = key.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "send your API key in the X-API-Key header",
-            )
-            .field("X-API-Key")
-        })?;
-        authenticate(state, key).await.map(Caller)
-    }
 }
 
 /// The path (`mounts[0]`, `environment.A`) of the first string in `value`, key or value,
@@ -254,31 +214,6 @@ async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
         }
         _ => Err(ApiError::not_found(format!("no session {id}"))),
     }
-}
-
-/// The owner of API key `key`: from the state's cache while fresh, else from the ledger
-/// (and then kept); 401 `unauthenticated` for a key nobody owns.
-async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
-    let digest = events::ledger::key_digest(key);
-    if let Some(owner) = state.keys.fresh(&digest).await {
-        return Ok(owner);
-    }
-    let owner = lookup_key(state, key).await?.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "unknown API key",
-        )
-        .field("X-API-Key")
-    })?;
-    state.keys.keep(digest, owner.clone()).await;
-    Ok(owner)
-}
-
-/// Looks a key up in the ledger.
-pub async fn lookup_key(state: &AppState, key: &str) -> Result<Option<KeyOwner>, ApiError> {
-    let client = state.pool.get().await?;
-    Ok(ledger::key_owner(&client, key).await?)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{parse_body, query, Caller};
+use super::{parse_body, query};
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{NoticePage, Unread, Webhook};
@@ -117,7 +118,7 @@ pub async fn mark_read(
 /// (`session_started`, ...), each with the notification's id and its JSON.
 #[utoipa::path(get, path = "/v1/notifications/stream", tag = "notifications",
     responses((status = 200, description = "`text/event-stream` of new notifications",
-        content_type = "text/event-stream", body = crate::sse::StreamedEvent),
+        content_type = "text/event-stream", body = crate::model::StreamedEvent),
               (status = 503, description = "NATS is unavailable (`bus_unavailable`); try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn notification_stream(
     State(state): State<AppState>,

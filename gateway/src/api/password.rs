@@ -6,7 +6,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use bytes::Bytes;
 
-use super::{parse_body, Caller};
+use super::parse_body;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 

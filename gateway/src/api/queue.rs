@@ -8,7 +8,8 @@ use axum::Json;
 use events::payloads::Role;
 
 use super::catalogue::{groups_to_read, GroupParams};
-use super::{query, Caller};
+use super::query;
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::Queue;

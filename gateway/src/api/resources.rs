@@ -6,7 +6,8 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{query, Caller};
+use super::query;
+use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::{Presets, ResourceSummary, Whoami};

@@ -15,7 +15,8 @@ use uuid::Uuid;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::{check_may_act, parse_body, parse_id, query, Caller, SessionId};
+use super::{check_may_act, parse_body, parse_id, query, SessionId};
+use crate::caller::Caller;
 use crate::db;
 use crate::db::sessions::{Liveness, SessionFilter, SessionOrder};
 use crate::error::ApiError;

@@ -5,16 +5,13 @@
 //! is safe only on loopback.
 //!
 //! A keypair's secret key is never stored: it is HMAC-SHA256(master key, access key), the
-//! master key held by the gateway outside the log and the database ([`BackendAi`]). The
+//! master key held by the gateway outside the log and the database
+//! ([`crate::handles::BackendAiKeys`]). The
 //! ledger knows only who holds which access key and whether it is revoked.
 //!
 //! On top of Backend.AI's checks, a signature is honoured once: the client's `Date` has
 //! microseconds, so it never repeats one, and a captured request cannot be replayed within
 //! the ±15 minutes its date allows (per gateway process: each remembers what it saw).
-
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
@@ -27,6 +24,7 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use super::problem::Problem;
+use crate::handles::BackendAiKeys;
 use crate::state::AppState;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -37,9 +35,6 @@ pub const API_VERSION: &str = "v7.20230615";
 
 /// How far a request's date may be from the gateway's clock, either way.
 pub const CLOCK_SKEW: TimeDelta = TimeDelta::minutes(15);
-
-/// How long a signature is remembered: a date is honoured over twice [`CLOCK_SKEW`].
-const REPLAY_WINDOW: Duration = Duration::from_secs(30 * 60);
 
 /// The scheme of the `Authorization` header.
 const SCHEME: &str = "BackendAI";
@@ -126,11 +121,6 @@ fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// The secret key of `access_key`, derived with `master_key`: 40 hex digits (160 bits).
-pub fn derive_secret(master_key: &[u8], access_key: &str) -> String {
-    hex::encode(&hmac(master_key, access_key.as_bytes())[..20])
-}
-
 /// What the `Authorization` header claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credential {
@@ -213,67 +203,6 @@ pub fn check_skew(date: DateTime<FixedOffset>, now: DateTime<Utc>) -> Result<(),
     Ok(())
 }
 
-/// What the compatibility router holds: the master key secrets are derived with, and the
-/// signatures it has honoured lately.
-pub struct BackendAi {
-    master_key: Vec<u8>,
-    seen: Mutex<Seen>,
-}
-
-impl std::fmt::Debug for BackendAi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendAi").finish_non_exhaustive()
-    }
-}
-
-impl BackendAi {
-    /// A router whose secrets are derived with `master_key` (at least 32 bytes, checked where
-    /// the setting is read).
-    pub fn new(master_key: Vec<u8>) -> Arc<BackendAi> {
-        Arc::new(BackendAi {
-            master_key,
-            seen: Mutex::new(Seen::default()),
-        })
-    }
-
-    /// The secret key of `access_key`.
-    pub fn secret_of(&self, access_key: &str) -> String {
-        derive_secret(&self.master_key, access_key)
-    }
-
-    /// Whether `signature` is seen for the first time in [`REPLAY_WINDOW`] (and remembers it).
-    fn first_use(&self, signature: [u8; 32], now: Instant) -> bool {
-        self.seen
-            .lock()
-            .expect("the seen set is never left half-changed")
-            .first_use(signature, now)
-    }
-}
-
-/// Signatures honoured in the last [`REPLAY_WINDOW`], oldest first.
-#[derive(Default)]
-struct Seen {
-    order: VecDeque<(Instant, [u8; 32])>,
-    set: HashSet<[u8; 32]>,
-}
-
-impl Seen {
-    fn first_use(&mut self, signature: [u8; 32], now: Instant) -> bool {
-        while let Some((at, old)) = self.order.front() {
-            if now.duration_since(*at) < REPLAY_WINDOW {
-                break;
-            }
-            self.set.remove(old);
-            self.order.pop_front();
-        }
-        if !self.set.insert(signature) {
-            return false;
-        }
-        self.order.push_back((now, signature));
-        true
-    }
-}
-
 /// The caller of a Backend.AI call, from its signed request.
 #[derive(Debug, Clone)]
 pub struct BackendAiCaller {
@@ -342,15 +271,10 @@ impl FromRequestParts<AppState> for BackendAiCaller {
     }
 }
 
-/// The key cache's entry for an access key (API keys are kept by their digest).
-pub(crate) fn cache_key(access_key: &str) -> String {
-    format!("backendai:{access_key}")
-}
-
 /// The holder of `access_key`, from the key cache while fresh, else from the ledger; 401 when
 /// nobody holds it (or it was revoked).
 async fn owner_of(state: &AppState, access_key: &str) -> Result<KeyOwner, Problem> {
-    let cached = cache_key(access_key);
+    let cached = BackendAiKeys::cache_key(access_key);
     if let Some(owner) = state.keys.fresh(&cached).await {
         return Ok(owner);
     }
@@ -527,47 +451,5 @@ mod tests {
             s.string_to_sign().as_bytes(),
         );
         assert_eq!(s.signature(SECRET, date), key);
-    }
-
-    #[test]
-    fn a_signature_is_honoured_once_within_the_window() {
-        let mut seen = Seen::default();
-        let start = Instant::now();
-        assert!(seen.first_use([1; 32], start));
-        assert!(!seen.first_use([1; 32], start + Duration::from_secs(60)));
-        assert!(seen.first_use([2; 32], start + Duration::from_secs(60)));
-        // Past the window the first is forgotten (its date is refused by then anyway).
-        assert!(seen.first_use([1; 32], start + REPLAY_WINDOW));
-        assert_eq!(seen.order.len(), 2);
-    }
-
-    #[test]
-    fn secrets_are_derived_per_access_key_and_master_key() {
-        let a = derive_secret(
-            b"master one, thirty-two bytes long!",
-            "AKIAAAAAAAAAAAAAAAAA",
-        );
-        assert_eq!(a.len(), 40);
-        assert_eq!(
-            a,
-            derive_secret(
-                b"master one, thirty-two bytes long!",
-                "AKIAAAAAAAAAAAAAAAAA"
-            )
-        );
-        assert_ne!(
-            a,
-            derive_secret(
-                b"master one, thirty-two bytes long!",
-                "AKIAAAAAAAAAAAAAAAAB"
-            )
-        );
-        assert_ne!(
-            a,
-            derive_secret(
-                b"master two, thirty-two bytes long!",
-                "AKIAAAAAAAAAAAAAAAAA"
-            )
-        );
     }
 }

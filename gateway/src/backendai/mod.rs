@@ -19,7 +19,7 @@ pub mod problem;
 mod session;
 mod stream;
 
-pub use auth::{BackendAi, BackendAiCaller, API_VERSION};
+pub use auth::{BackendAiCaller, API_VERSION};
 pub use problem::Problem;
 
 use axum::extract::OriginalUri;
@@ -79,7 +79,7 @@ pub(crate) async fn fallback(method: Method, OriginalUri(uri): OriginalUri) -> R
         "/metrics",
     ];
     if berths.iter().any(|p| path.starts_with(p)) {
-        return crate::not_found().await.into_response();
+        return crate::error::no_such_route().await.into_response();
     }
     Problem::not_implemented(format!("{method} {path}")).into_response()
 }

@@ -303,7 +303,7 @@ async fn rename(
         .check("name", &name)
         .map_err(|e| Problem::invalid(&e.field, e.message))?;
     let (_, id) = target(&state, &caller, &params, &reference, true).await?;
-    crate::api::rename(&state, &caller.owner, id, name).await?;
+    crate::api::sessions::rename(&state, &caller.owner, id, name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -321,7 +321,7 @@ async fn destroy(
     let forced = flag(&params, "forced")?;
     flag(&params, "recursive")?;
     let (_, id) = target(&state, &caller, &params, &reference, false).await?;
-    crate::api::terminate(&state, &caller.owner, id, forced).await?;
+    crate::api::sessions::terminate(&state, &caller.owner, id, forced).await?;
     Ok(Json(json!({"stats": {}})))
 }
 
@@ -358,7 +358,8 @@ async fn commit(
         .await?
         .ok_or_else(|| Problem::no_such_session(&reference))?;
     let started =
-        crate::api::start_commit(&state, &caller.owner, id, commit_name(&name, Utc::now())).await?;
+        crate::api::images::start_commit(&state, &caller.owner, id, commit_name(&name, Utc::now()))
+            .await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({

@@ -11,7 +11,8 @@ use events::payloads::Role;
 
 use super::view;
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::{Agent, GroupQueue};
 use crate::state::AppState;
@@ -49,10 +50,11 @@ pub async fn agents(
     Viewer(me): Viewer,
 ) -> Result<Response, PageError> {
     superadmins_only(&me)?;
-    let agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
-        .await?
-        .0
-        .agents;
+    let agents =
+        api::catalogue::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
+            .await?
+            .0
+            .agents;
     Ok(render(&AgentsPage {
         chrome: Chrome::of(&state, &me, "agents").await,
         agents: agents
@@ -82,7 +84,7 @@ pub async fn queue(
     Viewer(me): Viewer,
 ) -> Result<Response, PageError> {
     superadmins_only(&me)?;
-    let groups = api::list_queue(State(state.clone()), Caller(me.clone()), RawQuery(None))
+    let groups = api::queue::list_queue(State(state.clone()), Caller(me.clone()), RawQuery(None))
         .await?
         .0
         .resource_groups;

@@ -15,7 +15,8 @@ use serde::Deserialize;
 
 use super::auth::SameOrigin;
 use super::{json_body, render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller, SessionApp, SessionId};
+use crate::api::{self, apps::SessionApp, SessionId};
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::KernelLog;
 use crate::state::AppState;
@@ -66,7 +67,7 @@ pub async fn dialog(
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let session = super::sessions::session(&state, &me, &id).await?;
-    let listed = api::list_apps(
+    let listed = api::apps::list_apps(
         State(state.clone()),
         Caller(me.clone()),
         Path(SessionId { id: id.clone() }),
@@ -144,7 +145,7 @@ pub async fn open(
             app: app.clone(),
         })
     };
-    let _ = api::start_app(
+    let _ = api::apps::start_app(
         State(state.clone()),
         Caller(me.clone()),
         path(),
@@ -156,7 +157,7 @@ pub async fn open(
         "allowed_ips": allowed_ips,
         "preferred_port": preferred_port,
     });
-    let opened = api::open_app(
+    let opened = api::apps::open_app(
         State(state.clone()),
         Caller(me.clone()),
         path(),
@@ -197,7 +198,7 @@ pub async fn logs(
     let kernel: Option<i32> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .find(|(k, _)| k == "kernel")
         .and_then(|(_, v)| v.parse().ok());
-    let response = api::session_logs(
+    let response = api::logs::session_logs(
         State(state.clone()),
         Caller(me.clone()),
         Path(SessionId { id: id.clone() }),

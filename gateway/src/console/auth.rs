@@ -3,7 +3,8 @@
 //! HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), for 12
 //! hours. Every form is checked against the gateway's own origin before it acts, and the
 //! cookie speaks for the JSON API only on a same-origin request (`Sec-Fetch-Site`), so an
-//! app served on one of the proxy's ports (same site, another origin) cannot use it.
+//! app served on one of the proxy's ports (same site, another origin) cannot use it. The
+//! cookie is read where every caller is identified ([`crate::caller`]).
 
 use askama::Template;
 use axum::extract::{FromRequestParts, State};
@@ -16,11 +17,9 @@ use events::payloads::SignInMethod;
 use serde::Deserialize;
 
 use super::{render, PageError};
+use crate::caller::{console_owner, fetched_from_same_origin, lookup_key, token_in, COOKIE};
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// The console's cookie.
-pub const COOKIE: &str = "berth_console";
 
 /// How long a sign-in lasts.
 pub const SIGN_IN_LASTS: std::time::Duration =
@@ -35,7 +34,7 @@ impl FromRequestParts<AppState> for Viewer {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let owner = match token_in(&parts.headers) {
-            Some(token) => owner_of(state, token)
+            Some(token) => console_owner(state, token)
                 .await
                 .map_err(|e| PageError(e).into_response())?,
             None => None,
@@ -94,40 +93,6 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Whether the browser says a page of the same origin made the request
-/// (`Sec-Fetch-Site: same-origin`, which no script can set).
-fn fetched_from_same_origin(headers: &HeaderMap) -> bool {
-    headers
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes() == b"same-origin")
-}
-
-/// The console token a request's cookies carry.
-pub fn token_in(headers: &HeaderMap) -> Option<&str> {
-    crate::proxy::cookies(headers)
-        .find_map(|(name, value)| (name == COOKIE && !value.is_empty()).then_some(value))
-}
-
-/// The caller a same-origin request's console cookie speaks for, for the JSON API: `None`
-/// without the cookie, and without `Sec-Fetch-Site: same-origin` (a page of another origin,
-/// an app on a proxy port among them, never borrows the cookie).
-pub async fn api_caller(
-    state: &AppState,
-    headers: &HeaderMap,
-) -> Result<Option<KeyOwner>, ApiError> {
-    match token_in(headers) {
-        Some(token) if fetched_from_same_origin(headers) => owner_of(state, token).await,
-        _ => Ok(None),
-    }
-}
-
-/// The user a console token was handed to, while the sign-in lasts (the ledger's
-/// `console_sign_ins`; a sign-out or its twelve hours end it).
-async fn owner_of(state: &AppState, token: &str) -> Result<Option<KeyOwner>, ApiError> {
-    let client = state.pool.get().await?;
-    Ok(events::ledger::console_owner(&client, token).await?)
-}
-
 #[derive(Template)]
 #[template(path = "sign_in.html")]
 struct SignInPage<'a> {
@@ -182,7 +147,7 @@ pub async fn sign_in(
     let next = return_to(&form.next);
     let (owner, how, refusal) = if !form.key.trim().is_empty() {
         (
-            crate::api::lookup_key(&state, form.key.trim()).await?,
+            lookup_key(&state, form.key.trim()).await?,
             SignInMethod::Key,
             "no user holds that API key",
         )
@@ -268,14 +233,6 @@ mod tests {
             ("sec-fetch-site", "same-site")
         ])));
         assert!(!same_origin(&headers(&[host])));
-    }
-
-    #[test]
-    fn the_token_is_read_from_among_other_cookies() {
-        let h = headers(&[("cookie", "a=1; berth_console=abc; b=2")]);
-        assert_eq!(token_in(&h), Some("abc"));
-        assert_eq!(token_in(&headers(&[("cookie", "berth_console=")])), None);
-        assert_eq!(token_in(&headers(&[("cookie", "xberth_console=1")])), None);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use axum::response::Response;
 use events::payloads::{SchedulingResult, SessionStatus};
 
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller, SessionId};
+use crate::api::{self, SessionId};
+use crate::caller::Caller;
 use crate::model::HistoryEntry;
 use crate::state::AppState;
 
@@ -84,7 +85,7 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     let session = super::sessions::session(&state, &me, &id).await?;
     let (query, values) = api_query(raw.as_deref());
-    let history = api::session_history(
+    let history = api::history::session_history(
         State(state.clone()),
         Caller(me.clone()),
         Path(SessionId { id: id.clone() }),

@@ -21,7 +21,8 @@ use serde_json::{json, Map, Value};
 
 use super::auth::SameOrigin;
 use super::{json_body, render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::{Agent, Environment, Folder, Launch, Preset, ResourceGroup};
 use crate::state::AppState;
@@ -445,34 +446,38 @@ async fn render_step(
     let (mut presets, mut environments, mut groups, mut agents, mut folders) =
         (vec![], vec![], vec![], vec![], vec![]);
     if step == 2 {
-        presets = api::presets(State(state.clone()), Caller(me.clone()))
+        presets = api::resources::presets(State(state.clone()), Caller(me.clone()))
             .await?
             .0
             .presets;
-        environments =
-            api::list_environments(State(state.clone()), Caller(me.clone()), RawQuery(None))
-                .await?
-                .0
-                .environments;
-        groups = api::list_resource_groups(State(state.clone()), Caller(me.clone()))
+        environments = api::catalogue::list_environments(
+            State(state.clone()),
+            Caller(me.clone()),
+            RawQuery(None),
+        )
+        .await?
+        .0
+        .environments;
+        groups = api::catalogue::list_resource_groups(State(state.clone()), Caller(me.clone()))
             .await?
             .0
             .resource_groups;
-        agents = api::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
-            .await?
-            .0
-            .agents
-            .into_iter()
-            .filter(|a| a.lost.is_none())
-            .collect();
+        agents =
+            api::catalogue::list_agents(State(state.clone()), Caller(me.clone()), RawQuery(None))
+                .await?
+                .0
+                .agents
+                .into_iter()
+                .filter(|a| a.lost.is_none())
+                .collect();
     }
     if step == 3 {
-        folders = api::list_folders(State(state.clone()), Caller(me.clone()))
+        folders = api::folders::list_folders(State(state.clone()), Caller(me.clone()))
             .await?
             .0
             .folders;
     }
-    let recent = api::list_launches(State(state.clone()), Caller(me.clone()))
+    let recent = api::launches::list_launches(State(state.clone()), Caller(me.clone()))
         .await?
         .0
         .launches
@@ -571,7 +576,7 @@ pub async fn launch(
         Ok(body) => body,
         Err(e) => return render_step(&state, &me, 5, form, vec![e.into()], false).await,
     };
-    let created = api::create_session(
+    let created = api::sessions::create_session(
         State(state.clone()),
         Caller(me.clone()),
         json_body(&request),
@@ -611,7 +616,7 @@ pub async fn create_folder(
     Form(form): Form<NewFolderForm>,
 ) -> Result<Response, PageError> {
     let name = form.name.trim().to_owned();
-    let _ = api::create_folder(
+    let _ = api::folders::create_folder(
         State(state),
         Caller(me),
         json_body(&json!({ "name": name })),
@@ -646,10 +651,10 @@ pub async fn edit_launch(
     if let Some(pinned) = form.pinned {
         change.insert("pinned".into(), json!(pinned == "true"));
     }
-    let _ = api::update_launch(
+    let _ = api::launches::update_launch(
         State(state),
         Caller(me),
-        axum::extract::Path(api::LaunchId { id }),
+        axum::extract::Path(api::launches::LaunchId { id }),
         json_body(&Value::Object(change)),
     )
     .await?;

@@ -30,7 +30,7 @@ mod notifications;
 mod sessions;
 mod view;
 
-pub use auth::{Viewer, COOKIE, SIGN_IN_LASTS};
+pub use auth::{Viewer, SIGN_IN_LASTS};
 
 use askama::Template;
 use axum::http::{header, HeaderValue, StatusCode};

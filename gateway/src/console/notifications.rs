@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use super::auth::SameOrigin;
 use super::{render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller};
+use crate::api;
+use crate::caller::Caller;
 use crate::model::NoticeItem;
 use crate::state::AppState;
 
@@ -24,7 +25,7 @@ pub async fn page(
     State(state): State<AppState>,
     Viewer(me): Viewer,
 ) -> Result<Response, PageError> {
-    let page = api::list_notifications(
+    let page = api::notifications::list_notifications(
         State(state.clone()),
         Caller(me.clone()),
         RawQuery(Some("limit=100".into())),
@@ -43,7 +44,7 @@ pub async fn mark_read(
     Viewer(me): Viewer,
     _: SameOrigin,
 ) -> Result<Response, PageError> {
-    let _ = api::mark_read(
+    let _ = api::notifications::mark_read(
         State(state),
         Caller(me),
         Ok(Bytes::from_static(br#"{"all": true}"#)),

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use super::auth::SameOrigin;
 use super::view::{self, Bar};
 use super::{json_body, render, Chrome, PageError, Viewer};
-use crate::api::{self, Caller, SessionId};
+use crate::api::{self, SessionId};
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::model::{SessionDetail, SessionSummary};
 use crate::state::AppState;
@@ -288,7 +289,7 @@ pub async fn page(
     }
     let superadmin = me.role == Role::Superadmin;
     let caller = || Caller(me.clone());
-    let list = api::list_sessions(
+    let list = api::sessions::list_sessions(
         State(state.clone()),
         caller(),
         RawQuery(Some(view.api_query())),
@@ -299,7 +300,7 @@ pub async fn page(
     let summary_query = form_urlencoded::Serializer::new(String::new())
         .append_pair("resource_group", &group)
         .finish();
-    let summary = api::resource_summary(
+    let summary = api::resources::resource_summary(
         State(state.clone()),
         caller(),
         RawQuery(Some(summary_query)),
@@ -440,7 +441,7 @@ pub async fn session(
     me: &events::ledger::KeyOwner,
     id: &str,
 ) -> Result<SessionDetail, ApiError> {
-    let (_, body) = api::session_detail(
+    let (_, body) = api::sessions::session_detail(
         State(state.clone()),
         Caller(me.clone()),
         Path(SessionId { id: id.to_owned() }),
@@ -462,7 +463,7 @@ async fn detail(
         None
     } else {
         // The idle-reaper may be away; the panel then says nothing of idleness.
-        api::session_idle(
+        api::idle::session_idle(
             State(state.clone()),
             Caller(me.clone()),
             Path(SessionId { id: id.to_owned() }),
@@ -684,19 +685,19 @@ pub async fn act(
     match action.as_str() {
         "rename" => {
             let body = json_body(&serde_json::json!({ "name": form.name }));
-            let _ = api::rename_session(state, caller, session, body).await?;
+            let _ = api::sessions::rename_session(state, caller, session, body).await?;
         }
         "terminate" => {
             let query = RawQuery(form.force.is_some().then(|| "force=true".to_owned()));
-            let _ = api::terminate_session(state, caller, session, query).await?;
+            let _ = api::sessions::terminate_session(state, caller, session, query).await?;
         }
         "exempt" => {
             let body = json_body(&serde_json::json!({ "reason": form.reason.trim() }));
-            let _ = api::exempt_session(state, caller, session, body).await?;
+            let _ = api::idle::exempt_session(state, caller, session, body).await?;
         }
         "commit" => {
             let body = json_body(&serde_json::json!({ "name": form.name }));
-            let _ = api::commit_session(state, caller, session, body).await?;
+            let _ = api::images::commit_session(state, caller, session, body).await?;
         }
         _ => return Err(ApiError::not_found(format!("no session action `{action}`")).into()),
     }

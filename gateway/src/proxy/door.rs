@@ -32,7 +32,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::{Live, Proxy};
+use super::{assets, Live, Proxy};
+use crate::headers::cookies;
 
 /// The path a ticket is redeemed at, on the circuit's own port.
 pub const LOGIN_PATH: &str = "/__berth/login";
@@ -132,7 +133,7 @@ async fn pass(
             path => {
                 if let Some((kind, bytes)) = path
                     .strip_prefix("/__berth/")
-                    .and_then(crate::console::assets::terminal_asset)
+                    .and_then(assets::terminal_asset)
                 {
                     return ([(header::CONTENT_TYPE, kind)], bytes).into_response();
                 }
@@ -314,16 +315,6 @@ async fn login(door: &Door, query: &str) -> Response {
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-/// Every cookie a request carries, as name and value.
-pub(crate) fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
 }
 
 /// Whether the request carries a cookie handed out for this circuit (by any gateway).

@@ -28,12 +28,13 @@
 //! circuit is public, and for a private one through a tunnel, an HTTP upgrade to `tcp` that
 //! carries the circuit's cookie (`berth session app tunnel` speaks it).
 //!
+//! - [`assets`]: the terminal page's scripts and styles, embedded.
 //! - [`door`]: what one circuit's port serves (login, cookie check, HTTP and WebSocket
 //!   forwarding, tunnels, raw relays, byte and connection counts).
 
+pub mod assets;
 mod door;
 
-pub(crate) use door::cookies;
 pub use door::{LOGIN_PATH, TUNNEL_PATH, TUNNEL_PROTOCOL};
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -1,0 +1,100 @@
+//! Resource policies: the list, and a policy set (its limits).
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use bytes::Bytes;
+use events::payloads::{ResourcePolicySet, SessionPriority};
+use launcher::access;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::{checked_name, superadmin_only, within, AmountsIn, ObjectName, MOST_COUNT, MOST_SECS};
+use crate::api::parse_body;
+use crate::caller::Caller;
+use crate::db;
+use crate::error::ApiError;
+use crate::model::AdminPolicies;
+use crate::state::AppState;
+
+/// Every resource policy's limits, with how many users each bounds.
+#[utoipa::path(get, path = "/v1/admin/policies", tag = "admin",
+    responses((status = 200, description = "the policies, by name", body = AdminPolicies)))]
+pub async fn admin_list_policies(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<AdminPolicies>, ApiError> {
+    superadmin_only(&caller)?;
+    Ok(Json(AdminPolicies {
+        policies: db::admin::policies(&state.pool).await?,
+    }))
+}
+
+/// `PUT /v1/admin/policies/{name}`'s body: the policy's limits, whole.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyLimits {
+    #[schema(minimum = 0, maximum = 1000000)]
+    pub max_concurrent_sessions: u32,
+    /// The most a user's sessions hold together.
+    pub max_total: AmountsIn,
+    /// Seconds a session may live (absent: no limit).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 315360000)]
+    pub max_session_lifetime_secs: Option<u64>,
+    /// The most customized images (committed sessions) a user may keep (absent: no limit).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1000000)]
+    pub max_custom_images: Option<u32>,
+    /// The highest priority a user may ask for a session, 0 to 100 (absent: 100).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 100)]
+    pub max_session_priority: Option<u32>,
+}
+
+/// Create a resource policy or change its limits (`ResourcePolicySet`).
+#[utoipa::path(put, path = "/v1/admin/policies/{name}", tag = "admin",
+    params(ObjectName), request_body = PolicyLimits,
+    responses((status = 204, description = "the policy has these limits")))]
+pub async fn admin_set_policy(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(ObjectName { name }): Path<ObjectName>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    superadmin_only(&caller)?;
+    checked_name("name", &name)?;
+    let p: PolicyLimits = parse_body(body)?;
+    within(
+        "max_concurrent_sessions",
+        p.max_concurrent_sessions,
+        0..=MOST_COUNT,
+    )?;
+    if let Some(n) = p.max_custom_images {
+        within("max_custom_images", n, 0..=MOST_COUNT)?;
+    }
+    if let Some(secs) = p.max_session_lifetime_secs {
+        within("max_session_lifetime_secs", secs, 1..=MOST_SECS)?;
+    }
+    if let Some(most) = p.max_session_priority {
+        within(
+            "max_session_priority",
+            most,
+            0..=SessionPriority::MAX as u32,
+        )?;
+    }
+    access::set_policy(
+        &state.pool,
+        ResourcePolicySet {
+            name,
+            max_concurrent_sessions: p.max_concurrent_sessions,
+            max_total: p.max_total.slots("max_total")?,
+            max_session_lifetime_secs: p.max_session_lifetime_secs,
+            max_custom_images: p.max_custom_images,
+            max_session_priority: p.max_session_priority,
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,121 @@
+//! Users: the list, a new user with a role and projects, a password set by a superadmin.
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use bytes::Bytes;
+use events::payloads::Role;
+use launcher::access;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::{
+    checked_email, checked_name, default_name, default_projects, name_list, refused,
+    superadmin_only,
+};
+use crate::api::parse_body;
+use crate::caller::Caller;
+use crate::db;
+use crate::error::ApiError;
+use crate::model::{AdminUsers, IssuedKey};
+use crate::state::AppState;
+
+/// Every user, with their role, policy, projects, how many keys they hold and whether they
+/// have a password.
+#[utoipa::path(get, path = "/v1/admin/users", tag = "admin",
+    responses((status = 200, description = "the users, by email", body = AdminUsers)))]
+pub async fn admin_list_users(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<AdminUsers>, ApiError> {
+    superadmin_only(&caller)?;
+    Ok(Json(AdminUsers {
+        users: db::admin::users(&state.pool).await?,
+    }))
+}
+
+/// `POST /v1/admin/users`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
+    pub email: String,
+    /// `user` (the default), `admin` or `superadmin`.
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// The resource policy that bounds them (default `default`).
+    #[serde(default = "default_name")]
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub resource_policy: String,
+    /// The projects they join (default `["default"]`).
+    #[serde(default = "default_projects")]
+    #[schema(schema_with = name_list)]
+    pub projects: Vec<String>,
+}
+
+/// Create a user in some projects, with a role and a resource policy; answers with their
+/// first API key, shown only now (`UserCreated`, `ApiKeyIssued`, `UserJoinedProject`).
+#[utoipa::path(post, path = "/v1/admin/users", tag = "admin", request_body = NewUser,
+    responses((status = 201, description = "the user and their first key", body = IssuedKey)))]
+pub async fn admin_create_user(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<IssuedKey>), ApiError> {
+    superadmin_only(&caller)?;
+    let user: NewUser = parse_body(body)?;
+    checked_email("email", &user.email)?;
+    checked_name("resource_policy", &user.resource_policy)?;
+    for (i, project) in user.projects.iter().enumerate() {
+        access::check_object_name("projects", project).map_err(|_| {
+            ApiError::invalid(
+                format!("projects[{i}]"),
+                "1 to 64 letters, digits, `_` or `-`",
+            )
+        })?;
+    }
+    let (user_id, api_key) = access::create_user(
+        &state.pool,
+        &user.email,
+        user.role.unwrap_or(Role::User),
+        &user.resource_policy,
+        &user.projects,
+    )
+    .await
+    .map_err(|e| refused(e, "email"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(IssuedKey {
+            user_id,
+            email: user.email,
+            api_key,
+        }),
+    ))
+}
+
+/// `PUT /v1/admin/passwords`'s body.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordSet {
+    #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
+    pub email: String,
+    /// 8 to 256 characters.
+    #[schema(min_length = 8, max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub password: String,
+}
+
+/// Set a user's password, with which they sign in to the web console (`UserPasswordSet`).
+#[utoipa::path(put, path = "/v1/admin/passwords", tag = "admin", request_body = PasswordSet,
+    responses((status = 204, description = "the password is set")))]
+pub async fn admin_set_password(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    superadmin_only(&caller)?;
+    let PasswordSet { email, password } = parse_body(body)?;
+    checked_email("email", &email)?;
+    launcher::credentials::set_password(&state.pool, &email, &password).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

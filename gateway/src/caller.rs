@@ -1,0 +1,131 @@
+//! Who is calling, every way the gateway identifies a caller of its API: an API key in the
+//! `X-API-Key` header (or `Authorization: Bearer <key>`), looked up in the ledger and kept a
+//! little while ([`authenticate`]), or the web console's sign-in cookie on a same-origin
+//! request ([`console_caller`]). [`Caller`] is the extractor the REST handlers and the event
+//! stream take; the console's pages read the same cookie (`crate::console::auth::Viewer`).
+//! Backend.AI's signed requests are identified by `crate::backendai::auth::BackendAiCaller`,
+//! whose refusals are Backend.AI's own problem JSON.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use events::ledger::{self, KeyOwner};
+
+use crate::error::ApiError;
+use crate::headers::cookies;
+use crate::state::AppState;
+
+/// The console's cookie.
+pub const COOKIE: &str = "berth_console";
+
+/// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`), or from the
+/// console's cookie on a same-origin request ([`console_caller`]).
+pub struct Caller(pub KeyOwner);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let key = header("x-api-key")
+            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
+        if key.is_none() {
+            // The console's own pages call the API with its cookie (same origin only).
+            if let Some(owner) = console_caller(state, &parts.headers).await? {
+                return Ok(Caller(owner));
+            }
+        }
+        let key = key.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "send your API key in the X-API-Key header",
+            )
+            .field("X-API-Key")
+        })?;
+        authenticate(state, key).await.map(Caller)
+    }
+}
+
+/// The owner of API key `key`: from the state's cache while fresh, else from the ledger
+/// (and then kept); 401 `unauthenticated` for a key nobody owns.
+async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
+    let digest = events::ledger::key_digest(key);
+    if let Some(owner) = state.keys.fresh(&digest).await {
+        return Ok(owner);
+    }
+    let owner = lookup_key(state, key).await?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "unknown API key",
+        )
+        .field("X-API-Key")
+    })?;
+    state.keys.keep(digest, owner.clone()).await;
+    Ok(owner)
+}
+
+/// Looks a key up in the ledger.
+pub async fn lookup_key(state: &AppState, key: &str) -> Result<Option<KeyOwner>, ApiError> {
+    let client = state.pool.get().await?;
+    Ok(ledger::key_owner(&client, key).await?)
+}
+
+/// Whether the browser says a page of the same origin made the request
+/// (`Sec-Fetch-Site: same-origin`, which no script can set).
+pub(crate) fn fetched_from_same_origin(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"same-origin")
+}
+
+/// The console token a request's cookies carry.
+pub fn token_in(headers: &HeaderMap) -> Option<&str> {
+    cookies(headers)
+        .find_map(|(name, value)| (name == COOKIE && !value.is_empty()).then_some(value))
+}
+
+/// The caller a same-origin request's console cookie speaks for, for the JSON API: `None`
+/// without the cookie, and without `Sec-Fetch-Site: same-origin` (a page of another origin,
+/// an app on a proxy port among them, never borrows the cookie).
+pub async fn console_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<KeyOwner>, ApiError> {
+    match token_in(headers) {
+        Some(token) if fetched_from_same_origin(headers) => console_owner(state, token).await,
+        _ => Ok(None),
+    }
+}
+
+/// The user a console token was handed to, while the sign-in lasts (the ledger's
+/// `console_sign_ins`; a sign-out or its twelve hours end it).
+pub(crate) async fn console_owner(
+    state: &AppState,
+    token: &str,
+) -> Result<Option<KeyOwner>, ApiError> {
+    let client = state.pool.get().await?;
+    Ok(events::ledger::console_owner(&client, token).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_token_is_read_from_among_other_cookies() {
+        let h = headers(&[("cookie", "a=1; berth_console=abc; b=2")]);
+        assert_eq!(token_in(&h), Some("abc"));
+        assert_eq!(token_in(&headers(&[("cookie", "berth_console=")])), None);
+        assert_eq!(token_in(&headers(&[("cookie", "xberth_console=1")])), None);
+    }
+}
