@@ -189,7 +189,7 @@ fn reads(command: &str) -> &'static [Group] {
         "session" => &[Group::Client, Group::Logs],
         "agent" => &[Group::Nats, Group::Agent, Group::Logs, Group::Metrics],
         "completion" => &[],
-        // `berth config` prints every setting; the benchmarks start whole clusters.
+        // `berth config` prints every setting; a command not named here may read any.
         _ => Group::ALL,
     }
 }
@@ -204,6 +204,8 @@ fn main() -> ExitCode {
         Err(error) => return refuse(error),
     };
     let listing = loaded.listing();
+    // Made while `loaded` is whole; refused only after `berth completion`, which needs none.
+    let config = loaded.config();
     let cli = loaded.parsed;
     // Before configuration and telemetry: a completion script needs neither.
     if let Command::Completion { shell } = cli.command {
@@ -212,7 +214,7 @@ fn main() -> ExitCode {
     }
     // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
     events::tls::use_ring();
-    let config = match Config::from_settings(&loaded.settings) {
+    let config = match config {
         Ok(config) => config,
         Err(error) => return refuse(error),
     };

@@ -118,13 +118,30 @@ fn help_lists_the_variables_a_command_reads_with_their_defaults() {
         ),
         (
             &["session", "ls"],
-            &["BERTH_GATEWAY_URL", "BERTH_API_KEY", "BERTH_PROFILE", "BERTH_LOG_FORMAT"],
-            &["BERTH_DATABASE_URL", "BERTH_NATS_URL", "BERTH_HEARTBEAT_TIMEOUT_SECS"],
+            &[
+                "BERTH_GATEWAY_URL",
+                "BERTH_API_KEY",
+                "BERTH_PROFILE",
+                "BERTH_LOG_FORMAT",
+            ],
+            &[
+                "BERTH_DATABASE_URL",
+                "BERTH_NATS_URL",
+                "BERTH_HEARTBEAT_TIMEOUT_SECS",
+            ],
         ),
         (
             &["agent"],
-            &["BERTH_NATS_URL", "BERTH_AGENT_DATA", "BERTH_AGENT_LEAVE_SECS"],
-            &["BERTH_DATABASE_URL", "BERTH_API_KEY", "BERTH_SCHEDULER_INTERVAL_MS"],
+            &[
+                "BERTH_NATS_URL",
+                "BERTH_AGENT_DATA",
+                "BERTH_AGENT_LEAVE_SECS",
+            ],
+            &[
+                "BERTH_DATABASE_URL",
+                "BERTH_API_KEY",
+                "BERTH_SCHEDULER_INTERVAL_MS",
+            ],
         ),
         (
             &["config"],
@@ -155,11 +172,20 @@ fn a_command_still_takes_a_setting_its_help_does_not_list() {
     // The client's settings are not in `berth up --help`, the server's not in `berth session
     // ... --help`; each is still read from its flag or variable, wherever it is written.
     let (code, stdout, stderr) = berth(
-        &["config", "--api-key", "bk_hidden", "--database-url", "postgres://db/x"],
+        &[
+            "config",
+            "--api-key",
+            "bk_hidden",
+            "--database-url",
+            "postgres://db/x",
+        ],
         &[],
     );
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("BERTH_API_KEY=bk_h****\t# flag"), "{stdout}");
+    assert!(
+        stdout.contains("BERTH_API_KEY=bk_h****\t# flag"),
+        "{stdout}"
+    );
     let (code, _, stderr) = berth(&["--nats-url", "nats://x:1", "config"], &[]);
     assert_eq!(code, Some(0), "a setting before the command: {stderr}");
     let (code, _, stderr) = berth(&["session", "ls", "--heartbeat-timeout-secs", "soon"], &[]);

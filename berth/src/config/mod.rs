@@ -241,7 +241,7 @@ pub enum ConfigError {
 impl Config {
     /// The configuration the settings describe, the CLI's profile filling in the gateway and
     /// the API key where neither a flag nor a variable gives them.
-    pub fn from_settings(settings: &Settings) -> Result<Config, ConfigError> {
+    fn from_settings(settings: &Settings) -> Result<Config, ConfigError> {
         let Settings {
             database,
             nats,
