@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use berth::app::{self, Parts};
-use berth::config::Config;
+use berth::config::{self, Config, ConfigError, Group};
 use berth::telemetry;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use events::projection::{self, StreamIndex};
 use events::{audit, EventStore};
 use gateway::projection::SessionsView;
@@ -30,7 +30,8 @@ use gateway::projection::SessionsView;
 #[command(
     name = "berth",
     version,
-    about = "berth: compute sessions, event-sourced"
+    about = "berth: compute sessions, event-sourced",
+    after_help = "Every setting is a flag and a BERTH_* variable: `berth <COMMAND> --help` lists those the command reads, `berth config` all of them with the values in force."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -155,28 +156,49 @@ enum AuditCommand {
     Head,
 }
 
+/// berth's command line: every setting is taken by every command, and a command's `--help`
+/// lists those it reads.
+fn cli_command() -> clap::Command {
+    berth::config::shown_by_what_each_reads(Cli::command(), reads)
+}
+
+/// The groups of settings each command reads, by its name: what its `--help` lists.
+fn reads(command: &str) -> &'static [Group] {
+    match command {
+        "up" | "relay" | "projections" | "scheduler" | "reconciler" | "recorder"
+        | "idle-reaper" | "notification" | "image-commit" | "gateway" => Group::CONTROL_PLANE,
+        "migrate" | "backup" | "restore" | "replay" | "audit" => &[Group::Database, Group::Logs],
+        "demo" => &[Group::Database, Group::Nats, Group::Logs],
+        // Through the gateway with a key; straight to the database and NATS for `init`, a
+        // host with no key, and an agent's credential; Backend.AI's master key for keypairs.
+        "admin" => &[
+            Group::Client,
+            Group::Database,
+            Group::Nats,
+            Group::BackendAi,
+            Group::Logs,
+        ],
+        "session" => &[Group::Client, Group::Logs],
+        "agent" => &[Group::Nats, Group::Agent, Group::Logs, Group::Metrics],
+        "completion" => &[],
+        // `berth config` prints every setting; a command not named here may read any.
+        _ => Group::ALL,
+    }
+}
+
 fn main() -> ExitCode {
-    // An empty BERTH_* variable counts as unset, as if it were not there: its setting is
-    // read from the profile or its default instead.
-    let command = Cli::command().mut_args(|arg| {
-        let empty = arg
-            .get_env()
-            .and_then(std::env::var_os)
-            .is_some_and(|value| value.is_empty());
-        if empty {
-            arg.env(None::<&str>)
-        } else {
-            arg
-        }
-    });
-    let matches = match command.try_get_matches() {
-        Ok(matches) => matches,
+    let loaded = match config::load::<Cli>(
+        cli_command(),
+        std::env::args_os(),
+        config::Variables::Process,
+    ) {
+        Ok(loaded) => loaded,
         Err(error) => return refuse(error),
     };
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(error) => return refuse(error),
-    };
+    let listing = loaded.listing();
+    // Made while `loaded` is whole; refused only after `berth completion`, which needs none.
+    let config = loaded.config();
+    let cli = loaded.parsed;
     // Before configuration and telemetry: a completion script needs neither.
     if let Command::Completion { shell } = cli.command {
         completion(shell);
@@ -188,12 +210,9 @@ fn main() -> ExitCode {
     }
     // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
     events::tls::use_ring();
-    let config = match Config::from_settings(&cli.settings) {
+    let config = match config {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("berth: {e}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return refuse(error),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -211,7 +230,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match run(cli, config, &matches).await {
+        match run(cli, config, listing).await {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("berth: {e:#}");
@@ -221,35 +240,13 @@ fn main() -> ExitCode {
     })
 }
 
-/// Stops on a command line or a setting that does not parse. A setting's bad value is
-/// named by its variable when the value came from one (clap names only the flag).
-fn refuse(error: clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
-    if !matches!(
-        error.kind(),
-        ErrorKind::ValueValidation | ErrorKind::InvalidValue
-    ) {
-        error.exit();
-    }
-    let command = Cli::command();
-    let given_on_the_command_line = |long: &str| {
-        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")))
-    };
-    let named = berth::config::ConfigError::from_clap(&error, |long| {
-        if given_on_the_command_line(long) {
-            return None;
-        }
-        let arg = command
-            .get_arguments()
-            .find(|a| a.get_long() == Some(long))?;
-        let variable = arg.get_env()?.to_string_lossy().into_owned();
-        let value = std::env::var(&variable).ok()?;
-        Some((variable, value))
-    });
-    match named {
-        berth::config::ConfigError::Invalid(_) => error.exit(),
-        named => {
-            eprintln!("berth: {named}");
+/// Stops on a command line or a setting that does not parse (exit code 2), or prints help or
+/// the version, as clap does.
+fn refuse(error: ConfigError) -> ExitCode {
+    match error {
+        ConfigError::Command(error) => error.exit(),
+        error => {
+            eprintln!("berth: {error}");
             ExitCode::from(2)
         }
     }
@@ -257,7 +254,7 @@ fn refuse(error: clap::Error) -> ExitCode {
 
 /// Prints `berth`'s completion script for `shell`.
 fn completion(shell: clap_complete::Shell) {
-    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut command = cli_command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "berth", &mut script);
     // A reader that closed early (`| head`) is no failure of ours.
@@ -268,10 +265,15 @@ async fn connect_store(config: &Config) -> anyhow::Result<EventStore> {
     Ok(EventStore::new(app::connect_database(config, 32).await?))
 }
 
-async fn run(cli: Cli, config: Config, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
+/// Runs `cli`'s command; `listing` is every setting in force, as `berth config` prints it.
+async fn run(
+    cli: Cli,
+    config: Config,
+    listing: Vec<(String, String, &'static str)>,
+) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Config => {
-            for (variable, value, source) in berth::config::Settings::listing(matches) {
+            for (variable, value, source) in listing {
                 println!("{variable}={value}\t# {source}");
             }
         }

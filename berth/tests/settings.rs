@@ -1,6 +1,7 @@
 //! Settings, as an operator meets them: a value that does not parse stops the process at
-//! start, naming the variable and the value (never a silent default); `--help` lists every
-//! variable with its default; `berth config` prints what is in force, secrets masked.
+//! start, naming the variable and the value (never a silent default); a command's `--help`
+//! lists the variables it reads, with their defaults; `berth config` prints every one in
+//! force, secrets masked.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -84,7 +85,7 @@ fn a_bad_flag_value_is_named_by_its_flag() {
 }
 
 #[test]
-fn help_lists_every_variable_with_its_default() {
+fn help_lists_the_variables_a_command_reads_with_their_defaults() {
     let (code, stdout, stderr) = berth(&["up", "--help"], &[]);
     assert_eq!(code, Some(0), "{stderr}");
     for (variable, default) in [
@@ -94,7 +95,6 @@ fn help_lists_every_variable_with_its_default() {
         ("BERTH_PROXY_PORTS", Some("10200-10299")),
         ("BERTH_HEARTBEAT_TIMEOUT_SECS", Some("30")),
         ("BERTH_STOP_WITHIN_SECS", Some("15")),
-        ("BERTH_API_KEY", None),
     ] {
         let line = stdout
             .lines()
@@ -109,6 +109,88 @@ fn help_lists_every_variable_with_its_default() {
             );
         }
     }
+    // Each command lists what it reads, and only that; `berth config` lists every setting.
+    for (args, listed, not_listed) in [
+        (
+            &["up"][..],
+            &["BERTH_WEBHOOK_CA", "BERTH_BACKENDAI_MASTER_KEY"][..],
+            &["BERTH_API_KEY", "BERTH_AGENT_DATA", "BERTH_MOCK_GPUS"][..],
+        ),
+        (
+            &["session", "ls"],
+            &[
+                "BERTH_GATEWAY_URL",
+                "BERTH_API_KEY",
+                "BERTH_PROFILE",
+                "BERTH_LOG_FORMAT",
+            ],
+            &[
+                "BERTH_DATABASE_URL",
+                "BERTH_NATS_URL",
+                "BERTH_HEARTBEAT_TIMEOUT_SECS",
+            ],
+        ),
+        (
+            &["agent"],
+            &[
+                "BERTH_NATS_URL",
+                "BERTH_AGENT_DATA",
+                "BERTH_AGENT_LEAVE_SECS",
+            ],
+            &[
+                "BERTH_DATABASE_URL",
+                "BERTH_API_KEY",
+                "BERTH_SCHEDULER_INTERVAL_MS",
+            ],
+        ),
+        (
+            &["config"],
+            &["BERTH_DATABASE_URL", "BERTH_API_KEY", "BERTH_MOCK_GPUS"],
+            &[],
+        ),
+    ] {
+        let args = [args, &["--help"]].concat();
+        let (code, stdout, stderr) = berth(&args, &[]);
+        assert_eq!(code, Some(0), "{stderr}");
+        for variable in listed {
+            assert!(
+                stdout.contains(&format!("[env: {variable}")),
+                "{variable} is not in `berth {args:?}`:\n{stdout}"
+            );
+        }
+        for variable in not_listed {
+            assert!(
+                !stdout.contains(&format!("[env: {variable}")),
+                "{variable} is in `berth {args:?}`:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_command_still_takes_a_setting_its_help_does_not_list() {
+    // The client's settings are not in `berth up --help`, the server's not in `berth session
+    // ... --help`; each is still read from its flag or variable, wherever it is written.
+    let (code, stdout, stderr) = berth(
+        &[
+            "config",
+            "--api-key",
+            "bk_hidden",
+            "--database-url",
+            "postgres://db/x",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("BERTH_API_KEY=bk_h****\t# flag"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = berth(&["--nats-url", "nats://x:1", "config"], &[]);
+    assert_eq!(code, Some(0), "a setting before the command: {stderr}");
+    let (code, _, stderr) = berth(&["session", "ls", "--heartbeat-timeout-secs", "soon"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--heartbeat-timeout-secs"), "{stderr}");
 }
 
 #[test]
