@@ -8,7 +8,6 @@
 //! `berth bench` prints the figures recorded in docs/performance.md.
 
 mod admin;
-mod admin_database;
 mod agent_cli;
 mod bench;
 mod session_cli;
@@ -169,15 +168,10 @@ fn reads(command: &str) -> &'static [Group] {
         | "idle-reaper" | "notification" | "image-commit" | "gateway" => Group::CONTROL_PLANE,
         "migrate" | "backup" | "restore" | "replay" | "audit" => &[Group::Database, Group::Logs],
         "demo" => &[Group::Database, Group::Nats, Group::Logs],
-        // Through the gateway with a key; straight to the database and NATS for `init`, a
-        // host with no key, and an agent's credential; Backend.AI's master key for keypairs.
-        "admin" => &[
-            Group::Client,
-            Group::Database,
-            Group::Nats,
-            Group::BackendAi,
-            Group::Logs,
-        ],
+        // Through the gateway with a key; straight to the database for `init`, and without
+        // a key for `issue-key` and `nats-authorization` (which reads NATS's user from
+        // BERTH_NATS_URL).
+        "admin" => &[Group::Client, Group::Database, Group::Nats, Group::Logs],
         "session" => &[Group::Client, Group::Logs],
         "agent" => &[Group::Nats, Group::Agent, Group::Logs, Group::Metrics],
         "completion" => &[],

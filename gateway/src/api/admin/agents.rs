@@ -7,10 +7,11 @@ use axum::Json;
 use bytes::Bytes;
 use events::admission::{Admission, AdmissionError};
 use events::payloads::ResourceSlots;
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{checked_name, default_name, superadmin_only, AmountsIn};
+use super::{checked_agent_id, checked_name, default_name, invalid, superadmin_only, AmountsIn};
 use crate::api::parse_body;
 use crate::caller::Caller;
 use crate::db;
@@ -43,7 +44,7 @@ pub async fn admin_list_agents(
 }
 
 /// `POST /v1/admin/agents`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdmitAgent {
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -57,6 +58,29 @@ pub struct AdmitAgent {
     pub max_capacity: Option<AmountsIn>,
 }
 
+impl AdmitAgent {
+    /// The admission as recorded: the agent's id and group name by their rules, its most
+    /// capacity within bounds (1024 cores, 16 TiB, 64 GPUs if left out). Whether the group
+    /// exists is the handler's to ask.
+    pub fn check(self) -> Result<Admission, FieldError> {
+        checked_agent_id("agent_id", &self.agent_id)?;
+        checked_name("resource_group", &self.resource_group)?;
+        let max_capacity = match self.max_capacity {
+            Some(amounts) => amounts.slots("max_capacity")?,
+            None => ResourceSlots {
+                cpu_milli: 1024 * 1000,
+                memory_bytes: 16384 << 30,
+                gpu_milli: 64 * 1000,
+            },
+        };
+        Ok(Admission {
+            agent_id: self.agent_id,
+            resource_group: self.resource_group,
+            max_capacity,
+        })
+    }
+}
+
 /// Admit an agent into a resource group, up to a capacity (`AgentAdmitted`); answers with
 /// its credential, an nkey seed, shown only now. Admitting it again gives it a new one.
 #[utoipa::path(post, path = "/v1/admin/agents", tag = "admin", request_body = AdmitAgent,
@@ -67,54 +91,48 @@ pub async fn admin_admit_agent(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<AgentCredential>), ApiError> {
     superadmin_only(&caller)?;
-    let a: AdmitAgent = parse_body(body)?;
-    if !bus::subjects::is_valid_agent_id(&a.agent_id) {
-        return Err(ApiError::invalid(
-            "agent_id",
-            "1 to 64 letters, digits, `-` and `_`",
-        ));
-    }
-    checked_name("resource_group", &a.resource_group)?;
-    if !db::resources::group_exists(&state.pool, &a.resource_group).await? {
+    let admission = parse_body::<AdmitAgent>(body)?.check()?;
+    if !db::resources::group_exists(&state.pool, &admission.resource_group).await? {
         return Err(ApiError::not_found(format!(
             "no resource group is named `{}`",
-            a.resource_group
+            admission.resource_group
         ))
         .field("resource_group"));
     }
-    let max_capacity = match a.max_capacity {
-        Some(amounts) => amounts.slots("max_capacity")?,
-        None => ResourceSlots {
-            cpu_milli: 1024 * 1000,
-            memory_bytes: 16384 << 30,
-            gpu_milli: 64 * 1000,
-        },
-    };
-    let admission = Admission {
-        agent_id: a.agent_id.clone(),
-        resource_group: a.resource_group.clone(),
-        max_capacity,
-    };
     let by = format!("admin:{}", caller.user_id);
     let credential = events::admission::admit(&state.pool, &admission, &by).await?;
     Ok((
         StatusCode::CREATED,
         Json(AgentCredential {
-            agent_id: a.agent_id,
-            resource_group: a.resource_group,
+            agent_id: admission.agent_id,
+            resource_group: admission.resource_group,
             credential,
         }),
     ))
 }
 
 /// `POST /v1/admin/agents/{id}/revoke`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Revocation {
     /// Kept with the event (default "revoked by an operator").
     #[serde(default)]
     #[schema(min_length = 1, max_length = 500, pattern = r"^[^\u0000]+$")]
     pub reason: Option<String>,
+}
+
+impl Revocation {
+    /// The reason kept with the event: 1 to 500 characters ("revoked by an operator" if
+    /// left out).
+    pub fn check(self) -> Result<String, FieldError> {
+        let reason = self
+            .reason
+            .unwrap_or_else(|| "revoked by an operator".to_owned());
+        if reason.is_empty() || reason.chars().count() > 500 {
+            return Err(invalid("reason", "1 to 500 characters"));
+        }
+        Ok(reason)
+    }
 }
 
 /// Revoke an agent (`AgentRevoked`): it may no longer register, and is offered to the
@@ -129,17 +147,8 @@ pub async fn admin_revoke_agent(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    if !bus::subjects::is_valid_agent_id(&id) {
-        return Err(ApiError::invalid(
-            "id",
-            "1 to 64 letters, digits, `-` and `_`",
-        ));
-    }
-    let Revocation { reason } = parse_body(body)?;
-    let reason = reason.unwrap_or_else(|| "revoked by an operator".to_owned());
-    if reason.is_empty() || reason.chars().count() > 500 {
-        return Err(ApiError::invalid("reason", "1 to 500 characters"));
-    }
+    checked_agent_id("id", &id)?;
+    let reason = parse_body::<Revocation>(body)?.check()?;
     let by = format!("admin:{}", caller.user_id);
     events::admission::revoke(&state.pool, &id, &reason, &by).await?;
     Ok(StatusCode::NO_CONTENT)

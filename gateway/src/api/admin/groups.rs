@@ -10,7 +10,8 @@ use events::payloads::{
     AgentSelection, QueuePolicy, ResourceGroupCreated, ResourceGroupSchedulingSet, SessionPriority,
 };
 use launcher::access::{self, AccessError};
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{checked_name, superadmin_only, within, ObjectName, MOST_COUNT, MOST_SECS, MOST_UNITS};
@@ -36,7 +37,7 @@ pub async fn admin_list_groups(
 }
 
 /// `POST /v1/admin/resource-groups`'s body: the group's scheduling settings.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewGroup {
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -66,6 +67,30 @@ pub struct NewGroup {
     pub pending_timeout_secs: Option<u64>,
 }
 
+impl NewGroup {
+    /// The group as recorded: its name checked, each figure within its bounds, the ones
+    /// left out at their defaults.
+    pub fn check(self) -> Result<ResourceGroupCreated, FieldError> {
+        checked_name("name", &self.name)?;
+        Ok(ResourceGroupCreated {
+            max_attempts: within(
+                "max_attempts",
+                self.max_attempts.unwrap_or(5),
+                1..=MOST_COUNT,
+            )?,
+            skip_after: within("skip_after", self.skip_after.unwrap_or(3), 0..=MOST_COUNT)?,
+            pending_timeout_secs: within(
+                "pending_timeout_secs",
+                self.pending_timeout_secs.unwrap_or(3600),
+                0..=MOST_SECS,
+            )?,
+            name: self.name,
+            queue_policy: self.queue_policy.unwrap_or(QueuePolicy::Fifo),
+            agent_selection: self.agent_selection.unwrap_or(AgentSelection::Concentrated),
+        })
+    }
+}
+
 /// Create a resource group, or change its scheduling settings (`ResourceGroupCreated`).
 #[utoipa::path(post, path = "/v1/admin/resource-groups", tag = "admin", request_body = NewGroup,
     responses((status = 204, description = "the group exists with these settings")))]
@@ -75,33 +100,14 @@ pub async fn admin_create_group(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    let g: NewGroup = parse_body(body)?;
-    checked_name("name", &g.name)?;
-    let max_attempts = within("max_attempts", g.max_attempts.unwrap_or(5), 1..=MOST_COUNT)?;
-    let skip_after = within("skip_after", g.skip_after.unwrap_or(3), 0..=MOST_COUNT)?;
-    let pending_timeout_secs = within(
-        "pending_timeout_secs",
-        g.pending_timeout_secs.unwrap_or(3600),
-        0..=MOST_SECS,
-    )?;
-    access::create_group(
-        &state.pool,
-        ResourceGroupCreated {
-            name: g.name,
-            queue_policy: g.queue_policy.unwrap_or(QueuePolicy::Fifo),
-            agent_selection: g.agent_selection.unwrap_or(AgentSelection::Concentrated),
-            max_attempts,
-            skip_after,
-            pending_timeout_secs,
-        },
-    )
-    .await?;
+    let group = parse_body::<NewGroup>(body)?.check()?;
+    access::create_group(&state.pool, group).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Fair share's resource weights: what one core, one GiB of memory and one GPU count for,
 /// each per second.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsIn {
     #[schema(minimum = 0, maximum = 1000000)]
@@ -114,7 +120,7 @@ pub struct WeightsIn {
 
 /// `PUT /v1/admin/resource-groups/{name}/scheduling`'s body: how the group's queue is
 /// ordered. Fields left out take their defaults.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupScheduling {
     /// `fifo`, `backfill`, `lifo`, `drf` or `fair-share`.
@@ -138,6 +144,51 @@ pub struct GroupScheduling {
     pub starve_after_secs: Option<u64>,
 }
 
+impl GroupScheduling {
+    /// The settings of group `name` as recorded: each figure within its bounds, the ones
+    /// left out at fair share's defaults.
+    pub fn check(self, name: String) -> Result<ResourceGroupSchedulingSet, FieldError> {
+        let defaults = FairShareSettings::default();
+        let half_life_secs = within(
+            "half_life_secs",
+            self.half_life_secs.unwrap_or(defaults.half_life_secs),
+            1..=MOST_SECS,
+        )?;
+        let lookback_secs = within(
+            "lookback_secs",
+            self.lookback_secs.unwrap_or(defaults.lookback_secs),
+            0..=MOST_SECS,
+        )?;
+        let weights = self.weights.unwrap_or(WeightsIn {
+            cpu_per_core: defaults.weights.cpu_per_core,
+            memory_per_gib: defaults.weights.memory_per_gib,
+            gpu_per_device: defaults.weights.gpu_per_device,
+        });
+        for (field, value) in [
+            ("weights.cpu_per_core", weights.cpu_per_core),
+            ("weights.memory_per_gib", weights.memory_per_gib),
+            ("weights.gpu_per_device", weights.gpu_per_device),
+        ] {
+            within(field, value, 0.0..=MOST_UNITS)?;
+        }
+        let starve_after_secs = within(
+            "starve_after_secs",
+            self.starve_after_secs.unwrap_or(0),
+            0..=MOST_SECS,
+        )?;
+        Ok(ResourceGroupSchedulingSet {
+            name,
+            queue_policy: self.queue_policy,
+            half_life_secs,
+            lookback_secs,
+            weight_cpu_per_core: weights.cpu_per_core,
+            weight_memory_per_gib: weights.memory_per_gib,
+            weight_gpu_per_device: weights.gpu_per_device,
+            starve_after_secs,
+        })
+    }
+}
+
 /// Set how a resource group's queue is ordered: its policy, fair share's half-life,
 /// look-back and weights, and the starvation bound (`ResourceGroupSchedulingSet`).
 #[utoipa::path(put, path = "/v1/admin/resource-groups/{name}/scheduling", tag = "admin",
@@ -151,53 +202,13 @@ pub async fn admin_set_group_scheduling(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     checked_name("name", &name)?;
-    let g: GroupScheduling = parse_body(body)?;
-    let defaults = FairShareSettings::default();
-    let half_life_secs = within(
-        "half_life_secs",
-        g.half_life_secs.unwrap_or(defaults.half_life_secs),
-        1..=MOST_SECS,
-    )?;
-    let lookback_secs = within(
-        "lookback_secs",
-        g.lookback_secs.unwrap_or(defaults.lookback_secs),
-        0..=MOST_SECS,
-    )?;
-    let weights = g.weights.unwrap_or(WeightsIn {
-        cpu_per_core: defaults.weights.cpu_per_core,
-        memory_per_gib: defaults.weights.memory_per_gib,
-        gpu_per_device: defaults.weights.gpu_per_device,
-    });
-    for (field, value) in [
-        ("weights.cpu_per_core", weights.cpu_per_core),
-        ("weights.memory_per_gib", weights.memory_per_gib),
-        ("weights.gpu_per_device", weights.gpu_per_device),
-    ] {
-        within(field, value, 0.0..=MOST_UNITS)?;
-    }
-    let starve_after_secs = within(
-        "starve_after_secs",
-        g.starve_after_secs.unwrap_or(0),
-        0..=MOST_SECS,
-    )?;
-    access::set_group_scheduling(
-        &state.pool,
-        ResourceGroupSchedulingSet {
-            name,
-            queue_policy: g.queue_policy,
-            half_life_secs,
-            lookback_secs,
-            weight_cpu_per_core: weights.cpu_per_core,
-            weight_memory_per_gib: weights.memory_per_gib,
-            weight_gpu_per_device: weights.gpu_per_device,
-            starve_after_secs,
-        },
-    )
-    .await
-    .map_err(|e| match e {
-        e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()).field("name"),
-        other => other.into(),
-    })?;
+    let setting = parse_body::<GroupScheduling>(body)?.check(name)?;
+    access::set_group_scheduling(&state.pool, setting)
+        .await
+        .map_err(|e| match e {
+            e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()).field("name"),
+            other => other.into(),
+        })?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -220,12 +231,23 @@ pub async fn admin_group_shares(
 }
 
 /// `PUT /v1/admin/sessions/{id}/priority`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityIn {
     /// 0 to 100; higher goes first within the group's queue policy.
     #[schema(minimum = 0, maximum = 100)]
     pub priority: i32,
+}
+
+impl PriorityIn {
+    /// The priority, within the bounds a session's may take.
+    pub fn check(&self) -> Result<i32, FieldError> {
+        within(
+            "priority",
+            self.priority,
+            SessionPriority::MIN..=SessionPriority::MAX,
+        )
+    }
 }
 
 /// Change a queued (PENDING) session's priority (`SessionPriorityChanged`); 409 naming
@@ -241,12 +263,7 @@ pub async fn admin_set_session_priority(
 ) -> Result<Json<PrioritySet>, ApiError> {
     superadmin_only(&caller)?;
     let id = crate::api::parse_id(&id)?;
-    let PriorityIn { priority } = parse_body(body)?;
-    within(
-        "priority",
-        priority,
-        SessionPriority::MIN..=SessionPriority::MAX,
-    )?;
+    let priority = parse_body::<PriorityIn>(body)?.check()?;
     let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
     let after =
         events::lifecycle::command(&state.pool, id, &metadata, |s| s.change_priority(priority))
@@ -258,12 +275,19 @@ pub async fn admin_set_session_priority(
 }
 
 /// `POST /v1/admin/resource-groups/{name}/grants`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Grant {
     /// The project whose members may use the group.
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub project: String,
+}
+
+impl Grant {
+    /// The project's name, by its rule.
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_name("project", &self.project)
+    }
 }
 
 /// Let a project's members use a resource group (`ResourceGroupGranted`).
@@ -278,8 +302,9 @@ pub async fn admin_grant_group(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     checked_name("name", &name)?;
-    let Grant { project } = parse_body(body)?;
-    checked_name("project", &project)?;
+    let grant: Grant = parse_body(body)?;
+    grant.check()?;
+    let Grant { project } = grant;
     access::grant_group(&state.pool, &name, &project)
         .await
         .map_err(|e| match e {

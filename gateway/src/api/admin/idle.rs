@@ -7,10 +7,11 @@ use axum::Json;
 use bytes::Bytes;
 use events::idleness::{IdleChecks, IdleScope, IdleVerdict};
 use launcher::access;
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{checked_name, superadmin_only, within, MOST_SECS};
+use super::{checked_name, invalid, superadmin_only, within, MOST_SECS};
 use crate::api::parse_body;
 use crate::caller::Caller;
 use crate::db;
@@ -34,7 +35,7 @@ pub async fn admin_list_idle_checks(
 /// `PUT /v1/admin/idle-checks`'s body: where the checks apply (exactly one of
 /// `resource_group` and `resource_policy`; a policy's checks replace the group's, checker by
 /// checker, for its users) and the checks, whole (a checker left out is off).
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdleChecksIn {
     #[serde(default)]
@@ -47,7 +48,7 @@ pub struct IdleChecksIn {
 }
 
 /// The idle checks; each left out (or null) is off.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChecksIn {
     /// Seconds a session may live, counted from its creation.
@@ -63,7 +64,7 @@ pub struct ChecksIn {
 }
 
 /// The utilization checker: averages over a window, below thresholds (at least one).
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UtilizationIn {
     /// Seconds after the start of RUNNING in which it never reaps.
@@ -79,7 +80,7 @@ pub struct UtilizationIn {
 }
 
 /// Thresholds in percent of what the session holds, 0 to 100; at least one.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdsIn {
     #[serde(default)]
@@ -96,9 +97,38 @@ pub struct ThresholdsIn {
     pub gpu_memory_percent: Option<f64>,
 }
 
+impl IdleChecksIn {
+    /// Where the checks apply (exactly one of `resource_group` and `resource_policy`, its
+    /// name checked) and the checks as the idle-reaper keeps them, each figure within its
+    /// bounds and the whole consistent.
+    pub fn check(self) -> Result<(IdleScope, IdleChecks), FieldError> {
+        let scope = match (self.resource_group, self.resource_policy) {
+            (Some(group), None) => {
+                checked_name("resource_group", &group)?;
+                IdleScope::ResourceGroup(group)
+            }
+            (None, Some(policy)) => {
+                checked_name("resource_policy", &policy)?;
+                IdleScope::ResourcePolicy(policy)
+            }
+            _ => {
+                return Err(invalid(
+                    "resource_group",
+                    "name exactly one of `resource_group` and `resource_policy`",
+                ))
+            }
+        };
+        let checks = self.checks.checks()?;
+        if let Some((field, message)) = checks.problem() {
+            return Err(invalid(format!("checks.{field}"), message));
+        }
+        Ok((scope, checks))
+    }
+}
+
 impl ChecksIn {
     /// As the idle-reaper keeps them, each figure checked against its bounds by its field.
-    fn checks(self) -> Result<IdleChecks, ApiError> {
+    fn checks(self) -> Result<IdleChecks, FieldError> {
         let secs = |field: &str, v: Option<u64>, least: u64| {
             v.map(|v| within(field, v, least..=MOST_SECS)).transpose()
         };
@@ -163,27 +193,7 @@ pub async fn admin_set_idle_checks(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    let set: IdleChecksIn = parse_body(body)?;
-    let scope = match (set.resource_group, set.resource_policy) {
-        (Some(group), None) => {
-            checked_name("resource_group", &group)?;
-            IdleScope::ResourceGroup(group)
-        }
-        (None, Some(policy)) => {
-            checked_name("resource_policy", &policy)?;
-            IdleScope::ResourcePolicy(policy)
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                "resource_group",
-                "name exactly one of `resource_group` and `resource_policy`",
-            ))
-        }
-    };
-    let checks = set.checks.checks()?;
-    if let Some((field, message)) = checks.problem() {
-        return Err(ApiError::invalid(format!("checks.{field}"), message));
-    }
+    let (scope, checks) = parse_body::<IdleChecksIn>(body)?.check()?;
     access::set_idle_checks(&state.pool, scope, checks).await?;
     Ok(StatusCode::NO_CONTENT)
 }

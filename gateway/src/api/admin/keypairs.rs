@@ -6,11 +6,12 @@ use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
 use launcher::access::{self, AccessError};
+use launcher::domain::FieldError;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::keys::KeyFor;
-use super::{checked_email, superadmin_only};
+use super::{invalid, superadmin_only};
 use crate::api::parse_body;
 use crate::caller::Caller;
 use crate::error::ApiError;
@@ -25,6 +26,17 @@ pub struct AccessKeyParam {
     /// 1 to 64 letters and digits (berth issues `AKIA` and 16 more).
     #[param(pattern = "^[A-Za-z0-9]{1,64}$")]
     pub access_key: String,
+}
+
+impl AccessKeyParam {
+    /// 1 to 64 letters and digits.
+    pub fn check(&self) -> Result<(), FieldError> {
+        let k = &self.access_key;
+        if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(invalid("access_key", "1 to 64 letters and digits"));
+        }
+        Ok(())
+    }
 }
 
 /// The compatibility router, or 409 when Backend.AI's API is off: a keypair it issued could
@@ -50,8 +62,9 @@ pub async fn admin_issue_keypair(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<IssuedKeypair>), ApiError> {
     superadmin_only(&caller)?;
-    let KeyFor { email } = parse_body(body)?;
-    checked_email("email", &email)?;
+    let key_for: KeyFor = parse_body(body)?;
+    key_for.check()?;
+    let KeyFor { email } = key_for;
     let backendai = backendai_on(&state)?;
     let (user_id, access_key) = access::issue_backendai_keypair(&state.pool, &email).await?;
     let secret_key = backendai.secret_of(&access_key);
@@ -98,18 +111,11 @@ pub async fn admin_list_keypairs(
 pub async fn admin_revoke_keypair(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    Path(AccessKeyParam { access_key }): Path<AccessKeyParam>,
+    Path(param): Path<AccessKeyParam>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    if access_key.is_empty()
-        || access_key.len() > 64
-        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(ApiError::invalid(
-            "access_key",
-            "1 to 64 letters and digits",
-        ));
-    }
+    param.check()?;
+    let AccessKeyParam { access_key } = param;
     access::revoke_backendai_keypair(&state.pool, &access_key)
         .await
         .map_err(|e| match e {

@@ -6,7 +6,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
 use launcher::access;
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{checked_email, superadmin_only};
@@ -30,13 +31,20 @@ pub async fn admin_list_keys(
     }))
 }
 
-/// `POST /v1/admin/api-keys`'s body.
-#[derive(Deserialize, ToSchema)]
+/// `POST /v1/admin/api-keys`'s body (and `POST /v1/admin/backendai-keypairs`').
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyFor {
     /// The user to issue it to.
     #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
     pub email: String,
+}
+
+impl KeyFor {
+    /// The email, by its rule.
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_email("email", &self.email)
+    }
 }
 
 /// Issue another API key to a user; shown only in this answer (`ApiKeyIssued`).
@@ -48,8 +56,9 @@ pub async fn admin_issue_key(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<IssuedKey>), ApiError> {
     superadmin_only(&caller)?;
-    let KeyFor { email } = parse_body(body)?;
-    checked_email("email", &email)?;
+    let key_for: KeyFor = parse_body(body)?;
+    key_for.check()?;
+    let KeyFor { email } = key_for;
     let api_key = access::issue_key(&state.pool, &email).await?;
     let client = state.pool.get().await?;
     let owner = events::ledger::key_owner(&client, &api_key)

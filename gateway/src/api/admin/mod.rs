@@ -2,11 +2,15 @@
 //! their body is read): users with roles and passwords, API keys and Backend.AI keypairs,
 //! projects and members, resource groups and grants, resource policies, presets, idle checks,
 //! and agents (admit, revoke, list), one module per resource; this file holds what they
-//! share (the limits, the name and email checks, the superadmin check). `berth admin ...`
-//! calls these. Each change is an event, recorded by the
-//! same functions the CLI called when it wrote to the database itself
-//! (`launcher::access`, `launcher::credentials`, `events::admission`); a NATS server whose
-//! authorization berth keeps hears of an admission from the event (`berth::nats_authority`).
+//! share (the limits, the name and email checks, the superadmin check).
+//!
+//! Each request body is a public type that carries its own rules: `check` (or `into_*`)
+//! refuses a value out of bounds with a [`FieldError`] naming its JSON field, as
+//! `launcher::domain` checks a create request, and hands back what is recorded. The handlers
+//! call those and then record; `berth admin ...` builds the same types from its flags and
+//! sends them here. Each change is an event, recorded by `launcher::access`,
+//! `launcher::credentials` and `events::admission`; a NATS server whose authorization berth
+//! keeps hears of an admission from the event (`berth::nats_authority`).
 
 pub mod agents;
 pub mod groups;
@@ -22,7 +26,8 @@ use axum::http::StatusCode;
 use events::ledger::{KeyOwner, LedgerError};
 use events::payloads::{ResourceSlots, Role};
 use launcher::access::{self, AccessError};
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
@@ -51,7 +56,7 @@ fn name_list() -> RefOr<Schema> {
 /// Emails as these endpoints take them: printable ASCII without spaces, one `@` with text on
 /// either side, at most 254 characters (the schema's `^[!-?A-~]+@[!-?A-~]+$`); 422 naming
 /// `field` otherwise.
-fn checked_email(field: &'static str, email: &str) -> Result<(), ApiError> {
+fn checked_email(field: &'static str, email: &str) -> Result<(), FieldError> {
     let printable = |part: &str| {
         !part.is_empty()
             && part
@@ -65,23 +70,31 @@ fn checked_email(field: &'static str, email: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(
+        Err(invalid(
             field,
             "an email: printable ASCII without spaces, `name@domain`, at most 254 characters",
         ))
     }
 }
 
-/// `value` within `range`, or a 422 naming `field`.
+/// `message` about `field` (a 422 naming it, once it is an [`ApiError`]).
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// `value` within `range`, or a problem naming `field`.
 fn within<T: PartialOrd + std::fmt::Display>(
     field: &str,
     value: T,
     range: std::ops::RangeInclusive<T>,
-) -> Result<T, ApiError> {
+) -> Result<T, FieldError> {
     if range.contains(&value) {
         Ok(value)
     } else {
-        Err(ApiError::invalid(
+        Err(invalid(
             field,
             format!("{value} is not from {} to {}", range.start(), range.end()),
         ))
@@ -116,7 +129,7 @@ fn refused(e: AccessError, field: &str) -> ApiError {
 
 /// Resources as a request names them: cores and GPUs in units (fractions allowed), memory in
 /// bytes.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AmountsIn {
     /// Cores, 0 to 1000000.
@@ -133,7 +146,7 @@ pub struct AmountsIn {
 
 impl AmountsIn {
     /// As the log's slots, refusing an amount out of range by its field (`<at>.cpu`).
-    fn slots(self, at: &str) -> Result<ResourceSlots, ApiError> {
+    pub fn slots(self, at: &str) -> Result<ResourceSlots, FieldError> {
         let milli = |name: &str, v: f64| {
             within(&format!("{at}.{name}"), v, 0.0..=MOST_UNITS)
                 .map(|v| (v * 1000.0).round() as u64)
@@ -159,8 +172,21 @@ pub struct ObjectName {
     pub name: String,
 }
 
-fn checked_name(field: &'static str, name: &str) -> Result<(), ApiError> {
-    Ok(access::check_object_name(field, name)?)
+/// A project, group, policy or preset name, by `launcher::access`'s rule.
+fn checked_name(field: &'static str, name: &str) -> Result<(), FieldError> {
+    access::check_object_name(field, name).map_err(|e| match e {
+        AccessError::Invalid { field, message } => invalid(field, message),
+        other => invalid(field, other.to_string()),
+    })
+}
+
+/// An agent's id, as its NATS subjects take it.
+fn checked_agent_id(field: &str, id: &str) -> Result<(), FieldError> {
+    if bus::subjects::is_valid_agent_id(id) {
+        Ok(())
+    } else {
+        Err(invalid(field, "1 to 64 letters, digits, `-` and `_`"))
+    }
 }
 
 fn default_name() -> String {

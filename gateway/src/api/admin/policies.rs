@@ -7,7 +7,8 @@ use axum::Json;
 use bytes::Bytes;
 use events::payloads::{ResourcePolicySet, SessionPriority};
 use launcher::access;
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{checked_name, superadmin_only, within, AmountsIn, ObjectName, MOST_COUNT, MOST_SECS};
@@ -32,7 +33,7 @@ pub async fn admin_list_policies(
 }
 
 /// `PUT /v1/admin/policies/{name}`'s body: the policy's limits, whole.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyLimits {
     #[schema(minimum = 0, maximum = 1000000)]
@@ -53,6 +54,38 @@ pub struct PolicyLimits {
     pub max_session_priority: Option<u32>,
 }
 
+impl PolicyLimits {
+    /// Policy `name`'s limits as recorded, each within its bounds.
+    pub fn check(self, name: String) -> Result<ResourcePolicySet, FieldError> {
+        within(
+            "max_concurrent_sessions",
+            self.max_concurrent_sessions,
+            0..=MOST_COUNT,
+        )?;
+        if let Some(n) = self.max_custom_images {
+            within("max_custom_images", n, 0..=MOST_COUNT)?;
+        }
+        if let Some(secs) = self.max_session_lifetime_secs {
+            within("max_session_lifetime_secs", secs, 1..=MOST_SECS)?;
+        }
+        if let Some(most) = self.max_session_priority {
+            within(
+                "max_session_priority",
+                most,
+                0..=SessionPriority::MAX as u32,
+            )?;
+        }
+        Ok(ResourcePolicySet {
+            name,
+            max_concurrent_sessions: self.max_concurrent_sessions,
+            max_total: self.max_total.slots("max_total")?,
+            max_session_lifetime_secs: self.max_session_lifetime_secs,
+            max_custom_images: self.max_custom_images,
+            max_session_priority: self.max_session_priority,
+        })
+    }
+}
+
 /// Create a resource policy or change its limits (`ResourcePolicySet`).
 #[utoipa::path(put, path = "/v1/admin/policies/{name}", tag = "admin",
     params(ObjectName), request_body = PolicyLimits,
@@ -65,36 +98,7 @@ pub async fn admin_set_policy(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     checked_name("name", &name)?;
-    let p: PolicyLimits = parse_body(body)?;
-    within(
-        "max_concurrent_sessions",
-        p.max_concurrent_sessions,
-        0..=MOST_COUNT,
-    )?;
-    if let Some(n) = p.max_custom_images {
-        within("max_custom_images", n, 0..=MOST_COUNT)?;
-    }
-    if let Some(secs) = p.max_session_lifetime_secs {
-        within("max_session_lifetime_secs", secs, 1..=MOST_SECS)?;
-    }
-    if let Some(most) = p.max_session_priority {
-        within(
-            "max_session_priority",
-            most,
-            0..=SessionPriority::MAX as u32,
-        )?;
-    }
-    access::set_policy(
-        &state.pool,
-        ResourcePolicySet {
-            name,
-            max_concurrent_sessions: p.max_concurrent_sessions,
-            max_total: p.max_total.slots("max_total")?,
-            max_session_lifetime_secs: p.max_session_lifetime_secs,
-            max_custom_images: p.max_custom_images,
-            max_session_priority: p.max_session_priority,
-        },
-    )
-    .await?;
+    let policy = parse_body::<PolicyLimits>(body)?.check(name)?;
+    access::set_policy(&state.pool, policy).await?;
     Ok(StatusCode::NO_CONTENT)
 }

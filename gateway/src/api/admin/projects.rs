@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
 use launcher::access::{self, AccessError};
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{checked_email, checked_name, superadmin_only, ObjectName};
+use super::{checked_email, checked_name, invalid, superadmin_only, ObjectName};
 use crate::api::parse_body;
 use crate::caller::Caller;
 use crate::db;
@@ -31,7 +32,7 @@ pub async fn admin_list_projects(
 }
 
 /// `POST /v1/admin/projects`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewProject {
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
@@ -39,6 +40,17 @@ pub struct NewProject {
     #[serde(default)]
     #[schema(max_length = 1000, pattern = r"^[^\u0000]*$")]
     pub description: String,
+}
+
+impl NewProject {
+    /// The name, and a description of at most 1000 characters.
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_name("name", &self.name)?;
+        if self.description.chars().count() > 1000 {
+            return Err(invalid("description", "at most 1000 characters"));
+        }
+        Ok(())
+    }
 }
 
 /// Create a project, or change its description (`ProjectCreated`).
@@ -50,22 +62,27 @@ pub async fn admin_create_project(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    let NewProject { name, description } = parse_body(body)?;
-    checked_name("name", &name)?;
-    if description.chars().count() > 1000 {
-        return Err(ApiError::invalid("description", "at most 1000 characters"));
-    }
+    let project: NewProject = parse_body(body)?;
+    project.check()?;
+    let NewProject { name, description } = project;
     access::create_project(&state.pool, &name, &description).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /v1/admin/projects/{name}/members`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Member {
     /// The user who joins.
     #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
     pub email: String,
+}
+
+impl Member {
+    /// The email, by its rule.
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_email("email", &self.email)
+    }
 }
 
 /// Add a user to a project (`UserJoinedProject`).
@@ -80,8 +97,9 @@ pub async fn admin_add_member(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     checked_name("name", &name)?;
-    let Member { email } = parse_body(body)?;
-    checked_email("email", &email)?;
+    let member: Member = parse_body(body)?;
+    member.check()?;
+    let Member { email } = member;
     access::add_member(&state.pool, &name, &email)
         .await
         .map_err(|e| match e {

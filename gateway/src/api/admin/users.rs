@@ -7,11 +7,12 @@ use axum::Json;
 use bytes::Bytes;
 use events::payloads::Role;
 use launcher::access;
-use serde::Deserialize;
+use launcher::domain::FieldError;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{
-    checked_email, checked_name, default_name, default_projects, name_list, refused,
+    checked_email, checked_name, default_name, default_projects, invalid, name_list, refused,
     superadmin_only,
 };
 use crate::api::parse_body;
@@ -36,7 +37,7 @@ pub async fn admin_list_users(
 }
 
 /// `POST /v1/admin/users`'s body.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
     #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
@@ -54,6 +55,23 @@ pub struct NewUser {
     pub projects: Vec<String>,
 }
 
+impl NewUser {
+    /// The email, the policy's name and each project's name (`projects[i]`), by their rules.
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_email("email", &self.email)?;
+        checked_name("resource_policy", &self.resource_policy)?;
+        for (i, project) in self.projects.iter().enumerate() {
+            checked_name("projects", project).map_err(|_| {
+                invalid(
+                    format!("projects[{i}]"),
+                    "1 to 64 letters, digits, `_` or `-`",
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// Create a user in some projects, with a role and a resource policy; answers with their
 /// first API key, shown only now (`UserCreated`, `ApiKeyIssued`, `UserJoinedProject`).
 #[utoipa::path(post, path = "/v1/admin/users", tag = "admin", request_body = NewUser,
@@ -65,16 +83,7 @@ pub async fn admin_create_user(
 ) -> Result<(StatusCode, Json<IssuedKey>), ApiError> {
     superadmin_only(&caller)?;
     let user: NewUser = parse_body(body)?;
-    checked_email("email", &user.email)?;
-    checked_name("resource_policy", &user.resource_policy)?;
-    for (i, project) in user.projects.iter().enumerate() {
-        access::check_object_name("projects", project).map_err(|_| {
-            ApiError::invalid(
-                format!("projects[{i}]"),
-                "1 to 64 letters, digits, `_` or `-`",
-            )
-        })?;
-    }
+    user.check()?;
     let (user_id, api_key) = access::create_user(
         &state.pool,
         &user.email,
@@ -95,7 +104,7 @@ pub async fn admin_create_user(
 }
 
 /// `PUT /v1/admin/passwords`'s body.
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PasswordSet {
     #[schema(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
@@ -103,6 +112,13 @@ pub struct PasswordSet {
     /// 8 to 256 characters.
     #[schema(min_length = 8, max_length = 256, pattern = r"^[^\u0000]*$")]
     pub password: String,
+}
+
+impl PasswordSet {
+    /// The email (the password's own rules are `launcher::credentials`').
+    pub fn check(&self) -> Result<(), FieldError> {
+        checked_email("email", &self.email)
+    }
 }
 
 /// Set a user's password, with which they sign in to the web console (`UserPasswordSet`).
@@ -114,8 +130,9 @@ pub async fn admin_set_password(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
-    let PasswordSet { email, password } = parse_body(body)?;
-    checked_email("email", &email)?;
+    let set: PasswordSet = parse_body(body)?;
+    set.check()?;
+    let PasswordSet { email, password } = set;
     launcher::credentials::set_password(&state.pool, &email, &password).await?;
     Ok(StatusCode::NO_CONTENT)
 }
