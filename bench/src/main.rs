@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use berth::config::{Config, Settings};
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// `berth bench`'s command line: the bench, and every setting `berth` reads (the same flags
 /// and `BERTH_*` variables).
@@ -50,31 +50,31 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    // As `berth` reads its settings: an empty BERTH_* variable counts as unset.
-    let command = Cli::command().mut_args(|arg| {
-        let empty = arg
-            .get_env()
-            .and_then(std::env::var_os)
-            .is_some_and(|value| value.is_empty());
-        if empty {
-            arg.env(None::<&str>)
-        } else {
-            arg
+    // As `berth` reads its settings (berth::config::load): a flag wins over its variable, an
+    // empty BERTH_* variable counts as unset, a bad value names its variable.
+    let loaded = match berth::config::load::<Cli>(
+        Cli::command(),
+        std::env::args_os(),
+        berth::config::Variables::Process,
+    ) {
+        Ok(loaded) => loaded,
+        // --help, --version and clap's own refusals, printed and exited as clap does.
+        Err(berth::config::ConfigError::Command(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("berth bench: {e}");
+            return ExitCode::from(2);
         }
-    });
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
-        Ok(cli) => cli,
-        Err(error) => error.exit(),
     };
     // Before any HTTP client: reqwest builds its TLS from it.
     events::tls::use_ring();
-    let config = match Config::from_settings(&cli.settings) {
+    let config = match loaded.config() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("berth bench: {e}");
             return ExitCode::from(2);
         }
     };
+    let cli = loaded.parsed;
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -189,6 +189,10 @@ fn main() -> ExitCode {
         Ok(loaded) => loaded,
         Err(error) => return refuse(error),
     };
+    // The benchmarks read their own settings, in a process of their own.
+    if let Command::Bench { args } = &loaded.parsed.command {
+        return bench::pass_through(loaded.matches(), args.clone());
+    }
     let listing = loaded.listing();
     // Made while `loaded` is whole; refused only after `berth completion`, which needs none.
     let config = loaded.config();
@@ -197,10 +201,6 @@ fn main() -> ExitCode {
     if let Command::Completion { shell } = cli.command {
         completion(shell);
         return ExitCode::SUCCESS;
-    }
-    // The benchmarks read their own settings, in a process of their own.
-    if let Command::Bench { args } = cli.command {
-        return bench::pass_through(&matches, args);
     }
     // Before any HTTP client: reqwest and the OTLP exporter build their TLS from it.
     events::tls::use_ring();
@@ -366,7 +366,7 @@ async fn run(
             }
         }
         Command::Audit(command) => return audit_command(&config, command).await,
-        Command::Bench { args } => return Ok(bench::pass_through(matches, args)),
+        Command::Bench { .. } => unreachable!("main hands `berth bench` to berth-bench"),
         Command::Demo => demo(&config).await?,
         Command::Admin(command) => return admin::run(&config, command).await,
         Command::Session(command) => return session_cli::run(&config, command).await,

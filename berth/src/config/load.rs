@@ -129,6 +129,11 @@ impl<C> Loaded<C> {
         Config::from_settings(&self.settings)
     }
 
+    /// The command line as clap read it (`berth bench` forwards the settings it holds).
+    pub fn matches(&self) -> &clap::ArgMatches {
+        &self.matches
+    }
+
     /// Each setting's variable, its value as `berth config` shows it (secrets masked) and
     /// where it came from, in declaration order.
     pub fn listing(&self) -> Vec<(String, String, &'static str)> {
