@@ -156,6 +156,7 @@ where
 async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_stuck() {
     let (pool, url) = fresh_database().await;
     let owner = first_superadmin(&pool, &url).await;
+    let admin = AdminGateway::start(&url);
     let agent_id = format!("proc{}", &Uuid::new_v4().simple().to_string()[..8]);
     let dir = std::env::temp_dir().join(format!("berth-{agent_id}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -170,7 +171,7 @@ async fn a_killed_agent_process_started_again_leaves_no_orphan_and_no_session_st
     let control_plane = app::start(&config, parts).await.unwrap();
     let credential = dir.join("credential");
     admit_agent(
-        &url,
+        &admin,
         &agent_id,
         &credential,
         &["--group", "default", "--max-cpu", "2"],
@@ -432,6 +433,7 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
         .clone()
         .expect("a fresh install");
     let gateway = format!("http://{}", control_plane.gateway.unwrap());
+    let admin = AdminGateway::with_key(&url, &key);
 
     // The host's one way out leads to NATS; PostgreSQL is out of its reach.
     let server = without_user(&nats_url());
@@ -456,7 +458,7 @@ async fn an_agent_on_a_host_of_its_own_reaches_nats_alone_and_runs_a_session() {
 
     let credential = dir.join("credential");
     admit_agent(
-        &url,
+        &admin,
         &agent_id,
         &credential,
         &["--group", "default", "--max-cpu", "2"],
@@ -567,6 +569,8 @@ async fn an_agent_whose_credential_is_refused_or_revoked_ends_naming_the_refusal
         ..Parts::default()
     };
     let _control_plane = app::start(&config, parts).await.unwrap();
+    init_install(&url);
+    let admin = AdminGateway::start(&url);
     let tag = &Uuid::new_v4().simple().to_string()[..8];
     let dir = std::env::temp_dir().join(format!("berth-refused-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -575,7 +579,7 @@ async fn an_agent_whose_credential_is_refused_or_revoked_ends_naming_the_refusal
     let connected = format!("rvk{tag}");
     let credential = dir.join("connected");
     admit_agent(
-        &url,
+        &admin,
         &connected,
         &credential,
         &["--group", "default", "--max-cpu", "2"],
@@ -593,7 +597,7 @@ async fn an_agent_whose_credential_is_refused_or_revoked_ends_naming_the_refusal
             .unwrap()
     })
     .await;
-    let (ok, text) = berth(&url, &["admin", "agent", "revoke", &connected]);
+    let (ok, text) = admin.admin(&["agent", "revoke", &connected]);
     assert!(ok, "{text}");
     let status = agent
         .ended_within(Duration::from_secs(90))
@@ -616,12 +620,12 @@ async fn an_agent_whose_credential_is_refused_or_revoked_ends_naming_the_refusal
     let never = format!("rvn{tag}");
     let credential = dir.join("never");
     admit_agent(
-        &url,
+        &admin,
         &never,
         &credential,
         &["--group", "default", "--max-cpu", "2"],
     );
-    let (ok, text) = berth(&url, &["admin", "agent", "revoke", &never]);
+    let (ok, text) = admin.admin(&["agent", "revoke", &never]);
     assert!(ok, "{text}");
     // Whether it logs in before the server's authorization drops the key or after, it is
     // refused from then on.

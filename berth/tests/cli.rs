@@ -160,42 +160,29 @@ async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_the
         text.contains("already initialised") && !text.contains("berth_"),
         "{text}"
     );
-
+    // Past `init`, admin commands go through the gateway with a key, and say so without one.
     let (ok, text) = berth(&url, &["admin", "create-project", "vision"]);
+    assert!(!ok && text.contains("set BERTH_API_KEY"), "{text}");
+
+    let admin = AdminGateway::with_key(&url, &key);
+    let (ok, text) = admin.admin(&["create-project", "vision"]);
     assert!(ok, "{text}");
-    let (ok, text) = berth_line(
-        &url,
-        "admin create-user --email ada@example.com --role admin --project vision",
-    );
+    let (ok, text) =
+        admin.admin_line("create-user --email ada@example.com --role admin --project vision");
     assert!(ok, "{text}");
     assert!(text.contains("API key (shown only now): berth_"), "{text}");
-    let (ok, text) = berth_line(
-        &url,
-        "admin create-group gpu --queue backfill --selection dispersed",
-    );
+    let (ok, text) = admin.admin_line("create-group gpu --queue backfill --selection dispersed");
     assert!(ok, "{text}");
-    let (ok, text) = berth(&url, &["admin", "grant-group", "gpu", "vision"]);
+    let (ok, text) = admin.admin(&["grant-group", "gpu", "vision"]);
     assert!(ok, "{text}");
-    let (ok, text) = berth_line(
-        &url,
-        "admin set-policy small --max-sessions 2 --max-cpu 4 --max-memory-gib 8",
-    );
+    let (ok, text) =
+        admin.admin_line("set-policy small --max-sessions 2 --max-cpu 4 --max-memory-gib 8");
     assert!(ok, "{text}");
-    let (ok, text) = berth_line(&url, "admin save-preset tiny --cpu 0.5 --memory-gib 0.5");
+    let (ok, text) = admin.admin_line("save-preset tiny --cpu 0.5 --memory-gib 0.5");
     assert!(ok, "{text}");
-    let (ok, text) = berth(
-        &url,
-        &[
-            "admin",
-            "create-user",
-            "--email",
-            "bad email",
-            "--project",
-            "vision",
-        ],
-    );
+    let (ok, text) = admin.admin(&["create-user", "--email", "bad email", "--project", "vision"]);
     assert!(!ok && text.contains("email"), "{text}");
-    let (ok, text) = berth(&url, &["admin", "grant-group", "gpu", "nowhere"]);
+    let (ok, text) = admin.admin(&["grant-group", "gpu", "nowhere"]);
     assert!(
         !ok && text.contains("project `nowhere` does not exist"),
         "{text}"
@@ -252,14 +239,14 @@ async fn admin_init_prints_the_first_key_once_and_admin_commands_create_what_the
     );
 }
 
-/// Runs `berth ARGS` against the database at `url` with `input` on its standard input: whether
+/// Runs `berth ARGS` through `admin`'s gateway with `input` on its standard input: whether
 /// it succeeded, and what it printed.
-fn berth_reading(url: &str, args: &[&str], input: &str) -> (bool, String) {
+fn berth_reading(admin: &AdminGateway, args: &[&str], input: &str) -> (bool, String) {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(args)
-        .env("BERTH_DATABASE_URL", url)
+        .envs(admin.env())
         .env_remove("BERTH_NEW_PASSWORD")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
@@ -283,7 +270,8 @@ fn berth_reading(url: &str, args: &[&str], input: &str) -> (bool, String) {
 async fn admin_set_password_takes_it_from_the_environment_or_standard_input_never_a_flag() {
     let (pool, url) = fresh_database().await;
     first_superadmin(&pool, &url).await;
-    let (ok, text) = berth_line(&url, "admin create-user --email ada@example.com");
+    let admin = AdminGateway::start(&url);
+    let (ok, text) = admin.admin_line("create-user --email ada@example.com");
     assert!(ok, "{text}");
     let set = ["admin", "set-password", "--email", "ada@example.com"];
     let signs_in = |password: &'static str| {
@@ -297,13 +285,11 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
         }
     };
 
-    let env = [
-        ("BERTH_DATABASE_URL".to_owned(), url.clone()),
-        (
-            "BERTH_NEW_PASSWORD".to_owned(),
-            "from the environment".to_owned(),
-        ),
-    ];
+    let mut env = admin.env();
+    env.push((
+        "BERTH_NEW_PASSWORD".to_owned(),
+        "from the environment".to_owned(),
+    ));
     let (ok, text) = berth_with(&set, &env);
     assert!(ok, "{text}");
     assert!(text.contains("password of ada@example.com set"), "{text}");
@@ -316,7 +302,7 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
         Some("ada@example.com")
     );
 
-    let (ok, text) = berth_reading(&url, &set, "from standard input\r\nsecond line\n");
+    let (ok, text) = berth_reading(&admin, &set, "from standard input\r\nsecond line\n");
     assert!(ok, "{text}");
     assert_eq!(
         signs_in("from standard input").await.as_deref(),
@@ -325,15 +311,15 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
     );
     assert_eq!(signs_in("from the environment").await, None);
 
-    let (ok, text) = berth_reading(&url, &set, "");
+    let (ok, text) = berth_reading(&admin, &set, "");
     assert!(!ok && text.contains("no password"), "{text}");
-    let (ok, text) = berth_reading(&url, &set, "short\n");
+    let (ok, text) = berth_reading(&admin, &set, "short\n");
     assert!(
         !ok && text.contains("password: must be at least 8"),
         "{text}"
     );
     let (ok, text) = berth_reading(
-        &url,
+        &admin,
         &["admin", "set-password", "--email", "nobody@example.com"],
         "long enough\n",
     );
@@ -341,17 +327,13 @@ async fn admin_set_password_takes_it_from_the_environment_or_standard_input_neve
         !ok && text.contains("no user has the email `nobody@example.com`"),
         "{text}"
     );
-    let (ok, text) = berth(
-        &url,
-        &[
-            "admin",
-            "set-password",
-            "--email",
-            "ada@example.com",
-            "--password",
-            "in the process list",
-        ],
-    );
+    let (ok, text) = admin.admin(&[
+        "set-password",
+        "--email",
+        "ada@example.com",
+        "--password",
+        "in the process list",
+    ]);
     assert!(!ok && text.contains("--password"), "no such flag: {text}");
     assert_eq!(
         signs_in("from standard input").await.as_deref(),

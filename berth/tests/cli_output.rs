@@ -138,7 +138,12 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     let _up = BerthProcess::start(&["up"], &env, &logs.join("up.log"));
     let agent_id = format!("cli{}", &id[..8]);
     let credential = logs.join("credential");
-    admit_agent(&url, &agent_id, &credential, &[]);
+    admit_agent(
+        &AdminGateway::with_key(&url, &admin_key),
+        &agent_id,
+        &credential,
+        &[],
+    );
     let mut agent_env: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| match k.as_str() {

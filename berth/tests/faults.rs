@@ -48,13 +48,14 @@ impl Rig {
     async fn new(tag: &str, sessions: u32, agent_cpu: u32) -> Rig {
         let (pool, url) = fresh_database().await;
         let owner = first_superadmin(&pool, &url).await;
-        allow_sessions(&url, sessions);
+        let admin = AdminGateway::start(&url);
+        allow_sessions(&admin, sessions);
         let id = Uuid::new_v4().simple().to_string();
         let dir: PathBuf = std::env::temp_dir().join(format!("berth-faults-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
         let agent_id = format!("fault{}", &id[..8]);
         let credential = dir.join("credential");
-        admit_agent(&url, &agent_id, &credential, &[]);
+        admit_agent(&admin, &agent_id, &credential, &[]);
         let shared = bus_env(tag, &id);
         let mut up_env = shared.clone();
         up_env.push(("BERTH_DATABASE_URL".into(), url.clone()));

@@ -157,15 +157,14 @@ async fn berth_rides_through_postgresql_nats_and_docker_engine_outages() {
     let pool = events::store::pool(&url, 4).unwrap();
     berth::app::migrate(&pool).await.unwrap();
     let key = init_install(&url);
-    let (ok, text) = berth_line(
-        &url,
-        "admin set-policy default --max-sessions 100 --max-cpu 64 --max-memory-gib 64",
-    );
-    assert!(ok, "{text}");
+    let admin = AdminGateway::with_key(&url, &key);
+    allow_sessions(&admin, 100);
     let dir = tempdir("berth-outages");
     let agent_id = format!("out{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let credential = dir.join("credential");
-    admit_agent(&url, &agent_id, &credential, &[]);
+    admit_agent(&admin, &agent_id, &credential, &[]);
+    // The admin's gateway is done: the outages below are the control plane's to ride.
+    drop(admin);
 
     let port = testkit::scratch::free_port();
     let up_env: Vec<(String, String)> = [

@@ -64,6 +64,7 @@ impl Drop for Processes {
 async fn batch_session_end_to_end(commands: &[&str]) {
     let (_pool, url) = fresh_database().await;
     let key = init_install(&url);
+    let admin = AdminGateway::with_key(&url, &key);
     let id = Uuid::new_v4().simple().to_string();
     let listen = format!("127.0.0.1:{}", free_port());
     let mut env = bus_env("p", &id);
@@ -89,7 +90,7 @@ async fn batch_session_end_to_end(commands: &[&str]) {
     let data = logs.join("data");
     let agent_id = format!("proc{}", &id[..8]);
     let credential = logs.join("credential");
-    admit_agent(&url, &agent_id, &credential, &[]);
+    admit_agent(&admin, &agent_id, &credential, &[]);
     let mut agent_env = env.clone();
     for (name, value) in &mut agent_env {
         if name == "BERTH_DATABASE_URL" {

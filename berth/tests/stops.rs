@@ -32,13 +32,15 @@ struct Setup {
     dir: PathBuf,
     shared: Vec<(String, String)>,
     up_env: Vec<(String, String)>,
+    admin: AdminGateway,
 }
 
 impl Setup {
     async fn new(tag: &str) -> Setup {
         let (pool, url) = fresh_database().await;
         let owner = first_superadmin(&pool, &url).await;
-        allow_sessions(&url, 100);
+        let admin = AdminGateway::start(&url);
+        allow_sessions(&admin, 100);
         let id = Uuid::new_v4().simple().to_string();
         let dir = tempdir(&format!("berth-stops-{tag}"));
         let shared = bus_env(tag, &id);
@@ -54,6 +56,7 @@ impl Setup {
             dir,
             shared,
             up_env,
+            admin,
         }
     }
 
@@ -65,7 +68,7 @@ impl Setup {
     fn agent(&self, name: &str, extra: &[&str]) -> BerthProcess {
         let credential = self.dir.join(format!("{name}.credential"));
         if !credential.exists() {
-            admit_agent(&self.url, name, &credential, &[]);
+            admit_agent(&self.admin, name, &credential, &[]);
         }
         let mut env = self.shared.clone();
         env.push(("BERTH_DATABASE_URL".into(), NO_DATABASE.into()));

@@ -149,14 +149,91 @@ pub async fn delete_streams(env: &[(String, String)]) {
     }
 }
 
-/// Admits agent `id` (`berth admin agent admit`, with `extra` arguments), its credential
-/// written to `credential`.
-pub fn admit_agent(url: &str, id: &str, credential: &std::path::Path, extra: &[&str]) {
-    let mut args = vec!["admin", "agent", "admit", id, "--credential-out"];
+/// Admits agent `id` (`berth admin agent admit` through `admin`'s gateway, with `extra`
+/// arguments), its credential written to `credential`.
+pub fn admit_agent(admin: &AdminGateway, id: &str, credential: &std::path::Path, extra: &[&str]) {
+    let mut args = vec!["agent", "admit", id, "--credential-out"];
     args.push(credential.to_str().unwrap());
     args.extend(extra);
-    let (ok, text) = berth(url, &args);
+    let (ok, text) = admin.admin(&args);
     assert!(ok, "{text}");
+}
+
+/// A gateway of the test's own over one database (`berth gateway`, killed when dropped) and a
+/// superadmin's key: what `berth admin` goes through, as an operator's does.
+pub struct AdminGateway {
+    pub url: String,
+    pub key: String,
+    _process: BerthProcess,
+}
+
+impl AdminGateway {
+    /// A gateway over the initialised database at `database`, with a new key of the first
+    /// superadmin's (`berth admin issue-key` without a key: the way back in).
+    pub fn start(database: &str) -> AdminGateway {
+        let (ok, text) = berth(
+            database,
+            &["admin", "issue-key", "--email", "admin@berth.local"],
+        );
+        assert!(ok, "{text}");
+        let key = text
+            .split_whitespace()
+            .find(|w| w.starts_with("berth_"))
+            .expect("a key is printed")
+            .to_owned();
+        AdminGateway::with_key(database, &key)
+    }
+
+    /// A gateway over the database at `database`, used with the superadmin's `key`.
+    pub fn with_key(database: &str, key: &str) -> AdminGateway {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let env: Vec<(String, String)> = [
+            ("BERTH_DATABASE_URL", database),
+            ("BERTH_GATEWAY_LISTEN", &listen),
+            ("BERTH_PROXY_PORTS", "off"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        let log = tempdir("berth-admin-gateway").join("gateway.log");
+        let mut process = BerthProcess::start(&["gateway"], &env, &log);
+        // Bound before it serves: a connection accepted now is answered once it does.
+        for _ in 0..600 {
+            assert!(
+                process.still_running(),
+                "berth gateway exited: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            if std::net::TcpStream::connect(&listen).is_ok() {
+                return AdminGateway {
+                    url: format!("http://{listen}"),
+                    key: key.to_owned(),
+                    _process: process,
+                };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("berth gateway did not listen on {listen}");
+    }
+
+    /// The environment of a `berth` that goes through this gateway with its key.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("BERTH_GATEWAY_URL".into(), self.url.clone()),
+            ("BERTH_API_KEY".into(), self.key.clone()),
+        ]
+    }
+
+    /// Runs `berth admin ARGS` through this gateway: whether it succeeded, and what it
+    /// printed.
+    pub fn admin(&self, args: &[&str]) -> (bool, String) {
+        let args: Vec<&str> = ["admin"].into_iter().chain(args.iter().copied()).collect();
+        berth_with(&args, &self.env())
+    }
+
+    /// `berth admin` with its arguments written as one line (none of them holding a space).
+    pub fn admin_line(&self, line: &str) -> (bool, String) {
+        self.admin(&line.split_whitespace().collect::<Vec<_>>())
+    }
 }
 
 /// A `berth` process started by a test, its output appended to a log; killed (SIGKILL) when
@@ -358,21 +435,9 @@ pub async fn count_events(pool: &Pool, event_type: &str) -> i64 {
 }
 
 /// The default policy, through `berth admin`: `sessions` at once, 64 cores and 64 GiB.
-pub fn allow_sessions(url: &str, sessions: u32) {
-    let sessions = sessions.to_string();
-    let (ok, text) = berth(
-        url,
-        &[
-            "admin",
-            "set-policy",
-            "default",
-            "--max-sessions",
-            &sessions,
-            "--max-cpu",
-            "64",
-            "--max-memory-gib",
-            "64",
-        ],
-    );
+pub fn allow_sessions(admin: &AdminGateway, sessions: u32) {
+    let (ok, text) = admin.admin_line(&format!(
+        "set-policy default --max-sessions {sessions} --max-cpu 64 --max-memory-gib 64"
+    ));
     assert!(ok, "{text}");
 }

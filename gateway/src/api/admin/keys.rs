@@ -31,7 +31,7 @@ pub async fn admin_list_keys(
     }))
 }
 
-/// `POST /v1/admin/api-keys`'s body (and `POST /v1/admin/backendai-keypairs`').
+/// `POST /v1/admin/api-keys`'s body.
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyFor {
