@@ -103,8 +103,9 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             policy,
             projects,
         } => {
-            let role = Role::parse(&role)
-                .with_context(|| format!("--role: `{role}` is not user, admin or superadmin"))?;
+            let role = Role::parse(&role).with_context(|| {
+                format!("--role (role): `{role}` is not user, admin or superadmin")
+            })?;
             let user = NewUser {
                 email: email.clone(),
                 role: Some(role),
@@ -168,7 +169,9 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             let agent_selection = match selection.as_str() {
                 "concentrated" => AgentSelection::Concentrated,
                 "dispersed" => AgentSelection::Dispersed,
-                other => anyhow::bail!("--selection: `{other}` is not concentrated or dispersed"),
+                other => anyhow::bail!(
+                    "--selection (agent_selection): `{other}` is not concentrated or dispersed"
+                ),
             };
             let group = NewGroup {
                 name: name.clone(),
@@ -340,7 +343,9 @@ fn idle_call(command: IdleAdminCommand) -> anyhow::Result<Call> {
     let combine = match combine.as_str() {
         "all" | "and" => Combine::All,
         "any" | "or" => Combine::Any,
-        other => anyhow::bail!("--combine: `{other}` is neither `all` nor `any`"),
+        other => anyhow::bail!(
+            "--combine (checks.utilization.combine): `{other}` is neither `all` nor `any`"
+        ),
     };
     let line = match (&group, &policy) {
         (Some(g), _) => format!("idle checks of resource_group {g} set"),
@@ -389,7 +394,10 @@ fn amounts(cpu: f64, memory_gib: f64, gpu: f64) -> AmountsIn {
 fn queue_policy(name: &str) -> anyhow::Result<QueuePolicy> {
     QueuePolicy::parse(name).with_context(|| {
         let all: Vec<&str> = QueuePolicy::ALL.iter().map(|p| p.as_str()).collect();
-        format!("--queue: `{name}` is not one of {}", all.join(", "))
+        format!(
+            "--queue (queue_policy): `{name}` is not one of {}",
+            all.join(", ")
+        )
     })
 }
 
