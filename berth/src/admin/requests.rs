@@ -102,18 +102,7 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             role,
             policy,
             projects,
-        } => {
-            let role = Role::parse(&role).with_context(|| {
-                format!("--role (role): `{role}` is not user, admin or superadmin")
-            })?;
-            let user = NewUser {
-                email: email.clone(),
-                role: Some(role),
-                resource_policy: policy,
-                projects,
-            };
-            Call::post("/v1/admin/users", user, Answer::User(email))
-        }
+        } => create_user(email, &role, policy, projects)?,
         AdminCommand::IssueKey {
             keypair_for: Some(email),
             ..
@@ -158,6 +147,56 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             },
             done(format!("{email} joined {project}")),
         ),
+        command @ AdminCommand::CreateGroup { .. } => group_call(command)?,
+        AdminCommand::GrantGroup { group, project } => Call::post(
+            format!("/v1/admin/resource-groups/{group}/grants"),
+            Grant {
+                project: project.clone(),
+            },
+            done(format!("{project} may use {group}")),
+        ),
+        command @ AdminCommand::SetScheduling { .. } => group_call(command)?,
+        AdminCommand::Shares { group, output } => Call::get(
+            format!("/v1/admin/resource-groups/{group}/shares"),
+            Answer::Shares(output),
+        ),
+        AdminCommand::SetPriority { session, priority } => Call::put(
+            format!("/v1/admin/sessions/{session}/priority"),
+            PriorityIn { priority },
+            done(format!("session {session} has priority {priority}")),
+        ),
+        command @ AdminCommand::SetPolicy { .. } => limits_call(command),
+        command @ AdminCommand::SavePreset { .. } => limits_call(command),
+        AdminCommand::Agent(command) => agent_call(command),
+        AdminCommand::NatsAuthorization => Call::get("/v1/admin/agents", Answer::NatsAuthorization),
+        AdminCommand::Idle(IdleAdminCommand::Preview) => {
+            Call::get("/v1/admin/idle-preview", Answer::IdlePreview)
+        }
+        AdminCommand::Idle(set) => idle_call(set)?,
+    })
+}
+
+/// `create-user`: the role as `--role` spells it.
+fn create_user(
+    email: String,
+    role: &str,
+    resource_policy: String,
+    projects: Vec<String>,
+) -> anyhow::Result<Call> {
+    let role = Role::parse(role)
+        .with_context(|| format!("--role (role): `{role}` is not user, admin or superadmin"))?;
+    let user = NewUser {
+        email: email.clone(),
+        role: Some(role),
+        resource_policy,
+        projects,
+    };
+    Ok(Call::post("/v1/admin/users", user, Answer::User(email)))
+}
+
+/// `create-group` and `set-scheduling`: a group's settings, its policy as `--queue` names it.
+fn group_call(command: AdminCommand) -> anyhow::Result<Call> {
+    Ok(match command {
         AdminCommand::CreateGroup {
             name,
             queue,
@@ -184,13 +223,6 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             let line = format!("resource group {name} created");
             Call::post("/v1/admin/resource-groups", group, done(line))
         }
-        AdminCommand::GrantGroup { group, project } => Call::post(
-            format!("/v1/admin/resource-groups/{group}/grants"),
-            Grant {
-                project: project.clone(),
-            },
-            done(format!("{project} may use {group}")),
-        ),
         AdminCommand::SetScheduling {
             group,
             queue,
@@ -219,15 +251,13 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
                 done(line),
             )
         }
-        AdminCommand::Shares { group, output } => Call::get(
-            format!("/v1/admin/resource-groups/{group}/shares"),
-            Answer::Shares(output),
-        ),
-        AdminCommand::SetPriority { session, priority } => Call::put(
-            format!("/v1/admin/sessions/{session}/priority"),
-            PriorityIn { priority },
-            done(format!("session {session} has priority {priority}")),
-        ),
+        _ => unreachable!("only create-group and set-scheduling are a group's settings"),
+    })
+}
+
+/// `set-policy` and `save-preset`: limits and amounts, memory in GiB.
+fn limits_call(command: AdminCommand) -> Call {
+    match command {
         AdminCommand::SetPolicy {
             name,
             max_sessions,
@@ -266,13 +296,8 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             let line = format!("preset {name} saved");
             Call::put(format!("/v1/admin/presets/{name}"), preset, done(line))
         }
-        AdminCommand::Agent(command) => agent_call(command),
-        AdminCommand::NatsAuthorization => Call::get("/v1/admin/agents", Answer::NatsAuthorization),
-        AdminCommand::Idle(IdleAdminCommand::Preview) => {
-            Call::get("/v1/admin/idle-preview", Answer::IdlePreview)
-        }
-        AdminCommand::Idle(set) => idle_call(set)?,
-    })
+        _ => unreachable!("only set-policy and save-preset are limits"),
+    }
 }
 
 /// Where `berth admin ls KIND` reads.
