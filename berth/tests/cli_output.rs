@@ -137,6 +137,8 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     let logs = tempdir("berth-cli-output");
     let _up = BerthProcess::start(&["up"], &env, &logs.join("up.log"));
     let agent_id = format!("cli{}", &id[..8]);
+    // Dropped after the agent process (declared before it), so nothing it started survives.
+    let _containers = RemovesContainersOf(agent_id.clone());
     let credential = logs.join("credential");
     admit_agent(
         &AdminGateway::with_key(&url, &admin_key),

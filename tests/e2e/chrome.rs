@@ -138,10 +138,16 @@ impl Browser {
         }
     }
 
-    /// A screenshot of the page kept in `docs/console/<name>.png`, taken by the test run so
-    /// the README's pictures stay true.
+    /// A screenshot of the page for the README's pictures: kept in
+    /// `target/console-pictures/<name>.png`, or in the directory `BERTH_CONSOLE_PICTURES`
+    /// names (`BERTH_CONSOLE_PICTURES=docs/console` refreshes the README's), so that a test run
+    /// leaves the checkout as it found it.
     pub async fn document(&self, name: &str) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/console");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dir = match std::env::var_os("BERTH_CONSOLE_PICTURES") {
+            Some(dir) => root.join(dir),
+            None => failure_dir().with_file_name("console-pictures"),
+        };
         std::fs::create_dir_all(&dir).unwrap();
         let png = self.client.screenshot().await.expect("a screenshot");
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();

@@ -300,6 +300,24 @@ impl Drop for BerthProcess {
     }
 }
 
+/// Removes every container of its agent when dropped, also when the test fails: a test that
+/// kills its agent process leaves the agent's containers behind otherwise (a run once left a
+/// session container running after the suite).
+pub struct RemovesContainersOf(pub String);
+
+impl Drop for RemovesContainersOf {
+    fn drop(&mut self) {
+        let containers = containers_of_agent(&self.0);
+        if !containers.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&containers)
+                .stdout(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// The containers of `agent` on this machine's engine (by label), stopped ones too.
 pub fn containers_of_agent(agent: &str) -> Vec<String> {
     let output = Command::new("docker")
