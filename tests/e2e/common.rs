@@ -39,8 +39,6 @@ pub struct Harness {
     app: std::sync::Mutex<Option<App>>,
     /// The test's own database, dropped with the harness unless the test failed.
     database_url: String,
-    /// The master key Backend.AI keypairs' secrets are derived with, when that API is on.
-    backendai_master_key: Option<Vec<u8>>,
 }
 
 /// The configuration of a test's control plane: a database and a JetStream stream of its
@@ -141,7 +139,6 @@ fn harness(config: Config, app: app::App, admin_key: String) -> Harness {
         agent_bus: config.agent_bus,
         app: std::sync::Mutex::new(Some(app)),
         database_url: config.database_url,
-        backendai_master_key: config.backendai.map(|key| key.load().unwrap()),
     }
 }
 
@@ -271,31 +268,38 @@ impl Harness {
         SimulatedAgent { host }
     }
 
+    /// A user made as a superadmin makes one, through the API (`POST /v1/admin/users`): their
+    /// first API key.
     pub async fn user(&self, email: &str) -> String {
-        let (_, key) = launcher::access::create_user(
-            &self.pool,
-            email,
-            Role::User,
-            "default",
-            &["default".into()],
-        )
-        .await
-        .unwrap();
-        key
+        let (status, answer) = self
+            .post(
+                &self.admin_key,
+                "/v1/admin/users",
+                json!({ "email": email }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "make user {email}: {answer}");
+        answer["api_key"].as_str().expect("a key").to_owned()
     }
 
-    /// A Backend.AI keypair issued to `email` (recorded as the admin command records it):
-    /// its access key and the secret key the gateway derives for it.
+    /// A Backend.AI keypair issued to `email` through the API (`POST
+    /// /v1/admin/backendai-keypairs`): its access key and the secret key the gateway derives
+    /// for it.
     pub async fn backendai_keypair(&self, email: &str) -> (String, String) {
-        let (_, access_key) = launcher::access::issue_backendai_keypair(&self.pool, email)
-            .await
-            .unwrap();
-        let master = self
-            .backendai_master_key
-            .as_ref()
-            .expect("Backend.AI's API is on");
-        let secret = gateway::handles::derive_secret(master, &access_key);
-        (access_key, secret)
+        let (status, answer) = self
+            .post(
+                &self.admin_key,
+                "/v1/admin/backendai-keypairs",
+                json!({ "email": email }),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "issue a keypair to {email}: {answer}"
+        );
+        let field = |name: &str| answer[name].as_str().expect(name).to_owned();
+        (field("access_key"), field("secret_key"))
     }
 
     /// Polls the session's detail until `done` holds (or fails after 20 s).
