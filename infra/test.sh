@@ -54,6 +54,13 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 say "cargo fmt --check"
 cargo fmt --all --check
+# The servers this run starts, it stops when the tests end; servers that already ran (a
+# developer's, or infra/up.sh's) are left as they were.
+servers_were_running=0
+if infra/services.sh status | grep -q "^postgres: running" \
+  && infra/services.sh status | grep -q "^nats: running"; then
+  servers_were_running=1
+fi
 infra/services.sh up
 eval "$(infra/services.sh env)"
 
@@ -132,4 +139,10 @@ if [ "${CI:-}" != "true" ]; then
     filter=(-E "not ($joined)")
   fi
 fi
-exec cargo nextest run --workspace --no-fail-fast "${filter[@]}"
+status=0
+cargo nextest run --workspace --no-fail-fast "${filter[@]}" || status=$?
+# Quietly, so that the runner's summary stays the run's last lines.
+if [ "$servers_were_running" -eq 0 ]; then
+  infra/services.sh down >/dev/null 2>&1 || true
+fi
+exit "$status"
