@@ -282,6 +282,23 @@ impl Harness {
         answer["api_key"].as_str().expect("a key").to_owned()
     }
 
+    /// A resource group made as a superadmin makes one (`POST /v1/admin/resource-groups`
+    /// with `group`, the request's body), granted to the project `default` when `granted`.
+    pub async fn resource_group(&self, group: Value, granted: bool) {
+        let (status, answer) = self
+            .post(&self.admin_key, "/v1/admin/resource-groups", group.clone())
+            .await;
+        assert!(status.is_success(), "make group {group}: {status} {answer}");
+        if granted {
+            let name = group["name"].as_str().expect("the group's name");
+            let path = format!("/v1/admin/resource-groups/{name}/grants");
+            let (status, answer) = self
+                .post(&self.admin_key, &path, json!({ "project": "default" }))
+                .await;
+            assert!(status.is_success(), "grant {name} to default: {answer}");
+        }
+    }
+
     /// A Backend.AI keypair issued to `email` through the API (`POST
     /// /v1/admin/backendai-keypairs`): its access key and the secret key the gateway derives
     /// for it.

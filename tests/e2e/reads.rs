@@ -42,24 +42,15 @@ async fn join(h: &Harness, id: &str, group: &str, images: &[&str]) {
 }
 
 async fn group(h: &Harness, name: &str, granted: bool) {
-    launcher::access::create_group(
-        &h.pool,
-        ResourceGroupCreated {
-            name: name.into(),
-            queue_policy: QueuePolicy::Fifo,
-            agent_selection: AgentSelection::Concentrated,
-            max_attempts: 1_000,
-            skip_after: 1_000,
-            pending_timeout_secs: 3_600,
-        },
-    )
-    .await
-    .unwrap();
-    if granted {
-        launcher::access::grant_group(&h.pool, name, "default")
-            .await
-            .unwrap();
-    }
+    let group = json!({
+        "name": name,
+        "queue_policy": "fifo",
+        "agent_selection": "concentrated",
+        "max_attempts": 1_000,
+        "skip_after": 1_000,
+        "pending_timeout_secs": 3_600,
+    });
+    h.resource_group(group, granted).await;
 }
 
 /// Moves session `id`, placed on hand-driven agent `agent`, through `to` in order.

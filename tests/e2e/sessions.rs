@@ -112,22 +112,15 @@ async fn create_goes_pending_then_scheduled_on_the_right_agent() {
 #[tokio::test]
 async fn a_request_that_can_never_fit_ends_cancelled_and_its_history_says_why() {
     let h = start().await;
-    launcher::access::create_group(
-        &h.pool,
-        ResourceGroupCreated {
-            name: "tiny".into(),
-            queue_policy: QueuePolicy::Fifo,
-            agent_selection: AgentSelection::Dispersed,
-            max_attempts: 2,
-            skip_after: 1,
-            pending_timeout_secs: 600,
-        },
-    )
-    .await
-    .unwrap();
-    launcher::access::grant_group(&h.pool, "tiny", "default")
-        .await
-        .unwrap();
+    let tiny = json!({
+        "name": "tiny",
+        "queue_policy": "fifo",
+        "agent_selection": "dispersed",
+        "max_attempts": 2,
+        "skip_after": 1,
+        "pending_timeout_secs": 600,
+    });
+    h.resource_group(tiny, true).await;
     h.agent("t1", "tiny", 2).await;
     h.agent("t2", "tiny", 2).await;
     // 3 cores: within the group's 4 in all, but no single agent holds them.
