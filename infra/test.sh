@@ -57,8 +57,8 @@ cargo fmt --all --check
 # The servers this run starts, it stops when the tests end; servers that already ran (a
 # developer's, or infra/up.sh's) are left as they were.
 servers_were_running=0
-if infra/services.sh status | grep -q "^postgres: running" \
-  && infra/services.sh status | grep -q "^nats: running"; then
+servers="$(infra/services.sh status)"
+if grep -q "^postgres: running" <<<"$servers" && grep -q "^nats: running" <<<"$servers"; then
   servers_were_running=1
 fi
 infra/services.sh up
