@@ -223,9 +223,8 @@ async fn a_session_idle_by_its_gpu_is_reaped_while_one_whose_gpu_is_busy_is_kept
     let h = start().await;
     let usage = data_dir().join("gpu-use.json");
     let _agent = gpu_agent(&h, Some(usage.clone())).await;
-    launcher::access::set_idle_checks(
-        &h.pool,
-        IdleScope::ResourceGroup("default".into()),
+    h.set_group_idle_checks(
+        "default",
         IdleChecks {
             utilization: Some(UtilizationCheck {
                 grace_period_secs: 2,
@@ -239,8 +238,7 @@ async fn a_session_idle_by_its_gpu_is_reaped_while_one_whose_gpu_is_busy_is_kept
             ..Default::default()
         },
     )
-    .await
-    .expect("the checks are valid");
+    .await;
     // Both sleep: only their GPUs tell them apart.
     let idle = create(&h, gpu_session(1.0)).await;
     let busy = create(&h, gpu_session(1.0)).await;

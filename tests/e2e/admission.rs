@@ -288,7 +288,7 @@ async fn the_shared_server_lets_an_agent_in_once_admitted_and_shuts_it_out_once_
     );
 
     let id = format!("a{}", &Uuid::new_v4().simple().to_string()[..8]);
-    let seed = admit(&h.pool, &id, "default").await;
+    let seed = admit(&h, &id, "default").await;
     // A refusal that lasts: another test's admission may have the server reloading.
     let attempt = |seed: String| {
         let url = url.clone();

@@ -59,8 +59,8 @@ async fn the_scheduler_passes_over_a_silent_agent_before_it_is_lost_and_says_why
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let dirs = [outbox(), outbox()];
     // Concentrated placement between two empty agents picks the first by id: `a1-quiet`.
-    admit(&h.pool, "a1-quiet", "default").await;
-    admit(&h.pool, "a2-live", "default").await;
+    admit(&h, "a1-quiet", "default").await;
+    admit(&h, "a2-live", "default").await;
     let quiet = h
         .simulated_agent(&nats, "a1-quiet", &dirs[0], Duration::from_secs(1))
         .await;
@@ -118,8 +118,8 @@ async fn what_never_ran_on_a_lost_agent_and_its_inference_session_run_on_another
     let h = start_with(config).await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let dirs = [outbox(), outbox()];
-    admit(&h.pool, "doomed", "default").await;
-    admit(&h.pool, "spare", "default").await;
+    admit(&h, "doomed", "default").await;
+    admit(&h, "spare", "default").await;
     let doomed = h
         .simulated_agent(&nats, "doomed", &dirs[0], Duration::from_secs(1))
         .await;
@@ -228,8 +228,8 @@ async fn an_agent_that_departed_and_never_returns_is_lost_past_its_bound() {
     let h = start_with(config).await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let dirs = [outbox(), outbox()];
-    admit(&h.pool, "leaver", "default").await;
-    admit(&h.pool, "spare", "default").await;
+    admit(&h, "leaver", "default").await;
+    admit(&h, "spare", "default").await;
     // A batch command that runs for an hour: RUNNING until something ends it.
     let leaver = h
         .simulated_agent(&nats, "leaver", &dirs[0], Duration::from_secs(3600))

@@ -320,7 +320,7 @@ async fn get_or_create_waits_for_the_start_times_out_and_names_what_berth_cannot
     let h = start().await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
-    admit(&h.pool, "sim1", "default").await;
+    admit(&h, "sim1", "default").await;
     let agent = h
         .simulated_agent(&nats, "sim1", &outbox, Duration::from_secs(1))
         .await;

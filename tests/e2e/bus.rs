@@ -87,7 +87,7 @@ async fn a_report_is_recorded_once_and_only_by_the_agent_the_session_is_placed_o
         "{answer:?}"
     );
     for agent in ["a1", "a2"] {
-        admit(&h.pool, agent, "default").await;
+        admit(&h, agent, "default").await;
         let answer = ask(&nats, &h, agent, &Request::Register(offer())).await;
         assert_eq!(answer, Answer::Done);
     }
@@ -208,7 +208,7 @@ async fn commands_wait_in_the_stream_for_an_agent_that_is_away() {
     let h = start().await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     // Registering makes the agent's consumer; the agent then goes away.
-    admit(&h.pool, "away1", "default").await;
+    admit(&h, "away1", "default").await;
     assert_eq!(
         ask(&nats, &h, "away1", &Request::Register(offer())).await,
         Answer::Done
@@ -294,7 +294,7 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let (recorder_stop, recorder) = start_recorder(&h, &nats);
     let dir = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
-    admit(&h.pool, "sim1", "default").await;
+    admit(&h, "sim1", "default").await;
     let agent = h
         .simulated_agent(&nats, "sim1", &dir, Duration::from_secs(2))
         .await;

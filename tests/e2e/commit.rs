@@ -373,25 +373,18 @@ async fn a_commit_never_finished_fails_at_its_deadline_even_across_a_restart() {
     service.stop().await.unwrap();
 }
 
-/// The default policy, allowing `most` customized images per user (`None`: any number).
+/// The default policy, allowing `most` customized images per user (`None`: any number), set
+/// as a superadmin sets it (`PUT /v1/admin/policies/default`).
 async fn allow_images(h: &Harness, most: Option<u32>) {
-    launcher::access::set_policy(
-        &h.pool,
-        ResourcePolicySet {
-            name: "default".into(),
-            max_concurrent_sessions: 100,
-            max_total: ResourceSlots {
-                cpu_milli: 1_000_000,
-                memory_bytes: 1 << 50,
-                gpu_milli: 1_000_000,
-            },
-            max_session_lifetime_secs: None,
-            max_custom_images: most,
-            max_session_priority: None,
-        },
-    )
-    .await
-    .unwrap();
+    let limits = json!({
+        "max_concurrent_sessions": 100,
+        "max_total": {"cpu": 1000, "memory_bytes": 1u64 << 45, "gpu": 1000},
+        "max_custom_images": most,
+    });
+    let (status, answer) = h
+        .put(&h.admin_key, "/v1/admin/policies/default", limits)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "set the policy: {answer}");
 }
 
 /// The limit and the names hold under concurrency: two commits of one user racing under a

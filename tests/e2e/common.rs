@@ -199,6 +199,20 @@ impl Harness {
             .await
     }
 
+    pub async fn put(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(key, reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    /// The idle-reaper's checks of the resource group `group`, set as a superadmin sets them
+    /// (`PUT /v1/admin/idle-checks`).
+    pub async fn set_group_idle_checks(&self, group: &str, checks: events::idleness::IdleChecks) {
+        let body = json!({ "resource_group": group, "checks": checks });
+        let (status, answer) = self
+            .put(&self.admin_key, "/v1/admin/idle-checks", body)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "set idle checks: {answer}");
+    }
+
     pub async fn delete(&self, key: &str, path: &str) -> (StatusCode, Value) {
         self.call(key, reqwest::Method::DELETE, path, None).await
     }
@@ -216,7 +230,7 @@ impl Harness {
             image_apps: Default::default(),
             network_scope: None,
         };
-        admit(&self.pool, id, group).await;
+        admit(self, id, group).await;
         recorder::record::register(&self.pool, id, &offer)
             .await
             .unwrap();
@@ -559,19 +573,17 @@ impl SimulatedAgent {
 }
 
 /// Admits agent `id` into `group` with room for any capacity a test offers; its credential.
-pub async fn admit(pool: &Pool, id: &str, group: &str) -> String {
-    let admission = recorder::admission::Admission {
-        agent_id: id.into(),
-        resource_group: group.into(),
-        max_capacity: ResourceSlots {
-            cpu_milli: 1 << 40,
-            memory_bytes: 1 << 60,
-            gpu_milli: 1 << 40,
-        },
-    };
-    recorder::admission::admit(pool, &admission, "test")
-        .await
-        .expect("the agent is admitted")
+/// Admits agent `id` to `group` as a superadmin does (`POST /v1/admin/agents`), with room
+/// for whatever a test's agent offers: its credential (an nkey seed).
+pub async fn admit(h: &Harness, id: &str, group: &str) -> String {
+    let body = json!({
+        "agent_id": id,
+        "resource_group": group,
+        "max_capacity": {"cpu": 1_000_000, "memory_bytes": 1u64 << 46, "gpu": 1_000_000},
+    });
+    let (status, answer) = h.post(&h.admin_key, "/v1/admin/agents", body).await;
+    assert_eq!(status, StatusCode::CREATED, "admit {id}: {answer}");
+    answer["credential"].as_str().expect("a credential").to_owned()
 }
 
 /// A nats-server process, killed when dropped.

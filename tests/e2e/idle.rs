@@ -12,9 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 async fn set_group_checks(h: &Harness, checks: IdleChecks) {
-    launcher::access::set_idle_checks(&h.pool, IdleScope::ResourceGroup("default".into()), checks)
-        .await
-        .expect("the checks are valid");
+    h.set_group_idle_checks("default", checks).await;
 }
 
 fn interactive(command: Option<&str>) -> Value {

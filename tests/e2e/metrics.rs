@@ -68,7 +68,7 @@ async fn a_sessions_life_moves_the_counters_and_histograms_on_metrics() {
     let url = format!("{}/metrics", h.base);
     let before = scrape(&h.http, &url).await;
 
-    admit(&h.pool, "metered", "default").await;
+    admit(&h, "metered", "default").await;
     let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
     let agent = h
         .simulated_agent(&nats, "metered", &outbox, Duration::from_secs(1))

@@ -31,7 +31,7 @@ async fn a_nats_restart_loses_no_command_and_marks_no_agent_lost() {
     config.timings.heartbeat_timeout = Duration::from_secs(7);
     config.timings.reconcile_every = Duration::from_secs(1);
     let h = start_parts(config.clone(), Parts::ALL).await;
-    let seed = admit(&h.pool, "sim1", "default").await;
+    let seed = admit(&h, "sim1", "default").await;
     let nats = bus::link::connect(&config.nats_url, "sim1", Some(seed))
         .await
         .unwrap();

@@ -35,7 +35,7 @@ async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
     let h = start().await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
-    admit(&h.pool, "sim-before", "default").await;
+    admit(&h, "sim-before", "default").await;
     let agent = h
         .simulated_agent(&nats, "sim-before", &outbox, Duration::from_millis(200))
         .await;

@@ -334,7 +334,7 @@ async fn the_platform_runs_over_tls_and_delivers_a_webhook_over_https() {
     );
 
     // An agent of its own over tls://, with its client certificate.
-    admit(&h.pool, "sim-tls", "default").await;
+    admit(&h, "sim-tls", "default").await;
     let outbox = ca.dir.join("outbox");
     let host = agent::host::start(
         agent::host::HostConfig {

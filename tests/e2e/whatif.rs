@@ -22,7 +22,7 @@ async fn a_recorded_workload_replays_to_its_own_placements_and_compares_with_drf
     let h = start().await;
     let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
     let dir = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
-    admit(&h.pool, "w1", "default").await;
+    admit(&h, "w1", "default").await;
     // 4 cores: two of the 2-core sessions at a time; each batch runs for a second.
     let agent = h
         .simulated_agent(&nats, "w1", &dir, Duration::from_secs(1))
