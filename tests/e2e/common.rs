@@ -583,7 +583,10 @@ pub async fn admit(h: &Harness, id: &str, group: &str) -> String {
     });
     let (status, answer) = h.post(&h.admin_key, "/v1/admin/agents", body).await;
     assert_eq!(status, StatusCode::CREATED, "admit {id}: {answer}");
-    answer["credential"].as_str().expect("a credential").to_owned()
+    answer["credential"]
+        .as_str()
+        .expect("a credential")
+        .to_owned()
 }
 
 /// A nats-server process, killed when dropped.
