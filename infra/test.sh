@@ -3,8 +3,9 @@
 # docker-compose, openssh-client, chromium, chromium-driver and iproute2;
 # cargo-nextest from crates.io), starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
-# (infra/images.sh) and installs schemathesis while clippy and the build run, then runs every
-# test of the workspace against them and Docker. Formatting is checked first. Ends with the test runner's own summary; nextest's per-test
+# (infra/images.sh) and installs schemathesis while the tests build (linted by clippy as they
+# compile), then runs every test of the workspace against them and Docker. Formatting is
+# checked first. Ends with the test runner's own summary; nextest's per-test
 # limit is in .config/nextest.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,8 +65,8 @@ fi
 infra/services.sh up
 eval "$(infra/services.sh env)"
 
-# The images and schemathesis are downloads more than work: they run beside clippy and the
-# build, each into a log of its own that is shown if it fails.
+# The images and schemathesis are downloads more than work: they run beside the build, each
+# into a log of its own that is shown if it fails.
 LOGS="${BERTH_STATE_DIR:-$ROOT/.berth}/log"
 mkdir -p "$LOGS"
 # The session images the container tests run (built locally; no registry is needed), then the
@@ -98,10 +99,16 @@ stop_downloads() {
 }
 trap stop_downloads EXIT
 
-say "cargo clippy --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-say "building the tests"
-cargo nextest run --workspace --no-run --cargo-quiet
+# Clippy lints the workspace while it compiles for the tests, in one pass: its driver stands in
+# for rustc on the workspace's own crates (the way `cargo clippy` runs it, with `-D warnings`),
+# so the dependencies are compiled once, not once checked for clippy and again built for the
+# tests. `--all-targets` lints what `cargo clippy --workspace --all-targets` does; both cargo
+# runs below see the same settings, so the second builds nothing again.
+export RUSTC_WORKSPACE_WRAPPER
+RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+say "building the tests, linted by clippy as they compile (-D warnings)"
+cargo nextest run --workspace --all-targets --no-run --cargo-quiet
 
 # waited_for NAME PID LOG: the background step's end, its log shown when it failed.
 waited_for() {
