@@ -460,9 +460,15 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
                     listen,
                     ports,
                     idle_after: config.proxy_idle,
+                    tls: tls.clone(),
+                    apps_domain: config.apps_domain.clone(),
                 };
                 state.with_proxy(proxy)
             }
+            None => state,
+        };
+        let state = match tls {
+            Some(_) => state.served_over_tls(),
             None => state,
         };
         tracing::info!(%address, https = tls.is_some(), "gateway listening");

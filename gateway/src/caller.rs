@@ -12,10 +12,10 @@ use axum::http::{HeaderMap, StatusCode};
 use events::ledger::{self, KeyOwner};
 
 use crate::error::ApiError;
-use crate::headers::cookies;
 use crate::state::AppState;
 
-/// The console's cookie.
+/// The console's cookie (`__Host-berth_console` when the gateway serves TLS:
+/// [`crate::headers::CookiePolicy`]).
 pub const COOKIE: &str = "berth_console";
 
 /// The caller, from the `X-API-Key` header (or `Authorization: Bearer <key>`), or from the
@@ -80,10 +80,11 @@ pub(crate) fn fetched_from_same_origin(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes() == b"same-origin")
 }
 
-/// The console token a request's cookies carry.
-pub fn token_in(headers: &HeaderMap) -> Option<&str> {
-    cookies(headers)
-        .find_map(|(name, value)| (name == COOKIE && !value.is_empty()).then_some(value))
+/// The console token a request's cookies carry, under the name the gateway hands it out by
+/// (with TLS, only the `__Host-` one: a plain cookie any page of the host could have set is
+/// not read).
+pub fn token_in<'h>(state: &AppState, headers: &'h HeaderMap) -> Option<&'h str> {
+    state.cookies().read(headers, COOKIE)
 }
 
 /// The caller a same-origin request's console cookie speaks for, for the JSON API: `None`
@@ -93,7 +94,7 @@ pub async fn console_caller(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<KeyOwner>, ApiError> {
-    match token_in(headers) {
+    match token_in(state, headers) {
         Some(token) if fetched_from_same_origin(headers) => console_owner(state, token).await,
         _ => Ok(None),
     }
@@ -123,9 +124,12 @@ mod tests {
 
     #[test]
     fn the_token_is_read_from_among_other_cookies() {
+        let policy = crate::headers::CookiePolicy::default();
         let h = headers(&[("cookie", "a=1; berth_console=abc; b=2")]);
-        assert_eq!(token_in(&h), Some("abc"));
-        assert_eq!(token_in(&headers(&[("cookie", "berth_console=")])), None);
-        assert_eq!(token_in(&headers(&[("cookie", "xberth_console=1")])), None);
+        assert_eq!(policy.read(&h, COOKIE), Some("abc"));
+        let empty = headers(&[("cookie", "berth_console=")]);
+        assert_eq!(policy.read(&empty, COOKIE), None);
+        let other = headers(&[("cookie", "xberth_console=1")]);
+        assert_eq!(policy.read(&other, COOKIE), None);
     }
 }

@@ -189,11 +189,24 @@ pub fn router(state: AppState) -> Router {
         state.clone(),
         ready::refuse_writes_while_down,
     ));
+    // The subdomain mode's circuits, by `Host`, before any of the gateway's own routes.
+    let router = match state.proxy.as_ref().is_some_and(|p| p.routes_hosts()) {
+        true => router.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            apps_by_host,
+        )),
+        false => router,
+    };
     // Only a process that records metrics pays for measuring each request.
     let router = if measured {
         router.layer(axum::middleware::from_fn(measure))
     } else {
         router
+    };
+    // With TLS, browsers are told to come back over it only (the host's every port).
+    let router = match state.tls {
+        true => router.layer(axum::middleware::map_response(strict_transport)),
+        false => router,
     };
     router
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -207,6 +220,34 @@ pub fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// What HSTS says: HTTPS only for this host, for a year.
+pub const STRICT_TRANSPORT: &str = "max-age=31536000";
+
+async fn strict_transport(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        header::HeaderValue::from_static(STRICT_TRANSPORT),
+    );
+    response
+}
+
+/// A request whose `Host` is under the apps domain goes to the app proxy's circuit (the
+/// subdomain mode); any other to the gateway's routes.
+async fn apps_by_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(proxy) = &state.proxy else {
+        return next.run(request).await;
+    };
+    // Without the client's address (a router served without it), no allowed range admits it.
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<run::ClientAddress>>()
+        .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0 .0);
+    match proxy.serve_host(peer, request).await {
+        Ok(answered) => answered,
+        Err(request) => next.run(request).await,
+    }
 }
 
 /// `GET /metrics`: the process's metrics; 404 when metrics are off.

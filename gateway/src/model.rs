@@ -590,7 +590,8 @@ pub struct SessionApps {
 pub struct OpenedApp {
     pub circuit_id: Uuid,
     pub app: String,
-    /// The proxy's port the app is served on.
+    /// The proxy's port the app is served on (in the subdomain mode, a web app's is held for
+    /// it in the pool, and the app is served on its own host instead: see `url`).
     pub port: u16,
     pub preferred_port_honoured: bool,
     /// An open circuit of the same app and admission served this request.
@@ -600,8 +601,10 @@ pub struct OpenedApp {
     /// browser; any other is raw TCP.
     pub protocol: domain::apps::AppProtocol,
     /// Where to point a browser: for a private circuit a single-use link (valid a minute)
-    /// that sets the circuit's cookie. For a raw TCP app, `tcp://host:port` when public; when
-    /// private, that link's cookie opens a tunnel on the port (`berth session app tunnel`).
+    /// that sets the circuit's cookie. `https://` when the gateway serves TLS; a web app's is
+    /// `<circuit>.<apps domain>` where the operator set one. For a raw TCP app,
+    /// `tcp://host:port` when public; when private, that link's cookie opens a tunnel on the
+    /// port (`berth session app tunnel`).
     pub url: String,
 }
 

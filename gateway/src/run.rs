@@ -130,6 +130,19 @@ impl Drop for Lent {
     }
 }
 
+/// The address of a request's client, as [`serve`]'s listener accepted its connection (a
+/// request's `ConnectInfo`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Lent>>
+    for ClientAddress
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Lent>) -> ClientAddress {
+        ClientAddress(*stream.remote_addr())
+    }
+}
+
 /// How long connections open at a stop may go on before they are cut.
 pub const OPEN_CONNECTIONS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -148,8 +161,10 @@ pub async fn serve(
     // On the stop, the socket closes (no new connection) and the requests under way finish;
     // connections that stay open past the grace (event streams, followed logs, app
     // circuits) are cut, so a stop is bounded.
-    let graceful = axum::serve(lent, crate::router(state))
-        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    // Each request knows its client's address (an app circuit routed by host admits by it).
+    let service = crate::router(state).into_make_service_with_connect_info::<ClientAddress>();
+    let graceful =
+        axum::serve(lent, service).with_graceful_shutdown(stop.clone().cancelled_owned());
     let served = tokio::select! {
         served = std::future::IntoFuture::into_future(graceful) => served,
         _ = async {

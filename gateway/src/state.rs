@@ -1,7 +1,7 @@
 //! What every handler shares ([`AppState`]): the pool, the NATS client, where events and
 //! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
 //! readiness report, the metrics exposition, Backend.AI's keys and the create queue. Data
-//! only: it imports the ground floor (`error`, `handles`) and its own (`cache`, `proxy`);
+//! only: it imports the ground floor (`error`, `handles`, `headers`) and its own (`cache`, `proxy`);
 //! everything above (`caller`, `ready`, the surfaces, the router in `lib.rs`) is built over it.
 
 use std::collections::HashMap;
@@ -17,6 +17,7 @@ use tokio::sync::RwLock;
 
 use crate::error::ApiError;
 use crate::handles::{BackendAiKeys, MetricsRender, Readiness};
+use crate::headers::CookiePolicy;
 use crate::{cache, proxy};
 
 /// How long a looked-up API key is trusted before it is looked up again.
@@ -47,6 +48,9 @@ pub struct AppState {
     pub metrics: Option<MetricsRender>,
     /// Backend.AI's API on its own paths, when it is on ([`AppState::with_backendai`]).
     pub backendai: Option<Arc<BackendAiKeys>>,
+    /// Whether the gateway serves TLS ([`AppState::served_over_tls`]): its cookies are then
+    /// `Secure` and `__Host-`, and every answer carries HSTS.
+    pub(crate) tls: bool,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -79,7 +83,20 @@ impl AppState {
             creates: Arc::new(tokio::sync::Semaphore::new(DEFAULT_CREATE_QUEUE)),
             metrics: None,
             backendai: None,
+            tls: false,
         }
+    }
+
+    /// This state for a gateway that serves TLS: `Secure`, `__Host-` cookies, and HSTS on
+    /// every answer.
+    pub fn served_over_tls(mut self) -> AppState {
+        self.tls = true;
+        self
+    }
+
+    /// How the gateway's cookies are named and marked.
+    pub(crate) fn cookies(&self) -> CookiePolicy {
+        CookiePolicy { secure: self.tls }
     }
 
     /// This state with PostgreSQL, NATS and the log's readers checked every second while

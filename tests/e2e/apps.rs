@@ -48,7 +48,7 @@ fn outside_address() -> Option<std::net::IpAddr> {
 /// Two neighbouring ports nothing listens on now, for a pool of two: below the kernel's
 /// ephemeral range (32768 and up), where neither outgoing connections nor the engine's
 /// published ports (both drawn from that range) take them while the test runs.
-fn free_port_pair() -> u16 {
+pub(crate) fn free_port_pair() -> u16 {
     loop {
         let first = 20_000 + rand_below(12_000);
         let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
@@ -64,7 +64,7 @@ fn rand_below(n: u16) -> u16 {
     (RandomState::new().hash_one(std::process::id()) % n as u64) as u16
 }
 
-fn browser() -> reqwest::Client {
+pub(crate) fn browser() -> reqwest::Client {
     events::tls::use_ring();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -107,7 +107,7 @@ async fn running(h: &Harness, id: &str) -> Value {
 }
 
 /// Creates a session of `key`'s from `body` and waits for it to run: its id and detail.
-async fn running_session(h: &Harness, key: &str, body: Value) -> (String, Value) {
+pub(crate) async fn running_session(h: &Harness, key: &str, body: Value) -> (String, Value) {
     let (status, created) = h.create(key, body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
@@ -116,7 +116,7 @@ async fn running_session(h: &Harness, key: &str, body: Value) -> (String, Value)
 }
 
 /// `POST /v1/sessions/{id}/apps/{app}/{verb}` as `key`.
-async fn app_call(
+pub(crate) async fn app_call(
     h: &Harness,
     key: &str,
     id: &str,
@@ -130,12 +130,12 @@ async fn app_call(
 
 /// A control plane whose proxy has a pool of two ports (from `first`), a Docker agent (with
 /// its data directory), and two users.
-struct Scene {
-    h: Harness,
-    first: u16,
-    alice: String,
-    bob: String,
-    _agent: (DockerAgent, Cleanup, std::path::PathBuf),
+pub(crate) struct Scene {
+    pub(crate) h: Harness,
+    pub(crate) first: u16,
+    pub(crate) alice: String,
+    pub(crate) bob: String,
+    pub(crate) _agent: (DockerAgent, Cleanup, std::path::PathBuf),
 }
 
 /// The scene's containers go with it: its sessions run JupyterLab and SSH servers, which a
@@ -169,11 +169,16 @@ async fn scene() -> Scene {
 /// none).
 async fn scene_with_idle(idle: Option<Duration>) -> Scene {
     let mut config = test_config();
-    let first = free_port_pair();
-    config.proxy_ports = Some((first, first + 1));
     if idle.is_some() {
         config.proxy_idle = idle;
     }
+    scene_with(config).await
+}
+
+/// A [`Scene`] on `config` (from [`test_config`]), with the pool of two ports.
+pub(crate) async fn scene_with(mut config: berth::config::Config) -> Scene {
+    let first = free_port_pair();
+    config.proxy_ports = Some((first, first + 1));
     let h = start_with(config).await;
     let agent_id = fresh_agent_id();
     let data = data_dir();

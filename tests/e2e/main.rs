@@ -9,6 +9,8 @@
 //! - [`backendai_client`]: Backend.AI's own client from PyPI, unchanged (its `backend.ai` CLI
 //!   and its SDK), creating, listing, following, renaming and destroying sessions, and
 //!   refused by key, by owner and where berth has no such call.
+//! - [`attacks`]: the security review's attacks (`../shared/notes/security-review-1.md`),
+//!   each a test that it now fails.
 //! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
@@ -63,6 +65,7 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod attacks;
 mod backendai_client;
 mod backendai_events;
 mod backendai_gql;

@@ -250,6 +250,7 @@ mod tests {
             ("BERTH_API_KEY", ""),
             ("BERTH_PROXY_IDLE_SECS", "0"),
             ("BERTH_PROXY_PORTS", "off"),
+            ("BERTH_APPS_DOMAIN", "Apps.Example.COM."),
             ("BERTH_METRICS", "off"),
             ("BERTH_METRICS_LISTEN", "127.0.0.1:9480"),
             ("BERTH_LOG_FORMAT", "json"),
@@ -289,6 +290,7 @@ mod tests {
         assert_eq!(config.api_key, None, "an empty variable is unset");
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
         assert_eq!(config.proxy_ports, None);
+        assert_eq!(config.apps_domain.as_deref(), Some("apps.example.com"));
         assert!(!config.metrics);
         assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9480"));
         assert_eq!(config.log_format, LogFormat::Json);
@@ -299,6 +301,8 @@ mod tests {
         for (variable, value) in [
             ("BERTH_PROXY_PORTS", "10200:10299"),
             ("BERTH_PROXY_PORTS", "0-10"),
+            ("BERTH_APPS_DOMAIN", "localhost"),
+            ("BERTH_APPS_DOMAIN", "*.apps.example.com"),
             ("BERTH_HEARTBEAT_TIMEOUT_SECS", "30s"),
             ("BERTH_SCHEDULER_INTERVAL_MS", "-1"),
             ("BERTH_PROXY_ADDRESS", "proxy.example"),

@@ -209,6 +209,11 @@ pub struct GatewaySettings {
     /// How long a circuit nobody uses stays open (0: until its session ends).
     #[arg(long, global = true, env = "BERTH_PROXY_IDLE_SECS", value_name = "SECS", default_value_t = DEFAULT_PROXY_IDLE.as_secs())]
     pub proxy_idle_secs: u64,
+    /// A domain whose every name (`*.DOMAIN`) resolves to the gateway: each web app is then
+    /// served on a host of its own, `<circuit>.DOMAIN`, on the gateway's port, not on a port
+    /// of the pool (cookies ignore ports; only hosts keep apps apart).
+    #[arg(long, global = true, env = "BERTH_APPS_DOMAIN", value_name = "DOMAIN", value_parser = apps_domain)]
+    pub apps_domain: Option<String>,
     /// Session creates the gateway takes in flight at once; one more is answered 503 `busy`.
     #[arg(long, global = true, env = "BERTH_CREATE_QUEUE", value_name = "N", default_value_t = NonZeroUsize::new(gateway::DEFAULT_CREATE_QUEUE).expect("non-zero"))]
     pub create_queue: NonZeroUsize,
@@ -517,6 +522,28 @@ pub fn proxy_ports(text: &str) -> Result<ProxyPorts, String> {
         ));
     }
     Ok(ProxyPorts::Range(first, last))
+}
+
+/// A DNS name of two labels or more (letters, digits, `-`), kept in lower case: the apps
+/// domain.
+pub fn apps_domain(text: &str) -> Result<String, String> {
+    let name = text.trim().trim_end_matches('.').to_ascii_lowercase();
+    let label_fits = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    let labels: Vec<&str> = name.split('.').collect();
+    if labels.len() < 2 || name.len() > 200 || !labels.iter().all(|l| label_fits(l)) {
+        return Err(format!(
+            "`{text}` is not a domain name of two labels or more, e.g. apps.example.com (its \
+             every name, *.apps.example.com, must resolve to the gateway)"
+        ));
+    }
+    Ok(name)
 }
 
 /// An `http://` or `https://` URL with a host.

@@ -181,21 +181,11 @@ pub async fn list_apps(
     }))
 }
 
-/// The host name the caller reached the gateway by, for the app's URL.
-fn host_of(headers: &HeaderMap) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1");
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name.to_owned(),
-        _ => host.to_owned(),
-    }
-}
-
 /// Open one of the session's apps through the proxy (its owner or an admin). The answer's
 /// `url` is served by berth's proxy on a port of its pool: the preferred port when it is
-/// free, otherwise another (and `preferred_port_honoured` says so). A private circuit lets
+/// free, otherwise another (and `preferred_port_honoured` says so); where the operator set
+/// an apps domain, a web app's is a host of its own, `<circuit>.<apps domain>`, on the
+/// gateway's port, and `https://` when the gateway serves TLS. A private circuit lets
 /// in only a browser that followed the single-use link; a public one, anyone who reaches
 /// the port (within `allowed_ips`, when given).
 #[utoipa::path(post, path = "/v1/sessions/{id}/apps/{app}/open", tag = "apps",
@@ -244,16 +234,11 @@ pub async fn open_app(
         preferred_port: open.preferred_port,
     };
     let opened = proxy.open(&detail, caller.user_id, request).await?;
-    let host = host_of(&headers);
-    let url = match (&opened.ticket, opened.protocol.is_http()) {
-        (Some(ticket), _) => format!(
-            "http://{host}:{}{}?ticket={ticket}",
-            opened.port,
-            crate::proxy::LOGIN_PATH
-        ),
-        (None, true) => format!("http://{host}:{}/", opened.port),
-        (None, false) => format!("tcp://{host}:{}", opened.port),
-    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    let url = proxy.url(&opened, host);
     Ok(Json(OpenedApp {
         circuit_id: opened.circuit_id,
         app,

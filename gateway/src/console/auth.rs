@@ -1,7 +1,8 @@
 //! Who is looking at the console. Signing in (with an API key, or an email and password)
 //! records a sign-in and hands the browser a random token in the `berth_console` cookie:
 //! HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), for 12
-//! hours. Every form is checked against the gateway's own origin before it acts, and the
+//! hours; with TLS it is `__Host-berth_console` and `Secure` (never sent in the clear, and no
+//! plain page of the host can set it). Every form is checked against the gateway's own origin before it acts, and the
 //! cookie speaks for the JSON API only on a same-origin request (`Sec-Fetch-Site`), so an
 //! app served on one of the proxy's ports (same site, another origin) cannot use it. The
 //! cookie is read where every caller is identified ([`crate::caller`]).
@@ -12,6 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use cookie::SameSite;
 use events::ledger::KeyOwner;
 use events::payloads::SignInMethod;
 use serde::Deserialize;
@@ -33,7 +35,7 @@ impl FromRequestParts<AppState> for Viewer {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let owner = match token_in(&parts.headers) {
+        let owner = match token_in(state, &parts.headers) {
             Some(token) => console_owner(state, token)
                 .await
                 .map_err(|e| PageError(e).into_response())?,
@@ -175,10 +177,9 @@ pub async fn sign_in(
         return Ok(page);
     };
     let token = launcher::credentials::sign_in(&state.pool, owner.user_id, how).await?;
-    let cookie = format!(
-        "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        SIGN_IN_LASTS.as_secs()
-    );
+    let cookie = state
+        .cookies()
+        .set(COOKIE, &token, SameSite::Strict, Some(SIGN_IN_LASTS));
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response())
 }
 
@@ -188,10 +189,15 @@ pub async fn sign_out(
     _: SameOrigin,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    if let Some(token) = token_in(&headers) {
+    if let Some(token) = token_in(&state, &headers) {
         launcher::credentials::sign_out(&state.pool, token).await?;
     }
-    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let cookie = state.cookies().set(
+        COOKIE,
+        "",
+        SameSite::Strict,
+        Some(std::time::Duration::ZERO),
+    );
     Ok((
         [(header::SET_COOKIE, cookie)],
         Redirect::to("/console/sign-in"),

@@ -25,8 +25,19 @@
 //!
 //! An HTTP app (a web app, a preopen port, the terminal) is spoken to as HTTP. A raw TCP app
 //! (SSH, VNC, RDP, any `tcp` app) is carried byte for byte: straight from the port when the
-//! circuit is public, and for a private one through a tunnel, an HTTP upgrade to `tcp` that
-//! carries the circuit's cookie (`berth session app tunnel` speaks it).
+//! circuit is public (never HTTP: a connection that speaks it is closed unrelayed), and for a
+//! private one through a tunnel, an HTTP upgrade to `tcp` that carries the circuit's cookie
+//! (`berth session app tunnel` speaks it).
+//!
+//! Origins. Browsers keep cookies by host, not by port, so circuits on ports of the gateway's
+//! host share their cookies with each other and with the console (the proxy strips berth's
+//! from requests and from answers, but an app's own cookies, Jupyter's say, reach every other
+//! app of the host). With an apps domain (`BERTH_APPS_DOMAIN`, the subdomain mode, as
+//! Backend.AI's AppProxy and JupyterHub have it) each HTTP circuit is served instead on a
+//! host of its own, `<circuit>.<apps domain>`, routed by `Host` on the gateway's own listener:
+//! an origin, and a cookie jar, no other circuit and not the console shares. Raw TCP circuits
+//! keep their ports. With TLS, the circuits' ports serve HTTPS too (public raw relays stay
+//! raw), and berth's cookies are `Secure` and `__Host-`.
 //!
 //! - [`assets`]: the terminal page's scripts and styles, embedded.
 //! - [`door`]: what one circuit's port serves (login, cookie check, HTTP and WebSocket
@@ -36,6 +47,10 @@ pub mod assets;
 mod door;
 
 pub use door::{LOGIN_PATH, TUNNEL_PATH, TUNNEL_PROTOCOL};
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::Response;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -58,6 +73,7 @@ use uuid::Uuid;
 
 use crate::db;
 use crate::error::ApiError;
+use crate::headers::CookiePolicy;
 use crate::model::SessionDetail;
 
 /// How long a ticket minted by an open call may be redeemed.
@@ -76,6 +92,27 @@ pub struct ProxyConfig {
     /// How long a circuit with nobody connected and nothing moving stays open
     /// (`BERTH_PROXY_IDLE_SECS`; none: until its session ends or it is closed).
     pub idle_after: Option<Duration>,
+    /// The gateway's TLS, when it has a certificate: the circuits' ports serve HTTPS with it,
+    /// and berth's cookies are `Secure` and `__Host-`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The subdomain mode's domain (`BERTH_APPS_DOMAIN`, lower case, e.g.
+    /// `apps.example.com`): each HTTP circuit is served at `<circuit>.<domain>` on the
+    /// gateway's listener, not on a port. None: every circuit on its port.
+    pub apps_domain: Option<String>,
+}
+
+impl ProxyConfig {
+    /// A proxy on `listen`, with the pool `ports`, plain HTTP, every circuit on its port,
+    /// closing none as idle.
+    pub fn new(listen: IpAddr, ports: (u16, u16)) -> ProxyConfig {
+        ProxyConfig {
+            listen,
+            ports,
+            idle_after: None,
+            tls: None,
+            apps_domain: None,
+        }
+    }
 }
 
 /// Why an app could not be opened.
@@ -148,6 +185,7 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// The circuit's cookie's name before the policy's prefix ([`Proxy::cookies`]).
     pub(crate) fn cookie_name(&self) -> String {
         format!("berth_app_{}", self.opened.circuit_id.simple())
     }
@@ -234,15 +272,23 @@ impl Proxy {
         let mut taken: BTreeSet<u16> = self.recorded_ports().await?;
         taken.extend(lock(&self.circuits).values().map(|l| l.opened.port));
         let mut preferred = request.preferred_port;
+        let by_host = self.routes_by_host(app.protocol);
         loop {
             let choice = apps::choose_port(self.config.ports, &taken, preferred, rand::random())?;
-            let Ok(listener) =
-                tokio::net::TcpListener::bind((self.config.listen, choice.port)).await
-            else {
-                // Something else on this host holds the port.
-                taken.insert(choice.port);
-                preferred = None;
-                continue;
+            // A circuit routed by host holds its port in the ledger alone, never listening.
+            let listener = match by_host {
+                true => None,
+                false => {
+                    match tokio::net::TcpListener::bind((self.config.listen, choice.port)).await {
+                        Ok(listener) => Some(listener),
+                        Err(_) => {
+                            // Something else on this host holds the port.
+                            taken.insert(choice.port);
+                            preferred = None;
+                            continue;
+                        }
+                    }
+                }
             };
             let opened = AppCircuitOpened {
                 circuit_id: Uuid::now_v7(),
@@ -340,12 +386,78 @@ impl Proxy {
         }
     }
 
+    /// How berth's cookies are named and marked: `Secure` and `__Host-` with TLS.
+    pub(crate) fn cookies(&self) -> CookiePolicy {
+        CookiePolicy {
+            secure: self.config.tls.is_some(),
+        }
+    }
+
+    /// Whether the proxy serves circuits by host (the subdomain mode).
+    pub fn routes_hosts(&self) -> bool {
+        self.config.apps_domain.is_some()
+    }
+
+    /// Whether circuits of `protocol` are served by host on the gateway's listener (the
+    /// subdomain mode's HTTP circuits) rather than on their ports.
+    fn routes_by_host(&self, protocol: domain::apps::AppProtocol) -> bool {
+        self.config.apps_domain.is_some() && protocol.is_http()
+    }
+
+    /// The link to an opened circuit for a caller who reached the gateway at `host` (its
+    /// `Host` header): on the circuit's own host in the subdomain mode, else on its port of
+    /// the caller's host; `https://` with TLS.
+    pub fn url(&self, opened: &Opened, host: &str) -> String {
+        circuit_url(
+            opened,
+            host,
+            self.config
+                .apps_domain
+                .as_deref()
+                .filter(|_| opened.protocol.is_http()),
+            self.config.tls.is_some(),
+        )
+    }
+
+    /// Serves `request` when its `Host` is under the apps domain (the subdomain mode): the
+    /// circuit it names, or a 404 page for one that is not open; any other request is handed
+    /// back for the gateway's own routes.
+    pub async fn serve_host(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        request: Request,
+    ) -> Result<Response, Request> {
+        let Some(domain) = self.config.apps_domain.as_deref() else {
+            return Err(request);
+        };
+        let host = request
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().host());
+        let Some(circuit) = host.and_then(|h| circuit_of_host(h, domain)) else {
+            return Err(request);
+        };
+        let live = circuit
+            .and_then(|id| lock(&self.circuits).get(&id).cloned())
+            .filter(|live| live.opened.protocol.is_http());
+        match live {
+            Some(live) => Ok(door::pass_by_host(self.clone(), live, peer, request).await),
+            None => Ok(door::page(
+                StatusCode::NOT_FOUND,
+                "No such app",
+                "No app is open at this address (it may have closed). Open it again from \
+                 berth for a new link.",
+            )),
+        }
+    }
+
     fn serve(
         self: &Arc<Self>,
         opened: AppCircuitOpened,
         upstream: SocketAddr,
         token: Option<String>,
-        listener: tokio::net::TcpListener,
+        listener: Option<tokio::net::TcpListener>,
     ) -> Arc<Live> {
         let live = Arc::new(Live {
             opened,
@@ -366,8 +478,10 @@ impl Proxy {
         ::metrics::gauge!(crate::metrics::PROXY_CIRCUITS).set(open as f64);
         tracing::info!(circuit = %live.opened.circuit_id, port = live.opened.port,
             app = %live.opened.app, session = %live.opened.session_id, "circuit open");
-        let served = tokio::spawn(door::serve(self.clone(), live.clone(), listener));
-        *lock(&live.served) = Some(served);
+        if let Some(listener) = listener {
+            let served = tokio::spawn(door::serve(self.clone(), live.clone(), listener));
+            *lock(&live.served) = Some(served);
+        }
         live
     }
 
@@ -507,13 +621,16 @@ impl Proxy {
                 .await?;
             return Ok(());
         };
-        let listener = match tokio::net::TcpListener::bind((self.config.listen, port)).await {
-            Ok(listener) => listener,
-            Err(e) => {
-                tracing::warn!(error = %e, circuit = %circuit_id, port,
-                    "a circuit's port is held by something else on this host; other gateways serve it");
-                return Ok(());
-            }
+        let listener = match self.routes_by_host(app.protocol) {
+            true => None,
+            false => match tokio::net::TcpListener::bind((self.config.listen, port)).await {
+                Ok(listener) => Some(listener),
+                Err(e) => {
+                    tracing::warn!(error = %e, circuit = %circuit_id, port,
+                        "a circuit's port is held by something else on this host; other gateways serve it");
+                    return Ok(());
+                }
+            },
         };
         let opened = AppCircuitOpened {
             circuit_id,
@@ -770,6 +887,56 @@ impl Proxy {
     }
 }
 
+/// The name and the port (when it has one) of a `Host` header's value.
+fn split_host(host: &str) -> (&str, Option<&str>) {
+    match host.rsplit_once(':') {
+        Some((name, port))
+            if !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() =>
+        {
+            (name, Some(port))
+        }
+        _ => (host, None),
+    }
+}
+
+/// The circuit a `Host` names under the apps domain `domain`: `None` for a host outside it
+/// (the gateway's own), `Some(None)` for one inside that names no circuit.
+fn circuit_of_host(host: &str, domain: &str) -> Option<Option<Uuid>> {
+    let (name, _) = split_host(host.trim());
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
+    let id = (label.len() == 32 && label.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| Uuid::try_parse(label).ok())
+        .flatten();
+    Some(id)
+}
+
+/// The link to `opened` for a caller who reached the gateway at `host`: at
+/// `<circuit>.<apps_domain>` (on the caller's port) when routed by host, else on the
+/// circuit's port of the caller's host name; a public raw circuit as `tcp://`.
+fn circuit_url(opened: &Opened, host: &str, apps_domain: Option<&str>, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    let path = match &opened.ticket {
+        Some(ticket) => format!("{LOGIN_PATH}?ticket={ticket}"),
+        None => "/".to_owned(),
+    };
+    let (name, port) = split_host(host);
+    let name = if name.is_empty() { "127.0.0.1" } else { name };
+    match apps_domain {
+        Some(domain) => {
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            format!(
+                "{scheme}://{}.{domain}{port}{path}",
+                opened.circuit_id.simple()
+            )
+        }
+        None if opened.ticket.is_none() && !opened.protocol.is_http() => {
+            format!("tcp://{name}:{}", opened.port)
+        }
+        None => format!("{scheme}://{name}:{}{path}", opened.port),
+    }
+}
+
 /// Where the main kernel publishes `container_port`.
 fn upstream_of(session: &SessionDetail, container_port: u16) -> Result<SocketAddr, ProxyError> {
     let main = session.containers.iter().find(|c| c.kernel == 0);
@@ -796,4 +963,90 @@ async fn record_as(
     let metadata = events::trace::metadata(actor, None);
     ledger::record_now(pool, &stream, expected, &[event], &metadata).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::apps::AppProtocol;
+
+    fn opened(protocol: AppProtocol, ticket: Option<&str>) -> Opened {
+        Opened {
+            circuit_id: Uuid::parse_str("0191e0a4-7a2b-7c3d-8e4f-0123456789ab").unwrap(),
+            port: 10201,
+            preferred_honoured: true,
+            reused: false,
+            public: ticket.is_none(),
+            protocol,
+            ticket: ticket.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_host_under_the_apps_domain_names_its_circuit_and_nothing_else_does() {
+        let id = Uuid::parse_str("0191e0a4-7a2b-7c3d-8e4f-0123456789ab").unwrap();
+        let domain = "apps.example.com";
+        for host in [
+            "0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com",
+            "0191E0A47A2B7C3D8E4F0123456789AB.Apps.Example.com:8443",
+            "0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com.",
+        ] {
+            assert_eq!(circuit_of_host(host, domain), Some(Some(id)), "{host}");
+        }
+        for host in [
+            "nope.apps.example.com",
+            "a.0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com",
+            "0191e0a4-7a2b-7c3d-8e4f-0123456789ab.apps.example.com",
+        ] {
+            assert_eq!(circuit_of_host(host, domain), Some(None), "{host}");
+        }
+        for host in [
+            "example.com",
+            "apps.example.com",
+            "gw.example.com:8080",
+            "0191e0a47a2b7c3d8e4f0123456789abapps.example.com",
+            "0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com.evil.net",
+            "127.0.0.1:8080",
+        ] {
+            assert_eq!(circuit_of_host(host, domain), None, "{host}");
+        }
+    }
+
+    #[test]
+    fn links_name_the_circuits_own_host_in_the_subdomain_mode_and_its_port_otherwise() {
+        let private = opened(AppProtocol::Http, Some("t1"));
+        let public = opened(AppProtocol::Preopen, None);
+        let raw = opened(AppProtocol::Tcp, None);
+        let raw_private = opened(AppProtocol::Tcp, Some("t2"));
+        let domain = Some("apps.localhost");
+        assert_eq!(
+            circuit_url(&private, "gw.example.com:8080", None, false),
+            "http://gw.example.com:10201/__berth/login?ticket=t1"
+        );
+        assert_eq!(
+            circuit_url(&public, "gw.example.com", None, true),
+            "https://gw.example.com:10201/"
+        );
+        assert_eq!(
+            circuit_url(&raw, "[::1]:8080", None, true),
+            "tcp://[::1]:10201"
+        );
+        assert_eq!(
+            circuit_url(&raw_private, "gw:8080", None, true),
+            "https://gw:10201/__berth/login?ticket=t2"
+        );
+        assert_eq!(
+            circuit_url(&private, "localhost:8443", domain, true),
+            "https://0191e0a47a2b7c3d8e4f0123456789ab.apps.localhost:8443/__berth/login?ticket=t1"
+        );
+        assert_eq!(
+            circuit_url(
+                &public,
+                "berth.example.com",
+                Some("apps.example.com"),
+                false
+            ),
+            "http://0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com/"
+        );
+    }
 }
