@@ -23,7 +23,7 @@ struct Person {
     email: String,
     key: String,
     keypair: (String, String),
-    /// A session this person owns, left pending (no agent is needed to weigh who sees it).
+    /// A session this person owns.
     session: String,
 }
 
@@ -51,6 +51,8 @@ async fn session_of(h: &Harness, key: &str) -> String {
 }
 
 async fn cast(h: &Harness) -> Cast {
+    // A simulated agent, so that creates are placed (none of the table needs a container).
+    h.agent("authz1", "default", 64).await;
     let (status, answer) = h
         .post(
             &h.admin_key,
