@@ -22,7 +22,7 @@ async fn scoped_agent(h: &Harness, id: &str, cpu: u64, scope: &str) {
         image_apps: Default::default(),
         network_scope: Some(scope.into()),
     };
-    admit(&h, id, "default").await;
+    admit(h, id, "default").await;
     recorder::record::register(&h.pool, id, &offer)
         .await
         .unwrap();

@@ -84,7 +84,7 @@ pub(crate) async fn start_agent(
     };
     // The agent speaks only NATS, as `berth agent` does, with the credential it was admitted
     // with.
-    let seed = admit(&h, id, "default").await;
+    let seed = admit(h, id, "default").await;
     let config = agent::host::HostConfig {
         agent_id: id.into(),
         resource_group: "default".into(),

@@ -37,7 +37,7 @@ async fn offer(h: &Harness, id: &str, group: &str, images: &[&str]) {
 
 /// Admits agent `id` into `group` and registers it there ([`offer`]).
 async fn join(h: &Harness, id: &str, group: &str, images: &[&str]) {
-    admit(&h, id, group).await;
+    admit(h, id, group).await;
     offer(h, id, group, images).await;
 }
 
