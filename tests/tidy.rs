@@ -488,7 +488,7 @@ fn the_code_map_check_sees_a_renamed_path_and_a_renamed_item() {
 const GATEWAY_FLOORS: &[&[&str]] = &[
     &["error", "model", "handles", "headers", "metrics", "tls"],
     &["state", "db", "cache", "projection", "proxy"],
-    &["caller", "ready"],
+    &["caller", "ready", "authorize"],
     &["api", "sse"],
     &["console", "backendai"],
     &["lib", "run", "openapi"],

@@ -28,6 +28,7 @@
 
 pub mod aggregate;
 pub mod apps;
+pub mod authorization;
 pub mod catalogue;
 pub mod credentials;
 pub mod fair_share;

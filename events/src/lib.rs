@@ -42,7 +42,8 @@ pub use bus::trace;
 pub use metrics::describe_metrics;
 
 pub use domain::{
-    aggregate, catalogue, credentials, fair_share, idleness, images, notices, payloads,
+    aggregate, authorization, catalogue, credentials, fair_share, idleness, images, notices,
+    payloads,
 };
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

@@ -23,6 +23,7 @@
 //!    behind it on tasks it owns), [`openapi`] (`GET /openapi.json`).
 
 pub mod api;
+mod authorize;
 pub mod backendai;
 pub mod cache;
 pub mod caller;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use events::payloads::Role;
 use events::RecordedEvent;
 use futures::{Stream, StreamExt};
 use tokio::sync::Mutex;
@@ -36,7 +35,7 @@ pub async fn events(
     Caller(caller): Caller,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let nats = state.bus("the event stream cannot be followed")?.clone();
-    let everything = caller.role == Role::Superadmin;
+    let everything = events::authorization::lists_everyone(caller.role);
     let subject = if everything {
         state.topology.all_subjects()
     } else {

@@ -20,10 +20,10 @@ use crate::containers::local_agent;
 /// An answer of Backend.AI's paths: its status, its content type and its JSON body (null
 /// when empty).
 #[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    kind: String,
-    body: Value,
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub kind: String,
+    pub body: Value,
 }
 
 impl Reply {
@@ -52,7 +52,7 @@ struct Request<'a> {
 }
 
 /// Backend.AI's client, as far as signing goes: one keypair, the gateway's address.
-struct Client<'a> {
+pub(crate) struct Client<'a> {
     h: &'a Harness,
     access_key: String,
     secret_key: String,
@@ -62,7 +62,7 @@ struct Client<'a> {
 }
 
 impl<'a> Client<'a> {
-    fn new(h: &'a Harness, (access_key, secret_key): (String, String)) -> Client<'a> {
+    pub(crate) fn new(h: &'a Harness, (access_key, secret_key): (String, String)) -> Client<'a> {
         Client {
             h,
             access_key,
@@ -98,11 +98,11 @@ impl<'a> Client<'a> {
         }
     }
 
-    async fn call(&self, method: Method, target: &str, body: Option<Value>) -> Reply {
+    pub(crate) async fn call(&self, method: Method, target: &str, body: Option<Value>) -> Reply {
         self.send(&self.request(method, target, body)).await
     }
 
-    async fn get(&self, target: &str) -> Reply {
+    pub(crate) async fn get(&self, target: &str) -> Reply {
         self.call(Method::GET, target, None).await
     }
 
@@ -160,7 +160,7 @@ impl<'a> Client<'a> {
 
     /// `POST /session` with `body` over the fields the client sends for a bare
     /// `backend.ai session create IMAGE` (a null for each one left unset).
-    async fn create(&self, body: Value) -> Reply {
+    pub(crate) async fn create(&self, body: Value) -> Reply {
         let mut full = json!({
             "tag": null, "name": null,
             "config": {"mounts": [], "environ": null, "resources": {}, "resource_opts": {},

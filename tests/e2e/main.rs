@@ -11,6 +11,8 @@
 //!   refused by key, by owner and where berth has no such call.
 //! - [`attacks`]: the security review's attacks (`../shared/notes/security-review-1.md`),
 //!   each a test that it now fails.
+//! - [`authorization`]: the one authorization rule's table (every role, action and kind of
+//!   owner) asked on every surface: `/v1`, the console, Backend.AI's REST and GraphQL.
 //! - [`apps`]: the way into a running session: the app proxy, JupyterLab, the terminal (also
 //!   in a browser, through [`chrome`]), SSH through a tunnel, idle circuits.
 //! - [`agents_gone`]: agents that fall silent or are lost: passed over, and what never ran
@@ -66,6 +68,7 @@ mod admission;
 mod agents_gone;
 mod apps;
 mod attacks;
+mod authorization;
 mod backendai_client;
 mod backendai_events;
 mod backendai_gql;

@@ -32,6 +32,7 @@
 //! - `memory`: the in-memory account, routed by family, for [`replay`] to write out.
 //! - [`replay`]: fold the whole log again into a scratch schema and compare.
 //! - [`keys`]: the API-key lookup.
+//! - [`principals`]: a user's role and projects, as the authorization rule weighs them.
 //! - [`credentials`]: passwords (Argon2id) and web-console sign-ins, and who they sign in.
 
 mod accounts;
@@ -43,6 +44,7 @@ mod images;
 pub mod keys;
 mod launches;
 mod memory;
+pub mod principals;
 mod record;
 mod replay;
 mod resources;
@@ -53,6 +55,7 @@ pub use credentials::{console_owner, password_owner};
 pub use keys::{
     backendai_key_owner, backendai_keypairs, key_digest, key_owner, BackendAiKeypair, KeyOwner,
 };
+pub use principals::principal;
 pub use record::{record, record_now};
 pub use replay::{replay, Replay, NOT_COMPARED};
 

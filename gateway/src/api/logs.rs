@@ -15,13 +15,14 @@ use uuid::Uuid;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{check_may_act, parse_id, query, SessionId};
+use super::{check_in_ledger, parse_id, query, SessionId};
 use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::model::StreamedEvent;
 use crate::model::{KernelLog, Logs};
 use crate::state::AppState;
+use events::authorization::Action;
 
 /// How often a followed session's kept output is read again.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -52,7 +53,7 @@ pub async fn session_logs(
     let id = parse_id(&id)?;
     let p: LogsParams = query::parse(query.as_deref())?;
     let follow = p.follow.unwrap_or(false);
-    let status = check_may_act(&state, &caller, id).await?;
+    let status = check_in_ledger(&state, &caller, Action::See, id).await?;
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());
     }

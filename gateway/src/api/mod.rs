@@ -41,8 +41,8 @@ pub mod sessions;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use bytes::Bytes;
+use events::authorization::{Action, Refusal};
 use events::ledger::KeyOwner;
-use events::payloads::Role;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
@@ -177,8 +177,24 @@ async fn check_may_see(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<
         }
     };
     match owner {
-        Some(owner) if caller.role == Role::Superadmin || owner == caller.user_id => Ok(()),
-        _ => Err(ApiError::not_found(format!("no session {id}"))),
+        Some(owner) => allowed(state, caller, Action::See, owner, id).await,
+        None => Err(ApiError::not_found(format!("no session {id}"))),
+    }
+}
+
+/// The one authorization rule's answer for `caller` doing `action` with session `id` of
+/// `owner`: what they may not see is answered as a session that does not exist.
+pub(crate) async fn allowed(
+    state: &AppState,
+    caller: &KeyOwner,
+    action: Action,
+    owner: Uuid,
+    id: Uuid,
+) -> Result<(), ApiError> {
+    match crate::authorize::may(state, caller, action, owner).await? {
+        Ok(()) => Ok(()),
+        Err(Refusal::Hidden) => Err(ApiError::not_found(format!("no session {id}"))),
+        Err(Refusal::Forbidden(why)) => Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", why)),
     }
 }
 
@@ -191,7 +207,7 @@ pub(crate) async fn await_view(
     caller: &KeyOwner,
     id: Uuid,
 ) -> Result<(), ApiError> {
-    check_may_act(state, caller, id).await?;
+    check_in_ledger(state, caller, Action::See, id).await?;
     for _ in 0..100 {
         if db::sessions::view_owner(&state.pool, id).await?.is_some() {
             return Ok(());
@@ -206,13 +222,25 @@ pub(crate) async fn await_view(
 }
 
 /// The owner of a session from the ledger (exact, unlike the projection, so a session just
-/// created is there), checked against the caller; the session's status.
+/// created is there), checked against the caller for a change; the session's status.
 async fn check_may_act(state: &AppState, caller: &KeyOwner, id: Uuid) -> Result<String, ApiError> {
+    check_in_ledger(state, caller, Action::Act, id).await
+}
+
+/// The owner of session `id` from the ledger, checked against the caller for `action`; the
+/// session's status.
+pub(crate) async fn check_in_ledger(
+    state: &AppState,
+    caller: &KeyOwner,
+    action: Action,
+    id: Uuid,
+) -> Result<String, ApiError> {
     match db::sessions::ledger_owner_status(&state.pool, id).await? {
-        Some((owner, status)) if caller.role == Role::Superadmin || owner == caller.user_id => {
+        Some((owner, status)) => {
+            allowed(state, caller, action, owner, id).await?;
             Ok(status)
         }
-        _ => Err(ApiError::not_found(format!("no session {id}"))),
+        None => Err(ApiError::not_found(format!("no session {id}"))),
     }
 }
 

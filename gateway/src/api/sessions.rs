@@ -5,9 +5,10 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
+use events::authorization::{self, Action};
 use events::ledger::KeyOwner;
 use events::lifecycle;
-use events::payloads::{Role, SessionStatus, SessionType};
+use events::payloads::{SessionStatus, SessionType};
 use launcher::domain;
 use launcher::launch::{self, CreateSession};
 use uuid::Uuid;
@@ -89,18 +90,13 @@ pub async fn list_sessions(
         name: p.name,
         ..SessionFilter::default()
     };
-    if caller.role == Role::Superadmin {
+    if authorization::lists_everyone(caller.role) {
         filter.owner_email = p.owner;
     } else {
-        if p.owner.is_some_and(|o| o != caller.email) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "only superadmins list other users' sessions",
-            )
-            .field("owner"));
-        }
-        filter.owner = Some(caller.user_id);
+        filter.owner = Some(match p.owner.filter(|o| *o != caller.email) {
+            None => caller.user_id,
+            Some(email) => listed_owner(&state, &caller, &email).await?,
+        });
     }
     let limit = p.limit.unwrap_or(50);
     let offset = p.offset.unwrap_or(0);
@@ -113,6 +109,30 @@ pub async fn list_sessions(
         limit,
         offset,
     }))
+}
+
+/// The user whose sessions `caller` asked to list by naming their `email`, when the one
+/// authorization rule lets them see that user's sessions; otherwise one refusal, the same
+/// whether or not someone has that email.
+async fn listed_owner(state: &AppState, caller: &KeyOwner, email: &str) -> Result<Uuid, ApiError> {
+    let refused = || {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "you may list your own sessions and, as an admin, those of your projects' members",
+        )
+        .field("owner")
+    };
+    if !authorization::may_name_others(caller.role) {
+        return Err(refused());
+    }
+    let owner = db::sessions::user_id_by_email(&state.pool, email)
+        .await?
+        .ok_or_else(refused)?;
+    match crate::authorize::may(state, caller, Action::See, owner).await? {
+        Ok(()) => Ok(owner),
+        Err(_) => Err(refused()),
+    }
 }
 
 /// The response header that says whether a detail came from memory (`hit`) or from the view
@@ -131,7 +151,6 @@ pub async fn session_detail(
     Path(SessionId { id }): Path<SessionId>,
 ) -> Result<(Headers, Bytes), ApiError> {
     let id = parse_id(&id)?;
-    let visible = |owner: Uuid| caller.role == Role::Superadmin || owner == caller.user_id;
     let headers = |cache: &'static str| -> Headers {
         [
             (axum::http::header::CONTENT_TYPE, "application/json"),
@@ -139,11 +158,8 @@ pub async fn session_detail(
         ]
     };
     if let Some(cached) = state.details.get(id) {
-        return if visible(cached.owner) {
-            Ok((headers("hit"), cached.body))
-        } else {
-            Err(ApiError::not_found(format!("no session {id}")))
-        };
+        super::allowed(&state, &caller, Action::See, cached.owner, id).await?;
+        return Ok((headers("hit"), cached.body));
     }
     let detail = match db::sessions::detail(&state.pool, id).await? {
         Some(detail) => detail,
@@ -158,11 +174,8 @@ pub async fn session_detail(
     state
         .details
         .put(id, detail.owner, detail.version, body.clone());
-    if visible(detail.owner) {
-        Ok((headers("miss"), body))
-    } else {
-        Err(ApiError::not_found(format!("no session {id}")))
-    }
+    super::allowed(&state, &caller, Action::See, detail.owner, id).await?;
+    Ok((headers("miss"), body))
 }
 
 /// `PATCH /v1/sessions/{id}`'s body.

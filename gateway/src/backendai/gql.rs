@@ -41,6 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
+use events::authorization::{self, Action};
 use events::payloads::Role;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -229,7 +230,11 @@ impl Query {
             let owner = db::sessions::ledger_owner(&state.pool, id)
                 .await
                 .map_err(db_error)?;
-            if owner.is_some_and(|o| may_see(caller, o)) {
+            let seen = match owner {
+                Some(o) => may_see(state, caller, o).await?,
+                None => false,
+            };
+            if seen {
                 for _ in 0..VIEW_WAIT_POLLS {
                     tokio::time::sleep(VIEW_WAIT_STEP).await;
                     row = db::backendai_gql::session(&state.pool, id)
@@ -241,9 +246,10 @@ impl Query {
                 }
             }
         }
-        Ok(row
-            .filter(|r| may_see(caller, r.owner))
-            .map(|r| shown(r, caller, None)))
+        match row {
+            Some(r) if may_see(state, caller, r.owner).await? => Ok(Some(shown(r, caller, None))),
+            _ => Ok(None),
+        }
     }
 
     /// A page of the caller's sessions (anyone's for a superadmin, or the holder's of
@@ -288,19 +294,21 @@ impl Query {
             .transpose()
             .map_err(Error::new)?;
         let order = args::order(order.as_deref().unwrap_or_default()).map_err(Error::new)?;
-        let superadmin = caller.owner.role == Role::Superadmin;
+        let everyone = authorization::lists_everyone(caller.owner.role);
         let owner = match access_key.filter(|k| !k.is_empty()) {
-            None if superadmin => None,
+            None if everyone => None,
             None => Some((caller.owner.user_id, caller.access_key.clone())),
             Some(key) if key == caller.access_key => Some((caller.owner.user_id, key)),
-            Some(key) if superadmin => match keypair_holder(state, &key).await? {
-                Some(holder) => Some((holder, key)),
-                // Nobody holds it: nobody's sessions.
-                None => return Ok(SessionList::empty()),
-            },
+            Some(key) if authorization::may_name_others(caller.owner.role) => {
+                match keypair_holder(state, &key).await? {
+                    Some(holder) if may_see(state, caller, holder).await? => Some((holder, key)),
+                    // Nobody holds it, or nobody the caller may see: nobody's sessions.
+                    _ => return Ok(SessionList::empty()),
+                }
+            }
             Some(_) => {
                 return Err(Error::new(
-                    "insufficient privilege: only superadmins list another keypair's sessions",
+                    "insufficient privilege: only admins list another keypair's sessions",
                 ))
             }
         };
@@ -365,9 +373,14 @@ async fn keypair_holder(state: &AppState, key: &str) -> Result<Option<Uuid>> {
     Ok(found.first().map(|k| k.user_id))
 }
 
-/// Whether `caller` may see a session of `owner`: their own, any for a superadmin.
-fn may_see(caller: &BackendAiCaller, owner: Uuid) -> bool {
-    caller.owner.role == Role::Superadmin || owner == caller.owner.user_id
+/// Whether `caller` may see a session of `owner`, by the one authorization rule.
+async fn may_see(state: &AppState, caller: &BackendAiCaller, owner: Uuid) -> Result<bool> {
+    Ok(
+        crate::authorize::may(state, &caller.owner, Action::See, owner)
+            .await
+            .map_err(|e| db_error(e.into()))?
+            .is_ok(),
+    )
 }
 
 /// `row` as `caller` is shown it: the owner's access key is the one the list named, the
@@ -427,9 +440,11 @@ impl SessionList {
         )
         .await
         .map_err(db_error)?;
+        // The list's owner was weighed by the authorization rule when the list was made (and
+        // a list of nobody in particular is a superadmin's): rows of anyone else never show.
         Ok(rows
             .into_iter()
-            .filter(|r| may_see(caller, r.owner))
+            .filter(|r| self.filter.owner.is_none_or(|o| o == r.owner))
             .map(|r| shown(r, caller, self.named.as_ref()))
             .collect())
     }

@@ -31,8 +31,8 @@ use serde_json::{json, Value};
 
 use crate::db;
 use crate::state::AppState;
+use events::authorization::{self, Action, Refusal};
 use events::ledger::KeyOwner;
-use events::payloads::Role;
 use uuid::Uuid;
 
 /// Backend.AI's paths this gateway serves.
@@ -85,34 +85,41 @@ pub(crate) async fn fallback(method: Method, OriginalUri(uri): OriginalUri) -> R
 }
 
 /// The user a call acts for: the caller, or the holder of `owner_access_key` when it names
-/// another keypair, which only admins and superadmins may do (403 `insufficient-privilege`
-/// naming the field otherwise; 400 for an access key nobody holds).
+/// another keypair and the one authorization rule lets the caller do `action` as them (403
+/// `insufficient-privilege` naming the field when it forbids; 400 for an access key nobody
+/// holds, and the same for one whose holder is out of the caller's reach, so an admin
+/// cannot probe other people's keys).
 pub(crate) async fn acting_owner(
     state: &AppState,
     caller: &BackendAiCaller,
     owner_access_key: Option<&str>,
+    action: Action,
 ) -> Result<KeyOwner, Problem> {
     let named = match owner_access_key.filter(|k| !k.is_empty()) {
         None => return Ok(caller.owner.clone()),
         Some(key) if key == caller.access_key => return Ok(caller.owner.clone()),
         Some(key) => key,
     };
-    if caller.owner.role == Role::User {
+    if !authorization::may_name_others(caller.owner.role) {
         return Err(Problem::forbidden(
             "owner_access_key",
             "only admins act for another keypair's owner",
         ));
     }
+    let unknown = || Problem::invalid("owner_access_key", "no active keypair has this access key");
     let client = state.pool.get().await?;
-    events::ledger::backendai_key_owner(&client, named)
+    let owner = events::ledger::backendai_key_owner(&client, named)
         .await?
-        .ok_or_else(|| {
-            Problem::invalid("owner_access_key", "no active keypair has this access key")
-        })
+        .ok_or_else(unknown)?;
+    match crate::authorize::may(state, &caller.owner, action, owner.user_id).await? {
+        Ok(()) => Ok(owner),
+        Err(Refusal::Hidden) => Err(unknown()),
+        Err(Refusal::Forbidden(why)) => Err(Problem::forbidden("owner_access_key", why)),
+    }
 }
 
-/// The session `reference` names for `owner`: a UUID (any session the caller may see:
-/// the owner's own, or any for a superadmin), else a name among the owner's live sessions
+/// The session `reference` names for `owner`: a UUID (the owner's, or any other the one
+/// authorization rule lets the caller see), else a name among the owner's live sessions
 /// (and, with `ended_too`, their ended ones, newest first), as Backend.AI resolves it. 404
 /// `No such session.` otherwise, whoever owns it.
 pub(crate) async fn resolve_session(
@@ -123,9 +130,17 @@ pub(crate) async fn resolve_session(
     ended_too: bool,
 ) -> Result<Uuid, Problem> {
     if let Ok(id) = Uuid::parse_str(reference) {
-        return match db::sessions::ledger_owner(&state.pool, id).await? {
-            Some(o) if o == owner.user_id || caller.role == Role::Superadmin => Ok(id),
-            _ => Err(Problem::no_such_session(reference)),
+        let seen = match db::sessions::ledger_owner(&state.pool, id).await? {
+            Some(o) if o == owner.user_id => true,
+            Some(o) => crate::authorize::may(state, caller, Action::See, o)
+                .await?
+                .is_ok(),
+            None => false,
+        };
+        return if seen {
+            Ok(id)
+        } else {
+            Err(Problem::no_such_session(reference))
         };
     }
     db::backendai::sessions_named(&state.pool, owner.user_id, reference, ended_too)

@@ -21,6 +21,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
+use events::authorization::Action;
 use events::ledger::KeyOwner;
 use events::payloads::SessionStatus;
 use launcher::domain::NameRule;
@@ -100,11 +101,13 @@ async fn target(
     params: &HashMap<String, String>,
     reference: &str,
     ended_too: bool,
+    action: Action,
 ) -> Result<(KeyOwner, Uuid), Problem> {
     let owner = acting_owner(
         state,
         caller,
         params.get("owner_access_key").map(String::as_str),
+        action,
     )
     .await?;
     let id = resolve_session(state, &caller.owner, &owner, reference, ended_too).await?;
@@ -260,7 +263,7 @@ async fn info(
 ) -> Result<Json<Value>, Problem> {
     let reference = reference(path)?;
     let params = query(raw.as_deref(), &[])?;
-    let (owner, id) = target(&state, &caller, &params, &reference, false).await?;
+    let (owner, id) = target(&state, &caller, &params, &reference, false, Action::See).await?;
     let detail = session_detail(&state, &owner, id).await?;
     let data = status_data(&state, &detail).await?;
     Ok(Json(info_body(&detail, data, Utc::now())))
@@ -275,7 +278,7 @@ async fn logs(
 ) -> Result<Json<Value>, Problem> {
     let reference = reference(path)?;
     let params = query(raw.as_deref(), &[])?;
-    let (_, id) = target(&state, &caller, &params, &reference, true).await?;
+    let (_, id) = target(&state, &caller, &params, &reference, true, Action::See).await?;
     let kernels = db::logs::logs(&state.pool, id).await?;
     let main = kernels
         .into_iter()
@@ -302,7 +305,7 @@ async fn rename(
     NameRule::BackendAi
         .check("name", &name)
         .map_err(|e| Problem::invalid(&e.field, e.message))?;
-    let (_, id) = target(&state, &caller, &params, &reference, true).await?;
+    let (_, id) = target(&state, &caller, &params, &reference, true, Action::Act).await?;
     crate::api::sessions::rename(&state, &caller.owner, id, name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -320,7 +323,7 @@ async fn destroy(
     let params = query(raw.as_deref(), &["forced", "recursive"])?;
     let forced = flag(&params, "forced")?;
     flag(&params, "recursive")?;
-    let (_, id) = target(&state, &caller, &params, &reference, false).await?;
+    let (_, id) = target(&state, &caller, &params, &reference, false, Action::Act).await?;
     crate::api::sessions::terminate(&state, &caller.owner, id, forced).await?;
     Ok(Json(json!({"stats": {}})))
 }
@@ -353,7 +356,7 @@ async fn commit(
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let reference = reference(path)?;
     let params = query(raw.as_deref(), &[])?;
-    let (_, id) = target(&state, &caller, &params, &reference, false).await?;
+    let (_, id) = target(&state, &caller, &params, &reference, false, Action::Act).await?;
     let name = db::backendai::session_name(&state.pool, id)
         .await?
         .ok_or_else(|| Problem::no_such_session(&reference))?;
@@ -379,7 +382,7 @@ async fn status_history(
 ) -> Result<Json<Value>, Problem> {
     let reference = reference(path)?;
     let params = query(raw.as_deref(), &[])?;
-    let (_, id) = target(&state, &caller, &params, &reference, true).await?;
+    let (_, id) = target(&state, &caller, &params, &reference, true, Action::See).await?;
     let history: Map<String, Value> = db::backendai::status_history(&state.pool, id)
         .await?
         .into_iter()

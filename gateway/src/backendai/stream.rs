@@ -22,8 +22,9 @@ use axum::extract::{RawQuery, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::get;
 use axum::Router;
+use events::authorization::{self, Action};
 use events::catalogue::Event;
-use events::payloads::{Role, SessionRequested, SessionStatus, SessionStatusChanged, SessionType};
+use events::payloads::{SessionRequested, SessionStatus, SessionStatusChanged, SessionType};
 use events::RecordedEvent;
 use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
@@ -436,7 +437,13 @@ async fn session_events(
     RawQuery(query): RawQuery,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
     let params = Params::parse(query.as_deref().unwrap_or_default())?;
-    let owner = acting_owner(&state, &caller, params.owner_access_key.as_deref()).await?;
+    let owner = acting_owner(
+        &state,
+        &caller,
+        params.owner_access_key.as_deref(),
+        Action::See,
+    )
+    .await?;
     let only = match (params.session_id, params.name.as_str()) {
         (Some(id), _) => {
             Some(resolve_session(&state, &caller.owner, &owner, &id.to_string(), true).await?)
@@ -455,7 +462,8 @@ async fn session_events(
     // Once the server has the subscription, nothing published after it is missed; what was
     // published before is in the log.
     nats.flush().await.map_err(ApiError::internal)?;
-    let everyone = caller.owner.role == Role::Superadmin && params.owner_access_key.is_none();
+    let everyone =
+        authorization::lists_everyone(caller.owner.role) && params.owner_access_key.is_none();
     let mut follow = Follow {
         state: state.clone(),
         caller: (caller.owner.user_id, caller.access_key.clone()),

@@ -250,3 +250,15 @@ pub async fn has_ended(pool: &Pool, id: Uuid) -> Result<bool, ApiError> {
         .await?;
     Ok(row.is_none_or(|r| r.get::<_, bool>(0)))
 }
+
+/// The user whose email is `email`, from the ledger; `None` when nobody has it.
+pub async fn user_id_by_email(pool: &Pool, email: &str) -> Result<Option<Uuid>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT user_id FROM ledger.users WHERE email = $1",
+            &[&email],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}

@@ -224,9 +224,16 @@ pub async fn load_context(
     } else {
         Vec::new()
     };
+    let actor_projects = projects_of(&client, actor.user_id).await?;
+    let owner_projects = match &owner {
+        Some(o) if o.user_id != actor.user_id => projects_of(&client, o.user_id).await?,
+        _ => actor_projects.clone(),
+    };
     Ok(LaunchContext {
         actor: actor.clone(),
         owner,
+        actor_projects,
+        owner_projects,
         group_exists,
         project_member,
         group_open_to_owner,
@@ -237,4 +244,15 @@ pub async fn load_context(
         live_names,
         custom_images,
     })
+}
+
+/// The projects `user` belongs to (none when there is no such user).
+async fn projects_of(
+    client: &deadpool_postgres::Client,
+    user: uuid::Uuid,
+) -> Result<std::collections::BTreeSet<String>, LedgerError> {
+    Ok(events::ledger::principal(client, user)
+        .await?
+        .map(|p| p.projects)
+        .unwrap_or_default())
 }

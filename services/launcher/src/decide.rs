@@ -4,6 +4,9 @@
 //! of the handler (the owner's policy, the group's capacity and images, membership, folders,
 //! the chosen agent) is decided here and unit-tested without a server.
 
+use std::collections::BTreeSet;
+
+use events::authorization::{self, Action, Principal};
 use events::ledger::KeyOwner;
 use events::payloads::*;
 use uuid::Uuid;
@@ -49,6 +52,10 @@ pub struct LaunchContext {
     /// The user the sessions are for: the actor, the user named by `owner_email`, or `None`
     /// when no user has that email.
     pub owner: Option<KeyOwner>,
+    /// The projects the actor belongs to.
+    pub actor_projects: BTreeSet<String>,
+    /// The projects the owner belongs to (the actor's when they are the owner).
+    pub owner_projects: BTreeSet<String>,
     /// Whether the requested resource group exists.
     pub group_exists: bool,
     /// Whether the owner is a member of the requested project (true when none is named).
@@ -244,12 +251,11 @@ pub fn check_request(
             return Err(invalid(field, "is above 64 TiB"));
         }
     }
+    // A user is refused before anyone is looked up (the rest of the rule, in `decide`, needs
+    // the owner's role and projects).
     if let Some(email) = &request.owner_email {
-        if *email != actor.email && actor.role < Role::Admin {
-            return Err(forbidden(
-                "owner_email",
-                "only admins create sessions for other users",
-            ));
+        if *email != actor.email && !authorization::may_name_others(actor.role) {
+            return Err(forbidden("owner_email", authorization::ONLY_ADMINS));
         }
     }
     Ok(CheckedRequest {
@@ -292,6 +298,19 @@ pub fn decide(
             ),
         )
     })?;
+
+    // Who may create as whom: the one rule every surface asks.
+    let as_principal = |who: &KeyOwner, projects: &BTreeSet<String>| Principal {
+        user_id: who.user_id,
+        role: who.role,
+        projects: projects.clone(),
+    };
+    authorization::may(
+        &as_principal(actor, &context.actor_projects),
+        Action::CreateAs,
+        &as_principal(owner, &context.owner_projects),
+    )
+    .map_err(|refusal| forbidden("owner_email", &refusal.to_string()))?;
 
     // Project and resource group.
     let group = group_of(request);
@@ -540,6 +559,8 @@ mod tests {
         LaunchContext {
             actor: alice.clone(),
             owner: Some(alice),
+            actor_projects: ["research".to_string()].into(),
+            owner_projects: ["research".to_string()].into(),
             group_exists: true,
             project_member: true,
             group_open_to_owner: true,
@@ -784,6 +805,29 @@ mod tests {
         let sessions = decide(&context, &request, &mut no_names()).unwrap();
         assert_eq!(sessions[0].owner.user_id, bob.user_id);
         assert_eq!(sessions[0].requested_by, Some(context.actor.user_id));
+    }
+
+    #[test]
+    fn an_admin_creates_only_for_members_of_their_projects_and_never_for_a_superadmin() {
+        let mut request = request();
+        request.owner_email = Some("boss@x.y".into());
+        let mut context = context();
+        context.actor = user("root@x.y", Role::Admin);
+        context.owner = Some(user("boss@x.y", Role::Superadmin));
+        let (field, message) = refused(&context, &request);
+        assert_eq!(field, "owner_email");
+        assert!(message.contains("never"), "{message}");
+
+        request.owner_email = Some("carol@x.y".into());
+        context.owner = Some(user("carol@x.y", Role::User));
+        context.owner_projects = ["sales".to_string()].into();
+        let (field, message) = refused(&context, &request);
+        assert_eq!(field, "owner_email");
+        assert!(message.contains("own projects"), "{message}");
+
+        // A superadmin creates for anyone, a superadmin too.
+        context.actor = user("boss2@x.y", Role::Superadmin);
+        assert!(decide(&context, &request, &mut no_names()).is_ok());
     }
 
     #[test]

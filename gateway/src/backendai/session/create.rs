@@ -26,6 +26,8 @@ use uuid::Uuid;
 
 use super::body::{self, CreateBody};
 use super::{service_ports, session_detail};
+use events::authorization::Action;
+
 use crate::backendai::{acting_owner, BackendAiCaller, Problem};
 use crate::db;
 use crate::error::ApiError;
@@ -211,7 +213,13 @@ pub(super) async fn create(
         Problem::from(ApiError { field, ..e })
     };
 
-    let owner = acting_owner(&state, &caller, body.owner_access_key.as_deref()).await?;
+    let owner = acting_owner(
+        &state,
+        &caller,
+        body.owner_access_key.as_deref(),
+        Action::CreateAs,
+    )
+    .await?;
     if owner.user_id != caller.owner.user_id {
         body.request.owner_email = Some(owner.email.clone());
     }
