@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs berth's whole test suite on a fresh machine: installs what is missing (Debian's
 # docker-compose, openssh-client, chromium, chromium-driver and iproute2;
-# cargo-nextest from crates.io), starts
+# cargo-nextest and cargo-deny from crates.io), starts
 # PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
 # (infra/images.sh) and installs schemathesis while the tests build (linted by clippy as they
 # compile), then runs every test of the workspace against them and Docker. Formatting is
@@ -89,10 +89,21 @@ install_schemathesis >"$LOGS/schemathesis.log" 2>&1 &
 SCHEMATHESIS=$!
 export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
 
+# cargo-deny (crates.io) holds the dependencies to deny.toml: licences, duplicate versions,
+# sources, and RustSec's advisories where its database can be fetched.
+DENY_RELEASE=0.20.2
+install_cargo_deny() {
+  if ! cargo deny --version 2>/dev/null | grep -q "$DENY_RELEASE"; then
+    cargo install --locked --quiet "cargo-deny@$DENY_RELEASE"
+  fi
+}
+install_cargo_deny >"$LOGS/cargo-deny.log" 2>&1 &
+CARGO_DENY=$!
+
 # Stops the downloads when a step below fails, so the run leaves nothing behind.
 stop_downloads() {
   local pid
-  for pid in "$IMAGES" "$SCHEMATHESIS"; do
+  for pid in "$IMAGES" "$SCHEMATHESIS" "$CARGO_DENY"; do
     pkill -TERM -P "$pid" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
   done
@@ -119,7 +130,18 @@ waited_for() {
 }
 waited_for "the images" "$IMAGES" "$LOGS/images.log"
 waited_for "schemathesis $SCHEMATHESIS_RELEASE" "$SCHEMATHESIS" "$LOGS/schemathesis.log"
+waited_for "cargo-deny $DENY_RELEASE" "$CARGO_DENY" "$LOGS/cargo-deny.log"
 trap - EXIT
+
+say "cargo deny check (deny.toml)"
+cargo deny --log-level error check licenses bans sources
+# RustSec's database lives on GitHub; a machine that cannot reach it (this project's CI reaches
+# only the package registries) says so instead of failing on what it cannot know.
+if timeout 120 cargo deny fetch db >/dev/null 2>&1; then
+  cargo deny --log-level error check advisories
+else
+  say "RustSec's advisory database cannot be fetched from here: advisories not checked"
+fi
 
 # Outside CI, a test whose prerequisite this machine lacks is left out by name, so the
 # runner's summary counts it as skipped; under CI (CI=true) nothing is left out, and such a
