@@ -72,7 +72,7 @@ static NOBODYS_HASH: LazyLock<String> =
     LazyLock::new(|| hash_password("not the password of anyone"));
 
 /// The user whose email and password these are; `None` for an unknown email, a user with no
-/// password set, or a wrong password (alike, and in about the same time).
+/// password set, a disabled user, or a wrong password (alike, and in about the same time).
 pub async fn password_owner<C: GenericClient>(
     client: &C,
     email: &str,
@@ -80,12 +80,14 @@ pub async fn password_owner<C: GenericClient>(
 ) -> Result<Option<KeyOwner>, LedgerError> {
     let row = client
         .query_opt(
-            "SELECT u.user_id, u.role, u.resource_policy, p.password_hash
+            "SELECT u.user_id, u.role, u.resource_policy, p.password_hash, u.disabled
              FROM ledger.users u LEFT JOIN ledger.user_passwords p USING (user_id)
              WHERE u.email = $1",
             &[&email],
         )
         .await?;
+    // A disabled user's password is checked all the same (the same work), then refused.
+    let disabled = row.as_ref().is_some_and(|r| r.get::<_, bool>(4));
     let found = row.and_then(|r| {
         let hash: Option<String> = r.get(3);
         hash.map(|hash| {
@@ -100,7 +102,7 @@ pub async fn password_owner<C: GenericClient>(
     });
     let (owner, hash) = found.unzip();
     let matches = verify_password_off_thread(hash, password).await;
-    let owner = owner.filter(|_| matches);
+    let owner = owner.filter(|_| matches && !disabled);
     Ok(owner)
 }
 
@@ -162,7 +164,8 @@ pub async fn console_sign_in<C: GenericClient>(
     }))
 }
 
-/// The user a console `token` signs in; `None` when it is unknown, signed out or expired.
+/// The user a console `token` signs in; `None` when it is unknown, signed out or expired, or
+/// the user is disabled.
 pub async fn console_owner<C: GenericClient>(
     client: &C,
     token: &str,
@@ -171,7 +174,7 @@ pub async fn console_owner<C: GenericClient>(
         .query_opt(
             "SELECT u.user_id, u.email, u.role, u.resource_policy, c.expires_at
              FROM ledger.console_sign_ins c JOIN ledger.users u USING (user_id)
-             WHERE c.token_sha256 = $1",
+             WHERE c.token_sha256 = $1 AND NOT u.disabled",
             &[&key_digest(token)],
         )
         .await?;
