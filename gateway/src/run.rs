@@ -19,6 +19,7 @@ use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
+use crate::throttle::Peer;
 
 /// The gateway's bound socket, shared by the runs of [`serve`] (one at a time), and its TLS
 /// when it has a certificate.
@@ -130,6 +131,12 @@ impl Drop for Lent {
     }
 }
 
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Lent>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Lent>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
 /// How long connections open at a stop may go on before they are cut.
 pub const OPEN_CONNECTIONS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -148,7 +155,9 @@ pub async fn serve(
     // On the stop, the socket closes (no new connection) and the requests under way finish;
     // connections that stay open past the grace (event streams, followed logs, app
     // circuits) are cut, so a stop is bounded.
-    let graceful = axum::serve(lent, crate::router(state))
+    // Each request knows its peer's address, for the rate limits (`crate::throttle`).
+    let app = crate::router(state).into_make_service_with_connect_info::<Peer>();
+    let graceful = axum::serve(lent, app)
         .with_graceful_shutdown(stop.clone().cancelled_owned());
     let served = tokio::select! {
         served = std::future::IntoFuture::into_future(graceful) => served,
@@ -166,7 +175,7 @@ pub async fn serve(
 }
 
 /// Starts on `tasks`, each until `stop`: the detail cache's subscription to session events
-/// (with NATS), the readiness checks (when the state asks for them), and the app proxy's
+/// and the key cache's to account events (with NATS), the readiness checks (when the state asks for them), and the app proxy's
 /// idle closer, session follower and activity reports (with a proxy; the last two with
 /// NATS).
 fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationToken) {
@@ -177,6 +186,16 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
                 .details
                 .clone()
                 .follow(client.clone(), subject, stop.clone()),
+        );
+        let accounts = [
+            state.topology.category_subject("user"),
+            state.topology.category_subject("console"),
+        ];
+        tasks.spawn(
+            state
+                .keys
+                .clone()
+                .follow(client.clone(), accounts, stop.clone()),
         );
     }
     if state.watches_readiness {

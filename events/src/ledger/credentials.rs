@@ -4,7 +4,10 @@
 //! 19 MiB, two passes), never as itself; a console sign-in by the SHA-256 of its token, as
 //! an API key is. The rules (a password's length, how long a sign-in lasts) are the domain's
 //! (`domain::credentials`). Hashing takes tens of milliseconds of one core on purpose, so it
-//! runs on tokio's blocking threads, never on the ones that serve requests.
+//! runs on tokio's blocking threads, never on the ones that serve requests, and at most
+//! [`hashing_slots`] hashes at once (twice the cores): a flood of sign-ins waits its turn
+//! rather than taking 19 MiB and a thread each (the gateway also limits them per address and
+//! per email).
 
 use std::sync::LazyLock;
 
@@ -42,18 +45,36 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
     })
 }
 
-/// [`hash_password`] on a blocking thread.
+/// How many hashes may run at once: twice the cores this process may use.
+pub fn hashing_slots() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+static HASHING: LazyLock<tokio::sync::Semaphore> =
+    LazyLock::new(|| tokio::sync::Semaphore::new(hashing_slots()));
+
+/// A turn to hash, waited for.
+async fn hashing_turn() -> tokio::sync::SemaphorePermit<'static> {
+    HASHING
+        .acquire()
+        .await
+        .expect("the hashing semaphore is never closed")
+}
+
+/// [`hash_password`] on a blocking thread, in its turn.
 pub async fn hash_password_off_thread(password: &str) -> String {
     let password = password.to_owned();
+    let _turn = hashing_turn().await;
     tokio::task::spawn_blocking(move || hash_password(&password))
         .await
         .expect("hashing does not panic")
 }
 
-/// [`verify_password`] on a blocking thread; with no hash, checks against one of a password
+/// [`verify_password`] on a blocking thread, in its turn; with no hash, checks against one of a password
 /// nobody has (and answers false), spending the same work.
 pub async fn verify_password_off_thread(hash: Option<String>, password: &str) -> bool {
     let password = password.to_owned();
+    let _turn = hashing_turn().await;
     tokio::task::spawn_blocking(move || match hash {
         Some(hash) => verify_password(&hash, &password),
         None => {

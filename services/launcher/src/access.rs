@@ -397,9 +397,10 @@ pub async fn issue_backendai_keypair(
     Ok((user_id, access_key))
 }
 
-/// Revokes Backend.AI keypair `access_key` (`BackendAiKeypairRevoked`); revoking one already
-/// revoked changes nothing. An access key nobody was issued is [`AccessError::Unknown`].
-pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<(), AccessError> {
+/// Revokes Backend.AI keypair `access_key` (`BackendAiKeypairRevoked`) and returns its
+/// holder; revoking one already revoked changes nothing. An access key nobody was issued is
+/// [`AccessError::Unknown`].
+pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<Uuid, AccessError> {
     let client = pool.get().await?;
     let found = ledger::backendai_keypairs(&client, None, Some(access_key)).await?;
     drop(client);
@@ -410,14 +411,16 @@ pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<(
             what: "Backend.AI access key",
             name: access_key.to_owned(),
         })?;
+    let holder = keypair.user_id;
     if !keypair.active {
-        return Ok(());
+        return Ok(holder);
     }
     let event = Event::BackendAiKeypairRevoked(BackendAiKeypairRevoked {
         user_id: keypair.user_id,
         access_key: keypair.access_key,
     });
-    record(pool, stream_id("user", keypair.user_id), &[event]).await
+    record(pool, stream_id("user", holder), &[event]).await?;
+    Ok(holder)
 }
 
 pub async fn create_project(pool: &Pool, name: &str, description: &str) -> Result<(), AccessError> {
