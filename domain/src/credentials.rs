@@ -98,10 +98,9 @@ pub fn key_expiry(
                 ))
             }
         }
-        (None, Some(at)) if at <= now => Err(refuse(
-            "expires_at",
-            format!("{at} is not in the future"),
-        )),
+        (None, Some(at)) if at <= now => {
+            Err(refuse("expires_at", format!("{at} is not in the future")))
+        }
         (None, Some(at)) if at > latest => Err(refuse(
             "expires_at",
             format!("{at} is more than ten years ahead"),

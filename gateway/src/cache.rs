@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use chrono::{DateTime, Utc};
 use events::catalogue::Event;
+use events::credentials::key_is_live;
 use events::ledger::KeyOwner;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -184,7 +186,8 @@ pub(crate) struct KeyCache(Arc<KeyEntries>);
 pub(crate) struct KeyEntries {
     /// Whether the account events are followed; until then nothing is kept.
     live: AtomicBool,
-    entries: RwLock<HashMap<String, (KeyOwner, Instant)>>,
+    /// Each key's owner, when it was looked up, and when the key expires.
+    entries: RwLock<HashMap<String, (KeyOwner, Instant, Option<DateTime<Utc>>)>>,
 }
 
 impl KeyCache {
@@ -201,14 +204,18 @@ impl KeyCache {
         }
         let entries = self.0.entries.read().unwrap_or_else(|e| e.into_inner());
         match entries.get(key) {
-            Some((owner, at)) if at.elapsed() < KEY_CACHE_TTL => Some(owner.clone()),
+            Some((owner, at, expires))
+                if at.elapsed() < KEY_CACHE_TTL && key_is_live(*expires, Utc::now()) =>
+            {
+                Some(owner.clone())
+            }
             _ => None,
         }
     }
 
-    /// Keeps `owner` as the owner of the key kept as `key`, looked up now (while the account
-    /// events are followed).
-    pub(crate) fn keep(&self, key: String, owner: KeyOwner) {
+    /// Keeps `owner` as the owner of the key kept as `key`, looked up now, until `expires`
+    /// at the latest (while the account events are followed).
+    pub(crate) fn keep(&self, key: String, owner: KeyOwner, expires: Option<DateTime<Utc>>) {
         if !self.0.live.load(Ordering::Acquire) {
             return;
         }
@@ -216,7 +223,7 @@ impl KeyCache {
         if entries.len() >= CAPACITY {
             entries.clear();
         }
-        entries.insert(key, (owner, Instant::now()));
+        entries.insert(key, (owner, Instant::now(), expires));
     }
 
     /// Forgets every key of `user` (one revoked, or the user changed).
@@ -225,7 +232,7 @@ impl KeyCache {
             .entries
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, (owner, _)| owner.user_id != user);
+            .retain(|_, (owner, _, _)| owner.user_id != user);
     }
 
     fn clear(&self) {
@@ -309,12 +316,18 @@ mod tests {
     fn keys_are_kept_only_while_followed_and_connected_and_forgotten_by_user() {
         let cache = KeyCache::default();
         let (alice, bob) = (Uuid::now_v7(), Uuid::now_v7());
-        cache.keep("k1".into(), owner(alice));
+        cache.keep("k1".into(), owner(alice), None);
         assert!(cache.fresh("k1", true).is_none(), "not followed: not kept");
         cache.0.live.store(true, Ordering::Release);
-        cache.keep("k1".into(), owner(alice));
-        cache.keep("k2".into(), owner(alice));
-        cache.keep("k3".into(), owner(bob));
+        cache.keep("k1".into(), owner(alice), None);
+        cache.keep("k2".into(), owner(alice), None);
+        cache.keep("k3".into(), owner(bob), None);
+        let past = Utc::now() - chrono::TimeDelta::seconds(1);
+        cache.keep("expired".into(), owner(bob), Some(past));
+        assert!(
+            cache.fresh("expired", true).is_none(),
+            "expired: not served"
+        );
         assert_eq!(cache.fresh("k1", true).unwrap().user_id, alice);
         cache.forget_user(alice);
         assert!(cache.fresh("k1", true).is_none());

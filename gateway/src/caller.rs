@@ -71,7 +71,8 @@ async fn authenticate(state: &AppState, key: &str, from: IpAddr) -> Result<KeyOw
         .throttle
         .key_lookup(from)
         .map_err(|t| ApiError::too_many("an API key", t.retry_after_secs()).field("X-API-Key"))?;
-    let owner = lookup_key(state, key).await?.ok_or_else(|| {
+    let client = state.pool.get().await?;
+    let (owner, expires) = ledger::live_key(&client, key).await?.ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
@@ -79,7 +80,7 @@ async fn authenticate(state: &AppState, key: &str, from: IpAddr) -> Result<KeyOw
         )
         .field("X-API-Key")
     })?;
-    state.keys.keep(digest, owner.clone());
+    state.keys.keep(digest, owner.clone(), expires);
     Ok(owner)
 }
 

@@ -157,8 +157,7 @@ pub async fn serve(
     // circuits) are cut, so a stop is bounded.
     // Each request knows its peer's address, for the rate limits (`crate::throttle`).
     let app = crate::router(state).into_make_service_with_connect_info::<Peer>();
-    let graceful = axum::serve(lent, app)
-        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    let graceful = axum::serve(lent, app).with_graceful_shutdown(stop.clone().cancelled_owned());
     let served = tokio::select! {
         served = std::future::IntoFuture::into_future(graceful) => served,
         _ = async {

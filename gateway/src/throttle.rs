@@ -140,7 +140,9 @@ mod tests {
         let refused = throttle.sign_in(from, "u10@x").unwrap_err();
         assert!(refused.retry_after_secs() >= 1 && refused.retry_after_secs() <= 60);
         // Another address is not held back by this one.
-        assert!(throttle.sign_in("192.0.2.8".parse().unwrap(), "v@x").is_ok());
+        assert!(throttle
+            .sign_in("192.0.2.8".parse().unwrap(), "v@x")
+            .is_ok());
     }
 
     #[test]

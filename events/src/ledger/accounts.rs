@@ -353,7 +353,13 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.api_keys"),
-            ["key_sha256", "key_prefix", "user_id", "expires_at", "revoked"],
+            [
+                "key_sha256",
+                "key_prefix",
+                "user_id",
+                "expires_at",
+                "revoked",
+            ],
             &self
                 .api_keys
                 .iter()

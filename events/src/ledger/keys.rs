@@ -42,6 +42,15 @@ pub async fn key_owner<C: GenericClient>(
     client: &C,
     key: &str,
 ) -> Result<Option<KeyOwner>, LedgerError> {
+    Ok(live_key(client, key).await?.map(|(owner, _)| owner))
+}
+
+/// [`key_owner`], with when the key expires (never, with none), for a cache that must stop
+/// honouring it then.
+pub async fn live_key<C: GenericClient>(
+    client: &C,
+    key: &str,
+) -> Result<Option<(KeyOwner, Option<chrono::DateTime<Utc>>)>, LedgerError> {
     let row = client
         .query_opt(
             "SELECT u.user_id, u.email, u.role, u.resource_policy, k.expires_at
@@ -53,7 +62,7 @@ pub async fn key_owner<C: GenericClient>(
     Ok(row
         .filter(|r| key_is_live(r.get(4), Utc::now()))
         .as_ref()
-        .map(owner_of_row))
+        .map(|r| (owner_of_row(r), r.get(4))))
 }
 
 /// An API key as the ledger keeps it (its digest, never the key).

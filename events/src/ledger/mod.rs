@@ -51,7 +51,7 @@ mod sessions;
 pub use agents::ever_admitted;
 pub use credentials::{console_owner, password_owner};
 pub use keys::{
-    api_keys_by_prefix, backendai_key_owner, backendai_keypairs, key_digest, key_owner,
+    api_keys_by_prefix, backendai_key_owner, backendai_keypairs, key_digest, key_owner, live_key,
     ApiKeyRecord, BackendAiKeypair, KeyOwner,
 };
 pub use record::{record, record_now};

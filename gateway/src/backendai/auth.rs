@@ -302,7 +302,7 @@ async fn owner_of(
         .ok_or_else(|| {
             Problem::auth_failed("unknown or revoked access key, or its holder is disabled")
         })?;
-    state.keys.keep(cached, owner.clone());
+    state.keys.keep(cached, owner.clone(), None);
     Ok(owner)
 }
 

@@ -184,7 +184,8 @@ async fn set_disabled(
 ) -> Result<StatusCode, ApiError> {
     superadmin_only(&caller)?;
     checked_email("email", &param.email)?;
-    let user = access::set_user_disabled(&state.pool, caller.user_id, &param.email, disabled).await?;
+    let user =
+        access::set_user_disabled(&state.pool, caller.user_id, &param.email, disabled).await?;
     // This gateway at once; every other when the relayed event reaches it.
     state.keys.forget_user(user);
     Ok(StatusCode::NO_CONTENT)
