@@ -186,9 +186,11 @@ pub(crate) struct KeyCache(Arc<KeyEntries>);
 pub(crate) struct KeyEntries {
     /// Whether the account events are followed; until then nothing is kept.
     live: AtomicBool,
-    /// Each key's owner, when it was looked up, and when the key expires.
-    entries: RwLock<HashMap<String, (KeyOwner, Instant, Option<DateTime<Utc>>)>>,
+    entries: RwLock<HashMap<String, KeptKey>>,
 }
+
+/// A key's owner, when it was looked up, and when the key expires (never, with none).
+type KeptKey = (KeyOwner, Instant, Option<DateTime<Utc>>);
 
 impl KeyCache {
     /// The owner of the key kept as `key`, when it was looked up less than [`KEY_CACHE_TTL`]
