@@ -4,8 +4,9 @@
 //! **Keys.** A key's owner is kept for [`KEY_CACHE_TTL`] at most, and only while the gateway
 //! follows the account events on NATS (`user-*` and `console-*` streams, as the relay
 //! publishes them): every such event (a key revoked, a user disabled or given another role, a
-//! keypair revoked, a password set) drops what is kept for its user, so a revocation holds on
-//! every gateway as soon as the relay has published it, not after the time-to-live. The
+//! keypair revoked, a password set) drops what is kept for its user, and so does the word the
+//! gateway that made the change publishes at once (`bus::Subjects::keys_forget`), so a
+//! revocation holds on every gateway within milliseconds, not after the time-to-live. The
 //! time-to-live stays as the backstop for a message lost; while NATS is away nothing is kept
 //! and what was kept is dropped, since events may be missed meanwhile.
 //!
@@ -246,19 +247,26 @@ impl KeyCache {
     }
 
     /// Follows the account events on `subjects` (the relay's subjects of the `user` and
-    /// `console` streams) until `stop`, forgetting a user's keys at each of theirs; keeps keys
-    /// only meanwhile. A subscription that ends is made again, everything kept dropped.
+    /// `console` streams) and the gateways' word on `forget` (a user's id, published by the
+    /// gateway that made the change, at once) until `stop`, forgetting a user's keys at each;
+    /// keeps keys only meanwhile. A subscription that ends is made again, everything kept
+    /// dropped.
     pub(crate) async fn follow(
         self,
         nats: async_nats::Client,
         subjects: [String; 2],
+        forget: String,
         stop: CancellationToken,
     ) {
         loop {
             let subscribed = async {
                 let users = nats.subscribe(subjects[0].clone()).await?;
                 let consoles = nats.subscribe(subjects[1].clone()).await?;
-                Ok::<_, async_nats::SubscribeError>(futures::stream::select(users, consoles))
+                let forgets = nats.subscribe(forget.clone()).await?;
+                Ok::<_, async_nats::SubscribeError>(futures::stream::select(
+                    futures::stream::select(users, consoles),
+                    forgets,
+                ))
             };
             match subscribed.await {
                 Ok(mut messages) => {
@@ -269,7 +277,10 @@ impl KeyCache {
                             m = messages.next() => m,
                         };
                         let Some(message) = message else { break };
-                        if let Some(user) = account_event_user(&message.payload) {
+                        let said = std::str::from_utf8(&message.payload)
+                            .ok()
+                            .and_then(|text| Uuid::parse_str(text).ok());
+                        if let Some(user) = said.or_else(|| account_event_user(&message.payload)) {
                             self.forget_user(user);
                         }
                     }

@@ -190,12 +190,12 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
             state.topology.category_subject("user"),
             state.topology.category_subject("console"),
         ];
-        tasks.spawn(
-            state
-                .keys
-                .clone()
-                .follow(client.clone(), accounts, stop.clone()),
-        );
+        tasks.spawn(state.keys.clone().follow(
+            client.clone(),
+            accounts,
+            state.agent_bus.keys_forget(),
+            stop.clone(),
+        ));
     }
     if state.watches_readiness {
         let watch = crate::ready::watch(

@@ -94,6 +94,21 @@ impl AppState {
         self
     }
 
+    /// Forgets the keys kept for `user` here, and tells every other gateway to (at once, over
+    /// NATS; one that misses the word hears the relayed event, or its cache's time-to-live
+    /// ends).
+    pub(crate) async fn forget_user(&self, user: uuid::Uuid) {
+        self.keys.forget_user(user);
+        if let Some(nats) = &self.nats {
+            let said = nats
+                .publish(self.agent_bus.keys_forget(), user.to_string().into())
+                .await;
+            if let Err(e) = said {
+                tracing::warn!(error = %e, %user, "other gateways not told to forget a user's keys");
+            }
+        }
+    }
+
     /// The NATS client while it is connected; otherwise 503 `bus_unavailable`, saying that
     /// `what` cannot be done now.
     pub(crate) fn bus(&self, what: &str) -> Result<&async_nats::Client, ApiError> {

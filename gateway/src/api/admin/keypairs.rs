@@ -126,6 +126,6 @@ pub async fn admin_revoke_keypair(
         })?;
     // This gateway forgets the holder's keys at once; every other gateway when the relayed
     // event reaches it (`crate::cache::KeyCache`).
-    state.keys.forget_user(holder);
+    state.forget_user(holder).await;
     Ok(StatusCode::NO_CONTENT)
 }

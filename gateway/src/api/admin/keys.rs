@@ -150,6 +150,6 @@ pub async fn admin_revoke_key(
             other => other.into(),
         })?;
     // This gateway at once; every other when the relayed event reaches it.
-    state.keys.forget_user(holder);
+    state.forget_user(holder).await;
     Ok(StatusCode::NO_CONTENT)
 }

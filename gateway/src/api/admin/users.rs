@@ -187,7 +187,7 @@ async fn set_disabled(
     let user =
         access::set_user_disabled(&state.pool, caller.user_id, &param.email, disabled).await?;
     // This gateway at once; every other when the relayed event reaches it.
-    state.keys.forget_user(user);
+    state.forget_user(user).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -214,6 +214,6 @@ pub async fn admin_set_role(
     checked_email("email", &param.email)?;
     let RoleSet { role } = parse_body(body)?;
     let user = access::set_role(&state.pool, caller.user_id, &param.email, role).await?;
-    state.keys.forget_user(user);
+    state.forget_user(user).await;
     Ok(StatusCode::NO_CONTENT)
 }
