@@ -486,7 +486,9 @@ fn the_code_map_check_sees_a_renamed_path_and_a_renamed_item() {
 /// handles; then the state and the reads; then who is calling) stands under the surfaces (the
 /// REST API and its event stream; the console and Backend.AI's API), which the router composes.
 const GATEWAY_FLOORS: &[&[&str]] = &[
-    &["error", "model", "handles", "headers", "metrics", "tls"],
+    &[
+        "error", "model", "handles", "headers", "metrics", "throttle", "tls",
+    ],
     &["state", "db", "cache", "projection", "proxy"],
     &["caller", "ready", "authorize"],
     &["api", "sse"],

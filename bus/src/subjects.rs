@@ -126,6 +126,13 @@ impl Subjects {
         format!("{}.proxy.busy", self.root)
     }
 
+    /// Where a gateway that changed a user's credentials (a key revoked, the user disabled,
+    /// enabled or given another role) tells every gateway to forget the keys it keeps for
+    /// them, at once, before the relay publishes the event (the payload: the user's id).
+    pub fn keys_forget(&self) -> String {
+        format!("{}.keys.forget", self.root)
+    }
+
     /// Where the idle-reaper answers which sessions it would reap now, and why.
     pub fn idle_preview(&self) -> String {
         format!("{}.idle.preview", self.root)

@@ -430,6 +430,8 @@ pub enum CircuitCloseReason {
     SessionEnded,
     /// Nothing passed through it for the proxy's idle timeout.
     Idle,
+    /// Its session's owner was disabled (`UserDisabled`).
+    OwnerDisabled,
 }
 
 /// Whether a circuit has sat idle long enough to close: no connection open through it and no

@@ -172,6 +172,14 @@ catalogue! {
     UserCreated(UserCreated) = "UserCreated" v 1,
     /// An API key was issued to a user (only its hash is kept).
     ApiKeyIssued(ApiKeyIssued) = "ApiKeyIssued" v 1,
+    /// An API key was revoked.
+    ApiKeyRevoked(ApiKeyRevoked) = "ApiKeyRevoked" v 1,
+    /// A user was disabled (keys, keypairs, sign-ins and circuits refused; sessions run on).
+    UserDisabled(UserDisabled) = "UserDisabled" v 1,
+    /// A disabled user was enabled again.
+    UserEnabled(UserEnabled) = "UserEnabled" v 1,
+    /// A user's role changed.
+    UserRoleChanged(UserRoleChanged) = "UserRoleChanged" v 1,
     /// A Backend.AI keypair was issued to a user (only its access key is kept; the secret is
     /// derived from it with a master key outside the log).
     BackendAiKeypairIssued(BackendAiKeypairIssued) = "BackendAiKeypairIssued" v 1,
@@ -183,6 +191,8 @@ catalogue! {
     ConsoleSignedIn(ConsoleSignedIn) = "ConsoleSignedIn" v 1,
     /// A person signed out of the web console.
     ConsoleSignedOut(ConsoleSignedOut) = "ConsoleSignedOut" v 1,
+    /// Every console sign-in of a user ended (a password change, the user disabled).
+    ConsoleSignedOutEverywhere(ConsoleSignedOutEverywhere) = "ConsoleSignedOutEverywhere" v 1,
     /// A project was created.
     ProjectCreated(ProjectCreated) = "ProjectCreated" v 1,
     /// A user became a member of a project.
@@ -428,6 +438,19 @@ mod tests {
                 user_id: id,
                 key_prefix: "berth_012345".into(),
                 key_sha256: "ab".repeat(32),
+                expires_at: Some(at),
+            }),
+            Event::ApiKeyRevoked(ApiKeyRevoked {
+                user_id: id,
+                key_prefix: "berth_012345".into(),
+                key_sha256: "ab".repeat(32),
+            }),
+            Event::UserDisabled(UserDisabled { user_id: id }),
+            Event::UserEnabled(UserEnabled { user_id: id }),
+            Event::UserRoleChanged(UserRoleChanged {
+                user_id: id,
+                from: Role::User,
+                to: Role::Admin,
             }),
             Event::BackendAiKeypairIssued(BackendAiKeypairIssued {
                 user_id: id,
@@ -450,6 +473,10 @@ mod tests {
             Event::ConsoleSignedOut(ConsoleSignedOut {
                 user_id: id,
                 token_sha256: "cd".repeat(32),
+            }),
+            Event::ConsoleSignedOutEverywhere(ConsoleSignedOutEverywhere {
+                user_id: id,
+                reason: SignOutReason::PasswordChanged,
             }),
             Event::ProjectCreated(ProjectCreated {
                 name: "research".into(),

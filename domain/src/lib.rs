@@ -4,7 +4,8 @@
 //!   serialised boundary every service shares.
 //! - [`apps`]: the apps a session offers (the terminal, its image's, its preopen ports) and
 //!   the rules of the proxy circuits that reach them.
-//! - [`credentials`]: the rule a password keeps and how long a web-console sign-in lasts.
+//! - [`credentials`]: the rule a password keeps, how long a web-console sign-in and an API key
+//!   last, and who may change whose account.
 //! - [`fair_share`]: decayed past use, fair-share factors and dominant shares, which order a
 //!   resource group's queue under `fair-share` and `drf`.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).

@@ -533,6 +533,58 @@ pub struct ApiKeyIssued {
     /// The key's first characters, to tell keys apart without revealing them.
     pub key_prefix: String,
     pub key_sha256: String,
+    /// When the key stops being honoured (`domain::credentials::key_is_live`); none: never.
+    /// Absent from keys issued before expiries existed, which never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// An API key was revoked: it is refused from now on, on every gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiKeyRevoked {
+    pub user_id: Uuid,
+    pub key_prefix: String,
+    pub key_sha256: String,
+}
+
+/// A user was disabled: their API keys, Backend.AI keypairs and console sign-ins are refused
+/// and their circuits closed; their sessions keep running.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserDisabled {
+    pub user_id: Uuid,
+}
+
+/// A disabled user was enabled again: their keys and keypairs are honoured again (their
+/// console sign-ins ended when they were disabled).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserEnabled {
+    pub user_id: Uuid,
+}
+
+/// A user's role changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserRoleChanged {
+    pub user_id: Uuid,
+    pub from: Role,
+    pub to: Role,
+}
+
+/// Why every console sign-in of a user ended at once.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignOutReason {
+    /// Their password changed.
+    PasswordChanged,
+    /// They were disabled.
+    UserDisabled,
+}
+
+/// Every console sign-in of a user ended (signed out everywhere).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsoleSignedOutEverywhere {
+    pub user_id: Uuid,
+    pub reason: SignOutReason,
 }
 
 /// A Backend.AI keypair was issued to a user, for Backend.AI's own client (HMAC-signed

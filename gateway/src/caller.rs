@@ -1,10 +1,13 @@
 //! Who is calling, every way the gateway identifies a caller of its API: an API key in the
 //! `X-API-Key` header (or `Authorization: Bearer <key>`), looked up in the ledger and kept a
-//! little while ([`authenticate`]), or the web console's sign-in cookie on a same-origin
+//! little while ([`authenticate`]; a lookup of a key not kept counts against its address's
+//! budget, `crate::throttle`), or the web console's sign-in cookie on a same-origin
 //! request ([`console_caller`]). [`Caller`] is the extractor the REST handlers and the event
 //! stream take; the console's pages read the same cookie (`crate::console::auth::Viewer`).
 //! Backend.AI's signed requests are identified by `crate::backendai::auth::BackendAiCaller`,
 //! whose refusals are Backend.AI's own problem JSON.
+
+use std::net::IpAddr;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -43,26 +46,41 @@ impl FromRequestParts<AppState> for Caller {
             )
             .field("X-API-Key")
         })?;
-        authenticate(state, key).await.map(Caller)
+        let from = crate::throttle::source(&parts.extensions);
+        authenticate(state, key, from).await.map(Caller)
     }
 }
 
+/// Whether NATS is connected now, so the key cache hears of every account event.
+pub(crate) fn bus_connected(state: &AppState) -> bool {
+    state
+        .nats
+        .as_ref()
+        .is_some_and(|c| c.connection_state() == async_nats::connection::State::Connected)
+}
+
 /// The owner of API key `key`: from the state's cache while fresh, else from the ledger
-/// (and then kept); 401 `unauthenticated` for a key nobody owns.
-async fn authenticate(state: &AppState, key: &str) -> Result<KeyOwner, ApiError> {
+/// (and then kept); 401 `unauthenticated` for a key nobody owns (or revoked, expired, its
+/// owner disabled), 429 when `from` caused too many lookups lately.
+async fn authenticate(state: &AppState, key: &str, from: IpAddr) -> Result<KeyOwner, ApiError> {
     let digest = events::ledger::key_digest(key);
-    if let Some(owner) = state.keys.fresh(&digest).await {
+    if let Some(owner) = state.keys.fresh(&digest, bus_connected(state)) {
         return Ok(owner);
     }
-    let owner = lookup_key(state, key).await?.ok_or_else(|| {
+    state
+        .throttle
+        .key_lookup(from)
+        .map_err(|t| ApiError::too_many("an API key", t.retry_after_secs()).field("X-API-Key"))?;
+    let client = state.pool.get().await?;
+    let (owner, expires) = ledger::live_key(&client, key).await?.ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
-            "unknown API key",
+            "unknown, revoked or expired API key, or its holder is disabled",
         )
         .field("X-API-Key")
     })?;
-    state.keys.keep(digest, owner.clone()).await;
+    state.keys.keep(digest, owner.clone(), expires);
     Ok(owner)
 }
 

@@ -22,6 +22,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub field: Option<String>,
     pub message: String,
+    /// Seconds a 429 asks the client to wait (`Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -31,7 +33,20 @@ impl ApiError {
             code,
             field: None,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// 429 `too_many_attempts`: `what` was tried too often from here; try again after
+    /// `retry_after` seconds (`Retry-After`).
+    pub fn too_many(what: &str, retry_after: u64) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_attempts",
+            format!("{what} was tried too often; try again in {retry_after} s"),
+        );
+        e.retry_after = Some(retry_after);
+        e
     }
 
     pub fn field(mut self, field: impl Into<String>) -> ApiError {
@@ -109,6 +124,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
@@ -155,6 +175,9 @@ impl From<AccessError> for ApiError {
             e @ AccessError::Unknown { what, .. } => {
                 let field = what.replace(' ', "_");
                 ApiError::not_found(e.to_string()).field(field)
+            }
+            AccessError::Ambiguous { field, message } => {
+                ApiError::new(StatusCode::CONFLICT, "ambiguous", message).field(field)
             }
             AccessError::Ledger(e) => e.into(),
         }

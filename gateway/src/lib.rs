@@ -41,6 +41,7 @@ pub mod ready;
 pub mod run;
 pub mod sse;
 mod state;
+pub mod throttle;
 pub mod tls;
 
 pub use handles::MetricsRender;
@@ -115,6 +116,10 @@ fn routes() -> OpenApiRouter<AppState> {
             api::admin::users::admin_create_user
         ))
         .routes(routes!(api::admin::users::admin_set_password))
+        .routes(routes!(api::admin::users::admin_disable_user))
+        .routes(routes!(api::admin::users::admin_enable_user))
+        .routes(routes!(api::admin::users::admin_set_role))
+        .routes(routes!(api::admin::keys::admin_revoke_key))
         .routes(routes!(
             api::admin::keys::admin_list_keys,
             api::admin::keys::admin_issue_key
@@ -243,7 +248,7 @@ async fn apps_by_host(State(state): State<AppState>, request: Request, next: Nex
     // Without the client's address (a router served without it), no allowed range admits it.
     let peer = request
         .extensions()
-        .get::<axum::extract::ConnectInfo<run::ClientAddress>>()
+        .get::<axum::extract::ConnectInfo<throttle::Peer>>()
         .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0 .0);
     match proxy.serve_host(peer, request).await {
         Ok(answered) => answered,
@@ -373,6 +378,10 @@ mod tests {
             ("get", "/v1/admin/users"),
             ("post", "/v1/admin/users"),
             ("put", "/v1/admin/passwords"),
+            ("post", "/v1/admin/users/{email}/disable"),
+            ("post", "/v1/admin/users/{email}/enable"),
+            ("put", "/v1/admin/users/{email}/role"),
+            ("post", "/v1/admin/api-keys/{prefix}/revoke"),
             ("get", "/v1/admin/api-keys"),
             ("post", "/v1/admin/api-keys"),
             ("get", "/v1/admin/backendai-keypairs"),

@@ -741,6 +741,9 @@ pub struct AdminUser {
     pub api_keys: i64,
     /// Whether they have a password for the web console.
     pub has_password: bool,
+    /// Whether they are disabled (nothing of theirs is honoured until they are enabled).
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 /// `GET /v1/admin/users`: by email.
@@ -758,6 +761,12 @@ pub struct ApiKeyListed {
     pub key_prefix: String,
     pub user_id: Uuid,
     pub email: String,
+    /// Whether it was revoked.
+    #[serde(default)]
+    pub revoked: bool,
+    /// When it is refused from; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// `GET /v1/admin/api-keys`: by owner's email, then prefix.
@@ -776,6 +785,9 @@ pub struct IssuedKey {
     pub email: String,
     /// The API key; berth keeps only its digest, so it is shown only now.
     pub api_key: String,
+    /// When it is refused from; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A Backend.AI keypair just issued (`POST /v1/admin/backendai-keypairs`), for Backend.AI's

@@ -41,6 +41,10 @@ const ERRORS: &[(&str, &str)] = &[
     ),
     ("413", "the body is too large"),
     (
+        "429",
+        "too many unknown keys from this address: wait as `Retry-After` says",
+    ),
+    (
         "422",
         "a field or parameter breaks a rule; `field` names it",
     ),

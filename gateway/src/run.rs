@@ -19,6 +19,7 @@ use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
+use crate::throttle::Peer;
 
 /// The gateway's bound socket, shared by the runs of [`serve`] (one at a time), and its TLS
 /// when it has a certificate.
@@ -130,16 +131,9 @@ impl Drop for Lent {
     }
 }
 
-/// The address of a request's client, as [`serve`]'s listener accepted its connection (a
-/// request's `ConnectInfo`).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientAddress(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Lent>>
-    for ClientAddress
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Lent>) -> ClientAddress {
-        ClientAddress(*stream.remote_addr())
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Lent>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Lent>) -> Peer {
+        Peer(*stream.remote_addr())
     }
 }
 
@@ -161,10 +155,10 @@ pub async fn serve(
     // On the stop, the socket closes (no new connection) and the requests under way finish;
     // connections that stay open past the grace (event streams, followed logs, app
     // circuits) are cut, so a stop is bounded.
-    // Each request knows its client's address (an app circuit routed by host admits by it).
-    let service = crate::router(state).into_make_service_with_connect_info::<ClientAddress>();
-    let graceful =
-        axum::serve(lent, service).with_graceful_shutdown(stop.clone().cancelled_owned());
+    // Each request knows its peer's address: for the rate limits (`crate::throttle`) and for
+    // an app circuit routed by host, which admits by it.
+    let app = crate::router(state).into_make_service_with_connect_info::<Peer>();
+    let graceful = axum::serve(lent, app).with_graceful_shutdown(stop.clone().cancelled_owned());
     let served = tokio::select! {
         served = std::future::IntoFuture::into_future(graceful) => served,
         _ = async {
@@ -181,7 +175,7 @@ pub async fn serve(
 }
 
 /// Starts on `tasks`, each until `stop`: the detail cache's subscription to session events
-/// (with NATS), the readiness checks (when the state asks for them), and the app proxy's
+/// and the key cache's to account events (with NATS), the readiness checks (when the state asks for them), and the app proxy's
 /// idle closer, session follower and activity reports (with a proxy; the last two with
 /// NATS).
 fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationToken) {
@@ -193,6 +187,16 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
                 .clone()
                 .follow(client.clone(), subject, stop.clone()),
         );
+        let accounts = [
+            state.topology.category_subject("user"),
+            state.topology.category_subject("console"),
+        ];
+        tasks.spawn(state.keys.clone().follow(
+            client.clone(),
+            accounts,
+            state.agent_bus.keys_forget(),
+            stop.clone(),
+        ));
     }
     if state.watches_readiness {
         let watch = crate::ready::watch(

@@ -1,27 +1,22 @@
 //! What every handler shares ([`AppState`]): the pool, the NATS client, where events and
 //! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
-//! readiness report, the metrics exposition, Backend.AI's keys and the create queue. Data
-//! only: it imports the ground floor (`error`, `handles`, `headers`) and its own (`cache`, `proxy`);
+//! readiness report, the metrics exposition, Backend.AI's keys, the rate limits and the create
+//! queue. Data only: it imports the ground floor (`error`, `handles`, `headers`, `throttle`) and
+//! its own (`cache`, `proxy`);
 //! everything above (`caller`, `ready`, the surfaces, the router in `lib.rs`) is built over it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use deadpool_postgres::Pool;
-use events::ledger::KeyOwner;
 use events::relay::Topology;
-use tokio::sync::RwLock;
 
+use crate::cache::KeyCache;
 use crate::error::ApiError;
 use crate::handles::{BackendAiKeys, MetricsRender, Readiness};
 use crate::headers::CookiePolicy;
+use crate::throttle::Throttle;
 use crate::{cache, proxy};
-
-/// How long a looked-up API key is trusted before it is looked up again.
-const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -33,6 +28,8 @@ pub struct AppState {
     pub agent_bus: bus::Subjects,
     /// API keys looked up lately (see [`KeyCache`]).
     pub(crate) keys: KeyCache,
+    /// The limits on sign-ins and on failed authentication (`crate::throttle`).
+    pub(crate) throttle: Throttle,
     pub(crate) details: Arc<cache::DetailCache>,
     /// The app proxy, when this gateway serves one.
     pub proxy: Option<Arc<proxy::Proxy>>,
@@ -76,6 +73,7 @@ impl AppState {
             topology,
             agent_bus: bus::Subjects::default(),
             keys: KeyCache::default(),
+            throttle: Throttle::default(),
             details: Arc::new(cache::DetailCache::new(detail_ttl)),
             proxy: None,
             readiness: Readiness::default(),
@@ -111,6 +109,21 @@ impl AppState {
     pub fn with_create_queue(mut self, creates: usize) -> AppState {
         self.creates = Arc::new(tokio::sync::Semaphore::new(creates));
         self
+    }
+
+    /// Forgets the keys kept for `user` here, and tells every other gateway to (at once, over
+    /// NATS; one that misses the word hears the relayed event, or its cache's time-to-live
+    /// ends).
+    pub(crate) async fn forget_user(&self, user: uuid::Uuid) {
+        self.keys.forget_user(user);
+        if let Some(nats) = &self.nats {
+            let said = nats
+                .publish(self.agent_bus.keys_forget(), user.to_string().into())
+                .await;
+            if let Err(e) = said {
+                tracing::warn!(error = %e, %user, "other gateways not told to forget a user's keys");
+            }
+        }
     }
 
     /// The NATS client while it is connected; otherwise 503 `bus_unavailable`, saying that
@@ -164,32 +177,5 @@ impl AppState {
     pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
         self.agent_bus = subjects;
         self
-    }
-}
-
-/// The owners of API keys looked up lately, by the key's digest, each trusted for
-/// [`KEY_CACHE_TTL`] before it is looked up again.
-#[derive(Clone, Default)]
-pub(crate) struct KeyCache(Arc<RwLock<HashMap<String, (KeyOwner, Instant)>>>);
-
-impl KeyCache {
-    /// The owner of the key with `digest`, when it was looked up less than
-    /// [`KEY_CACHE_TTL`] ago.
-    pub(crate) async fn fresh(&self, digest: &str) -> Option<KeyOwner> {
-        match self.0.read().await.get(digest) {
-            Some((owner, at)) if at.elapsed() < KEY_CACHE_TTL => Some(owner.clone()),
-            _ => None,
-        }
-    }
-
-    /// Forgets the owner of the key with `digest` (a revoked key), so the next request looks
-    /// it up again.
-    pub(crate) async fn forget(&self, digest: &str) {
-        self.0.write().await.remove(digest);
-    }
-
-    /// Keeps `owner` as the owner of the key with `digest`, looked up now.
-    pub(crate) async fn keep(&self, digest: String, owner: KeyOwner) {
-        self.0.write().await.insert(digest, (owner, Instant::now()));
     }
 }

@@ -7,6 +7,7 @@ generated, so a 422 for anything else is a failure.
 """
 
 import re
+from datetime import datetime, timedelta, timezone
 
 import schemathesis
 
@@ -47,7 +48,8 @@ def filter_body(context, body):
 def filter_case(context, case):
     """The admin endpoints' rules between fields: idle checks name exactly one of a group and
     a policy, and a utilization checker at least one threshold; a preset's shared memory is at
-    most its memory. A case hook, so that the coverage phase's cases are held to them too."""
+    most its memory; a key's expiry is given at most one way, and a date of it lies within the
+    next ten years. A case hook, so that the coverage phase's cases are held to them too."""
     body = case.body
     if not isinstance(body, dict):
         return True
@@ -62,6 +64,21 @@ def filter_case(context, case):
             thresholds = utilization.get("thresholds")
             if not isinstance(thresholds, dict) or all(v is None for v in thresholds.values()):
                 return False
+        return True
+    if where == ("POST", "/v1/admin/api-keys"):
+        at, secs = body.get("expires_at"), body.get("expires_in_secs")
+        if at is not None and secs is not None:
+            return False
+        if isinstance(at, str):
+            try:
+                when = datetime.fromisoformat(at)
+            except ValueError:
+                return True
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            now = datetime.now(timezone.utc)
+            # A minute's margin each side: the case is sent a little after it is made.
+            return now + timedelta(minutes=1) < when < now + timedelta(days=3650) - timedelta(minutes=1)
         return True
     if where == ("PUT", "/v1/admin/presets/{name}"):
         resources = body.get("resources")

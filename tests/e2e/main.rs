@@ -3,6 +3,9 @@
 //! composition `berth up` uses (`berth::app::start`), on a database and a JetStream stream of
 //! its own.
 //!
+//! - [`attacks`]: the security review's findings as attacks that now fail: a revoked key, a
+//!   disabled user and an expired key refused at once on a second gateway on every surface, a
+//!   role change and a password change holding at once, the eleventh wrong password refused.
 //! - [`accelerators`]: GPUs without a GPU: mock devices through the whole path (devices,
 //!   environment and MPS limits in the container, a request that waits, the GPU idle check),
 //!   and an agent that refuses GPUs its discovery does not find.

@@ -21,13 +21,24 @@ pub async fn init(config: &berth::config::Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `berth admin issue-key --email EMAIL` without a key: another API key for that user.
-pub async fn issue_key(config: &berth::config::Config, email: &str) -> anyhow::Result<ExitCode> {
+/// `berth admin issue-key --email EMAIL` without a key: another API key for that user, for
+/// ever or until its expiry.
+pub async fn issue_key(
+    config: &berth::config::Config,
+    email: &str,
+    expires_in: Option<i64>,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+) -> anyhow::Result<ExitCode> {
+    let expires_at = events::credentials::key_expiry(chrono::Utc::now(), expires_in, expires_at)
+        .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.message))?;
     let store = crate::connect_store(config).await?;
     println!(
         "API key (shown only now): {}",
-        access::issue_key(store.pool(), email).await?
+        access::issue_key(store.pool(), email, expires_at).await?
     );
+    if let Some(at) = expires_at {
+        println!("refused from {}", at.to_rfc3339());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -68,10 +68,16 @@ fn print_answer(
             let issued: IssuedKey = serde_json::from_value(v)?;
             println!("created user {email} ({})", issued.user_id);
             println!("API key (shown only now): {}", issued.api_key);
+            if let Some(at) = issued.expires_at {
+                println!("refused from {}", at.to_rfc3339());
+            }
         }
         Answer::ApiKey => {
             let issued: IssuedKey = serde_json::from_value(v)?;
             println!("API key (shown only now): {}", issued.api_key);
+            if let Some(at) = issued.expires_at {
+                println!("refused from {}", at.to_rfc3339());
+            }
         }
         Answer::Keypair(email) => {
             let issued: IssuedKeypair = serde_json::from_value(v)?;

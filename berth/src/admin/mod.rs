@@ -1,6 +1,7 @@
-//! `berth admin ...`: operators create users, keys, passwords, projects, resource groups,
-//! policies and presets, set the idle checks, admit and revoke agents, list each of these,
-//! and make the NATS server's authorization.
+//! `berth admin ...`: operators create users, keys (for ever or until an expiry), passwords,
+//! projects, resource groups, policies and presets, revoke keys, disable and enable users and
+//! change their role, set the idle checks, admit and revoke agents, list each of these, and
+//! make the NATS server's authorization.
 //!
 //! The flags of each command become the gateway's own typed request once
 //! ([`requests`]: `gateway::api::admin::NewUser`, `PolicyLimits`, ...), whose rules the
@@ -66,11 +67,32 @@ pub enum AdminCommand {
         /// The user to issue a Backend.AI keypair to.
         #[arg(long = "backendai", value_name = "EMAIL")]
         keypair_for: Option<String>,
+        /// The key is refused this many seconds from now (default: never).
+        #[arg(long, value_name = "SECS", conflicts_with_all = ["expires_at", "keypair_for"])]
+        expires_in: Option<i64>,
+        /// The key is refused from this time on (RFC 3339, e.g. 2027-01-31T00:00:00Z).
+        #[arg(long, value_name = "TIME", conflicts_with = "keypair_for")]
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
     },
-    /// Revoke a Backend.AI keypair (`--backendai ACCESS_KEY`): requests it signs are refused.
+    /// Revoke an API key by its prefix (`berth_` and 6 hex digits, as `ls keys` lists it), or
+    /// a Backend.AI keypair (`--backendai ACCESS_KEY`): refused on every gateway from now on.
     RevokeKey {
+        #[arg(required_unless_present = "access_key", conflicts_with = "access_key")]
+        prefix: Option<String>,
         #[arg(long = "backendai", value_name = "ACCESS_KEY")]
-        access_key: String,
+        access_key: Option<String>,
+    },
+    /// Disable a user: their keys, keypairs and console sign-ins are refused and their apps'
+    /// links closed; their sessions keep running (terminate them to end them).
+    DisableUser { email: String },
+    /// Enable a disabled user again: their keys and keypairs work again.
+    EnableUser { email: String },
+    /// Change a user's role.
+    SetRole {
+        email: String,
+        /// user, admin or superadmin
+        #[arg(long)]
+        role: String,
     },
     /// Set a user's password, with which they sign in to the web console. The password is
     /// read from BERTH_NEW_PASSWORD when set, else from the first line of standard input;
@@ -286,7 +308,11 @@ pub async fn run(
         AdminCommand::IssueKey {
             email: Some(email),
             keypair_for: None,
-        } if config.api_key.is_none() => bootstrap::issue_key(config, &email).await,
+            expires_in,
+            expires_at,
+        } if config.api_key.is_none() => {
+            bootstrap::issue_key(config, &email, expires_in, expires_at).await
+        }
         AdminCommand::NatsAuthorization if config.api_key.is_none() => {
             bootstrap::nats_authorization(config).await
         }

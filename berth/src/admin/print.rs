@@ -131,7 +131,7 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
         Kind::Users => show(output, v, |l: AdminUsers| {
             table(
                 &[
-                    "EMAIL", "ROLE", "POLICY", "KEYS", "PASSWORD", "PROJECTS", "ID",
+                    "EMAIL", "ROLE", "STATE", "POLICY", "KEYS", "PASSWORD", "PROJECTS", "ID",
                 ],
                 l.users
                     .into_iter()
@@ -139,6 +139,7 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
                         vec![
                             u.email,
                             u.role,
+                            if u.disabled { "disabled" } else { "enabled" }.into(),
                             u.resource_policy,
                             u.api_keys.to_string(),
                             if u.has_password { "yes" } else { "no" }.into(),
@@ -151,10 +152,20 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
         }),
         Kind::Keys => show(output, v, |l: ApiKeysListed| {
             table(
-                &["PREFIX", "EMAIL", "USER"],
+                &["PREFIX", "EMAIL", "STATE", "EXPIRES", "USER"],
                 l.api_keys
                     .into_iter()
-                    .map(|k| vec![k.key_prefix, k.email, k.user_id.to_string()])
+                    .map(|k| {
+                        let state = if k.revoked { "revoked" } else { "active" };
+                        let expires = k.expires_at.map_or("never".into(), |t| t.to_rfc3339());
+                        vec![
+                            k.key_prefix,
+                            k.email,
+                            state.into(),
+                            expires,
+                            k.user_id.to_string(),
+                        ]
+                    })
                     .collect(),
             )
         }),

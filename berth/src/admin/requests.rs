@@ -12,11 +12,11 @@ use events::payloads::{AgentSelection, QueuePolicy, Role};
 use gateway::api::admin::agents::{AdmitAgent, Revocation};
 use gateway::api::admin::groups::{Grant, GroupScheduling, NewGroup, PriorityIn, WeightsIn};
 use gateway::api::admin::idle::{ChecksIn, IdleChecksIn, ThresholdsIn, UtilizationIn};
-use gateway::api::admin::keys::KeyFor;
+use gateway::api::admin::keys::{KeyFor, NewKey};
 use gateway::api::admin::policies::PolicyLimits;
 use gateway::api::admin::presets::{PresetAmounts, PresetIn};
 use gateway::api::admin::projects::{Member, NewProject};
-use gateway::api::admin::users::{NewUser, PasswordSet};
+use gateway::api::admin::users::{NewUser, PasswordSet, RoleSet};
 use gateway::api::admin::AmountsIn;
 use reqwest::Method;
 use serde::Serialize;
@@ -90,6 +90,18 @@ fn done(line: String) -> Answer {
     Answer::Done(line)
 }
 
+/// `text` as one segment of a path: every byte but letters, digits, `-._~@` percent-encoded.
+fn path_part(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'@' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The call an admin command makes (`init` and the database's commands are not calls).
 pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
     Ok(match command {
@@ -113,16 +125,60 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             },
             Answer::Keypair(email),
         ),
-        AdminCommand::IssueKey { email, .. } => {
+        AdminCommand::IssueKey {
+            email,
+            expires_in,
+            expires_at,
+            ..
+        } => {
             let email = email.context("name the user: --email")?;
-            Call::post("/v1/admin/api-keys", KeyFor { email }, Answer::ApiKey)
+            let key = NewKey {
+                email,
+                expires_in_secs: expires_in,
+                expires_at,
+            };
+            Call::post("/v1/admin/api-keys", key, Answer::ApiKey)
         }
-        AdminCommand::RevokeKey { access_key } => Call::new(
+        AdminCommand::RevokeKey {
+            access_key: Some(access_key),
+            ..
+        } => Call::new(
             Method::POST,
             format!("/v1/admin/backendai-keypairs/{access_key}/revoke"),
             None,
             done(format!("Backend.AI keypair {access_key} revoked")),
         ),
+        AdminCommand::RevokeKey { prefix, .. } => {
+            let prefix = prefix.context("name the key by its prefix (berth admin ls keys)")?;
+            Call::new(
+                Method::POST,
+                format!("/v1/admin/api-keys/{prefix}/revoke"),
+                None,
+                done(format!("API key {prefix} revoked")),
+            )
+        }
+        AdminCommand::DisableUser { email } => Call::new(
+            Method::POST,
+            format!("/v1/admin/users/{}/disable", path_part(&email)),
+            None,
+            done(format!("{email} disabled")),
+        ),
+        AdminCommand::EnableUser { email } => Call::new(
+            Method::POST,
+            format!("/v1/admin/users/{}/enable", path_part(&email)),
+            None,
+            done(format!("{email} enabled")),
+        ),
+        AdminCommand::SetRole { email, role } => {
+            let role = Role::parse(&role).with_context(|| {
+                format!("--role (role): `{role}` is not user, admin or superadmin")
+            })?;
+            Call::put(
+                format!("/v1/admin/users/{}/role", path_part(&email)),
+                RoleSet { role },
+                done(format!("{email} is now {}", role.as_str())),
+            )
+        }
         AdminCommand::SetPassword { email } => {
             let password = new_password(&email)?;
             let line = format!("password of {email} set");

@@ -6,7 +6,10 @@
 //! `FolderCreated`,
 //! `ProjectCreated`, `UserJoinedProject`, `UserPasswordSet` (the last one set is the password),
 //! `ConsoleSignedIn` and `ConsoleSignedOut` (which removes the sign-in; an expired one stays,
-//! and `events::ledger::credentials` no longer honours it).
+//! and `events::ledger::credentials` no longer honours it), `ConsoleSignedOutEverywhere`
+//! (removes every sign-in of the user), `ApiKeyRevoked` (the key stays, `revoked`; an expired
+//! one stays too, refused by its `expires_at`), `UserDisabled` and `UserEnabled` (`disabled`),
+//! `UserRoleChanged`.
 //! A user's email and a folder's name are decided here: the SQL account refuses a second
 //! one; the in-memory account keeps the first, because the log holds only accepted ones.
 
@@ -67,8 +70,49 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::ApiKeyIssued(e) => {
             exec(
                 client,
-                "INSERT INTO ledger.api_keys VALUES ($1, $2, $3)",
-                &[&e.key_sha256, &e.key_prefix, &e.user_id],
+                "INSERT INTO ledger.api_keys (key_sha256, key_prefix, user_id, expires_at)
+                 VALUES ($1, $2, $3, $4)",
+                &[&e.key_sha256, &e.key_prefix, &e.user_id, &e.expires_at],
+            )
+            .await?;
+        }
+        Event::ApiKeyRevoked(e) => {
+            exec(
+                client,
+                "UPDATE ledger.api_keys SET revoked = true WHERE key_sha256 = $1",
+                &[&e.key_sha256],
+            )
+            .await?;
+        }
+        Event::UserDisabled(e) => {
+            exec(
+                client,
+                "UPDATE ledger.users SET disabled = true WHERE user_id = $1",
+                &[&e.user_id],
+            )
+            .await?;
+        }
+        Event::UserEnabled(e) => {
+            exec(
+                client,
+                "UPDATE ledger.users SET disabled = false WHERE user_id = $1",
+                &[&e.user_id],
+            )
+            .await?;
+        }
+        Event::UserRoleChanged(e) => {
+            exec(
+                client,
+                "UPDATE ledger.users SET role = $2 WHERE user_id = $1",
+                &[&e.user_id, &e.to.as_str()],
+            )
+            .await?;
+        }
+        Event::ConsoleSignedOutEverywhere(e) => {
+            exec(
+                client,
+                "DELETE FROM ledger.console_sign_ins WHERE user_id = $1",
+                &[&e.user_id],
             )
             .await?;
         }
@@ -140,6 +184,14 @@ pub(super) struct User {
     pub role: String,
     pub resource_policy: String,
     pub created_at: DateTime<Utc>,
+    pub disabled: bool,
+}
+
+pub(super) struct ApiKey {
+    pub prefix: String,
+    pub user_id: Uuid,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked: bool,
 }
 
 /// The family's tables folded in memory, keyed by their primary keys.
@@ -147,8 +199,8 @@ pub(super) struct User {
 pub(super) struct Tables {
     pub users: HashMap<Uuid, User>,
     pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
-    /// Key digest to (prefix, user).
-    pub api_keys: HashMap<String, (String, Uuid)>,
+    /// Key digest to the key.
+    pub api_keys: HashMap<String, ApiKey>,
     /// Backend.AI access key to (user, active).
     pub backendai_keypairs: HashMap<String, (Uuid, bool)>,
     /// Project name to description.
@@ -177,14 +229,45 @@ impl Tables {
                     role: e.role.as_str().to_owned(),
                     resource_policy: e.resource_policy.clone(),
                     created_at: at,
+                    disabled: false,
                 });
             }
             Event::FolderCreated(e) => {
                 self.folders.entry((e.owner, e.name.clone())).or_insert(at);
             }
             Event::ApiKeyIssued(e) => {
-                self.api_keys
-                    .insert(e.key_sha256.clone(), (e.key_prefix.clone(), e.user_id));
+                self.api_keys.insert(
+                    e.key_sha256.clone(),
+                    ApiKey {
+                        prefix: e.key_prefix.clone(),
+                        user_id: e.user_id,
+                        expires_at: e.expires_at,
+                        revoked: false,
+                    },
+                );
+            }
+            Event::ApiKeyRevoked(e) => {
+                if let Some(key) = self.api_keys.get_mut(&e.key_sha256) {
+                    key.revoked = true;
+                }
+            }
+            Event::UserDisabled(e) => {
+                if let Some(user) = self.users.get_mut(&e.user_id) {
+                    user.disabled = true;
+                }
+            }
+            Event::UserEnabled(e) => {
+                if let Some(user) = self.users.get_mut(&e.user_id) {
+                    user.disabled = false;
+                }
+            }
+            Event::UserRoleChanged(e) => {
+                if let Some(user) = self.users.get_mut(&e.user_id) {
+                    user.role = e.to.as_str().to_owned();
+                }
+            }
+            Event::ConsoleSignedOutEverywhere(e) => {
+                self.console_sign_ins.retain(|_, s| s.user_id != e.user_id);
             }
             Event::BackendAiKeypairIssued(e) => {
                 self.backendai_keypairs
@@ -232,12 +315,26 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.users"),
-            ["user_id", "email", "role", "resource_policy", "created_at"],
+            [
+                "user_id",
+                "email",
+                "role",
+                "resource_policy",
+                "created_at",
+                "disabled",
+            ],
             &self
                 .users
                 .iter()
-                .map(|(id, u)| -> [&(dyn ToSql + Sync); 5] {
-                    [id, &u.email, &u.role, &u.resource_policy, &u.created_at]
+                .map(|(id, u)| -> [&(dyn ToSql + Sync); 6] {
+                    [
+                        id,
+                        &u.email,
+                        &u.role,
+                        &u.resource_policy,
+                        &u.created_at,
+                        &u.disabled,
+                    ]
                 })
                 .collect::<Vec<_>>(),
         )
@@ -256,12 +353,18 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.api_keys"),
-            ["key_sha256", "key_prefix", "user_id"],
+            [
+                "key_sha256",
+                "key_prefix",
+                "user_id",
+                "expires_at",
+                "revoked",
+            ],
             &self
                 .api_keys
                 .iter()
-                .map(|(digest, (prefix, user))| -> [&(dyn ToSql + Sync); 3] {
-                    [digest, prefix, user]
+                .map(|(digest, k)| -> [&(dyn ToSql + Sync); 5] {
+                    [digest, &k.prefix, &k.user_id, &k.expires_at, &k.revoked]
                 })
                 .collect::<Vec<_>>(),
         )

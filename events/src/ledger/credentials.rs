@@ -4,7 +4,10 @@
 //! 19 MiB, two passes), never as itself; a console sign-in by the SHA-256 of its token, as
 //! an API key is. The rules (a password's length, how long a sign-in lasts) are the domain's
 //! (`domain::credentials`). Hashing takes tens of milliseconds of one core on purpose, so it
-//! runs on tokio's blocking threads, never on the ones that serve requests.
+//! runs on tokio's blocking threads, never on the ones that serve requests, and at most
+//! [`hashing_slots`] hashes at once (twice the cores): a flood of sign-ins waits its turn
+//! rather than taking 19 MiB and a thread each (the gateway also limits them per address and
+//! per email).
 
 use std::sync::LazyLock;
 
@@ -42,18 +45,36 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
     })
 }
 
-/// [`hash_password`] on a blocking thread.
+/// How many hashes may run at once: twice the cores this process may use.
+pub fn hashing_slots() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+static HASHING: LazyLock<tokio::sync::Semaphore> =
+    LazyLock::new(|| tokio::sync::Semaphore::new(hashing_slots()));
+
+/// A turn to hash, waited for.
+async fn hashing_turn() -> tokio::sync::SemaphorePermit<'static> {
+    HASHING
+        .acquire()
+        .await
+        .expect("the hashing semaphore is never closed")
+}
+
+/// [`hash_password`] on a blocking thread, in its turn.
 pub async fn hash_password_off_thread(password: &str) -> String {
     let password = password.to_owned();
+    let _turn = hashing_turn().await;
     tokio::task::spawn_blocking(move || hash_password(&password))
         .await
         .expect("hashing does not panic")
 }
 
-/// [`verify_password`] on a blocking thread; with no hash, checks against one of a password
+/// [`verify_password`] on a blocking thread, in its turn; with no hash, checks against one of a password
 /// nobody has (and answers false), spending the same work.
 pub async fn verify_password_off_thread(hash: Option<String>, password: &str) -> bool {
     let password = password.to_owned();
+    let _turn = hashing_turn().await;
     tokio::task::spawn_blocking(move || match hash {
         Some(hash) => verify_password(&hash, &password),
         None => {
@@ -72,7 +93,7 @@ static NOBODYS_HASH: LazyLock<String> =
     LazyLock::new(|| hash_password("not the password of anyone"));
 
 /// The user whose email and password these are; `None` for an unknown email, a user with no
-/// password set, or a wrong password (alike, and in about the same time).
+/// password set, a disabled user, or a wrong password (alike, and in about the same time).
 pub async fn password_owner<C: GenericClient>(
     client: &C,
     email: &str,
@@ -80,12 +101,14 @@ pub async fn password_owner<C: GenericClient>(
 ) -> Result<Option<KeyOwner>, LedgerError> {
     let row = client
         .query_opt(
-            "SELECT u.user_id, u.role, u.resource_policy, p.password_hash
+            "SELECT u.user_id, u.role, u.resource_policy, p.password_hash, u.disabled
              FROM ledger.users u LEFT JOIN ledger.user_passwords p USING (user_id)
              WHERE u.email = $1",
             &[&email],
         )
         .await?;
+    // A disabled user's password is checked all the same (the same work), then refused.
+    let disabled = row.as_ref().is_some_and(|r| r.get::<_, bool>(4));
     let found = row.and_then(|r| {
         let hash: Option<String> = r.get(3);
         hash.map(|hash| {
@@ -100,7 +123,7 @@ pub async fn password_owner<C: GenericClient>(
     });
     let (owner, hash) = found.unzip();
     let matches = verify_password_off_thread(hash, password).await;
-    let owner = owner.filter(|_| matches);
+    let owner = owner.filter(|_| matches && !disabled);
     Ok(owner)
 }
 
@@ -162,7 +185,8 @@ pub async fn console_sign_in<C: GenericClient>(
     }))
 }
 
-/// The user a console `token` signs in; `None` when it is unknown, signed out or expired.
+/// The user a console `token` signs in; `None` when it is unknown, signed out or expired, or
+/// the user is disabled.
 pub async fn console_owner<C: GenericClient>(
     client: &C,
     token: &str,
@@ -171,7 +195,7 @@ pub async fn console_owner<C: GenericClient>(
         .query_opt(
             "SELECT u.user_id, u.email, u.role, u.resource_policy, c.expires_at
              FROM ledger.console_sign_ins c JOIN ledger.users u USING (user_id)
-             WHERE c.token_sha256 = $1",
+             WHERE c.token_sha256 = $1 AND NOT u.disabled",
             &[&key_digest(token)],
         )
         .await?;

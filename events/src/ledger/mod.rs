@@ -53,7 +53,8 @@ mod sessions;
 pub use agents::ever_admitted;
 pub use credentials::{console_owner, password_owner};
 pub use keys::{
-    backendai_key_owner, backendai_keypairs, key_digest, key_owner, BackendAiKeypair, KeyOwner,
+    api_keys_by_prefix, backendai_key_owner, backendai_keypairs, key_digest, key_owner, live_key,
+    ApiKeyRecord, BackendAiKeypair, KeyOwner,
 };
 pub use principals::principal;
 pub use record::{record, record_now};
@@ -95,7 +96,12 @@ impl Family {
             | Event::FolderCreated(_)
             | Event::UserPasswordSet(_)
             | Event::ConsoleSignedIn(_)
-            | Event::ConsoleSignedOut(_) => Family::Accounts,
+            | Event::ConsoleSignedOut(_)
+            | Event::ApiKeyRevoked(_)
+            | Event::UserDisabled(_)
+            | Event::UserEnabled(_)
+            | Event::UserRoleChanged(_)
+            | Event::ConsoleSignedOutEverywhere(_) => Family::Accounts,
             Event::ResourceGroupCreated(_)
             | Event::ResourceGroupSchedulingSet(_)
             | Event::ResourceGroupGranted(_)

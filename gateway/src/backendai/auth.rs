@@ -251,9 +251,15 @@ impl FromRequestParts<AppState> for BackendAiCaller {
             content_type: header(&parts.headers, header::CONTENT_TYPE.as_str()),
             version: header(&parts.headers, "x-backendai-version").unwrap_or_default(),
         };
-        let owner = owner_of(state, &credential.access_key).await?;
+        let from = crate::throttle::source(&parts.extensions);
+        let owner = owner_of(state, &credential.access_key, from).await?;
         let expected = signed.signature(&backendai.secret_of(&credential.access_key), date);
         if !bool::from(expected.ct_eq(&credential.signature)) {
+            // A key guessed at too often is refused outright for a while.
+            state
+                .throttle
+                .signature_failed(&credential.access_key)
+                .map_err(|t| Problem::too_many(t.retry_after_secs()))?;
             return Err(Problem::auth_failed(
                 "the signature does not match the request (check the secret key, the endpoint \
                  and any proxy that rewrites the path or Host)",
@@ -271,18 +277,32 @@ impl FromRequestParts<AppState> for BackendAiCaller {
     }
 }
 
-/// The holder of `access_key`, from the key cache while fresh, else from the ledger; 401 when
-/// nobody holds it (or it was revoked).
-async fn owner_of(state: &AppState, access_key: &str) -> Result<KeyOwner, Problem> {
+/// The holder of `access_key`, from the key cache while fresh, else from the ledger (a
+/// lookup counted against `from`'s budget, 429 over it); 401 when nobody holds it, it was
+/// revoked or its holder is disabled.
+async fn owner_of(
+    state: &AppState,
+    access_key: &str,
+    from: std::net::IpAddr,
+) -> Result<KeyOwner, Problem> {
     let cached = BackendAiKeys::cache_key(access_key);
-    if let Some(owner) = state.keys.fresh(&cached).await {
+    if let Some(owner) = state
+        .keys
+        .fresh(&cached, crate::caller::bus_connected(state))
+    {
         return Ok(owner);
     }
+    state
+        .throttle
+        .key_lookup(from)
+        .map_err(|t| Problem::too_many(t.retry_after_secs()))?;
     let client = state.pool.get().await?;
     let owner = events::ledger::backendai_key_owner(&client, access_key)
         .await?
-        .ok_or_else(|| Problem::auth_failed("unknown or revoked access key"))?;
-    state.keys.keep(cached, owner.clone()).await;
+        .ok_or_else(|| {
+            Problem::auth_failed("unknown or revoked access key, or its holder is disabled")
+        })?;
+    state.keys.keep(cached, owner.clone(), None);
     Ok(owner)
 }
 

@@ -26,6 +26,8 @@ pub struct Problem {
     pub msg: Option<String>,
     /// `{field: message}` when a field is at fault; other details otherwise.
     pub data: Option<Value>,
+    /// Seconds a 429 asks the client to wait (`Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -36,7 +38,20 @@ impl Problem {
             title: title.into(),
             msg: None,
             data: None,
+            retry_after: None,
         }
+    }
+
+    /// 429 `too-many-requests`: failed too often; try again after `retry_after` seconds.
+    pub fn too_many(retry_after: u64) -> Problem {
+        let mut p = Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-requests",
+            "Too many failed authentication attempts.",
+        )
+        .msg(format!("try again in {retry_after} s"));
+        p.retry_after = Some(retry_after);
+        p
     }
 
     pub fn msg(mut self, msg: impl Into<String>) -> Problem {
@@ -162,6 +177,11 @@ impl IntoResponse for Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(
                 header::RETRY_AFTER,

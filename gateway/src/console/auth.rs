@@ -144,9 +144,31 @@ pub struct SignInForm {
 pub async fn sign_in(
     State(state): State<AppState>,
     _: SameOrigin,
+    extensions: axum::http::Extensions,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, PageError> {
     let next = return_to(&form.next);
+    // Each try costs a hash or a lookup: counted per address (and email) before it is made.
+    let from = crate::throttle::source(&extensions);
+    let counted = if form.key.trim().is_empty() {
+        state.throttle.sign_in(from, form.email.trim())
+    } else {
+        state.throttle.key_lookup(from)
+    };
+    if let Err(wait) = counted {
+        let mut page = render(&SignInPage {
+            next,
+            error: Some(format!(
+                "too many tries from here; try again in {} s",
+                wait.retry_after_secs()
+            )),
+            email: form.email.trim(),
+        });
+        *page.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        page.headers_mut()
+            .insert(header::RETRY_AFTER, wait.retry_after_secs().into());
+        return Ok(page);
+    }
     let (owner, how, refusal) = if !form.key.trim().is_empty() {
         (
             lookup_key(&state, form.key.trim()).await?,

@@ -33,7 +33,8 @@ pub async fn users(pool: &Pool) -> Result<Vec<AdminUser>, ApiError> {
                coalesce((SELECT array_agg(m.project ORDER BY m.project)
                          FROM ledger.project_members m WHERE m.user_id = u.user_id), '{}'),
                (SELECT count(*) FROM ledger.api_keys k WHERE k.user_id = u.user_id),
-               EXISTS (SELECT 1 FROM ledger.user_passwords p WHERE p.user_id = u.user_id)
+               EXISTS (SELECT 1 FROM ledger.user_passwords p WHERE p.user_id = u.user_id),
+               u.disabled
              FROM ledger.users u ORDER BY u.email",
             &[],
         )
@@ -49,6 +50,7 @@ pub async fn users(pool: &Pool) -> Result<Vec<AdminUser>, ApiError> {
             projects: r.get(5),
             api_keys: r.get(6),
             has_password: r.get(7),
+            disabled: r.get(8),
         })
         .collect())
 }
@@ -58,7 +60,7 @@ pub async fn api_keys(pool: &Pool) -> Result<Vec<ApiKeyListed>, ApiError> {
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT k.key_prefix, k.user_id, u.email
+            "SELECT k.key_prefix, k.user_id, u.email, k.revoked, k.expires_at
              FROM ledger.api_keys k JOIN ledger.users u USING (user_id)
              ORDER BY u.email, k.key_prefix",
             &[],
@@ -70,6 +72,8 @@ pub async fn api_keys(pool: &Pool) -> Result<Vec<ApiKeyListed>, ApiError> {
             key_prefix: r.get(0),
             user_id: r.get(1),
             email: r.get(2),
+            revoked: r.get(3),
+            expires_at: r.get(4),
         })
         .collect())
 }

@@ -1,9 +1,15 @@
 //! Who may launch what: users with roles and API keys, projects, resource groups, resource
 //! policies and presets. Each change is an event in the log (kept in the ledger for fast,
 //! exact lookups); `berth admin ...` calls these, and a fresh install gets one superadmin.
+//! Credentials have a life cycle: a key may expire and be revoked, a user be disabled and
+//! enabled again or change role (`domain::credentials` says who may); every gateway hears of
+//! each change from the relayed event and stops honouring what it ended at once.
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+use domain::apps::CircuitCloseReason;
 use events::catalogue::{stream_id, Event};
+use events::credentials::{check_account_change, AccountChange};
 use events::ledger::{self, LedgerError};
 use events::payloads::*;
 use events::store::ExpectedVersion;
@@ -29,6 +35,12 @@ pub enum AccessError {
     NoSuchUser(String),
     #[error("{what} `{name}` does not exist")]
     Unknown { what: &'static str, name: String },
+    /// More than one thing answers to a name (two keys sharing a prefix): `field` names it.
+    #[error("{field}: {message}")]
+    Ambiguous {
+        field: &'static str,
+        message: String,
+    },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -104,12 +116,22 @@ fn hex_encode(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn key_issued(user_id: Uuid, key: &str) -> Event {
+fn key_issued(user_id: Uuid, key: &str, expires_at: Option<DateTime<Utc>>) -> Event {
     Event::ApiKeyIssued(ApiKeyIssued {
         user_id,
         key_prefix: key[..12].to_owned(),
         key_sha256: ledger::key_digest(key),
+        expires_at,
     })
+}
+
+impl From<events::credentials::CredentialError> for AccessError {
+    fn from(e: events::credentials::CredentialError) -> Self {
+        AccessError::Forbidden {
+            field: e.field,
+            message: e.message,
+        }
+    }
 }
 
 pub(crate) async fn user_id_of(pool: &Pool, email: &str) -> Result<Uuid, AccessError> {
@@ -157,7 +179,7 @@ pub async fn create_user(
             role,
             resource_policy: resource_policy.to_owned(),
         }),
-        key_issued(user_id, &key),
+        key_issued(user_id, &key, None),
     ];
     events.extend(projects.iter().map(|p| {
         Event::UserJoinedProject(UserJoinedProject {
@@ -176,17 +198,176 @@ pub async fn create_user(
     Ok((user_id, key))
 }
 
-/// Issues another API key to a user; returns it (shown only now).
-pub async fn issue_key(pool: &Pool, email: &str) -> Result<String, AccessError> {
+/// Issues another API key to a user, honoured until `expires_at` (for ever with none: the
+/// caller checked it, `domain::credentials::key_expiry`); returns it (shown only now).
+pub async fn issue_key(
+    pool: &Pool,
+    email: &str,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<String, AccessError> {
     let user_id = user_id_of(pool, email).await?;
     let key = new_api_key();
     record(
         pool,
         stream_id("user", user_id),
-        &[key_issued(user_id, &key)],
+        &[key_issued(user_id, &key, expires_at)],
     )
     .await?;
     Ok(key)
+}
+
+/// Revokes the API key whose prefix is `prefix` (`ApiKeyRevoked`) and returns its holder;
+/// revoking one already revoked changes nothing. No key with it is [`AccessError::Unknown`],
+/// two keys sharing it [`AccessError::Ambiguous`] (neither is revoked).
+pub async fn revoke_key(pool: &Pool, actor: Uuid, prefix: &str) -> Result<Uuid, AccessError> {
+    let client = pool.get().await?;
+    let mut found = ledger::api_keys_by_prefix(&client, prefix).await?;
+    drop(client);
+    if found.len() > 1 {
+        return Err(AccessError::Ambiguous {
+            field: "prefix",
+            message: format!(
+                "{} keys begin with `{prefix}`; revoke their holder's keys by disabling them",
+                found.len()
+            ),
+        });
+    }
+    let key = found.pop().ok_or_else(|| AccessError::Unknown {
+        what: "API key with the prefix",
+        name: prefix.to_owned(),
+    })?;
+    if key.revoked {
+        return Ok(key.user_id);
+    }
+    let event = Event::ApiKeyRevoked(ApiKeyRevoked {
+        user_id: key.user_id,
+        key_prefix: key.key_prefix,
+        key_sha256: key.key_sha256,
+    });
+    record_by(pool, actor, stream_id("user", key.user_id), &[event]).await?;
+    Ok(key.user_id)
+}
+
+async fn record_by(
+    pool: &Pool,
+    actor: Uuid,
+    stream: String,
+    events: &[Event],
+) -> Result<(), AccessError> {
+    let metadata = events::trace::metadata(&actor.to_string(), None);
+    ledger::record_now(pool, &stream, ExpectedVersion::Any, events, &metadata).await?;
+    Ok(())
+}
+
+/// The user with `email`, as [`AccessError::NoSuchUser`] when there is none.
+async fn user_of(pool: &Pool, email: &str) -> Result<ledger::KeyOwner, AccessError> {
+    let client = pool.get().await?;
+    db::user_by_email(&client, email)
+        .await?
+        .ok_or_else(|| AccessError::NoSuchUser(email.to_owned()))
+}
+
+/// Disables (`disabled`) or enables again the user with `email`, as `actor` (refused for
+/// themselves, `domain::credentials::check_account_change`); returns the user's id. Disabling
+/// records `UserDisabled`, ends every console sign-in of theirs (`ConsoleSignedOutEverywhere`)
+/// and closes their sessions' circuits (`AppCircuitClosed`, `owner_disabled`); their sessions
+/// keep running. Enabling records `UserEnabled`: their keys and keypairs are honoured again.
+/// Asking for what already holds records nothing.
+pub async fn set_user_disabled(
+    pool: &Pool,
+    actor: Uuid,
+    email: &str,
+    disabled: bool,
+) -> Result<Uuid, AccessError> {
+    let user = user_of(pool, email).await?;
+    let change = if disabled {
+        AccountChange::Disable
+    } else {
+        AccountChange::Enable
+    };
+    check_account_change(actor, user.user_id, change)?;
+    let user_id = user.user_id;
+    let mut client = pool.get().await?;
+    if db::user_disabled(&client, user_id).await? == Some(disabled) {
+        return Ok(user_id);
+    }
+    let metadata = events::trace::metadata(&actor.to_string(), None);
+    let tx = client.transaction().await?;
+    let event = if disabled {
+        Event::UserDisabled(UserDisabled { user_id })
+    } else {
+        Event::UserEnabled(UserEnabled { user_id })
+    };
+    ledger::record(
+        &tx,
+        &stream_id("user", user_id),
+        ExpectedVersion::Any,
+        &[event],
+        &metadata,
+    )
+    .await?;
+    if disabled {
+        let out = Event::ConsoleSignedOutEverywhere(ConsoleSignedOutEverywhere {
+            user_id,
+            reason: SignOutReason::UserDisabled,
+        });
+        ledger::record(
+            &tx,
+            &stream_id("console", user_id),
+            ExpectedVersion::Any,
+            &[out],
+            &metadata,
+        )
+        .await?;
+    }
+    events::activity::commit(tx).await?;
+    if disabled {
+        for (circuit_id, session_id, port) in db::circuits_of(&client, user_id).await? {
+            let closed = Event::AppCircuitClosed(AppCircuitClosed {
+                circuit_id,
+                session_id,
+                port,
+                reason: CircuitCloseReason::OwnerDisabled,
+            });
+            // After its opening alone, as the proxy closes one: a circuit closed meanwhile
+            // (its session ended, or it went idle) is left as it is.
+            match ledger::record_now(
+                pool,
+                &stream_id("circuit", circuit_id),
+                ExpectedVersion::Exact(0),
+                &[closed],
+                &metadata,
+            )
+            .await
+            {
+                Ok(_) | Err(LedgerError::Store(events::store::StoreError::Conflict { .. })) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(user_id)
+}
+
+/// Changes the role of the user with `email` to `role` (`UserRoleChanged`), as `actor`
+/// (refused for themselves); returns the user's id. The same role records nothing.
+pub async fn set_role(
+    pool: &Pool,
+    actor: Uuid,
+    email: &str,
+    role: Role,
+) -> Result<Uuid, AccessError> {
+    let user = user_of(pool, email).await?;
+    check_account_change(actor, user.user_id, AccountChange::SetRole(role))?;
+    if user.role == role {
+        return Ok(user.user_id);
+    }
+    let event = Event::UserRoleChanged(UserRoleChanged {
+        user_id: user.user_id,
+        from: user.role,
+        to: role,
+    });
+    record_by(pool, actor, stream_id("user", user.user_id), &[event]).await?;
+    Ok(user.user_id)
 }
 
 /// A fresh Backend.AI access key: `AKIA` and 16 random upper-case letters and digits, the
@@ -216,9 +397,10 @@ pub async fn issue_backendai_keypair(
     Ok((user_id, access_key))
 }
 
-/// Revokes Backend.AI keypair `access_key` (`BackendAiKeypairRevoked`); revoking one already
-/// revoked changes nothing. An access key nobody was issued is [`AccessError::Unknown`].
-pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<(), AccessError> {
+/// Revokes Backend.AI keypair `access_key` (`BackendAiKeypairRevoked`) and returns its
+/// holder; revoking one already revoked changes nothing. An access key nobody was issued is
+/// [`AccessError::Unknown`].
+pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<Uuid, AccessError> {
     let client = pool.get().await?;
     let found = ledger::backendai_keypairs(&client, None, Some(access_key)).await?;
     drop(client);
@@ -229,14 +411,16 @@ pub async fn revoke_backendai_keypair(pool: &Pool, access_key: &str) -> Result<(
             what: "Backend.AI access key",
             name: access_key.to_owned(),
         })?;
+    let holder = keypair.user_id;
     if !keypair.active {
-        return Ok(());
+        return Ok(holder);
     }
     let event = Event::BackendAiKeypairRevoked(BackendAiKeypairRevoked {
         user_id: keypair.user_id,
         access_key: keypair.access_key,
     });
-    record(pool, stream_id("user", keypair.user_id), &[event]).await
+    record(pool, stream_id("user", holder), &[event]).await?;
+    Ok(holder)
 }
 
 pub async fn create_project(pool: &Pool, name: &str, description: &str) -> Result<(), AccessError> {
@@ -459,7 +643,7 @@ pub async fn bootstrap_with_key(
                 role: Role::Superadmin,
                 resource_policy: default.clone(),
             }),
-            key_issued(user_id, &key),
+            key_issued(user_id, &key, None),
             Event::UserJoinedProject(UserJoinedProject {
                 user_id,
                 project: default,

@@ -1,7 +1,9 @@
 //! Passwords and web-console sign-ins, each change an event: `UserPasswordSet` (by an admin,
 //! `berth admin set-password`, or by the user, `PUT /v1/whoami/password`) on the user's
 //! stream; `ConsoleSignedIn` and `ConsoleSignedOut` on the user's `console-<user>` stream,
-//! kept as security records. Hashing and the lookups are `events::ledger::credentials`'; the
+//! kept as security records. A password set signs its user out everywhere
+//! (`ConsoleSignedOutEverywhere`, in the same transaction): a sign-in made with the old one,
+//! perhaps by whoever learnt it, ends with it. Hashing and the lookups are `events::ledger::credentials`'; the
 //! password rule and a sign-in's lifetime are the domain's (`domain::credentials`).
 
 use chrono::{DurationRound, TimeDelta, Utc};
@@ -13,7 +15,10 @@ use events::ledger::credentials::{
     verify_password_off_thread,
 };
 use events::ledger::{self, key_digest};
-use events::payloads::{ConsoleSignedIn, ConsoleSignedOut, SignInMethod, UserPasswordSet};
+use events::payloads::{
+    ConsoleSignedIn, ConsoleSignedOut, ConsoleSignedOutEverywhere, SignInMethod, SignOutReason,
+    UserPasswordSet,
+};
 use events::store::ExpectedVersion;
 use uuid::Uuid;
 
@@ -31,18 +36,11 @@ fn invalid(e: events::credentials::PasswordError) -> AccessError {
 pub async fn set_password(pool: &Pool, email: &str, password: &str) -> Result<Uuid, AccessError> {
     check_password("password", password).map_err(invalid)?;
     let user_id = user_id_of(pool, email).await?;
-    let event = Event::UserPasswordSet(UserPasswordSet {
-        user_id,
-        password_hash: hash_password_off_thread(password).await,
-    });
-    ledger::record_now(
-        pool,
-        &stream_id("user", user_id),
-        ExpectedVersion::Any,
-        &[event],
-        &admin_metadata(),
-    )
-    .await?;
+    let hash = hash_password_off_thread(password).await;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    record_password(&tx, user_id, hash, &admin_metadata()).await?;
+    events::activity::commit(tx).await?;
     Ok(user_id)
 }
 
@@ -71,20 +69,44 @@ pub async fn change_password(
             return Err(forbidden("is not your current password"));
         }
     }
-    let event = Event::UserPasswordSet(UserPasswordSet {
-        user_id,
-        password_hash: hash_password_off_thread(new).await,
-    });
+    let hash = hash_password_off_thread(new).await;
     let metadata = events::trace::metadata(&user_id.to_string(), None);
+    record_password(&tx, user_id, hash, &metadata).await?;
+    events::activity::commit(tx).await?;
+    Ok(())
+}
+
+/// Records `user_id`'s new password `hash` and signs them out everywhere, in `tx`.
+async fn record_password(
+    tx: &deadpool_postgres::Transaction<'_>,
+    user_id: Uuid,
+    hash: String,
+    metadata: &events::Metadata,
+) -> Result<(), AccessError> {
+    let set = Event::UserPasswordSet(UserPasswordSet {
+        user_id,
+        password_hash: hash,
+    });
     ledger::record(
-        &tx,
+        tx,
         &stream_id("user", user_id),
         ExpectedVersion::Any,
-        &[event],
-        &metadata,
+        &[set],
+        metadata,
     )
     .await?;
-    events::activity::commit(tx).await?;
+    let out = Event::ConsoleSignedOutEverywhere(ConsoleSignedOutEverywhere {
+        user_id,
+        reason: SignOutReason::PasswordChanged,
+    });
+    ledger::record(
+        tx,
+        &stream_id("console", user_id),
+        ExpectedVersion::Any,
+        &[out],
+        metadata,
+    )
+    .await?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use deadpool_postgres::{GenericClient, Pool};
 use events::ledger::{KeyOwner, LedgerError};
 use events::payloads::{ResourceSlots, Role};
 use tokio_postgres::Row;
+use uuid::Uuid;
 
 use crate::decide::{self, GroupAgent, LaunchContext, PolicyLimits, PresetSlots};
 use crate::launch::CreateSession;
@@ -35,6 +36,37 @@ pub async fn user_by_email(
         role: Role::parse(row.get(1)).unwrap_or(Role::User),
         resource_policy: row.get(2),
     }))
+}
+
+/// Whether the user `user_id` is disabled; `None` when there is no such user.
+pub async fn user_disabled(
+    client: &impl GenericClient,
+    user_id: Uuid,
+) -> Result<Option<bool>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT disabled FROM ledger.users WHERE user_id = $1",
+            &[&user_id],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// The open circuits of `owner`'s sessions: (circuit, session, proxy port).
+pub async fn circuits_of(
+    client: &impl GenericClient,
+    owner: Uuid,
+) -> Result<Vec<(Uuid, Uuid, u16)>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT circuit_id, session_id, port FROM ledger.circuits WHERE owner = $1",
+            &[&owner],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get::<_, i32>(2) as u16))
+        .collect())
 }
 
 /// Tables of named things an admin command may refer to.

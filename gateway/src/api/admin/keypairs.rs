@@ -116,7 +116,7 @@ pub async fn admin_revoke_keypair(
     superadmin_only(&caller)?;
     param.check()?;
     let AccessKeyParam { access_key } = param;
-    access::revoke_backendai_keypair(&state.pool, &access_key)
+    let holder = access::revoke_backendai_keypair(&state.pool, &access_key)
         .await
         .map_err(|e| match e {
             e @ AccessError::Unknown { .. } => {
@@ -124,11 +124,8 @@ pub async fn admin_revoke_keypair(
             }
             other => other.into(),
         })?;
-    // This gateway forgets the holder at once; another keeps it for at most its cache's
-    // lifetime (30 s), as a revoked API key.
-    state
-        .keys
-        .forget(&BackendAiKeys::cache_key(&access_key))
-        .await;
+    // This gateway forgets the holder's keys at once; every other gateway when the relayed
+    // event reaches it (`crate::cache::KeyCache`).
+    state.forget_user(holder).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,7 +1,8 @@
-//! Users: the list, a new user with a role and projects, a password set by a superadmin.
+//! Users: the list, a new user with a role and projects, a password set by a superadmin
+//! (which signs them out everywhere), a user disabled and enabled again, a role changed.
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
@@ -9,7 +10,7 @@ use events::payloads::Role;
 use launcher::access;
 use launcher::domain::FieldError;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     checked_email, checked_name, default_name, default_projects, invalid, name_list, refused,
@@ -99,6 +100,7 @@ pub async fn admin_create_user(
             user_id,
             email: user.email,
             api_key,
+            expires_at: None,
         }),
     ))
 }
@@ -121,7 +123,8 @@ impl PasswordSet {
     }
 }
 
-/// Set a user's password, with which they sign in to the web console (`UserPasswordSet`).
+/// Set a user's password, with which they sign in to the web console (`UserPasswordSet`);
+/// every console sign-in of theirs ends (`ConsoleSignedOutEverywhere`).
 #[utoipa::path(put, path = "/v1/admin/passwords", tag = "admin", request_body = PasswordSet,
     responses((status = 204, description = "the password is set")))]
 pub async fn admin_set_password(
@@ -134,5 +137,83 @@ pub async fn admin_set_password(
     set.check()?;
     let PasswordSet { email, password } = set;
     launcher::credentials::set_password(&state.pool, &email, &password).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A user named in a path by their email.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct UserEmail {
+    #[param(max_length = 254, pattern = "^[!-?A-~]+@[!-?A-~]+$")]
+    pub email: String,
+}
+
+/// Disable a user (`UserDisabled`): from now on their API keys, Backend.AI keypairs and console
+/// sign-ins are refused (401) on every gateway, their console sign-ins end and their sessions'
+/// app circuits close; their sessions keep running (terminate them to end them). Disabling
+/// one already disabled changes nothing; nobody disables themselves (403).
+#[utoipa::path(post, path = "/v1/admin/users/{email}/disable", tag = "admin",
+    params(UserEmail),
+    responses((status = 204, description = "disabled")))]
+pub async fn admin_disable_user(
+    state: State<AppState>,
+    caller: Caller,
+    param: Path<UserEmail>,
+) -> Result<StatusCode, ApiError> {
+    set_disabled(state, caller, param, true).await
+}
+
+/// Enable a disabled user again (`UserEnabled`): their keys and keypairs are honoured again
+/// (they sign in to the console anew). Enabling one not disabled changes nothing.
+#[utoipa::path(post, path = "/v1/admin/users/{email}/enable", tag = "admin",
+    params(UserEmail),
+    responses((status = 204, description = "enabled")))]
+pub async fn admin_enable_user(
+    state: State<AppState>,
+    caller: Caller,
+    param: Path<UserEmail>,
+) -> Result<StatusCode, ApiError> {
+    set_disabled(state, caller, param, false).await
+}
+
+async fn set_disabled(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(param): Path<UserEmail>,
+    disabled: bool,
+) -> Result<StatusCode, ApiError> {
+    superadmin_only(&caller)?;
+    checked_email("email", &param.email)?;
+    let user =
+        access::set_user_disabled(&state.pool, caller.user_id, &param.email, disabled).await?;
+    // This gateway at once; every other when the relayed event reaches it.
+    state.forget_user(user).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/admin/users/{email}/role`'s body.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSet {
+    /// `user`, `admin` or `superadmin`.
+    pub role: Role,
+}
+
+/// Change a user's role (`UserRoleChanged`); it holds on every gateway at once. The same role
+/// changes nothing; nobody changes their own (403).
+#[utoipa::path(put, path = "/v1/admin/users/{email}/role", tag = "admin",
+    params(UserEmail), request_body = RoleSet,
+    responses((status = 204, description = "the role is set")))]
+pub async fn admin_set_role(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(param): Path<UserEmail>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    superadmin_only(&caller)?;
+    checked_email("email", &param.email)?;
+    let RoleSet { role } = parse_body(body)?;
+    let user = access::set_role(&state.pool, caller.user_id, &param.email, role).await?;
+    state.forget_user(user).await;
     Ok(StatusCode::NO_CONTENT)
 }

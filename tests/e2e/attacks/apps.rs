@@ -1,6 +1,6 @@
-//! The security review's attacks (`../shared/notes/security-review-1.md`), each tried as an
-//! attacker would against the whole platform, and each a test that it now fails. Sections
-//! are headed by the review's findings.
+//! Apps on their own site (S1, S11, S12): a public raw circuit relays nothing of an HTTP
+//! request, apps set and read none of berth's cookies, circuits have origins of their own,
+//! and with TLS berth's cookies are `__Host-` and Secure.
 
 use std::time::Duration;
 
