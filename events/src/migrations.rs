@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[Migration] = &[
         25,
         include_str!("../migrations/0025_backendai_keypairs.sql"),
     ),
+    backbone(30, include_str!("../migrations/0030_container_fence.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

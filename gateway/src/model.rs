@@ -932,6 +932,10 @@ pub struct AdminPolicy {
     pub max_custom_images: Option<i32>,
     /// The highest priority its users may ask for (absent: 100).
     pub max_session_priority: Option<i32>,
+    /// Most processes per container (absent: 4096).
+    pub max_pids: Option<i32>,
+    /// Most bytes of each kernel's output kept (absent: 1 MiB).
+    pub max_log_bytes: Option<i64>,
     /// How many users it applies to.
     pub users: i64,
 }

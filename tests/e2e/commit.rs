@@ -388,6 +388,8 @@ async fn allow_images(h: &Harness, most: Option<u32>) {
             max_session_lifetime_secs: None,
             max_custom_images: most,
             max_session_priority: None,
+            max_pids: None,
+            max_log_bytes: None,
         },
     )
     .await

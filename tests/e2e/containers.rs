@@ -76,6 +76,7 @@ pub(crate) async fn start_agent(
         registry: None,
         publish_address: "127.0.0.1".into(),
         gpus,
+        fence: Default::default(),
     };
     let capacity = ResourceSlots {
         cpu_milli,
