@@ -172,7 +172,8 @@ pub struct History {
     pub history: Vec<HistoryEntry>,
 }
 
-/// One kernel's kept output.
+/// One kernel's kept output: the most recent bytes its session's log cap keeps (the
+/// policy's `max_log_bytes`), or the range asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelLog {
@@ -181,6 +182,12 @@ pub struct KernelLog {
     /// Whether the kernel has ended and all its output is kept.
     pub complete: bool,
     pub updated_at: DateTime<Utc>,
+    /// Where `content` starts in the kernel's output, in bytes.
+    pub offset: i64,
+    /// How many bytes the kernel has printed in all (the next byte's offset).
+    pub total_bytes: i64,
+    /// The oldest byte still kept: what came before is gone (past the cap).
+    pub kept_from: i64,
 }
 
 /// `GET /v1/sessions/{id}/logs` (without `follow`).
