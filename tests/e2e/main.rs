@@ -63,6 +63,7 @@ mod accelerators;
 mod admission;
 mod agents_gone;
 mod apps;
+mod attacks;
 mod backendai_client;
 mod backendai_events;
 mod backendai_gql;

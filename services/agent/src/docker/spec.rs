@@ -54,9 +54,9 @@ impl Layout {
 /// `NET_BIND_SERVICE` (an app on a low port).
 pub const DROPPED_CAPABILITIES: &[&str] = &["NET_RAW", "MKNOD", "SETFCAP", "SETPCAP"];
 
-/// How many files of a container's output the engine keeps (each at most half the
-/// session's log cap): what the agent reads and sends on is bounded by the cap, and the
-/// host's disk by twice it.
+/// How many files of a container's output the engine keeps, each at most the session's log
+/// cap (of the engine's JSON lines, which add some 70 bytes to each line of output): what
+/// the agent reads at once is bounded by about twice the cap, and so is the host's disk.
 pub const LOG_FILES: u64 = 2;
 
 /// The labels every container of berth carries: its session, its agent and its kernel's
@@ -244,10 +244,7 @@ pub fn kernel_config(
     let log_config = HostConfigLogConfig {
         typ: Some("json-file".into()),
         config: Some(HashMap::from([
-            (
-                "max-size".to_string(),
-                (fence.log_bytes / LOG_FILES).max(1).to_string(),
-            ),
+            ("max-size".to_string(), fence.log_bytes.to_string()),
             ("max-file".to_string(), LOG_FILES.to_string()),
         ])),
     };
