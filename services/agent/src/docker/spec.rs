@@ -593,11 +593,7 @@ mod tests {
         let log = host.log_config.unwrap();
         assert_eq!(log.typ.as_deref(), Some("json-file"));
         let opts = log.config.unwrap();
-        assert_eq!(
-            opts["max-size"],
-            (32 << 10).to_string(),
-            "half the cap a file"
-        );
+        assert_eq!(opts["max-size"], (64 << 10).to_string(), "the cap a file");
         assert_eq!(opts["max-file"], "2");
 
         // A request recorded before the policy's bounds: the defaults.
