@@ -211,6 +211,8 @@ async fn run_fleet(
             max_session_lifetime_secs: None,
             max_custom_images: None,
             max_session_priority: None,
+            max_pids: None,
+            max_log_bytes: None,
         },
     )
     .await?;

@@ -277,6 +277,8 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             max_lifetime_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
+            pids_limit: None,
+            log_limit_bytes: None,
         })),
         Event::SchedulingAttempted(SchedulingAttempted {
             session_id,

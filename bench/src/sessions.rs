@@ -150,6 +150,8 @@ pub(crate) async fn fill_policy(pool: &Pool) -> anyhow::Result<()> {
             max_session_lifetime_secs: None,
             max_custom_images: None,
             max_session_priority: None,
+            max_pids: None,
+            max_log_bytes: None,
         },
     )
     .await?;
@@ -335,6 +337,7 @@ pub(crate) async fn bench_docker_agent(
                 registry: None,
                 publish_address: "127.0.0.1".into(),
                 gpus: agent::gpu::GpuConfig::nvml(),
+                fence: Default::default(),
             },
         },
     };

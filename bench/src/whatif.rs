@@ -198,6 +198,8 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
                 max_lifetime_secs: None,
                 apps: vec![],
                 priority: SessionPriority::DEFAULT,
+                pids_limit: None,
+                log_limit_bytes: None,
             })),
         ));
         let Some(placement) = placement else { continue };

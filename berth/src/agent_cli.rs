@@ -151,6 +151,7 @@ async fn start(
                 registry: config.registry.clone(),
                 publish_address: config.agent_address.clone(),
                 gpus,
+                fence: config.session_fence.clone(),
             },
         }
     };

@@ -428,6 +428,8 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
             max_lifetime_secs: None,
             apps: vec![],
             priority: events::payloads::SessionPriority::DEFAULT,
+            pids_limit: None,
+            log_limit_bytes: None,
         };
         append(
             format!("session-{id}"),

@@ -228,6 +228,16 @@ pub struct LogChunk {
     pub text: String,
     /// The kernel has ended: this is the end of its output.
     pub complete: bool,
+    /// How many of the kernel's most recent bytes are kept (its session's log cap); absent
+    /// from agents older than the field: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_bytes: Option<u64>,
+}
+
+impl LogChunk {
+    /// The most text one chunk carries (well under NATS's 1 MiB message): longer output is
+    /// sent as several, so what is kept past a kernel's cap is at most one chunk.
+    pub const MOST_TEXT: usize = 64 << 10;
 }
 
 /// A sample of a session's resource usage; the sink keeps the latest by `sampled_at`.

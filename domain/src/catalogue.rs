@@ -374,6 +374,8 @@ mod tests {
                 max_lifetime_secs: Some(3600),
                 apps: Vec::new(),
                 priority: 20,
+                pids_limit: Some(4096),
+                log_limit_bytes: Some(1 << 20),
             })),
             Event::SchedulingAttempted(SchedulingAttempted {
                 session_id: id,
@@ -515,6 +517,8 @@ mod tests {
                 max_session_lifetime_secs: Some(86_400),
                 max_custom_images: Some(3),
                 max_session_priority: Some(50),
+                max_pids: Some(512),
+                max_log_bytes: Some(1 << 20),
             }),
             Event::PresetSaved(PresetSaved {
                 name: "small".into(),

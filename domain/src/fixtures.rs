@@ -46,5 +46,7 @@ pub fn session_requested() -> SessionRequested {
         max_lifetime_secs: None,
         apps: Vec::new(),
         priority: SessionPriority::DEFAULT,
+        pids_limit: None,
+        log_limit_bytes: None,
     }
 }

@@ -349,6 +349,53 @@ pub struct SessionRequested {
     /// recorded before priorities have the default.
     #[serde(default = "SessionPriority::default_value")]
     pub priority: i32,
+    /// Most processes each of its containers may hold at once (the owner's policy's
+    /// `max_pids` at the time of the request); absent in requests recorded before it was
+    /// kept: [`ContainerFence::DEFAULT_PIDS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u32>,
+    /// Most bytes of each kernel's output kept (the most recent; the policy's
+    /// `max_log_bytes`); absent: [`ContainerFence::DEFAULT_LOG_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_limit_bytes: Option<u64>,
+}
+
+impl SessionRequested {
+    /// The bounds its containers run within: the request's, or the defaults.
+    pub fn fence(&self) -> ContainerFence {
+        ContainerFence {
+            pids: self.pids_limit.unwrap_or(ContainerFence::DEFAULT_PIDS),
+            log_bytes: self
+                .log_limit_bytes
+                .unwrap_or(ContainerFence::DEFAULT_LOG_BYTES)
+                .clamp(
+                    ContainerFence::LEAST_LOG_BYTES,
+                    ContainerFence::MOST_LOG_BYTES,
+                ),
+        }
+    }
+}
+
+/// What a session's containers are bounded by beyond their resources: processes, and how
+/// much of their output is kept (by the engine on the host, and by the control plane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerFence {
+    pub pids: u32,
+    pub log_bytes: u64,
+}
+
+impl ContainerFence {
+    /// Processes (threads count) per container unless the policy says otherwise: room for
+    /// a notebook, its kernels, compilers and data loaders, not for a fork bomb.
+    pub const DEFAULT_PIDS: u32 = 4096;
+    /// Output kept per kernel unless the policy says otherwise: the most recent 1 MiB.
+    pub const DEFAULT_LOG_BYTES: u64 = 1 << 20;
+    /// The bounds a policy's `max_log_bytes` must stay within (4 KiB to 64 MiB).
+    pub const LEAST_LOG_BYTES: u64 = 4 << 10;
+    pub const MOST_LOG_BYTES: u64 = 64 << 20;
+    /// The bounds a policy's `max_pids` must stay within.
+    pub const LEAST_PIDS: u32 = 16;
+    pub const MOST_PIDS: u32 = 1 << 22;
 }
 
 /// A session's priority in its group's queue: `0..=100`, [`SessionPriority::DEFAULT`] unless
@@ -782,6 +829,14 @@ pub struct ResourcePolicySet {
     /// Highest priority a user may ask for a session; none: [`SessionPriority::MAX`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_session_priority: Option<u32>,
+    /// Most processes per container of a user's sessions; none:
+    /// [`ContainerFence::DEFAULT_PIDS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u32>,
+    /// Most bytes of each kernel's output kept (the most recent); none:
+    /// [`ContainerFence::DEFAULT_LOG_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_log_bytes: Option<u64>,
 }
 
 /// A named resource preset was created or changed.

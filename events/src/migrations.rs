@@ -47,6 +47,7 @@ pub const MIGRATIONS: &[Migration] = &[
         include_str!("../migrations/0025_backendai_keypairs.sql"),
     ),
     backbone(30, include_str!("../migrations/0030_credential_life.sql")),
+    backbone(31, include_str!("../migrations/0031_container_fence.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

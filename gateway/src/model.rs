@@ -172,7 +172,8 @@ pub struct History {
     pub history: Vec<HistoryEntry>,
 }
 
-/// One kernel's kept output.
+/// One kernel's kept output: the most recent bytes its session's log cap keeps (the
+/// policy's `max_log_bytes`), or the range asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelLog {
@@ -181,6 +182,12 @@ pub struct KernelLog {
     /// Whether the kernel has ended and all its output is kept.
     pub complete: bool,
     pub updated_at: DateTime<Utc>,
+    /// Where `content` starts in the kernel's output, in bytes.
+    pub offset: i64,
+    /// How many bytes the kernel has printed in all (the next byte's offset).
+    pub total_bytes: i64,
+    /// The oldest byte still kept: what came before is gone (past the cap).
+    pub kept_from: i64,
 }
 
 /// `GET /v1/sessions/{id}/logs` (without `follow`).
@@ -947,6 +954,10 @@ pub struct AdminPolicy {
     pub max_custom_images: Option<i32>,
     /// The highest priority its users may ask for (absent: 100).
     pub max_session_priority: Option<i32>,
+    /// Most processes per container (absent: 4096).
+    pub max_pids: Option<i32>,
+    /// Most bytes of each kernel's output kept (absent: 1 MiB).
+    pub max_log_bytes: Option<i64>,
     /// How many users it applies to.
     pub users: i64,
 }

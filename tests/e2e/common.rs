@@ -504,7 +504,7 @@ async fn agents_of(url: &str) -> Result<Vec<String>, deadpool_postgres::tokio_po
 }
 
 /// Removes every container the Docker agents `agents` made (by their label), if any: one
-/// listing of berth's containers, one removal.
+/// listing of berth's containers, one removal; then their sessions' networks.
 fn remove_containers_of(agents: &[String]) {
     let listed = std::process::Command::new("docker")
         .args([
@@ -527,6 +527,30 @@ fn remove_containers_of(agents: &[String]) {
         let _ = std::process::Command::new("docker")
             .args(["rm", "-f"])
             .args(&ids)
+            .output();
+    }
+    // Each session's own network, once its containers are gone.
+    let listed = std::process::Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "--filter",
+            "label=ai.berth.agent",
+            "--format",
+            "{{.ID}} {{.Label \"ai.berth.agent\"}}",
+        ])
+        .output();
+    let Ok(listed) = listed else { return };
+    let networks: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, agent)| agents.iter().any(|a| a == agent))
+        .map(|(id, _)| id.to_owned())
+        .collect();
+    if !networks.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm"])
+            .args(&networks)
             .output();
     }
 }

@@ -76,6 +76,7 @@ pub(crate) async fn start_agent(
         registry: None,
         publish_address: "127.0.0.1".into(),
         gpus,
+        fence: Default::default(),
     };
     let capacity = ResourceSlots {
         cpu_milli,
@@ -586,9 +587,10 @@ async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() 
 async fn a_cluster_of_three_kernels_finds_each_other_by_host_name() {
     let h = start().await;
     let _agent = local_agent(&h).await;
+    // A refused connection says the kernel answered (ping needs NET_RAW, which no session has).
     let mut body = batch(
         "echo HOSTS=$BERTH_CLUSTER_HOSTS ROLE=$BERTH_CLUSTER_ROLE; \
-         for h in sub1 sub2; do ping -c 1 -W 2 $h >/dev/null && echo reached-$h; done",
+         for h in sub1 sub2; do nc -w 2 $h 9 </dev/null 2>&1 | grep -q refused && echo reached-$h; done",
     );
     body["cluster_size"] = json!(3);
     body["resources"] = json!({"cpu": 0.5, "memory": "64m"});
@@ -681,7 +683,7 @@ async fn a_multi_node_cluster_spreads_its_kernels_over_agents_that_find_each_oth
     let _a = docker_agent_with(&h, &format!("nodea{suffix}"), &dir, 1_000).await;
     let _b = docker_agent_with(&h, &format!("nodeb{suffix}"), &dir, 1_000).await;
     let mut body =
-        batch("for h in sub1 sub2; do ping -c 1 -W 2 $h >/dev/null && echo reached-$h; done");
+        batch("for h in sub1 sub2; do nc -w 2 $h 9 </dev/null 2>&1 | grep -q refused && echo reached-$h; done");
     body["cluster_size"] = json!(3);
     body["cluster_mode"] = json!("multi-node");
     body["resources"] = json!({"cpu": 0.5, "memory": "64m"});

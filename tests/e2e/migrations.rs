@@ -98,6 +98,8 @@ fn expected_history() -> Vec<(String, i32)> {
     ] {
         rows.push((component.to_owned(), 1));
     }
+    // The recorder's logs in bounded chunks.
+    rows.push(("recorder".to_owned(), 2));
     rows.sort();
     rows
 }
@@ -184,18 +186,22 @@ async fn a_database_migrated_before_the_services_owned_their_schemas_migrates_on
             .get(0);
         assert!(!left, "public.{table} is still there");
     }
+    // (now as one chunk at its offset: the recorder keeps logs in bounded chunks)
     let kept = pool
         .get()
         .await
         .unwrap()
         .query_one(
-            "SELECT content, kept_bytes FROM recorder.session_logs WHERE session_id = $1",
+            "SELECT c.content, l.kept_bytes, c.start FROM recorder.session_logs l
+               JOIN recorder.session_log_chunks c USING (session_id, kernel)
+             WHERE session_id = $1",
             &[&session],
         )
         .await
         .unwrap();
     assert_eq!(kept.get::<_, String>(0), "kept output");
     assert_eq!(kept.get::<_, i64>(1), 11);
+    assert_eq!(kept.get::<_, i64>(2), 0);
     drop_database(pool, &url).await;
 }
 

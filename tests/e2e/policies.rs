@@ -246,6 +246,8 @@ async fn ran_in_the_past(
             max_lifetime_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
+            pids_limit: None,
+            log_limit_bytes: None,
         })),
         Event::SessionScheduled(SessionScheduled {
             session_id,

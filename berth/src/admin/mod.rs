@@ -187,6 +187,12 @@ pub enum AdminCommand {
         /// Highest priority a user may ask for a session (0 to 100; absent: 100).
         #[arg(long)]
         max_session_priority: Option<u32>,
+        /// Most processes in each container of a user's sessions (absent: 4096).
+        #[arg(long)]
+        max_pids: Option<u32>,
+        /// Most bytes of each kernel's output kept, the most recent (absent: 1 MiB).
+        #[arg(long)]
+        max_log_bytes: Option<u64>,
     },
     /// Admit or revoke agents.
     #[command(subcommand)]

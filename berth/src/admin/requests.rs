@@ -323,6 +323,8 @@ fn limits_call(command: AdminCommand) -> Call {
             max_lifetime,
             max_custom_images,
             max_session_priority,
+            max_pids,
+            max_log_bytes,
         } => {
             let limits = PolicyLimits {
                 max_concurrent_sessions: max_sessions,
@@ -330,6 +332,8 @@ fn limits_call(command: AdminCommand) -> Call {
                 max_session_lifetime_secs: max_lifetime,
                 max_custom_images,
                 max_session_priority,
+                max_pids,
+                max_log_bytes,
             };
             let line = format!("resource policy {name} set");
             Call::put(format!("/v1/admin/policies/{name}"), limits, done(line))

@@ -109,6 +109,9 @@ pub struct Config {
     /// The pipe directory of the host's CUDA MPS daemon (`BERTH_GPU_MPS_PIPE_DIR`), which
     /// fractional sessions' containers get to reach it; none by default (no daemon).
     pub gpu_mps_pipe_dir: Option<PathBuf>,
+    /// How an agent fences its sessions' networks (`BERTH_SESSION_SUBNETS`,
+    /// `BERTH_SESSION_ALLOW`, `BERTH_SESSION_FIREWALL`).
+    pub session_fence: agent::docker::fence::NetworkFence,
     /// Backend.AI's API beside berth's, and where its master key comes from; `None`: off.
     pub backendai: Option<MasterKey>,
     pub timings: Timings,
@@ -323,6 +326,11 @@ impl Config {
             }),
             gpu_shares_per_device: agent.gpu_shares_per_device,
             gpu_mps_pipe_dir: agent.gpu_mps_pipe_dir.clone(),
+            session_fence: agent::docker::fence::NetworkFence {
+                subnets: agent.session_subnets,
+                allow: agent.session_allow.clone(),
+                firewall: agent.session_firewall,
+            },
             backendai: backendai
                 .backendai
                 .then(|| match &backendai.backendai_master_key {

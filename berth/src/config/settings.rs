@@ -433,7 +433,9 @@ pub struct AgentSettings {
           default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub gpu_shares_per_device: u64,
     /// The pipe directory of the host's CUDA MPS daemon (e.g. /tmp/nvidia-mps): fractional
-    /// sessions' containers get it and the host's IPC namespace, to have their limits enforced.
+    /// sessions' containers get it and the daemon's shared memory (the host's /dev/shm), to
+    /// share a device through it. Their limits are MPS client settings, which a session can
+    /// change: they are not enforced against a hostile tenant (see docs/operations.md).
     #[arg(
         long,
         global = true,
@@ -441,6 +443,29 @@ pub struct AgentSettings {
         value_name = "DIR"
     )]
     pub gpu_mps_pipe_dir: Option<PathBuf>,
+    /// Where each session's own network takes its subnet from (a /28 a session, larger for
+    /// big clusters); keep it clear of the host's networks.
+    #[arg(long, global = true, env = "BERTH_SESSION_SUBNETS", value_name = "CIDR",
+          default_value = "10.213.0.0/16", value_parser = ipv4_net)]
+    pub session_subnets: agent::docker::fence::Ipv4Net,
+    /// Addresses (CIDR, comma-separated) sessions may reach although they are this host's
+    /// own or link-local (169.254.169.254, the cloud's metadata): none by default.
+    #[arg(long, global = true, env = "BERTH_SESSION_ALLOW", value_name = "CIDR,...",
+          value_delimiter = ',', value_parser = ipv4_net)]
+    pub session_allow: Vec<agent::docker::fence::Ipv4Net>,
+    /// Whether the agent puts up the host firewall rules that keep sessions from the host's
+    /// ports and the metadata address (iptables, as root); off only where the host's own
+    /// firewall does.
+    #[arg(long, global = true, env = "BERTH_SESSION_FIREWALL", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
+    pub session_firewall: bool,
+}
+
+/// An IPv4 network (`10.0.0.0/8`), or one address (`10.0.0.5`: its /32).
+fn ipv4_net(text: &str) -> Result<agent::docker::fence::Ipv4Net, String> {
+    let text = text.trim();
+    text.parse()
+        .or_else(|_| text.parse::<std::net::Ipv4Addr>().map(Into::into))
+        .map_err(|_| format!("`{text}` is not an IPv4 network (10.0.0.0/8) or address"))
 }
 
 /// How every process writes its logs.

@@ -72,11 +72,14 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::ResourcePolicySet(e) => {
             exec(
                 client,
-                "INSERT INTO ledger.policies VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                "INSERT INTO ledger.policies (name, max_concurrent_sessions, max_cpu_milli,
+                       max_memory_bytes, max_gpu_milli, max_session_lifetime_secs,
+                       max_custom_images, max_session_priority, max_pids, max_log_bytes)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
                        max_session_lifetime_secs = $6, max_custom_images = $7,
-                       max_session_priority = $8",
+                       max_session_priority = $8, max_pids = $9, max_log_bytes = $10",
                 &[
                     &e.name,
                     &(e.max_concurrent_sessions as i32),
@@ -86,6 +89,8 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &e.max_session_lifetime_secs.map(i64_of),
                     &e.max_custom_images.map(|n| n as i32),
                     &e.max_session_priority.map(|n| n as i32),
+                    &e.max_pids.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+                    &e.max_log_bytes.map(i64_of),
                 ],
             )
             .await?;
@@ -133,6 +138,8 @@ pub(super) struct Policy {
     pub max_session_lifetime_secs: Option<i64>,
     pub max_custom_images: Option<i32>,
     pub max_session_priority: Option<i32>,
+    pub max_pids: Option<i32>,
+    pub max_log_bytes: Option<i64>,
 }
 
 pub(super) struct Preset {
@@ -205,6 +212,8 @@ impl Tables {
                         max_session_lifetime_secs: e.max_session_lifetime_secs.map(i64_of),
                         max_custom_images: e.max_custom_images.map(|n| n as i32),
                         max_session_priority: e.max_session_priority.map(|n| n as i32),
+                        max_pids: e.max_pids.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+                        max_log_bytes: e.max_log_bytes.map(i64_of),
                     },
                 );
             }
@@ -242,11 +251,13 @@ impl Tables {
                 "max_session_lifetime_secs",
                 "max_custom_images",
                 "max_session_priority",
+                "max_pids",
+                "max_log_bytes",
             ],
             &self
                 .policies
                 .iter()
-                .map(|(name, p)| -> [&(dyn ToSql + Sync); 8] {
+                .map(|(name, p)| -> [&(dyn ToSql + Sync); 10] {
                     [
                         name,
                         &p.max_concurrent_sessions,
@@ -256,6 +267,8 @@ impl Tables {
                         &p.max_session_lifetime_secs,
                         &p.max_custom_images,
                         &p.max_session_priority,
+                        &p.max_pids,
+                        &p.max_log_bytes,
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -1,5 +1,5 @@
-//! A session's output: each kernel's kept output whole, or followed live as server-sent
-//! events until every kernel's output is complete.
+//! A session's output: each kernel's kept output (its most recent bytes, or a byte range
+//! of it), or followed live as server-sent events until every kernel's output is complete.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -34,10 +34,18 @@ pub struct LogsParams {
     /// `true`: a `text/event-stream` of new output until every kernel's output is complete.
     #[param(nullable = false)]
     follow: Option<bool>,
+    /// The byte of each kernel's output to start at (absent: the most recent bytes its log
+    /// cap keeps); output older than a kernel's `kept_from` is gone.
+    #[param(nullable = false, minimum = 0, maximum = 4503599627370496.0)]
+    offset: Option<u64>,
+    /// The most bytes of each kernel's output to answer (absent, or above the cap: the cap).
+    #[param(nullable = false, minimum = 1, maximum = 67108864)]
+    length: Option<u64>,
 }
 
-/// The output of each kernel's container: kept every second while it runs, whole once it ends.
-/// With `follow=true`, a server-sent event stream of new output (`event: log`, data
+/// The output of each kernel's container: kept every second while it runs, the most recent
+/// bytes its session's log cap keeps (or `offset` and `length`: that byte range of it, as
+/// `offset` and `total_bytes` in the answer say where it lies). With `follow=true`, a server-sent event stream of new output (`event: log`, data
 /// `{"kernel", "text"}`) until every kernel's output is complete.
 #[utoipa::path(get, path = "/v1/sessions/{id}/logs", tag = "sessions",
     params(SessionId, LogsParams),
@@ -57,7 +65,11 @@ pub async fn session_logs(
     if follow {
         return Ok(follow_logs(state.pool.clone(), id).into_response());
     }
-    let kernels = db::logs::logs(&state.pool, id).await?;
+    let range = db::logs::ByteRange {
+        offset: p.offset,
+        length: p.length,
+    };
+    let kernels = db::logs::logs(&state.pool, id, range).await?;
     let logs = Logs {
         session_id: id,
         status,
@@ -66,33 +78,40 @@ pub async fn session_logs(
     Ok(Json(logs).into_response())
 }
 
-/// Where a follower is: how much of each kernel's output it has sent.
+/// Where a follower is: up to which byte of each kernel's output it has sent.
 struct Tail {
     pool: Pool,
-    sent: HashMap<i32, usize>,
+    sent: HashMap<i32, i64>,
     pending: VecDeque<Event>,
     done: bool,
 }
 
 impl Tail {
-    /// Queues what `logs` holds beyond what was sent.
+    /// Queues what `logs` holds beyond what was sent (what went past the cap unsent is
+    /// skipped).
     fn queue_new(&mut self, logs: &[KernelLog]) {
         for log in logs {
-            let from = self
-                .sent
-                .get(&log.kernel)
-                .copied()
-                .unwrap_or(0)
-                .min(log.content.len());
-            if log.content.len() > from && log.content.is_char_boundary(from) {
+            let sent = self.sent.get(&log.kernel).copied().unwrap_or(0);
+            let end = log.offset + log.content.len() as i64;
+            let from = (sent - log.offset).clamp(0, log.content.len() as i64) as usize;
+            if end > sent && log.content.is_char_boundary(from) {
                 let text = &log.content[from..];
                 self.pending.push_back(
                     Event::default()
                         .event("log")
                         .data(json!({"kernel": log.kernel, "text": text}).to_string()),
                 );
-                self.sent.insert(log.kernel, log.content.len());
+                self.sent.insert(log.kernel, end);
             }
+        }
+    }
+
+    /// The range each read asks for: from the least any kernel has been sent (each kernel's
+    /// answer is cut to its own below), at most the cap.
+    fn range(&self) -> db::logs::ByteRange {
+        db::logs::ByteRange {
+            offset: Some(self.sent.values().copied().min().unwrap_or(0).max(0) as u64),
+            length: None,
         }
     }
 }
@@ -120,7 +139,9 @@ fn follow_logs(
             let ended = db::sessions::has_ended(&tail.pool, id)
                 .await
                 .unwrap_or(false);
-            let logs = db::logs::logs(&tail.pool, id).await.unwrap_or_default();
+            let logs = db::logs::logs(&tail.pool, id, tail.range())
+                .await
+                .unwrap_or_default();
             tail.queue_new(&logs);
             // Once the session has ended, what is kept is all there will be.
             let all_complete = ended || (!logs.is_empty() && logs.iter().all(|l| l.complete));

@@ -279,7 +279,8 @@ async fn logs(
     let reference = reference(path)?;
     let params = query(raw.as_deref(), &[])?;
     let (_, id) = target(&state, &caller, &params, &reference, true, Action::See).await?;
-    let kernels = db::logs::logs(&state.pool, id).await?;
+    // The most recent output its cap keeps, as Backend.AI answers the whole log.
+    let kernels = db::logs::logs(&state.pool, id, Default::default()).await?;
     let main = kernels
         .into_iter()
         .min_by_key(|k| k.kernel)

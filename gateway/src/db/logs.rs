@@ -1,5 +1,7 @@
-//! Logs: the kept output of a session's kernels (`recorder.session_logs`, written by the
-//! recorder from the agents' chunks; logs are not events).
+//! Logs: the kept output of a session's kernels (`recorder.session_logs`, a header per
+//! kernel, and `recorder.session_log_chunks`, its most recent bytes in bounded chunks,
+//! written by the recorder from the agents' chunks; logs are not events). Read by byte
+//! range, so no answer holds more than a kernel's cap.
 
 use deadpool_postgres::Pool;
 use uuid::Uuid;
@@ -7,23 +9,111 @@ use uuid::Uuid;
 use crate::error::ApiError;
 use crate::model::KernelLog;
 
-/// The kept output of each of session `id`'s kernels, by kernel index.
-pub async fn logs(pool: &Pool, id: Uuid) -> Result<Vec<KernelLog>, ApiError> {
+/// Which bytes of each kernel's output to read: from `offset` (none: the most recent the
+/// kernel's cap keeps), at most `length` of them (none: up to the cap).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ByteRange {
+    pub offset: Option<u64>,
+    pub length: Option<u64>,
+}
+
+/// The kept output of each of session `id`'s kernels in `range`, by kernel index.
+pub async fn logs(pool: &Pool, id: Uuid, range: ByteRange) -> Result<Vec<KernelLog>, ApiError> {
     let client = pool.get().await?;
-    let rows = client
+    let heads = client
         .query(
-            "SELECT kernel, content, complete, updated_at FROM recorder.session_logs
-             WHERE session_id = $1 ORDER BY kernel",
+            "SELECT kernel, complete, updated_at, kept_bytes, cap_bytes,
+                    (SELECT min(start) FROM recorder.session_log_chunks c
+                      WHERE c.session_id = l.session_id AND c.kernel = l.kernel)
+             FROM recorder.session_logs l WHERE session_id = $1 ORDER BY kernel",
             &[&id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| KernelLog {
-            kernel: r.get(0),
-            content: r.get(1),
-            complete: r.get(2),
-            updated_at: r.get(3),
-        })
-        .collect())
+    let mut logs = Vec::with_capacity(heads.len());
+    for head in heads {
+        let kernel: i32 = head.get(0);
+        let total: i64 = head.get(3);
+        let cap: i64 = head.get::<_, i64>(4).max(1);
+        let kept_from: i64 = head.get::<_, Option<i64>>(5).unwrap_or(total);
+        // By default the most recent `cap` bytes; never more than `cap` in one answer.
+        let from = match range.offset {
+            Some(o) => i64::try_from(o).unwrap_or(i64::MAX),
+            None => (total - cap).max(kept_from),
+        }
+        .max(kept_from);
+        let length = range
+            .length
+            .map_or(cap, |l| i64::try_from(l).unwrap_or(i64::MAX).min(cap));
+        let until = from.saturating_add(length).min(total);
+        let chunks = client
+            .query(
+                "SELECT start, content FROM recorder.session_log_chunks
+                 WHERE session_id = $1 AND kernel = $2
+                   AND start < $4 AND start + octet_length(content) > $3
+                 ORDER BY start",
+                &[&id, &kernel, &from, &until],
+            )
+            .await?;
+        let pieces: Vec<(i64, String)> = chunks.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let (offset, content) = cut(&pieces, from, until);
+        logs.push(KernelLog {
+            kernel,
+            content,
+            complete: head.get(1),
+            updated_at: head.get(2),
+            offset,
+            total_bytes: total,
+            kept_from,
+        });
+    }
+    Ok(logs)
+}
+
+/// The text of `pieces` (each at its byte offset, in order) between `from` and `until`,
+/// widened to whole characters at the start and narrowed at the end; with where it starts.
+/// Pure.
+pub fn cut(pieces: &[(i64, String)], from: i64, until: i64) -> (i64, String) {
+    let mut text = String::new();
+    let mut start = None;
+    for (at, piece) in pieces {
+        let end = at + piece.len() as i64;
+        if end <= from || *at >= until {
+            continue;
+        }
+        let mut lo = (from - at).max(0) as usize;
+        while !piece.is_char_boundary(lo) {
+            lo -= 1;
+        }
+        let mut hi = ((until - at) as usize).min(piece.len());
+        while !piece.is_char_boundary(hi) {
+            hi -= 1;
+        }
+        if start.is_none() {
+            start = Some(at + lo as i64);
+        }
+        text.push_str(&piece[lo..hi.max(lo)]);
+    }
+    (start.unwrap_or(from), text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_is_cut_from_the_chunks_on_character_boundaries() {
+        let pieces = vec![(10, "hello ".to_string()), (16, "wörld".to_string())];
+        assert_eq!(cut(&pieces, 0, 100), (10, "hello wörld".into()));
+        assert_eq!(
+            cut(&pieces, 12, 18),
+            (12, "llo w".into()),
+            "ö is cut out whole"
+        );
+        assert_eq!(
+            cut(&pieces, 18, 100),
+            (17, "örld".into()),
+            "widened to ö's start"
+        );
+        assert_eq!(cut(&pieces, 50, 60), (50, String::new()));
+    }
 }

@@ -593,6 +593,8 @@ pub async fn bootstrap_with_key(
             max_session_lifetime_secs: None,
             max_custom_images: None,
             max_session_priority: None,
+            max_pids: None,
+            max_log_bytes: None,
         })],
     ));
     put.push((

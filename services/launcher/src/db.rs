@@ -187,7 +187,7 @@ pub async fn load_context(
     let policy = client
         .query_opt(
             "SELECT max_cpu_milli, max_memory_bytes, max_gpu_milli, max_session_lifetime_secs,
-                    max_session_priority
+                    max_session_priority, max_pids, max_log_bytes
              FROM ledger.policies WHERE name = $1",
             &[&who.resource_policy],
         )
@@ -196,6 +196,8 @@ pub async fn load_context(
             max_total: slots_of(&row, 0),
             max_lifetime_secs: row.get::<_, Option<i64>>(3).map(|v| v.max(0) as u64),
             max_session_priority: row.get::<_, Option<i32>>(4).map(|v| v.max(0) as u32),
+            max_pids: row.get::<_, Option<i32>>(5).map(|v| v.max(0) as u32),
+            max_log_bytes: row.get::<_, Option<i64>>(6).map(|v| v.max(0) as u64),
         });
     let agents = client
         .query(

@@ -32,6 +32,10 @@ pub struct PolicyLimits {
     pub max_lifetime_secs: Option<u64>,
     /// Highest priority the owner may ask for; `None`: [`SessionPriority::MAX`].
     pub max_session_priority: Option<u32>,
+    /// Processes per container, and output kept per kernel; `None`: the defaults
+    /// ([`events::payloads::ContainerFence`]).
+    pub max_pids: Option<u32>,
+    pub max_log_bytes: Option<u64>,
 }
 
 /// A live agent of the requested group.
@@ -523,6 +527,14 @@ pub fn decide(
             max_lifetime_secs: policy.max_lifetime_secs,
             apps: image_apps.clone(),
             priority,
+            // The policy's bounds as they are now travel with the request: the agent and
+            // the recorder apply them without reading the policy again.
+            pids_limit: Some(policy.max_pids.unwrap_or(ContainerFence::DEFAULT_PIDS)),
+            log_limit_bytes: Some(
+                policy
+                    .max_log_bytes
+                    .unwrap_or(ContainerFence::DEFAULT_LOG_BYTES),
+            ),
         })
         .collect())
 }
@@ -569,6 +581,8 @@ mod tests {
                 max_total: slots(16, 64, 2),
                 max_lifetime_secs: Some(3600),
                 max_session_priority: Some(50),
+                max_pids: None,
+                max_log_bytes: Some(64 << 10),
             }),
             agents: vec![GroupAgent {
                 agent_id: "a1".into(),
@@ -629,6 +643,32 @@ mod tests {
             s.max_lifetime_secs,
             Some(3600),
             "the policy's lifetime travels"
+        );
+    }
+
+    #[test]
+    fn the_policys_container_bounds_travel_with_the_request_or_the_defaults_do() {
+        let sessions = decide(&context(), &request(), &mut no_names()).unwrap();
+        assert_eq!(sessions[0].pids_limit, Some(ContainerFence::DEFAULT_PIDS));
+        assert_eq!(sessions[0].log_limit_bytes, Some(64 << 10), "the policy's");
+        let mut c = context();
+        c.policy.as_mut().unwrap().max_pids = Some(64);
+        let sessions = decide(&c, &request(), &mut no_names()).unwrap();
+        assert_eq!(sessions[0].fence().pids, 64);
+    }
+
+    #[test]
+    fn a_request_setting_a_gpu_variable_is_refused_naming_it() {
+        let mut request = request();
+        request
+            .environment
+            .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+        let refused = decide(&context(), &request, &mut no_names()).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("environment.NVIDIA_VISIBLE_DEVICES"),
+            "{refused}"
         );
     }
 

@@ -108,9 +108,30 @@ pub fn check_ports(ports: &[u32]) -> Result<Vec<u16>, FieldError> {
     Ok(seen)
 }
 
-/// Environment variable names: a letter or `_` first, then letters, digits and `_`.
+/// Variables a request may not set, by prefix or whole name: the NVIDIA container runtime
+/// reads `NVIDIA_*` from a container's environment (`NVIDIA_VISIBLE_DEVICES=all` would hand a
+/// session every GPU of the host), `CUDA_MPS_*` and `CUDA_VISIBLE_DEVICES` carry a GPU share's
+/// limits and devices, and `BERTH_*` is what the agent tells a session about itself.
+pub const RESERVED_PREFIXES: &[&str] = &["NVIDIA_", "CUDA_MPS_", "BERTH_"];
+pub const RESERVED_NAMES: &[&str] = &["CUDA_VISIBLE_DEVICES"];
+
+/// Whether `name` is a variable only berth sets (see [`RESERVED_PREFIXES`]). Compared as
+/// written and in upper case, so `nvidia_visible_devices` is refused too.
+pub fn reserved_variable(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p)) || RESERVED_NAMES.contains(&&*upper)
+}
+
+/// Environment variable names: a letter or `_` first, then letters, digits and `_`, and none
+/// that only berth sets ([`reserved_variable`]).
 pub fn check_environment(environment: &BTreeMap<String, String>) -> Result<(), FieldError> {
     for (name, value) in environment {
+        if reserved_variable(name) {
+            return Err(problem(
+                format!("environment.{name}"),
+                "is set by berth (GPU devices and limits, the session's own facts) and may not be asked for",
+            ));
+        }
         let mut chars = name.chars();
         let first_ok = chars
             .next()
@@ -317,6 +338,24 @@ mod tests {
             "environment.2X"
         );
         assert!(check_environment(&env("A-B")).is_err());
+        for reserved in [
+            "NVIDIA_VISIBLE_DEVICES",
+            "NVIDIA_DRIVER_CAPABILITIES",
+            "nvidia_visible_devices",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            "CUDA_MPS_PIPE_DIRECTORY",
+            "CUDA_VISIBLE_DEVICES",
+            "BERTH_SESSION_ID",
+        ] {
+            let wrong = check_environment(&env(reserved)).unwrap_err();
+            assert_eq!(wrong.field, format!("environment.{reserved}"));
+            assert!(wrong.message.contains("set by berth"), "{wrong}");
+        }
+        assert!(
+            check_environment(&env("CUDA_HOME")).is_ok(),
+            "not a device or limit"
+        );
+        assert!(check_environment(&env("NVIDIAX")).is_ok());
         assert!(check_environment(&env("")).is_err());
     }
 

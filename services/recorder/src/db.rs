@@ -6,16 +6,23 @@
 use bus::protocol::{LiveSession, LogChunk, UsageSample};
 use deadpool_postgres::{GenericClient, Pool};
 use events::ledger::LedgerError;
-use events::payloads::SessionStatus;
+use events::payloads::{ContainerFence, SessionStatus};
 use events::store::Migration;
 use uuid::Uuid;
 
 /// The schema `recorder`, for `events::store::migrate` (component `recorder`).
-pub const MIGRATIONS: &[Migration] = &[(
-    "recorder",
-    1,
-    include_str!("../migrations/0001_recorder.sql"),
-)];
+pub const MIGRATIONS: &[Migration] = &[
+    (
+        "recorder",
+        1,
+        include_str!("../migrations/0001_recorder.sql"),
+    ),
+    (
+        "recorder",
+        2,
+        include_str!("../migrations/0002_log_chunks.sql"),
+    ),
+];
 
 /// The session's status now, if report `report_id` has been recorded on it.
 pub async fn recorded_status(
@@ -99,11 +106,23 @@ pub enum Kept {
 }
 
 /// Keeps a chunk of a kernel's output: appended at the end of what is held of the same
-/// reading (`epoch`), or, as a later reading's first chunk, in place of an older one.
+/// reading (`epoch`), or, as a later reading's first chunk, in place of an older one. The
+/// header (`session_logs`) counts the reading's bytes; the text is a row of
+/// `session_log_chunks` at its offset; chunks wholly older than the kernel's cap (the
+/// chunk's `keep_bytes`, within [`ContainerFence`]'s bounds) are deleted, in the same
+/// transaction.
 pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, LedgerError> {
-    let client = pool.get().await?;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
     let kernel = chunk.kernel as i32;
     let offset = i64::try_from(chunk.offset).unwrap_or(i64::MAX);
+    let cap = chunk
+        .keep_bytes
+        .unwrap_or(ContainerFence::DEFAULT_LOG_BYTES)
+        .clamp(
+            ContainerFence::LEAST_LOG_BYTES,
+            ContainerFence::MOST_LOG_BYTES,
+        ) as i64;
     let params: [&(dyn deadpool_postgres::tokio_postgres::types::ToSql + Sync); 6] = [
         &chunk.session_id,
         &kernel,
@@ -112,37 +131,69 @@ pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, Ledge
         &chunk.epoch,
         &offset,
     ];
-    let appended = client
-        .execute(
+    // The header moves on: `(kept_bytes, replaced)` after it, when the chunk is the next.
+    let moved = tx
+        .query_opt(
             "UPDATE recorder.session_logs l SET
-               content = CASE WHEN l.epoch = $5 THEN l.content || $3 ELSE $3 END,
                kept_bytes = CASE WHEN l.epoch = $5 THEN l.kept_bytes + octet_length($3)
                                  ELSE octet_length($3) END,
-               complete = $4, epoch = $5, updated_at = now()
+               complete = $4, epoch = $5, updated_at = now(), cap_bytes = $7
              WHERE l.session_id = $1 AND l.kernel = $2
                AND ((l.epoch = $5 AND l.kept_bytes = $6)
-                    OR ($6 = 0 AND (l.epoch IS NULL OR l.epoch < $5)))",
-            &params,
+                    OR ($6 = 0 AND (l.epoch IS NULL OR l.epoch < $5)))
+             RETURNING l.kept_bytes, $6 = 0",
+            &[
+                params[0], params[1], params[2], params[3], params[4], params[5], &cap,
+            ],
         )
         .await?;
-    if appended == 1 {
-        return Ok(Kept::Now);
-    }
-    if offset == 0 {
-        let inserted = client
-            .execute(
-                "INSERT INTO recorder.session_logs (session_id, kernel, content, complete, epoch, kept_bytes)
-                 SELECT $1::uuid, $2::int4, $3::text, $4::bool, $5::uuid, octet_length($3::text)
+    let kept = match moved {
+        Some(row) => {
+            if row.get::<_, bool>(1) {
+                // A later reading's first chunk: the older reading's text goes.
+                tx.execute(
+                    "DELETE FROM recorder.session_log_chunks WHERE session_id = $1 AND kernel = $2",
+                    &[&chunk.session_id, &kernel],
+                )
+                .await?;
+            }
+            Some(row.get::<_, i64>(0))
+        }
+        None if offset == 0 => tx
+            .query_opt(
+                "INSERT INTO recorder.session_logs (session_id, kernel, content, complete, epoch, kept_bytes, cap_bytes)
+                 SELECT $1::uuid, $2::int4, '', $4::bool, $5::uuid, octet_length($3::text), $7::int8
                  WHERE $6::int8 = 0
-                 ON CONFLICT (session_id, kernel) DO NOTHING",
-                &params,
+                 ON CONFLICT (session_id, kernel) DO NOTHING
+                 RETURNING kept_bytes",
+                &[
+                    params[0], params[1], params[2], params[3], params[4], params[5], &cap,
+                ],
+            )
+            .await?
+            .map(|r| r.get::<_, i64>(0)),
+        None => None,
+    };
+    if let Some(total) = kept {
+        if !chunk.text.is_empty() {
+            tx.execute(
+                "INSERT INTO recorder.session_log_chunks (session_id, kernel, start, content)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (session_id, kernel, start) DO UPDATE SET content = $4",
+                &[&chunk.session_id, &kernel, &offset, &chunk.text],
             )
             .await?;
-        if inserted == 1 {
-            return Ok(Kept::Now);
         }
+        tx.execute(
+            "DELETE FROM recorder.session_log_chunks
+             WHERE session_id = $1 AND kernel = $2 AND start + octet_length(content) <= $3",
+            &[&chunk.session_id, &kernel, &(total - cap)],
+        )
+        .await?;
+        tx.commit().await?;
+        return Ok(Kept::Now);
     }
-    let held = client
+    let held = tx
         .query_opt(
             "SELECT epoch, kept_bytes FROM recorder.session_logs WHERE session_id = $1 AND kernel = $2",
             &[&chunk.session_id, &kernel],

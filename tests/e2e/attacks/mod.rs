@@ -3,4 +3,5 @@
 //! per group of findings, each test naming the findings it covers.
 
 mod apps;
+mod containers;
 mod credentials;

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
-use events::payloads::{ResourcePolicySet, SessionPriority};
+use events::payloads::{ContainerFence, ResourcePolicySet, SessionPriority};
 use launcher::access;
 use launcher::domain::FieldError;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,15 @@ pub struct PolicyLimits {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 100)]
     pub max_session_priority: Option<u32>,
+    /// The most processes (threads count) in each container of a user's sessions: a fork
+    /// bomb stops there (absent: 4096).
+    #[serde(default)]
+    #[schema(minimum = 16, maximum = 4194304)]
+    pub max_pids: Option<u32>,
+    /// The most bytes of each kernel's output kept, the most recent (absent: 1 MiB).
+    #[serde(default)]
+    #[schema(minimum = 4096, maximum = 67108864)]
+    pub max_log_bytes: Option<u64>,
 }
 
 impl PolicyLimits {
@@ -75,6 +84,20 @@ impl PolicyLimits {
                 0..=SessionPriority::MAX as u32,
             )?;
         }
+        if let Some(n) = self.max_pids {
+            within(
+                "max_pids",
+                n,
+                ContainerFence::LEAST_PIDS..=ContainerFence::MOST_PIDS,
+            )?;
+        }
+        if let Some(n) = self.max_log_bytes {
+            within(
+                "max_log_bytes",
+                n,
+                ContainerFence::LEAST_LOG_BYTES..=ContainerFence::MOST_LOG_BYTES,
+            )?;
+        }
         Ok(ResourcePolicySet {
             name,
             max_concurrent_sessions: self.max_concurrent_sessions,
@@ -82,6 +105,8 @@ impl PolicyLimits {
             max_session_lifetime_secs: self.max_session_lifetime_secs,
             max_custom_images: self.max_custom_images,
             max_session_priority: self.max_session_priority,
+            max_pids: self.max_pids,
+            max_log_bytes: self.max_log_bytes,
         })
     }
 }

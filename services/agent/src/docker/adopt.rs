@@ -139,7 +139,41 @@ pub(super) async fn adopt_leftovers(
             let _ = ctx.docker.remove_network(&network_name(*id)).await;
         }
     }
+    remove_leftover_networks(ctx, &live, &live_elsewhere).await;
     Ok(())
+}
+
+/// Removes the networks this agent made for sessions that are no longer live (their
+/// containers are gone: the engine refuses to remove a network still in use).
+async fn remove_leftover_networks(
+    ctx: &Ctx,
+    live: &HashMap<Uuid, SessionStatus>,
+    live_elsewhere: &HashSet<Uuid>,
+) {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_AGENT}={}", ctx.agent_id)],
+    )]);
+    let Ok(networks) = ctx
+        .docker
+        .list_networks(Some(bollard::network::ListNetworksOptions { filters }))
+        .await
+    else {
+        return;
+    };
+    for network in networks {
+        let session = network
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SESSION))
+            .and_then(|s| Uuid::parse_str(s).ok());
+        let Some(id) = session else { continue };
+        if live.contains_key(&id) || live_elsewhere.contains(&id) {
+            continue;
+        }
+        tracing::info!(session = %id, "removing a network without a live session");
+        let _ = ctx.docker.remove_network(&network_name(id)).await;
+    }
 }
 
 /// What becomes of a live session of this agent whose main container an agent that starts

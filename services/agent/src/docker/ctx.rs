@@ -44,6 +44,9 @@ pub struct RuntimeConfig {
     /// Where the host's GPUs come from (NVML, or mock devices) and how finely they are
     /// shared.
     pub gpus: crate::gpu::GpuConfig,
+    /// Each session's network: the pool its subnets come from, and the host firewall that
+    /// keeps sessions from the host and the metadata address.
+    pub fence: super::fence::NetworkFence,
 }
 
 /// What every task of the agent shares: its link to the control plane, the engine, the
@@ -191,14 +194,14 @@ pub(super) async fn remove_all(ctx: &Ctx, names: &[String]) {
     }
 }
 
-/// Removes the session's containers (kernels 0..size, whichever exist) and its network.
+/// Removes the session's containers (kernels 0..size, whichever exist) and its network
+/// (every session has one; another agent's kernels of a cluster still on it keep it, and
+/// that agent removes it after them).
 pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], size: u32) {
     for k in 0..size {
         remove(ctx, &container_name(session_id, k)).await;
     }
-    if size > 1 {
-        let _ = ctx.docker.remove_network(&network_name(session_id)).await;
-    }
+    let _ = ctx.docker.remove_network(&network_name(session_id)).await;
 }
 
 /// A container's run as its engine tells it: whether it ever started, and when it ended by

@@ -24,6 +24,9 @@ pub(super) struct LogCursor {
     sent: u64,
     last: Option<DateTime<Utc>>,
     at_last: usize,
+    /// How many of the kernel's most recent bytes the control plane keeps (the session's
+    /// log cap); `None`: its default.
+    keep_bytes: Option<u64>,
 }
 
 impl Default for LogCursor {
@@ -33,11 +36,20 @@ impl Default for LogCursor {
             sent: 0,
             last: None,
             at_last: 0,
+            keep_bytes: None,
         }
     }
 }
 
 impl LogCursor {
+    /// A new reading of a kernel's output whose most recent `bytes` are kept.
+    pub(super) fn keeping(bytes: u64) -> LogCursor {
+        LogCursor {
+            keep_bytes: Some(bytes),
+            ..LogCursor::default()
+        }
+    }
+
     /// `text`, read at this cursor, as the next chunk of the kernel's output, not the last.
     fn chunk(&self, session_id: Uuid, kernel: u32, text: String) -> LogChunk {
         LogChunk {
@@ -47,6 +59,7 @@ impl LogCursor {
             offset: self.sent,
             complete: false,
             text,
+            keep_bytes: self.keep_bytes,
         }
     }
 
@@ -181,21 +194,51 @@ async fn read_new(ctx: &Ctx, container: &str, cursor: &mut LogCursor) -> Option<
     Some(cursor.take_new(frames))
 }
 
-/// Sends `chunk`, read at `cursor`; the cursor counts it sent, or starts over when it was not.
+/// Sends `chunk`, read at `cursor`, in pieces of at most [`LogChunk::MOST_TEXT`] bytes (the
+/// last one carries `complete`); the cursor counts each sent, or starts over when one was
+/// not.
 async fn send_logs(ctx: &Ctx, cursor: &mut LogCursor, chunk: LogChunk) -> Kept {
     let session_id = chunk.session_id;
-    match ctx.link.send_log(&chunk).await {
-        Ok(()) => {
-            cursor.sent += chunk.text.len() as u64;
-            Kept::Sent
-        }
-        Err(e) => {
+    let pieces = pieces(&chunk.text, LogChunk::MOST_TEXT);
+    let last = pieces.len().saturating_sub(1);
+    for (i, text) in pieces.into_iter().enumerate() {
+        let piece = LogChunk {
+            offset: cursor.sent,
+            text: text.to_owned(),
+            complete: chunk.complete && i == last,
+            ..chunk.clone()
+        };
+        if let Err(e) = ctx.link.send_log(&piece).await {
             // The frames are lost to the sink, not to the next reading: start over.
-            *cursor = LogCursor::default();
+            *cursor = LogCursor {
+                keep_bytes: cursor.keep_bytes,
+                ..LogCursor::default()
+            };
             tracing::warn!(%session_id, error = %e, "could not send the logs");
-            Kept::NotSent
+            return Kept::NotSent;
         }
+        cursor.sent += piece.text.len() as u64;
     }
+    Kept::Sent
+}
+
+/// `text` cut into pieces of at most `most` bytes, each ending on a character's boundary;
+/// one empty piece for empty text (a last, empty chunk still says the output is complete).
+/// Pure.
+fn pieces(text: &str, most: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > most {
+        let mut cut = most;
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (head, tail) = rest.split_at(cut);
+        out.push(head);
+        rest = tail;
+    }
+    out.push(rest);
+    out
 }
 
 /// Sends the kernel's whole remaining output, the last send before its end is reported and
@@ -364,5 +407,15 @@ mod tests {
         let (short, _) = split_stamp("2026-11-21T23:46:27.1Z x").unwrap();
         assert_eq!(short.timestamp_subsec_nanos(), 100_000_000);
         assert!(split_stamp("no stamp here").is_none());
+    }
+
+    #[test]
+    fn long_output_goes_in_pieces_that_end_on_character_boundaries() {
+        assert_eq!(pieces("", 4), [""]);
+        assert_eq!(pieces("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        let text = "aé€b".repeat(3);
+        let cut = pieces(&text, 4);
+        assert_eq!(cut.concat(), text);
+        assert!(cut.iter().all(|p| p.len() <= 4 && !p.is_empty()), "{cut:?}");
     }
 }

@@ -158,7 +158,89 @@ fn names_of(created: &[Created]) -> Vec<String> {
     created.iter().map(|c| c.name.clone()).collect()
 }
 
-/// This agent's kernels' folders, cluster network and containers, created, not started.
+/// How many subnets of the pool a session's network tries before it gives up (each try
+/// another block: another session, or another agent of the engine, may hold one).
+const SUBNET_TRIES: u32 = 16;
+
+/// The session's own network ([`super::fence`]): a bridge named for it, on a subnet of the
+/// agent's pool, with traffic between its containers off unless it is a cluster (whose
+/// kernels are one tenant's), and the MTU of the engine's default bridge (the engine gives
+/// its own networks the host's, not the daemon's setting). One the session made already (a
+/// second try) is taken as it is.
+async fn create_network(
+    ctx: &Ctx,
+    state: &SessionState,
+    layout: &spec::Layout,
+) -> Result<(), String> {
+    let id = state.request.session_id;
+    if ctx
+        .docker
+        .inspect_network::<String>(&layout.network, None)
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    let mtu = ctx
+        .docker
+        .inspect_network::<String>("bridge", None)
+        .await
+        .ok()
+        .and_then(|n| n.options?.get("com.docker.network.driver.mtu").cloned());
+    let mut options = HashMap::from([
+        (
+            "com.docker.network.bridge.name".to_string(),
+            super::fence::bridge_name(id),
+        ),
+        (
+            "com.docker.network.bridge.enable_icc".to_string(),
+            layout.cluster().to_string(),
+        ),
+    ]);
+    if let Some(mtu) = mtu {
+        options.insert("com.docker.network.driver.mtu".to_string(), mtu);
+    }
+    let mut last = String::new();
+    for attempt in 0..SUBNET_TRIES {
+        let subnet = super::fence::subnet(
+            ctx.config.fence.subnets,
+            id,
+            layout.hosts.len() as u32,
+            attempt,
+        );
+        let create = bollard::network::CreateNetworkOptions {
+            name: layout.network.clone(),
+            driver: "bridge".into(),
+            check_duplicate: true,
+            options: options.clone(),
+            ipam: bollard::models::Ipam {
+                config: Some(vec![bollard::models::IpamConfig {
+                    subnet: Some(subnet.to_string()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            labels: HashMap::from([
+                (LABEL_SESSION.to_string(), id.to_string()),
+                (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
+            ]),
+            ..Default::default()
+        };
+        match ctx.docker.create_network(create).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.to_string().contains("already exists") => return Ok(()),
+            // Another network holds the block: the next one.
+            Err(e) if e.to_string().contains("overlap") => last = e.to_string(),
+            Err(e) => return Err(format!("creating the session's network failed: {e}")),
+        }
+    }
+    Err(format!(
+        "creating the session's network failed: no free subnet in {} after {SUBNET_TRIES} tries ({last})",
+        ctx.config.fence.subnets
+    ))
+}
+
+/// This agent's kernels' folders, session network and containers, created, not started.
 async fn create_containers(
     ctx: &Ctx,
     state: &SessionState,
@@ -173,35 +255,23 @@ async fn create_containers(
         std::fs::create_dir_all(&host).map_err(|e| format!("folder `{}`: {e}", host.display()))?;
         binds.push(bind);
     }
-    if let Some(net) = &layout.network {
-        if layout.mine.contains(&0) {
-            // The main kernel's agent makes the network; the others wait for it.
-            let options = bollard::network::CreateNetworkOptions {
-                name: net.clone(),
-                driver: "bridge".into(),
-                check_duplicate: true,
-                labels: HashMap::from([(LABEL_SESSION.to_string(), id.to_string())]),
-                ..Default::default()
-            };
-            if let Err(e) = ctx.docker.create_network(options).await {
-                if !e.to_string().contains("already exists") {
-                    return Err(format!("creating the cluster network failed: {e}"));
-                }
+    let net = &layout.network;
+    if layout.mine.contains(&0) {
+        // The main kernel's agent makes the network; the others wait for it.
+        create_network(ctx, state, layout).await?;
+    } else {
+        let mut waited = 0;
+        while ctx
+            .docker
+            .inspect_network::<String>(net, None)
+            .await
+            .is_err()
+        {
+            waited += 1;
+            if waited > 300 {
+                return Err(format!("the cluster network `{net}` did not appear"));
             }
-        } else {
-            let mut waited = 0;
-            while ctx
-                .docker
-                .inspect_network::<String>(net, None)
-                .await
-                .is_err()
-            {
-                waited += 1;
-                if waited > 300 {
-                    return Err(format!("the cluster network `{net}` did not appear"));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     let mut held = if wants_gpus {

@@ -12,6 +12,8 @@
 //!
 //! The rooms, from the ground up; each imports only from the floors below it:
 //! - [`spec`]: what each kernel's container is, its name and labels (pure, unit-tested).
+//! - [`fence`]: each session's own bridge and subnet, and the host firewall that keeps
+//!   sessions from the host's ports and the metadata address.
 //! - `engine`: the engine's absence waited out, never taken for a session's end.
 //! - `tty`: the terminals' tokens and which are served (read by every room through `ctx`).
 //! - `ctx`: the settings ([`RuntimeConfig`]) and the context every task shares, with the
@@ -48,6 +50,7 @@ mod cluster;
 mod commit;
 mod ctx;
 mod engine;
+pub mod fence;
 mod keep;
 mod kernels;
 mod pull;
@@ -143,6 +146,14 @@ pub(crate) async fn run(
             config.data_dir.display()
         ))
     })?;
+    // No session runs unfenced: the host's rules are put up (renewed) before any is taken.
+    if config.fence.firewall {
+        fence::install(&config.fence).await.map_err(|e| {
+            AgentError::Runtime(format!(
+                "the sessions' firewall (BERTH_SESSION_FIREWALL=off only where the host's own firewall fences sessions): {e}"
+            ))
+        })?;
+    }
     register(&link, &spec, &stop).await?;
     let kept = link.drain_outbox(&stop).await?;
     if kept > 0 {

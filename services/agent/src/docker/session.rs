@@ -336,7 +336,9 @@ async fn own_session(
     let started = tokio::time::Instant::now();
     // The output so far is kept every second while the container runs.
     let keeping = CancellationToken::new();
-    let log_cursor = std::sync::Arc::new(tokio::sync::Mutex::new(LogCursor::default()));
+    let log_cursor = std::sync::Arc::new(tokio::sync::Mutex::new(LogCursor::keeping(
+        state.request.fence().log_bytes,
+    )));
     {
         let (ctx, container, keeping) = (ctx.clone(), container.clone(), keeping.clone());
         let cursor = log_cursor.clone();
@@ -466,7 +468,8 @@ async fn own_session(
                 .docker
                 .stop_container(&name, Some(StopContainerOptions { t: 1 }))
                 .await;
-            save_final_logs(&ctx, session_id, k, &name, &Default::default()).await;
+            let cursor = LogCursor::keeping(state.request.fence().log_bytes);
+            save_final_logs(&ctx, session_id, k, &name, &cursor.into()).await;
         }
         remove(&ctx, &container).await;
         cleanup(&ctx, session_id, &[], size).await;

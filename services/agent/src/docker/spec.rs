@@ -1,14 +1,17 @@
 //! What each kernel's container is to be, pure: a session, this agent and a GPU share in,
 //! the engine's container configuration out (command, environment (GPU ordinals and MPS
-//! limits too), folders, published ports, labels, cluster network and host names, device
-//! requests, cgroup limits). Nothing here
-//! talks to the engine, so every rule is unit-tested.
+//! limits too), folders, published ports, labels, the session's own network and host names,
+//! device requests, cgroup limits, and the fence: dropped capabilities, no new privileges,
+//! a process limit, a capped log, a private IPC namespace). Nothing here talks to the
+//! engine, so every rule is unit-tested.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bollard::container::{Config, NetworkingConfig};
-use bollard::models::{DeviceRequest, EndpointSettings, HostConfig, PortBinding};
+use bollard::models::{
+    DeviceRequest, EndpointSettings, HostConfig, HostConfigLogConfig, PortBinding,
+};
 use domain::aggregate::SessionState;
 use uuid::Uuid;
 
@@ -28,9 +31,33 @@ pub struct Layout {
     pub mine: Vec<u32>,
     /// Each kernel's host name in the cluster (`main1`, `sub1`, `sub2`, ...).
     pub hosts: Vec<String>,
-    /// The private network a cluster's kernels share; `None` for a single kernel.
-    pub network: Option<String>,
+    /// The session's own network (a bridge of its own, for a single kernel too): its
+    /// kernels share it, and no other session's container is on it.
+    pub network: String,
 }
+
+impl Layout {
+    /// Whether the session is a cluster (more than one kernel).
+    pub fn cluster(&self) -> bool {
+        self.hosts.len() > 1
+    }
+}
+
+/// The capabilities of Docker's default set a session's containers run without:
+/// - `NET_RAW`: raw sockets (ARP and DNS spoofing on a bridge, crafted packets);
+/// - `MKNOD`: device nodes;
+/// - `SETFCAP`, `SETPCAP`: granting file or process capabilities.
+///
+/// Kept, because sessions' images need them as root without sudo: `CHOWN`, `DAC_OVERRIDE`,
+/// `FOWNER`, `FSETID` (package managers, files in mounted folders), `SETUID`, `SETGID`,
+/// `SYS_CHROOT`, `AUDIT_WRITE` (sshd's privilege separation and PAM), `KILL`,
+/// `NET_BIND_SERVICE` (an app on a low port).
+pub const DROPPED_CAPABILITIES: &[&str] = &["NET_RAW", "MKNOD", "SETFCAP", "SETPCAP"];
+
+/// How many files of a container's output the engine keeps, each at most the session's log
+/// cap (of the engine's JSON lines, which add some 70 bytes to each line of output): what
+/// the agent reads at once is bounded by about twice the cap, and so is the host's disk.
+pub const LOG_FILES: u64 = 2;
 
 /// The labels every container of berth carries: its session, its agent and its kernel's
 /// index, by which a restarted agent finds what an earlier run left.
@@ -81,7 +108,7 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
     Layout {
         mine,
         hosts,
-        network: (size > 1).then(|| network_name(state.request.session_id)),
+        network: network_name(state.request.session_id),
     }
 }
 
@@ -118,7 +145,7 @@ fn session_environment(state: &SessionState, layout: &Layout) -> Vec<String> {
     }
     env.push(format!("BERTH_SESSION_ID={}", request.session_id));
     env.push(format!("BERTH_SESSION_NAME={}", state.name));
-    if layout.network.is_some() {
+    if layout.cluster() {
         env.push(format!("BERTH_CLUSTER_SIZE={}", layout.hosts.len()));
         env.push(format!("BERTH_CLUSTER_HOSTS={}", layout.hosts.join(",")));
     }
@@ -141,7 +168,7 @@ pub fn kernel_config(
     let host = &layout.hosts[k as usize];
     let mut env = session_environment(state, layout);
     env.extend(gpu.environment());
-    if layout.network.is_some() {
+    if layout.cluster() {
         env.push(format!(
             "BERTH_CLUSTER_ROLE={}",
             if main { "main" } else { "sub" }
@@ -167,6 +194,12 @@ pub fn kernel_config(
             ..Default::default()
         }]
     });
+    // A kernel the engine attaches no device to sees none, even where the host's default
+    // runtime is nvidia and the image says `NVIDIA_VISIBLE_DEVICES=all` (the container's
+    // environment overrides the image's; the request's may not name it).
+    if device_requests.is_none() {
+        env.push("NVIDIA_VISIBLE_DEVICES=void".into());
+    }
     // The image's app ports and the preopen ports are published on the main kernel, each on
     // a free port of the host at `publish_address` alone: berth's proxy is the only door.
     let interactive = request.session_type == domain::payloads::SessionType::Interactive;
@@ -188,29 +221,39 @@ pub fn kernel_config(
         (Some(command), true) => command.clone(),
         _ => IDLE.to_owned(),
     };
-    let networking_config = layout.network.as_ref().map(|net| NetworkingConfig {
+    let networking_config = Some(NetworkingConfig {
         endpoints_config: HashMap::from([(
-            net.clone(),
+            layout.network.clone(),
             EndpointSettings {
-                aliases: Some(vec![host.clone()]),
+                aliases: layout.cluster().then(|| vec![host.clone()]),
                 ..Default::default()
             },
         )]),
     });
     let resources = &request.resources;
-    // A fraction reaches the host's MPS daemon through its pipe directory and the host's IPC
-    // namespace (the daemon's shared memory): the daemon enforces the share's limits.
+    let fence = request.fence();
+    // Every container has an IPC namespace and /dev/shm of its own. A fraction that reaches
+    // the host's MPS daemon gets its pipe directory and the daemon's shared memory (the
+    // host's /dev/shm, which MPS clients share with their server, as NVIDIA's Kubernetes
+    // device plugin mounts it): the trade-off docs/operations.md tells.
     let mut binds = binds.to_vec();
     if let Some(dir) = &gpu.mps_pipe_dir {
         binds.push(format!("{0}:{0}", dir.display()));
+        binds.push("/dev/shm:/dev/shm".into());
     }
-    let ipc_mode = gpu.mps_pipe_dir.as_ref().map(|_| "host".to_owned());
+    let log_config = HostConfigLogConfig {
+        typ: Some("json-file".into()),
+        config: Some(HashMap::from([
+            ("max-size".to_string(), fence.log_bytes.to_string()),
+            ("max-file".to_string(), LOG_FILES.to_string()),
+        ])),
+    };
     Config {
         image: Some(request.image.clone()),
         cmd: Some(vec!["/bin/sh".into(), "-c".into(), command]),
         env: Some(env),
         labels: Some(labels),
-        hostname: layout.network.as_ref().map(|_| host.clone()),
+        hostname: layout.cluster().then(|| host.clone()),
         exposed_ports: main.then_some(exposed),
         working_dir: Some("/home/work".into()),
         // Scratch space is a volume of its own: removed with the container, and never part of
@@ -224,10 +267,14 @@ pub fn kernel_config(
             memory_swap: Some(resources.memory_bytes as i64),
             shm_size: Some(request.shared_memory_bytes as i64),
             binds: Some(binds),
-            ipc_mode,
+            ipc_mode: Some("private".into()),
             port_bindings: main.then_some(bindings),
             device_requests,
-            network_mode: layout.network.clone(),
+            network_mode: Some(layout.network.clone()),
+            cap_drop: Some(DROPPED_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: Some(i64::from(fence.pids)),
+            log_config: Some(log_config),
             ..Default::default()
         }),
         ..Default::default()
@@ -385,7 +432,8 @@ mod tests {
         assert_eq!(layout.mine, [0, 1, 2]);
         assert_eq!(layout.hosts, ["main1", "sub1", "sub2"]);
         let net = network_name(state.request.session_id);
-        assert_eq!(layout.network.as_deref(), Some(net.as_str()));
+        assert_eq!(layout.network, net);
+        assert!(layout.cluster());
 
         let main = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
         let sub = kernel_config(&state, "a1", &layout, 2, &[], &no_gpu(), "127.0.0.1");
@@ -452,15 +500,27 @@ mod tests {
         ] {
             assert!(env.iter().any(|e| e == wanted), "{wanted} in {env:?}");
         }
-        assert_eq!(host.ipc_mode, None, "no MPS daemon named: nothing shared");
-        // With the host's MPS daemon: its pipe directory and IPC namespace, to reach it.
+        assert_eq!(
+            host.ipc_mode.as_deref(),
+            Some("private"),
+            "no MPS daemon named: nothing shared"
+        );
+        assert!(
+            !env.iter().any(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES")),
+            "the runtime names the devices it attaches"
+        );
+        // With the host's MPS daemon: its pipe directory and shared memory, to reach it, and
+        // never the host's IPC namespace.
         let daemon = share.through_mps(Some(Path::new("/tmp/nvidia-mps")));
         let config = kernel_config(&state, "a1", &layout, 0, &[], &daemon, "127.0.0.1");
         let host = config.host_config.unwrap();
-        assert_eq!(host.ipc_mode.as_deref(), Some("host"));
+        assert_eq!(host.ipc_mode.as_deref(), Some("private"));
         assert_eq!(
             host.binds,
-            Some(vec!["/tmp/nvidia-mps:/tmp/nvidia-mps".into()])
+            Some(vec![
+                "/tmp/nvidia-mps:/tmp/nvidia-mps".into(),
+                "/dev/shm:/dev/shm".into()
+            ])
         );
         assert!(config
             .env
@@ -492,5 +552,74 @@ mod tests {
         );
         assert!(env.iter().any(|e| e == "CUDA_VISIBLE_DEVICES=0"), "{env:?}");
         assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS")), "{env:?}");
+        assert!(
+            env.iter().any(|e| e == "NVIDIA_VISIBLE_DEVICES=void"),
+            "a mock device is no real one: {env:?}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_a_device_sees_none_whatever_the_hosts_runtime() {
+        let state = session(1);
+        let layout = layout(&state, "a1");
+        let env = env_of(&kernel_config(
+            &state,
+            "a1",
+            &layout,
+            0,
+            &[],
+            &no_gpu(),
+            "127.0.0.1",
+        ));
+        assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()));
+    }
+
+    #[test]
+    fn every_container_is_fenced_by_capabilities_privileges_processes_and_log_size() {
+        let mut state = session(1);
+        state.request.pids_limit = Some(128);
+        state.request.log_limit_bytes = Some(64 << 10);
+        let layout = layout(&state, "a1");
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
+        let host = config.host_config.unwrap();
+        let dropped = host.cap_drop.unwrap();
+        for cap in ["NET_RAW", "MKNOD", "SETFCAP", "SETPCAP"] {
+            assert!(dropped.contains(&cap.to_string()), "{cap} in {dropped:?}");
+        }
+        assert!(!dropped.contains(&"SETUID".to_string()), "sshd needs it");
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".into()]));
+        assert_eq!(host.pids_limit, Some(128));
+        assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+        let log = host.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        let opts = log.config.unwrap();
+        assert_eq!(opts["max-size"], (64 << 10).to_string(), "the cap a file");
+        assert_eq!(opts["max-file"], "2");
+
+        // A request recorded before the policy's bounds: the defaults.
+        let mut old = session(1);
+        old.request.pids_limit = None;
+        old.request.log_limit_bytes = None;
+        let host = kernel_config(&old, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1")
+            .host_config
+            .unwrap();
+        assert_eq!(
+            host.pids_limit,
+            Some(domain::payloads::ContainerFence::DEFAULT_PIDS as i64)
+        );
+    }
+
+    #[test]
+    fn a_single_kernel_has_a_network_of_its_own_and_the_engines_host_name() {
+        let state = session(1);
+        let layout = layout(&state, "a1");
+        assert!(!layout.cluster());
+        let net = network_name(state.request.session_id);
+        assert_eq!(layout.network, net);
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
+        assert_eq!(config.hostname, None);
+        let endpoint = &config.networking_config.unwrap().endpoints_config[&net];
+        assert_eq!(endpoint.aliases, None);
+        assert_eq!(config.host_config.unwrap().network_mode, Some(net));
     }
 }

@@ -275,6 +275,8 @@ fn requested(n: u128, owner: u128, at: f64) -> Logged {
             max_lifetime_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
+            pids_limit: None,
+            log_limit_bytes: None,
         })),
     )
 }
