@@ -78,6 +78,13 @@ impl AgentProcess {
                 &config.agent_bus.telemetry_stream,
             )
             .env("RUST_LOG", "info")
+            // On a host of its own, its engine is still this machine's, whose network
+            // namespace (and Docker's chains) it cannot reach: the sessions' firewall is the
+            // engine host's to keep.
+            .env(
+                "BERTH_SESSION_FIREWALL",
+                if host.is_some() { "off" } else { "on" },
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

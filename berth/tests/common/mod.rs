@@ -363,7 +363,7 @@ pub async fn assert_every_batch_ended_whole(
     // Output travels as telemetry, beside the reports that end a session: the sink may keep
     // a session's last chunk a moment after it ends (more so just after a restart).
     for _ in 0..150 {
-        let complete = "SELECT count(*) FROM recorder.session_logs
+        let complete = "SELECT count(DISTINCT session_id) FROM recorder.session_log_chunks
                         WHERE session_id = ANY($1) AND kernel = 0 AND content LIKE '%done%'";
         if count(complete).await == sessions.len() {
             break;
@@ -376,12 +376,14 @@ pub async fn assert_every_batch_ended_whole(
                     (SELECT (e.payload->>'exit_code')::int FROM events e
                      WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
                        AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'TERMINATED'),
-                    coalesce(l.content, ''),
+                    coalesce((SELECT string_agg(c.content, '' ORDER BY c.start)
+                              FROM recorder.session_log_chunks c
+                              WHERE c.session_id = s.session_id AND c.kernel = 0), ''),
                     (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
                        AND e.event_type = 'KernelStarted'),
                     (SELECT count(*) FROM events e WHERE e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
                        AND e.event_type = 'SessionStatusChanged' AND e.payload->>'to' = 'RUNNING')
-             FROM ledger.sessions s LEFT JOIN recorder.session_logs l ON l.session_id = s.session_id AND l.kernel = 0
+             FROM ledger.sessions s
              WHERE s.session_id = ANY($1)",
             &[&sessions],
         )

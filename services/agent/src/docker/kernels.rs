@@ -231,7 +231,19 @@ async fn create_network(
             Err(e) if e.to_string().contains("already exists") => return Ok(()),
             // Another network holds the block: the next one.
             Err(e) if e.to_string().contains("overlap") => last = e.to_string(),
-            Err(e) => return Err(format!("creating the session's network failed: {e}")),
+            Err(e) => {
+                // Made meanwhile by another try for this session (the engine then refuses a
+                // second bridge of the same name): take the one that is there.
+                if ctx
+                    .docker
+                    .inspect_network::<String>(&layout.network, None)
+                    .await
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                return Err(format!("creating the session's network failed: {e}"));
+            }
         }
     }
     Err(format!(
