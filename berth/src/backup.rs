@@ -18,13 +18,21 @@ pub struct Restored {
     pub clock_offset: i64,
 }
 
-/// Writes a dump of the database at `database_url` to `file` (`pg_dump --format=custom`).
+/// Writes a dump of the database at `database_url` to `file` (`pg_dump --format=custom`),
+/// without the rows of the `secrets` schema (password hashes, app tokens): a backup is copied
+/// and kept far longer than a secret should live. After a restore, users set their passwords
+/// again and apps started anew get new tokens (docs/operations.md).
 pub async fn backup(database_url: &str, file: &Path) -> anyhow::Result<()> {
     let mut dump = tokio::process::Command::new(pg_tool("pg_dump"));
-    dump.args(["--format=custom", "--no-password", "--file"])
-        .arg(file)
-        .arg("--dbname")
-        .arg(database_url);
+    dump.args([
+        "--format=custom",
+        "--no-password",
+        "--exclude-table-data=secrets.*",
+        "--file",
+    ])
+    .arg(file)
+    .arg("--dbname")
+    .arg(database_url);
     run(dump, "pg_dump").await
 }
 

@@ -186,7 +186,7 @@ catalogue! {
     /// A Backend.AI keypair was revoked.
     BackendAiKeypairRevoked(BackendAiKeypairRevoked) = "BackendAiKeypairRevoked" v 1,
     /// A user's password was set (only its Argon2id hash is kept).
-    UserPasswordSet(UserPasswordSet) = "UserPasswordSet" v 1,
+    UserPasswordSet(UserPasswordSet) = "UserPasswordSet" v 2,
     /// A person signed in to the web console (only the SHA-256 of its token is kept).
     ConsoleSignedIn(ConsoleSignedIn) = "ConsoleSignedIn" v 1,
     /// A person signed out of the web console.
@@ -240,7 +240,7 @@ catalogue! {
     /// Somebody asked for an app of a session to be started in its main kernel.
     AppStartRequested(AppStartRequested) = "AppStartRequested" v 1,
     /// An app's start ended: its port accepts connections, or why not.
-    AppStartEnded(AppStartEnded) = "AppStartEnded" v 1,
+    AppStartEnded(AppStartEnded) = "AppStartEnded" v 2,
     /// A user's create request was taken; kept whole among their recent launches.
     LaunchRecorded(LaunchRecorded) = "LaunchRecorded" v 1,
     /// A user named (or unnamed) one of their launches.
@@ -280,6 +280,26 @@ fn upcast(event_type: &str, from: i32, payload: Value) -> Result<Value, UpcastEr
                 "at".into(),
                 serde_json::to_value(at).expect("a time serialises"),
             );
+            Ok(Value::Object(fields))
+        }
+        // Secrets leave the log's readers: the hash is dropped (it lives in
+        // `secrets.password_hashes`), the token becomes whether one was kept.
+        ("UserPasswordSet", 1) => {
+            let Value::Object(mut fields) = payload else {
+                return Err(UpcastError::NotAnObject);
+            };
+            fields.remove("password_hash");
+            Ok(Value::Object(fields))
+        }
+        ("AppStartEnded", 1) => {
+            let Value::Object(mut fields) = payload else {
+                return Err(UpcastError::NotAnObject);
+            };
+            if let Some(Value::Object(outcome)) = fields.get_mut("outcome") {
+                if let Some(token) = outcome.remove("token") {
+                    outcome.insert("token_kept".into(), Value::Bool(!token.is_null()));
+                }
+            }
             Ok(Value::Object(fields))
         }
         _ => Err(UpcastError::NoUpcaster(from)),
@@ -462,10 +482,7 @@ mod tests {
                 user_id: id,
                 access_key: "AKIAEXAMPLEKEY000001".into(),
             }),
-            Event::UserPasswordSet(UserPasswordSet {
-                user_id: id,
-                password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaA".into(),
-            }),
+            Event::UserPasswordSet(UserPasswordSet { user_id: id }),
             Event::ConsoleSignedIn(ConsoleSignedIn {
                 user_id: id,
                 token_sha256: "cd".repeat(32),
@@ -660,9 +677,7 @@ mod tests {
                 session_id: id,
                 start_id: id,
                 app: "jupyter".into(),
-                outcome: AppStartOutcome::Started {
-                    token: Some("t0k3n".into()),
-                },
+                outcome: AppStartEnd::Started { token_kept: true },
             }),
             Event::AppCircuitClosed(AppCircuitClosed {
                 circuit_id: id,
@@ -733,6 +748,35 @@ mod tests {
         };
         assert_eq!(k.hostname, None);
         assert_eq!(k.agent_id, "a1");
+    }
+
+    #[test]
+    fn secrets_of_version_1_payloads_never_reach_a_reader() {
+        let id = Uuid::nil();
+        let v1 = serde_json::json!({"user_id": id, "password_hash": "$argon2id$v=19$secret"});
+        let event = Event::decode_str("UserPasswordSet", 1, &v1.to_string()).unwrap();
+        assert_eq!(
+            event,
+            Event::UserPasswordSet(UserPasswordSet { user_id: id })
+        );
+        assert!(!event.to_payload_text().contains("argon2"));
+
+        let v1 = serde_json::json!({"session_id": id, "start_id": id, "app": "jupyter",
+                                    "outcome": {"result": "started", "token": "s3cret"}});
+        let event = Event::decode_str("AppStartEnded", 1, &v1.to_string()).unwrap();
+        let Event::AppStartEnded(ended) = &event else {
+            panic!("{event:?}")
+        };
+        assert_eq!(ended.outcome, AppStartEnd::Started { token_kept: true });
+        assert!(!event.to_payload_text().contains("s3cret"));
+        let v1 = serde_json::json!({"session_id": id, "start_id": id, "app": "sshd",
+                                    "outcome": {"result": "started", "token": null}});
+        let Event::AppStartEnded(ended) =
+            Event::decode_str("AppStartEnded", 1, &v1.to_string()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(ended.outcome, AppStartEnd::Started { token_kept: false });
     }
 
     #[test]

@@ -7,11 +7,11 @@ use crate::aggregate::SessionState;
 use crate::catalogue::Event;
 use crate::idleness::{reap_reason, IdleReading};
 use crate::payloads::{
-    AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep, KernelStarted,
-    SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested, SessionIdleExempted,
-    SessionIdleReaped, SessionPriority, SessionPriorityChanged, SessionPullProgressed,
-    SessionRenamed, SessionResourcesReleased, SessionStatus, SessionStatusChanged,
-    SessionTerminationRequested, SessionType,
+    AppStartEnd, AppStartEnded, AppStartOutcome, AppStartRequested, CommitOutcome, CommitStep,
+    KernelStarted, SessionCommitEnded, SessionCommitProgressed, SessionCommitRequested,
+    SessionIdleExempted, SessionIdleReaped, SessionPriority, SessionPriorityChanged,
+    SessionPullProgressed, SessionRenamed, SessionResourcesReleased, SessionStatus,
+    SessionStatusChanged, SessionTerminationRequested, SessionType,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -428,7 +428,8 @@ impl SessionState {
             session_id: self.request.session_id,
             start_id,
             app,
-            outcome,
+            // The app's secret stays out of the log (the recorder keeps it apart).
+            outcome: AppStartEnd::from(&outcome),
         })])
     }
 

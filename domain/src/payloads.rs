@@ -656,9 +656,9 @@ pub struct BackendAiKeypairRevoked {
 /// Only its Argon2id hash is recorded, as a PHC string; the password itself never is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserPasswordSet {
+    /// Whose password it is. The Argon2id hash is kept in `secrets.password_hashes`, a table
+    /// that can be erased, and never in the log (which cannot forget); version 1 carried it.
     pub user_id: Uuid,
-    /// `$argon2id$v=19$m=...,t=...,p=...$<salt>$<hash>`.
-    pub password_hash: String,
 }
 
 /// How a person proved who they are when signing in to the web console.
@@ -1150,11 +1150,41 @@ pub enum AppStartOutcome {
     },
 }
 
-/// An app's start ended, as the agent running the main kernel reports it.
+/// How an app's start ended, as the log keeps it: without the app's secret, which berth keeps
+/// in `secrets.app_tokens` (erasable) for its proxy to hand the app.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum AppStartEnd {
+    /// Its port accepts connections; `token_kept`: berth started it with a secret, kept apart.
+    Started {
+        #[serde(default)]
+        token_kept: bool,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+impl From<&AppStartOutcome> for AppStartEnd {
+    fn from(outcome: &AppStartOutcome) -> AppStartEnd {
+        match outcome {
+            AppStartOutcome::Started { token } => AppStartEnd::Started {
+                token_kept: token.is_some(),
+            },
+            AppStartOutcome::Failed { reason } => AppStartEnd::Failed {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+/// An app's start ended, as the agent running the main kernel reports it (version 1 carried
+/// the app's secret in its outcome; version 2 says only whether one was kept).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppStartEnded {
     pub session_id: Uuid,
     pub start_id: Uuid,
     pub app: String,
-    pub outcome: AppStartOutcome,
+    pub outcome: AppStartEnd,
 }

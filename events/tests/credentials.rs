@@ -41,11 +41,13 @@ async fn user(pool: &Pool, email: &str) -> Uuid {
     user_id
 }
 
+/// Sets `user_id`'s password as the launcher does: its hash kept apart, the event saying so.
 async fn set_password(pool: &Pool, user_id: Uuid, password: &str) {
-    let event = Event::UserPasswordSet(UserPasswordSet {
-        user_id,
-        password_hash: hash_password(password),
-    });
+    let client = pool.get().await.unwrap();
+    events::ledger::credentials::keep_password_hash(&client, user_id, &hash_password(password))
+        .await
+        .unwrap();
+    let event = Event::UserPasswordSet(UserPasswordSet { user_id });
     record(pool, &stream_id("user", user_id), &[event]).await;
 }
 

@@ -152,9 +152,9 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::UserPasswordSet(e) => {
             exec(
                 client,
-                "INSERT INTO ledger.user_passwords VALUES ($1, $2)
-                     ON CONFLICT (user_id) DO UPDATE SET password_hash = $2",
-                &[&e.user_id, &e.password_hash],
+                // Who has a password; its hash is in `secrets.password_hashes`, not the log.
+                "INSERT INTO ledger.user_passwords VALUES ($1) ON CONFLICT (user_id) DO NOTHING",
+                &[&e.user_id],
             )
             .await?;
         }
@@ -206,8 +206,8 @@ pub(super) struct Tables {
     /// Project name to description.
     pub projects: HashMap<String, String>,
     pub project_members: HashMap<(String, Uuid), ()>,
-    /// User to their password's hash.
-    pub user_passwords: HashMap<Uuid, String>,
+    /// The users who have a password (its hash is kept apart, in `secrets`).
+    pub user_passwords: HashMap<Uuid, ()>,
     /// Token digest to the console sign-in.
     pub console_sign_ins: HashMap<String, SignIn>,
 }
@@ -286,8 +286,7 @@ impl Tables {
                     .insert((e.project.clone(), e.user_id), ());
             }
             Event::UserPasswordSet(e) => {
-                self.user_passwords
-                    .insert(e.user_id, e.password_hash.clone());
+                self.user_passwords.insert(e.user_id, ());
             }
             Event::ConsoleSignedIn(e) => {
                 self.console_sign_ins.insert(
@@ -405,11 +404,11 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.user_passwords"),
-            ["user_id", "password_hash"],
+            ["user_id"],
             &self
                 .user_passwords
-                .iter()
-                .map(|(user, hash)| -> [&(dyn ToSql + Sync); 2] { [user, hash] })
+                .keys()
+                .map(|user| -> [&(dyn ToSql + Sync); 1] { [user] })
                 .collect::<Vec<_>>(),
         )
         .await?;

@@ -63,14 +63,13 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::AppStartRequested(e) => patch.enter(client, e.session_id, stream_version).await?,
         Event::AppStartEnded(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
-            if let AppStartOutcome::Started { token } = &e.outcome {
-                // A start that found the app running keeps the secret it was started with.
+            if let AppStartEnd::Started { .. } = &e.outcome {
+                // Its secret, if any, is in `secrets.app_tokens` (the recorder keeps it there).
                 exec(
                     client,
-                    "INSERT INTO ledger.app_services VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (session_id, app) DO UPDATE
-                       SET token = coalesce(excluded.token, ledger.app_services.token)",
-                    &[&e.session_id, &e.app, token, &at],
+                    "INSERT INTO ledger.app_services VALUES ($1, $2, $3)
+                     ON CONFLICT (session_id, app) DO NOTHING",
+                    &[&e.session_id, &e.app, &at],
                 )
                 .await?;
             }
@@ -106,7 +105,6 @@ pub(super) struct Circuit {
 }
 
 pub(super) struct AppService {
-    pub token: Option<String>,
     pub started_at: DateTime<Utc>,
 }
 
@@ -149,18 +147,10 @@ impl Tables {
             }
             Event::AppStartRequested(e) => sessions.change(e.session_id, version, |_| {}),
             Event::AppStartEnded(e) => {
-                if let AppStartOutcome::Started { token } = &e.outcome {
-                    let service = self
-                        .app_services
+                if let AppStartEnd::Started { .. } = &e.outcome {
+                    self.app_services
                         .entry((e.session_id, e.app.clone()))
-                        .or_insert(AppService {
-                            token: None,
-                            started_at: at,
-                        });
-                    // A start that found the app running keeps the secret it was started with.
-                    if token.is_some() {
-                        service.token = token.clone();
-                    }
+                        .or_insert(AppService { started_at: at });
                 }
                 sessions.change(e.session_id, version, |_| {});
             }
@@ -215,12 +205,12 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.app_services"),
-            ["session_id", "app", "token", "started_at"],
+            ["session_id", "app", "started_at"],
             &self
                 .app_services
                 .iter()
-                .map(|((session, app), a)| -> [&(dyn ToSql + Sync); 4] {
-                    [session, app, &a.token, &a.started_at]
+                .map(|((session, app), a)| -> [&(dyn ToSql + Sync); 3] {
+                    [session, app, &a.started_at]
                 })
                 .collect::<Vec<_>>(),
         )

@@ -102,7 +102,7 @@ pub async fn password_owner<C: GenericClient>(
     let row = client
         .query_opt(
             "SELECT u.user_id, u.role, u.resource_policy, p.password_hash, u.disabled
-             FROM ledger.users u LEFT JOIN ledger.user_passwords p USING (user_id)
+             FROM ledger.users u LEFT JOIN secrets.password_hashes p USING (user_id)
              WHERE u.email = $1",
             &[&email],
         )
@@ -136,7 +136,7 @@ pub async fn password_hash<C: GenericClient>(
 ) -> Result<Option<String>, LedgerError> {
     let row = client
         .query_opt(
-            "SELECT password_hash FROM ledger.user_passwords WHERE user_id = $1 FOR UPDATE",
+            "SELECT password_hash FROM secrets.password_hashes WHERE user_id = $1 FOR UPDATE",
             &[&user],
         )
         .await?;
@@ -237,4 +237,21 @@ mod tests {
         assert_ne!(token, new_console_token());
         assert_eq!(key_digest(&token).len(), 64);
     }
+}
+
+/// Keeps `hash` as `user`'s password (the last one set wins), apart from the log: call it in
+/// the transaction that records their `UserPasswordSet`, which says only that one was set.
+pub async fn keep_password_hash<C: GenericClient>(
+    client: &C,
+    user: Uuid,
+    hash: &str,
+) -> Result<(), LedgerError> {
+    client
+        .execute(
+            "INSERT INTO secrets.password_hashes VALUES ($1, $2)
+             ON CONFLICT (user_id) DO UPDATE SET password_hash = $2",
+            &[&user, &hash],
+        )
+        .await?;
+    Ok(())
 }

@@ -335,12 +335,12 @@ pub async fn start_app(
     .ok()
     .flatten();
     match outcome {
-        Some(domain::payloads::AppStartOutcome::Started { token }) => Ok(Json(StartedApp {
+        Some(domain::payloads::AppStartEnd::Started { token_kept }) => Ok(Json(StartedApp {
             app,
             port,
-            spawned: token.is_some(),
+            spawned: token_kept,
         })),
-        Some(domain::payloads::AppStartOutcome::Failed { reason }) => {
+        Some(domain::payloads::AppStartEnd::Failed { reason }) => {
             Err(ApiError::new(StatusCode::CONFLICT, "app_failed", reason).field("app"))
         }
         None => Err(ApiError::new(

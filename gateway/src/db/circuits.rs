@@ -80,12 +80,13 @@ pub async fn circuit(pool: &Pool, id: Uuid) -> Result<Option<(Uuid, u16)>, ApiEr
     Ok(row.map(|r| (r.get(0), r.get::<_, i32>(1) as u16)))
 }
 
-/// The secret app `app` of `session` was started with, if berth started it.
+/// The secret app `app` of `session` was started with, if berth started it (kept apart from
+/// the log, in `secrets.app_tokens`).
 pub async fn app_token(pool: &Pool, session: Uuid, app: &str) -> Result<Option<String>, ApiError> {
     let client = pool.get().await?;
     let row = client
         .query_opt(
-            "SELECT token FROM ledger.app_services WHERE session_id = $1 AND app = $2",
+            "SELECT token FROM secrets.app_tokens WHERE session_id = $1 AND app = $2",
             &[&session, &app],
         )
         .await?;

@@ -83,10 +83,9 @@ async fn record_password(
     hash: String,
     metadata: &events::Metadata,
 ) -> Result<(), AccessError> {
-    let set = Event::UserPasswordSet(UserPasswordSet {
-        user_id,
-        password_hash: hash,
-    });
+    // The hash is kept apart from the log, in the same transaction as the event saying so.
+    events::ledger::credentials::keep_password_hash(tx, user_id, &hash).await?;
+    let set = Event::UserPasswordSet(UserPasswordSet { user_id });
     ledger::record(
         tx,
         &stream_id("user", user_id),

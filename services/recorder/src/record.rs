@@ -228,6 +228,14 @@ async fn record_fact(
     fact: &Fact,
     metadata: &Metadata,
 ) -> Result<SessionState, RecordError> {
+    if let Fact::AppStartEnded {
+        app,
+        outcome: AppStartOutcome::Started { token: Some(token) },
+        ..
+    } = fact
+    {
+        keep_app_token(pool, agent_id, session_id, app, token).await?;
+    }
     let who = Reporter::of(fact);
     let state = lifecycle::command(pool, session_id, metadata, |state| {
         if !who.may_report(state, agent_id) {
@@ -237,6 +245,33 @@ async fn record_fact(
     })
     .await?;
     Ok(state)
+}
+
+/// Keeps the secret app `app` of the session was started with apart from the log (the event
+/// says only that one was kept), for the app proxy to hand it; only from an agent the session
+/// is placed on. Kept before the event is recorded, so that the proxy finds it as soon as the
+/// event says the app started; a start that then records nothing leaves a secret of that same
+/// session's app, which nothing else reads.
+async fn keep_app_token(
+    pool: &Pool,
+    agent_id: &str,
+    session_id: Uuid,
+    app: &str,
+    token: &str,
+) -> Result<(), RecordError> {
+    if session_for(pool, agent_id, session_id).await?.is_none() {
+        return Err(not_mine(session_id, agent_id));
+    }
+    let client = pool.get().await.map_err(LedgerError::from)?;
+    client
+        .execute(
+            "INSERT INTO secrets.app_tokens VALUES ($1, $2, $3)
+             ON CONFLICT (session_id, app) DO UPDATE SET token = $3",
+            &[&session_id, &app, &token],
+        )
+        .await
+        .map_err(LedgerError::from)?;
+    Ok(())
 }
 
 fn not_mine(session: Uuid, agent_id: &str) -> RecordError {
