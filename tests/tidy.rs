@@ -394,8 +394,8 @@ fn tables_made(sql: &str) -> Vec<String> {
     create.captures_iter(sql).map(|c| c[1].to_owned()).collect()
 }
 
-/// Whether the backbone's migrations may make `table`: the log's and its readers' tables, or
-/// the ledger's.
+/// Whether the backbone's migrations may make `table`: the log's and its readers' tables, the
+/// ledger's, or the secrets the ledger's commands keep beside it (out of the log, erasable).
 fn backbone_table(table: &str) -> bool {
     const LOG: &[&str] = &[
         "events",
@@ -404,7 +404,7 @@ fn backbone_table(table: &str) -> bool {
         "checkpoints",
         "processed_events",
     ];
-    LOG.contains(&table) || table.starts_with("ledger.")
+    LOG.contains(&table) || table.starts_with("ledger.") || table.starts_with("secrets.")
 }
 
 #[test]
