@@ -5,3 +5,4 @@
 mod apps;
 mod containers;
 mod credentials;
+mod outbound;
