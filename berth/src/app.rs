@@ -399,9 +399,12 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
     }
     if parts.notification {
         let b = OnBus::connect(config, &pool).await?;
-        let http = notification::webhook::client(config.webhook_ca.as_deref())
-            .map_err(anyhow::Error::msg)
-            .context("BERTH_WEBHOOK_CA")?;
+        let http = notification::webhook::Sender::new(
+            config.webhook_ca.as_deref(),
+            config.webhook_policy.clone(),
+        )
+        .map_err(anyhow::Error::msg)
+        .context("BERTH_WEBHOOK_CA")?;
         keep(&mut tasks, "notification", &stop, move |s| {
             let (b, http) = (b.clone(), http.clone());
             async move {
@@ -435,6 +438,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             timings.detail_cache_ttl,
         )
         .with_agent_bus(config.agent_bus.clone())
+        .with_webhook_policy(config.webhook_policy.clone())
         .with_create_queue(config.create_queue)
         .watch_readiness();
         let state = match &metrics {

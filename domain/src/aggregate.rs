@@ -33,6 +33,10 @@ pub struct AgentState {
     pub admitted: Option<AgentAdmitted>,
     /// Why its admission was revoked, if it was (and not admitted again since).
     pub revoked: Option<String>,
+    /// Where it said its published ports are reached, when it last registered: the only
+    /// address its kernels may say they are at ([`AgentState::may_publish_on`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// What a session stream folds into.
@@ -88,6 +92,7 @@ impl AgentState {
                 self.resource_group = e.resource_group.clone();
                 self.capacity = e.capacity;
                 self.images = e.images.clone();
+                self.address = e.address.clone();
                 self.lost = None;
             }
             Event::AgentHeartbeated(e) => self.last_heartbeat = Some(e.at),
@@ -145,6 +150,39 @@ impl AgentState {
 }
 
 impl AgentState {
+    /// Whether an agent may register saying its published ports are reached at `address`:
+    /// an address a host can have, which the app proxy may dial
+    /// ([`crate::outbound::check_agent_address`]; none is fine: it publishes nothing). Pure.
+    pub fn may_offer_address(address: Option<&str>) -> Result<(), RegistrationRefused> {
+        match address {
+            Some(address) => crate::outbound::check_agent_address(address)
+                .map(|_| ())
+                .map_err(RegistrationRefused::Address),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a kernel this agent started may be recorded as published at `address`: only
+    /// at the address the agent registered with (none is fine: nothing published), so an
+    /// agent cannot point the app proxy at another host. Pure.
+    pub fn may_publish_on(&self, address: Option<&str>) -> Result<(), ForeignAddress> {
+        let Some(address) = address else {
+            return Ok(());
+        };
+        let own = self
+            .address
+            .as_deref()
+            .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+        match address.parse::<std::net::IpAddr>() {
+            Ok(ip) if Some(ip) == own => Ok(()),
+            _ => Err(ForeignAddress {
+                agent: self.agent_id.clone(),
+                address: address.to_owned(),
+                registered: self.address.clone(),
+            }),
+        }
+    }
+
     /// Whether the agent may say it departs: it is admitted (a revoked agent's departure
     /// would hide why it is offered no more). Pure.
     pub fn may_depart(&self) -> Result<(), RegistrationRefused> {
@@ -161,6 +199,15 @@ impl AgentState {
             None => RegistrationRefused::NotAdmitted,
         })
     }
+}
+
+/// A kernel said to be published at an address its agent did not register with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("agent `{agent}` reported a kernel at `{address}`, not at the address it registered with ({}): the app proxy dials agents only where they registered", registered.as_deref().unwrap_or("none"))]
+pub struct ForeignAddress {
+    pub agent: String,
+    pub address: String,
+    pub registered: Option<String>,
 }
 
 /// Why an agent may not register as it asks ([`AgentState::may_register`]); the agent is
@@ -184,6 +231,8 @@ pub enum RegistrationRefused {
         offered: u64,
         most: u64,
     },
+    #[error(transparent)]
+    Address(crate::outbound::BadAgentAddress),
 }
 
 impl SessionState {
@@ -363,6 +412,42 @@ mod tests {
         // Admitted again (a rotated key): it may register again.
         let again = revoked.evolve(&admitted("default", 2));
         assert_eq!(again.may_register("default", slots(2)), Ok(()));
+    }
+
+    #[test]
+    fn kernels_are_published_only_where_their_agent_registered() {
+        use crate::payloads::AgentRegistered;
+        assert_eq!(AgentState::may_offer_address(None), Ok(()));
+        assert_eq!(AgentState::may_offer_address(Some("10.0.0.5")), Ok(()));
+        for bad in ["169.254.169.254", "0.0.0.0", "host.internal"] {
+            let refused = AgentState::may_offer_address(Some(bad)).unwrap_err();
+            assert!(matches!(refused, RegistrationRefused::Address(_)), "{bad}");
+            assert!(refused.to_string().contains(bad), "{refused}");
+        }
+        let registered = |address: Option<&str>| {
+            AgentState::default().evolve(&Event::AgentRegistered(AgentRegistered {
+                agent_id: "a1".into(),
+                resource_group: "default".into(),
+                capacity: slots(1),
+                images: vec![],
+                address: address.map(String::from),
+                image_apps: Default::default(),
+                network_scope: None,
+            }))
+        };
+        let state = registered(Some("10.0.0.5"));
+        assert_eq!(state.address.as_deref(), Some("10.0.0.5"));
+        assert_eq!(state.may_publish_on(None), Ok(()));
+        assert_eq!(state.may_publish_on(Some("10.0.0.5")), Ok(()));
+        for other in ["10.0.0.6", "169.254.169.254", "127.0.0.1", "db.internal"] {
+            let refused = state.may_publish_on(Some(other)).unwrap_err().to_string();
+            assert!(
+                refused.contains(other) && refused.contains("10.0.0.5"),
+                "{refused}"
+            );
+        }
+        // An agent that registered no address publishes nowhere.
+        assert!(registered(None).may_publish_on(Some("127.0.0.1")).is_err());
     }
 
     #[test]

@@ -231,6 +231,8 @@ catalogue! {
     CustomImageRemoved(CustomImageRemoved) = "CustomImageRemoved" v 1,
     /// A user set (or removed) the webhook their notifications are delivered to.
     NotificationWebhookSet(NotificationWebhookSet) = "NotificationWebhookSet" v 1,
+    /// A new secret signs a user's webhook deliveries (the secret is not in the event).
+    NotificationWebhookSecretSet(NotificationWebhookSecretSet) = "NotificationWebhookSecretSet" v 1,
     /// A user marked notifications read.
     NotificationsRead(NotificationsRead) = "NotificationsRead" v 1,
     /// A circuit of the app proxy opened: a proxy port leads to an app of a session.
@@ -646,6 +648,10 @@ mod tests {
             Event::NotificationWebhookSet(NotificationWebhookSet {
                 user_id: id,
                 url: Some("http://hooks.example.com/berth".into()),
+            }),
+            Event::NotificationWebhookSecretSet(NotificationWebhookSecretSet {
+                user_id: id,
+                rotated: true,
             }),
             Event::NotificationsRead(NotificationsRead {
                 user_id: id,

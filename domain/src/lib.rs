@@ -14,6 +14,8 @@
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
 //! - [`notices`]: which events a session's owner is told about, in what words.
+//! - [`outbound`]: which addresses berth connects to on a user's or an agent's say (webhooks,
+//!   the app proxy's upstreams).
 //! - [`images`]: image references, customized images' names and owners.
 //! - [`launches`]: a user's recent launches, their names and pins.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
@@ -41,6 +43,7 @@ pub mod images;
 pub mod launches;
 pub mod lifecycle;
 pub mod notices;
+pub mod outbound;
 pub mod payloads;
 
 use std::fmt;

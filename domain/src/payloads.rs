@@ -1019,6 +1019,16 @@ pub struct NotificationWebhookSet {
     pub url: Option<String>,
 }
 
+/// A new secret signs a user's webhook deliveries from now on: the first, made when they
+/// set their webhook, or (`rotated`) one they asked for in place of the last. The secret is
+/// kept only in the notification service's table, never here: the log cannot forget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotificationWebhookSecretSet {
+    pub user_id: Uuid,
+    #[serde(default)]
+    pub rotated: bool,
+}
+
 /// A user marked some of their notifications read, or all those made before this event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NotificationsRead {

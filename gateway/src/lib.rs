@@ -92,6 +92,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::notifications::mark_read))
         .routes(routes!(api::notifications::notification_stream))
         .routes(routes!(api::notifications::set_webhook))
+        .routes(routes!(api::notifications::rotate_webhook_secret))
         .routes(routes!(api::apps::list_apps))
         .routes(routes!(api::apps::open_app))
         .routes(routes!(api::apps::start_app))
@@ -361,6 +362,7 @@ mod tests {
             ("post", "/v1/notifications/read"),
             ("get", "/v1/notifications/stream"),
             ("put", "/v1/notifications/webhook"),
+            ("post", "/v1/notifications/webhook/secret"),
             ("get", "/v1/sessions/{id}/logs"),
             ("get", "/v1/folders"),
             ("post", "/v1/folders"),

@@ -380,6 +380,17 @@ pub struct NoticePage {
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
     pub delivering: bool,
+    /// The secret deliveries are signed with (`whsec_` and base64, as Standard Webhooks
+    /// show it): with a webhook set; null when it was removed.
+    pub secret: Option<String>,
+}
+
+/// `POST /v1/notifications/webhook/secret`: the new secret deliveries are signed with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSecret {
+    /// `whsec_` and the secret's bytes in base64.
+    pub secret: String,
 }
 
 /// `POST /v1/notifications/read`: how many are left unread.

@@ -48,6 +48,9 @@ pub struct AppState {
     /// Whether the gateway serves TLS ([`AppState::served_over_tls`]): its cookies are then
     /// `Secure` and `__Host-`, and every answer carries HSTS.
     pub(crate) tls: bool,
+    /// Where users' webhooks may point (`BERTH_WEBHOOK_ALLOW`): a webhook whose host is a
+    /// refused address is refused when it is set ([`AppState::with_webhook_policy`]).
+    pub webhook_policy: Arc<domain::outbound::WebhookPolicy>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -82,6 +85,7 @@ impl AppState {
             metrics: None,
             backendai: None,
             tls: false,
+            webhook_policy: Arc::default(),
         }
     }
 
@@ -176,6 +180,13 @@ impl AppState {
     /// This state with the services answering under `subjects` (a test's own root).
     pub fn with_agent_bus(mut self, subjects: bus::Subjects) -> AppState {
         self.agent_bus = subjects;
+        self
+    }
+
+    /// This state with webhooks admitted where `policy` says (the special ranges its
+    /// allow-list names; none by default).
+    pub fn with_webhook_policy(mut self, policy: domain::outbound::WebhookPolicy) -> AppState {
+        self.webhook_policy = Arc::new(policy);
         self
     }
 }

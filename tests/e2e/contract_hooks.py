@@ -2,8 +2,10 @@
 
 A create request's schema states every rule JSON Schema can express (launcher::schema). One
 rule it cannot: shared memory at most the memory asked for (two sizes, each bytes or text with
-a unit). The admin endpoints have a few more (`_admin_rules`). Bodies that break them are not
-generated, so a 422 for anything else is a failure.
+a unit). The admin endpoints have a few more (`_admin_rules`), and a webhook's URL one: its
+host, written as an address, must be one the operator admits (`BERTH_WEBHOOK_ALLOW`; the
+test's gateway admits none of the special ranges). Bodies that break them are not generated,
+so a 422 for anything else is a failure.
 """
 
 import re
@@ -44,6 +46,24 @@ def filter_body(context, body):
     return memory is not None and shared is not None and shared <= memory
 
 
+def written_as_address(url):
+    """Whether the host of `url` is an IP address as a URL parser (WHATWG's, which berth's
+    url crate follows) reads one: `[...]`, or a name whose last label is a number
+    (`127.0.0.1`, `2130706433`, `0x7f.1`, `000...0`). Such a host may be a special address,
+    which berth refuses unless the operator admits it, a rule no schema states."""
+    if not isinstance(url, str) or "://" not in url:
+        return False
+    host = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0].rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return True
+    name, _, port = host.rpartition(":")
+    if name and port.isdigit():
+        host = name
+    labels = host.rstrip(".").split(".")
+    last = labels[-1].lower() if labels else ""
+    return bool(re.fullmatch(r"[0-9]+|0x[0-9a-f]*", last))
+
+
 @schemathesis.hook
 def filter_case(context, case):
     """The admin endpoints' rules between fields: idle checks name exactly one of a group and
@@ -54,6 +74,8 @@ def filter_case(context, case):
     if not isinstance(body, dict):
         return True
     where = (case.operation.method.upper(), case.operation.path)
+    if where == ("PUT", "/v1/notifications/webhook"):
+        return not written_as_address(body.get("url"))
     if where == ("PUT", "/v1/admin/idle-checks"):
         named = [body.get(k) for k in ("resource_group", "resource_policy")]
         if sum(n is not None for n in named) != 1:

@@ -71,6 +71,7 @@ async fn service_rows(pool: &Pool) -> Vec<i64> {
         "notification.notices",
         "notification.webhooks",
         "notification.deliveries",
+        "notification.webhook_secrets",
         "image_commit.pending",
         "proxy.tickets",
         "proxy.cookies",
@@ -100,6 +101,8 @@ fn expected_history() -> Vec<(String, i32)> {
     }
     // The recorder's logs in bounded chunks.
     rows.push(("recorder".to_owned(), 2));
+    // Webhook signing secrets.
+    rows.push(("notification".to_owned(), 2));
     rows.sort();
     rows
 }
@@ -109,7 +112,7 @@ async fn a_fresh_database_gets_the_backbone_history_and_each_services_schema() {
     let (pool, url) = empty_database().await;
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
-    assert_eq!(service_rows(&pool).await, vec![0; 14]);
+    assert_eq!(service_rows(&pool).await, vec![0; 15]);
     // Again: nothing left to do.
     berth::app::migrate(&pool).await.unwrap();
     assert_eq!(history(&owner(&url).await).await, expected_history());
@@ -166,7 +169,7 @@ async fn a_database_migrated_before_the_services_owned_their_schemas_migrates_on
     assert_eq!(history(&old).await, expected_history());
     assert_eq!(
         service_rows(&pool).await,
-        vec![1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0]
+        vec![1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0]
     );
     // The recorder's tables moved, with their rows: none is left in `public`, and the kept
     // output reads as the recorder wrote it.

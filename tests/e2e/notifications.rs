@@ -271,7 +271,10 @@ async fn receiver() -> (
 
 #[tokio::test]
 async fn a_webhook_gets_each_notice_once_it_answers_with_its_id_as_idempotency_key() {
-    let h = start().await;
+    // The receiver is on loopback, which the operator must admit.
+    let mut config = test_config();
+    config.webhook_policy.allow = events::outbound::parse_cidrs("127.0.0.1/32").unwrap();
+    let h = start_with(config).await;
     h.agent("hooked1", "default", 8).await;
     let alice = h.user("alice@example.com").await;
     let (status, err) = h

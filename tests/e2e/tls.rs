@@ -318,6 +318,8 @@ async fn the_platform_runs_over_tls_and_delivers_a_webhook_over_https() {
     config.gateway_tls_key = Some(gateway_key);
     config.gateway_ca = Some(ca.ca());
     config.webhook_ca = Some(ca.ca());
+    // The receiver is on loopback (`localhost`), which the operator must admit.
+    config.webhook_policy.allow = events::outbound::parse_cidrs("127.0.0.1/32").unwrap();
     let h = start_with(config.clone()).await;
     assert!(h.base.starts_with("https://"), "{}", h.base);
 

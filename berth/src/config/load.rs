@@ -236,6 +236,11 @@ mod tests {
         assert_eq!(config.gpu_shares_per_device, 1000);
         assert_eq!(config.gpu_mps_pipe_dir, None);
         assert_eq!(
+            config.webhook_policy,
+            Default::default(),
+            "webhooks reach no special range unless the operator admits it"
+        );
+        assert_eq!(
             config.backendai,
             Some(MasterKey::File(DEFAULT_MASTER_KEY_FILE.into())),
             "Backend.AI's API is on, its key in a file"
@@ -260,8 +265,16 @@ mod tests {
             ("BERTH_MOCK_GPU_USAGE", "/tmp/gpu-use.json"),
             ("BERTH_GPU_SHARES_PER_DEVICE", "5"),
             ("BERTH_GPU_MPS_PIPE_DIR", "/tmp/nvidia-mps"),
+            ("BERTH_WEBHOOK_ALLOW", "127.0.0.1/32, fd00::/8"),
         ])
         .unwrap();
+        let allowed: Vec<String> = config
+            .webhook_policy
+            .allow
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(allowed, ["127.0.0.1/32", "fd00::/8"]);
         assert_eq!(
             config.mock_gpus,
             Some(agent::gpu::MockGpus {
@@ -318,6 +331,8 @@ mod tests {
             ("BERTH_MOCK_GPU_MEMORY_GIB", "0"),
             ("BERTH_GPU_SHARES_PER_DEVICE", "0"),
             ("BERTH_GPU_SHARES_PER_DEVICE", "1001"),
+            ("BERTH_WEBHOOK_ALLOW", "10.0.0.0/33"),
+            ("BERTH_WEBHOOK_ALLOW", "intranet.example"),
         ] {
             let error = with(&[(variable, value)]).expect_err(variable).to_string();
             assert!(

@@ -27,8 +27,8 @@ pub use master_key::{MasterKey, DEFAULT_MASTER_KEY_FILE, MIN_MASTER_KEY_BYTES};
 pub use settings::{
     mask, proxy_ports, shown_by_what_each_reads, AgentSettings, BackendAiSettings, ClientSettings,
     ControlPlaneSettings, DatabaseSettings, GatewaySettings, Group, LogSettings, MetricsSettings,
-    NatsSettings, ProxyPorts, Settings, DEFAULT_DATABASE_URL, DEFAULT_GATEWAY, DEFAULT_NATS_URL,
-    DEFAULT_PROXY_IDLE, DEFAULT_PROXY_PORTS,
+    NatsSettings, ProxyPorts, Settings, WebhookAllow, DEFAULT_DATABASE_URL, DEFAULT_GATEWAY,
+    DEFAULT_NATS_URL, DEFAULT_PROXY_IDLE, DEFAULT_PROXY_PORTS,
 };
 
 /// Where PostgreSQL, NATS and the gateway are, the caller's API key, and the timings.
@@ -89,6 +89,11 @@ pub struct Config {
     pub gateway_ca: Option<PathBuf>,
     /// A CA (PEM) webhook deliveries trust besides the system's (`BERTH_WEBHOOK_CA`).
     pub webhook_ca: Option<PathBuf>,
+    /// Where webhooks may be delivered: public addresses, and the special ranges
+    /// (loopback, private, link-local, ...) that `BERTH_WEBHOOK_ALLOW` admits. The gateway
+    /// refuses a webhook whose host is a refused address; the notification service checks
+    /// every address a host name resolves to when it delivers.
+    pub webhook_policy: domain::outbound::WebhookPolicy,
     /// Whether the process records metrics (`BERTH_METRICS`, `on` by default; `off`: no
     /// recorder, no `/metrics`, no HTTP request metrics, as for the benchmark's baseline).
     pub metrics: bool,
@@ -315,6 +320,9 @@ impl Config {
             gateway_tls_key: gateway.gateway_tls_key.clone(),
             gateway_ca: client.gateway_ca.clone(),
             webhook_ca: control_plane.webhook_ca.clone(),
+            webhook_policy: domain::outbound::WebhookPolicy {
+                allow: control_plane.webhook_allow.0.clone(),
+            },
             metrics: metrics.metrics,
             metrics_listen: metrics.metrics_listen.map(|a| a.to_string()),
             log_format: logs.log_format,

@@ -310,6 +310,22 @@ pub struct ControlPlaneSettings {
     /// A CA (PEM) webhook deliveries trust besides the system's.
     #[arg(long, global = true, env = "BERTH_WEBHOOK_CA", value_name = "FILE")]
     pub webhook_ca: Option<PathBuf>,
+    /// Address ranges webhooks may reach besides public addresses (CIDRs, comma-separated,
+    /// e.g. `10.20.0.0/16,fd00::/8`): loopback, private, link-local, CGNAT, unique-local and
+    /// other special ranges are refused unless listed here.
+    #[arg(long, global = true, env = "BERTH_WEBHOOK_ALLOW", value_name = "CIDRS",
+          default_value = "", value_parser = webhook_allow)]
+    pub webhook_allow: WebhookAllow,
+}
+
+/// `BERTH_WEBHOOK_ALLOW`'s ranges, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookAllow(pub Vec<domain::outbound::Cidr>);
+
+fn webhook_allow(text: &str) -> Result<WebhookAllow, String> {
+    domain::outbound::parse_cidrs(text)
+        .map(WebhookAllow)
+        .map_err(|e| e.to_string())
 }
 
 /// Where the CLI finds the gateway, and with which key (`berth session`, `berth admin`).

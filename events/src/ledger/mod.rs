@@ -139,7 +139,8 @@ impl Family {
             Event::AgentAdmitted(_)
             | Event::IdleChecksSet(_)
             | Event::NotificationsRead(_)
-            | Event::NotificationWebhookSet(_) => Family::Ignored,
+            | Event::NotificationWebhookSet(_)
+            | Event::NotificationWebhookSecretSet(_) => Family::Ignored,
         }
     }
 }

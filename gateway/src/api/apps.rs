@@ -110,7 +110,7 @@ impl From<ProxyError> for ApiError {
     fn from(e: ProxyError) -> ApiError {
         let message = e.to_string();
         match e {
-            ProxyError::NotRunning(_) | ProxyError::NotPublished(_) => {
+            ProxyError::NotRunning(_) | ProxyError::NotPublished(_) | ProxyError::Undialable(_) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message).field("app")
             }
             ProxyError::UnknownApp(_) => ApiError::not_found(message).field("app"),

@@ -12,7 +12,7 @@ use axum::Json;
 use bytes::Bytes;
 use events::catalogue::{Event, Metadata};
 use events::notices::Notice;
-use events::payloads::{NotificationWebhookSet, NotificationsRead};
+use events::payloads::{NotificationWebhookSecretSet, NotificationWebhookSet, NotificationsRead};
 use events::store::ExpectedVersion;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
@@ -23,7 +23,7 @@ use super::{parse_body, query};
 use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
-use crate::model::{NoticePage, Unread, Webhook};
+use crate::model::{NoticePage, Unread, Webhook, WebhookSecret};
 use crate::state::AppState;
 
 /// `GET /v1/notifications`'s parameters.
@@ -150,7 +150,10 @@ pub async fn notification_stream(
 #[serde(deny_unknown_fields)]
 pub struct WebhookRequest {
     /// An `http://` or `https://` URL (POSTed each new notification as JSON, with its id as
-    /// `Idempotency-Key`, retried with backoff until it answers 2xx), or null to stop.
+    /// `Idempotency-Key`, signed as Standard Webhooks say, retried with backoff until it
+    /// answers 2xx; redirects are not followed), or null to stop. Loopback, private,
+    /// link-local and other special addresses are refused unless the operator admits them
+    /// (`BERTH_WEBHOOK_ALLOW`).
     #[schema(
         max_length = 2048,
         pattern = r"^https?://[^/?#\s\u0000-\u001f\u007f-\u009f]+[^\s\u0000-\u001f\u007f-\u009f]*$"
@@ -158,7 +161,9 @@ pub struct WebhookRequest {
     url: Option<String>,
 }
 
-/// Set (or, with null, remove) the webhook my notifications are delivered to.
+/// Set (or, with null, remove) the webhook my notifications are delivered to. The answer
+/// carries the secret deliveries are signed with (`whsec_...`, made with my first webhook and
+/// kept when I change its URL; `POST /v1/notifications/webhook/secret` replaces it).
 #[utoipa::path(put, path = "/v1/notifications/webhook", tag = "notifications",
     request_body = WebhookRequest,
     responses((status = 200, description = "set", body = Webhook)))]
@@ -171,14 +176,88 @@ pub async fn set_webhook(
     if let Some(url) = &url {
         events::notices::check_webhook_url(url)
             .map_err(|e| ApiError::invalid("url", e.to_string()))?;
+        // An address written in the URL is refused at once; a name is checked after each
+        // lookup, when the notification service delivers.
+        if let Some(ip) = literal_address(url) {
+            state
+                .webhook_policy
+                .check(ip)
+                .map_err(|e| ApiError::invalid("url", e.to_string()))?;
+        }
     }
-    let delivering = url.is_some();
-    let event = Event::NotificationWebhookSet(NotificationWebhookSet {
-        user_id: caller.user_id,
-        url,
+    let user = caller.user_id;
+    let set = Event::NotificationWebhookSet(NotificationWebhookSet {
+        user_id: user,
+        url: url.clone(),
     });
-    record_for(&state, caller.user_id, event).await?;
-    Ok(Json(Webhook { delivering }))
+    if url.is_none() {
+        record_for(&state, user, set).await?;
+        return Ok(Json(Webhook {
+            delivering: false,
+            secret: None,
+        }));
+    }
+    let secret =
+        db::notifications::record_with_secret(&state.pool, user, rand::random(), false, |made| {
+            let mut events = vec![set];
+            if made {
+                events.push(Event::NotificationWebhookSecretSet(
+                    NotificationWebhookSecretSet {
+                        user_id: user,
+                        rotated: false,
+                    },
+                ));
+            }
+            events
+        })
+        .await?;
+    Ok(Json(Webhook {
+        delivering: true,
+        secret: Some(shown_secret(&secret)),
+    }))
+}
+
+/// Replace the secret my webhook deliveries are signed with: a new one signs every delivery
+/// sent from now on (retries of earlier notifications too), and the old one none.
+#[utoipa::path(post, path = "/v1/notifications/webhook/secret", tag = "notifications",
+    responses((status = 200, description = "the new secret", body = WebhookSecret)))]
+pub async fn rotate_webhook_secret(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<WebhookSecret>, ApiError> {
+    let user = caller.user_id;
+    let secret =
+        db::notifications::record_with_secret(&state.pool, user, rand::random(), true, |_| {
+            vec![Event::NotificationWebhookSecretSet(
+                NotificationWebhookSecretSet {
+                    user_id: user,
+                    rotated: true,
+                },
+            )]
+        })
+        .await?;
+    Ok(Json(WebhookSecret {
+        secret: shown_secret(&secret),
+    }))
+}
+
+/// A secret as Standard Webhooks show one: `whsec_` and its bytes in base64.
+fn shown_secret(secret: &[u8]) -> String {
+    use base64::Engine;
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(secret)
+    )
+}
+
+/// The address `url`'s host is written as, if it is one (`http://127.0.0.1/`,
+/// `http://[::1]/`, and the forms a URL parser reads as one, such as `http://2130706433/`).
+fn literal_address(url: &str) -> Option<std::net::IpAddr> {
+    match url::Url::parse(url).ok()?.host()? {
+        url::Host::Ipv4(v4) => Some(v4.into()),
+        url::Host::Ipv6(v6) => Some(v6.into()),
+        url::Host::Domain(_) => None,
+    }
 }
 
 /// Records `event` of `user`'s notifications (their `notice-<user>` stream), as done by them.

@@ -76,3 +76,47 @@ pub async fn unread(
         .await?
         .get(0))
 }
+
+/// Records `events` of `user`'s notifications (their `notice-<user>` stream) and keeps
+/// their webhook signing secret, in one transaction: `fresh` becomes the secret when they
+/// have none (`replace: false`, answering whether it was made) or always (`replace: true`).
+/// Answers the secret in force and whether `fresh` is it. The secret lives only in the
+/// notification service's table (`notification.webhook_secrets`), never in an event; the
+/// events are recorded only with the secret, so neither is kept without the other.
+pub async fn record_with_secret(
+    pool: &Pool,
+    user: Uuid,
+    fresh: [u8; 32],
+    replace: bool,
+    events: impl FnOnce(bool) -> Vec<events::catalogue::Event>,
+) -> Result<Vec<u8>, ApiError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let upsert = if replace {
+        "INSERT INTO notification.webhook_secrets (user_id, secret) VALUES ($1, $2)
+         ON CONFLICT (user_id) DO UPDATE SET secret = EXCLUDED.secret, made_at = now()"
+    } else {
+        "INSERT INTO notification.webhook_secrets (user_id, secret) VALUES ($1, $2)
+         ON CONFLICT (user_id) DO NOTHING"
+    };
+    let made = tx.execute(upsert, &[&user, &fresh.as_slice()]).await? == 1;
+    let secret: Vec<u8> = tx
+        .query_one(
+            "SELECT secret FROM notification.webhook_secrets WHERE user_id = $1",
+            &[&user],
+        )
+        .await?
+        .get(0);
+    let stream = events::catalogue::stream_id("notice", user);
+    let metadata = events::trace::metadata(&user.to_string(), None);
+    events::ledger::record(
+        &tx,
+        &stream,
+        events::store::ExpectedVersion::Any,
+        &events(made),
+        &metadata,
+    )
+    .await?;
+    events::activity::commit(tx).await?;
+    Ok(secret)
+}

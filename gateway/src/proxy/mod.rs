@@ -126,6 +126,10 @@ pub enum ProxyError {
     UnknownPort { app: String, port: u16 },
     #[error("the session's main kernel has not published port {0} (is it on an agent that publishes ports?)")]
     NotPublished(u16),
+    /// The agent reported an address the proxy does not dial (S17: a rogue agent pointing
+    /// the proxy at the cloud metadata address or another host's service).
+    #[error("the circuit is refused: {0}")]
+    Undialable(domain::outbound::BadAgentAddress),
     #[error(transparent)]
     PoolExhausted(#[from] PoolExhausted),
     #[error(transparent)]
@@ -937,15 +941,20 @@ fn circuit_url(opened: &Opened, host: &str, apps_domain: Option<&str>, tls: bool
     }
 }
 
-/// Where the main kernel publishes `container_port`.
+/// Where the main kernel publishes `container_port`: at its agent's address, which the
+/// recorder checked against the agent's registration, and only if it is an address a host
+/// can have (never the cloud metadata address, multicast or unspecified).
 fn upstream_of(session: &SessionDetail, container_port: u16) -> Result<SocketAddr, ProxyError> {
     let main = session.containers.iter().find(|c| c.kernel == 0);
-    let published = main.and_then(|c| {
-        let address: IpAddr = c.address.as_deref()?.parse().ok()?;
-        let port = c.ports.iter().find(|p| p.container == container_port)?;
-        Some(SocketAddr::new(address, port.host))
-    });
-    published.ok_or(ProxyError::NotPublished(container_port))
+    let (Some(address), Some(port)) = (
+        main.and_then(|c| c.address.as_deref()),
+        main.and_then(|c| c.ports.iter().find(|p| p.container == container_port)),
+    ) else {
+        return Err(ProxyError::NotPublished(container_port));
+    };
+    let address: IpAddr =
+        domain::outbound::check_agent_address(address).map_err(ProxyError::Undialable)?;
+    Ok(SocketAddr::new(address, port.host))
 }
 
 async fn record_as(
@@ -1048,5 +1057,60 @@ mod tests {
             ),
             "http://0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com/"
         );
+    }
+
+    /// A RUNNING session whose main kernel publishes container port 8080 on host port
+    /// 32768 at `address`.
+    fn published_at(address: &str) -> SessionDetail {
+        serde_json::from_value(serde_json::json!({
+            "session_id": Uuid::nil(), "name": "job1",
+            "owner": {"user_id": Uuid::nil(), "email": "a@b.c"},
+            "type": "interactive", "status": "RUNNING", "status_reason": null, "image": "i",
+            "resource_group": "default", "agent_id": "a1",
+            "created_at": "2026-11-23T00:00:00Z", "status_changed_at": "2026-11-23T00:00:01Z",
+            "requested_by": null, "project": null,
+            "resources": {"cpu_milli": 1000, "memory_bytes": 1, "gpu_milli": 0},
+            "shared_memory_bytes": 1, "cluster_mode": "single-node", "cluster_size": 1,
+            "kernels": [{"agent_id": "a1", "resources": {"cpu_milli": 1000, "memory_bytes": 1, "gpu_milli": 0}}],
+            "containers": [{"kernel": 0, "agent_id": "a1", "container_id": "c", "hostname": null,
+                            "ports": [{"container": 8080, "host": 32768}], "address": address}],
+            "request": {"environment": {}, "mounts": [], "preopen_ports": [8080],
+                        "startup_command": null, "starts_at": null, "batch_timeout_secs": null,
+                        "omp_num_threads": 1, "max_lifetime_secs": null, "wanted_agent": null},
+            "reserved_at": "2026-11-23T00:00:00Z", "scheduled_at": null, "started_at": null,
+            "ended_at": null, "elapsed_secs": null, "exit_code": null, "scheduling_attempts": 1,
+            "priority": 10, "termination_requested": false, "usage": null,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_proxy_dials_an_agents_address_and_refuses_what_no_host_has() {
+        let upstream = upstream_of(&published_at("10.0.0.5"), 8080).unwrap();
+        assert_eq!(upstream, "10.0.0.5:32768".parse().unwrap());
+        assert!(matches!(
+            upstream_of(&published_at("10.0.0.5"), 9999),
+            Err(ProxyError::NotPublished(9999))
+        ));
+        for rogue in [
+            "169.254.169.254",
+            "::ffff:169.254.169.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "metadata.internal",
+        ] {
+            let refused = upstream_of(&published_at(rogue), 8080).unwrap_err();
+            assert!(
+                matches!(refused, ProxyError::Undialable(_)),
+                "{rogue}: {refused}"
+            );
+            let answer = ApiError::from(refused);
+            assert_eq!(answer.status, axum::http::StatusCode::CONFLICT, "{rogue}");
+            assert!(
+                answer.message.contains("refused") && answer.message.contains(rogue),
+                "{}",
+                answer.message
+            );
+        }
     }
 }

@@ -12,11 +12,18 @@ use uuid::Uuid;
 use crate::NotificationError;
 
 /// The schema `notification`, for `events::store::migrate` (component `notification`).
-pub const MIGRATIONS: &[Migration] = &[(
-    "notification",
-    1,
-    include_str!("../migrations/0001_notification.sql"),
-)];
+pub const MIGRATIONS: &[Migration] = &[
+    (
+        "notification",
+        1,
+        include_str!("../migrations/0001_notification.sql"),
+    ),
+    (
+        "notification",
+        2,
+        include_str!("../migrations/0002_webhook_secrets.sql"),
+    ),
+];
 
 pub async fn remember(
     client: &impl GenericClient,
@@ -149,6 +156,8 @@ pub async fn queue_delivery(client: &impl GenericClient, notice: &Notice) -> Res
 /// A delivery claimed for sending.
 pub struct Delivery {
     pub notice_id: Uuid,
+    /// Whose notice it is: whose secret signs it.
+    pub user_id: Uuid,
     pub url: String,
     pub body: String,
     pub attempts: i32,
@@ -171,7 +180,8 @@ pub async fn claim_deliveries(
                ORDER BY next_at LIMIT $2 FOR UPDATE SKIP LOCKED)
              UPDATE notification.deliveries d SET next_at = now() + make_interval(secs => $1)
              FROM due WHERE d.notice_id = due.notice_id
-             RETURNING d.notice_id, d.url, d.body, d.attempts, due.next_at",
+             RETURNING d.notice_id, d.url, d.body, d.attempts, due.next_at,
+               (SELECT n.user_id FROM notification.notices n WHERE n.notice_id = d.notice_id)",
             &[&lease_secs, &limit, &crate::webhook::MAX_ATTEMPTS],
         )
         .await?;
@@ -180,6 +190,7 @@ pub async fn claim_deliveries(
         .map(|r| {
             let delivery = Delivery {
                 notice_id: r.get(0),
+                user_id: r.get(5),
                 url: r.get(1),
                 body: r.get(2),
                 attempts: r.get(3),
@@ -189,6 +200,30 @@ pub async fn claim_deliveries(
         .collect();
     claimed.sort_by_key(|(due, d)| (*due, d.notice_id));
     Ok(claimed.into_iter().map(|(_, d)| d).collect())
+}
+
+/// `user`'s webhook signing secret; `fresh` becomes it if they have none yet (a webhook set
+/// before secrets were made).
+pub async fn secret_of(
+    pool: &deadpool_postgres::Pool,
+    user: Uuid,
+    fresh: [u8; 32],
+) -> Result<Vec<u8>, NotificationError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO notification.webhook_secrets (user_id, secret) VALUES ($1, $2)
+             ON CONFLICT (user_id) DO NOTHING",
+            &[&user, &fresh.as_slice()],
+        )
+        .await?;
+    let row = client
+        .query_one(
+            "SELECT secret FROM notification.webhook_secrets WHERE user_id = $1",
+            &[&user],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 pub async fn delivered(

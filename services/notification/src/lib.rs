@@ -11,7 +11,8 @@
 //! whose transaction fails is pushed again with the same id when its event comes back.
 //! Marking read is an event (`NotificationsRead`) the gateway records and this service folds;
 //! so is a user's webhook (`NotificationWebhookSet`), to which [`webhook`] delivers each new
-//! notice with retries.
+//! notice with retries, signed with the user's secret, only to addresses the operator's
+//! policy admits.
 
 mod db;
 pub mod webhook;
@@ -43,13 +44,13 @@ pub enum NotificationError {
     Database(#[from] tokio_postgres::Error),
 }
 
-/// Runs the service until `stop`, delivering webhooks with `http` ([`webhook::client`]).
+/// Runs the service until `stop`, delivering webhooks with `sender` ([`webhook::Sender`]).
 pub async fn run(
     nats: async_nats::Client,
     pool: Pool,
     subjects: Subjects,
     topology: Topology,
-    http: reqwest::Client,
+    sender: webhook::Sender,
     stop: CancellationToken,
 ) -> Result<(), RelayError> {
     let js = jetstream::new(nats.clone());
@@ -66,7 +67,7 @@ pub async fn run(
         subjects,
         wake: wake.clone(),
     };
-    let delivering = webhook::deliver(pool.clone(), http, wake, stop.clone());
+    let delivering = webhook::deliver(pool.clone(), sender, wake, stop.clone());
     let consuming = events::consumer::run(pool, js, topology, consumer, notifier, stop);
     let (consumed, _) = tokio::join!(consuming, delivering);
     consumed

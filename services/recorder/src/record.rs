@@ -7,7 +7,7 @@
 
 use bus::protocol::{Answer, Fact, LiveSession, Offer, Report, SessionView, StartedKernel};
 use deadpool_postgres::Pool;
-use events::aggregate::{fold, SessionState, StreamState};
+use events::aggregate::{fold, AgentState, ForeignAddress, SessionState, StreamState};
 use events::catalogue::{stream_id, Event};
 use events::ledger::{self, LedgerError};
 use events::lifecycle::{self, CommandError, TransitionError};
@@ -29,6 +29,8 @@ pub enum RecordError {
     NotMine { session: Uuid, agent: String },
     #[error(transparent)]
     NotAdmitted(#[from] events::aggregate::RegistrationRefused),
+    #[error(transparent)]
+    ForeignAddress(#[from] ForeignAddress),
     #[error("{0}")]
     Invalid(String),
 }
@@ -69,6 +71,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
     crate::admission::agent_state(pool, agent_id)
         .await?
         .may_register(&offer.resource_group, offer.capacity)?;
+    AgentState::may_offer_address(offer.address.as_deref())?;
     let event = Event::AgentRegistered(AgentRegistered {
         agent_id: agent_id.to_owned(),
         resource_group: offer.resource_group.clone(),
@@ -203,6 +206,12 @@ async fn record_report(
         Err(RecordError::NotMine { session, agent }) => Ok(Answer::Denied {
             reason: format!("session {session} is not placed on agent `{agent}`"),
         }),
+        Err(RecordError::ForeignAddress(foreign)) => {
+            tracing::warn!(agent = %agent_id, %session_id, error = %foreign, "a kernel's address refused");
+            Ok(Answer::Denied {
+                reason: foreign.to_string(),
+            })
+        }
         Err(RecordError::Command(CommandError::NotFound(id))) => Ok(Answer::Denied {
             reason: format!("no session has the id {id}"),
         }),
@@ -237,6 +246,13 @@ async fn record_fact(
         keep_app_token(pool, agent_id, session_id, app, token).await?;
     }
     let who = Reporter::of(fact);
+    if let Fact::KernelsStarted { kernels } = fact {
+        // The proxy dials the address a kernel is published at: only the agent's own.
+        let agent = crate::admission::agent_state(pool, agent_id).await?;
+        for kernel in kernels {
+            agent.may_publish_on(kernel.address.as_deref())?;
+        }
+    }
     let state = lifecycle::command(pool, session_id, metadata, |state| {
         if !who.may_report(state, agent_id) {
             return Err(not_mine(session_id, agent_id));

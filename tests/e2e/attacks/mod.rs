@@ -5,4 +5,5 @@
 mod apps;
 mod containers;
 mod credentials;
+mod outbound;
 mod secrets;
