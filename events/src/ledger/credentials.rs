@@ -209,6 +209,23 @@ pub async fn console_owner<C: GenericClient>(
         }))
 }
 
+/// Keeps `hash` as `user`'s password (the last one set wins), apart from the log: call it in
+/// the transaction that records their `UserPasswordSet`, which says only that one was set.
+pub async fn keep_password_hash<C: GenericClient>(
+    client: &C,
+    user: Uuid,
+    hash: &str,
+) -> Result<(), LedgerError> {
+    client
+        .execute(
+            "INSERT INTO secrets.password_hashes VALUES ($1, $2)
+             ON CONFLICT (user_id) DO UPDATE SET password_hash = $2",
+            &[&user, &hash],
+        )
+        .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,21 +254,4 @@ mod tests {
         assert_ne!(token, new_console_token());
         assert_eq!(key_digest(&token).len(), 64);
     }
-}
-
-/// Keeps `hash` as `user`'s password (the last one set wins), apart from the log: call it in
-/// the transaction that records their `UserPasswordSet`, which says only that one was set.
-pub async fn keep_password_hash<C: GenericClient>(
-    client: &C,
-    user: Uuid,
-    hash: &str,
-) -> Result<(), LedgerError> {
-    client
-        .execute(
-            "INSERT INTO secrets.password_hashes VALUES ($1, $2)
-             ON CONFLICT (user_id) DO UPDATE SET password_hash = $2",
-            &[&user, &hash],
-        )
-        .await?;
-    Ok(())
 }
