@@ -19,15 +19,17 @@ pub struct Restored {
 }
 
 /// Writes a dump of the database at `database_url` to `file` (`pg_dump --format=custom`),
-/// without the rows of the `secrets` schema (password hashes, app tokens): a backup is copied
-/// and kept far longer than a secret should live. After a restore, users set their passwords
-/// again and apps started anew get new tokens (docs/operations.md).
+/// without the rows that hold secrets (the `secrets` schema's password hashes and app tokens,
+/// and the webhooks' signing secrets): a backup is copied and kept far longer than a secret
+/// should live. After a restore, users set their passwords again, apps started anew get new
+/// tokens and webhooks new secrets (docs/operations.md).
 pub async fn backup(database_url: &str, file: &Path) -> anyhow::Result<()> {
     let mut dump = tokio::process::Command::new(pg_tool("pg_dump"));
     dump.args([
         "--format=custom",
         "--no-password",
         "--exclude-table-data=secrets.*",
+        "--exclude-table-data=notification.webhook_secrets",
         "--file",
     ])
     .arg(file)

@@ -211,6 +211,25 @@ pub async fn keep_log_chunk(pool: &Pool, chunk: &LogChunk) -> Result<Kept, Ledge
     })
 }
 
+/// Keeps `token`, the secret app `app` of `session_id` was started with, in
+/// `secrets.app_tokens` (out of the log; the last one reported wins).
+pub async fn keep_app_token(
+    pool: &Pool,
+    session_id: Uuid,
+    app: &str,
+    token: &str,
+) -> Result<(), LedgerError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO secrets.app_tokens VALUES ($1, $2, $3)
+             ON CONFLICT (session_id, app) DO UPDATE SET token = $3",
+            &[&session_id, &app, &token],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Keeps a usage sample unless a later one is kept already.
 pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerError> {
     let client = pool.get().await?;

@@ -278,15 +278,7 @@ async fn keep_app_token(
     if session_for(pool, agent_id, session_id).await?.is_none() {
         return Err(not_mine(session_id, agent_id));
     }
-    let client = pool.get().await.map_err(LedgerError::from)?;
-    client
-        .execute(
-            "INSERT INTO secrets.app_tokens VALUES ($1, $2, $3)
-             ON CONFLICT (session_id, app) DO UPDATE SET token = $3",
-            &[&session_id, &app, &token],
-        )
-        .await
-        .map_err(LedgerError::from)?;
+    db::keep_app_token(pool, session_id, app, token).await?;
     Ok(())
 }
 
