@@ -144,20 +144,8 @@ pub(crate) struct Cleanup(pub(crate) String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let label = format!("label=ai.berth.agent={}", self.0);
-        let listed = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &label])
-            .output();
-        if let Ok(listed) = listed {
-            let ids = String::from_utf8_lossy(&listed.stdout);
-            let ids: Vec<&str> = ids.split_whitespace().collect();
-            if !ids.is_empty() {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .output();
-            }
-        }
+        // Its containers, then their sessions' networks.
+        crate::common::remove_containers_of(std::slice::from_ref(&self.0));
     }
 }
 

@@ -505,7 +505,7 @@ async fn agents_of(url: &str) -> Result<Vec<String>, deadpool_postgres::tokio_po
 
 /// Removes every container the Docker agents `agents` made (by their label), if any: one
 /// listing of berth's containers, one removal; then their sessions' networks.
-fn remove_containers_of(agents: &[String]) {
+pub(crate) fn remove_containers_of(agents: &[String]) {
     let listed = std::process::Command::new("docker")
         .args([
             "ps",

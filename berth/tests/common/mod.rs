@@ -315,6 +315,21 @@ impl Drop for RemovesContainersOf {
                 .stdout(std::process::Stdio::null())
                 .status();
         }
+        // Then the networks its sessions had (one each), by the agent's label.
+        let label = format!("label=ai.berth.agent={}", self.0);
+        if let Ok(listed) = Command::new("docker")
+            .args(["network", "ls", "-q", "--filter", &label])
+            .output()
+        {
+            let networks = String::from_utf8_lossy(&listed.stdout).into_owned();
+            let networks: Vec<&str> = networks.split_whitespace().collect();
+            if !networks.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["network", "rm"])
+                    .args(&networks)
+                    .output();
+            }
+        }
     }
 }
 
