@@ -506,10 +506,17 @@ async fn agents_of(url: &str) -> Result<Vec<String>, deadpool_postgres::tokio_po
 /// Removes every container the Docker agents `agents` made (by their label), if any: one
 /// listing of berth's containers, one removal; then their sessions' networks.
 pub(crate) fn remove_containers_of(agents: &[String]) {
+    remove_made_by(agents, &["ps", "-a"], &["rm", "-f"]);
+    // Each session's own network, once its containers are gone.
+    remove_made_by(agents, &["network", "ls"], &["network", "rm"]);
+}
+
+/// Removes, with `docker <remove>`, what `docker <list>` shows that one of `agents` made (by
+/// its label): one listing, one removal.
+fn remove_made_by(agents: &[String], list: &[&str], remove: &[&str]) {
     let listed = std::process::Command::new("docker")
+        .args(list)
         .args([
-            "ps",
-            "-a",
             "--filter",
             "label=ai.berth.agent",
             "--format",
@@ -525,32 +532,8 @@ pub(crate) fn remove_containers_of(agents: &[String]) {
         .collect();
     if !ids.is_empty() {
         let _ = std::process::Command::new("docker")
-            .args(["rm", "-f"])
+            .args(remove)
             .args(&ids)
-            .output();
-    }
-    // Each session's own network, once its containers are gone.
-    let listed = std::process::Command::new("docker")
-        .args([
-            "network",
-            "ls",
-            "--filter",
-            "label=ai.berth.agent",
-            "--format",
-            "{{.ID}} {{.Label \"ai.berth.agent\"}}",
-        ])
-        .output();
-    let Ok(listed) = listed else { return };
-    let networks: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        .filter(|(_, agent)| agents.iter().any(|a| a == agent))
-        .map(|(id, _)| id.to_owned())
-        .collect();
-    if !networks.is_empty() {
-        let _ = std::process::Command::new("docker")
-            .args(["network", "rm"])
-            .args(&networks)
             .output();
     }
 }

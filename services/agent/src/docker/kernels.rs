@@ -173,12 +173,7 @@ async fn create_network(
     layout: &spec::Layout,
 ) -> Result<(), String> {
     let id = state.request.session_id;
-    if ctx
-        .docker
-        .inspect_network::<String>(&layout.network, None)
-        .await
-        .is_ok()
-    {
+    if network_exists(ctx, &layout.network).await {
         return Ok(());
     }
     let mtu = ctx
@@ -234,12 +229,7 @@ async fn create_network(
             Err(e) => {
                 // Made meanwhile by another try for this session (the engine then refuses a
                 // second bridge of the same name): take the one that is there.
-                if ctx
-                    .docker
-                    .inspect_network::<String>(&layout.network, None)
-                    .await
-                    .is_ok()
-                {
+                if network_exists(ctx, &layout.network).await {
                     return Ok(());
                 }
                 return Err(format!("creating the session's network failed: {e}"));
@@ -250,6 +240,14 @@ async fn create_network(
         "creating the session's network failed: no free subnet in {} after {SUBNET_TRIES} tries ({last})",
         ctx.config.fence.subnets
     ))
+}
+
+/// Whether the engine has a network named `name`.
+async fn network_exists(ctx: &Ctx, name: &str) -> bool {
+    ctx.docker
+        .inspect_network::<String>(name, None)
+        .await
+        .is_ok()
 }
 
 /// This agent's kernels' folders, session network and containers, created, not started.
@@ -273,12 +271,7 @@ async fn create_containers(
         create_network(ctx, state, layout).await?;
     } else {
         let mut waited = 0;
-        while ctx
-            .docker
-            .inspect_network::<String>(net, None)
-            .await
-            .is_err()
-        {
+        while !network_exists(ctx, net).await {
             waited += 1;
             if waited > 300 {
                 return Err(format!("the cluster network `{net}` did not appear"));
