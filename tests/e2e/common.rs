@@ -434,7 +434,9 @@ impl Harness {
 
 /// A passing test leaves nothing behind: its control plane stops, then its database and its
 /// JetStream stream are dropped (a test suite run made hundreds of them before). A failing
-/// test keeps both, to be looked at.
+/// test keeps both, to be looked at. Before its database goes, every test's log is searched
+/// for secrets ([`secrets_in_the_log`]): a test whose events hold one fails, and keeps its
+/// database, so that a run of the whole suite greps every event it wrote.
 impl Drop for Harness {
     fn drop(&mut self) {
         drop(self.app.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -446,6 +448,7 @@ impl Drop for Harness {
             return;
         }
         let url = self.database_url.clone();
+        let admin_key = self.admin_key.clone();
         let streams = [
             self.topology.stream.clone(),
             self.agent_bus.commands_stream.clone(),
@@ -466,6 +469,10 @@ impl Drop for Harness {
                 )
                 .await?;
                 tokio::spawn(connection);
+                let found = secrets_in_the_log(&url, &admin_key).await?;
+                if !found.is_empty() {
+                    return Ok(found);
+                }
                 // The containers of the test's agents go too: a batch session's exited
                 // container, one an agent stopped with the test had not removed yet.
                 let agents = agents_of(&url).await.unwrap_or_default();
@@ -479,14 +486,46 @@ impl Drop for Harness {
                     // The agents' streams exist only once the recorder has started.
                     let _ = js.delete_stream(&stream).await;
                 }
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Vec::new())
             })
         })
         .join();
-        if let Ok(Err(e)) = cleaned {
-            eprintln!("the test's database or stream was not dropped: {e}");
+        match cleaned {
+            Ok(Ok(found)) if !found.is_empty() => panic!(
+                "secrets in the log (rule 14) of database {}: {found:?}",
+                self.database_url
+            ),
+            Ok(Err(e)) => eprintln!("the test's database or stream was not dropped: {e}"),
+            _ => {}
         }
     }
+}
+
+/// The events of the test's log whose payload holds a secret (rule 14): a password's Argon2
+/// hash or any Argon2 PHC string, an app's token, a webhook's signing secret in the form it
+/// is shown (`whsec_`), or the superadmin's API key. Each as `type #seq`.
+async fn secrets_in_the_log(
+    url: &str,
+    admin_key: &str,
+) -> Result<Vec<String>, deadpool_postgres::tokio_postgres::Error> {
+    let (client, connection) =
+        deadpool_postgres::tokio_postgres::connect(url, deadpool_postgres::tokio_postgres::NoTls)
+            .await?;
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT e.event_type || ' #' || e.seq FROM events e
+              WHERE strpos(e.payload::text, '$argon2') > 0
+                 OR strpos(e.payload::text, 'whsec_') > 0
+                 OR strpos(e.payload::text, $1) > 0
+                 OR EXISTS (SELECT 1 FROM secrets.app_tokens t
+                             WHERE strpos(e.payload::text, t.token) > 0)
+                 OR EXISTS (SELECT 1 FROM secrets.password_hashes p
+                             WHERE strpos(e.payload::text, p.password_hash) > 0)",
+            &[&admin_key],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// The agents the test's ledger knows.

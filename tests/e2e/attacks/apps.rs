@@ -103,15 +103,14 @@ fn set_cookie(answer: &reqwest::Response) -> (String, String) {
     (whole.split(';').next().unwrap().to_owned(), whole)
 }
 
-#[tokio::test]
-async fn a_public_raw_circuit_relays_nothing_of_an_http_request_carrying_the_console_cookie() {
-    let Scene {
-        h, alice, _agent, ..
-    } = scene_with(test_config()).await;
-    // The attacker's session listens on the SSH server's port with the image's own Python.
+/// The attacker's set-up: a session of `alice` listening on the SSH server's port (with the
+/// image's own Python, [`RECORDER`]) behind a public raw circuit. Answers the container, the
+/// circuit's port and how many connections the listener has seen end, once a raw client that
+/// speaks first, as SSH's does, has got through.
+async fn attackers_public_raw_circuit(h: &Harness, alice: &str) -> (String, u16, u32) {
     let (id, detail) = running_session(
-        &h,
-        &alice,
+        h,
+        alice,
         json!({"image": "berth/python:latest", "startup_command": RECORDER,
                "resources": {"cpu": 1, "memory": "256m"}}),
     )
@@ -120,11 +119,10 @@ async fn a_public_raw_circuit_relays_nothing_of_an_http_request_carrying_the_con
         .as_str()
         .unwrap()
         .to_owned();
-    let (status, public) = app_call(&h, &alice, &id, "sshd", "open", json!({"public": true})).await;
+    let (status, public) = app_call(h, alice, &id, "sshd", "open", json!({"public": true})).await;
     assert_eq!(status, StatusCode::OK, "{public}");
     let port = public["port"].as_u64().unwrap() as u16;
 
-    // A raw client that speaks first, as SSH's does, gets through (once the listener is up).
     let mut relayed = String::new();
     for _ in 0..150 {
         let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -144,12 +142,39 @@ async fn a_public_raw_circuit_relays_nothing_of_an_http_request_carrying_the_con
         relayed, "SSH-2.0-probe\r\n",
         "a raw circuit carries raw bytes"
     );
-    let ended = || in_container(&container, "cat /tmp/ended 2>/dev/null | wc -l");
-    let ends_before: u32 = wait_for(|| async {
-        let n: u32 = ended().trim().parse().unwrap_or(0);
+    let ends_before = wait_for(|| async {
+        let n = connections_ended(&container);
         (n >= 1).then_some(n)
     })
     .await;
+    (container, port, ends_before)
+}
+
+/// How many connections the [`RECORDER`] in `container` has seen end.
+fn connections_ended(container: &str) -> u32 {
+    in_container(container, "cat /tmp/ended 2>/dev/null | wc -l")
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits until the [`RECORDER`] in `container` has seen more than `before` connections end,
+/// then says that it received no byte but the first raw client's.
+async fn the_listener_received_nothing_more(container: &str, before: u32) {
+    wait_for(|| async { (connections_ended(container) > before).then_some(()) }).await;
+    assert_eq!(
+        in_container(container, "cat /tmp/got"),
+        "SSH-2.0-probe\r\n",
+        "the listener received no byte of HTTP"
+    );
+}
+
+#[tokio::test]
+async fn a_public_raw_circuit_relays_nothing_of_an_http_request_carrying_the_console_cookie() {
+    let Scene {
+        h, alice, _agent, ..
+    } = scene_with(test_config()).await;
+    let (container, port, ends_before) = attackers_public_raw_circuit(&h, &alice).await;
 
     // A superadmin signed in to the console; the attacker's page sends their browser to the
     // circuit, and the browser hands it every cookie of the host (cookies ignore ports).
@@ -180,16 +205,102 @@ async fn a_public_raw_circuit_relays_nothing_of_an_http_request_carrying_the_con
     );
 
     // The session's listener saw that connection come and go without a byte of it.
-    wait_for(|| async {
-        let n: u32 = ended().trim().parse().unwrap_or(0);
-        (n > ends_before).then_some(())
-    })
-    .await;
-    let got = in_container(&container, "cat /tmp/got");
-    assert_eq!(
-        got, "SSH-2.0-probe\r\n",
-        "the listener received no byte of HTTP"
+    the_listener_received_nothing_more(&container, ends_before).await;
+}
+
+/// The attack as the review ran it, in Chromium: a superadmin signed in to the console opens
+/// a page of the same host (another port) holding two images, one pointing at a listener of
+/// the test's own and one at the attacker's public raw circuit. The browser sends the
+/// console's cookie with both (cookies ignore ports): the first listener shows that it does,
+/// and the circuit passes none of it on.
+#[tokio::test]
+async fn a_browser_holding_the_console_cookie_sends_none_of_it_through_a_public_raw_circuit() {
+    let Some(browser) = crate::chrome::browser().await else {
+        return;
+    };
+    let Scene {
+        h, alice, _agent, ..
+    } = scene_with(test_config()).await;
+    let (container, circuit, ends_before) = attackers_public_raw_circuit(&h, &alice).await;
+    let host = reqwest::Url::parse(&h.base).unwrap();
+    let host = host.host_str().unwrap().to_owned();
+
+    // The superadmin signs in through the console's form.
+    let b = &browser;
+    b.client
+        .goto(&format!("{}/console/sessions", h.base))
+        .await
+        .unwrap();
+    b.fill("#key", &h.admin_key).await;
+    b.click("#sign-in").await;
+    b.find("#sessions").await;
+
+    // The attacker's page and the test's own listener, on the same host's other ports.
+    let listener = tokio::net::TcpListener::bind((host.as_str(), 0)).await.unwrap();
+    let listener_port = listener.local_addr().unwrap().port();
+    let (heard, mut hears) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let request = read_request(&mut conn).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            let _ = heard.send(request);
+        }
+    });
+    let page = format!(
+        "<!doctype html><title>cats</title>\
+         <img src=\"http://{host}:{listener_port}/cat.png\">\
+         <img src=\"http://{host}:{circuit}/cat.png\">"
     );
+    let site = tokio::net::TcpListener::bind((host.as_str(), 0)).await.unwrap();
+    let site_port = site.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = site.accept().await else {
+                return;
+            };
+            let _ = read_request(&mut conn).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+        }
+    });
+    b.client
+        .goto(&format!("http://{host}:{site_port}/"))
+        .await
+        .unwrap();
+
+    // The browser did send the console's cookie to the host's other ports ...
+    let request = tokio::time::timeout(Duration::from_secs(30), hears.recv())
+        .await
+        .expect("the browser fetched the first image")
+        .unwrap();
+    assert!(
+        request.contains("berth_console="),
+        "the browser sends the console's cookie to every port of its host: {request}"
+    );
+    // ... and the circuit relayed none of it into the attacker's container.
+    the_listener_received_nothing_more(&container, ends_before).await;
+}
+
+/// A request's head as a test's listener reads it (up to its blank line, within 10 s).
+async fn read_request(conn: &mut tokio::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
 }
 
 #[tokio::test]
