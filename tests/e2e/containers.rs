@@ -59,6 +59,49 @@ pub(crate) async fn start_agent(
     let docker = agent::docker::connect()
         .await
         .expect("the Docker engine answers");
+    let offer = Offer {
+        cpu_milli,
+        image_refresh,
+        gpus,
+        gpu_milli,
+    };
+    start_agent_on(h, id, data_dir, docker, offer).await
+}
+
+/// What a test's agent offers: CPU, GPUs, and whether it reads its images again.
+pub(crate) struct Offer {
+    pub cpu_milli: u64,
+    pub image_refresh: Option<Duration>,
+    pub gpus: agent::gpu::GpuConfig,
+    pub gpu_milli: Option<u64>,
+}
+
+impl Offer {
+    /// `cpu_milli` of CPU, no GPU, the images it has when it starts.
+    pub(crate) fn cpu(cpu_milli: u64) -> Offer {
+        Offer {
+            cpu_milli,
+            image_refresh: None,
+            gpus: agent::gpu::GpuConfig::nvml(),
+            gpu_milli: Some(0),
+        }
+    }
+}
+
+/// A Docker agent of the engine `docker` (another host's, say), offering `offer`.
+pub(crate) async fn start_agent_on(
+    h: &Harness,
+    id: &str,
+    data_dir: &std::path::Path,
+    docker: bollard::Docker,
+    offer: Offer,
+) -> Result<DockerAgent, agent::host::HostError> {
+    let Offer {
+        cpu_milli,
+        image_refresh,
+        gpus,
+        gpu_milli,
+    } = offer;
     let mut images = agent::docker::local_images(&docker).await.unwrap();
     assert!(
         images.names.iter().any(|i| i == "berth/shell:latest"),

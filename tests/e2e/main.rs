@@ -51,6 +51,8 @@
 //! - [`restore`]: a backup restored into a fresh PostgreSQL cluster, the log's order kept.
 //! - [`sessions`]: sessions through the HTTP API, agents driven by the test.
 //! - [`containers`]: real containers run by the agent's Docker runtime.
+//! - [`hosts`]: two Docker engines, each on a host of its own (`infra/host.sh`) and joined
+//!   in a swarm: a cluster with a kernel on each over an overlay network.
 //! - [`history`]: a session's history of every phase (schedule, prepare, pull, create,
 //!   start, terminate, cleanup) with a Docker agent, and a failed pull in the engine's words.
 //! - [`idle`]: the idle-reaper's checkers on real containers, exemptions, its preview and
@@ -86,6 +88,7 @@ mod containers;
 mod contract;
 mod gateways;
 mod history;
+mod hosts;
 mod idle;
 mod metrics;
 mod migrations;

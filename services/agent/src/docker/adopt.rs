@@ -11,8 +11,8 @@ use bus::protocol::{Answer, Request};
 use domain::payloads::SessionStatus;
 use uuid::Uuid;
 
-use super::ctx::{moved, remove, Ctx};
-use super::spec::{network_name, LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION};
+use super::ctx::{moved, remove, remove_network, Ctx};
+use super::spec::{LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION};
 use super::tasks::SessionTasks;
 use crate::AgentError;
 
@@ -136,7 +136,7 @@ pub(super) async fn adopt_leftovers(
             for (_, name) in others.iter().filter(|(s, _)| s == id) {
                 remove(ctx, name).await;
             }
-            let _ = ctx.docker.remove_network(&network_name(*id)).await;
+            remove_network(ctx, *id).await;
         }
     }
     remove_leftover_networks(ctx, &live, &live_elsewhere).await;
@@ -172,7 +172,7 @@ async fn remove_leftover_networks(
             continue;
         }
         tracing::info!(session = %id, "removing a network without a live session");
-        let _ = ctx.docker.remove_network(&network_name(id)).await;
+        remove_network(ctx, id).await;
     }
 }
 

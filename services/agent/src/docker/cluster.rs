@@ -7,10 +7,9 @@ use domain::payloads::SessionStatus;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::ctx::{load, remove, Ctx};
+use super::ctx::{load, remove, remove_network, Ctx};
 use super::keep::save_final_logs;
 use super::kernels::create_kernels;
-use super::spec::network_name;
 
 /// This agent's kernels of a multi-node cluster whose main kernel runs elsewhere: started when
 /// the main agent creates its own, kept until the session ends, then removed.
@@ -62,5 +61,5 @@ pub(super) async fn watch_secondary(
         save_final_logs(&ctx, id, *k, name, &Default::default()).await;
         remove(&ctx, name).await;
     }
-    let _ = ctx.docker.remove_network(&network_name(id)).await;
+    remove_network(&ctx, id).await;
 }

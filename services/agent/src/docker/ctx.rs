@@ -71,6 +71,9 @@ pub(super) struct Ctx {
     pub(super) draining: Arc<std::sync::atomic::AtomicBool>,
     /// The terminals it serves: their tokens' key, and which are served now.
     pub(super) terminals: super::tty::Terminals,
+    /// The engine is a node of a swarm: a cluster whose kernels are on several agents gets
+    /// an attachable overlay network, which the other engines' kernels join.
+    pub(super) swarm: bool,
 }
 
 impl Ctx {
@@ -201,7 +204,25 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
     for k in 0..size {
         remove(ctx, &container_name(session_id, k)).await;
     }
-    let _ = ctx.docker.remove_network(&network_name(session_id)).await;
+    remove_network(ctx, session_id).await;
+}
+
+/// Removes session `session_id`'s network once no container is on it. On one engine, the
+/// last agent whose kernels leave a cluster's bridge removes it (the engine refuses while
+/// another's are on it). A swarm's overlay may be removed only by a manager, which its
+/// workers' agents are not: there each agent waits up to 30 s for the other engines' kernels
+/// to leave, so that the main kernel's agent, whose engine made it, removes it last.
+pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
+    let name = network_name(session_id);
+    for _ in 0..300 {
+        match ctx.docker.remove_network(&name).await {
+            Err(e) if ctx.swarm && e.to_string().contains("active endpoints") => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            _ => return,
+        }
+    }
+    tracing::warn!(session = %session_id, "the cluster's overlay network still had kernels after 30 s; left for the next start's sweep");
 }
 
 /// A container's run as its engine tells it: whether it ever started, and when it ended by

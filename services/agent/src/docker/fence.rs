@@ -104,26 +104,28 @@ pub fn chains(allow: &[Ipv4Net]) -> String {
     text
 }
 
+/// The interface of the bridge an engine of a swarm gives containers on an overlay network
+/// for their traffic out of it (a cluster across hosts): fenced as session bridges are.
+pub const SWARM_BRIDGE: &str = "docker_gwbridge";
+
 /// The jumps into berth's chains, as `iptables` arguments after `-C`/`-I`: from INPUT and
-/// DOCKER-USER (the chain Docker leaves to the host's own rules), for session bridges only.
-pub fn jumps() -> [[String; 5]; 2] {
-    let iface = format!("{BRIDGE_PREFIX}+");
-    [
-        [
-            "INPUT".into(),
-            "-i".into(),
-            iface.clone(),
-            "-j".into(),
-            CHAIN_IN.into(),
-        ],
-        [
-            "DOCKER-USER".into(),
-            "-i".into(),
-            iface,
-            "-j".into(),
-            CHAIN_FORWARD.into(),
-        ],
-    ]
+/// DOCKER-USER (the chain Docker leaves to the host's own rules), for session bridges and
+/// the swarm's bridge only (a rule naming an interface the host lacks matches nothing).
+pub fn jumps() -> Vec<[String; 5]> {
+    let sessions = format!("{BRIDGE_PREFIX}+");
+    let mut jumps = Vec::new();
+    for iface in [sessions.as_str(), SWARM_BRIDGE] {
+        for (from, to) in [("INPUT", CHAIN_IN), ("DOCKER-USER", CHAIN_FORWARD)] {
+            jumps.push([
+                from.into(),
+                "-i".into(),
+                iface.into(),
+                "-j".into(),
+                to.into(),
+            ]);
+        }
+    }
+    jumps
 }
 
 /// Why the fence could not be put up.
@@ -253,10 +255,15 @@ mod tests {
         assert!(established < allowed && allowed < refused);
         at("-A BERTH-SESSIONS-FWD -d 192.0.2.10/32 -j RETURN");
         at("-A BERTH-SESSIONS-FWD -d 169.254.0.0/16 -p tcp -j REJECT --reject-with tcp-reset");
-        assert_eq!(jumps()[0].join(" "), "INPUT -i berth+ -j BERTH-SESSIONS-IN");
+        let jumps: Vec<String> = jumps().iter().map(|j| j.join(" ")).collect();
         assert_eq!(
-            jumps()[1].join(" "),
-            "DOCKER-USER -i berth+ -j BERTH-SESSIONS-FWD"
+            jumps,
+            [
+                "INPUT -i berth+ -j BERTH-SESSIONS-IN",
+                "DOCKER-USER -i berth+ -j BERTH-SESSIONS-FWD",
+                "INPUT -i docker_gwbridge -j BERTH-SESSIONS-IN",
+                "DOCKER-USER -i docker_gwbridge -j BERTH-SESSIONS-FWD",
+            ]
         );
     }
 }

@@ -128,9 +128,21 @@ pub(super) async fn create_kernels(
 /// when it starts.
 async fn start_all(ctx: &Ctx, names: &[String]) -> Result<(), bollard::errors::Error> {
     for name in names.iter().skip(1).chain(names.iter().take(1)) {
-        let started = ctx
-            .patiently(|| ctx.docker.start_container::<String>(name, None))
-            .await;
+        // On a swarm, another engine's agent may still be making the cluster's overlay: a
+        // start that does not find it yet waits for it, up to 30 s.
+        let mut tries = 0;
+        let started = loop {
+            let started = ctx
+                .patiently(|| ctx.docker.start_container::<String>(name, None))
+                .await;
+            match started {
+                Err(e) if ctx.swarm && tries < 300 && overlay_not_there_yet(&e) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                started => break started,
+            }
+        };
         match started {
             // 304: started already (a start the engine's absence cut had gone through).
             Ok(())
@@ -141,6 +153,12 @@ async fn start_all(ctx: &Ctx, names: &[String]) -> Result<(), bollard::errors::E
         }
     }
     Ok(())
+}
+
+/// Whether a start failed for a network the swarm does not know (yet).
+fn overlay_not_there_yet(e: &bollard::errors::Error) -> bool {
+    let e = e.to_string();
+    e.contains("network") && e.contains("not found")
 }
 
 /// A kernel's container as its creation described it: enough to report it started without
@@ -242,6 +260,37 @@ async fn create_network(
     ))
 }
 
+/// The overlay network of a cluster on several engines of a swarm: attachable (the kernels
+/// are plain containers, not swarm services), on a subnet the swarm hands out (one for the
+/// whole swarm, so no two engines' choices collide), with the engine's MTU for overlays. Its
+/// kernels are one tenant's; no other container is on it. Only a manager's engine may make
+/// it: on a worker's the engine's refusal is the session's reason. One made already is taken.
+async fn create_overlay(
+    ctx: &Ctx,
+    state: &SessionState,
+    layout: &spec::Layout,
+) -> Result<(), String> {
+    let id = state.request.session_id;
+    let create = bollard::network::CreateNetworkOptions {
+        name: layout.network.clone(),
+        driver: "overlay".into(),
+        attachable: true,
+        check_duplicate: true,
+        labels: HashMap::from([
+            (LABEL_SESSION.to_string(), id.to_string()),
+            (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
+        ]),
+        ..Default::default()
+    };
+    match ctx.docker.create_network(create).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("already exists") => Ok(()),
+        Err(e) => Err(format!(
+            "creating the cluster's overlay network failed (the main kernel's engine must be a swarm manager): {e}"
+        )),
+    }
+}
+
 /// Whether the engine has a network named `name`.
 async fn network_exists(ctx: &Ctx, name: &str) -> bool {
     ctx.docker
@@ -266,10 +315,17 @@ async fn create_containers(
         binds.push(bind);
     }
     let net = &layout.network;
+    // A cluster on agents of several engines of a swarm: an overlay, which workers' engines
+    // do not see until a kernel of theirs joins it (their start waits for it instead).
+    let overlay = ctx.swarm && layout.spans_agents;
     if layout.mine.contains(&0) {
         // The main kernel's agent makes the network; the others wait for it.
-        create_network(ctx, state, layout).await?;
-    } else {
+        if overlay {
+            create_overlay(ctx, state, layout).await?;
+        } else {
+            create_network(ctx, state, layout).await?;
+        }
+    } else if !overlay {
         let mut waited = 0;
         while !network_exists(ctx, net).await {
             waited += 1;

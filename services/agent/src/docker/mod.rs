@@ -85,14 +85,41 @@ pub async fn host_capacity(docker: &Docker) -> Result<ResourceSlots, bollard::er
     })
 }
 
-/// The cluster network scope of the agents of this engine: `engine:<its ID>` (`docker
-/// info`), which every agent of the same engine reports, so the scheduler puts a multi-node
-/// cluster's kernels (whose network is a bridge of one engine) on those agents alone.
+/// The cluster network scope of the agents of this engine, which the scheduler keeps a
+/// multi-node cluster's kernels within:
+/// - `swarm:<node ID>` where the engine is a node of a Docker swarm: every engine of the
+///   swarm reaches the others' containers over an attachable overlay network. The swarm is
+///   told by the lowest node ID of its managers, which its workers see too (only managers
+///   see the swarm's own ID); adding or removing managers may change it, and agents tell
+///   the new one when they next start.
+/// - `engine:<its ID>` otherwise (`docker info`), which every agent of the same engine
+///   reports, so a cluster (whose network is then a bridge of one engine) stays on it.
 pub async fn network_scope(docker: &Docker) -> Result<String, bollard::errors::Error> {
     let info = docker.info().await?;
+    if let Some(swarm) = info.swarm.as_ref().and_then(swarm_of) {
+        return Ok(format!("swarm:{swarm}"));
+    }
     let id = info.id.filter(|id| !id.is_empty());
     // An engine that tells no ID is told by its name.
     Ok(format!("engine:{}", id.or(info.name).unwrap_or_default()))
+}
+
+/// The swarm an engine is an active node of, by its managers' lowest node ID.
+fn swarm_of(swarm: &bollard::models::SwarmInfo) -> Option<String> {
+    if swarm.local_node_state != Some(bollard::models::LocalNodeState::ACTIVE) {
+        return None;
+    }
+    swarm
+        .remote_managers
+        .iter()
+        .flatten()
+        .filter_map(|m| m.node_id.clone())
+        .min()
+}
+
+/// Whether a network scope is a swarm's, whose clusters across agents get an overlay network.
+pub fn is_swarm(scope: &str) -> bool {
+    scope.starts_with("swarm:")
 }
 
 /// The images present on the host, and the apps those that declare some declare.
@@ -171,6 +198,7 @@ pub(crate) async fn run(
         starting: Default::default(),
         draining: Default::default(),
         terminals,
+        swarm: spec.network_scope.as_deref().is_some_and(is_swarm),
     };
     let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;

@@ -31,9 +31,15 @@ pub struct Layout {
     pub mine: Vec<u32>,
     /// Each kernel's host name in the cluster (`main1`, `sub1`, `sub2`, ...).
     pub hosts: Vec<String>,
-    /// The session's own network (a bridge of its own, for a single kernel too): its
-    /// kernels share it, and no other session's container is on it.
+    /// The session's own network (a bridge of its own, for a single kernel too; an overlay
+    /// across a swarm's engines for a cluster on several agents): its kernels share it, and
+    /// no other session's container is on it.
     pub network: String,
+    /// How many of the session's kernels each agent holds, by kernel: `local[k]` counts the
+    /// kernels before `k` on `k`'s agent (its rank there).
+    pub local_rank: Vec<u32>,
+    /// Whether the kernels are on more than one agent.
+    pub spans_agents: bool,
 }
 
 impl Layout {
@@ -105,12 +111,23 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
             }
         })
         .collect();
+    let agent_of = |k: u32| state.kernels.get(k as usize).map(|p| p.agent_id.as_str());
+    let local_rank = (0..size)
+        .map(|k| (0..k).filter(|j| agent_of(*j) == agent_of(k)).count() as u32)
+        .collect();
+    let spans_agents = (1..size).any(|k| agent_of(k) != agent_of(0));
     Layout {
         mine,
         hosts,
         network: network_name(state.request.session_id),
+        local_rank,
+        spans_agents,
     }
 }
+
+/// The port berth names to a cluster's frameworks as the main kernel's (`MASTER_PORT`, and
+/// every worker's in `TF_CONFIG`), as Backend.AI does.
+pub const CLUSTER_PORT: u16 = 12345;
 
 /// Where each of the session's folders lives on this host (under `data_dir`), and the bind
 /// that mounts it at `/home/work/<name>`.
@@ -152,6 +169,45 @@ fn session_environment(state: &SessionState, layout: &Layout) -> Vec<String> {
     env
 }
 
+/// What kernel `k` of a cluster is told of its place in it: berth's own variables, Backend.AI's
+/// (`BACKENDAI_CLUSTER_*`, whose index is one-based within a role) and those PyTorch's and
+/// TensorFlow's launchers read (`WORLD_SIZE`, `WORLD_RANK`, `LOCAL_RANK`, `MASTER_ADDR`,
+/// `MASTER_PORT`, `TF_CONFIG`).
+fn cluster_environment(layout: &Layout, k: u32) -> Vec<String> {
+    let size = layout.hosts.len();
+    let host = &layout.hosts[k as usize];
+    let role = if k == 0 { "main" } else { "sub" };
+    // main1 is the first main; sub<k> the k-th sub.
+    let role_index = if k == 0 { 1 } else { k };
+    let workers: Vec<String> = layout
+        .hosts
+        .iter()
+        .map(|h| format!("{h}:{CLUSTER_PORT}"))
+        .collect();
+    let tf_config = serde_json::json!({
+        "cluster": {"worker": workers},
+        "task": {"type": "worker", "index": k},
+    });
+    vec![
+        format!("BERTH_CLUSTER_ROLE={role}"),
+        format!("BERTH_CLUSTER_IDX={k}"),
+        format!("BERTH_CLUSTER_HOST={host}"),
+        format!("BACKENDAI_CLUSTER_SIZE={size}"),
+        format!("BACKENDAI_CLUSTER_HOSTS={}", layout.hosts.join(",")),
+        format!("BACKENDAI_CLUSTER_REPLICAS=main:1,sub:{}", size - 1),
+        format!("BACKENDAI_CLUSTER_HOST={host}"),
+        format!("BACKENDAI_CLUSTER_IDX={role_index}"),
+        format!("BACKENDAI_CLUSTER_ROLE={role}"),
+        format!("BACKENDAI_CLUSTER_LOCAL_RANK={k}"),
+        format!("WORLD_SIZE={size}"),
+        format!("WORLD_RANK={k}"),
+        format!("LOCAL_RANK={}", layout.local_rank[k as usize]),
+        format!("MASTER_ADDR={}", layout.hosts[0]),
+        format!("MASTER_PORT={CLUSTER_PORT}"),
+        format!("TF_CONFIG={tf_config}"),
+    ]
+}
+
 /// The engine configuration of kernel `k` of `state`, run by `agent_id`, with `binds` for
 /// its folders and `gpu` for its share of the host's GPUs.
 pub fn kernel_config(
@@ -169,12 +225,7 @@ pub fn kernel_config(
     let mut env = session_environment(state, layout);
     env.extend(gpu.environment());
     if layout.cluster() {
-        env.push(format!(
-            "BERTH_CLUSTER_ROLE={}",
-            if main { "main" } else { "sub" }
-        ));
-        env.push(format!("BERTH_CLUSTER_IDX={k}"));
-        env.push(format!("BERTH_CLUSTER_HOST={host}"));
+        env.extend(cluster_environment(layout, k));
     }
     let mut labels = HashMap::from([
         (LABEL_SESSION.to_string(), request.session_id.to_string()),
@@ -472,6 +523,71 @@ mod tests {
             .collect();
         assert_eq!(layout(&state, "a1").mine, [0, 2]);
         assert_eq!(layout(&state, "a2").mine, [1]);
+        assert!(layout(&state, "a1").spans_agents);
+        assert!(!layout(&session(3), "a1").spans_agents, "all on one agent");
+    }
+
+    #[test]
+    fn each_kernel_of_a_cluster_is_told_its_place_as_backend_ai_and_the_launchers_name_it() {
+        let mut state = session(3);
+        state.kernels = ["a1", "a2", "a1"]
+            .into_iter()
+            .map(|agent| KernelPlacement {
+                agent_id: agent.into(),
+                resources: state.request.resources,
+            })
+            .collect();
+        let layout = layout(&state, "a1");
+        let env = |k| {
+            env_of(&kernel_config(
+                &state,
+                "a1",
+                &layout,
+                k,
+                &[],
+                &no_gpu(),
+                "127.0.0.1",
+            ))
+        };
+        let main = env(0);
+        for wanted in [
+            "BACKENDAI_CLUSTER_SIZE=3",
+            "BACKENDAI_CLUSTER_HOSTS=main1,sub1,sub2",
+            "BACKENDAI_CLUSTER_REPLICAS=main:1,sub:2",
+            "BACKENDAI_CLUSTER_HOST=main1",
+            "BACKENDAI_CLUSTER_ROLE=main",
+            "BACKENDAI_CLUSTER_IDX=1",
+            "BACKENDAI_CLUSTER_LOCAL_RANK=0",
+            "WORLD_SIZE=3",
+            "WORLD_RANK=0",
+            "LOCAL_RANK=0",
+            "MASTER_ADDR=main1",
+            "MASTER_PORT=12345",
+        ] {
+            assert!(main.contains(&wanted.to_string()), "{wanted} in {main:?}");
+        }
+        // The third kernel: the second sub, and the second kernel on its agent.
+        let sub2 = env(2);
+        for wanted in [
+            "BACKENDAI_CLUSTER_ROLE=sub",
+            "BACKENDAI_CLUSTER_IDX=2",
+            "BACKENDAI_CLUSTER_LOCAL_RANK=2",
+            "WORLD_RANK=2",
+            "LOCAL_RANK=1",
+        ] {
+            assert!(sub2.contains(&wanted.to_string()), "{wanted} in {sub2:?}");
+        }
+        let tf: serde_json::Value = serde_json::from_str(
+            sub2.iter()
+                .find_map(|v| v.strip_prefix("TF_CONFIG="))
+                .expect("TF_CONFIG"),
+        )
+        .unwrap();
+        assert_eq!(
+            tf,
+            serde_json::json!({"cluster": {"worker": ["main1:12345", "sub1:12345", "sub2:12345"]},
+                               "task": {"type": "worker", "index": 2}})
+        );
     }
 
     #[test]

@@ -1,0 +1,199 @@
+//! Sessions across hosts, on two Docker engines each on a host of its own (a network
+//! namespace with its own engine, bridge and address, made by `infra/host.sh`), joined in one
+//! swarm: a multi-node cluster with a kernel on each engine runs over an overlay network the
+//! main kernel's agent makes, its kernels reach each other by host name through the hosts'
+//! network alone and see the cluster's environment; the network outlives its agent's SIGKILL
+//! and restart, and goes with the session.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::apps::Cleanup;
+use crate::common::*;
+use crate::containers::{data_dir, fresh_agent_id, kill, start_agent_on, DockerAgent, Offer};
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// Hosts 2 and 3 of `infra/host.sh`, their engines in one swarm, each with the shell image:
+/// their engines' sockets, or `None` where this machine cannot make them (a failure under CI).
+fn two_hosts_in_a_swarm() -> Option<[PathBuf; 2]> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/host.sh");
+    let made = Command::new(&script)
+        .args(["swarm", "2", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        berth_tests::missing_prerequisite(
+            "`infra/host.sh swarm 2 3` failed (it needs root, iproute2, util-linux's nsenter and dockerd)",
+        );
+        return None;
+    }
+    let socket = |n: &str| {
+        let loaded = Command::new(&script)
+            .args(["load", n, "berth/shell:latest"])
+            .status()
+            .unwrap();
+        assert!(loaded.success(), "host {n} has the shell image");
+        let env = Command::new(&script).args(["env", n]).output().unwrap();
+        let env = String::from_utf8(env.stdout).unwrap();
+        let socket = env
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("DOCKER_HOST=unix://"))
+            .unwrap_or_else(|| panic!("host {n}'s engine: {env}"));
+        PathBuf::from(socket)
+    };
+    Some([socket("2"), socket("3")])
+}
+
+async fn engine(socket: &Path) -> bollard::Docker {
+    bollard::Docker::connect_with_unix(socket.to_str().unwrap(), 120, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .expect("the host's engine answers")
+}
+
+/// What `docker <args>` prints against the engine at `socket`, and whether it succeeded.
+fn docker_on(socket: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("docker")
+        .arg("-H")
+        .arg(format!("unix://{}", socket.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The agent `id` on the engine at `socket`, with room for one kernel of a core.
+async fn agent_on(h: &Harness, id: &str, dir: &Path, socket: &Path) -> DockerAgent {
+    start_agent_on(h, id, dir, engine(socket).await, Offer::cpu(1_000))
+        .await
+        .expect("the agent starts")
+}
+
+/// Sends `word` from kernel `main` (on the engine at `from`) to port 7000 of the host name
+/// `sub1`, where kernel `sub` (on the engine at `to`) echoes it back.
+async fn echo_across(from: &Path, main: &str, to: &Path, sub: &str, word: &str) {
+    let (listening, _) = docker_on(to, &["exec", "-d", sub, "sh", "-c", "nc -l -p 7000 -e cat"]);
+    assert!(listening, "a listener in {sub}");
+    let line = format!("echo {word} | nc -w 3 sub1 7000");
+    let echoed = wait_for(|| async {
+        let (_, out) = docker_on(from, &["exec", main, "sh", "-c", &line]);
+        (out.trim() == word).then_some(out)
+    })
+    .await;
+    assert_eq!(echoed.trim(), word);
+}
+
+#[tokio::test]
+async fn a_cluster_spans_two_engines_over_an_overlay_that_outlives_its_agents_restart_and_goes_with_the_session(
+) {
+    let Some(sockets) = two_hosts_in_a_swarm() else {
+        return;
+    };
+    let h = start().await;
+    let ids = [fresh_agent_id(), fresh_agent_id()];
+    let dirs = [data_dir(), data_dir()];
+    let _cleanup = (Cleanup(ids[0].clone()), Cleanup(ids[1].clone()));
+    // Each agent has room for one kernel: the cluster takes both engines.
+    let mut agents = [
+        Some(agent_on(&h, &ids[0], &dirs[0], &sockets[0]).await),
+        Some(agent_on(&h, &ids[1], &dirs[1], &sockets[1]).await),
+    ];
+
+    let (status, created) = h
+        .create(
+            &h.admin_key,
+            json!({"image": "berth/shell:latest", "cluster_mode": "multi-node",
+                   "cluster_size": 2, "startup_command": "sleep 600",
+                   "resources": {"cpu": 1, "memory": "256m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids_of(&created);
+    let detail = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let placed: Vec<&str> = detail["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["agent_id"].as_str().unwrap())
+        .collect();
+    let main_at = ids.iter().position(|a| a == placed[0]).unwrap();
+    assert_eq!(
+        placed[1],
+        ids[1 - main_at],
+        "one kernel on each engine: {detail}"
+    );
+    let (main_socket, sub_socket) = (&sockets[main_at], &sockets[1 - main_at]);
+    let simple = uuid::Uuid::parse_str(&id).unwrap().simple().to_string();
+    let (main, sub) = (format!("berth-{simple}-0"), format!("berth-{simple}-1"));
+    let network = format!("berth-{simple}");
+
+    // The overlay the main kernel's engine made, which the other's kernel joined.
+    let (_, driver) = docker_on(
+        main_socket,
+        &[
+            "network",
+            "inspect",
+            "-f",
+            "{{.Driver}} {{.Scope}}",
+            &network,
+        ],
+    );
+    assert_eq!(driver.trim(), "overlay swarm");
+
+    // Each kernel is told its place in the cluster.
+    let (_, main_env) = docker_on(main_socket, &["exec", &main, "env"]);
+    let (_, sub_env) = docker_on(sub_socket, &["exec", &sub, "env"]);
+    for (env, wanted) in [
+        (&main_env, "BACKENDAI_CLUSTER_HOSTS=main1,sub1"),
+        (&main_env, "BACKENDAI_CLUSTER_ROLE=main"),
+        (&main_env, "BERTH_CLUSTER_HOST=main1"),
+        (&main_env, "MASTER_ADDR=main1"),
+        (&sub_env, "BACKENDAI_CLUSTER_SIZE=2"),
+        (&sub_env, "BACKENDAI_CLUSTER_HOST=sub1"),
+        (&sub_env, "BACKENDAI_CLUSTER_ROLE=sub"),
+        (&sub_env, "WORLD_RANK=1"),
+    ] {
+        assert!(env.lines().any(|l| l == wanted), "{wanted} in {env}");
+    }
+    // The main kernel reaches the other engine's by host name.
+    echo_across(main_socket, &main, sub_socket, &sub, "before").await;
+
+    // The main kernel's agent dies (SIGKILL) and starts again: it adopts the session, whose
+    // network and kernels are as they were.
+    kill(agents[main_at].take().unwrap()).await;
+    agents[main_at] = Some(agent_on(&h, &ids[main_at], &dirs[main_at], main_socket).await);
+    let (status, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["status"], "RUNNING", "{detail}");
+    echo_across(main_socket, &main, sub_socket, &sub, "after").await;
+
+    // Ended, the session leaves no kernel and no network on either engine.
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    for socket in &sockets {
+        wait_for(|| async {
+            let (exists, _) = docker_on(socket, &["network", "inspect", &network]);
+            let (_, containers) = docker_on(
+                socket,
+                &[
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("label=ai.berth.session={id}"),
+                ],
+            );
+            (!exists && containers.trim().is_empty()).then_some(())
+        })
+        .await;
+    }
+}
+
+fn ids_of(created: &serde_json::Value) -> String {
+    ids(created).remove(0)
+}
