@@ -236,7 +236,9 @@ async fn a_browser_holding_the_console_cookie_sends_none_of_it_through_a_public_
     b.find("#sessions").await;
 
     // The attacker's page and the test's own listener, on the same host's other ports.
-    let listener = tokio::net::TcpListener::bind((host.as_str(), 0)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind((host.as_str(), 0))
+        .await
+        .unwrap();
     let listener_port = listener.local_addr().unwrap().port();
     let (heard, mut hears) = tokio::sync::mpsc::unbounded_channel::<String>();
     tokio::spawn(async move {
@@ -256,7 +258,9 @@ async fn a_browser_holding_the_console_cookie_sends_none_of_it_through_a_public_
          <img src=\"http://{host}:{listener_port}/cat.png\">\
          <img src=\"http://{host}:{circuit}/cat.png\">"
     );
-    let site = tokio::net::TcpListener::bind((host.as_str(), 0)).await.unwrap();
+    let site = tokio::net::TcpListener::bind((host.as_str(), 0))
+        .await
+        .unwrap();
     let site_port = site.local_addr().unwrap().port();
     tokio::spawn(async move {
         loop {
