@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs (when missing), starts, stops and reports the two servers berth stands on:
-# PostgreSQL and a NATS server with JetStream, both on loopback, with their data under
-# the project-local directory .berth/ (override with BERTH_STATE_DIR), and makes sure the
-# Docker engine the agent drives answers (starting dockerd when it does not).
+# Installs (when missing), starts, stops and reports the servers berth stands on:
+# PostgreSQL and a NATS server with JetStream, both on loopback, and an image registry
+# (Debian's docker-registry, with TLS and a password, on this machine's own address so that
+# the engines of other hosts reach it too), with their data under the project-local
+# directory .berth/ (override with BERTH_STATE_DIR), and makes sure the Docker engine the
+# agent drives answers (starting dockerd when it does not).
 #
-#   infra/services.sh up       install what is missing, start all three, create the database
+#   infra/services.sh up       install what is missing, start them all, create the database
 #   infra/services.sh docker   only make sure the Docker engine answers
 #   infra/services.sh down     stop PostgreSQL and NATS (data is kept; Docker is left running)
 #   infra/services.sh status   say what runs
@@ -25,6 +27,11 @@ NATS_DATA="$STATE/nats"
 # (berth/src/nats_authority.rs; BERTH_NATS_AUTHORIZATION_DIR names this directory).
 NATS_AUTH="$STATE/nats-auth"
 LOG="$STATE/log"
+# The registry: its port, its storage, certificate and password; its address is this
+# machine's on its default route (BERTH_REGISTRY_ADDRESS overrides), which every host's engine
+# reaches, and which its certificate names.
+REGISTRY_PORT="${BERTH_REGISTRY_PORT:-55000}"
+REGISTRY_DIR="$STATE/registry"
 
 say() { printf '[infra] %s\n' "$*" >&2; }
 
@@ -231,6 +238,86 @@ start_dockerd() {
   return 1
 }
 
+registry_address() {
+  if [ -n "${BERTH_REGISTRY_ADDRESS:-}" ]; then echo "$BERTH_REGISTRY_ADDRESS"; return; fi
+  ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1
+}
+registry_name() { echo "$(registry_address):$REGISTRY_PORT"; }
+registry_running() {
+  [ -f "$REGISTRY_DIR/registry.pid" ] && kill -0 "$(cat "$REGISTRY_DIR/registry.pid")" 2>/dev/null
+}
+
+ensure_registry() {
+  local missing=()
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
+  command -v htpasswd >/dev/null || missing+=(apache2-utils)
+  command -v openssl >/dev/null || missing+=(openssl)
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]} from Debian's packages"
+    apt_install "${missing[@]}"
+  fi
+}
+
+# The registry's certificate authority and certificate (made once), its password (made once,
+# `berth:<password>` in registry/credential, which agents read), and the authority installed
+# where this machine's engines look for it (/etc/docker/certs.d/<name>/ca.crt).
+registry_secrets() {
+  local address name; address="$(registry_address)"; name="$(registry_name)"
+  mkdir -p "$REGISTRY_DIR/storage"
+  chmod 700 "$REGISTRY_DIR"
+  if [ ! -s "$REGISTRY_DIR/ca.crt" ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=berth registry CA" \
+      -keyout "$REGISTRY_DIR/ca.key" -out "$REGISTRY_DIR/ca.crt" 2>/dev/null
+  fi
+  if [ ! -s "$REGISTRY_DIR/cert.pem" ] || [ "$(cat "$REGISTRY_DIR/cert.for" 2>/dev/null)" != "$address" ]; then
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$address" \
+      -keyout "$REGISTRY_DIR/key.pem" -out "$REGISTRY_DIR/cert.csr" 2>/dev/null
+    printf 'subjectAltName=IP:%s,IP:127.0.0.1,DNS:localhost\n' "$address" >"$REGISTRY_DIR/cert.ext"
+    openssl x509 -req -in "$REGISTRY_DIR/cert.csr" -CA "$REGISTRY_DIR/ca.crt" \
+      -CAkey "$REGISTRY_DIR/ca.key" -CAcreateserial -days 3650 \
+      -extfile "$REGISTRY_DIR/cert.ext" -out "$REGISTRY_DIR/cert.pem" 2>/dev/null
+    echo "$address" >"$REGISTRY_DIR/cert.for"
+  fi
+  if [ ! -s "$REGISTRY_DIR/credential" ]; then
+    local password; password="$(od -An -tx1 -N18 /dev/urandom | tr -d ' \n')"
+    htpasswd -Bbn berth "$password" >"$REGISTRY_DIR/htpasswd" 2>/dev/null
+    (umask 077; printf 'berth:%s\n' "$password" >"$REGISTRY_DIR/credential")
+  fi
+  as_root mkdir -p "/etc/docker/certs.d/$name"
+  as_root cp "$REGISTRY_DIR/ca.crt" "/etc/docker/certs.d/$name/ca.crt"
+}
+
+start_registry() {
+  if registry_running; then say "the registry already runs on $(registry_name)"; return 0; fi
+  local address; address="$(registry_address)"
+  if [ -z "$address" ]; then
+    say "no address for the registry (no default route; set BERTH_REGISTRY_ADDRESS)"; return 1
+  fi
+  registry_secrets
+  cat >"$REGISTRY_DIR/config.yml" <<CONF
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $REGISTRY_DIR/storage}
+  delete: {enabled: true}
+http:
+  addr: $address:$REGISTRY_PORT
+  tls: {certificate: $REGISTRY_DIR/cert.pem, key: $REGISTRY_DIR/key.pem}
+auth:
+  htpasswd: {realm: berth, path: $REGISTRY_DIR/htpasswd}
+CONF
+  nohup docker-registry serve "$REGISTRY_DIR/config.yml" >"$LOG/registry.log" 2>&1 &
+  echo $! >"$REGISTRY_DIR/registry.pid"
+  for _ in $(seq 1 100); do
+    if curl -sf --cacert "$REGISTRY_DIR/ca.crt" -u "$(cat "$REGISTRY_DIR/credential")" \
+        "https://$(registry_name)/v2/" >/dev/null 2>&1; then
+      say "the registry (TLS, a password) started on $(registry_name)"; return 0
+    fi
+    sleep 0.1
+  done
+  say "the registry did not start; see $LOG/registry.log"; return 1
+}
+
 print_env() {
   echo "export BERTH_DATABASE_URL=postgres://berth@127.0.0.1:$PG_PORT/berth"
   # The control plane's user; an agent is given the address without it, and its own credential.
@@ -238,6 +325,11 @@ print_env() {
   echo "export BERTH_NATS_AUTHORIZATION_DIR=$NATS_AUTH"
   # The server binary, for tests that start a server of their own (with authorization on).
   if bin="$(nats_bin 2>/dev/null)"; then echo "export BERTH_NATS_SERVER=$bin"; fi
+  # Where agents push committed images and pull them from, and the password they use.
+  if registry_running; then
+    echo "export BERTH_REGISTRY=$(registry_name)"
+    echo "export BERTH_REGISTRY_CREDENTIAL=$REGISTRY_DIR/credential"
+  fi
 }
 
 case "${1:-up}" in
@@ -246,7 +338,7 @@ case "${1:-up}" in
     if [ -n "${BERTH_DATABASE_URL:-}" ] && [ -n "${BERTH_NATS_URL:-}" ]; then
       say "BERTH_DATABASE_URL and BERTH_NATS_URL are set: using those servers"; exit 0
     fi
-    ensure_postgres; ensure_nats; start_postgres; start_nats ;;
+    ensure_postgres; ensure_nats; ensure_registry; start_postgres; start_nats; start_registry ;;
   down)
     if [ ! -s "$PG_DATA/PG_VERSION" ]; then
       PG_DATA="/var/lib/berth/pg-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)"
@@ -256,10 +348,14 @@ case "${1:-up}" in
     fi
     if nats_running; then
       kill "$(cat "$NATS_AUTH/nats.pid")"; rm -f "$NATS_AUTH/nats.pid"; say "NATS stopped"
+    fi
+    if registry_running; then
+      kill "$(cat "$REGISTRY_DIR/registry.pid")"; rm -f "$REGISTRY_DIR/registry.pid"; say "the registry stopped"
     fi ;;
   status)
     if pg_running; then echo "postgres: running on 127.0.0.1:$PG_PORT"; else echo "postgres: stopped"; fi
     if nats_running; then echo "nats: running on 127.0.0.1:$NATS_PORT"; else echo "nats: stopped"; fi
+    if registry_running; then echo "registry: running on $(registry_name)"; else echo "registry: stopped"; fi
     if docker_answers; then echo "docker: answering"; else echo "docker: not answering"; fi ;;
   docker) ensure_docker ;;
   env) print_env ;;

@@ -148,7 +148,7 @@ async fn start(
                     .is_empty()
                     .then_some(timings.agent_image_refresh),
                 usage_every: timings.agent_usage_every,
-                registry: config.registry.clone(),
+                registry: registry(config)?,
                 publish_address: config.agent_address.clone(),
                 gpus,
                 fence: config.session_fence.clone(),
@@ -210,4 +210,20 @@ fn gpus(config: &Config) -> agent::gpu::GpuConfig {
     gpus.shares_per_device = config.gpu_shares_per_device;
     gpus.mps_pipe_dir = config.gpu_mps_pipe_dir.clone();
     gpus
+}
+
+/// The registry customized images go to and come from, with its credential when one is set.
+fn registry(config: &Config) -> anyhow::Result<Option<agent::docker::registry::Registry>> {
+    use agent::docker::registry::Registry;
+    let Some(address) = &config.registry else {
+        return Ok(None);
+    };
+    let Some(file) = &config.registry_credential else {
+        return Ok(Some(Registry::open(address)));
+    };
+    let credential = std::fs::read_to_string(file)
+        .with_context(|| format!("read the registry's credential ({})", file.display()))?;
+    let registry = Registry::with_credential(address, &credential)
+        .with_context(|| format!("the registry's credential in {}", file.display()))?;
+    Ok(Some(registry))
 }

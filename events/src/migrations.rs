@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(30, include_str!("../migrations/0030_credential_life.sql")),
     backbone(31, include_str!("../migrations/0031_container_fence.sql")),
     backbone(32, include_str!("../migrations/0032_secrets.sql")),
+    backbone(33, include_str!("../migrations/0033_pushed_images.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

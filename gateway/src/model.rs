@@ -338,11 +338,24 @@ pub struct CustomImage {
     pub image: String,
     /// The session it was committed from.
     pub session_id: Uuid,
-    /// The agent whose engine holds it.
+    /// The agent whose engine committed it.
     pub agent_id: Option<String>,
     pub image_id: String,
     pub size_bytes: i64,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Where it can run: `everywhere` when the stack's registry holds it (any agent pulls
+    /// it), else `agent` (only on `agent_id`'s host).
+    pub runs_on: ImageReach,
+}
+
+/// Where a customized image can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageReach {
+    /// Any agent: the stack's registry holds it.
+    Everywhere,
+    /// Only the host of the agent that committed it.
+    Agent,
 }
 
 /// `GET /v1/images`.

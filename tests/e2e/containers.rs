@@ -59,49 +59,54 @@ pub(crate) async fn start_agent(
     let docker = agent::docker::connect()
         .await
         .expect("the Docker engine answers");
-    let offer = Offer {
+    let setup = AgentSetup {
         cpu_milli,
         image_refresh,
         gpus,
         gpu_milli,
+        registry: None,
     };
-    start_agent_on(h, id, data_dir, docker, offer).await
+    start_agent_on(h, id, data_dir, docker, setup).await
 }
 
-/// What a test's agent offers: CPU, GPUs, and whether it reads its images again.
-pub(crate) struct Offer {
+/// How a test's agent is set up: what it offers (CPU, GPUs), whether it reads its images
+/// again, and the registry its customized images go to and come from.
+pub(crate) struct AgentSetup {
     pub cpu_milli: u64,
     pub image_refresh: Option<Duration>,
     pub gpus: agent::gpu::GpuConfig,
     pub gpu_milli: Option<u64>,
+    pub registry: Option<agent::docker::registry::Registry>,
 }
 
-impl Offer {
+impl AgentSetup {
     /// `cpu_milli` of CPU, no GPU, the images it has when it starts.
-    pub(crate) fn cpu(cpu_milli: u64) -> Offer {
-        Offer {
+    pub(crate) fn cpu(cpu_milli: u64) -> AgentSetup {
+        AgentSetup {
             cpu_milli,
             image_refresh: None,
             gpus: agent::gpu::GpuConfig::nvml(),
             gpu_milli: Some(0),
+            registry: None,
         }
     }
 }
 
-/// A Docker agent of the engine `docker` (another host's, say), offering `offer`.
+/// A Docker agent of the engine `docker` (another host's, say), set up as `setup`.
 pub(crate) async fn start_agent_on(
     h: &Harness,
     id: &str,
     data_dir: &std::path::Path,
     docker: bollard::Docker,
-    offer: Offer,
+    setup: AgentSetup,
 ) -> Result<DockerAgent, agent::host::HostError> {
-    let Offer {
+    let AgentSetup {
         cpu_milli,
         image_refresh,
         gpus,
         gpu_milli,
-    } = offer;
+        registry,
+    } = setup;
     let mut images = agent::docker::local_images(&docker).await.unwrap();
     assert!(
         images.names.iter().any(|i| i == "berth/shell:latest"),
@@ -116,7 +121,7 @@ pub(crate) async fn start_agent_on(
         image_refresh,
         // Usage every second, so the idle checks decide within a test's patience.
         usage_every: Duration::from_secs(1),
-        registry: None,
+        registry,
         publish_address: "127.0.0.1".into(),
         gpus,
         fence: Default::default(),

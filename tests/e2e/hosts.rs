@@ -3,14 +3,19 @@
 //! swarm: a multi-node cluster with a kernel on each engine runs over an overlay network the
 //! main kernel's agent makes, its kernels reach each other by host name through the hosts'
 //! network alone and see the cluster's environment; the network outlives its agent's SIGKILL
-//! and restart, and goes with the session.
+//! and restart, and goes with the session. A session committed on one host runs on the
+//! other, its image pulled from the stack's registry.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agent::docker::registry::Registry;
+
 use crate::apps::Cleanup;
 use crate::common::*;
-use crate::containers::{data_dir, fresh_agent_id, kill, start_agent_on, DockerAgent, Offer};
+use crate::containers::{
+    data_dir, fresh_agent_id, kill, logs, start_agent_on, AgentSetup, DockerAgent,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -69,7 +74,7 @@ fn docker_on(socket: &Path, args: &[&str]) -> (bool, String) {
 
 /// The agent `id` on the engine at `socket`, with room for one kernel of a core.
 async fn agent_on(h: &Harness, id: &str, dir: &Path, socket: &Path) -> DockerAgent {
-    start_agent_on(h, id, dir, engine(socket).await, Offer::cpu(1_000))
+    start_agent_on(h, id, dir, engine(socket).await, AgentSetup::cpu(1_000))
         .await
         .expect("the agent starts")
 }
@@ -196,4 +201,104 @@ async fn a_cluster_spans_two_engines_over_an_overlay_that_outlives_its_agents_re
 
 fn ids_of(created: &serde_json::Value) -> String {
     ids(created).remove(0)
+}
+
+/// The stack's registry (`infra/services.sh up` starts it and its `env` names it), or `None`
+/// where it is not running (a failure under CI).
+fn stack_registry() -> Option<Registry> {
+    let (Ok(address), Ok(file)) = (
+        std::env::var("BERTH_REGISTRY"),
+        std::env::var("BERTH_REGISTRY_CREDENTIAL"),
+    ) else {
+        berth_tests::missing_prerequisite(
+            "the stack's registry: BERTH_REGISTRY and BERTH_REGISTRY_CREDENTIAL (infra/services.sh up starts it, its env names it)",
+        );
+        return None;
+    };
+    let credential = std::fs::read_to_string(file).expect("the registry's credential");
+    Some(Registry::with_credential(address, &credential).expect("user:password"))
+}
+
+#[tokio::test]
+async fn a_session_committed_on_one_host_runs_on_another_pulled_from_the_stacks_registry() {
+    let Some(sockets) = two_hosts_in_a_swarm() else {
+        return;
+    };
+    let Some(registry) = stack_registry() else {
+        return;
+    };
+    let h = start().await;
+    let alice = h.user("alice@example.com").await;
+    let (first, second) = (fresh_agent_id(), fresh_agent_id());
+    let _cleanup = (Cleanup(first.clone()), Cleanup(second.clone()));
+    // Each host has room for one session of a core.
+    let setup = || AgentSetup {
+        registry: Some(registry.clone()),
+        ..AgentSetup::cpu(1_000)
+    };
+    let _on_first = start_agent_on(&h, &first, &data_dir(), engine(&sockets[0]).await, setup())
+        .await
+        .unwrap();
+
+    // On host 2, a session writes a file into its image and is committed.
+    let writes =
+        "mkdir -p /opt/kept && echo made-on-host-2 > /opt/kept/file && echo ready && sleep 600";
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"image": "berth/shell:latest", "startup_command": writes,
+                   "resources": {"cpu": 1, "memory": "128m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids_of(&created);
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    wait_for(|| async { logs(&h, &id).await.contains("ready").then_some(()) }).await;
+    let (status, started) = h
+        .post(
+            &alice,
+            &format!("/v1/sessions/{id}/commit"),
+            json!({"name": "carried"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let image = started["image"].as_str().unwrap().to_owned();
+    // Pushed: the catalogue says it runs on every agent.
+    let listed = wait_for(|| async {
+        let (_, listed) = h.get(&alice, "/v1/images").await;
+        (listed["items"][0]["runs_on"] == "everywhere").then_some(listed)
+    })
+    .await;
+    assert_eq!(listed["items"][0]["image"], image.as_str(), "{listed}");
+
+    // Host 3's agent never had it; with host 2 full, a session of it goes there, which
+    // pulls it from the registry under its own name.
+    let _on_second = start_agent_on(&h, &second, &data_dir(), engine(&sockets[1]).await, setup())
+        .await
+        .unwrap();
+    let (present, _) = docker_on(&sockets[1], &["image", "inspect", &image]);
+    assert!(!present, "host 3 lacks the image before");
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"type": "batch", "image": image, "startup_command": "cat /opt/kept/file",
+                   "resources": {"cpu": 1, "memory": "128m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let next = ids_of(&created);
+    let ended = h
+        .wait_session_within(&next, std::time::Duration::from_secs(60), |s| {
+            s["status"] == "TERMINATED"
+        })
+        .await;
+    assert_eq!(ended["kernels"][0]["agent_id"], second.as_str(), "{ended}");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let output = logs(&h, &next).await;
+    assert!(output.contains("made-on-host-2"), "{output}");
+    let (present, _) = docker_on(&sockets[1], &["image", "inspect", &image]);
+    assert!(present, "host 3 holds it under its own name");
+
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
 }

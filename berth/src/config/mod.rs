@@ -56,8 +56,12 @@ pub struct Config {
     /// server it runs); none where an operator makes the authorization by hand
     /// (`berth admin nats-authorization`). See [`crate::nats_authority`].
     pub nats_authorization: Option<PathBuf>,
-    /// Where agents push customized images (`BERTH_REGISTRY`); none keeps them on the host.
+    /// Where agents push customized images and pull those their host lacks
+    /// (`BERTH_REGISTRY`); none keeps them on the host that committed them.
     pub registry: Option<String>,
+    /// The file holding the registry's credential, `user:password`
+    /// (`BERTH_REGISTRY_CREDENTIAL`).
+    pub registry_credential: Option<PathBuf>,
     /// The host address an agent publishes app and preopen ports on, where the proxy reaches
     /// them (`BERTH_AGENT_ADDRESS`; loopback by default, for one machine).
     pub agent_address: String,
@@ -302,6 +306,7 @@ impl Config {
             agent_credential: agent.agent_credential.clone(),
             nats_authorization: nats.nats_authorization_dir.clone(),
             registry: agent.registry.clone(),
+            registry_credential: agent.registry_credential.clone(),
             agent_address: agent.agent_address.to_string(),
             proxy_ports: match gateway.proxy_ports {
                 ProxyPorts::Off => None,

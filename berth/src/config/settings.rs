@@ -377,9 +377,18 @@ pub struct AgentSettings {
         value_name = "FILE"
     )]
     pub agent_credential: Option<PathBuf>,
-    /// Where agents push customized images (none: kept on the host).
+    /// Where agents push customized images, and pull those their host lacks (none: kept on
+    /// the host that committed them).
     #[arg(long, global = true, env = "BERTH_REGISTRY", value_name = "REGISTRY")]
     pub registry: Option<String>,
+    /// The file holding the registry's credential, `user:password` (none: it takes none).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_REGISTRY_CREDENTIAL",
+        value_name = "FILE"
+    )]
+    pub registry_credential: Option<PathBuf>,
     /// The host address an agent publishes app and preopen ports on.
     #[arg(
         long,

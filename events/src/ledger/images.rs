@@ -54,14 +54,16 @@ pub(super) async fn apply_sql<C: GenericClient>(
             if let CommitOutcome::Done {
                 image_id,
                 size_bytes,
-                ..
+                pushed,
             } = &e.outcome
             {
                 exec(
                     client,
-                    "INSERT INTO ledger.custom_images VALUES ($1, $2, $3, $4, $5, $6, $7)
+                    "INSERT INTO ledger.custom_images
+                       (image, owner, session_id, agent_id, image_id, size_bytes, created_at, pushed)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                      ON CONFLICT (image) DO UPDATE SET owner = $2, session_id = $3,
-                       agent_id = $4, image_id = $5, size_bytes = $6, created_at = $7",
+                       agent_id = $4, image_id = $5, size_bytes = $6, created_at = $7, pushed = $8",
                     &[
                         &e.image,
                         &e.owner,
@@ -70,6 +72,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                         image_id,
                         &i64_of(*size_bytes),
                         &at,
+                        pushed,
                     ],
                 )
                 .await?;
@@ -144,6 +147,8 @@ pub(super) struct CustomImage {
     pub image_id: String,
     pub size_bytes: i64,
     pub created_at: DateTime<Utc>,
+    /// In the stack's registry, where every agent can pull it.
+    pub pushed: bool,
 }
 
 /// A name a commit under way holds.
@@ -195,7 +200,7 @@ impl Tables {
                 if let CommitOutcome::Done {
                     image_id,
                     size_bytes,
-                    ..
+                    pushed,
                 } = &e.outcome
                 {
                     self.custom_images.insert(
@@ -207,6 +212,7 @@ impl Tables {
                             image_id: image_id.clone(),
                             size_bytes: i64_of(*size_bytes),
                             created_at: at,
+                            pushed: *pushed,
                         },
                     );
                 }
@@ -242,11 +248,12 @@ impl Tables {
                 "image_id",
                 "size_bytes",
                 "created_at",
+                "pushed",
             ],
             &self
                 .custom_images
                 .iter()
-                .map(|(image, i)| -> [&(dyn ToSql + Sync); 7] {
+                .map(|(image, i)| -> [&(dyn ToSql + Sync); 8] {
                     [
                         image,
                         &i.owner,
@@ -255,6 +262,7 @@ impl Tables {
                         &i.image_id,
                         &i.size_bytes,
                         &i.created_at,
+                        &i.pushed,
                     ]
                 })
                 .collect::<Vec<_>>(),

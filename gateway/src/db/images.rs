@@ -54,7 +54,7 @@ pub async fn custom_images(
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT image, session_id, agent_id, image_id, size_bytes, created_at
+            "SELECT image, session_id, agent_id, image_id, size_bytes, created_at, pushed
              FROM ledger.custom_images WHERE owner = $1 ORDER BY created_at DESC, image",
             &[&owner],
         )
@@ -74,6 +74,11 @@ pub async fn custom_images(
                 image_id: r.get(3),
                 size_bytes: r.get(4),
                 created_at: r.get(5),
+                runs_on: if r.get(6) {
+                    crate::model::ImageReach::Everywhere
+                } else {
+                    crate::model::ImageReach::Agent
+                },
             }
         })
         .collect())

@@ -245,19 +245,21 @@ pub async fn load_context(
     } else {
         Vec::new()
     };
-    let custom_images = if ::domain::images::custom_image_owner(&request.image).is_some() {
-        client
-            .query(
-                "SELECT image FROM ledger.custom_images WHERE owner = $1 AND image = $2",
+    let (mut custom_images, mut pushed_images) = (Vec::new(), Vec::new());
+    if ::domain::images::custom_image_owner(&request.image).is_some() {
+        let found = client
+            .query_opt(
+                "SELECT pushed FROM ledger.custom_images WHERE owner = $1 AND image = $2",
                 &[&who.user_id, &request.image],
             )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
-    } else {
-        Vec::new()
-    };
+            .await?;
+        if let Some(row) = found {
+            custom_images.push(request.image.clone());
+            if row.get::<_, bool>(0) {
+                pushed_images.push(request.image.clone());
+            }
+        }
+    }
     let actor_projects = projects_of(&client, actor.user_id).await?;
     let owner_projects = match &owner {
         Some(o) if o.user_id != actor.user_id => projects_of(&client, o.user_id).await?,
@@ -277,6 +279,7 @@ pub async fn load_context(
         owned_folders,
         live_names,
         custom_images,
+        pushed_images,
     })
 }
 

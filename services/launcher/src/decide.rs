@@ -78,6 +78,9 @@ pub struct LaunchContext {
     pub live_names: Vec<String>,
     /// The requested image, when it is a customized image of the owner's that exists.
     pub custom_images: Vec<String>,
+    /// The requested image, when it is such an image and the stack's registry holds it:
+    /// every agent can pull it, so it is offered whether an agent has it yet or not.
+    pub pushed_images: Vec<String>,
 }
 
 /// The amounts of a request, checked without any fact from the database.
@@ -425,7 +428,8 @@ pub fn decide(
             format!("the session asks {asked} in all; resource group `{group}` has {limit} in all"),
         ));
     }
-    // A customized image is offered to its owner alone, and only while they keep it.
+    // A customized image is offered to its owner alone, and only while they keep it; one in
+    // the stack's registry by every agent, which pulls it.
     let offered_to_owner = match ::domain::images::custom_image_owner(&request.image) {
         Some(image_owner) => {
             image_owner == owner.user_id && context.custom_images.contains(&request.image)
@@ -433,10 +437,11 @@ pub fn decide(
         None => true,
     };
     let offered = offered_to_owner
-        && context
-            .agents
-            .iter()
-            .any(|a| a.images.contains(&request.image));
+        && (context.pushed_images.contains(&request.image)
+            || context
+                .agents
+                .iter()
+                .any(|a| a.images.contains(&request.image)));
     if !offered {
         return Err(unknown(
             "image",
@@ -593,6 +598,7 @@ mod tests {
             owned_folders: vec!["data".into()],
             live_names: vec![],
             custom_images: vec![],
+            pushed_images: vec![],
         }
     }
 
@@ -744,6 +750,19 @@ mod tests {
         assert!(decide(&c, &request, &mut no_names()).is_ok());
         request.image = theirs;
         assert_eq!(refused(&c, &request).0, "image", "another user's image");
+    }
+
+    #[test]
+    fn a_customized_image_in_the_registry_is_offered_though_no_agent_has_it_yet() {
+        let mut c = context();
+        let owner = c.owner.clone().unwrap().user_id;
+        let mine = ::domain::images::custom_image(owner, "env1");
+        let mut request = request();
+        request.image = mine.clone();
+        c.custom_images = vec![mine.clone()];
+        assert_eq!(refused(&c, &request).0, "image", "on no agent, not pushed");
+        c.pushed_images = vec![mine];
+        assert!(decide(&c, &request, &mut no_names()).is_ok());
     }
 
     #[test]

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use uuid::Uuid;
 
 use super::ctx::Ctx;
+use super::registry::{repository_and_tag, Registry};
 use super::spec::{container_name, LABEL_TERMINAL_PORT};
 
 /// The label naming a customized image's owner.
@@ -105,7 +106,7 @@ async fn write(ctx: &Ctx, order: &CommitOrder) -> Result<CommitOutcome, String> 
                 ctx,
                 order,
                 CommitStep::Pushed,
-                format!("{registry}/{}", order.image),
+                format!("{}/{}", registry.address, order.image),
             )
             .await;
             true
@@ -119,10 +120,12 @@ async fn write(ctx: &Ctx, order: &CommitOrder) -> Result<CommitOutcome, String> 
     })
 }
 
-/// Tags the image under `registry` and pushes it there.
-async fn push(ctx: &Ctx, registry: &str, image: &str) -> Result<(), String> {
-    let (repo, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
-    let target = format!("{registry}/{repo}");
+/// Tags the image under `registry` and pushes it there, with the registry's credential.
+async fn push(ctx: &Ctx, registry: &Registry, image: &str) -> Result<(), String> {
+    let (repo, tag) = repository_and_tag(image);
+    let target = format!("{}/{repo}", registry.address);
+    let credentials = registry.credentials();
+    let registry = &registry.address;
     let options = TagImageOptions {
         repo: target.clone(),
         tag: tag.to_owned(),
@@ -136,7 +139,7 @@ async fn push(ctx: &Ctx, registry: &str, image: &str) -> Result<(), String> {
         Some(PushImageOptions {
             tag: tag.to_owned(),
         }),
-        None,
+        credentials,
     );
     while let Some(step) = pushing.next().await {
         let step = step.map_err(|e| format!("the push to {registry} failed: {e}"))?;

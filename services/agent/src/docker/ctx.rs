@@ -35,9 +35,9 @@ pub struct RuntimeConfig {
     pub image_refresh: Option<Duration>,
     /// How often a running container's usage is sampled (a first sample at its start).
     pub usage_every: Duration,
-    /// Where customized images are pushed once committed (`host[:port][/path]`); none
-    /// keeps them on this host.
-    pub registry: Option<String>,
+    /// Where customized images are pushed once committed, and pulled from by a host that
+    /// lacks one; none keeps them on the host that committed them.
+    pub registry: Option<super::registry::Registry>,
     /// The host address app and preopen ports are published on, and where berth's proxy
     /// reaches them: loopback on a single machine, never every interface.
     pub publish_address: String,

@@ -54,6 +54,7 @@ pub mod fence;
 mod keep;
 mod kernels;
 mod pull;
+pub mod registry;
 mod session;
 pub mod spec;
 mod tasks;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bollard::container::{StopContainerOptions, WaitContainerOptions};
-use bollard::image::CreateImageOptions;
+use bollard::image::{CreateImageOptions, TagImageOptions};
 use domain::aggregate::SessionState;
 use domain::payloads::{SessionStatus, SessionType};
 use futures::StreamExt;
@@ -19,6 +19,7 @@ use super::engine;
 use super::keep::{gpus_held_by, sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::pull::{self, PullTally};
+use super::registry::{pull_source, repository_and_tag, Registry};
 use super::spec::container_name;
 use super::terminal;
 use crate::AgentError;
@@ -53,8 +54,16 @@ async fn start(
         {
             return Ok(None);
         }
+        // A customized image comes from the stack's registry, under the name it was asked by.
+        let source = pull_source(&request.image, ctx.config.registry.as_ref());
+        let credentials = ctx
+            .config
+            .registry
+            .as_ref()
+            .filter(|_| source.with_credential)
+            .and_then(Registry::credentials);
         let options = CreateImageOptions::<String> {
-            from_image: request.image.clone(),
+            from_image: source.reference.clone(),
             ..Default::default()
         };
         let mut failure = None;
@@ -63,7 +72,9 @@ async fn start(
         let (figures, progress) = tokio::sync::watch::channel(tally.figures());
         let reporter = pull::report(ctx, id, request.image.clone(), progress);
         loop {
-            let mut pull = ctx.docker.create_image(Some(options.clone()), None, None);
+            let mut pull =
+                ctx.docker
+                    .create_image(Some(options.clone()), None, credentials.clone());
             let mut cut = false;
             while let Some(step) = pull.next().await {
                 match step {
@@ -97,12 +108,22 @@ async fn start(
         // The last figures may still go out; the session moves on regardless.
         drop(figures);
         drop(reporter);
+        if let (None, Some(name)) = (&failure, &source.tag_as) {
+            let (repo, tag) = repository_and_tag(name);
+            let options = TagImageOptions {
+                repo: repo.to_owned(),
+                tag: tag.to_owned(),
+            };
+            if let Err(e) = ctx.docker.tag_image(&source.reference, Some(options)).await {
+                failure = Some(format!("naming it `{name}` failed: {e}"));
+            }
+        }
         if let Some(reason) = failure {
             moved(
                 ctx,
                 id,
                 SessionStatus::Error,
-                Some(format!("pulling `{}` failed: {reason}", request.image)),
+                Some(format!("pulling `{}` failed: {reason}", source.reference)),
                 None,
             )
             .await;
