@@ -89,7 +89,7 @@ up() {
 EOF
   nsenter --net="/var/run/netns/$netns" setsid dockerd \
     --config-file "$dir/daemon.json" --data-root "$dir/data" --exec-root "$dir/exec" \
-    --pidfile "$dir/docker.pid" -H "unix://$socket" >"$dir/dockerd.log" 2>&1 </dev/null &
+    --pidfile "$dir/docker.pid" -H "unix://$socket" >"$dir/dockerd.log" 2>&1 </dev/null 9>&- &
   for _ in $(seq 1 300); do
     engine_up && { say "host $1 is up: $far_address, engine unix://$socket"; return; }
     sleep 0.1
@@ -117,8 +117,16 @@ load() {
   say "host $n has ${missing[*]}"
 }
 
+# The engine's state in a swarm, once settled: an engine that was in one comes back
+# `pending` for a while after its start, until it reaches the others.
 swarm_state() {
-  docker -H "unix://$socket" info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null
+  local state
+  for _ in $(seq 1 300); do
+    state="$(docker -H "unix://$socket" info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)"
+    [ "$state" != pending ] && break
+    sleep 0.1
+  done
+  echo "$state"
 }
 
 swarm() {
@@ -142,6 +150,12 @@ swarm() {
   # One that had joined as a worker becomes a manager too.
   names "$first"
   docker -H "unix://$socket" node ls --filter role=worker -q | xargs -r docker -H "unix://$socket" node promote >/dev/null
+  # Managers that start again elect a leader first: until then the swarm makes no network.
+  for _ in $(seq 1 300); do
+    [ "$(docker -H "unix://$socket" node ls --filter role=manager --format '{{.Status}}' 2>/dev/null | grep -c Ready)" -eq "$#" ] && return 0
+    sleep 0.1
+  done
+  die "the swarm of hosts $* has no leader, or not every engine is ready, after 30 s"
 }
 
 down() {

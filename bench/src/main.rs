@@ -143,6 +143,28 @@ enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         burst: usize,
     },
+    /// A 2-node cluster from its request to RUNNING with a kernel on each of two engines of a
+    /// swarm (an overlay network), next to both kernels on this machine's engine (a bridge).
+    /// The engines: `infra/host.sh swarm 2 3` makes two, `infra/host.sh load N
+    /// berth/shell:latest` gives them the image; name their sockets here.
+    /// A folder's write of `--mib` MiB from inside a session on a shared volume (a directory
+    /// the engine bind-mounts, `--volume-dir`; an NFS mount to measure that), next to a
+    /// host-local folder's and to the same dd on the host's path.
+    VolumeWrite {
+        #[arg(long, default_value_t = 1024)]
+        mib: u32,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, value_name = "DIR")]
+        volume_dir: Option<PathBuf>,
+    },
+    StartCluster {
+        #[arg(long, default_value_t = 20)]
+        sessions: usize,
+        /// The two engines' Unix sockets (`infra/host.sh env N` names each).
+        #[arg(long, num_args = 2, value_name = "SOCKET")]
+        engines: Vec<PathBuf>,
+    },
     /// Create to placement, one session at a time: the scheduler woken by the bus (relay and
     /// NATS, as in service) next to an in-process poke (how the gateway woke it before).
     Wake {
@@ -283,6 +305,17 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
         } => crate::sessions::schedule(&url, agents, sessions, core_only).await,
         BenchCommand::Start { sessions, burst } => {
             crate::sessions::start(&config.nats_url, &url, sessions, burst).await
+        }
+        BenchCommand::VolumeWrite {
+            mib,
+            rounds,
+            volume_dir,
+        } => crate::sessions::volume_write(&config.nats_url, &url, volume_dir, mib, rounds).await,
+        BenchCommand::StartCluster { sessions, engines } => {
+            let engines: [PathBuf; 2] = engines
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("--engines takes two sockets"))?;
+            crate::sessions::start_cluster(&config.nats_url, &url, &engines, sessions).await
         }
         BenchCommand::Wake { sessions } => {
             crate::sessions::wake(&config.nats_url, &url, sessions).await

@@ -43,6 +43,7 @@ pub async fn reap(
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     };
     // Registered so the launcher takes the sessions; no scheduler runs, so they stay queued
     // (the lifetime counts from creation, whatever the status).

@@ -279,6 +279,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             priority: SessionPriority::DEFAULT,
             pids_limit: None,
             log_limit_bytes: None,
+            volumes: Default::default(),
         })),
         Event::SchedulingAttempted(SchedulingAttempted {
             session_id,

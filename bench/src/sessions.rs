@@ -68,6 +68,7 @@ fn core_figures(policy: QueuePolicy, agents: usize, sessions: usize, rounds: usi
                 used: ResourceSlots::default(),
                 unheard_for: Some(Duration::from_secs(1)),
                 network_scope: "engine:bench".into(),
+                volumes: Default::default(),
             })
             .collect(),
         silent_after: events::aggregate::SILENT_AFTER,
@@ -87,6 +88,7 @@ fn core_figures(policy: QueuePolicy, agents: usize, sessions: usize, rounds: usi
                 last_error_code: None,
                 priority: 0,
                 project: None,
+                volumes: Default::default(),
             })
             .collect(),
         held: HashMap::new(),
@@ -220,6 +222,7 @@ pub(crate) async fn register_agents(
             address: None,
             image_apps: Default::default(),
             network_scope: None,
+            volumes: Default::default(),
         });
         events::ledger::record(
             &tx,
@@ -290,6 +293,8 @@ pub(crate) fn shell_image() -> agent::docker::HostImages {
 pub(crate) struct BenchEngine {
     pub(crate) docker: bollard::Docker,
     pub(crate) images: agent::docker::HostImages,
+    /// The shared volumes its host mounts, for its agents to offer.
+    pub(crate) volumes: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 /// The local engine, whose host must hold `image` (`infra/images.sh` builds it).
@@ -300,7 +305,11 @@ pub(crate) async fn bench_engine(image: &str) -> anyhow::Result<BenchEngine> {
         images.names.iter().any(|i| i == image),
         "run infra/images.sh first"
     );
-    Ok(BenchEngine { docker, images })
+    Ok(BenchEngine {
+        docker,
+        images,
+        volumes: Default::default(),
+    })
 }
 
 /// Admits and starts a Docker agent `agent_id` for a bench, through the agent's one start,
@@ -335,6 +344,7 @@ pub(crate) async fn bench_docker_agent(
                 image_refresh: None,
                 usage_every: Duration::from_secs(5),
                 registry: None,
+                volumes: engine.volumes.clone(),
                 publish_address: "127.0.0.1".into(),
                 gpus: agent::gpu::GpuConfig::nvml(),
                 fence: Default::default(),
@@ -1093,6 +1103,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     };
     admit_for_bench(&pool, "wake1").await?;
     recorder::record::register(&pool, "wake1", &offer).await?;
@@ -1149,4 +1160,290 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
     tokio::time::sleep(Duration::from_millis(200)).await;
     js.delete_stream(&topology.stream).await?;
     Ok(())
+}
+
+/// An engine at a Unix socket (another host's, `infra/host.sh`), whose host must hold
+/// `image`.
+async fn bench_engine_at(socket: &std::path::Path, image: &str) -> anyhow::Result<BenchEngine> {
+    let path = socket
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("the socket's path is not UTF-8"))?;
+    let docker = bollard::Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)?
+        .negotiate_version()
+        .await?;
+    let images = agent::docker::local_images(&docker).await?;
+    anyhow::ensure!(
+        images.names.iter().any(|i| i == image),
+        "the engine at {} lacks {image} (infra/host.sh load N {image})",
+        socket.display()
+    );
+    Ok(BenchEngine {
+        docker,
+        images,
+        volumes: Default::default(),
+    })
+}
+
+/// `berth bench start-cluster`: a multi-node cluster of two kernels from its request to
+/// RUNNING, one at a time, each kernel on an agent of its own: the two agents on two engines
+/// joined in a swarm (`engines`, e.g. hosts 2 and 3 of `infra/host.sh swarm 2 3`: an overlay
+/// network), next to two agents on this machine's engine (a bridge), in the same run.
+pub async fn start_cluster(
+    nats_url: &str,
+    url: &str,
+    engines: &[std::path::PathBuf; 2],
+    sessions: usize,
+) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 16)?;
+    berth::app::migrate(&pool).await?;
+    launcher::access::bootstrap(&pool).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (nats, _js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
+    let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
+    woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
+    let admin = superadmin(&pool, "clusters@berth.local").await?;
+    let mut watch = StatusWatch::new(&nats, &topology).await?;
+    // Each agent has room for one kernel: a cluster of two takes both.
+    let one_kernel = ResourceSlots {
+        cpu_milli: 1_000,
+        memory_bytes: 4 * GIB,
+        gpu_milli: 0,
+    };
+    let cluster = launcher::launch::CreateSession {
+        session_type: Some(SessionType::Batch),
+        startup_command: Some(SLEEPER.into()),
+        cluster_mode: Some(ClusterMode::MultiNode),
+        cluster_size: Some(2),
+        resources: launcher::launch::ResourceRequest {
+            cpu: Some(1.0),
+            memory: Some(launcher::launch::ByteSize::Bytes(64 << 20)),
+            ..Default::default()
+        },
+        ..small_shell(1)
+    };
+    let local = bench_engine("berth/shell:latest").await?;
+    let remote = [
+        bench_engine_at(&engines[0], "berth/shell:latest").await?,
+        bench_engine_at(&engines[1], "berth/shell:latest").await?,
+    ];
+    let mut report = Vec::new();
+    for (label, pair) in [
+        ("2 kernels on one engine (a bridge)", [&local, &local]),
+        (
+            "2 kernels on two engines of a swarm (an overlay)",
+            [&remote[0], &remote[1]],
+        ),
+    ] {
+        let mut agents = Vec::new();
+        for (i, engine) in pair.iter().enumerate() {
+            let id = format!("cl{}x{i}{}", report.len(), std::process::id());
+            let agent = bench_docker_agent(
+                &pool,
+                &id,
+                one_kernel,
+                engine,
+                nats.clone(),
+                subjects.clone(),
+                &stop,
+            )
+            .await?;
+            agents.push((id, agent));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut times = Vec::with_capacity(sessions);
+        for _ in 0..sessions {
+            let started = Instant::now();
+            let launched = launcher::launch::launch(&pool, &admin, cluster.clone()).await?;
+            let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+            watch.running(&ids).await?;
+            times.push(started.elapsed());
+            for id in &ids {
+                end_session(&pool, *id).await?;
+            }
+            // Each start on quiet engines: the cluster's kernels and network gone first.
+            wait_ended(&pool, &ids).await?;
+            for (engine, (id, _)) in pair.iter().zip(&agents) {
+                wait_containers_gone(&engine.docker, id).await?;
+            }
+        }
+        for (_, agent) in agents {
+            let how = agent::Leave {
+                reason: "the bench moves on".into(),
+                end_sessions: true,
+            };
+            agent.leave(how, Duration::from_secs(30)).await?;
+        }
+        times.sort_unstable();
+        let p50 = percentile(&times, 0.5).as_secs_f64() * 1000.0;
+        let p99 = percentile(&times, 0.99).as_secs_f64() * 1000.0;
+        report.push((label, p50, p99));
+    }
+    stop.cancel();
+    println!("a 2-node cluster from its request to RUNNING over {sessions} sessions:");
+    for (label, p50, p99) in &report {
+        println!("  {label}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+    }
+    println!(
+        "  across engines adds {:.1} ms at p50, {:.1} ms at p99",
+        report[1].1 - report[0].1,
+        report[1].2 - report[0].2
+    );
+    Ok(())
+}
+
+/// Until every session of `ids` has ended.
+async fn wait_ended(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<()> {
+    loop {
+        let client = pool.get().await?;
+        if db::count_in_status(&client, ids, &SessionStatus::TERMINAL).await? as usize == ids.len()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Until agent `agent_id` has no container left on `docker`.
+async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyhow::Result<()> {
+    loop {
+        let options = bollard::container::ListContainersOptions::<String> {
+            all: true,
+            filters: HashMap::from([(
+                "label".to_string(),
+                vec![format!("ai.berth.agent={agent_id}")],
+            )]),
+            ..Default::default()
+        };
+        if docker.list_containers(Some(options)).await?.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `berth bench volume-write`: `mib` MiB written (and synced) from inside a session into a
+/// folder on a shared volume, next to the same write into a host-local folder and, on the
+/// host, into each of the two directories, `rounds` times each (the median of each). The
+/// shared volume here is a directory of this machine the engine bind-mounts (`--volume-dir`,
+/// e.g. an NFS mount to measure that).
+pub async fn volume_write(
+    nats_url: &str,
+    url: &str,
+    volume_dir: Option<std::path::PathBuf>,
+    mib: u32,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let pool = events::store::pool(url, 16)?;
+    berth::app::migrate(&pool).await?;
+    launcher::access::bootstrap(&pool).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (nats, _js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+    let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
+    let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
+    woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
+    let admin = superadmin(&pool, "writer@berth.local").await?;
+    let volume_dir = volume_dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("berth-bench-volume-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&volume_dir)?;
+    let mut engine = bench_engine("berth/shell:latest").await?;
+    engine.volumes.insert("shared".into(), volume_dir.clone());
+    let agent_id = format!("writer{}", std::process::id());
+    let _agent = bench_docker_agent(
+        &pool,
+        &agent_id,
+        ResourceSlots {
+            cpu_milli: 4_000,
+            memory_bytes: 8 * GIB,
+            gpu_milli: 0,
+        },
+        &engine,
+        nats.clone(),
+        subjects.clone(),
+        &stop,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let owner = admin.user_id.simple().to_string();
+    let agent_data = std::env::temp_dir().join(format!("berth-bench-{agent_id}"));
+    let mut report = Vec::new();
+    for (folder, volume, root) in [
+        ("onvolume", "shared", volume_dir.clone()),
+        ("onhost", events::volumes::HOST_LOCAL, agent_data.clone()),
+    ] {
+        launcher::launch::create_folder(&pool, &admin, folder, volume).await?;
+        let on_host = root.join("folders").join(&owner).join(folder);
+        let command = format!(
+            "dd if=/dev/zero of=/home/work/{folder}/blob bs=1M count={mib} conv=fsync \
+             2> /home/work/{folder}/dd.txt; rm -f /home/work/{folder}/blob"
+        );
+        let mut in_session = Vec::new();
+        for _ in 0..rounds {
+            let create = launcher::launch::CreateSession {
+                session_type: Some(SessionType::Batch),
+                startup_command: Some(command.clone()),
+                mounts: vec![folder.into()],
+                resources: launcher::launch::ResourceRequest {
+                    cpu: Some(1.0),
+                    memory: Some(launcher::launch::ByteSize::Bytes(512 << 20)),
+                    ..Default::default()
+                },
+                ..small_shell(1)
+            };
+            let launched = launcher::launch::launch(&pool, &admin, create).await?;
+            let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+            wait_ended(&pool, &ids).await?;
+            in_session.push(dd_seconds(&std::fs::read_to_string(
+                on_host.join("dd.txt"),
+            )?)?);
+        }
+        let mut on_the_host = Vec::new();
+        for _ in 0..rounds {
+            let out = tokio::process::Command::new("dd")
+                .arg("if=/dev/zero")
+                .arg(format!("of={}", on_host.join("host-blob").display()))
+                .args(["bs=1M", &format!("count={mib}"), "conv=fsync"])
+                .output()
+                .await?;
+            anyhow::ensure!(out.status.success(), "dd on the host failed");
+            on_the_host.push(dd_seconds(&String::from_utf8_lossy(&out.stderr))?);
+            std::fs::remove_file(on_host.join("host-blob"))?;
+        }
+        report.push((
+            volume,
+            root,
+            median(&mut in_session),
+            median(&mut on_the_host),
+        ));
+    }
+    stop.cancel();
+    println!("{mib} MiB written and synced, median of {rounds}:");
+    for (volume, root, session, host) in &report {
+        let rate = |secs: f64| f64::from(mib) / secs;
+        println!(
+            "  folder on `{volume}` ({}): from a session {:.0} MiB/s; the same dd on the host's path {:.0} MiB/s: {:.0}%",
+            root.display(),
+            rate(*session),
+            rate(*host),
+            100.0 * host / session
+        );
+    }
+    Ok(())
+}
+
+/// The seconds a dd's summary says it took (GNU's `copied, 1.2 s` or BusyBox's `copied,
+/// 1.2 seconds`).
+fn dd_seconds(summary: &str) -> anyhow::Result<f64> {
+    summary
+        .split("copied, ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|secs| secs.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no time in dd's summary: {summary}"))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_unstable_by(f64::total_cmp);
+    values[values.len() / 2]
 }

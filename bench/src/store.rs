@@ -28,6 +28,7 @@ pub fn sample_event() -> Event {
         address: Some("10.0.7.42:6001".into()),
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     })
 }
 

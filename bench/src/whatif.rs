@@ -104,6 +104,7 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                 withdrawn_at: None,
                 recorded: None,
                 recorded_cancel: None,
+                volumes: Default::default(),
             }
         })
         .collect::<Vec<_>>();
@@ -123,6 +124,7 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                         gpu_milli: 0,
                     },
                     network_scope: format!("agent:agent-{i:04}"),
+                    volumes: Default::default(),
                 }),
             })
             .collect(),
@@ -164,6 +166,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
                 address: None,
                 image_apps: Default::default(),
                 network_scope: None,
+                volumes: Default::default(),
             }),
         ));
     }
@@ -200,6 +203,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
                 priority: SessionPriority::DEFAULT,
                 pids_limit: None,
                 log_limit_bytes: None,
+                volumes: Default::default(),
             })),
         ));
         let Some(placement) = placement else { continue };
@@ -338,6 +342,7 @@ pub fn whatif(sessions: usize, agents: usize) -> anyhow::Result<()> {
                 used: ResourceSlots::default(),
                 unheard_for: None,
                 network_scope: a.agent_id.clone(),
+                volumes: Default::default(),
             })
             .collect(),
         silent_after: std::time::Duration::MAX,
@@ -359,6 +364,7 @@ pub fn whatif(sessions: usize, agents: usize) -> anyhow::Result<()> {
                 last_error_code: None,
                 priority: 0,
                 project: None,
+                volumes: Default::default(),
             })
             .collect(),
         owners: HashMap::new(),

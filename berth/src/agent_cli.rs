@@ -149,6 +149,7 @@ async fn start(
                     .then_some(timings.agent_image_refresh),
                 usage_every: timings.agent_usage_every,
                 registry: registry(config)?,
+                volumes: config.volumes.clone(),
                 publish_address: config.agent_address.clone(),
                 gpus,
                 fence: config.session_fence.clone(),

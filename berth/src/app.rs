@@ -439,6 +439,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         )
         .with_agent_bus(config.agent_bus.clone())
         .with_webhook_policy(config.webhook_policy.clone())
+        .with_default_volume(config.default_volume.clone())
         .with_create_queue(config.create_queue)
         .watch_readiness();
         let state = match &metrics {

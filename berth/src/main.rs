@@ -498,6 +498,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     });
     let heartbeat = Event::AgentHeartbeated(AgentHeartbeated {
         agent_id,

@@ -104,6 +104,7 @@ async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: vec![],
     });
     let lost = |reason: &str| {
         Event::AgentLost(AgentLost {
@@ -396,6 +397,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
             address: None,
             image_apps: Default::default(),
             network_scope: None,
+            volumes: vec![],
         })],
     )
     .await;
@@ -430,6 +432,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
             priority: events::payloads::SessionPriority::DEFAULT,
             pids_limit: None,
             log_limit_bytes: None,
+            volumes: Default::default(),
         };
         append(
             format!("session-{id}"),

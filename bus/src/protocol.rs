@@ -73,6 +73,9 @@ pub struct Offer {
     /// none: it shares none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_scope: Option<String>,
+    /// The shared volumes it mounts, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
 }
 
 /// A fact about a session, reported by the agent that runs (some of) its kernels.

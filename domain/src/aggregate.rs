@@ -433,6 +433,7 @@ mod tests {
                 address: address.map(String::from),
                 image_apps: Default::default(),
                 network_scope: None,
+                volumes: Vec::new(),
             }))
         };
         let state = registered(Some("10.0.0.5"));
@@ -472,6 +473,7 @@ mod tests {
             address: None,
             image_apps: Default::default(),
             network_scope: None,
+            volumes: Vec::new(),
         }));
         assert_eq!(back.lost, None);
         let revoked = back.evolve(&Event::AgentRevoked(AgentRevoked {

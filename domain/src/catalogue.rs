@@ -360,6 +360,7 @@ mod tests {
                 address: Some("10.0.0.1:6001".into()),
                 image_apps: Default::default(),
                 network_scope: None,
+                volumes: vec!["shared".into()],
             }),
             Event::AgentHeartbeated(AgentHeartbeated {
                 agent_id: "a1".into(),
@@ -398,6 +399,7 @@ mod tests {
                 priority: 20,
                 pids_limit: Some(4096),
                 log_limit_bytes: Some(1 << 20),
+                volumes: std::collections::BTreeMap::from([("data".into(), "shared".into())]),
             })),
             Event::SchedulingAttempted(SchedulingAttempted {
                 session_id: id,
@@ -560,6 +562,7 @@ mod tests {
             Event::FolderCreated(FolderCreated {
                 owner: id,
                 name: "data".into(),
+                volume: Some("shared".into()),
             }),
             Event::AgentAdmitted(AgentAdmitted {
                 agent_id: "a1".into(),

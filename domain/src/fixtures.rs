@@ -48,5 +48,6 @@ pub fn session_requested() -> SessionRequested {
         priority: SessionPriority::DEFAULT,
         pids_limit: None,
         log_limit_bytes: None,
+        volumes: Default::default(),
     }
 }

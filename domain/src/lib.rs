@@ -45,6 +45,7 @@ pub mod lifecycle;
 pub mod notices;
 pub mod outbound;
 pub mod payloads;
+pub mod volumes;
 
 use std::fmt;
 use std::str::FromStr;

@@ -240,6 +240,9 @@ pub struct AgentRegistered {
     /// multi-node cluster goes to agents of one scope. None: it shares none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_scope: Option<String>,
+    /// The shared volumes it mounts (checked at its start), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -358,6 +361,11 @@ pub struct SessionRequested {
     /// `max_log_bytes`); absent: [`ContainerFence::DEFAULT_LOG_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_limit_bytes: Option<u64>,
+    /// The volume each mounted folder lives on, for folders on a shared volume (those on
+    /// [`crate::volumes::HOST_LOCAL`] are left out): the session goes only to agents that
+    /// mount them all. Absent in requests recorded before volumes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, String>,
 }
 
 impl SessionRequested {
@@ -888,12 +896,17 @@ pub struct KernelStarted {
     pub started_at: Option<DateTime<Utc>>,
 }
 
-/// A user created a named folder; its data lives on the agents' data directories and
-/// outlives the sessions that mount it.
+/// A user created a named folder; its data lives on its volume (a shared file system the
+/// agents that mount it see alike), or on the data directory of whichever agent runs a
+/// session of it, and outlives the sessions that mount it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FolderCreated {
     pub owner: Uuid,
     pub name: String,
+    /// Its volume; absent: [`crate::volumes::HOST_LOCAL`] (and in folders made before
+    /// volumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 /// The idle checks of a resource group or a resource policy, set again whole.

@@ -43,7 +43,7 @@ pub use metrics::describe_metrics;
 
 pub use domain::{
     aggregate, authorization, catalogue, credentials, fair_share, idleness, images, notices,
-    outbound, payloads,
+    outbound, payloads, volumes,
 };
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

@@ -50,6 +50,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(31, include_str!("../migrations/0031_container_fence.sql")),
     backbone(32, include_str!("../migrations/0032_secrets.sql")),
     backbone(33, include_str!("../migrations/0033_pushed_images.sql")),
+    backbone(34, include_str!("../migrations/0034_volumes.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

@@ -87,6 +87,7 @@ fn registered(agent: &str) -> ProposedEvent {
             address: None,
             image_apps: Default::default(),
             network_scope: None,
+            volumes: Default::default(),
         }),
         Metadata::default(),
     )

@@ -268,6 +268,9 @@ pub struct Presets {
 pub struct Folder {
     pub name: String,
     pub created_at: DateTime<Utc>,
+    /// The volume its files live on (`host-local`: the data directory of whichever agent
+    /// runs a session of it).
+    pub volume: String,
 }
 
 /// `GET /v1/folders`.
@@ -282,6 +285,8 @@ pub struct Folders {
 #[serde(deny_unknown_fields)]
 pub struct FolderCreated {
     pub name: String,
+    /// The volume its files live on.
+    pub volume: String,
 }
 
 /// `GET /v1/whoami`.

@@ -51,6 +51,9 @@ pub struct AppState {
     /// Where users' webhooks may point (`BERTH_WEBHOOK_ALLOW`): a webhook whose host is a
     /// refused address is refused when it is set ([`AppState::with_webhook_policy`]).
     pub webhook_policy: Arc<domain::outbound::WebhookPolicy>,
+    /// The volume a folder is made on when its request names none (`BERTH_DEFAULT_VOLUME`;
+    /// [`domain::volumes::HOST_LOCAL`] unless set, [`AppState::with_default_volume`]).
+    pub default_volume: String,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -86,6 +89,7 @@ impl AppState {
             backendai: None,
             tls: false,
             webhook_policy: Arc::default(),
+            default_volume: domain::volumes::HOST_LOCAL.to_owned(),
         }
     }
 
@@ -187,6 +191,12 @@ impl AppState {
     /// allow-list names; none by default).
     pub fn with_webhook_policy(mut self, policy: domain::outbound::WebhookPolicy) -> AppState {
         self.webhook_policy = Arc::new(policy);
+        self
+    }
+
+    /// This state making folders on `volume` when their request names none.
+    pub fn with_default_volume(mut self, volume: String) -> AppState {
+        self.default_volume = volume;
         self
     }
 }

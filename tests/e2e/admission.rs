@@ -73,6 +73,7 @@ fn offer(group: &str, cpu: u64) -> Offer {
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     }
 }
 

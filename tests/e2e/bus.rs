@@ -29,6 +29,7 @@ fn offer() -> Offer {
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     }
 }
 

@@ -21,6 +21,7 @@ async fn scoped_agent(h: &Harness, id: &str, cpu: u64, scope: &str) {
         address: None,
         image_apps: Default::default(),
         network_scope: Some(scope.into()),
+        volumes: Default::default(),
     };
     admit(h, id, "default").await;
     recorder::record::register(&h.pool, id, &offer)

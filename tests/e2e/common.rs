@@ -229,6 +229,7 @@ impl Harness {
             address: None,
             image_apps: Default::default(),
             network_scope: None,
+            volumes: Default::default(),
         };
         admit(self, id, group).await;
         recorder::record::register(&self.pool, id, &offer)

@@ -65,6 +65,7 @@ pub(crate) async fn start_agent(
         gpus,
         gpu_milli,
         registry: None,
+        volumes: Default::default(),
     };
     start_agent_on(h, id, data_dir, docker, setup).await
 }
@@ -77,6 +78,8 @@ pub(crate) struct AgentSetup {
     pub gpus: agent::gpu::GpuConfig,
     pub gpu_milli: Option<u64>,
     pub registry: Option<agent::docker::registry::Registry>,
+    /// The shared volumes its host mounts, by name.
+    pub volumes: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 impl AgentSetup {
@@ -88,6 +91,7 @@ impl AgentSetup {
             gpus: agent::gpu::GpuConfig::nvml(),
             gpu_milli: Some(0),
             registry: None,
+            volumes: Default::default(),
         }
     }
 }
@@ -106,6 +110,7 @@ pub(crate) async fn start_agent_on(
         gpus,
         gpu_milli,
         registry,
+        volumes,
     } = setup;
     let mut images = agent::docker::local_images(&docker).await.unwrap();
     assert!(
@@ -122,6 +127,7 @@ pub(crate) async fn start_agent_on(
         // Usage every second, so the idle checks decide within a test's patience.
         usage_every: Duration::from_secs(1),
         registry,
+        volumes,
         publish_address: "127.0.0.1".into(),
         gpus,
         fence: Default::default(),
@@ -157,6 +163,21 @@ pub(crate) async fn start_agent_on(
     let host = agent::host::start(config, stop.clone()).await?;
     h.wait_registered(id).await;
     Ok(DockerAgent { stop, host })
+}
+
+/// The agent leaves as a stopped process does (SIGTERM): it departs, and nothing is placed
+/// on it any more; its sessions are left running.
+pub(crate) async fn depart(agent: DockerAgent) {
+    let how = agent::Leave {
+        reason: "the test stops it".into(),
+        end_sessions: false,
+    };
+    let left = agent
+        .host
+        .leave(how, Duration::from_secs(10))
+        .await
+        .expect("the agent left without failing");
+    assert!(matches!(left, agent::host::Left::InTime), "left in time");
 }
 
 /// Kills an agent, as its process dies, which must have been running until then: one that

@@ -4,7 +4,9 @@
 //! main kernel's agent makes, its kernels reach each other by host name through the hosts'
 //! network alone and see the cluster's environment; the network outlives its agent's SIGKILL
 //! and restart, and goes with the session. A session committed on one host runs on the
-//! other, its image pulled from the stack's registry.
+//! other, its image pulled from the stack's registry. A folder on a shared volume (one
+//! directory both engines bind-mount, standing in for an NFS export both hosts mount) is the
+//! same on both hosts, and places its sessions where its volume is mounted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +16,7 @@ use agent::docker::registry::Registry;
 use crate::apps::Cleanup;
 use crate::common::*;
 use crate::containers::{
-    data_dir, fresh_agent_id, kill, logs, start_agent_on, AgentSetup, DockerAgent,
+    data_dir, depart, fresh_agent_id, kill, logs, start_agent_on, AgentSetup, DockerAgent,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -300,5 +302,157 @@ async fn a_session_committed_on_one_host_runs_on_another_pulled_from_the_stacks_
     assert!(present, "host 3 holds it under its own name");
 
     let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+/// Runs the batch `command` as `key` (mounting `mounts`, on agent `agent` when given) to its
+/// end: the session's detail and output.
+async fn batch_to_its_end(
+    h: &Harness,
+    key: &str,
+    agent: Option<&str>,
+    mounts: &[&str],
+    command: &str,
+) -> (serde_json::Value, String) {
+    let mut body = json!({"type": "batch", "image": "berth/shell:latest", "mounts": mounts,
+                          "startup_command": command,
+                          "resources": {"cpu": 1, "memory": "128m"}});
+    if let Some(agent) = agent {
+        body["agent"] = json!(agent);
+    }
+    let (status, created) = h.create(key, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids_of(&created);
+    let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let output = logs(h, &id).await;
+    (ended, output)
+}
+
+#[tokio::test]
+async fn a_folder_on_a_shared_volume_is_the_same_on_every_host_and_places_its_sessions() {
+    let Some(sockets) = two_hosts_in_a_swarm() else {
+        return;
+    };
+    let h = start().await;
+    let alice = h.user("alice@example.com").await;
+    // The shared file system: volumes `shared` (both hosts) and `only3` (host 3 alone).
+    let exports = data_dir();
+    let mounts = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| {
+                let path = exports.join(name);
+                std::fs::create_dir_all(&path).unwrap();
+                (name.to_string(), path)
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (two, three) = (fresh_agent_id(), fresh_agent_id());
+    let _cleanup = (Cleanup(two.clone()), Cleanup(three.clone()));
+    // Host 2 is the larger: a session that may go anywhere would go there.
+    let _on_two = start_agent_on(
+        &h,
+        &two,
+        &data_dir(),
+        engine(&sockets[0]).await,
+        AgentSetup {
+            volumes: mounts(&["shared"]),
+            ..AgentSetup::cpu(4_000)
+        },
+    )
+    .await
+    .unwrap();
+    let on_three = start_agent_on(
+        &h,
+        &three,
+        &data_dir(),
+        engine(&sockets[1]).await,
+        AgentSetup {
+            volumes: mounts(&["shared", "only3"]),
+            ..AgentSetup::cpu(2_000)
+        },
+    )
+    .await
+    .unwrap();
+
+    // Folders on volumes: one that no agent mounts is refused, naming the field.
+    let (status, made) = h
+        .post(
+            &alice,
+            "/v1/folders",
+            json!({"name": "results", "volume": "shared"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["volume"], "shared");
+    let (status, refused) = h
+        .post(
+            &alice,
+            "/v1/folders",
+            json!({"name": "lost", "volume": "nowhere"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+    assert_eq!(refused["error"]["field"], "volume", "{refused}");
+    let (_, listed) = h.get(&alice, "/v1/folders").await;
+    assert_eq!(listed["folders"][0]["volume"], "shared", "{listed}");
+
+    // Written on host 2, read on host 3: the folder is the volume's, not a host's.
+    let (ended, _) = batch_to_its_end(
+        &h,
+        &alice,
+        Some(&two),
+        &["results"],
+        "echo written-on-host-2 > /home/work/results/note",
+    )
+    .await;
+    assert_eq!(ended["kernels"][0]["agent_id"], two.as_str(), "{ended}");
+    let (ended, output) = batch_to_its_end(
+        &h,
+        &alice,
+        Some(&three),
+        &["results"],
+        "cat /home/work/results/note",
+    )
+    .await;
+    assert_eq!(ended["kernels"][0]["agent_id"], three.as_str(), "{ended}");
+    assert!(output.contains("written-on-host-2"), "{output}");
+
+    // A folder on `only3`: its sessions go to host 3 alone, though host 2 has more room.
+    let (status, made) = h
+        .post(
+            &alice,
+            "/v1/folders",
+            json!({"name": "big", "volume": "only3"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (ended, _) = batch_to_its_end(&h, &alice, None, &["big"], "true").await;
+    assert_eq!(ended["kernels"][0]["agent_id"], three.as_str(), "{ended}");
+
+    // Host 3 gone: a session of it waits, its history naming the volume.
+    depart(on_three).await;
+    let (status, created) = h
+        .create(
+            &alice,
+            json!({"type": "batch", "image": "berth/shell:latest", "mounts": ["big"],
+                   "startup_command": "true", "resources": {"cpu": 1, "memory": "128m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let waiting = ids_of(&created);
+    let entry = wait_for(|| async {
+        h.history(&waiting)
+            .await
+            .into_iter()
+            .find(|e| e["error_code"] == "NO_VOLUME")
+    })
+    .await;
+    let message = entry["message"].as_str().unwrap();
+    assert!(message.contains("volume `only3`"), "{message}");
+    let (_, detail) = h.get(&alice, &format!("/v1/sessions/{waiting}")).await;
+    assert_eq!(detail["status"], "PENDING", "{detail}");
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{waiting}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
 }

@@ -248,6 +248,7 @@ async fn ran_in_the_past(
             priority: SessionPriority::DEFAULT,
             pids_limit: None,
             log_limit_bytes: None,
+            volumes: Default::default(),
         })),
         Event::SessionScheduled(SessionScheduled {
             session_id,

@@ -29,6 +29,7 @@ async fn offer(h: &Harness, id: &str, group: &str, images: &[&str]) {
         address: None,
         image_apps: Default::default(),
         network_scope: None,
+        volumes: Default::default(),
     };
     recorder::record::register(&h.pool, id, &offer)
         .await

@@ -62,6 +62,10 @@ pub struct Config {
     /// The file holding the registry's credential, `user:password`
     /// (`BERTH_REGISTRY_CREDENTIAL`).
     pub registry_credential: Option<PathBuf>,
+    /// The shared volumes an agent's host mounts, by name, and where (`BERTH_VOLUMES`).
+    pub volumes: std::collections::BTreeMap<String, PathBuf>,
+    /// The volume a folder is made on when its request names none (`BERTH_DEFAULT_VOLUME`).
+    pub default_volume: String,
     /// The host address an agent publishes app and preopen ports on, where the proxy reaches
     /// them (`BERTH_AGENT_ADDRESS`; loopback by default, for one machine).
     pub agent_address: String,
@@ -307,6 +311,8 @@ impl Config {
             nats_authorization: nats.nats_authorization_dir.clone(),
             registry: agent.registry.clone(),
             registry_credential: agent.registry_credential.clone(),
+            volumes: agent.volumes.iter().cloned().collect(),
+            default_volume: gateway.default_volume.clone(),
             agent_address: agent.agent_address.to_string(),
             proxy_ports: match gateway.proxy_ports {
                 ProxyPorts::Off => None,

@@ -214,6 +214,11 @@ pub struct GatewaySettings {
     /// of the pool (cookies ignore ports; only hosts keep apps apart).
     #[arg(long, global = true, env = "BERTH_APPS_DOMAIN", value_name = "DOMAIN", value_parser = apps_domain)]
     pub apps_domain: Option<String>,
+    /// The volume a folder is made on when its request names none: `host-local` (the data
+    /// directory of whichever agent runs a session of it) or a shared volume agents mount.
+    #[arg(long, global = true, env = "BERTH_DEFAULT_VOLUME", value_name = "VOLUME",
+          default_value = domain::volumes::HOST_LOCAL)]
+    pub default_volume: String,
     /// Session creates the gateway takes in flight at once; one more is answered 503 `busy`.
     #[arg(long, global = true, env = "BERTH_CREATE_QUEUE", value_name = "N", default_value_t = NonZeroUsize::new(gateway::DEFAULT_CREATE_QUEUE).expect("non-zero"))]
     pub create_queue: NonZeroUsize,
@@ -483,6 +488,37 @@ pub struct AgentSettings {
     /// firewall does.
     #[arg(long, global = true, env = "BERTH_SESSION_FIREWALL", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
     pub session_firewall: bool,
+    /// The shared volumes this host mounts (`name=/mount/path`, comma-separated, e.g.
+    /// `shared=/mnt/nfs/berth`): folders on them live at `<path>/folders/...` on every host
+    /// that mounts them, and sessions of them go only to such hosts. Each must be a
+    /// directory the agent can write in, or it does not start.
+    #[arg(long, global = true, env = "BERTH_VOLUMES", value_name = "NAME=PATH,...",
+          value_delimiter = ',', value_parser = volume_mount)]
+    pub volumes: Vec<(String, PathBuf)>,
+}
+
+/// `name=/mount/path`: a shared volume and where this host mounts it.
+fn volume_mount(text: &str) -> Result<(String, PathBuf), String> {
+    let (name, path) = text
+        .trim()
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not `name=/mount/path`"))?;
+    let name = domain::volumes::volume_name(name)
+        .map_err(|e| format!("`{name}`: {e}"))?
+        .to_owned();
+    if name == domain::volumes::HOST_LOCAL {
+        return Err(format!(
+            "`{name}` is every agent's own data directory, not a shared volume"
+        ));
+    }
+    let path = PathBuf::from(path);
+    if !path.is_absolute() {
+        return Err(format!(
+            "volume `{name}`: `{}` is not an absolute path",
+            path.display()
+        ));
+    }
+    Ok((name, path))
 }
 
 /// An IPv4 network (`10.0.0.0/8`), or one address (`10.0.0.5`: its /32).

@@ -56,8 +56,9 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::FolderCreated(e) => {
             let n = exec(
                 client,
-                "INSERT INTO ledger.folders VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                &[&e.owner, &e.name, &at],
+                "INSERT INTO ledger.folders (owner, name, created_at, volume)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                &[&e.owner, &e.name, &at, &e.volume],
             )
             .await?;
             if n == 0 {
@@ -198,7 +199,8 @@ pub(super) struct ApiKey {
 #[derive(Default)]
 pub(super) struct Tables {
     pub users: HashMap<Uuid, User>,
-    pub folders: HashMap<(Uuid, String), DateTime<Utc>>,
+    /// Each folder's making and its volume (none: host-local).
+    pub folders: HashMap<(Uuid, String), (DateTime<Utc>, Option<String>)>,
     /// Key digest to the key.
     pub api_keys: HashMap<String, ApiKey>,
     /// Backend.AI access key to (user, active).
@@ -233,7 +235,9 @@ impl Tables {
                 });
             }
             Event::FolderCreated(e) => {
-                self.folders.entry((e.owner, e.name.clone())).or_insert(at);
+                self.folders
+                    .entry((e.owner, e.name.clone()))
+                    .or_insert((at, e.volume.clone()));
             }
             Event::ApiKeyIssued(e) => {
                 self.api_keys.insert(
@@ -341,11 +345,15 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.folders"),
-            ["owner", "name", "created_at"],
+            ["owner", "name", "created_at", "volume"],
             &self
                 .folders
                 .iter()
-                .map(|((owner, name), at)| -> [&(dyn ToSql + Sync); 3] { [owner, name, at] })
+                .map(
+                    |((owner, name), (at, volume))| -> [&(dyn ToSql + Sync); 4] {
+                        [owner, name, at, volume]
+                    },
+                )
                 .collect::<Vec<_>>(),
         )
         .await?;

@@ -33,11 +33,12 @@ pub(super) async fn apply_sql<C: GenericClient>(
                 client,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
                        gpu_milli, images, registered_at, last_heartbeat, address, image_apps,
-                       network_scope)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)
+                       network_scope, volumes)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)
                      ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
                        memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
-                       lost = NULL, address = $8, image_apps = $9, network_scope = $10",
+                       lost = NULL, address = $8, image_apps = $9, network_scope = $10,
+                       volumes = $11",
                 &[
                     &e.agent_id,
                     &e.resource_group,
@@ -49,6 +50,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &e.address,
                     &serde_json::to_value(&e.image_apps).expect("apps serialise"),
                     &e.network_scope,
+                    &e.volumes,
                 ],
             )
             .await?;
@@ -114,6 +116,7 @@ pub(super) struct Agent {
     pub address: Option<String>,
     pub image_apps: serde_json::Value,
     pub network_scope: Option<String>,
+    pub volumes: Vec<String>,
 }
 
 /// The family's table folded in memory, keyed by agent id.
@@ -142,6 +145,7 @@ impl Tables {
                         a.address = e.address.clone();
                         a.image_apps = image_apps;
                         a.network_scope = e.network_scope.clone();
+                        a.volumes = e.volumes.clone();
                     }
                     None => {
                         self.agents.insert(
@@ -161,6 +165,7 @@ impl Tables {
                                 address: e.address.clone(),
                                 image_apps,
                                 network_scope: e.network_scope.clone(),
+                                volumes: e.volumes.clone(),
                             },
                         );
                     }
@@ -212,11 +217,12 @@ impl Tables {
                 "address",
                 "image_apps",
                 "network_scope",
+                "volumes",
             ],
             &self
                 .agents
                 .iter()
-                .map(|(id, a)| -> [&(dyn ToSql + Sync); 15] {
+                .map(|(id, a)| -> [&(dyn ToSql + Sync); 16] {
                     [
                         id,
                         &a.resource_group,
@@ -233,6 +239,7 @@ impl Tables {
                         &a.address,
                         &a.image_apps,
                         &a.network_scope,
+                        &a.volumes,
                     ]
                 })
                 .collect::<Vec<_>>(),

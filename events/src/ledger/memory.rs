@@ -90,6 +90,7 @@ mod tests {
                 address: None,
                 image_apps: Default::default(),
                 network_scope: None,
+                volumes: Default::default(),
             }),
         ));
         let session_id = Uuid::new_v4();

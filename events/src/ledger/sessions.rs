@@ -198,9 +198,9 @@ async fn insert_sql<C: GenericClient>(
         "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                resource_group, session_type, status, status_since, cpu_milli,
                memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
-               starts_at, created_at, version, traceparent, priority)
+               starts_at, created_at, version, traceparent, priority, volumes)
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-               $14, $15, $8, $16, $17, $18)",
+               $14, $15, $8, $16, $17, $18, $19)",
         &[
             &e.session_id,
             &e.owner.user_id,
@@ -220,6 +220,7 @@ async fn insert_sql<C: GenericClient>(
             &i64_of(stream_version),
             &traceparent,
             &e.priority,
+            &domain::volumes::needed(&e.volumes),
         ],
     )
     .await?;
@@ -410,6 +411,8 @@ pub(super) struct Session {
     pub version: i64,
     pub traceparent: Option<String>,
     pub priority: i32,
+    /// The shared volumes its folders live on, which its agents must mount.
+    pub volumes: Vec<String>,
 }
 
 /// One session's hold on its group's resources while it ran ([`usage_move`]).
@@ -696,11 +699,12 @@ impl Tables {
                 "version",
                 "traceparent",
                 "priority",
+                "volumes",
             ],
             &self
                 .sessions
                 .iter()
-                .map(|(id, s)| -> [&(dyn ToSql + Sync); 27] {
+                .map(|(id, s)| -> [&(dyn ToSql + Sync); 28] {
                     [
                         id,
                         &s.owner,
@@ -729,6 +733,7 @@ impl Tables {
                         &s.version,
                         &s.traceparent,
                         &s.priority,
+                        &s.volumes,
                     ]
                 })
                 .collect::<Vec<_>>(),
@@ -772,5 +777,6 @@ fn requested(
         version,
         traceparent,
         priority: e.priority,
+        volumes: domain::volumes::needed(&e.volumes),
     }
 }

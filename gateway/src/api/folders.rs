@@ -21,6 +21,12 @@ pub struct NewFolder {
     /// 1 to 64 letters, digits, `_`, `-` or `.`, not starting with `.`.
     #[schema(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
     name: String,
+    /// The volume its files live on: `host-local` (the data directory of whichever agent
+    /// runs a session of it) or a shared volume some agent mounts; the gateway's default
+    /// (`BERTH_DEFAULT_VOLUME`) when left out.
+    #[serde(default)]
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
+    volume: Option<String>,
 }
 
 /// Create a data folder (mounted into sessions, it outlives them).
@@ -31,9 +37,10 @@ pub async fn create_folder(
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<FolderCreated>), ApiError> {
-    let NewFolder { name } = parse_body(body)?;
-    launch::create_folder(&state.pool, &caller, &name).await?;
-    Ok((StatusCode::CREATED, Json(FolderCreated { name })))
+    let NewFolder { name, volume } = parse_body(body)?;
+    let volume = volume.unwrap_or_else(|| state.default_volume.clone());
+    launch::create_folder(&state.pool, &caller, &name, &volume).await?;
+    Ok((StatusCode::CREATED, Json(FolderCreated { name, volume })))
 }
 
 /// My data folders.

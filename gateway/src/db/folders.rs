@@ -11,8 +11,9 @@ pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> 
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT name, created_at FROM ledger.folders WHERE owner = $1 ORDER BY name",
-            &[&owner],
+            "SELECT name, created_at, coalesce(volume, $2) FROM ledger.folders
+             WHERE owner = $1 ORDER BY name",
+            &[&owner, &domain::volumes::HOST_LOCAL],
         )
         .await?;
     Ok(rows
@@ -20,6 +21,7 @@ pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> 
         .map(|r| Folder {
             name: r.get(0),
             created_at: r.get(1),
+            volume: r.get(2),
         })
         .collect())
 }

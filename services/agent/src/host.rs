@@ -8,6 +8,7 @@
 //! The configuration is the agent's own ([`HostConfig`]): the binary maps its settings and
 //! arguments into it, so the agent does not depend on how berth is configured.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use bus::LinkError;
 use domain::payloads::ResourceSlots;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::docker::{self, HostImages, RuntimeConfig};
 use crate::{AgentError, AgentSpec, Leave, Leaving};
@@ -113,6 +115,14 @@ pub enum HostError {
     Agent(#[from] AgentError),
     #[error("the agent's task: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A shared volume the agent says it mounts is not there, or not writable: it refuses to
+    /// start rather than offer folders it cannot keep.
+    #[error("volume `{name}` at {}: {why}", path.display())]
+    VolumeUnusable {
+        name: String,
+        path: PathBuf,
+        why: String,
+    },
     #[error(
         "offers {} GPUs, but this host's discovery found {}: {found}",
         *offered_milli as f64 / 1000.0,
@@ -152,6 +162,33 @@ pub fn check_id(agent_id: &str) -> Result<(), HostError> {
 
 /// Refuses an offer of more GPUs (`offered_milli`) than discovery `found`: a session placed
 /// on GPUs that are not there would run without them. Pure; `None` offers what was found.
+/// Each shared volume the agent says it mounts is a directory it can write in (a file made
+/// and removed there): one that is missing or read-only refuses the agent's start, naming
+/// it. (A mount that did not come up may leave an empty directory, which passes: operators
+/// order the agent after its mounts, `RequiresMountsFor=` in systemd.)
+pub fn check_volumes(volumes: &BTreeMap<String, PathBuf>) -> Result<(), HostError> {
+    for (name, path) in volumes {
+        let unusable = |why: String| HostError::VolumeUnusable {
+            name: name.clone(),
+            path: path.clone(),
+            why,
+        };
+        if domain::volumes::volume_name(name).is_err() || name == domain::volumes::HOST_LOCAL {
+            return Err(unusable(format!(
+                "not a volume's name: {}",
+                domain::volumes::BadVolumeName
+            )));
+        }
+        if !path.is_dir() {
+            return Err(unusable("not a directory here (is it mounted?)".into()));
+        }
+        let probe = path.join(format!(".berth-probe-{}", Uuid::new_v4().simple()));
+        std::fs::write(&probe, b"berth").map_err(|e| unusable(format!("not writable: {e}")))?;
+        let _ = std::fs::remove_file(&probe);
+    }
+    Ok(())
+}
+
 pub fn check_gpu_offer(
     offered_milli: Option<u64>,
     found: &crate::gpu::Discovery,
@@ -216,6 +253,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
                 }
             }
             check_gpu_offer(offer.gpu_milli, &found)?;
+            check_volumes(&config.volumes)?;
             found
         }
         Runtime::Simulated { .. } => {
@@ -245,6 +283,10 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
         network_scope: match engine {
             Some(docker) => Some(docker::network_scope(docker).await?),
             None => None,
+        },
+        volumes: match &runtime {
+            Runtime::Docker { config, .. } => config.volumes.keys().cloned().collect(),
+            Runtime::Simulated { .. } => Vec::new(),
         },
     };
     let (client, refusal) = match nats {

@@ -38,6 +38,8 @@ pub struct AgentSpec {
     /// The cluster network it shares with other agents (`engine:<Docker engine id>`); none
     /// for a simulated agent, which shares none.
     pub network_scope: Option<String>,
+    /// The shared volumes it mounts (checked before it registers), by name.
+    pub volumes: Vec<String>,
 }
 
 impl AgentSpec {
@@ -49,6 +51,7 @@ impl AgentSpec {
             address: self.address.clone(),
             image_apps: self.image_apps.clone(),
             network_scope: self.network_scope.clone(),
+            volumes: self.volumes.clone(),
         }
     }
 }

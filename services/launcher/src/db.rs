@@ -218,19 +218,22 @@ pub async fn load_context(
                 .unwrap_or_default(),
         })
         .collect();
-    let owned_folders = if request.mounts.is_empty() {
-        Vec::new()
-    } else {
-        client
+    let (mut owned_folders, mut folder_volumes) = (Vec::new(), std::collections::BTreeMap::new());
+    if !request.mounts.is_empty() {
+        let rows = client
             .query(
-                "SELECT name FROM ledger.folders WHERE owner = $1 AND name = ANY($2)",
+                "SELECT name, volume FROM ledger.folders WHERE owner = $1 AND name = ANY($2)",
                 &[&who.user_id, &request.mounts],
             )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
-    };
+            .await?;
+        for row in rows {
+            let name: String = row.get(0);
+            if let Some(volume) = row.get::<_, Option<String>>(1) {
+                folder_volumes.insert(name.clone(), volume);
+            }
+            owned_folders.push(name);
+        }
+    }
     let live_names = if request.name.is_none() {
         let sql = format!(
             "SELECT name FROM ledger.sessions WHERE owner = $1 AND {}",
@@ -277,6 +280,7 @@ pub async fn load_context(
         policy,
         agents,
         owned_folders,
+        folder_volumes,
         live_names,
         custom_images,
         pushed_images,
@@ -292,4 +296,17 @@ async fn projects_of(
         .await?
         .map(|p| p.projects)
         .unwrap_or_default())
+}
+
+/// Whether some live agent (not marked lost) mounts the shared volume `volume`.
+pub async fn volume_mounted(pool: &Pool, volume: &str) -> Result<bool, LedgerError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM ledger.agents
+                             WHERE lost IS NULL AND $1 = ANY(volumes))",
+            &[&volume],
+        )
+        .await?;
+    Ok(row.get(0))
 }

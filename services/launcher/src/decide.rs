@@ -74,6 +74,8 @@ pub struct LaunchContext {
     pub agents: Vec<GroupAgent>,
     /// Which of the requested mounts are folders of the owner.
     pub owned_folders: Vec<String>,
+    /// The shared volume of each of those that lives on one (host-local ones left out).
+    pub folder_volumes: std::collections::BTreeMap<String, String>,
     /// Names of the owner's live sessions (read only when random names are to be drawn).
     pub live_names: Vec<String>,
     /// The requested image, when it is a customized image of the owner's that exists.
@@ -540,6 +542,12 @@ pub fn decide(
                     .max_log_bytes
                     .unwrap_or(ContainerFence::DEFAULT_LOG_BYTES),
             ),
+            // Where its folders live: the scheduler places it where those volumes are.
+            volumes: request
+                .mounts
+                .iter()
+                .filter_map(|m| Some((m.clone(), context.folder_volumes.get(m)?.clone())))
+                .collect(),
         })
         .collect())
 }
@@ -549,6 +557,7 @@ mod tests {
     use super::*;
     use crate::launch::ByteSize;
     use crate::launch::ResourceRequest;
+    use std::collections::BTreeMap;
 
     const GIB: u64 = 1 << 30;
 
@@ -596,6 +605,7 @@ mod tests {
                 image_apps: ::domain::apps::parse_service_ports("jupyter:http:8888").unwrap(),
             }],
             owned_folders: vec!["data".into()],
+            folder_volumes: Default::default(),
             live_names: vec![],
             custom_images: vec![],
             pushed_images: vec![],
@@ -824,6 +834,21 @@ mod tests {
         let (field, message) = refused(&context(), &request);
         assert_eq!(field, "mounts[1]");
         assert!(message.contains("`bobs`"), "{message}");
+    }
+
+    #[test]
+    fn a_session_records_the_shared_volume_of_each_folder_it_mounts() {
+        let mut c = context();
+        c.owned_folders = vec!["data".into(), "local".into()];
+        c.folder_volumes = BTreeMap::from([("data".into(), "shared".into())]);
+        let mut request = request();
+        request.mounts = vec!["data".into(), "local".into()];
+        let sessions = decide(&c, &request, &mut no_names()).unwrap();
+        assert_eq!(
+            sessions[0].volumes,
+            BTreeMap::from([("data".to_string(), "shared".to_string())]),
+            "a host-local folder needs no volume"
+        );
     }
 
     #[test]

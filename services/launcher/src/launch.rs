@@ -303,12 +303,30 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// Creates a named folder for `owner`.
-pub async fn create_folder(pool: &Pool, owner: &KeyOwner, name: &str) -> Result<(), LaunchError> {
+/// Creates a named folder for `owner` on `volume` (`host-local`, or a
+/// shared volume some live agent mounts).
+pub async fn create_folder(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    volume: &str,
+) -> Result<(), LaunchError> {
     domain::check_folder_name("name", name)?;
+    let volume_error = |message: String| FieldError {
+        field: "volume".into(),
+        message,
+    };
+    ::domain::volumes::volume_name(volume).map_err(|e| volume_error(e.to_string()))?;
+    let shared = volume != ::domain::volumes::HOST_LOCAL;
+    if shared && !db::volume_mounted(pool, volume).await? {
+        return Err(LaunchError::NotFound(volume_error(format!(
+            "no live agent mounts volume `{volume}` (agents name theirs in BERTH_VOLUMES)"
+        ))));
+    }
     let event = Event::FolderCreated(FolderCreated {
         owner: owner.user_id,
         name: name.to_owned(),
+        volume: shared.then(|| volume.to_owned()),
     });
     let metadata = events::trace::metadata(&owner.user_id.to_string(), None);
     match ledger::record_now(

@@ -80,6 +80,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
         address: offer.address.clone(),
         image_apps: offer.image_apps.clone(),
         network_scope: offer.network_scope.clone(),
+        volumes: offer.volumes.clone(),
     });
     ledger::record_now(
         pool,

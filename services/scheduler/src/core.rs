@@ -30,6 +30,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use events::catalogue::Event;
 use events::payloads::*;
+use events::volumes;
 use uuid::Uuid;
 
 pub use crate::fair_share::{FairShareSettings, Usage};
@@ -52,6 +53,9 @@ pub struct AgentView {
     /// `agent:<id>` for an agent that shares none): a multi-node cluster's kernels all go to
     /// agents of one scope.
     pub network_scope: String,
+    /// The shared volumes it mounts: a session whose folders live on some goes only to an
+    /// agent that mounts them all.
+    pub volumes: Vec<String>,
 }
 
 impl AgentView {
@@ -88,6 +92,8 @@ pub struct PendingSession {
     pub priority: i32,
     /// The project it runs for, if any (fair share counts projects' use too).
     pub project: Option<String>,
+    /// The shared volumes its folders live on: only agents that mount them all may hold it.
+    pub volumes: Vec<String>,
 }
 
 impl PendingSession {
@@ -250,6 +256,12 @@ enum Selection {
         scopes: Vec<(String, u64)>,
     },
     NoAgents,
+    /// Its folders' volumes: no live agent of the group mounts them all.
+    NoVolume,
+    /// The agent chosen by hand does not mount these volumes of its folders.
+    WantedLacksVolumes {
+        lacking: Vec<String>,
+    },
     WantedUnknown,
     WantedTooSmall {
         capacity: ResourceSlots,
@@ -285,6 +297,8 @@ pub(crate) fn pick(
     best.map(|(i, _)| i)
 }
 
+/// Where `session` can go among `agents`: those that mount every volume of its folders, and
+/// of them as [`select_among`] chooses.
 fn select(
     agents: &[AgentView],
     index: &FreeIndex,
@@ -294,6 +308,46 @@ fn select(
     if agents.is_empty() {
         return Selection::NoAgents;
     }
+    if session.volumes.is_empty() {
+        return select_among(agents, index, session, selection);
+    }
+    let lacking = |agent: &AgentView| volumes::lacking(&session.volumes, &agent.volumes);
+    if let Some(wanted) = agents
+        .iter()
+        .find(|a| Some(&a.agent_id) == session.wanted_agent.as_ref())
+    {
+        let lacking: Vec<String> = lacking(wanted).into_iter().map(str::to_owned).collect();
+        if !lacking.is_empty() {
+            return Selection::WantedLacksVolumes { lacking };
+        }
+    }
+    // The agents that mount them all, placed among as if they were the group (a scan over a
+    // few agents: sessions with shared folders are a part of the queue).
+    let able: Vec<usize> = (0..agents.len())
+        .filter(|&i| lacking(&agents[i]).is_empty())
+        .collect();
+    if able.is_empty() {
+        return Selection::NoVolume;
+    }
+    let subset: Vec<AgentView> = able.iter().map(|&i| agents[i].clone()).collect();
+    let subset_index = FreeIndex::new(&subset);
+    match select_among(&subset, &subset_index, session, selection) {
+        Selection::Placed(chosen) => Selection::Placed(
+            chosen
+                .into_iter()
+                .map(|(i, resources)| (able[i], resources))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn select_among(
+    agents: &[AgentView],
+    index: &FreeIndex,
+    session: &PendingSession,
+    selection: AgentSelection,
+) -> Selection {
     let total = session.total();
     if let Some(wanted) = &session.wanted_agent {
         let Some(i) = agents.iter().position(|a| &a.agent_id == wanted) else {
@@ -399,6 +453,15 @@ fn place_in_one_scope(agents: &[AgentView], session: &PendingSession) -> Selecti
         placed.push((members[i], session.per_kernel));
     }
     Selection::Placed(placed)
+}
+
+/// Volumes in words, for messages: ``volume `a` `` or ``volumes `a`, `b` ``.
+fn volumes_in_words(volumes: &[String]) -> String {
+    let named: Vec<String> = volumes.iter().map(|v| format!("`{v}`")).collect();
+    match named.len() {
+        1 => format!("volume {}", named[0]),
+        _ => format!("volumes {}", named.join(", ")),
+    }
 }
 
 /// Scopes and kernel counts in words, for messages.
@@ -734,6 +797,29 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                             true,
                             None,
                         ),
+                        Selection::NoVolume => (
+                            NeedRetry,
+                            Some("NO_VOLUME"),
+                            format!(
+                                "its folders live on {}, which no live agent of `{}` mounts \
+                                 (all of them); it waits for one that does",
+                                volumes_in_words(&session.volumes),
+                                rules.name
+                            ),
+                            false,
+                            None,
+                        ),
+                        Selection::WantedLacksVolumes { lacking } => (
+                            Failure,
+                            Some("AGENT_LACKS_VOLUME"),
+                            format!(
+                                "agent `{}` does not mount {}, where the session's folders live",
+                                session.wanted_agent.as_deref().unwrap_or_default(),
+                                volumes_in_words(&lacking)
+                            ),
+                            false,
+                            None,
+                        ),
                         Selection::WantedUnknown => (
                             Failure,
                             Some("AGENT_UNKNOWN"),
@@ -902,6 +988,7 @@ mod tests {
             used: slots(used_cpu, 0),
             unheard_for: Some(Duration::from_secs(3)),
             network_scope: "engine:one".into(),
+            volumes: Vec::new(),
         }
     }
 
@@ -987,6 +1074,69 @@ mod tests {
         assert!(!d[0].message.contains("engine:y"), "{}", d[0].message);
     }
 
+    fn mounting(id: &str, cpu: u64, volumes: &[&str]) -> AgentView {
+        AgentView {
+            volumes: volumes.iter().map(|v| v.to_string()).collect(),
+            ..agent(id, cpu, 0)
+        }
+    }
+
+    fn on_volumes(n: u128, cpu: u64, volumes: &[&str]) -> PendingSession {
+        PendingSession {
+            volumes: volumes.iter().map(|v| v.to_string()).collect(),
+            ..session(n, cpu)
+        }
+    }
+
+    #[test]
+    fn a_session_whose_folders_live_on_a_volume_goes_only_where_it_is_mounted() {
+        // The largest agent mounts nothing; of the two that mount `shared`, only one also
+        // mounts `ceph`, which the first session needs, and it has room for one.
+        let agents = vec![
+            mounting("plain", 16, &[]),
+            mounting("nfs", 4, &["shared"]),
+            mounting("both", 2, &["shared", "ceph"]),
+        ];
+        let queue = vec![
+            on_volumes(1, 2, &["ceph", "shared"]),
+            on_volumes(2, 2, &["shared"]),
+            session(3, 8),
+        ];
+        let mut s = snapshot(agents, queue);
+        let d = plan(&mut s);
+        let on = |i: usize| d[i].placement.as_ref().expect("placed")[0].agent_id.clone();
+        assert_eq!(on(0), "both");
+        assert_eq!(on(1), "nfs", "the one left that mounts it");
+        assert_eq!(
+            on(2),
+            "plain",
+            "a session without shared folders goes anywhere"
+        );
+    }
+
+    #[test]
+    fn a_session_waits_naming_the_volume_no_live_agent_mounts() {
+        let agents = vec![mounting("plain", 16, &[]), mounting("ceph", 16, &["ceph"])];
+        let mut s = snapshot(agents, vec![on_volumes(1, 1, &["shared"])]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (NeedRetry, Some("NO_VOLUME"))
+        );
+        assert!(d[0].placement.is_none() && d[0].cancel_reason.is_none());
+        assert!(d[0].message.contains("volume `shared`"), "{}", d[0].message);
+        // Chosen by hand, an agent that does not mount it is refused, naming it.
+        let mut wanted = on_volumes(2, 1, &["shared", "ceph"]);
+        wanted.wanted_agent = Some("ceph".into());
+        let mut s = snapshot(vec![mounting("ceph", 16, &["ceph"])], vec![wanted]);
+        let d = plan(&mut s);
+        assert_eq!(
+            (d[0].result, d[0].error_code),
+            (Failure, Some("AGENT_LACKS_VOLUME"))
+        );
+        assert!(d[0].message.contains("volume `shared`"), "{}", d[0].message);
+    }
+
     #[test]
     fn kernels_fit_by_their_scarcest_resource() {
         assert_eq!(kernels_in(slots(8, 4), slots(2, 1)), 4);
@@ -1017,6 +1167,7 @@ mod tests {
             last_error_code: None,
             priority: 0,
             project: None,
+            volumes: Vec::new(),
         }
     }
 

@@ -108,7 +108,7 @@ pub async fn queue_bounded(
                 "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                         cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
                         attempts, last_result, last_error_code, traceparent, project,
-                        priority, queue_seq
+                        priority, queue_seq, volumes
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
                  ORDER BY $4::float8 > 0
                             AND s.status_since < now() - make_interval(secs => $4::float8) DESC,
@@ -140,6 +140,7 @@ pub async fn queue_bounded(
             last_error_code: r.get(13),
             priority: r.get(16),
             project: r.get(15),
+            volumes: r.get(18),
         })
         .collect();
     Ok(Queue {
@@ -185,7 +186,7 @@ pub async fn agents(
             &format!(
                 "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
                         a.used_memory_bytes, a.used_gpu_milli, {},
-                        coalesce(a.network_scope, 'agent:' || a.agent_id)
+                        coalesce(a.network_scope, 'agent:' || a.agent_id), a.volumes
                  FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                  WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
                 unheard_for_seconds("$2")
@@ -201,6 +202,7 @@ pub async fn agents(
             used: slots(r, 4),
             unheard_for: unheard_for(r, 7),
             network_scope: r.get(8),
+            volumes: r.get(9),
         })
         .collect())
 }

@@ -168,6 +168,7 @@ mod tests {
                     },
                     unheard_for: None,
                     network_scope: "engine:one".into(),
+                    volumes: Default::default(),
                 }
             })
             .collect()
@@ -229,6 +230,7 @@ mod tests {
                 last_error_code: None,
                 priority: 0,
                 project: None,
+                volumes: Default::default(),
             })
             .collect();
         for selection in [AgentSelection::Concentrated, AgentSelection::Dispersed] {

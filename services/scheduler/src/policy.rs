@@ -382,6 +382,7 @@ mod tests {
             last_error_code: None,
             priority: 0,
             project: None,
+            volumes: Default::default(),
         }
     }
 
@@ -404,6 +405,7 @@ mod tests {
                 used: cores(used),
                 unheard_for: None,
                 network_scope: "engine:one".into(),
+                volumes: Default::default(),
             }],
             silent_after: Duration::from_secs(10),
             queue,

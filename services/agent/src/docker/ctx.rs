@@ -26,8 +26,12 @@ use crate::AgentError;
 /// How the runtime is set up.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Where folders live on this host (`<data>/folders/<owner>/<name>`).
+    /// Where folders live on this host (`<data>/folders/<owner>/<name>`), those on a shared
+    /// volume aside.
     pub data_dir: PathBuf,
+    /// The shared volumes this host mounts, by name, and where (`BERTH_VOLUMES`): a folder on
+    /// one lives at `<mount>/folders/<owner>/<name>`, the same on every host that mounts it.
+    pub volumes: std::collections::BTreeMap<String, PathBuf>,
     /// Seconds a stopping container gets before it is killed.
     pub stop_grace_secs: i64,
     /// How often the images offered are read again from the engine, so an image built or

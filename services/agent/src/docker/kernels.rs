@@ -310,7 +310,7 @@ async fn create_containers(
     let request = &state.request;
     let id = request.session_id;
     let mut binds = Vec::new();
-    for (host, bind) in spec::folders(state, &ctx.config.data_dir) {
+    for (host, bind) in spec::folders(state, &ctx.config.data_dir, &ctx.config.volumes)? {
         std::fs::create_dir_all(&host).map_err(|e| format!("folder `{}`: {e}", host.display()))?;
         binds.push(bind);
     }

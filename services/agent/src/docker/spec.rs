@@ -5,7 +5,7 @@
 //! a process limit, a capped log, a private IPC namespace). Nothing here talks to the
 //! engine, so every rule is unit-tested.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use bollard::container::{Config, NetworkingConfig};
@@ -129,20 +129,35 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
 /// every worker's in `TF_CONFIG`), as Backend.AI does.
 pub const CLUSTER_PORT: u16 = 12345;
 
-/// Where each of the session's folders lives on this host (under `data_dir`), and the bind
-/// that mounts it at `/home/work/<name>`.
-pub fn folders(state: &SessionState, data_dir: &Path) -> Vec<(PathBuf, String)> {
+/// Where each of the session's folders lives on this host, and the bind that mounts it at
+/// `/home/work/<name>`: under the mount of its volume (`volumes`, the shared volumes this host
+/// mounts) when the request puts it on one, else under `data_dir`, each under
+/// `folders/<owner>/<name>`. A folder on a volume this host does not mount is an error naming
+/// it (the scheduler places such a session only where all are mounted).
+pub fn folders(
+    state: &SessionState,
+    data_dir: &Path,
+    volumes: &BTreeMap<String, PathBuf>,
+) -> Result<Vec<(PathBuf, String)>, String> {
     let request = &state.request;
     request
         .mounts
         .iter()
         .map(|folder| {
-            let host = data_dir
+            let root = match request.volumes.get(folder) {
+                Some(volume) if volume != domain::volumes::HOST_LOCAL => {
+                    volumes.get(volume).ok_or_else(|| {
+                        format!("folder `{folder}` is on volume `{volume}`, which this host does not mount")
+                    })?
+                }
+                _ => data_dir,
+            };
+            let host = root
                 .join("folders")
                 .join(request.owner.user_id.simple().to_string())
                 .join(folder);
             let bind = format!("{}:/home/work/{folder}", host.display());
-            (host, bind)
+            Ok((host, bind))
         })
         .collect()
 }
@@ -417,9 +432,31 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_on_a_shared_volume_is_bound_from_where_this_host_mounts_it() {
+        let mut state = session(1);
+        state.request.mounts = vec!["data".into(), "mine".into()];
+        state.request.volumes = BTreeMap::from([("data".into(), "shared".into())]);
+        let owner = state.request.owner.user_id.simple();
+        let mounted = BTreeMap::from([("shared".to_string(), PathBuf::from("/mnt/nfs"))]);
+        let found = folders(&state, Path::new("/data"), &mounted).unwrap();
+        assert_eq!(
+            found
+                .iter()
+                .map(|(host, _)| host.clone())
+                .collect::<Vec<_>>(),
+            [
+                PathBuf::from(format!("/mnt/nfs/folders/{owner}/data")),
+                PathBuf::from(format!("/data/folders/{owner}/mine")),
+            ]
+        );
+        let missing = folders(&state, Path::new("/data"), &BTreeMap::new()).unwrap_err();
+        assert!(missing.contains("volume `shared`"), "{missing}");
+    }
+
+    #[test]
     fn folders_are_bound_under_the_owners_directory() {
         let state = session(1);
-        let found = folders(&state, Path::new("/data"));
+        let found = folders(&state, Path::new("/data"), &BTreeMap::new()).unwrap();
         let owner = state.request.owner.user_id.simple();
         assert_eq!(
             found,

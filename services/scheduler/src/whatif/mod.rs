@@ -143,6 +143,8 @@ pub struct AgentChange {
 pub struct AgentOffer {
     pub capacity: ResourceSlots,
     pub network_scope: String,
+    /// The shared volumes it mounted.
+    pub volumes: Vec<String>,
 }
 
 /// A resource policy's limits on one owner.
@@ -166,6 +168,8 @@ pub struct Request {
     pub cluster_size: u32,
     pub wanted_agent: Option<String>,
     pub starts_at: Option<DateTime<Utc>>,
+    /// The shared volumes its folders lived on.
+    pub volumes: Vec<String>,
     /// Its priority when requested.
     pub priority: i32,
     /// An admin's changes of its priority while it waited, in order: `(when, to)`.
@@ -406,6 +410,7 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                                 used,
                                 unheard_for: None,
                                 network_scope: offer.network_scope.clone(),
+                                volumes: offer.volumes.clone(),
                             },
                         );
                     }
@@ -544,6 +549,7 @@ fn pending(request: &Request, waiting: &Waiting, now: DateTime<Utc>) -> PendingS
         last_error_code: waiting.last_error_code.clone(),
         priority: request.priority_at(now),
         project: request.project.clone(),
+        volumes: request.volumes.clone(),
     }
 }
 

@@ -59,6 +59,7 @@ fn request(n: u128, owner: u128, cores: u64, at: f64, held: f64) -> Request {
         withdrawn_at: None,
         recorded: None,
         recorded_cancel: None,
+        volumes: Default::default(),
     }
 }
 
@@ -83,6 +84,7 @@ fn joined(id: &str, cores: u64) -> AgentChange {
                 gpu_milli: 0,
             },
             network_scope: format!("agent:{id}"),
+            volumes: Default::default(),
         }),
     }
 }
@@ -277,6 +279,7 @@ fn requested(n: u128, owner: u128, at: f64) -> Logged {
             priority: SessionPriority::DEFAULT,
             pids_limit: None,
             log_limit_bytes: None,
+            volumes: Default::default(),
         })),
     )
 }
@@ -367,6 +370,7 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
                 address: None,
                 image_apps: Default::default(),
                 network_scope: None,
+                volumes: Default::default(),
             }),
         ),
         requested(1, 1, 0.0),

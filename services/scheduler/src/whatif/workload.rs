@@ -124,6 +124,7 @@ pub fn workload(
                         .network_scope
                         .clone()
                         .unwrap_or_else(|| format!("agent:{}", a.agent_id)),
+                    volumes: a.volumes.clone(),
                 };
                 if a.resource_group == group {
                     in_group.insert(a.agent_id.clone());
@@ -174,6 +175,7 @@ pub fn workload(
                     cluster_size: r.cluster_size.max(1),
                     wanted_agent: r.agent_id.clone(),
                     starts_at: r.starts_at,
+                    volumes: events::volumes::needed(&r.volumes),
                     priority: r.priority,
                     reprioritized: Vec::new(),
                     requested_at: at,
