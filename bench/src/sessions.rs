@@ -482,6 +482,15 @@ const SLEEPER: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; don
 
 /// The same container through the Engine API alone: create, then start.
 async fn bare_create_and_start(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
+    bare_create_and_start_on(docker, name, None).await
+}
+
+/// [`bare_create_and_start`] on the network `network` when given.
+async fn bare_create_and_start_on(
+    docker: &bollard::Docker,
+    name: &str,
+    network: Option<&str>,
+) -> anyhow::Result<()> {
     let config = bollard::container::Config {
         image: Some("berth/shell:latest".to_string()),
         cmd: Some(vec!["sh".into(), "-c".into(), SLEEPER.into()]),
@@ -492,6 +501,7 @@ async fn bare_create_and_start(docker: &bollard::Docker, name: &str) -> anyhow::
         host_config: Some(bollard::models::HostConfig {
             nano_cpus: Some(250_000_000),
             memory: Some(64 << 20),
+            network_mode: network.map(str::to_owned),
             ..Default::default()
         }),
         ..Default::default()
@@ -1280,14 +1290,64 @@ pub async fn start_cluster(
         report.push((label, p50, p99));
     }
     stop.cancel();
+    // The engines alone, as the baseline: the network made, then the two containers created
+    // and started at once (as the two agents do), on a bridge of this machine's engine and on
+    // an overlay across the two.
+    let mut bare = Vec::new();
+    for (label, pair, driver) in [
+        ("one engine, a bridge", [&local, &local], "bridge"),
+        (
+            "two engines, an overlay",
+            [&remote[0], &remote[1]],
+            "overlay",
+        ),
+    ] {
+        let mut times = Vec::with_capacity(sessions);
+        for round in 0..sessions {
+            let network = format!("berth-bench-net-{}-{round}", std::process::id());
+            let names = [0, 1].map(|k| format!("{network}-{k}"));
+            let started = Instant::now();
+            let create = bollard::network::CreateNetworkOptions {
+                name: network.clone(),
+                driver: driver.to_owned(),
+                attachable: driver == "overlay",
+                ..Default::default()
+            };
+            pair[0].docker.create_network(create).await?;
+            let (a, b) = tokio::join!(
+                bare_create_and_start_on(&pair[0].docker, &names[0], Some(&network)),
+                bare_create_and_start_on(&pair[1].docker, &names[1], Some(&network)),
+            );
+            a?;
+            b?;
+            times.push(started.elapsed());
+            for (engine, name) in pair.iter().zip(&names) {
+                remove_bench_container(&engine.docker, name).await;
+            }
+            pair[0].docker.remove_network(&network).await?;
+        }
+        times.sort_unstable();
+        let p50 = percentile(&times, 0.5).as_secs_f64() * 1000.0;
+        let p99 = percentile(&times, 0.99).as_secs_f64() * 1000.0;
+        bare.push((label, p50, p99));
+    }
     println!("a 2-node cluster from its request to RUNNING over {sessions} sessions:");
     for (label, p50, p99) in &report {
+        println!("  berth, {label}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+    }
+    println!(
+        "  across engines berth adds {:.1} ms at p50, {:.1} ms at p99",
+        report[1].1 - report[0].1,
+        report[1].2 - report[0].2
+    );
+    println!("the engines alone (network made, two containers created and started at once):");
+    for (label, p50, p99) in &bare {
         println!("  {label}: p50 {p50:.1} ms, p99 {p99:.1} ms");
     }
     println!(
-        "  across engines adds {:.1} ms at p50, {:.1} ms at p99",
-        report[1].1 - report[0].1,
-        report[1].2 - report[0].2
+        "  across engines the engines add {:.1} ms at p50, {:.1} ms at p99",
+        bare[1].1 - bare[0].1,
+        bare[1].2 - bare[0].2
     );
     Ok(())
 }
@@ -1367,56 +1427,38 @@ pub async fn volume_write(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let owner = admin.user_id.simple().to_string();
     let agent_data = std::env::temp_dir().join(format!("berth-bench-{agent_id}"));
-    let mut report = Vec::new();
-    for (folder, volume, root) in [
+    let places = [
         ("onvolume", "shared", volume_dir.clone()),
         ("onhost", events::volumes::HOST_LOCAL, agent_data.clone()),
-    ] {
+    ];
+    for (folder, volume, _) in &places {
         launcher::launch::create_folder(&pool, &admin, folder, volume).await?;
-        let on_host = root.join("folders").join(&owner).join(folder);
-        let command = format!(
-            "dd if=/dev/zero of=/home/work/{folder}/blob bs=1M count={mib} conv=fsync \
-             2> /home/work/{folder}/dd.txt; rm -f /home/work/{folder}/blob"
-        );
-        let mut in_session = Vec::new();
-        for _ in 0..rounds {
-            let create = launcher::launch::CreateSession {
-                session_type: Some(SessionType::Batch),
-                startup_command: Some(command.clone()),
-                mounts: vec![folder.into()],
-                resources: launcher::launch::ResourceRequest {
-                    cpu: Some(1.0),
-                    memory: Some(launcher::launch::ByteSize::Bytes(512 << 20)),
-                    ..Default::default()
-                },
-                ..small_shell(1)
-            };
-            let launched = launcher::launch::launch(&pool, &admin, create).await?;
-            let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
-            wait_ended(&pool, &ids).await?;
-            in_session.push(dd_seconds(&std::fs::read_to_string(
-                on_host.join("dd.txt"),
-            )?)?);
-        }
-        let mut on_the_host = Vec::new();
-        for _ in 0..rounds {
-            let out = tokio::process::Command::new("dd")
-                .arg("if=/dev/zero")
-                .arg(format!("of={}", on_host.join("host-blob").display()))
-                .args(["bs=1M", &format!("count={mib}"), "conv=fsync"])
-                .output()
-                .await?;
-            anyhow::ensure!(out.status.success(), "dd on the host failed");
-            on_the_host.push(dd_seconds(&String::from_utf8_lossy(&out.stderr))?);
-            std::fs::remove_file(on_host.join("host-blob"))?;
-        }
-        report.push((
-            volume,
-            root,
-            median(&mut in_session),
-            median(&mut on_the_host),
-        ));
     }
+    // Round by round, each of the four writes in turn, the order turned about every round
+    // (which place first, session or host first), so that no position favours one: the disk
+    // writes back what the write before left.
+    let mut in_session = [Vec::new(), Vec::new()];
+    let mut on_the_host = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (folder, _, root) = &places[i];
+            let on_host = root.join("folders").join(&owner).join(folder);
+            for session_first in [round % 2 == 0, round % 2 != 0] {
+                if session_first {
+                    in_session[i]
+                        .push(write_in_session(&pool, &admin, folder, &on_host, mib).await?);
+                } else {
+                    on_the_host[i].push(write_on_host(&on_host, mib).await?);
+                }
+            }
+        }
+    }
+    let report: Vec<_> = places
+        .iter()
+        .zip(in_session.iter_mut().zip(on_the_host.iter_mut()))
+        .map(|((_, volume, root), (session, host))| (volume, root, median(session), median(host)))
+        .collect();
     stop.cancel();
     println!("{mib} MiB written and synced, median of {rounds}:");
     for (volume, root, session, host) in &report {
@@ -1432,15 +1474,66 @@ pub async fn volume_write(
     Ok(())
 }
 
-/// The seconds a dd's summary says it took (GNU's `copied, 1.2 s` or BusyBox's `copied,
-/// 1.2 seconds`).
-fn dd_seconds(summary: &str) -> anyhow::Result<f64> {
-    summary
-        .split("copied, ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|secs| secs.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no time in dd's summary: {summary}"))
+/// `mib` MiB written and synced into `folder` from inside a batch session of `admin`'s (the
+/// folder at `on_host` on this host): the seconds it took, by BusyBox's `time` (its dd
+/// prints none), `real 0m 1.23s`.
+async fn write_in_session(
+    pool: &Pool,
+    admin: &events::ledger::KeyOwner,
+    folder: &str,
+    on_host: &std::path::Path,
+    mib: u32,
+) -> anyhow::Result<f64> {
+    let command = format!(
+        "time dd if=/dev/zero of=/home/work/{folder}/blob bs=1M count={mib} conv=fsync \
+         2> /home/work/{folder}/dd.txt; rm -f /home/work/{folder}/blob"
+    );
+    let create = launcher::launch::CreateSession {
+        session_type: Some(SessionType::Batch),
+        startup_command: Some(command),
+        mounts: vec![folder.into()],
+        resources: launcher::launch::ResourceRequest {
+            cpu: Some(1.0),
+            memory: Some(launcher::launch::ByteSize::Bytes(512 << 20)),
+            ..Default::default()
+        },
+        ..small_shell(1)
+    };
+    let launched = launcher::launch::launch(pool, admin, create).await?;
+    let ids: Vec<Uuid> = launched.iter().map(|l| l.session_id).collect();
+    wait_ended(pool, &ids).await?;
+    real_seconds(&std::fs::read_to_string(on_host.join("dd.txt"))?)
+}
+
+/// The same write on the host into `on_host`, by the same BusyBox dd and `time` the session
+/// image runs (Debian's `busybox-static`, which `infra/test.sh` installs): the seconds it
+/// took.
+async fn write_on_host(on_host: &std::path::Path, mib: u32) -> anyhow::Result<f64> {
+    let out = tokio::process::Command::new("busybox")
+        .args(["time", "busybox", "dd", "if=/dev/zero"])
+        .arg(format!("of={}", on_host.join("host-blob").display()))
+        .args(["bs=1M", &format!("count={mib}"), "conv=fsync"])
+        .output()
+        .await
+        .context("busybox (Debian's busybox-static) on the host")?;
+    anyhow::ensure!(out.status.success(), "dd on the host failed");
+    std::fs::remove_file(on_host.join("host-blob"))?;
+    real_seconds(&String::from_utf8_lossy(&out.stderr))
+}
+
+/// The seconds BusyBox's `time` says a command took (`real\t0m 1.23s`).
+fn real_seconds(output: &str) -> anyhow::Result<f64> {
+    let real = output
+        .lines()
+        .find_map(|l| l.strip_prefix("real"))
+        .ok_or_else(|| anyhow::anyhow!("no `real` time in: {output}"))?;
+    let (minutes, seconds) = real
+        .trim()
+        .split_once('m')
+        .ok_or_else(|| anyhow::anyhow!("`real{real}` is not `<m>m <s>s`"))?;
+    let minutes: f64 = minutes.trim().parse()?;
+    let seconds: f64 = seconds.trim().trim_end_matches('s').parse()?;
+    Ok(minutes * 60.0 + seconds)
 }
 
 fn median(values: &mut [f64]) -> f64 {
