@@ -455,6 +455,59 @@ fn place_in_one_scope(agents: &[AgentView], session: &PendingSession) -> Selecti
     Selection::Placed(placed)
 }
 
+/// What besides room decided a placement, for its history row: the agents a cluster's
+/// kernels went to and the network scope they share, and the volumes its folders live on
+/// with the group's agents that were passed over for lacking them (the first five named).
+fn what_decided(
+    agents: &[AgentView],
+    chosen: &[(usize, ResourceSlots)],
+    session: &PendingSession,
+) -> String {
+    let mut said = String::new();
+    let mut on: Vec<&str> = chosen
+        .iter()
+        .map(|(i, _)| agents[*i].agent_id.as_str())
+        .collect();
+    on.sort_unstable();
+    on.dedup();
+    if on.len() > 1 {
+        said.push_str(&format!(
+            "; the cluster's kernels on {} share network scope `{}`",
+            on.join(", "),
+            agents[chosen[0].0].network_scope
+        ));
+    }
+    if !session.volumes.is_empty() {
+        let lacking: Vec<&str> = agents
+            .iter()
+            .filter(|a| !volumes::lacking(&session.volumes, &a.volumes).is_empty())
+            .map(|a| a.agent_id.as_str())
+            .collect();
+        said.push_str(&format!(
+            "; its folders' {} mounted there",
+            volumes_in_words(&session.volumes)
+        ));
+        if !lacking.is_empty() {
+            let named = lacking
+                .iter()
+                .take(5)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = lacking.len().saturating_sub(5);
+            said.push_str(&format!(
+                "; passed over for lacking them: {named}{}",
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    said
+}
+
 /// Volumes in words, for messages: ``volume `a` `` or ``volumes `a`, `b` ``.
 fn volumes_in_words(volumes: &[String]) -> String {
     let named: Vec<String> = volumes.iter().map(|v| format!("`{v}`")).collect();
@@ -740,10 +793,11 @@ pub fn plan(snapshot: &mut Snapshot) -> Vec<Decision> {
                         Selection::Placed(chosen) => {
                             let agent = &snapshot.agents[chosen[0].0];
                             let message = format!(
-                                "{kernels} kernel(s) of {asked} on {}; it had {} free of {}",
+                                "{kernels} kernel(s) of {asked} on {}; it had {} free of {}{}",
                                 agent.agent_id,
                                 describe(agent.free()),
-                                describe(agent.capacity)
+                                describe(agent.capacity),
+                                what_decided(&snapshot.agents, &chosen, session)
                             );
                             (Success, None, message, false, Some(chosen))
                         }
@@ -1021,6 +1075,11 @@ mod tests {
         let kernels = d[0].placement.as_ref().expect("placed");
         assert_eq!(kernels.len(), 4);
         assert!(
+            d[0].message.contains("share network scope `engine:x`"),
+            "{}",
+            d[0].message
+        );
+        assert!(
             kernels.iter().all(|k| k.agent_id.starts_with('x')),
             "{kernels:?}"
         );
@@ -1107,6 +1166,12 @@ mod tests {
         let on = |i: usize| d[i].placement.as_ref().expect("placed")[0].agent_id.clone();
         assert_eq!(on(0), "both");
         assert_eq!(on(1), "nfs", "the one left that mounts it");
+        assert!(
+            d[1].message.contains("volume `shared` mounted there")
+                && d[1].message.contains("passed over for lacking them: plain"),
+            "{}",
+            d[1].message
+        );
         assert_eq!(
             on(2),
             "plain",
