@@ -189,3 +189,129 @@ async fn a_restored_log_keeps_its_order_and_berth_goes_on_from_it() {
     assert!(rebuild.equal(), "{:?}", rebuild.differences);
     let _ = std::fs::remove_dir_all(&outbox);
 }
+
+/// `database` on `cluster` as `role`, not as the cluster's superuser.
+fn as_role(cluster: &testkit::scratch::Postgres, role: &str, database: &str) -> String {
+    cluster
+        .url(database)
+        .replacen("berth@", &format!("{role}@"), 1)
+}
+
+/// What an operator makes, as the cluster's superuser, where berth's owner may create no
+/// role (docs/operations.md, "A PostgreSQL berth does not own"): the services' role, `owner`
+/// (no superuser, no CREATEROLE, no CREATEDB) a member of it, and `database`, owned by it.
+async fn set_up_by_the_operator(cluster: &testkit::scratch::Postgres, owner: &str, database: &str) {
+    let (admin, connection) = deadpool_postgres::tokio_postgres::connect(
+        &cluster.url("postgres"),
+        deadpool_postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    for statement in [
+        "CREATE ROLE berth_service NOLOGIN".to_string(),
+        format!("CREATE ROLE {owner} LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB"),
+        format!("GRANT berth_service TO {owner}"),
+        // `berth restore` moves the log's clock with a setting of the database.
+        format!("GRANT SET ON PARAMETER berth.xid_offset TO {owner}"),
+        // Alone: not in a transaction.
+        format!("CREATE DATABASE {database} OWNER {owner}"),
+    ] {
+        admin.batch_execute(&statement).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn berth_runs_and_is_restored_where_its_owner_is_no_superuser_under_another_owners_name() {
+    // A cluster where berth's owner is a plain role: set-up (the migrations) and sessions.
+    let first = testkit::scratch::Postgres::start().unwrap();
+    set_up_by_the_operator(&first, "owner_a", "berth_a").await;
+    let mut config = test_config();
+    config.database_url = as_role(&first, "owner_a", "berth_a");
+    let h = start_with(config).await;
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
+    let outbox = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
+    admit(&h, "sim-owned", "default").await;
+    let agent = h
+        .simulated_agent(&nats, "sim-owned", &outbox, Duration::from_millis(200))
+        .await;
+    let alice = h.user("alice@example.com").await;
+    let (status, created) = h.create(&alice, batch("true")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    // A rebuild by the services' role makes a schema of its own.
+    let rebuild = events::projection::rebuild(&h.pool, &gateway::projection::SessionsView, false)
+        .await
+        .unwrap();
+    assert!(rebuild.equal(), "{:?}", rebuild.differences);
+    events::audit::seal_all(&h.pool).await.unwrap();
+    let events_before = h.count_events("SessionStatusChanged").await;
+    let dump = std::env::temp_dir().join(format!("berth-dump-{}", Uuid::new_v4().simple()));
+    berth::backup::backup(h.database_url(), &dump)
+        .await
+        .expect("berth backup as a plain owner");
+    agent.stop().await;
+    h.stop();
+
+    // Another cluster, where `owner_a` does not exist: restored as `owner_b`.
+    let second = testkit::scratch::Postgres::start().unwrap();
+    set_up_by_the_operator(&second, "owner_b", "berth_b").await;
+    let mut config = test_config();
+    config.database_url = as_role(&second, "owner_b", "berth_b");
+    config.topology = h.topology.clone();
+    config.agent_bus = h.agent_bus.clone();
+    let restored = berth::backup::restore(&config.database_url, &dump)
+        .await
+        .expect("berth restore under another owner");
+    assert!(restored.events > 0);
+    let _ = std::fs::remove_file(&dump);
+    let (client, connection) = deadpool_postgres::tokio_postgres::connect(
+        &second.url("berth_b"),
+        deadpool_postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let owners: Vec<String> = client
+        .query(
+            "SELECT DISTINCT pg_get_userbyid(nspowner) FROM pg_namespace
+             WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public')
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        owners,
+        ["berth_service", "owner_b"],
+        "the new owner's, and what the services' role had made"
+    );
+
+    // berth goes on there: a new session, the chain whole, replays equal, and the services'
+    // role rebuilds its projection again (it owns what it made).
+    let h2 = start_existing(config, h.admin_key.clone()).await;
+    assert_eq!(h2.count_events("SessionStatusChanged").await, events_before);
+    let agent = h2
+        .simulated_agent(&nats, "sim-owned", &outbox, Duration::from_millis(200))
+        .await;
+    let (status, created) = h2.create(&alice, batch("true")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    let detail = h2.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    assert_eq!(detail["exit_code"], 0, "{detail}");
+    agent.stop().await;
+    events::audit::seal_all(&h2.pool).await.unwrap();
+    let verified = events::audit::verify(&h2.pool).await.unwrap();
+    assert_eq!(verified.first_break, None);
+    let replay = events::ledger::replay(&h2.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    let rebuild = events::projection::rebuild(&h2.pool, &gateway::projection::SessionsView, false)
+        .await
+        .unwrap();
+    assert!(rebuild.equal(), "{:?}", rebuild.differences);
+    let _ = std::fs::remove_dir_all(&outbox);
+}
