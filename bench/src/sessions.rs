@@ -1172,6 +1172,36 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
     Ok(())
 }
 
+/// The control plane a bench's Docker agents meet on the bus: a migrated database, the relay,
+/// the recorder and a scheduler woken by the bus, until `stop`.
+struct ControlPlane {
+    pool: Pool,
+    stop: tokio_util::sync::CancellationToken,
+    nats: async_nats::Client,
+    topology: events::relay::Topology,
+    subjects: bus::Subjects,
+}
+
+impl ControlPlane {
+    async fn start(nats_url: &str, url: &str) -> anyhow::Result<ControlPlane> {
+        let pool = events::store::pool(url, 16)?;
+        berth::app::migrate(&pool).await?;
+        launcher::access::bootstrap(&pool).await?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (nats, _js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
+        let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
+        let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
+        woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
+        Ok(ControlPlane {
+            pool,
+            stop,
+            nats,
+            topology,
+            subjects,
+        })
+    }
+}
+
 /// An engine at a Unix socket (another host's, `infra/host.sh`), whose host must hold
 /// `image`.
 async fn bench_engine_at(socket: &std::path::Path, image: &str) -> anyhow::Result<BenchEngine> {
@@ -1204,14 +1234,13 @@ pub async fn start_cluster(
     engines: &[std::path::PathBuf; 2],
     sessions: usize,
 ) -> anyhow::Result<()> {
-    let pool = events::store::pool(url, 16)?;
-    berth::app::migrate(&pool).await?;
-    launcher::access::bootstrap(&pool).await?;
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (nats, _js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
-    let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
-    let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
-    woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
+    let ControlPlane {
+        pool,
+        stop,
+        nats,
+        topology,
+        subjects,
+    } = ControlPlane::start(nats_url, url).await?;
     let admin = superadmin(&pool, "clusters@berth.local").await?;
     let mut watch = StatusWatch::new(&nats, &topology).await?;
     // Each agent has room for one kernel: a cluster of two takes both.
@@ -1394,14 +1423,13 @@ pub async fn volume_write(
     mib: u32,
     rounds: usize,
 ) -> anyhow::Result<()> {
-    let pool = events::store::pool(url, 16)?;
-    berth::app::migrate(&pool).await?;
-    launcher::access::bootstrap(&pool).await?;
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (nats, _js, topology) = relay_on_bus(nats_url, url, &pool, &stop).await?;
-    let subjects = recorder_on_bus(&nats, &pool, &topology, &stop);
-    let config = scheduler::run::SchedulerConfig::new(Duration::from_millis(200));
-    woken_scheduler(&pool, nats.clone(), &topology, config, &stop);
+    let ControlPlane {
+        pool,
+        stop,
+        nats,
+        subjects,
+        ..
+    } = ControlPlane::start(nats_url, url).await?;
     let admin = superadmin(&pool, "writer@berth.local").await?;
     let volume_dir = volume_dir.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("berth-bench-volume-{}", std::process::id()))

@@ -548,16 +548,22 @@ mod tests {
         assert_eq!(sub.host_config.unwrap().network_mode, Some(net));
     }
 
-    #[test]
-    fn a_spread_cluster_lays_out_only_this_agents_kernels() {
-        let mut state = session(3);
-        state.kernels = ["a1", "a2", "a1"]
-            .into_iter()
+    /// A cluster of one kernel per agent named, on those agents in order.
+    fn spread_over(agents: &[&str]) -> SessionState {
+        let mut state = session(agents.len() as u32);
+        state.kernels = agents
+            .iter()
             .map(|agent| KernelPlacement {
-                agent_id: agent.into(),
+                agent_id: (*agent).into(),
                 resources: state.request.resources,
             })
             .collect();
+        state
+    }
+
+    #[test]
+    fn a_spread_cluster_lays_out_only_this_agents_kernels() {
+        let state = spread_over(&["a1", "a2", "a1"]);
         assert_eq!(layout(&state, "a1").mine, [0, 2]);
         assert_eq!(layout(&state, "a2").mine, [1]);
         assert!(layout(&state, "a1").spans_agents);
@@ -566,14 +572,7 @@ mod tests {
 
     #[test]
     fn each_kernel_of_a_cluster_is_told_its_place_as_backend_ai_and_the_launchers_name_it() {
-        let mut state = session(3);
-        state.kernels = ["a1", "a2", "a1"]
-            .into_iter()
-            .map(|agent| KernelPlacement {
-                agent_id: agent.into(),
-                resources: state.request.resources,
-            })
-            .collect();
+        let state = spread_over(&["a1", "a2", "a1"]);
         let layout = layout(&state, "a1");
         let env = |k| {
             env_of(&kernel_config(
