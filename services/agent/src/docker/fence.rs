@@ -8,7 +8,8 @@
 //! single kernel's bridge has inter-container traffic off. What Docker does not stop is a
 //! container reaching the host's own ports through its bridge's gateway (that traffic is the
 //! host's INPUT, not FORWARD) and any address outside (metadata included): two chains of
-//! berth's own do, reached from INPUT and DOCKER-USER for the `berth+` interfaces alone.
+//! berth's own do, reached from INPUT and DOCKER-USER for the `berth+` interfaces and a
+//! swarm's `docker_gwbridge` (a cluster's kernels on an overlay go out through it) alone.
 //!
 //! The rules match interface names, never one session: nothing is added or removed per
 //! session, so a session that ends (or an agent that dies) leaves no rule behind. The chains
