@@ -300,11 +300,17 @@ pub(crate) struct BenchEngine {
 /// The local engine, whose host must hold `image` (`infra/images.sh` builds it).
 pub(crate) async fn bench_engine(image: &str) -> anyhow::Result<BenchEngine> {
     let docker = agent::docker::connect().await?;
+    holding(docker, image, "run infra/images.sh first").await
+}
+
+/// The engine `docker` with its images, which must hold `image` (else `lacking` says why).
+async fn holding(
+    docker: bollard::Docker,
+    image: &str,
+    lacking: &str,
+) -> anyhow::Result<BenchEngine> {
     let images = agent::docker::local_images(&docker).await?;
-    anyhow::ensure!(
-        images.names.iter().any(|i| i == image),
-        "run infra/images.sh first"
-    );
+    anyhow::ensure!(images.names.iter().any(|i| i == image), "{lacking}");
     Ok(BenchEngine {
         docker,
         images,
@@ -870,23 +876,8 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let gone = |ids: Vec<Uuid>| {
         let (pool, docker, agent_id) = (pool.clone(), docker.clone(), agent_id.clone());
         async move {
-            loop {
-                let client = pool.get().await?;
-                let ended = db::count_in_status(&client, &ids, &SessionStatus::TERMINAL).await?;
-                let options = bollard::container::ListContainersOptions::<String> {
-                    all: true,
-                    filters: HashMap::from([(
-                        "label".to_string(),
-                        vec![format!("ai.berth.agent={agent_id}")],
-                    )]),
-                    ..Default::default()
-                };
-                let left = docker.list_containers(Some(options)).await?.len();
-                if ended as usize == ids.len() && left == 0 {
-                    return anyhow::Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            wait_ended(&pool, &ids).await?;
+            wait_containers_gone(&docker, &agent_id).await
         }
     };
     let end_all = |ids: Vec<Uuid>| {
@@ -1211,17 +1202,11 @@ async fn bench_engine_at(socket: &std::path::Path, image: &str) -> anyhow::Resul
     let docker = bollard::Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)?
         .negotiate_version()
         .await?;
-    let images = agent::docker::local_images(&docker).await?;
-    anyhow::ensure!(
-        images.names.iter().any(|i| i == image),
+    let lacking = format!(
         "the engine at {} lacks {image} (infra/host.sh load N {image})",
         socket.display()
     );
-    Ok(BenchEngine {
-        docker,
-        images,
-        volumes: Default::default(),
-    })
+    holding(docker, image, &lacking).await
 }
 
 /// `berth bench start-cluster`: a multi-node cluster of two kernels from its request to

@@ -211,7 +211,12 @@ fn batch(command: &str) -> Value {
 }
 
 pub(crate) async fn run_to_end(h: &Harness, body: Value) -> Value {
-    let (status, created) = h.create(&h.admin_key, body).await;
+    run_as(h, &h.admin_key, body).await
+}
+
+/// Creates a session as `key` and waits for it to end; the session.
+pub(crate) async fn run_as(h: &Harness, key: &str, body: Value) -> Value {
+    let (status, created) = h.create(key, body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
     h.wait_session(&id, |s| {

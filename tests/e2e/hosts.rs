@@ -16,7 +16,7 @@ use agent::docker::registry::Registry;
 use crate::apps::Cleanup;
 use crate::common::*;
 use crate::containers::{
-    data_dir, depart, fresh_agent_id, kill, logs, start_agent_on, AgentSetup, DockerAgent,
+    data_dir, depart, fresh_agent_id, kill, logs, run_as, start_agent_on, AgentSetup, DockerAgent,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -320,12 +320,10 @@ async fn batch_to_its_end(
     if let Some(agent) = agent {
         body["agent"] = json!(agent);
     }
-    let (status, created) = h.create(key, body).await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids_of(&created);
-    let ended = h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    let ended = run_as(h, key, body).await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
     assert_eq!(ended["exit_code"], 0, "{ended}");
-    let output = logs(h, &id).await;
+    let output = logs(h, ended["session_id"].as_str().unwrap()).await;
     (ended, output)
 }
 

@@ -2,7 +2,7 @@
 //! with no route to other tenants or the host, hardening, and pids and log caps.
 
 use crate::common::*;
-use crate::containers::{local_agent, logs, run_to_end};
+use crate::containers::{local_agent, logs, run_as, run_to_end};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -36,20 +36,6 @@ async fn fenced_user(h: &Harness, name: &str, fence: Value) -> String {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     answer["api_key"].as_str().unwrap().to_owned()
-}
-
-/// Creates a session as `key` and waits for it to end; the session.
-async fn run_as(h: &Harness, key: &str, body: Value) -> Value {
-    let (status, created) = h.create(key, body).await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
-    let id = ids(&created)[0].clone();
-    h.wait_session(&id, |s| {
-        matches!(
-            s["status"].as_str(),
-            Some("TERMINATED" | "ERROR" | "CANCELLED")
-        )
-    })
-    .await
 }
 
 fn shell_batch(command: &str) -> Value {
