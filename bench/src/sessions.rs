@@ -89,6 +89,8 @@ fn core_figures(policy: QueuePolicy, agents: usize, sessions: usize, rounds: usi
                 priority: 0,
                 project: None,
                 volumes: Default::default(),
+                image: "berth/python:3.12".into(),
+                image_on: Vec::new(),
             })
             .collect(),
         held: HashMap::new(),

@@ -365,6 +365,9 @@ pub fn whatif(sessions: usize, agents: usize) -> anyhow::Result<()> {
                 priority: 0,
                 project: None,
                 volumes: Default::default(),
+                // As the what-if replay: no history row says where the image is.
+                image: String::new(),
+                image_on: Vec::new(),
             })
             .collect(),
         owners: HashMap::new(),

@@ -179,6 +179,41 @@ pub enum Request {
     /// I am leaving (stopped, or drained), for `reason`: place nothing more on me. My
     /// sessions' containers keep running; I adopt them when I register again.
     Depart { reason: String },
+    /// The credential to pull the session's image with, which an admin stored for its
+    /// registry (asked for a session whose kernels hold shares on me, and only then given).
+    PullCredential { session_id: Uuid },
+    /// What a folder holds now, measured on its volume after a session that mounted it ended.
+    FolderUsage(FolderUsage),
+}
+
+/// What one of a user's folders holds on its volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolderUsage {
+    pub owner: Uuid,
+    pub folder: String,
+    /// The volume it lives on (`host-local`: the measuring agent's own disk).
+    pub volume: String,
+    /// Allocated on the volume, as `du` counts.
+    pub bytes: u64,
+    /// Files, directories and links below it.
+    pub files: u64,
+    pub measured_at: DateTime<Utc>,
+}
+
+/// A registry's user and password, handed to an agent that pulls one of its images.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryLogin {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryLogin {
+    /// Never the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryLogin")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A session as an agent needs it: its state, and the trace its journey belongs to.
@@ -213,6 +248,8 @@ pub enum Answer {
     Session { session: Option<Box<SessionView>> },
     /// The live sessions with kernels on the asking agent.
     Live { sessions: Vec<LiveSession> },
+    /// The credential for the session's image (`None`: none is stored for its registry).
+    PullCredential { login: Option<RegistryLogin> },
     /// The control plane could not decide now (its database is away): ask again later.
     Unavailable { reason: String },
 }

@@ -229,6 +229,11 @@ catalogue! {
     SessionCommitEnded(SessionCommitEnded) = "SessionCommitEnded" v 1,
     /// An owner removed a customized image.
     CustomImageRemoved(CustomImageRemoved) = "CustomImageRemoved" v 1,
+    /// An admin stored the credential a registry's images are pulled with (the password is
+    /// not in the event).
+    RegistryCredentialSet(RegistryCredentialSet) = "RegistryCredentialSet" v 1,
+    /// An admin removed a registry's credential.
+    RegistryCredentialRemoved(RegistryCredentialRemoved) = "RegistryCredentialRemoved" v 1,
     /// A user set (or removed) the webhook their notifications are delivered to.
     NotificationWebhookSet(NotificationWebhookSet) = "NotificationWebhookSet" v 1,
     /// A new secret signs a user's webhook deliveries (the secret is not in the event).
@@ -647,6 +652,13 @@ mod tests {
                 image: crate::images::custom_image(id, "my-env"),
                 session_id: Some(id),
                 agent_id: Some("a1".into()),
+            }),
+            Event::RegistryCredentialSet(RegistryCredentialSet {
+                registry: "cr.example.com:5000".into(),
+                username: "puller".into(),
+            }),
+            Event::RegistryCredentialRemoved(RegistryCredentialRemoved {
+                registry: "cr.example.com:5000".into(),
             }),
             Event::NotificationWebhookSet(NotificationWebhookSet {
                 user_id: id,

@@ -55,9 +55,56 @@ pub fn split_reference(image: &str) -> (&str, &str) {
     }
 }
 
+/// The registry of an image reference, as Docker reads one: its first component when that
+/// names a host (a dot, a port or `localhost`), else Docker Hub's `docker.io`.
+pub fn registry_of(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first,
+        _ => "docker.io",
+    }
+}
+
+/// Whether `registry` can name a registry: a host name or address, with a port maybe, as an
+/// image reference begins (at most 253 characters of letters, digits, `.`, `-`, `:`, `[`, `]`).
+pub fn is_registry_name(registry: &str) -> bool {
+    !registry.is_empty()
+        && registry.len() <= 253
+        && registry
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+        && registry_of(&format!("{registry}/x")) == registry
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_is_the_first_component_when_it_names_a_host() {
+        assert_eq!(registry_of("berth/shell:latest"), "docker.io");
+        assert_eq!(registry_of("python:3.12"), "docker.io");
+        assert_eq!(
+            registry_of("cr.backend.ai/stable/python:3.9"),
+            "cr.backend.ai"
+        );
+        assert_eq!(registry_of("localhost:5000/x/y"), "localhost:5000");
+        assert_eq!(registry_of("localhost/x"), "localhost");
+    }
+
+    #[test]
+    fn a_registry_name_is_what_an_image_reference_begins_with() {
+        for good in [
+            "cr.example.com",
+            "192.0.2.2:55000",
+            "localhost",
+            "[::1]:5000",
+        ] {
+            assert!(is_registry_name(good), "{good}");
+        }
+        for bad in ["", "berth", "cr.example.com/team", "a b.c", "x;y.z"] {
+            assert!(!is_registry_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn names_are_4_to_32_letters_digits_dashes_and_underscores() {

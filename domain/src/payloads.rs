@@ -1012,6 +1012,22 @@ pub struct SessionCommitEnded {
     pub outcome: CommitOutcome,
 }
 
+/// An admin stored the credential agents pull a registry's images with: its images are
+/// offered to every user, pulled with it. The password is kept in
+/// `secrets.registry_credentials`, a table that can be erased, never in the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredentialSet {
+    /// `host[:port]`, as an image reference begins ([`crate::images::registry_of`]).
+    pub registry: String,
+    pub username: String,
+}
+
+/// An admin removed a registry's credential: its images are offered no more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredentialRemoved {
+    pub registry: String,
+}
+
 /// An owner removed a customized image: offered no more.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CustomImageRemoved {

@@ -51,6 +51,8 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(32, include_str!("../migrations/0032_secrets.sql")),
     backbone(33, include_str!("../migrations/0033_pushed_images.sql")),
     backbone(34, include_str!("../migrations/0034_volumes.sql")),
+    backbone(35, include_str!("../migrations/0035_session_image.sql")),
+    backbone(36, include_str!("../migrations/0036_registries.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

@@ -156,6 +156,11 @@ fn routes() -> OpenApiRouter<AppState> {
             api::admin::agents::admin_admit_agent
         ))
         .routes(routes!(api::admin::agents::admin_revoke_agent))
+        .routes(routes!(api::admin::registries::admin_list_registries))
+        .routes(routes!(
+            api::admin::registries::admin_set_registry,
+            api::admin::registries::admin_remove_registry
+        ))
         .routes(routes!(sse::events))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
@@ -407,6 +412,9 @@ mod tests {
             ("get", "/v1/admin/agents"),
             ("post", "/v1/admin/agents"),
             ("post", "/v1/admin/agents/{id}/revoke"),
+            ("get", "/v1/admin/registries"),
+            ("put", "/v1/admin/registries/{registry}"),
+            ("delete", "/v1/admin/registries/{registry}"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),
         ]

@@ -271,6 +271,23 @@ pub struct Folder {
     /// The volume its files live on (`host-local`: the data directory of whichever agent
     /// runs a session of it).
     pub volume: String,
+    /// What it held when last measured (after each session that mounted it ended); null
+    /// before any has.
+    pub usage: Option<FolderUsage>,
+}
+
+/// What a folder holds on its volume, measured by the agent of the last session that mounted
+/// it, once that session ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderUsage {
+    /// Allocated on the volume, as `du` counts.
+    pub bytes: u64,
+    /// Files, directories and links in it.
+    pub files: u64,
+    pub measured_at: DateTime<Utc>,
+    /// The agent that measured it.
+    pub agent_id: String,
 }
 
 /// `GET /v1/folders`.
@@ -1053,6 +1070,24 @@ pub struct AdmittedAgent {
 #[serde(deny_unknown_fields)]
 pub struct AdmittedAgents {
     pub agents: Vec<AdmittedAgent>,
+}
+
+/// A registry whose images every agent pulls with the credential an admin stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryListed {
+    /// `host[:port]`, as its images' references begin.
+    pub registry: String,
+    /// The user its credential names (the password is never shown).
+    pub username: String,
+    pub set_at: DateTime<Utc>,
+}
+
+/// `GET /v1/admin/registries`: by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Registries {
+    pub registries: Vec<RegistryListed>,
 }
 
 /// `POST /v1/admin/agents`: the agent's credential, shown only in this answer.

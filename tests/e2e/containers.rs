@@ -419,6 +419,17 @@ async fn folders_outlive_sessions_scratch_does_not_and_ports_are_published() {
         output.contains("kept") && output.contains("scratch-gone"),
         "{output}"
     );
+    // Measured on its volume once a session that mounted it ended: the note alone in it.
+    let (_, listed) = h.get(&h.admin_key, "/v1/folders").await;
+    assert_eq!(listed["folders"][0]["volume"], "host-local", "{listed}");
+    let usage = wait_for(|| async {
+        let (_, listed) = h.get(&h.admin_key, "/v1/folders").await;
+        let usage = listed["folders"][0]["usage"].clone();
+        usage.is_object().then_some(usage)
+    })
+    .await;
+    assert_eq!(usage["files"], 1, "{usage}");
+    assert!(usage["bytes"].as_u64().unwrap() >= 5, "{usage}");
 
     let (status, created) = h
         .create(&h.admin_key, json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"},

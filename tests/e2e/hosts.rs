@@ -4,7 +4,9 @@
 //! main kernel's agent makes, its kernels reach each other by host name through the hosts'
 //! network alone and see the cluster's environment; the network outlives its agent's SIGKILL
 //! and restart, and goes with the session. A session committed on one host runs on the
-//! other, its image pulled from the stack's registry. A folder on a shared volume (one
+//! other, its image pulled from the stack's registry; an image of a registry no agent holds a
+//! credential for runs once an admin stores one, which never enters the log. A folder on a
+//! shared volume (one
 //! directory both engines bind-mount, standing in for an NFS export both hosts mount) is the
 //! same on both hosts, and places its sessions where its volume is mounted.
 
@@ -303,6 +305,153 @@ async fn a_session_committed_on_one_host_runs_on_another_pulled_from_the_stacks_
 
     let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+/// Pushes the shell image to the stack's registry as `<registry>/private/shell:<tag>` from
+/// this host's engine (then forgets that name here, so a session of it must pull it): the
+/// reference pushed.
+async fn pushed_privately(registry: &Registry) -> String {
+    use bollard::image::{PushImageOptions, RemoveImageOptions, TagImageOptions};
+    use futures::StreamExt;
+    let docker = agent::docker::connect().await.unwrap();
+    let repository = format!("{}/private/shell", registry.address);
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let options = TagImageOptions {
+        repo: repository.clone(),
+        tag: tag.clone(),
+    };
+    docker
+        .tag_image("berth/shell:latest", Some(options))
+        .await
+        .unwrap();
+    let options = PushImageOptions { tag: tag.clone() };
+    let mut pushing = docker.push_image(&repository, Some(options), registry.credentials());
+    while let Some(step) = pushing.next().await {
+        assert!(step.unwrap().error.is_none(), "the push");
+    }
+    let reference = format!("{repository}:{tag}");
+    let options = RemoveImageOptions {
+        noprune: true,
+        ..Default::default()
+    };
+    docker
+        .remove_image(&reference, Some(options), None)
+        .await
+        .unwrap();
+    reference
+}
+
+#[tokio::test]
+async fn an_image_of_a_private_registry_runs_with_the_credential_an_admin_stored_outside_the_log() {
+    let Some(registry) = stack_registry() else {
+        return;
+    };
+    let login =
+        std::fs::read_to_string(std::env::var("BERTH_REGISTRY_CREDENTIAL").unwrap()).unwrap();
+    let (username, password) = login.trim_end().split_once(':').unwrap();
+    let image = pushed_privately(&registry).await;
+    let h = start().await;
+    let alice = h.user("alice@example.com").await;
+    let id = fresh_agent_id();
+    let _cleanup = Cleanup(id.clone());
+    // An agent given no registry: what it pulls, it pulls with what the control plane hands it.
+    let _agent = start_agent_on(
+        &h,
+        &id,
+        &data_dir(),
+        agent::docker::connect().await.unwrap(),
+        AgentSetup::cpu(1_000),
+    )
+    .await
+    .unwrap();
+    let batch = json!({"type": "batch", "image": image, "startup_command": "echo pulled-privately",
+                       "resources": {"cpu": 1, "memory": "128m"}});
+    let (status, refused) = h.create(&alice, batch.clone()).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "no credential yet: {refused}"
+    );
+    assert_eq!(refused["error"]["field"], "image", "{refused}");
+
+    let path = format!("/v1/admin/registries/{}", registry.address);
+    let (status, answer) = h
+        .put(
+            &alice,
+            &path,
+            json!({"username": username, "password": password}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "superadmins only: {answer}");
+    // A wrong password is stored as given: the pull fails, saying why.
+    let (status, answer) = h
+        .put(
+            &h.admin_key,
+            &path,
+            json!({"username": username, "password": "not-it"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    let failed = run_as(&h, &alice, batch.clone()).await;
+    assert_eq!(failed["status"], "ERROR", "{failed}");
+    assert!(
+        failed["status_reason"].to_string().contains("pulling"),
+        "{failed}"
+    );
+    // The right one: the image is pulled with it and runs.
+    let (status, answer) = h
+        .put(
+            &h.admin_key,
+            &path,
+            json!({"username": username, "password": password}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    let ran = run_as(&h, &alice, batch.clone()).await;
+    assert_eq!(
+        (&ran["status"], &ran["exit_code"]),
+        (&json!("TERMINATED"), &json!(0)),
+        "{ran}"
+    );
+    let output = logs(&h, ran["session_id"].as_str().unwrap()).await;
+    assert!(output.contains("pulled-privately"), "{output}");
+
+    // Listed with its user, never its password; no event holds the password.
+    let (status, listed) = h.get(&h.admin_key, "/v1/admin/registries").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        listed["registries"][0]["registry"],
+        registry.address.as_str()
+    );
+    assert_eq!(listed["registries"][0]["username"], username);
+    assert!(!listed.to_string().contains(password), "{listed}");
+    let client = h.pool.get().await.unwrap();
+    let payloads: Vec<String> = client
+        .query("SELECT payload::text FROM events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        payloads.iter().any(|p| p.contains("\"username\"")),
+        "the event is there"
+    );
+    for payload in &payloads {
+        assert!(
+            !payload.contains(password),
+            "the password in the log: {payload}"
+        );
+    }
+
+    // Removed: its images are offered no more; removing it again names what is missing.
+    let (status, _) = h.delete(&h.admin_key, &path).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, refused) = h.create(&alice, batch).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+    let (status, missing) = h.delete(&h.admin_key, &path).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    assert_eq!(missing["error"]["field"], "registry", "{missing}");
 }
 
 /// Runs the batch `command` as `key` (mounting `mounts`, on agent `agent` when given) to its

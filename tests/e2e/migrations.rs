@@ -101,6 +101,8 @@ fn expected_history() -> Vec<(String, i32)> {
     }
     // The recorder's logs in bounded chunks.
     rows.push(("recorder".to_owned(), 2));
+    // Folders' usage.
+    rows.push(("recorder".to_owned(), 3));
     // Webhook signing secrets.
     rows.push(("notification".to_owned(), 2));
     rows.sort();

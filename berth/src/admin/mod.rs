@@ -1,7 +1,7 @@
 //! `berth admin ...`: operators create users, keys (for ever or until an expiry), passwords,
 //! projects, resource groups, policies and presets, revoke keys, disable and enable users and
-//! change their role, set the idle checks, admit and revoke agents, list each of these, and
-//! make the NATS server's authorization.
+//! change their role, set the idle checks, admit and revoke agents, store registries'
+//! credentials, list each of these, and make the NATS server's authorization.
 //!
 //! The flags of each command become the gateway's own typed request once
 //! ([`requests`]: `gateway::api::admin::NewUser`, `PolicyLimits`, ...), whose rules the
@@ -33,7 +33,7 @@ pub enum AdminCommand {
     /// It reaches the database (BERTH_DATABASE_URL): no key exists before it.
     Init,
     /// List users, API keys, Backend.AI keypairs, projects, resource groups, policies,
-    /// presets, idle checks or agents.
+    /// presets, idle checks, agents or registries.
     Ls {
         #[arg(value_enum)]
         kind: Kind,
@@ -197,6 +197,9 @@ pub enum AdminCommand {
     /// Admit or revoke agents.
     #[command(subcommand)]
     Agent(AgentAdminCommand),
+    /// Store or remove the credential agents pull a registry's images with.
+    #[command(subcommand)]
+    Registry(RegistryAdminCommand),
     /// Print the NATS server's `authorization` block: the control plane's user (from the
     /// user and password in BERTH_NATS_URL) with every right, and each admitted agent (as
     /// `GET /v1/admin/agents` lists them) by its key with its own subjects only. Include it in
@@ -289,6 +292,21 @@ pub enum AgentAdminCommand {
     },
 }
 
+#[derive(Subcommand)]
+pub enum RegistryAdminCommand {
+    /// Store the credential every agent pulls `registry`'s images with (replacing one set
+    /// before): its images are then offered to every user. The password is read from
+    /// BERTH_NEW_PASSWORD when set, else from the first line of standard input.
+    Set {
+        /// Its host, with its port if any: `cr.example.com`, `192.0.2.2:5000`.
+        registry: String,
+        #[arg(long)]
+        username: String,
+    },
+    /// Remove a registry's credential: its images are offered no more.
+    Rm { registry: String },
+}
+
 /// What `berth admin ls` lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
@@ -301,6 +319,7 @@ pub enum Kind {
     Presets,
     Idle,
     Agents,
+    Registries,
 }
 
 /// Runs an admin command: through the gateway with a key, through the database where no key

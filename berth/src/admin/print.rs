@@ -8,7 +8,7 @@ use super::Kind;
 use crate::session_cli::{show, Output};
 use gateway::model::{
     AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
-    GroupShares, IdleSettings, KeypairsListed, Presets,
+    GroupShares, IdleSettings, KeypairsListed, Presets, Registries,
 };
 
 /// A Backend.AI keypair as Backend.AI's client takes it: `export` lines to paste into a
@@ -320,6 +320,15 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
                             or_dash(a.version),
                         ]
                     })
+                    .collect(),
+            )
+        }),
+        Kind::Registries => show(output, v, |l: Registries| {
+            table(
+                &["REGISTRY", "USERNAME", "SET"],
+                l.registries
+                    .into_iter()
+                    .map(|r| vec![r.registry, r.username, r.set_at.to_rfc3339()])
                     .collect(),
             )
         }),

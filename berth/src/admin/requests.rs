@@ -16,13 +16,14 @@ use gateway::api::admin::keys::{KeyFor, NewKey};
 use gateway::api::admin::policies::PolicyLimits;
 use gateway::api::admin::presets::{PresetAmounts, PresetIn};
 use gateway::api::admin::projects::{Member, NewProject};
+use gateway::api::admin::registries::RegistryCredentialIn;
 use gateway::api::admin::users::{NewUser, PasswordSet, RoleSet};
 use gateway::api::admin::AmountsIn;
 use reqwest::Method;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{AdminCommand, AgentAdminCommand, IdleAdminCommand, Kind};
+use super::{AdminCommand, AgentAdminCommand, IdleAdminCommand, Kind, RegistryAdminCommand};
 use crate::session_cli::Output;
 
 /// One admin command as the gateway takes it.
@@ -224,6 +225,21 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
         command @ AdminCommand::SetPolicy { .. } => limits_call(command),
         command @ AdminCommand::SavePreset { .. } => limits_call(command),
         AdminCommand::Agent(command) => agent_call(command),
+        AdminCommand::Registry(RegistryAdminCommand::Set { registry, username }) => {
+            let password = new_password(&registry)?;
+            let line = format!("credential of {registry} stored");
+            Call::put(
+                format!("/v1/admin/registries/{}", path_part(&registry)),
+                RegistryCredentialIn { username, password },
+                done(line),
+            )
+        }
+        AdminCommand::Registry(RegistryAdminCommand::Rm { registry }) => Call::new(
+            Method::DELETE,
+            format!("/v1/admin/registries/{}", path_part(&registry)),
+            None,
+            done(format!("credential of {registry} removed")),
+        ),
         AdminCommand::NatsAuthorization => Call::get("/v1/admin/agents", Answer::NatsAuthorization),
         AdminCommand::Idle(IdleAdminCommand::Preview) => {
             Call::get("/v1/admin/idle-preview", Answer::IdlePreview)
@@ -372,6 +388,7 @@ fn list_path(kind: Kind) -> &'static str {
         Kind::Presets => "/v1/presets",
         Kind::Idle => "/v1/admin/idle-checks",
         Kind::Agents => "/v1/admin/agents",
+        Kind::Registries => "/v1/admin/registries",
     }
 }
 

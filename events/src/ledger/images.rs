@@ -2,7 +2,11 @@
 //!
 //! Tables: `custom_images`, changed by `SessionCommitEnded` (an image made) and
 //! `CustomImageRemoved` (by its owner); and `image_claims`, the names commits under way have
-//! taken: claimed by `SessionCommitRequested`, let go by `SessionCommitEnded`.
+//! taken: claimed by `SessionCommitRequested`, let go by `SessionCommitEnded`; and
+//! `registries`, those an admin stored a credential for (`RegistryCredentialSet`,
+//! `RegistryCredentialRemoved`), whose images are offered to everyone. The credential's
+//! password is not in the event: [`keep_registry_password`] keeps it in the `secrets` schema
+//! in the transaction that records it.
 //! `SessionCommitRequested`, `SessionCommitProgressed` and `SessionCommitEnded` are events of
 //! the session's stream, so they move the session's version too (`sessions`).
 //!
@@ -87,9 +91,72 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::RegistryCredentialSet(e) => {
+            patch.flush(client).await?;
+            exec(
+                client,
+                "INSERT INTO ledger.registries VALUES ($1, $2, $3)
+                 ON CONFLICT (registry) DO UPDATE SET username = $2, set_at = $3",
+                &[&e.registry, &e.username, &at],
+            )
+            .await?;
+        }
+        Event::RegistryCredentialRemoved(e) => {
+            patch.flush(client).await?;
+            exec(
+                client,
+                "DELETE FROM ledger.registries WHERE registry = $1",
+                &[&e.registry],
+            )
+            .await?;
+        }
         other => unreachable!("`{}` is not an images event", other.event_type()),
     }
     Ok(())
+}
+
+/// Keeps `registry`'s credential apart from the log: call it in the transaction that records
+/// its `RegistryCredentialSet` (which names the user alone). `None` forgets it, with its
+/// `RegistryCredentialRemoved`.
+pub async fn keep_registry_password<C: GenericClient>(
+    client: &C,
+    registry: &str,
+    login: Option<(&str, &str)>,
+) -> Result<(), LedgerError> {
+    match login {
+        Some((username, password)) => {
+            exec(
+                client,
+                "INSERT INTO secrets.registry_credentials VALUES ($1, $2, $3)
+                 ON CONFLICT (registry) DO UPDATE SET username = $2, password = $3",
+                &[&registry, &username, &password],
+            )
+            .await?
+        }
+        None => {
+            exec(
+                client,
+                "DELETE FROM secrets.registry_credentials WHERE registry = $1",
+                &[&registry],
+            )
+            .await?
+        }
+    };
+    Ok(())
+}
+
+/// The user and password agents pull `registry`'s images with, when an admin stored them.
+pub async fn registry_login<C: GenericClient>(
+    client: &C,
+    registry: &str,
+) -> Result<Option<(String, String)>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT username, password FROM secrets.registry_credentials WHERE registry = $1",
+            &[&registry],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
 /// Claims the image's name for the commit, under the owner's lock: refused when the name is
@@ -163,6 +230,8 @@ pub(super) struct Claim {
 pub(super) struct Tables {
     pub custom_images: HashMap<String, CustomImage>,
     pub image_claims: HashMap<String, Claim>,
+    /// Registry → the user its credential names and when it was set.
+    pub registries: HashMap<String, (String, DateTime<Utc>)>,
 }
 
 impl Tables {
@@ -227,6 +296,13 @@ impl Tables {
                     self.custom_images.remove(&e.image);
                 }
             }
+            Event::RegistryCredentialSet(e) => {
+                self.registries
+                    .insert(e.registry.clone(), (e.username.clone(), at));
+            }
+            Event::RegistryCredentialRemoved(e) => {
+                self.registries.remove(&e.registry);
+            }
             other => unreachable!("`{}` is not an images event", other.event_type()),
         }
     }
@@ -277,6 +353,19 @@ impl Tables {
                 .iter()
                 .map(|(image, c)| -> [&(dyn ToSql + Sync); 4] {
                     [image, &c.owner, &c.session_id, &c.commit_id]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.registries"),
+            ["registry", "username", "set_at"],
+            &self
+                .registries
+                .iter()
+                .map(|(registry, (username, at))| -> [&(dyn ToSql + Sync); 3] {
+                    [registry, username, at]
                 })
                 .collect::<Vec<_>>(),
         )

@@ -25,7 +25,7 @@ impl Replay {
 /// when it wrote the row, which the log records as each event's `recorded_at` a few
 /// microseconds apart; the queue sequence is the order rows were inserted, which is log order
 /// except between launchers that raced.
-pub const NOT_COMPARED: [&str; 11] = [
+pub const NOT_COMPARED: [&str; 12] = [
     "users.created_at",
     "folders.created_at",
     "agents.registered_at",
@@ -34,6 +34,7 @@ pub const NOT_COMPARED: [&str; 11] = [
     "sessions.created_at",
     "sessions.queue_seq",
     "custom_images.created_at",
+    "registries.set_at",
     "circuits.opened_at",
     "app_services.started_at",
     "launches.created_at",

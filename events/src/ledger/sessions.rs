@@ -198,9 +198,9 @@ async fn insert_sql<C: GenericClient>(
         "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
                resource_group, session_type, status, status_since, cpu_milli,
                memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
-               starts_at, created_at, version, traceparent, priority, volumes)
+               starts_at, created_at, version, traceparent, priority, volumes, image)
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-               $14, $15, $8, $16, $17, $18, $19)",
+               $14, $15, $8, $16, $17, $18, $19, $20)",
         &[
             &e.session_id,
             &e.owner.user_id,
@@ -221,6 +221,7 @@ async fn insert_sql<C: GenericClient>(
             &traceparent,
             &e.priority,
             &domain::volumes::needed(&e.volumes),
+            &e.image,
         ],
     )
     .await?;
@@ -413,6 +414,7 @@ pub(super) struct Session {
     pub priority: i32,
     /// The shared volumes its folders live on, which its agents must mount.
     pub volumes: Vec<String>,
+    pub image: String,
 }
 
 /// One session's hold on its group's resources while it ran ([`usage_move`]).
@@ -700,11 +702,12 @@ impl Tables {
                 "traceparent",
                 "priority",
                 "volumes",
+                "image",
             ],
             &self
                 .sessions
                 .iter()
-                .map(|(id, s)| -> [&(dyn ToSql + Sync); 28] {
+                .map(|(id, s)| -> [&(dyn ToSql + Sync); 29] {
                     [
                         id,
                         &s.owner,
@@ -734,6 +737,7 @@ impl Tables {
                         &s.traceparent,
                         &s.priority,
                         &s.volumes,
+                        &s.image,
                     ]
                 })
                 .collect::<Vec<_>>(),
@@ -778,5 +782,6 @@ fn requested(
         traceparent,
         priority: e.priority,
         volumes: domain::volumes::needed(&e.volumes),
+        image: e.image.clone(),
     }
 }

@@ -21,7 +21,7 @@ use super::resources::amounts;
 use crate::error::ApiError;
 use crate::model::{
     AdminGroup, AdminPolicy, AdminProject, AdminUser, AdmittedAgent, Amounts, ApiKeyListed,
-    GroupShares, IdleSetting, ProjectShare, ShareWeights, UserShare,
+    GroupShares, IdleSetting, ProjectShare, RegistryListed, ShareWeights, UserShare,
 };
 
 /// Every user, by email.
@@ -442,6 +442,25 @@ pub async fn admitted_agents(pool: &Pool) -> Result<Vec<AdmittedAgent>, ApiError
                 sessions: registered.then(|| r.get(16)),
                 version: r.get(17),
             }
+        })
+        .collect())
+}
+
+/// Every registry an admin stored a credential for, by name: its user, never its password.
+pub async fn registries(pool: &Pool) -> Result<Vec<RegistryListed>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT registry, username, set_at FROM ledger.registries ORDER BY registry",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| RegistryListed {
+            registry: r.get(0),
+            username: r.get(1),
+            set_at: r.get(2),
         })
         .collect())
 }

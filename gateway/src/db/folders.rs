@@ -1,18 +1,22 @@
-//! Folders: a user's folders, from the ledger (`ledger.folders`, written by `events::ledger`).
+//! Folders: a user's folders, from the ledger (`ledger.folders`, written by `events::ledger`),
+//! with what each held when last measured (`recorder.folder_usage`, kept by the recorder).
 
 use deadpool_postgres::Pool;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::model::Folder;
+use crate::model::{Folder, FolderUsage};
 
 /// `owner`'s folders, by name.
 pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> {
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT name, created_at, coalesce(volume, $2) FROM ledger.folders
-             WHERE owner = $1 ORDER BY name",
+            "SELECT f.name, f.created_at, coalesce(f.volume, $2),
+                    u.bytes, u.files, u.measured_at, u.agent_id
+             FROM ledger.folders f
+             LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
+             WHERE f.owner = $1 ORDER BY f.name",
             &[&owner, &domain::volumes::HOST_LOCAL],
         )
         .await?;
@@ -22,6 +26,12 @@ pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> 
             name: r.get(0),
             created_at: r.get(1),
             volume: r.get(2),
+            usage: r.get::<_, Option<i64>>(3).map(|bytes| FolderUsage {
+                bytes: bytes.max(0) as u64,
+                files: r.get::<_, i64>(4).max(0) as u64,
+                measured_at: r.get(5),
+                agent_id: r.get(6),
+            }),
         })
         .collect())
 }

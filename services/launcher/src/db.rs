@@ -248,7 +248,7 @@ pub async fn load_context(
     } else {
         Vec::new()
     };
-    let (mut custom_images, mut pushed_images) = (Vec::new(), Vec::new());
+    let (mut custom_images, mut pullable_images) = (Vec::new(), Vec::new());
     if ::domain::images::custom_image_owner(&request.image).is_some() {
         let found = client
             .query_opt(
@@ -259,9 +259,20 @@ pub async fn load_context(
         if let Some(row) = found {
             custom_images.push(request.image.clone());
             if row.get::<_, bool>(0) {
-                pushed_images.push(request.image.clone());
+                pullable_images.push(request.image.clone());
             }
         }
+    }
+    let registry = ::domain::images::registry_of(&request.image);
+    let credential_stored = client
+        .query_opt(
+            "SELECT 1 FROM ledger.registries WHERE registry = $1",
+            &[&registry],
+        )
+        .await?
+        .is_some();
+    if credential_stored {
+        pullable_images.push(request.image.clone());
     }
     let actor_projects = projects_of(&client, actor.user_id).await?;
     let owner_projects = match &owner {
@@ -283,7 +294,7 @@ pub async fn load_context(
         folder_volumes,
         live_names,
         custom_images,
-        pushed_images,
+        pullable_images,
     })
 }
 

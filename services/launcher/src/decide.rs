@@ -80,9 +80,10 @@ pub struct LaunchContext {
     pub live_names: Vec<String>,
     /// The requested image, when it is a customized image of the owner's that exists.
     pub custom_images: Vec<String>,
-    /// The requested image, when it is such an image and the stack's registry holds it:
-    /// every agent can pull it, so it is offered whether an agent has it yet or not.
-    pub pushed_images: Vec<String>,
+    /// The requested image, when every agent can pull it (a customized image of the owner's
+    /// that the stack's registry holds, or an image of a registry an admin stored a
+    /// credential for): it is offered whether an agent has it yet or not.
+    pub pullable_images: Vec<String>,
 }
 
 /// The amounts of a request, checked without any fact from the database.
@@ -431,7 +432,8 @@ pub fn decide(
         ));
     }
     // A customized image is offered to its owner alone, and only while they keep it; one in
-    // the stack's registry by every agent, which pulls it.
+    // the stack's registry, or any image of a registry an admin stored a credential for, by
+    // every agent, which pulls it.
     let offered_to_owner = match ::domain::images::custom_image_owner(&request.image) {
         Some(image_owner) => {
             image_owner == owner.user_id && context.custom_images.contains(&request.image)
@@ -439,7 +441,7 @@ pub fn decide(
         None => true,
     };
     let offered = offered_to_owner
-        && (context.pushed_images.contains(&request.image)
+        && (context.pullable_images.contains(&request.image)
             || context
                 .agents
                 .iter()
@@ -608,7 +610,7 @@ mod tests {
             folder_volumes: Default::default(),
             live_names: vec![],
             custom_images: vec![],
-            pushed_images: vec![],
+            pullable_images: vec![],
         }
     }
 
@@ -771,7 +773,17 @@ mod tests {
         request.image = mine.clone();
         c.custom_images = vec![mine.clone()];
         assert_eq!(refused(&c, &request).0, "image", "on no agent, not pushed");
-        c.pushed_images = vec![mine];
+        c.pullable_images = vec![mine];
+        assert!(decide(&c, &request, &mut no_names()).is_ok());
+    }
+
+    #[test]
+    fn an_image_of_a_registry_with_a_stored_credential_is_offered_though_no_agent_has_it() {
+        let mut c = context();
+        let mut request = request();
+        request.image = "cr.example.com:5000/team/trainer:2".into();
+        assert_eq!(refused(&c, &request).0, "image", "no credential stored");
+        c.pullable_images = vec![request.image.clone()];
         assert!(decide(&c, &request, &mut no_names()).is_ok());
     }
 

@@ -9,6 +9,8 @@
 //! - [`db`]: the ledger reads above, the crate's only SQL.
 //! - [`access`]: users, API keys, projects, resource groups, policies and presets.
 //! - [`credentials`]: passwords, set by an admin or by their user, and web-console sign-ins.
+//! - [`registries`]: the credentials an admin stores for registries, whose images every agent
+//!   pulls.
 
 pub mod access;
 pub mod credentials;
@@ -16,4 +18,5 @@ pub mod db;
 pub mod decide;
 pub mod domain;
 pub mod launch;
+pub mod registries;
 pub mod schema;

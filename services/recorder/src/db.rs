@@ -3,7 +3,7 @@
 //! send that is not history (logs, usage, liveness) is kept in schema `recorder`, which the
 //! crate migrates itself ([`MIGRATIONS`]).
 
-use bus::protocol::{LiveSession, LogChunk, UsageSample};
+use bus::protocol::{FolderUsage, LiveSession, LogChunk, UsageSample};
 use deadpool_postgres::{GenericClient, Pool};
 use events::ledger::LedgerError;
 use events::payloads::{ContainerFence, SessionStatus};
@@ -21,6 +21,11 @@ pub const MIGRATIONS: &[Migration] = &[
         "recorder",
         2,
         include_str!("../migrations/0002_log_chunks.sql"),
+    ),
+    (
+        "recorder",
+        3,
+        include_str!("../migrations/0003_folder_usage.sql"),
     ),
 ];
 
@@ -258,6 +263,33 @@ pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerE
     Ok(())
 }
 
+/// Keeps what `agent_id` measured of a folder, unless a later measurement is kept already.
+pub async fn keep_folder_usage(
+    pool: &Pool,
+    agent_id: &str,
+    usage: &FolderUsage,
+) -> Result<(), LedgerError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO recorder.folder_usage AS u VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (owner, folder) DO UPDATE SET volume = $3, bytes = $4, files = $5,
+               measured_at = $6, agent_id = $7
+             WHERE u.measured_at <= $6",
+            &[
+                &usage.owner,
+                &usage.folder,
+                &usage.volume,
+                &(usage.bytes.min(i64::MAX as u64) as i64),
+                &(usage.files.min(i64::MAX as u64) as i64),
+                &usage.measured_at,
+                &agent_id,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Whether `agent_id` runs the session's main kernel or has started one of its kernels.
 pub async fn has_kernel_on(
     pool: &Pool,
@@ -275,6 +307,36 @@ pub async fn has_kernel_on(
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// The credential an admin stored for the registry of the session's image, when the session
+/// is live and holds shares on `agent_id` (it is placed there): `None` otherwise, or when
+/// none is stored.
+pub async fn pull_login(
+    pool: &Pool,
+    session_id: Uuid,
+    agent_id: &str,
+) -> Result<Option<(String, String)>, LedgerError> {
+    let client = pool.get().await?;
+    let image: Option<String> = client
+        .query_opt(
+            &format!(
+                "SELECT s.image FROM ledger.sessions s
+                 WHERE s.session_id = $1 AND {}
+                   AND EXISTS (SELECT 1 FROM ledger.kernels k
+                               WHERE k.session_id = s.session_id AND k.agent_id = $2)",
+                events::sql::is_live("s.status")
+            ),
+            &[&session_id, &agent_id],
+        )
+        .await?
+        .map(|r| r.get(0));
+    match image {
+        Some(image) => {
+            events::ledger::registry_login(&client, events::images::registry_of(&image)).await
+        }
+        None => Ok(None),
+    }
 }
 
 /// Keeps when `agents` were last heard from (`times`, pairwise); the ids among them the

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
-use bus::protocol::{Answer, Request};
+use bus::protocol::{Answer, RegistryLogin, Request};
 use bus::Subjects;
 use deadpool_postgres::Pool;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::db;
 use crate::liveness::Liveness;
 use crate::record::{self, RecordError};
 
@@ -166,6 +167,15 @@ impl Recorder {
             Request::Sync => Answer::Live {
                 sessions: record::live_sessions(&self.pool, agent).await?,
             },
+            Request::PullCredential { session_id } => Answer::PullCredential {
+                login: db::pull_login(&self.pool, session_id, agent)
+                    .await?
+                    .map(|(username, password)| RegistryLogin { username, password }),
+            },
+            Request::FolderUsage(usage) => {
+                db::keep_folder_usage(&self.pool, agent, &usage).await?;
+                Answer::Done
+            }
             Request::Depart { reason } => match record::depart(&self.pool, agent, &reason).await {
                 Err(RecordError::NotAdmitted(refused)) => Answer::Denied {
                     reason: refused.to_string(),

@@ -94,6 +94,10 @@ pub struct PendingSession {
     pub project: Option<String>,
     /// The shared volumes its folders live on: only agents that mount them all may hold it.
     pub volumes: Vec<String>,
+    /// Its image, and the group's live agents that hold it now (the others pull it): said in
+    /// the history row of its placement. Empty where nobody asks (a what-if replay).
+    pub image: String,
+    pub image_on: Vec<String>,
 }
 
 impl PendingSession {
@@ -456,8 +460,9 @@ fn place_in_one_scope(agents: &[AgentView], session: &PendingSession) -> Selecti
 }
 
 /// What besides room decided a placement, for its history row: the agents a cluster's
-/// kernels went to and the network scope they share, and the volumes its folders live on
-/// with the group's agents that were passed over for lacking them (the first five named).
+/// kernels went to and the network scope they share, whether its image was there or is pulled
+/// (and which agents held it), and the volumes its folders live on with the group's agents
+/// that were passed over for lacking them (the first five named).
 fn what_decided(
     agents: &[AgentView],
     chosen: &[(usize, ResourceSlots)],
@@ -477,6 +482,28 @@ fn what_decided(
             agents[chosen[0].0].network_scope
         ));
     }
+    if !session.image.is_empty() {
+        let pulled: Vec<&str> = on
+            .iter()
+            .copied()
+            .filter(|agent| !session.image_on.iter().any(|held| held == agent))
+            .collect();
+        if pulled.is_empty() {
+            said.push_str(&format!("; its image `{}` is there", session.image));
+        } else {
+            said.push_str(&format!(
+                "; its image `{}` is pulled on {}",
+                session.image,
+                pulled.join(", ")
+            ));
+            if !session.image_on.is_empty() {
+                said.push_str(&format!(
+                    " (held by {})",
+                    names_at_most_five(&session.image_on)
+                ));
+            }
+        }
+    }
     if !session.volumes.is_empty() {
         let lacking: Vec<&str> = agents
             .iter()
@@ -488,24 +515,22 @@ fn what_decided(
             volumes_in_words(&session.volumes)
         ));
         if !lacking.is_empty() {
-            let named = lacking
-                .iter()
-                .take(5)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ");
-            let more = lacking.len().saturating_sub(5);
             said.push_str(&format!(
-                "; passed over for lacking them: {named}{}",
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
+                "; passed over for lacking them: {}",
+                names_at_most_five(&lacking)
             ));
         }
     }
     said
+}
+
+/// Agents named in a message: five at most, then how many more.
+fn names_at_most_five(agents: &[impl AsRef<str>]) -> String {
+    let named: Vec<&str> = agents.iter().take(5).map(AsRef::as_ref).collect();
+    match agents.len().saturating_sub(5) {
+        0 => named.join(", "),
+        more => format!("{} and {more} more", named.join(", ")),
+    }
 }
 
 /// Volumes in words, for messages: ``volume `a` `` or ``volumes `a`, `b` ``.
@@ -1180,6 +1205,33 @@ mod tests {
     }
 
     #[test]
+    fn a_placements_history_says_whether_its_image_was_there_or_is_pulled_and_who_held_it() {
+        let with_image = |n: u128, on: &[&str]| PendingSession {
+            image: "berth/python:3.12".into(),
+            image_on: on.iter().map(|a| a.to_string()).collect(),
+            ..session(n, 2)
+        };
+        // Room for one on each: one goes where the image is, the other pulls it.
+        let agents = vec![agent("a1", 2, 0), agent("a2", 2, 0)];
+        let mut s = snapshot(agents, vec![with_image(1, &["a1"]), with_image(2, &["a1"])]);
+        let mut on = Vec::new();
+        for decision in plan(&mut s) {
+            let agent = decision.placement.as_ref().expect("placed")[0]
+                .agent_id
+                .clone();
+            let expected = if agent == "a1" {
+                "its image `berth/python:3.12` is there"
+            } else {
+                "its image `berth/python:3.12` is pulled on a2 (held by a1)"
+            };
+            assert!(decision.message.contains(expected), "{}", decision.message);
+            on.push(agent);
+        }
+        on.sort();
+        assert_eq!(on, ["a1", "a2"]);
+    }
+
+    #[test]
     fn a_session_waits_naming_the_volume_no_live_agent_mounts() {
         let agents = vec![mounting("plain", 16, &[]), mounting("ceph", 16, &["ceph"])];
         let mut s = snapshot(agents, vec![on_volumes(1, 1, &["shared"])]);
@@ -1218,6 +1270,8 @@ mod tests {
 
     fn session(n: u128, cpu: u64) -> PendingSession {
         PendingSession {
+            image: Default::default(),
+            image_on: Default::default(),
             session_id: Uuid::from_u128(n),
             version: 0,
             owner: Uuid::from_u128(1000),

@@ -108,7 +108,10 @@ pub async fn queue_bounded(
                 "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                         cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
                         attempts, last_result, last_error_code, traceparent, project,
-                        priority, queue_seq, volumes
+                        priority, queue_seq, volumes, image,
+                        ARRAY(SELECT a.agent_id FROM ledger.agents a
+                              WHERE a.resource_group = s.resource_group AND a.lost IS NULL
+                                AND s.image = ANY(a.images) ORDER BY a.agent_id)
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
                  ORDER BY $4::float8 > 0
                             AND s.status_since < now() - make_interval(secs => $4::float8) DESC,
@@ -141,6 +144,8 @@ pub async fn queue_bounded(
             priority: r.get(16),
             project: r.get(15),
             volumes: r.get(18),
+            image: r.get(19),
+            image_on: r.get(20),
         })
         .collect();
     Ok(Queue {

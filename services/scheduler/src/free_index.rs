@@ -216,6 +216,8 @@ mod tests {
         let start = agents(&mut rng, 50);
         let queue: Vec<PendingSession> = (0..300)
             .map(|n| PendingSession {
+                image: Default::default(),
+                image_on: Default::default(),
                 session_id: Uuid::from_u128(n),
                 version: 0,
                 owner: Uuid::from_u128(n % 7),

@@ -368,6 +368,8 @@ mod tests {
     /// Session `n` of `owner` for 2 cores, queued `n` seconds after t0.
     fn session(n: u128, owner: u128) -> PendingSession {
         PendingSession {
+            image: Default::default(),
+            image_on: Default::default(),
             session_id: Uuid::from_u128(n),
             version: 0,
             owner: Uuid::from_u128(owner),

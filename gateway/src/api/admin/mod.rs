@@ -1,8 +1,8 @@
 //! Administration, for superadmins only (anyone else gets a 403 naming `X-API-Key` before
 //! their body is read): users with roles and passwords, API keys and Backend.AI keypairs,
 //! projects and members, resource groups and grants, resource policies, presets, idle checks,
-//! and agents (admit, revoke, list), one module per resource; this file holds what they
-//! share (the limits, the name and email checks, the superadmin check).
+//! agents (admit, revoke, list) and registries' credentials, one module per resource; this
+//! file holds what they share (the limits, the name and email checks, the superadmin check).
 //!
 //! Each request body is a public type that carries its own rules: `check` (or `into_*`)
 //! refuses a value out of bounds with a [`FieldError`] naming its JSON field, as
@@ -20,6 +20,7 @@ pub mod keys;
 pub mod policies;
 pub mod presets;
 pub mod projects;
+pub mod registries;
 pub mod users;
 
 use axum::http::StatusCode;

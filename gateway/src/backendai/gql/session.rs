@@ -77,13 +77,10 @@ pub fn slots_json(per_kernel: ResourceSlots, count: u64) -> String {
     serde_json::Value::Object(slots).to_string()
 }
 
-/// The registry of an image reference, as Docker reads one: its first component when that
-/// names a host (a dot, a port or `localhost`), else Docker Hub.
+/// The registry of an image reference, as Docker reads one (Docker Hub's `docker.io` when
+/// its first component names no host).
 pub fn registry_of(image: &str) -> String {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first.to_owned(),
-        _ => "docker.io".to_owned(),
-    }
+    domain::images::registry_of(image).to_owned()
 }
 
 /// `UNDEFINED`, `SUCCESS` or `FAILURE`: how a batch session ended (by its exit code; one that
@@ -682,18 +679,6 @@ mod tests {
         assert_eq!(result_of("batch", "RUNNING", None), "UNDEFINED");
         assert_eq!(result_of("batch", "CANCELLED", None), "UNDEFINED");
         assert_eq!(result_of("interactive", "TERMINATED", Some(1)), "UNDEFINED");
-    }
-
-    #[test]
-    fn the_registry_is_the_first_component_when_it_names_a_host() {
-        assert_eq!(registry_of("berth/shell:latest"), "docker.io");
-        assert_eq!(registry_of("python:3.12"), "docker.io");
-        assert_eq!(
-            registry_of("cr.backend.ai/stable/python:3.9"),
-            "cr.backend.ai"
-        );
-        assert_eq!(registry_of("localhost:5000/x/y"), "localhost:5000");
-        assert_eq!(registry_of("localhost/x"), "localhost");
     }
 
     #[test]

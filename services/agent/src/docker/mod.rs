@@ -6,9 +6,9 @@
 //! reports its kernels started (the control plane moves the session to RUNNING once every
 //! kernel of it has), waits for the container to exit, sends its output as telemetry,
 //! removes it (so the scratch of /home/work is gone), and reports how it ended. Containers
-//! carry labels naming their session and agent, so an agent that starts again adopts the containers of live sessions (its kernels of other agents'
-//! clusters included), removes the others, and ends in ERROR the live sessions whose
-//! container is gone.
+//! carry labels naming their session and agent, so an agent that starts again adopts the
+//! containers of live sessions (its kernels of other agents' clusters included), removes the
+//! others, and ends in ERROR the live sessions whose container is gone.
 //!
 //! The rooms, from the ground up; each imports only from the floors below it:
 //! - [`spec`]: what each kernel's container is, its name and labels (pure, unit-tested).
@@ -24,6 +24,7 @@
 //!   in the main kernel).
 //! - `apps`, `commit`: an app started in a running container; a container committed.
 //! - `kernels`: the cluster network, GPUs, containers created, started and recorded.
+//! - `folders`: what a session's folders hold, measured once it ended.
 //! - `session`: one session's task, and how it ended (`outcome`, pure).
 //! - `cluster`: kernels of another agent's multi-node session.
 //! - `tasks`: the session tasks of the agent, one per session.
@@ -51,6 +52,7 @@ mod commit;
 mod ctx;
 mod engine;
 pub mod fence;
+mod folders;
 mod keep;
 mod kernels;
 mod pull;

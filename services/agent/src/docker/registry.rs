@@ -1,9 +1,15 @@
 //! The registry customized images live in, so that every host can run them: a commit pushes
 //! there (`commit`), and an agent that lacks a customized image pulls it from there and names
 //! it as the session asked. Which reference a pull asks the engine for, and with which
-//! credential, is decided here ([`pull_source`], pure).
+//! credential, is decided here ([`pull_source`], pure). An image of any other registry is
+//! pulled with the credential an admin stored for it, which the recorder hands this agent for
+//! a session placed here ([`stored_login`]), or anonymously.
 
 use bollard::auth::DockerCredentials;
+use bus::protocol::{Answer, Request};
+use uuid::Uuid;
+
+use super::ctx::Ctx;
 
 /// A registry and the credential agents push and pull with (`BERTH_REGISTRY`,
 /// `BERTH_REGISTRY_CREDENTIAL`).
@@ -69,6 +75,33 @@ impl Registry {
     /// Its host and port: where an image reference's registry part ends.
     fn host(&self) -> &str {
         self.address.split('/').next().unwrap_or(&self.address)
+    }
+}
+
+/// The credential an admin stored for the registry of `reference`, which the session's pull
+/// asks for; `None` when none is stored (or the agent is stopping).
+pub(super) async fn stored_login(
+    ctx: &Ctx,
+    session_id: Uuid,
+    reference: &str,
+) -> Option<DockerCredentials> {
+    match ctx
+        .link
+        .ask(&Request::PullCredential { session_id }, &ctx.stop)
+        .await
+    {
+        Ok(Answer::PullCredential { login: Some(login) }) => Some(DockerCredentials {
+            username: Some(login.username),
+            password: Some(login.password),
+            serveraddress: Some(domain::images::registry_of(reference).to_owned()),
+            ..Default::default()
+        }),
+        Ok(Answer::PullCredential { login: None }) => None,
+        Ok(other) => {
+            tracing::warn!(session = %session_id, answer = ?other, "no registry credential for the pull");
+            None
+        }
+        Err(_) => None,
     }
 }
 

@@ -16,10 +16,11 @@ use uuid::Uuid;
 
 use super::ctx::{cleanup, load, moved, moved_at, moved_through, remove, run_of, status_now, Ctx};
 use super::engine;
+use super::folders;
 use super::keep::{gpus_held_by, sample_usage, save_final_logs, save_logs, LogCursor};
 use super::kernels::{create_kernels, report_adopted};
 use super::pull::{self, PullTally};
-use super::registry::{pull_source, repository_and_tag, Registry};
+use super::registry::{pull_source, repository_and_tag, stored_login};
 use super::spec::container_name;
 use super::terminal;
 use crate::AgentError;
@@ -56,12 +57,16 @@ async fn start(
         }
         // A customized image comes from the stack's registry, under the name it was asked by.
         let source = pull_source(&request.image, ctx.config.registry.as_ref());
-        let credentials = ctx
+        let credentials = match ctx
             .config
             .registry
             .as_ref()
             .filter(|_| source.with_credential)
-            .and_then(Registry::credentials);
+        {
+            Some(stack) => stack.credentials(),
+            // Any other registry's: the one an admin stored for it, if any.
+            None => stored_login(ctx, id, &source.reference).await,
+        };
         let options = CreateImageOptions::<String> {
             from_image: source.reference.clone(),
             ..Default::default()
@@ -494,6 +499,7 @@ async fn own_session(
         }
         remove(&ctx, &container).await;
         cleanup(&ctx, session_id, &[], size).await;
+        folders::report(&ctx, &state);
         return Ok(());
     }
 }

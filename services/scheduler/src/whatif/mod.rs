@@ -550,6 +550,9 @@ fn pending(request: &Request, waiting: &Waiting, now: DateTime<Utc>) -> PendingS
         priority: request.priority_at(now),
         project: request.project.clone(),
         volumes: request.volumes.clone(),
+        // A replay writes no history row, which alone says where the image was.
+        image: String::new(),
+        image_on: Vec::new(),
     }
 }
 
