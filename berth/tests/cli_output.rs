@@ -1,7 +1,8 @@
 //! `berth session` as kubectl and nomad users expect it, run as a person runs it against
 //! `berth up` and a `berth agent` with real containers: `-o json` of every read command is
 //! the API's own answer to the same request (and `-o yaml` the same document), tables for a
-//! person, `session wait` returning with a batch session's exit code, and a name that two
+//! person, `session wait` and `session run` returning with a batch session's exit code (`run`
+//! printing its output), and a name that two
 //! users' sessions share refused, listing them, even for a superadmin. PostgreSQL, NATS and
 //! Docker are real.
 
@@ -452,5 +453,26 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         &env,
     );
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+
+    // `run`: a batch session of the command, its output printed as it comes, its exit code
+    // this command's own.
+    let ran = cli(
+        &[
+            "session",
+            "run",
+            "berth/shell:latest",
+            "--cpu",
+            "0.5",
+            "--memory",
+            "128m",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; exit 3",
+        ],
+        &env,
+    );
+    assert_eq!(ran.code, Some(3), "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.stdout.trim(), "hi", "{}", ran.stderr);
     let _ = std::fs::remove_dir_all(&logs);
 }

@@ -184,6 +184,26 @@ pub enum Request {
     PullCredential { session_id: Uuid },
     /// What a folder holds now, measured on its volume after a session that mounted it ended.
     FolderUsage(FolderUsage),
+    /// Keep the private half of the SSH key I installed in the session's main container, for
+    /// its owner to download (a secret: never recorded as an event).
+    KeepSshKey(SshKey),
+}
+
+/// The SSH key an agent made for a session it runs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKey {
+    pub session_id: Uuid,
+    /// OpenSSH's private key format.
+    pub private_key: String,
+}
+
+impl std::fmt::Debug for SshKey {
+    /// Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshKey")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one of a user's folders holds on its volume.

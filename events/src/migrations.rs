@@ -53,6 +53,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(34, include_str!("../migrations/0034_volumes.sql")),
     backbone(35, include_str!("../migrations/0035_session_image.sql")),
     backbone(36, include_str!("../migrations/0036_registries.sql")),
+    backbone(37, include_str!("../migrations/0037_ssh_keys.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

@@ -94,6 +94,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::notifications::set_webhook))
         .routes(routes!(api::notifications::rotate_webhook_secret))
         .routes(routes!(api::apps::list_apps))
+        .routes(routes!(api::apps::ssh_key))
         .routes(routes!(api::apps::open_app))
         .routes(routes!(api::apps::start_app))
         .routes(routes!(api::apps::close_app))
@@ -412,6 +413,7 @@ mod tests {
             ("get", "/v1/admin/agents"),
             ("post", "/v1/admin/agents"),
             ("post", "/v1/admin/agents/{id}/revoke"),
+            ("get", "/v1/sessions/{id}/ssh-key"),
             ("get", "/v1/admin/registries"),
             ("put", "/v1/admin/registries/{registry}"),
             ("delete", "/v1/admin/registries/{registry}"),

@@ -561,9 +561,30 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
     let refused = berth::console::tunnel(&forged).await.unwrap_err();
     assert!(refused.to_string().contains("401"), "{refused:#}");
 
-    // A real login with the session's own key, through a local port the tunnel serves.
+    // A real login with the session's own key, downloaded by its owner (the same bytes as
+    // the session's /home/work/id_container), through a local port the tunnel serves.
     let key = std::env::temp_dir().join(format!("berth-test-key-{id}"));
-    let private = std::process::Command::new("docker")
+    let ssh_key_of = |caller: &str| {
+        h.http
+            .get(format!("{}/v1/sessions/{id}/ssh-key", h.base))
+            .header("x-api-key", caller)
+            .send()
+    };
+    let downloaded = wait_for(|| async {
+        let answer = ssh_key_of(&alice).await.unwrap();
+        answer.status().is_success().then_some(answer)
+    })
+    .await;
+    assert_eq!(
+        downloaded.headers()["content-disposition"],
+        "attachment; filename=\"id_container\""
+    );
+    let private_key = downloaded.text().await.unwrap();
+    assert!(
+        private_key.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"),
+        "{private_key}"
+    );
+    let inside = std::process::Command::new("docker")
         .args([
             "exec",
             detail["containers"][0]["container_id"].as_str().unwrap(),
@@ -572,7 +593,24 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
         ])
         .output()
         .unwrap();
-    assert!(private.status.success());
+    assert_eq!(String::from_utf8_lossy(&inside.stdout), private_key);
+    let stranger = h.user("mallory@example.com").await;
+    let hidden = ssh_key_of(&stranger).await.unwrap();
+    assert_eq!(hidden.status(), StatusCode::NOT_FOUND, "another user's key");
+    let no_event_holds_it = h
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM events WHERE strpos(payload::text, $1) > 0",
+            &[&private_key.lines().nth(1).unwrap()],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(no_event_holds_it, 0, "the key is no event's");
+    let private = private_key.into_bytes();
     {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -583,7 +621,7 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
             .mode(0o600)
             .open(&key)
             .unwrap();
-        file.write_all(&private.stdout).unwrap();
+        file.write_all(&private).unwrap();
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let local = listener.local_addr().unwrap();
@@ -651,6 +689,16 @@ async fn the_ssh_server_is_reached_through_a_tunnel_and_the_shell_runs_in_the_ca
         .unwrap();
     let screen = String::from_utf8_lossy(&screen);
     assert!(screen.contains("shell-42"), "{screen}");
+
+    // Ended, its key is erased with its apps.
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    wait_for(|| async {
+        let gone = ssh_key_of(&alice).await.unwrap().status() == StatusCode::CONFLICT;
+        gone.then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -91,6 +91,11 @@ pub enum SessionCommand {
         #[arg(long)]
         timeout: Option<u64>,
     },
+    /// Run a command in a batch session of IMAGE: its output is printed as it comes, and
+    /// this exits as the command did (its exit code; 1 when the session failed or was
+    /// cancelled). Interrupted, it terminates the session. `berth session run berth/shell:latest
+    /// -- sh -c 'echo hi; exit 3'` prints `hi` and exits 3.
+    Run(Box<RunArgs>),
     /// Terminate a session (--force ends it at once).
     Rm {
         session: String,
@@ -119,6 +124,10 @@ pub enum SessionCommand {
     /// URL), close one.
     #[command(subcommand)]
     App(AppCommand),
+    /// Print the private half of the SSH key berth installed in an interactive session, to
+    /// log in over its `sshd` app: `berth session ssh-key S > id_container; chmod 600
+    /// id_container`.
+    SshKey { session: String },
     /// Open the session's terminal (tmux inside) in this terminal, through berth's proxy;
     /// it ends when the shell inside exits.
     Shell { session: String },
@@ -679,6 +688,118 @@ fn in_group(request: reqwest::RequestBuilder, group: Option<String>) -> reqwest:
     }
 }
 
+/// `berth session run`'s arguments: the image, what it needs, and the command.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// An image the agents offer, e.g. berth/shell:latest.
+    image: String,
+    /// The command and its arguments, after `--` (each kept whole, as a shell would quote it).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+    /// Cores (default: the preset's, or the launcher's default).
+    #[arg(long)]
+    cpu: Option<f64>,
+    /// Memory, e.g. 512m or 2g.
+    #[arg(long)]
+    memory: Option<String>,
+    #[arg(long)]
+    gpu: Option<f64>,
+    #[arg(long)]
+    preset: Option<String>,
+    #[arg(long)]
+    group: Option<String>,
+    /// `NAME=VALUE` (repeatable).
+    #[arg(long = "env")]
+    environment: Vec<String>,
+    /// One of your folders, mounted at /home/work/<name> (repeatable).
+    #[arg(long = "mount")]
+    mounts: Vec<String>,
+    /// Seconds the command may run before the session is ended.
+    #[arg(long)]
+    timeout: Option<u64>,
+}
+
+/// The create request of `berth session run`: a batch session whose startup command is the
+/// command line, each argument quoted for the shell that runs it.
+fn run_request(args: RunArgs) -> anyhow::Result<Value> {
+    let command = shlex::try_join(args.command.iter().map(String::as_str))
+        .context("a command argument holds a NUL byte")?;
+    let mut env = serde_json::Map::new();
+    for pair in args.environment {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair}: use NAME=VALUE"))?;
+        env.insert(k.to_owned(), Value::String(v.to_owned()));
+    }
+    let mut resources = serde_json::Map::new();
+    if let Some(c) = args.cpu {
+        resources.insert("cpu".into(), json!(c));
+    }
+    if let Some(m) = args.memory {
+        resources.insert("memory".into(), json!(m));
+    }
+    if let Some(g) = args.gpu {
+        resources.insert("gpu".into(), json!(g));
+    }
+    let mut body = json!({
+        "image": args.image, "type": "batch", "startup_command": command,
+        "environment": env, "resources": resources, "mounts": args.mounts,
+    });
+    for (k, v) in [
+        ("preset", args.preset.map(Value::from)),
+        ("resource_group", args.group.map(Value::from)),
+        ("batch_timeout", args.timeout.map(Value::from)),
+    ] {
+        if let Some(v) = v {
+            body[k] = v;
+        }
+    }
+    Ok(body)
+}
+
+/// `berth session run`: creates the batch session, prints its output as it comes, and exits
+/// as it ended; interrupted (Ctrl-C), it terminates the session first.
+async fn run_command(client: &Client, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let body = run_request(args)?;
+    let created = match client
+        .send(client.http.post(client.url("/v1/sessions")).json(&body))
+        .await?
+    {
+        Ok(created) => created,
+        Err(body) => return Ok(print_error(&body)),
+    };
+    let id = created["sessions"][0]["session_id"]
+        .as_str()
+        .context("the gateway named no session")?
+        .to_owned();
+    let path = format!("/v1/sessions/{id}/logs?follow=true");
+    let printed = follow_events(client, &path, |event, data| {
+        if event == "end" {
+            return false;
+        }
+        if event == "log" {
+            let log: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+            print!("{}", log["text"].as_str().unwrap_or_default());
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        }
+        true
+    });
+    tokio::select! {
+        followed = printed => {
+            if let Err(body) = followed? {
+                return Ok(print_error(&body));
+            }
+        }
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("berth: interrupted; terminating session {id}");
+            let ended = client.http.delete(client.url(&format!("/v1/sessions/{id}")));
+            client.send(ended).await?.ok();
+            return Ok(ExitCode::from(130));
+        }
+    }
+    wait_for(client, &id, None, None).await
+}
+
 pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -890,6 +1011,23 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 )
                 .await?
                 .map(|v| println!("{}", pretty(&v)))
+        }
+        SessionCommand::Run(args) => return run_command(&client, *args).await,
+        SessionCommand::SshKey { session } => {
+            let id = client.resolve(&session).await?;
+            let response = client
+                .http
+                .get(client.url(&format!("/v1/sessions/{id}/ssh-key")))
+                .header("x-api-key", &client.key)
+                .send()
+                .await
+                .context("reach the gateway")?;
+            if !response.status().is_success() {
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                return Ok(print_error(&body));
+            }
+            print!("{}", response.text().await.context("read the key")?);
+            Ok(())
         }
         SessionCommand::Rm { session, force } => {
             let id = client.resolve(&session).await?;
@@ -1301,4 +1439,44 @@ async fn follow_events(
         }
     }
     Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: SessionCommand,
+    }
+
+    #[test]
+    fn run_keeps_each_argument_whole_for_the_shell_that_runs_it() {
+        let cli = Cli::try_parse_from([
+            "berth",
+            "run",
+            "berth/shell:latest",
+            "--cpu",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            "echo 'hi there'; exit 3",
+        ])
+        .unwrap();
+        let SessionCommand::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let body = run_request(*args).unwrap();
+        assert_eq!(body["type"], "batch");
+        assert_eq!(body["image"], "berth/shell:latest");
+        assert_eq!(body["resources"]["cpu"], 0.5);
+        assert_eq!(
+            body["startup_command"],
+            r#"sh -c "echo 'hi there'; exit 3""#
+        );
+        assert!(Cli::try_parse_from(["berth", "run", "berth/shell:latest"]).is_err());
+    }
 }

@@ -79,7 +79,8 @@ pub(super) async fn apply_sql<C: GenericClient>(
     Ok(())
 }
 
-/// A released session's apps are gone (its `SessionResourcesReleased`).
+/// A released session's apps are gone (its `SessionResourcesReleased`), and with them the
+/// SSH key its agent made, a secret no one needs once its container is gone.
 pub(super) async fn session_released_sql<C: GenericClient>(
     client: &C,
     session_id: Uuid,
@@ -87,6 +88,12 @@ pub(super) async fn session_released_sql<C: GenericClient>(
     exec(
         client,
         "DELETE FROM ledger.app_services WHERE session_id = $1",
+        &[&session_id],
+    )
+    .await?;
+    exec(
+        client,
+        "DELETE FROM secrets.ssh_keys WHERE session_id = $1",
         &[&session_id],
     )
     .await?;

@@ -181,6 +181,45 @@ pub async fn list_apps(
     }))
 }
 
+/// The private half of the SSH key berth installed in the session (`/home/work/id_container`
+/// inside; the public half in its `authorized_keys`), for its owner (or an admin who may act on
+/// it) to log in with over the `sshd` app's circuit: OpenSSH's format, as a file to save. 409
+/// `no_ssh_key` until the session runs with one, and again once it ended.
+#[utoipa::path(get, path = "/v1/sessions/{id}/ssh-key", tag = "apps", params(super::SessionId),
+    responses((status = 200, description = "the private key (OpenSSH)", body = String,
+        content_type = "text/plain")))]
+pub async fn ssh_key(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(super::SessionId { id }): Path<super::SessionId>,
+) -> Result<([(header::HeaderName, &'static str); 3], String), ApiError> {
+    let id = parse_id(&id)?;
+    check_may_act(&state, &caller, id).await?;
+    let key = crate::db::circuits::ssh_key(&state.pool, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "no_ssh_key",
+                format!(
+                    "session {id} has no SSH key now: an interactive session has one from its \
+                     start until it ends"
+                ),
+            )
+        })?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"id_container\"",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        key,
+    ))
+}
+
 /// Open one of the session's apps through the proxy (its owner or an admin). The answer's
 /// `url` is served by berth's proxy on a port of its pool: the preferred port when it is
 /// free, otherwise another (and `preferred_port_honoured` says so); where the operator set

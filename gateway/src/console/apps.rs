@@ -1,8 +1,9 @@
 //! A session's apps (seed `001`, "Use Jupyter Notebook", "Use web terminal"): the app
 //! launcher dialog (the terminal, the image's apps, the preopen ports, with "open app to
-//! public" and "try preferred port"), opening one (started first when berth serves it, then
-//! a circuit, then the browser sent to the circuit's single-use link), and the log viewer,
-//! kept whole on the page and followed live by the script.
+//! public" and "try preferred port"), the session's SSH key to download, opening one
+//! (started first when berth serves it, then a circuit, then the browser sent to the
+//! circuit's single-use link), and the log viewer, kept whole on the page and followed live
+//! by the script.
 
 use askama::Template;
 use axum::extract::{Path, RawQuery, State};
@@ -94,6 +95,20 @@ pub async fn dialog(
         apps,
         preopen,
     }))
+}
+
+/// `GET /console/sessions/{id}/ssh-key`: the session's SSH key as a file to save, as
+/// `GET /v1/sessions/{id}/ssh-key` answers it.
+pub async fn ssh_key(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    Ok(
+        api::apps::ssh_key(State(state), Caller(me), Path(SessionId { id }))
+            .await?
+            .into_response(),
+    )
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -65,6 +65,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/sessions/{id}/{action}", post(sessions::act))
         .route("/console/sessions/{id}/history", get(history::page))
         .route("/console/sessions/{id}/apps", get(apps::dialog))
+        .route("/console/sessions/{id}/ssh-key", get(apps::ssh_key))
         .route("/console/sessions/{id}/apps/{app}", post(apps::open))
         .route("/console/sessions/{id}/logs", get(apps::logs))
         .route(

@@ -93,6 +93,19 @@ pub async fn app_token(pool: &Pool, session: Uuid, app: &str) -> Result<Option<S
     Ok(row.and_then(|r| r.get(0)))
 }
 
+/// The private half of the SSH key the session's agent installed in it (kept apart from the
+/// log, in `secrets.ssh_keys`, until the session gives back its resources).
+pub async fn ssh_key(pool: &Pool, session: Uuid) -> Result<Option<String>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT private_key FROM secrets.ssh_keys WHERE session_id = $1",
+            &[&session],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 /// Keeps a ticket (the SHA-256 of its secret) for `circuit_id` for `ttl`, and drops the
 /// tickets whose time is past.
 pub async fn mint_ticket(

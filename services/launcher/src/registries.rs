@@ -13,8 +13,8 @@ use events::store::ExpectedVersion;
 
 use crate::access::{admin_metadata, AccessError};
 
-/// The most bytes of a registry's user name or password.
-const MOST_LOGIN_BYTES: usize = 1024;
+/// The most characters of a registry's user name or password.
+const MOST_LOGIN_CHARS: usize = 1024;
 
 /// A registry's stream: its name hashed, since a host's `.` and `:` are no stream id's.
 fn stream_of(registry: &str) -> String {
@@ -35,16 +35,20 @@ pub fn check_credential(registry: &str, username: &str, password: &str) -> Resul
         ));
     }
     let printable = |text: &str| {
-        (1..=MOST_LOGIN_BYTES).contains(&text.len()) && !text.chars().any(char::is_control)
+        (1..=MOST_LOGIN_CHARS).contains(&text.chars().count())
+            && !text.chars().any(char::is_control)
     };
     if !printable(username) || username.contains(':') {
         return Err(invalid(
             "username",
-            "1 to 1024 bytes, no control character and no `:`",
+            "1 to 1024 characters, no control character and no `:`",
         ));
     }
     if !printable(password) {
-        return Err(invalid("password", "1 to 1024 bytes, no control character"));
+        return Err(invalid(
+            "password",
+            "1 to 1024 characters, no control character",
+        ));
     }
     Ok(())
 }

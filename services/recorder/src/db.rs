@@ -3,7 +3,7 @@
 //! send that is not history (logs, usage, liveness) is kept in schema `recorder`, which the
 //! crate migrates itself ([`MIGRATIONS`]).
 
-use bus::protocol::{FolderUsage, LiveSession, LogChunk, UsageSample};
+use bus::protocol::{FolderUsage, LiveSession, LogChunk, SshKey, UsageSample};
 use deadpool_postgres::{GenericClient, Pool};
 use events::ledger::LedgerError;
 use events::payloads::{ContainerFence, SessionStatus};
@@ -288,6 +288,25 @@ pub async fn keep_folder_usage(
         )
         .await?;
     Ok(())
+}
+
+/// Keeps the SSH key `agent_id` made for a session, when the session is live and its main
+/// kernel is on that agent; whether it was kept.
+pub async fn keep_ssh_key(pool: &Pool, agent_id: &str, key: &SshKey) -> Result<bool, LedgerError> {
+    let client = pool.get().await?;
+    let kept = client
+        .execute(
+            &format!(
+                "INSERT INTO secrets.ssh_keys
+                 SELECT s.session_id, $3 FROM ledger.sessions s
+                  WHERE s.session_id = $1 AND s.agent_id = $2 AND {}
+                 ON CONFLICT (session_id) DO UPDATE SET private_key = $3",
+                events::sql::is_live("s.status")
+            ),
+            &[&key.session_id, &agent_id, &key.private_key],
+        )
+        .await?;
+    Ok(kept == 1)
 }
 
 /// Whether `agent_id` runs the session's main kernel or has started one of its kernels.

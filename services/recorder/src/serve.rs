@@ -172,6 +172,15 @@ impl Recorder {
                     .await?
                     .map(|(username, password)| RegistryLogin { username, password }),
             },
+            Request::KeepSshKey(key) => {
+                if db::keep_ssh_key(&self.pool, agent, &key).await? {
+                    Answer::Done
+                } else {
+                    Answer::Denied {
+                        reason: format!("session {} is not live on {agent}", key.session_id),
+                    }
+                }
+            }
             Request::FolderUsage(usage) => {
                 db::keep_folder_usage(&self.pool, agent, &usage).await?;
                 Answer::Done

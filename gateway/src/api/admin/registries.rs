@@ -23,8 +23,12 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct RegistryParam {
-    /// `cr.example.com`, `192.0.2.2:5000`.
-    #[param(pattern = r"^[A-Za-z0-9.:\[\]-]{1,253}$")]
+    /// `cr.example.com`, `192.0.2.2:5000`, `localhost`: a host names a registry by a dot, a
+    /// port or being `localhost`, as in an image reference.
+    #[param(
+        pattern = r"^(localhost|[A-Za-z0-9.:\[\]-]*[.:][A-Za-z0-9.:\[\]-]*)$",
+        max_length = 253
+    )]
     pub registry: String,
 }
 
@@ -32,18 +36,19 @@ pub struct RegistryParam {
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryCredentialIn {
-    /// No `:`, no control character.
+    /// 1 to 1024 characters, no `:`, no control character.
     #[schema(
         min_length = 1,
         max_length = 1024,
-        pattern = r"^[^:\u0000-\u001f\u007f]+$"
+        pattern = r"^[^:\u0000-\u001f\u007f-\u009f]+$"
     )]
     pub username: String,
-    /// Kept apart from the log; never shown again.
+    /// 1 to 1024 characters, no control character; kept apart from the log, never shown
+    /// again.
     #[schema(
         min_length = 1,
         max_length = 1024,
-        pattern = r"^[^\u0000-\u001f\u007f]+$"
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$"
     )]
     pub password: String,
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bus::protocol::Fact;
+use bus::protocol::{Answer, Fact, Request, SshKey};
 use domain::payloads::AppStartOutcome;
 use futures::StreamExt;
 use rand::Rng;
@@ -259,8 +259,9 @@ fn ssh_def() -> ServiceDef {
 /// Gives an interactive session its SSH key, as Backend.AI's users expect: a new ed25519 pair,
 /// the private half at `/home/work/id_container` and the public half in
 /// `/home/work/.ssh/authorized_keys` (both 0600, the directory 0700), unless the session's
-/// scratch already has an `authorized_keys`. Runs beside the session's start, so it delays
-/// nothing; a failure is logged.
+/// scratch already has an `authorized_keys`; the private half is also handed to the control
+/// plane, which keeps it apart from the log for the owner to download. Runs beside the
+/// session's start, so it delays nothing; a failure is logged.
 pub(super) async fn install_ssh_key(ctx: Ctx, session_id: Uuid) {
     use ssh_key::rand_core::OsRng;
     let key =
@@ -299,18 +300,41 @@ pub(super) async fn install_ssh_key(ctx: Ctx, session_id: Uuid) {
             },
         )
         .await;
-    let started = match exec {
-        Ok(exec) => {
-            ctx.docker
-                .start_exec(&exec.id, None::<StartExecOptions>)
-                .await
+    let exec = match exec {
+        Ok(exec) => exec,
+        Err(e) => {
+            tracing::warn!(%session_id, error = %e, "the SSH key was not written");
+            return;
         }
-        Err(e) => Err(e),
     };
-    match started {
+    match ctx
+        .docker
+        .start_exec(&exec.id, None::<StartExecOptions>)
+        .await
+    {
         Ok(StartExecResults::Attached { mut output, .. }) => while output.next().await.is_some() {},
         Ok(StartExecResults::Detached) => {}
-        Err(e) => tracing::warn!(%session_id, error = %e, "the SSH key was not written"),
+        Err(e) => {
+            tracing::warn!(%session_id, error = %e, "the SSH key was not written");
+            return;
+        }
+    }
+    // Written (a scratch that had its own authorized_keys keeps it, and this key is not
+    // used): the control plane keeps its private half for the owner to download.
+    let written = ctx
+        .docker
+        .inspect_exec(&exec.id)
+        .await
+        .is_ok_and(|inspected| inspected.exit_code == Some(0));
+    if written {
+        let key = SshKey {
+            session_id,
+            private_key: private,
+        };
+        match ctx.link.ask(&Request::KeepSshKey(key), &ctx.stop).await {
+            Ok(Answer::Done) => {}
+            other => tracing::info!(%session_id, answer = ?other, "the SSH key was not kept"),
+        }
     }
 }
 
