@@ -440,6 +440,7 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         .with_agent_bus(config.agent_bus.clone())
         .with_webhook_policy(config.webhook_policy.clone())
         .with_default_volume(config.default_volume.clone())
+        .with_file_roots(file_roots(config))
         .with_create_queue(config.create_queue)
         .watch_readiness();
         let state = match &metrics {
@@ -693,4 +694,18 @@ impl Running {
         };
         (self.names.remove(&id).unwrap_or("part"), result)
     }
+}
+
+/// The volumes whose folders' files this host's gateway serves: the shared volumes it mounts
+/// (`BERTH_VOLUMES`), and `host-local` when an agent keeps its data directory on this host
+/// (`BERTH_AGENT_DATA` exists: a one-host install), whose folders are there.
+fn file_roots(config: &Config) -> std::collections::BTreeMap<String, std::path::PathBuf> {
+    let mut roots = config.volumes.clone();
+    if config.agent_data_dir.is_dir() {
+        roots.insert(
+            domain::volumes::HOST_LOCAL.to_owned(),
+            config.agent_data_dir.clone(),
+        );
+    }
+    roots
 }

@@ -17,6 +17,7 @@
 //! - [`outbound`]: which addresses berth connects to on a user's or an agent's say (webhooks,
 //!   the app proxy's upstreams).
 //! - [`images`]: image references, customized images' names and owners.
+//! - [`files`]: paths inside a folder, as the files API takes them (never leaving it).
 //! - [`launches`]: a user's recent launches, their names and pins.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
@@ -35,6 +36,7 @@ pub mod authorization;
 pub mod catalogue;
 pub mod credentials;
 pub mod fair_share;
+pub mod files;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod history;

@@ -30,6 +30,7 @@ pub mod caller;
 pub mod console;
 mod db;
 pub mod error;
+pub mod files;
 pub mod handles;
 mod headers;
 pub mod metrics;
@@ -93,6 +94,13 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::notifications::notification_stream))
         .routes(routes!(api::notifications::set_webhook))
         .routes(routes!(api::notifications::rotate_webhook_secret))
+        .routes(routes!(
+            api::files::list_files,
+            api::files::upload_file,
+            api::files::remove_file
+        ))
+        .routes(routes!(api::files::download_file))
+        .routes(routes!(api::files::make_directory))
         .routes(routes!(api::apps::list_apps))
         .routes(routes!(api::apps::ssh_key))
         .routes(routes!(api::apps::open_app))
@@ -414,6 +422,11 @@ mod tests {
             ("post", "/v1/admin/agents"),
             ("post", "/v1/admin/agents/{id}/revoke"),
             ("get", "/v1/sessions/{id}/ssh-key"),
+            ("get", "/v1/folders/{name}/files"),
+            ("put", "/v1/folders/{name}/files"),
+            ("delete", "/v1/folders/{name}/files"),
+            ("get", "/v1/folders/{name}/download"),
+            ("post", "/v1/folders/{name}/directories"),
             ("get", "/v1/admin/registries"),
             ("put", "/v1/admin/registries/{registry}"),
             ("delete", "/v1/admin/registries/{registry}"),

@@ -290,6 +290,38 @@ pub struct FolderUsage {
     pub agent_id: String,
 }
 
+/// An entry of a folder's directory (`GET /v1/folders/{name}/files`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderEntry {
+    pub name: String,
+    /// `file`, `directory`, `link` (shown, never followed) or `other`.
+    pub kind: crate::files::EntryKind,
+    /// A file's bytes (0 for anything else).
+    pub size: u64,
+    pub modified: Option<DateTime<Utc>>,
+}
+
+/// `GET /v1/folders/{name}/files`: a directory's entries by name, a page of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderListing {
+    pub folder: String,
+    /// The directory listed, inside the folder (`""`: the folder itself).
+    pub path: String,
+    /// Entries in the directory, in all.
+    pub total: u64,
+    pub entries: Vec<FolderEntry>,
+}
+
+/// `PUT /v1/folders/{name}/files`: the file written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileWritten {
+    pub path: String,
+    pub size: u64,
+}
+
 /// `GET /v1/folders`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -54,6 +54,10 @@ pub struct AppState {
     /// The volume a folder is made on when its request names none (`BERTH_DEFAULT_VOLUME`;
     /// [`domain::volumes::HOST_LOCAL`] unless set, [`AppState::with_default_volume`]).
     pub default_volume: String,
+    /// The volumes mounted where this gateway runs, by name (`host-local`: the data directory
+    /// of the agent on this host, on a one-host install): the folders on them have their files
+    /// served here ([`AppState::with_file_roots`]; none unless set).
+    pub file_roots: Arc<std::collections::BTreeMap<String, std::path::PathBuf>>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -90,6 +94,7 @@ impl AppState {
             tls: false,
             webhook_policy: Arc::default(),
             default_volume: domain::volumes::HOST_LOCAL.to_owned(),
+            file_roots: Arc::default(),
         }
     }
 
@@ -191,6 +196,16 @@ impl AppState {
     /// allow-list names; none by default).
     pub fn with_webhook_policy(mut self, policy: domain::outbound::WebhookPolicy) -> AppState {
         self.webhook_policy = Arc::new(policy);
+        self
+    }
+
+    /// This state serving the files of folders on `roots` (volume → where it is mounted on
+    /// this host).
+    pub fn with_file_roots(
+        mut self,
+        roots: std::collections::BTreeMap<String, std::path::PathBuf>,
+    ) -> AppState {
+        self.file_roots = Arc::new(roots);
         self
     }
 

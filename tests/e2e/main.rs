@@ -34,6 +34,8 @@
 //! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
 //!   none could hold them.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
+//! - [`files`]: a folder's files uploaded, listed, downloaded (also by range), made and
+//!   removed through the API, a session seeing the same; paths and links out refused.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
 //! - [`metrics`]: `/metrics` scraped before and after a session's life, and an agent's own
 //!   metrics listener.
@@ -86,6 +88,7 @@ mod common;
 mod console;
 mod containers;
 mod contract;
+mod files;
 mod gateways;
 mod history;
 mod hosts;

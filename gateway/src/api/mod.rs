@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod apps;
 pub mod catalogue;
+pub mod files;
 pub mod folders;
 pub mod history;
 pub mod idle;

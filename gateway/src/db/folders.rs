@@ -35,3 +35,15 @@ pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> 
         })
         .collect())
 }
+
+/// The volume of `owner`'s folder `name`, if they have one by that name.
+pub async fn volume_of(pool: &Pool, owner: Uuid, name: &str) -> Result<Option<String>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT coalesce(volume, $3) FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &[&owner, &name, &domain::volumes::HOST_LOCAL],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}

@@ -1,0 +1,251 @@
+//! The files of the caller's folders: list a directory (paged, by name), download a file
+//! (streamed, with HTTP ranges), upload one (streamed), make a directory, remove what a path
+//! names. Served by this gateway where the folder's volume is mounted on its host
+//! (`crate::files`); a path stays inside its folder (`domain::files`) and no link is followed.
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use domain::files::{FolderPath, PathError};
+use serde::Deserialize;
+use tower::ServiceExt;
+use utoipa::IntoParams;
+
+use super::query;
+use crate::caller::Caller;
+use crate::db;
+use crate::error::ApiError;
+use crate::files::{self, FilesError};
+use crate::model::{FileWritten, FolderEntry, FolderListing};
+use crate::state::AppState;
+use events::ledger::KeyOwner;
+
+/// A folder named in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct FolderName {
+    /// One of the caller's folders.
+    #[param(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
+    pub name: String,
+}
+
+/// A path inside the folder.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FilePath {
+    /// Relative: components of 1 to 255 characters (no NUL, none `.` or `..`), `/` between
+    /// them and one at the end allowed (what `domain::files::FolderPath::parse` takes).
+    #[param(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^(?!\.\.?(/|$))(?![^\u0000]*/\.\.?(/|$))[^/\u0000]{1,255}(/[^/\u0000]{1,255})*/?$"
+    )]
+    pub path: String,
+}
+
+/// `GET /v1/folders/{name}/files`' parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// The directory (default: the folder itself).
+    #[param(
+        nullable = false,
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^(?!\.\.?(/|$))(?![^\u0000]*/\.\.?(/|$))[^/\u0000]{1,255}(/[^/\u0000]{1,255})*/?$"
+    )]
+    pub path: Option<String>,
+    /// At most this many entries (default 1000).
+    #[param(nullable = false, minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+    /// Entries skipped first (default 0).
+    #[param(nullable = false, minimum = 0, maximum = 100000000)]
+    pub offset: Option<u32>,
+}
+
+/// `POST /v1/folders/{name}/directories`' body.
+#[derive(Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewDirectory {
+    /// Relative, `/`-separated; the directories above it are made too.
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^(?!\.\.?(/|$))(?![^\u0000]*/\.\.?(/|$))[^/\u0000]{1,255}(/[^/\u0000]{1,255})*/?$"
+    )]
+    pub path: String,
+}
+
+/// The directory of the caller's folder `name` on this host.
+async fn folder(
+    state: &AppState,
+    caller: &KeyOwner,
+    name: &str,
+) -> Result<std::path::PathBuf, ApiError> {
+    let volume = db::folders::volume_of(&state.pool, caller.user_id, name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("you have no folder named `{name}`")).field("name")
+        })?;
+    Ok(files::folder_dir(
+        &state.file_roots,
+        &volume,
+        caller.user_id,
+        name,
+    )?)
+}
+
+fn parsed(path: &str) -> Result<FolderPath, ApiError> {
+    FolderPath::parse(path).map_err(|e: PathError| ApiError::invalid("path", e.to_string()))
+}
+
+impl From<FilesError> for ApiError {
+    fn from(e: FilesError) -> Self {
+        let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, e.to_string());
+        match &e {
+            FilesError::VolumeNotHere(_) => conflict("volume_not_here").field("name"),
+            FilesError::Missing(_) => ApiError::not_found(e.to_string()).field("path"),
+            FilesError::Link(_) => ApiError::invalid("path", e.to_string()),
+            FilesError::IsDirectory(_)
+            | FilesError::NotDirectory(_)
+            | FilesError::Exists(_)
+            | FilesError::Root(_) => conflict("path_conflict").field("path"),
+            // ENAMETOOLONG: a name the file system's byte limits refuse.
+            FilesError::Io(io) if io.raw_os_error() == Some(36) => {
+                ApiError::invalid("path", "too long for the file system (255 bytes a name)")
+            }
+            FilesError::Io(io) => ApiError::internal(io),
+        }
+    }
+}
+
+/// A directory of one of my folders: its entries by name (a link is shown, never followed),
+/// a page of them.
+#[utoipa::path(get, path = "/v1/folders/{name}/files", tag = "folders",
+    params(FolderName, ListParams),
+    responses((status = 200, description = "the directory's entries", body = FolderListing)))]
+pub async fn list_files(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<FolderListing>, ApiError> {
+    let p: ListParams = query::parse(raw.as_deref())?;
+    let path = parsed(p.path.as_deref().unwrap_or(""))?;
+    let dir = folder(&state, &caller, &name).await?;
+    let entries = files::list(dir, path.clone()).await?;
+    let total = entries.len() as u64;
+    let entries = entries
+        .into_iter()
+        .skip(p.offset.unwrap_or(0) as usize)
+        .take(p.limit.unwrap_or(1000) as usize)
+        .map(|e| FolderEntry {
+            name: e.name,
+            kind: e.kind,
+            size: e.size,
+            modified: e.modified,
+        })
+        .collect();
+    Ok(Json(FolderListing {
+        folder: name,
+        path: path.display(),
+        total,
+        entries,
+    }))
+}
+
+/// A file of one of my folders, streamed (`Range` honoured: 206 with the part asked for).
+#[utoipa::path(get, path = "/v1/folders/{name}/download", tag = "folders",
+    params(FolderName, FilePath),
+    responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream")))]
+pub async fn download_file(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    RawQuery(raw): RawQuery,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let p: FilePath = query::parse(raw.as_deref())?;
+    let path = parsed(&p.path)?;
+    let dir = folder(&state, &caller, &name).await?;
+    let file = files::readable(dir, path.clone()).await?;
+    let served = tower_http::services::ServeFile::new(file)
+        .oneshot(request)
+        .await
+        .map_err(ApiError::internal)?;
+    let mut response = served.map(Body::new).into_response();
+    let attachment = format!(
+        "attachment; filename=\"{}\"",
+        path.file_name()
+            .unwrap_or("file")
+            .replace(['"', '\\', '\r', '\n'], "_")
+    );
+    if let Ok(value) = HeaderValue::from_str(&attachment) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// Write a file into one of my folders from the request's body, streamed (the directories
+/// above it made as needed; a file there replaced once the new one is whole).
+#[utoipa::path(put, path = "/v1/folders/{name}/files", tag = "folders",
+    params(FolderName, FilePath),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, description = "written", body = FileWritten)))]
+pub async fn upload_file(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    RawQuery(raw): RawQuery,
+    body: Body,
+) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
+    let p: FilePath = query::parse(raw.as_deref())?;
+    let path = parsed(&p.path)?;
+    let dir = folder(&state, &caller, &name).await?;
+    let size = files::write(dir, path.clone(), body.into_data_stream()).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(FileWritten {
+            path: path.display(),
+            size,
+        }),
+    ))
+}
+
+/// Make a directory in one of my folders (and those above it).
+#[utoipa::path(post, path = "/v1/folders/{name}/directories", tag = "folders",
+    params(FolderName), request_body = NewDirectory,
+    responses((status = 201, description = "made")))]
+pub async fn make_directory(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let NewDirectory { path } = super::parse_body(body)?;
+    let path = parsed(&path)?;
+    let dir = folder(&state, &caller, &name).await?;
+    files::make_directory(dir, path).await?;
+    Ok(StatusCode::CREATED)
+}
+
+/// Remove a file, link or directory (with all it holds) from one of my folders.
+#[utoipa::path(delete, path = "/v1/folders/{name}/files", tag = "folders",
+    params(FolderName, FilePath),
+    responses((status = 204, description = "removed")))]
+pub async fn remove_file(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    RawQuery(raw): RawQuery,
+) -> Result<StatusCode, ApiError> {
+    let p: FilePath = query::parse(raw.as_deref())?;
+    let path = parsed(&p.path)?;
+    let dir = folder(&state, &caller, &name).await?;
+    files::remove(dir, path).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,368 @@
+//! A folder's files, served by the gateway from the volumes its host mounts (as Backend.AI's
+//! storage proxy serves its volumes): listed, read, written, made and removed where they live,
+//! `<volume>/folders/<owner>/<folder>`. Which paths may be asked for is `domain::files`' rule;
+//! here no link on disk is followed, so nothing outside the folder is reached through one.
+//! Bodies are streamed both ways: a file never sits in memory whole.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use domain::files::FolderPath;
+use futures::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use uuid::Uuid;
+
+/// Why a file operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    /// The folder's volume is not mounted on this gateway's host.
+    #[error("volume `{0}` is not mounted where this gateway runs (BERTH_VOLUMES)")]
+    VolumeNotHere(String),
+    #[error("`{0}` does not exist in the folder")]
+    Missing(String),
+    /// A link on the way: links are never followed, in or out of the folder.
+    #[error("`{0}` is a link, which is not followed")]
+    Link(String),
+    #[error("`{0}` is a directory")]
+    IsDirectory(String),
+    #[error("`{0}` is not a directory")]
+    NotDirectory(String),
+    #[error("`{0}` exists")]
+    Exists(String),
+    #[error("the folder itself cannot be {0}")]
+    Root(&'static str),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What kind of entry a folder holds.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Directory,
+    Link,
+    Other,
+}
+
+/// One entry of a directory: its name, kind, size (a file's bytes) and when it last changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub kind: EntryKind,
+    pub size: u64,
+    pub modified: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Where folder `name` of `owner` lives on this host, when its volume is mounted here
+/// (`roots`: volume → mount).
+pub fn folder_dir(
+    roots: &BTreeMap<String, PathBuf>,
+    volume: &str,
+    owner: Uuid,
+    name: &str,
+) -> Result<PathBuf, FilesError> {
+    let root = roots
+        .get(volume)
+        .ok_or_else(|| FilesError::VolumeNotHere(volume.to_owned()))?;
+    Ok(root
+        .join("folders")
+        .join(owner.simple().to_string())
+        .join(name))
+}
+
+/// `path` inside `dir`, every component of it that exists checked to be no link (the last
+/// one too, unless `last_may_be_link`); what does not exist yet is fine.
+fn resolve(dir: &Path, path: &FolderPath, last_may_be_link: bool) -> Result<PathBuf, FilesError> {
+    let mut at = dir.to_path_buf();
+    let count = path.components().len();
+    for (i, component) in path.components().iter().enumerate() {
+        at.push(component);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if !(last_may_be_link && i + 1 == count) {
+                    return Err(FilesError::Link(shown(path, i)));
+                }
+            }
+            Ok(meta) if i + 1 < count && !meta.is_dir() => {
+                return Err(FilesError::NotDirectory(shown(path, i)));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(at)
+}
+
+/// The first `i + 1` components of `path`, as the API shows them.
+fn shown(path: &FolderPath, i: usize) -> String {
+    path.components()[..=i].join("/")
+}
+
+/// Makes `path`'s directories inside `dir` (the folder's own too), none of them a link.
+fn make_dirs(dir: &Path, path: &FolderPath) -> Result<PathBuf, FilesError> {
+    std::fs::create_dir_all(dir)?;
+    let mut at = dir.to_path_buf();
+    for (i, component) in path.components().iter().enumerate() {
+        at.push(component);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(FilesError::Link(shown(path, i)))
+            }
+            Ok(meta) if !meta.is_dir() => return Err(FilesError::NotDirectory(shown(path, i))),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::create_dir(&at) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(at)
+}
+
+/// The entries of directory `path`, by name (a folder no session has used yet is empty).
+pub async fn list(dir: PathBuf, path: FolderPath) -> Result<Vec<Entry>, FilesError> {
+    tokio::task::spawn_blocking(move || {
+        let at = resolve(&dir, &path, false)?;
+        let read = match std::fs::read_dir(&at) {
+            Ok(read) => read,
+            Err(e) if e.kind() == ErrorKind::NotFound && path.is_root() => return Ok(Vec::new()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(FilesError::Missing(path.display()))
+            }
+            Err(e) if e.raw_os_error() == Some(20) => {
+                return Err(FilesError::NotDirectory(path.display()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut entries = Vec::new();
+        for entry in read {
+            let entry = entry?;
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            let kind = if meta.file_type().is_symlink() {
+                EntryKind::Link
+            } else if meta.is_dir() {
+                EntryKind::Directory
+            } else if meta.is_file() {
+                EntryKind::File
+            } else {
+                EntryKind::Other
+            };
+            entries.push(Entry {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                kind,
+                size: if kind == EntryKind::File {
+                    meta.len()
+                } else {
+                    0
+                },
+                modified: meta.modified().ok().map(chrono::DateTime::from),
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    })
+    .await
+    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
+}
+
+/// The file at `path`, to be read: a regular file reached through no link.
+pub async fn readable(dir: PathBuf, path: FolderPath) -> Result<PathBuf, FilesError> {
+    tokio::task::spawn_blocking(move || {
+        if path.is_root() {
+            return Err(FilesError::Root("downloaded"));
+        }
+        let at = resolve(&dir, &path, false)?;
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => Err(FilesError::IsDirectory(path.display())),
+            Ok(_) => Ok(at),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(FilesError::Missing(path.display())),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
+    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
+}
+
+/// Writes `body` to `path` (its directories made as needed), replacing a file there: written
+/// beside it under a name of its own and moved into place once whole, so a reader never sees
+/// half a file and a failed upload leaves nothing. The bytes written.
+pub async fn write<S, E>(dir: PathBuf, path: FolderPath, mut body: S) -> Result<u64, FilesError>
+where
+    S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let Some(parent) = path.parent() else {
+        return Err(FilesError::Root("written"));
+    };
+    let name = path.file_name().unwrap_or_default().to_owned();
+    let (parent_dir, target) = tokio::task::spawn_blocking({
+        let (dir, path) = (dir.clone(), path.clone());
+        move || -> Result<(PathBuf, PathBuf), FilesError> {
+            let parent_dir = make_dirs(&dir, &parent)?;
+            let target = resolve(&dir, &path, true)?;
+            if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                return Err(FilesError::IsDirectory(path.display()));
+            }
+            Ok((parent_dir, target))
+        }
+    })
+    .await
+    .map_err(|e| FilesError::Io(std::io::Error::other(e)))??;
+    let partial = parent_dir.join(format!(".berth-upload-{}-{name}", Uuid::new_v4().simple()));
+    let written = async {
+        let mut file = tokio::fs::File::create(&partial).await?;
+        let mut bytes = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
+            file.write_all(&chunk).await?;
+            bytes += chunk.len() as u64;
+        }
+        file.sync_all().await?;
+        tokio::fs::rename(&partial, &target).await?;
+        Ok::<u64, std::io::Error>(bytes)
+    }
+    .await;
+    if written.is_err() {
+        let _ = tokio::fs::remove_file(&partial).await;
+    }
+    Ok(written?)
+}
+
+/// Makes directory `path` (and those above it); an existing directory is refused as existing.
+pub async fn make_directory(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
+    tokio::task::spawn_blocking(move || {
+        if path.is_root() {
+            return Err(FilesError::Root("made"));
+        }
+        if resolve(&dir, &path, false)?.symlink_metadata().is_ok() {
+            return Err(FilesError::Exists(path.display()));
+        }
+        make_dirs(&dir, &path).map(|_| ())
+    })
+    .await
+    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
+}
+
+/// Removes the file, link or directory (with all it holds) at `path`; a link is removed
+/// itself, never what it points to.
+pub async fn remove(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
+    tokio::task::spawn_blocking(move || {
+        if path.is_root() {
+            return Err(FilesError::Root("removed"));
+        }
+        let at = resolve(&dir, &path, true)?;
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&at)?,
+            Ok(_) => std::fs::remove_file(&at)?,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(FilesError::Missing(path.display()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("berth-files-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn p(path: &str) -> FolderPath {
+        FolderPath::parse(path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn files_are_written_listed_read_and_removed_inside_the_folder_alone() {
+        let outside = temp();
+        std::fs::write(outside.join("secret"), b"not yours").unwrap();
+        let dir = temp().join("folder");
+        assert!(
+            list(dir.clone(), p("")).await.unwrap().is_empty(),
+            "not made yet"
+        );
+        let chunks = futures::stream::iter(
+            [&b"hello "[..], &b"world"[..]].map(|c| Ok::<_, std::io::Error>(bytes::Bytes::from(c))),
+        );
+        assert_eq!(
+            write(dir.clone(), p("a/b/note.txt"), chunks).await.unwrap(),
+            11
+        );
+        let listed = list(dir.clone(), p("a/b")).await.unwrap();
+        assert_eq!(listed.len(), 1, "no partial file left: {listed:?}");
+        assert_eq!(
+            (listed[0].name.as_str(), listed[0].kind, listed[0].size),
+            ("note.txt", EntryKind::File, 11)
+        );
+        let at = readable(dir.clone(), p("a/b/note.txt")).await.unwrap();
+        assert_eq!(std::fs::read(at).unwrap(), b"hello world");
+
+        // A link a session made, to outside the folder: listed as a link, never followed.
+        std::os::unix::fs::symlink(&outside, dir.join("out")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), dir.join("a/s")).unwrap();
+        let top = list(dir.clone(), p("")).await.unwrap();
+        assert!(
+            top.iter()
+                .any(|e| e.name == "out" && e.kind == EntryKind::Link),
+            "{top:?}"
+        );
+        assert!(
+            matches!(list(dir.clone(), p("out")).await, Err(FilesError::Link(l)) if l == "out")
+        );
+        assert!(matches!(
+            readable(dir.clone(), p("out/secret")).await,
+            Err(FilesError::Link(_))
+        ));
+        assert!(matches!(
+            readable(dir.clone(), p("a/s")).await,
+            Err(FilesError::Link(_))
+        ));
+        let none =
+            futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))]);
+        assert!(matches!(
+            write(dir.clone(), p("out/planted"), none).await,
+            Err(FilesError::Link(_))
+        ));
+        assert!(!outside.join("planted").exists());
+        // Removing a link removes the link alone.
+        remove(dir.clone(), p("out")).await.unwrap();
+        assert!(outside.join("secret").exists());
+
+        assert!(matches!(
+            make_directory(dir.clone(), p("a")).await,
+            Err(FilesError::Exists(_))
+        ));
+        make_directory(dir.clone(), p("c/d")).await.unwrap();
+        assert!(dir.join("c/d").is_dir());
+        remove(dir.clone(), p("a")).await.unwrap();
+        assert!(!dir.join("a").exists());
+        assert!(matches!(
+            remove(dir.clone(), p("")).await,
+            Err(FilesError::Root(_))
+        ));
+        assert!(matches!(
+            readable(dir.clone(), p("c")).await,
+            Err(FilesError::IsDirectory(_))
+        ));
+        assert!(matches!(
+            readable(dir.clone(), p("gone")).await,
+            Err(FilesError::Missing(_))
+        ));
+    }
+}
