@@ -489,7 +489,7 @@ const GATEWAY_FLOORS: &[&[&str]] = &[
     &[
         "error", "model", "handles", "headers", "metrics", "throttle", "tls",
     ],
-    &["state", "db", "cache", "projection", "proxy"],
+    &["state", "db", "cache", "projection", "proxy", "files"],
     &["caller", "ready", "authorize"],
     &["api", "sse"],
     &["console", "backendai"],

@@ -10,6 +10,7 @@
 mod admin;
 mod agent_cli;
 mod bench;
+mod folder_cli;
 mod session_cli;
 mod whatif_cli;
 
@@ -107,6 +108,9 @@ enum Command {
     /// Sessions through the gateway (BERTH_GATEWAY_URL, BERTH_API_KEY).
     #[command(subcommand)]
     Session(session_cli::SessionCommand),
+    /// Folders and their files through the gateway (BERTH_GATEWAY_URL, BERTH_API_KEY).
+    #[command(subcommand)]
+    Folder(folder_cli::FolderCommand),
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
@@ -370,6 +374,7 @@ async fn run(
         Command::Demo => demo(&config).await?,
         Command::Admin(command) => return admin::run(&config, command).await,
         Command::Session(command) => return session_cli::run(&config, command).await,
+        Command::Folder(command) => return folder_cli::run(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
         Command::Completion { shell } => completion(shell),
     }

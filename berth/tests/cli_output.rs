@@ -2,7 +2,7 @@
 //! `berth up` and a `berth agent` with real containers: `-o json` of every read command is
 //! the API's own answer to the same request (and `-o yaml` the same document), tables for a
 //! person, `session wait` and `session run` returning with a batch session's exit code (`run`
-//! printing its output), and a name that two
+//! printing its output), `folder` moving a file in and out, and a name that two
 //! users' sessions share refused, listing them, even for a superadmin. PostgreSQL, NATS and
 //! Docker are real.
 
@@ -136,6 +136,10 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         .map(|(k, v)| (k.to_owned(), v)),
     );
     let logs = tempdir("berth-cli-output");
+    // One host: the gateway serves the files of the agent's data directory (host-local).
+    let data = logs.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    env.push(("BERTH_AGENT_DATA".into(), data.to_str().unwrap().into()));
     let _up = BerthProcess::start(&["up"], &env, &logs.join("up.log"));
     let agent_id = format!("cli{}", &id[..8]);
     // Dropped after the agent process (declared before it), so nothing it started survives.
@@ -159,7 +163,6 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
         "BERTH_AGENT_CREDENTIAL".into(),
         credential.to_str().unwrap().into(),
     ));
-    let data = logs.join("data");
     let _agent = BerthProcess::start(
         &[
             "agent",
@@ -474,5 +477,51 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     );
     assert_eq!(ran.code, Some(3), "{}{}", ran.stdout, ran.stderr);
     assert_eq!(ran.stdout.trim(), "hi", "{}", ran.stderr);
+
+    // `folder`: a folder made, a file uploaded to it, listed, downloaded the same, removed.
+    let ran = cli(&["folder", "create", "stuff"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let local = logs.join("numbers.txt");
+    let numbers: String = (1..=5000).map(|n| format!("{n}\n")).collect();
+    std::fs::write(&local, &numbers).unwrap();
+    let ran = cli(
+        &[
+            "folder",
+            "upload",
+            "stuff",
+            local.to_str().unwrap(),
+            "in/numbers.txt",
+        ],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "files", "stuff", "in"], &env);
+    assert!(
+        ran.stdout.contains("numbers.txt") && ran.stdout.contains(&numbers.len().to_string()),
+        "{}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    let back = logs.join("back.txt");
+    let ran = cli(
+        &[
+            "folder",
+            "download",
+            "stuff",
+            "in/numbers.txt",
+            "-O",
+            back.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), numbers);
+    let ran = cli(&["folder", "download", "stuff", "../up.log"], &env);
+    assert_ne!(ran.code, Some(0));
+    assert!(ran.stderr.contains("path"), "{}", ran.stderr);
+    let ran = cli(&["folder", "rm", "stuff", "in"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "files", "stuff"], &env);
+    assert!(!ran.stdout.contains("in"), "{}", ran.stdout);
     let _ = std::fs::remove_dir_all(&logs);
 }

@@ -13,6 +13,8 @@ use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
+pub use crate::model::EntryKind;
+
 /// Why a file operation did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
@@ -34,18 +36,6 @@ pub enum FilesError {
     Root(&'static str),
     #[error(transparent)]
     Io(#[from] std::io::Error),
-}
-
-/// What kind of entry a folder holds.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum EntryKind {
-    File,
-    Directory,
-    Link,
-    Other,
 }
 
 /// One entry of a directory: its name, kind, size (a file's bytes) and when it last changed.

@@ -290,13 +290,23 @@ pub struct FolderUsage {
     pub agent_id: String,
 }
 
+/// What kind of entry a folder holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Directory,
+    Link,
+    Other,
+}
+
 /// An entry of a folder's directory (`GET /v1/folders/{name}/files`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FolderEntry {
     pub name: String,
     /// `file`, `directory`, `link` (shown, never followed) or `other`.
-    pub kind: crate::files::EntryKind,
+    pub kind: EntryKind,
     /// A file's bytes (0 for anything else).
     pub size: u64,
     pub modified: Option<DateTime<Utc>>,

@@ -369,6 +369,14 @@ impl Client {
         format!("{}{path}", self.base)
     }
 
+    /// A request to the gateway's `path` with the caller's key, for answers that are not
+    /// JSON (files).
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .header("x-api-key", &self.key)
+    }
+
     /// The id of `session`: itself when it is one, else the session of that name (the live
     /// one, else the newest). A name that several users' sessions share (only a superadmin
     /// sees others' sessions) is refused, listing them, rather than guessed at: among the live

@@ -1,0 +1,246 @@
+//! `berth folder ...`: a user's folders and their files through the gateway
+//! (BERTH_GATEWAY_URL, BERTH_API_KEY): list and create folders, list a directory, upload and
+//! download files (streamed from and to disk, never held whole), make directories, remove.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use futures::StreamExt;
+use gateway::model::{FolderListing, Folders};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+use crate::session_cli::{print_error, show, Client, Output};
+use berth::config::Config;
+
+#[derive(Subcommand)]
+pub enum FolderCommand {
+    /// List my folders, with their volumes and what each held when last measured.
+    Ls {
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Create a folder (on the gateway's default volume unless `--volume` names one).
+    Create {
+        name: String,
+        #[arg(long)]
+        volume: Option<String>,
+    },
+    /// List a directory of a folder (the folder itself without PATH).
+    Files {
+        folder: String,
+        path: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Upload a local file to PATH in the folder (its directories made as needed).
+    Upload {
+        folder: String,
+        file: PathBuf,
+        /// Where in the folder (default: the file's name, at the top).
+        path: Option<String>,
+    },
+    /// Download the file at PATH in the folder to a local file (default: its name, here).
+    Download {
+        folder: String,
+        path: String,
+        #[arg(long, short = 'O')]
+        out: Option<PathBuf>,
+    },
+    /// Make a directory in the folder (and those above it).
+    Mkdir { folder: String, path: String },
+    /// Remove a file, link or directory (with all it holds) from the folder.
+    Rm { folder: String, path: String },
+}
+
+/// `name` as one segment of a URL's path or query: every byte but letters, digits and
+/// `-._~` percent-encoded.
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The answer's body as JSON when it failed: printed as berth prints errors.
+async fn failed(response: reqwest::Response) -> ExitCode {
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    print_error(&body)
+}
+
+pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<ExitCode> {
+    let client = Client::new(config)?;
+    let result = match command {
+        FolderCommand::Ls { output } => client
+            .send(client.http.get(client.url("/v1/folders")))
+            .await?
+            .map(|v| {
+                show(output, v, |l: Folders| {
+                    println!(
+                        "{:<24} {:<14} {:>14} {:>8}",
+                        "NAME", "VOLUME", "BYTES", "FILES"
+                    );
+                    for f in l.folders {
+                        let (bytes, files) = f.usage.map_or(("-".into(), "-".into()), |u| {
+                            (u.bytes.to_string(), u.files.to_string())
+                        });
+                        println!("{:<24} {:<14} {:>14} {:>8}", f.name, f.volume, bytes, files);
+                    }
+                })
+            }),
+        FolderCommand::Create { name, volume } => {
+            let mut body = json!({"name": name});
+            if let Some(volume) = volume {
+                body["volume"] = json!(volume);
+            }
+            client
+                .send(client.http.post(client.url("/v1/folders")).json(&body))
+                .await?
+                .map(|v| {
+                    println!(
+                        "{}  {}",
+                        v["name"].as_str().unwrap_or_default(),
+                        v["volume"].as_str().unwrap_or_default()
+                    )
+                })
+        }
+        FolderCommand::Files {
+            folder,
+            path,
+            output,
+        } => {
+            let mut url = format!("/v1/folders/{}/files", encoded(&folder));
+            if let Some(path) = path.filter(|p| !p.is_empty()) {
+                url.push_str(&format!("?path={}", encoded(&path)));
+            }
+            client
+                .send(client.http.get(client.url(&url)))
+                .await?
+                .map(|v| {
+                    show(output, v, |l: FolderListing| {
+                        for e in l.entries {
+                            let kind = serde_json::to_value(e.kind).unwrap_or(Value::Null);
+                            let modified = e
+                                .modified
+                                .map(|m| m.format("%Y-%m-%d %H:%M").to_string())
+                                .unwrap_or_default();
+                            println!(
+                                "{:<9} {:>12}  {:<16}  {}",
+                                kind.as_str().unwrap_or("?"),
+                                e.size,
+                                modified,
+                                e.name
+                            );
+                        }
+                    })
+                })
+        }
+        FolderCommand::Upload { folder, file, path } => {
+            let path = match path {
+                Some(path) => path,
+                None => file
+                    .file_name()
+                    .context("the file has no name to upload it under; give PATH")?
+                    .to_string_lossy()
+                    .into_owned(),
+            };
+            let opened = tokio::fs::File::open(&file)
+                .await
+                .with_context(|| format!("open `{}`", file.display()))?;
+            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(opened));
+            let url = format!(
+                "/v1/folders/{}/files?path={}",
+                encoded(&folder),
+                encoded(&path)
+            );
+            let response = client
+                .request(Method::PUT, &url)
+                .body(body)
+                .send()
+                .await
+                .context("reach the gateway")?;
+            if !response.status().is_success() {
+                return Ok(failed(response).await);
+            }
+            let written: Value = response.json().await.unwrap_or(Value::Null);
+            println!(
+                "{}  {} bytes",
+                written["path"].as_str().unwrap_or_default(),
+                written["size"]
+            );
+            Ok(())
+        }
+        FolderCommand::Download { folder, path, out } => {
+            let url = format!(
+                "/v1/folders/{}/download?path={}",
+                encoded(&folder),
+                encoded(&path)
+            );
+            let response = client
+                .request(Method::GET, &url)
+                .send()
+                .await
+                .context("reach the gateway")?;
+            if !response.status().is_success() {
+                return Ok(failed(response).await);
+            }
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from(
+                    path.rsplit('/')
+                        .find(|p| !p.is_empty())
+                        .unwrap_or("download"),
+                )
+            });
+            let mut file = tokio::fs::File::create(&out)
+                .await
+                .with_context(|| format!("create `{}`", out.display()))?;
+            let mut bytes = response.bytes_stream();
+            let mut written = 0u64;
+            while let Some(chunk) = bytes.next().await {
+                let chunk = chunk.context("read the download")?;
+                file.write_all(&chunk).await?;
+                written += chunk.len() as u64;
+            }
+            file.flush().await?;
+            println!("{}  {written} bytes", out.display());
+            Ok(())
+        }
+        FolderCommand::Mkdir { folder, path } => client
+            .send(
+                client
+                    .http
+                    .post(client.url(&format!("/v1/folders/{}/directories", encoded(&folder))))
+                    .json(&json!({"path": path})),
+            )
+            .await?
+            .map(|_| println!("{path}/")),
+        FolderCommand::Rm { folder, path } => {
+            let url = format!(
+                "/v1/folders/{}/files?path={}",
+                encoded(&folder),
+                encoded(&path)
+            );
+            let response = client
+                .request(Method::DELETE, &url)
+                .send()
+                .await
+                .context("reach the gateway")?;
+            if !response.status().is_success() {
+                return Ok(failed(response).await);
+            }
+            println!("{path} removed");
+            Ok(())
+        }
+    };
+    Ok(match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(body) => print_error(&body),
+    })
+}
