@@ -1,6 +1,7 @@
 // berth's console script: keeps pages live over the SSE streams the API already serves
 // (the console cookie speaks for same-origin requests), follows logs, draws the detail
-// panel's usage charts and closes a finished session's toast. The pages work without it.
+// panel's usage charts, closes a finished session's toast and sends the Data explorer's uploads.
+// The pages work without it (but for uploads).
 
 let live = document.querySelector("[data-live]");
 
@@ -118,3 +119,49 @@ if (live) {
   setUp(live);
   logs(live);
 }
+
+// The Data explorer's uploads: the files picked or dropped go to the API one by one (the
+// console cookie speaks for same-origin requests), each streamed with its progress drawn,
+// then the page shows the directory again.
+function uploads() {
+  const zone = document.getElementById("dropzone");
+  if (!zone) return;
+  const input = document.getElementById("upload-input");
+  const bar = document.getElementById("upload-progress");
+  const status = document.getElementById("upload-status");
+  const folder = encodeURIComponent(zone.dataset.uploadFolder);
+  const put = (file) => new Promise((resolve, reject) => {
+    const path = zone.dataset.uploadPath ? `${zone.dataset.uploadPath}/${file.name}` : file.name;
+    const request = new XMLHttpRequest();
+    request.open("PUT", `/v1/folders/${folder}/files?path=${encodeURIComponent(path)}`);
+    request.upload.onprogress = (e) => { if (e.lengthComputable) bar.value = e.loaded / e.total; };
+    request.onload = () => request.status < 300 ? resolve() : reject(new Error(
+      (JSON.parse(request.responseText || "{}").error || {}).message || `HTTP ${request.status}`));
+    request.onerror = () => reject(new Error("the upload was cut"));
+    request.send(file);
+  });
+  const send = async (files) => {
+    bar.hidden = false;
+    try {
+      for (const file of files) {
+        status.textContent = `uploading ${file.name}`;
+        bar.value = 0;
+        await put(file);
+      }
+      status.textContent = "uploaded";
+      location.reload();
+    } catch (e) {
+      status.textContent = `upload failed: ${e.message}`;
+    }
+  };
+  input.addEventListener("change", () => send([...input.files]));
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    zone.classList.remove("over");
+    send([...e.dataTransfer.files]);
+  });
+}
+
+uploads();

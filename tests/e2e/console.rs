@@ -4,7 +4,9 @@
 //! its scheduling history filtered by result; a field error's card with nothing created;
 //! a launch done by keyboard alone, every form control labelled; an interactive session's
 //! terminal and Jupyter opened from the console, and refused to a browser without the
-//! cookie until it signs in with an email and password (and again once it signs out). Every step that fails keeps a screenshot (`target/console-screenshots/`), and the
+//! cookie until it signs in with an email and password (and again once it signs out); the
+//! Data page making a folder, uploading by the file picker, downloading the same bytes and
+//! removing. Every step that fails keeps a screenshot (`target/console-screenshots/`), and the
 //! run keeps the README's pictures (`docs/console/`).
 
 use std::time::Duration;
@@ -633,4 +635,87 @@ async fn the_console_cookie_speaks_for_the_api_only_from_the_same_origin() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(h.count_events("ConsoleSignedOut").await, 1);
+}
+
+#[tokio::test]
+async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_bytes_and_removes() {
+    const TEST: &str = "data_page";
+    let Some(browser) = crate::chrome::browser().await else {
+        return;
+    };
+    // One host: the gateway serves the agent's data directory (`host-local`).
+    let dir = data_dir();
+    let mut config = test_config();
+    config.agent_data_dir = dir.clone();
+    let h = start_with(config).await;
+    let agent_id = fresh_agent_id();
+    let agent = spawn_agent(&h, &agent_id, &dir, 2_000, None).await;
+    let user = h.user("carol@example.com").await;
+    let s = Scene {
+        browser,
+        user,
+        _agent: (agent, Cleanup(agent_id)),
+        h,
+    };
+    let key = s.user.clone();
+    sign_in(&s, TEST, &key).await;
+    let b = &s.browser;
+    b.step(TEST, "a folder made", async {
+        b.client
+            .goto(&format!("{}/console/data", s.h.base))
+            .await
+            .unwrap();
+        b.wait_for_text("No folder yet").await;
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#folder-name", "data1").await;
+        b.click("#create-folder").await;
+        b.find("#dropzone").await;
+        assert!(b.unlabelled_controls().await.is_empty());
+    })
+    .await;
+    let local = dir.join("picked.txt");
+    let bytes: String = (0..2000).map(|n| format!("line {n}\n")).collect();
+    std::fs::write(&local, &bytes).unwrap();
+    b.step(TEST, "uploaded by the picker", async {
+        b.find("#upload-input")
+            .await
+            .send_keys(local.to_str().unwrap())
+            .await
+            .unwrap();
+        let row = b.find("tr[data-entry='picked.txt']").await;
+        let text = row.text().await.unwrap();
+        assert!(text.contains("file"), "{text}");
+        b.document("data-explorer").await;
+    })
+    .await;
+    b.step(TEST, "downloaded the same", async {
+        let downloaded = b
+            .eval(
+                "const x = new XMLHttpRequest(); \
+                 x.open('GET', document.querySelector(\"tr[data-entry='picked.txt'] a\").href, false); \
+                 x.send(); return [x.status, x.responseText];",
+            )
+            .await;
+        assert_eq!(downloaded[0], 200);
+        assert_eq!(downloaded[1].as_str().unwrap(), bytes);
+    })
+    .await;
+    b.step(TEST, "a directory made, the file removed", async {
+        b.fill("#directory-name", "results").await;
+        b.click("#make-directory").await;
+        b.find("tr[data-entry='results']").await;
+        b.click("tr[data-entry='picked.txt'] button").await;
+        b.find("tr[data-entry='results']").await;
+        let left = b
+            .eval(
+                "return [...document.querySelectorAll('tr[data-entry]')].map(r => r.dataset.entry)",
+            )
+            .await;
+        assert_eq!(left, json!(["results"]));
+    })
+    .await;
+    // What the page showed is what the API holds.
+    let (_, listed) = s.h.get(&key, "/v1/folders/data1/files").await;
+    assert_eq!(listed["entries"][0]["name"], "results", "{listed}");
+    assert_eq!(listed["total"], 1);
 }

@@ -1,6 +1,6 @@
 //! The web console under `/console`: the seeds' pages (Sessions, the launcher, the detail
-//! panel, the scheduling history, apps, notifications, and for superadmins the agents and
-//! the queue), rendered on the server from askama templates compiled into the binary, with
+//! panel, the scheduling history, apps, Data, notifications, and for superadmins the agents
+//! and the queue), rendered on the server from askama templates compiled into the binary, with
 //! one stylesheet and one script module served from the binary too. Every view's state is
 //! in its URL, so a refresh or a shared link shows the same view.
 //!
@@ -16,6 +16,8 @@
 //! - `history`: the scheduling history modal.
 //! - `launcher`: the five-step launcher and Recent History.
 //! - `apps`: the app launcher dialog (the terminal among its apps) and the log viewer.
+//! - `data`: the Data page, my folders, and each folder's explorer (upload, download,
+//!   directories, removal).
 //! - `notifications`, `admin`: the header's list; the agents page and the queue.
 //! - `view`: pure formatting (sizes, durations, bars), unit-tested.
 //! - `assets`: the stylesheet, the script and xterm.js, embedded.
@@ -24,6 +26,7 @@ mod admin;
 mod apps;
 pub mod assets;
 pub mod auth;
+mod data;
 mod history;
 mod launcher;
 mod notifications;
@@ -74,6 +77,14 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/launches/{id}", post(launcher::edit_launch))
         .route("/console/folders", post(launcher::create_folder))
+        .route("/console/data", get(data::page).post(data::create))
+        .route("/console/data/{folder}", get(data::folder))
+        .route("/console/data/{folder}/download", get(data::download))
+        .route(
+            "/console/data/{folder}/directories",
+            post(data::make_directory),
+        )
+        .route("/console/data/{folder}/remove", post(data::remove))
         .route(
             "/console/notifications",
             get(notifications::page).post(notifications::mark_read),

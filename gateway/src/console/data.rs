@@ -1,0 +1,294 @@
+//! The Data page (seed "Data", with Sessions the most visited): my folders with their volume
+//! and what each held when last measured, a new folder made, and each folder's explorer:
+//! browse its directories, download a file, make a directory, remove an entry, and upload by
+//! the file picker or by dropping files on the page (the script sends them to the API itself,
+//! with a progress bar). Like every page, a client of the API's handlers.
+
+use askama::Template;
+use axum::extract::{Path, Query, Request, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::SameOrigin;
+use super::{json_body, render, view, Chrome, PageError, Viewer};
+use crate::api::{self, files::FolderName};
+use crate::caller::Caller;
+use crate::state::AppState;
+
+/// A folder as the list shows it.
+pub struct FolderRow {
+    pub name: String,
+    pub volume: String,
+    pub size: String,
+    pub files: String,
+}
+
+#[derive(Template)]
+#[template(path = "data.html")]
+struct DataPage {
+    chrome: Chrome,
+    folders: Vec<FolderRow>,
+}
+
+/// `GET /console/data`.
+pub async fn page(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+) -> Result<Response, PageError> {
+    let listed = api::folders::list_folders(State(state.clone()), Caller(me.clone()))
+        .await?
+        .0;
+    let folders = listed
+        .folders
+        .into_iter()
+        .map(|f| FolderRow {
+            size: f
+                .usage
+                .as_ref()
+                .map_or("not measured yet".into(), |u| view::size(u.bytes as i64)),
+            files: f.usage.as_ref().map_or("–".into(), |u| u.files.to_string()),
+            name: f.name,
+            volume: f.volume,
+        })
+        .collect();
+    Ok(render(&DataPage {
+        chrome: Chrome::of(&state, &me, "data").await,
+        folders,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewFolderForm {
+    name: String,
+    #[serde(default)]
+    volume: String,
+}
+
+/// `POST /console/data`: a folder made, and its explorer opened.
+pub async fn create(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Form(form): Form<NewFolderForm>,
+) -> Result<Response, PageError> {
+    let name = form.name.trim().to_owned();
+    let mut body = json!({ "name": name });
+    if !form.volume.trim().is_empty() {
+        body["volume"] = json!(form.volume.trim());
+    }
+    let _ = api::folders::create_folder(State(state), Caller(me), json_body(&body)).await?;
+    Ok(Redirect::to(&format!("/console/data/{}", encoded(&name))).into_response())
+}
+
+/// An entry as the explorer shows it.
+pub struct EntryRow {
+    pub name: String,
+    /// Its path inside the folder.
+    pub path: String,
+    pub kind: &'static str,
+    pub size: String,
+    pub modified: String,
+}
+
+/// One step of the path above the listed directory.
+pub struct Crumb {
+    pub name: String,
+    pub path: String,
+}
+
+#[derive(Template)]
+#[template(path = "data_folder.html")]
+struct FolderPage {
+    chrome: Chrome,
+    folder: String,
+    /// The directory listed (`""`: the folder itself).
+    path: String,
+    crumbs: Vec<Crumb>,
+    entries: Vec<EntryRow>,
+    total: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct AtPath {
+    #[serde(default)]
+    path: String,
+}
+
+/// `text` for a URL's path or query: every byte but letters, digits and `-._~/`
+/// percent-encoded (a path inside a folder keeps its slashes).
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /console/data/{folder}?path=`: the explorer at a directory of the folder.
+pub async fn folder(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    Path(folder): Path<String>,
+    Query(at): Query<AtPath>,
+) -> Result<Response, PageError> {
+    let query = (!at.path.is_empty()).then(|| format!("path={}", encoded(&at.path)));
+    let listed = api::files::list_files(
+        State(state.clone()),
+        Caller(me.clone()),
+        Path(FolderName {
+            name: folder.clone(),
+        }),
+        axum::extract::RawQuery(query),
+    )
+    .await?
+    .0;
+    let mut crumbs = Vec::new();
+    let mut so_far = String::new();
+    for part in listed.path.split('/').filter(|p| !p.is_empty()) {
+        if !so_far.is_empty() {
+            so_far.push('/');
+        }
+        so_far.push_str(part);
+        crumbs.push(Crumb {
+            name: part.to_owned(),
+            path: so_far.clone(),
+        });
+    }
+    let entries = listed
+        .entries
+        .into_iter()
+        .map(|e| {
+            let path = if listed.path.is_empty() {
+                e.name.clone()
+            } else {
+                format!("{}/{}", listed.path, e.name)
+            };
+            EntryRow {
+                kind: match e.kind {
+                    crate::model::EntryKind::File => "file",
+                    crate::model::EntryKind::Directory => "directory",
+                    crate::model::EntryKind::Link => "link",
+                    crate::model::EntryKind::Other => "other",
+                },
+                size: match e.kind {
+                    crate::model::EntryKind::File => view::size(e.size as i64),
+                    _ => String::new(),
+                },
+                modified: e
+                    .modified
+                    .map(|m| m.format("%Y-%m-%d %H:%M").to_string())
+                    .unwrap_or_default(),
+                name: e.name,
+                path,
+            }
+        })
+        .collect();
+    Ok(render(&FolderPage {
+        chrome: Chrome::of(&state, &me, "data").await,
+        folder,
+        path: listed.path,
+        crumbs,
+        entries,
+        total: listed.total,
+    }))
+}
+
+impl FolderPage {
+    /// `text` for a URL (askama's escaping is for HTML, not for URLs).
+    fn url(&self, text: &str) -> String {
+        encoded(text)
+    }
+}
+
+/// `GET /console/data/{folder}/download?path=`: the file, as `GET /v1/folders/{name}/download`
+/// answers it (ranges too).
+pub async fn download(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    Path(folder): Path<String>,
+    Query(at): Query<AtPath>,
+    request: Request,
+) -> Result<Response, PageError> {
+    Ok(api::files::download_file(
+        State(state),
+        Caller(me),
+        Path(FolderName { name: folder }),
+        axum::extract::RawQuery(Some(format!("path={}", encoded(&at.path)))),
+        request,
+    )
+    .await?)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DirectoryForm {
+    /// The directory it is made in.
+    #[serde(default)]
+    at: String,
+    name: String,
+}
+
+/// `POST /console/data/{folder}/directories`: a directory made in the one shown.
+pub async fn make_directory(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Path(folder): Path<String>,
+    Form(form): Form<DirectoryForm>,
+) -> Result<Response, PageError> {
+    let path = match form.at.is_empty() {
+        true => form.name.trim().to_owned(),
+        false => format!("{}/{}", form.at, form.name.trim()),
+    };
+    api::files::make_directory(
+        State(state),
+        Caller(me),
+        Path(FolderName {
+            name: folder.clone(),
+        }),
+        json_body(&json!({ "path": path })),
+    )
+    .await?;
+    Ok(back_to(&folder, &form.at))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RemoveForm {
+    path: String,
+    /// The directory the explorer goes back to.
+    #[serde(default)]
+    at: String,
+}
+
+/// `POST /console/data/{folder}/remove`: an entry removed (a directory with all it holds).
+pub async fn remove(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Path(folder): Path<String>,
+    Form(form): Form<RemoveForm>,
+) -> Result<Response, PageError> {
+    api::files::remove_file(
+        State(state),
+        Caller(me),
+        Path(FolderName {
+            name: folder.clone(),
+        }),
+        axum::extract::RawQuery(Some(format!("path={}", encoded(&form.path)))),
+    )
+    .await?;
+    Ok(back_to(&folder, &form.at))
+}
+
+/// The explorer at `at` of `folder`.
+fn back_to(folder: &str, at: &str) -> Response {
+    let mut url = format!("/console/data/{}", encoded(folder));
+    if !at.is_empty() {
+        url.push_str(&format!("?path={}", encoded(at)));
+    }
+    Redirect::to(&url).into_response()
+}
