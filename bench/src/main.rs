@@ -14,6 +14,7 @@ mod apps;
 mod backendai;
 mod commit;
 mod console;
+mod data;
 mod db;
 mod fleet;
 mod reap;
@@ -143,10 +144,6 @@ enum BenchCommand {
         #[arg(long, default_value_t = 20)]
         burst: usize,
     },
-    /// A 2-node cluster from its request to RUNNING with a kernel on each of two engines of a
-    /// swarm (an overlay network), next to both kernels on this machine's engine (a bridge).
-    /// The engines: `infra/host.sh swarm 2 3` makes two, `infra/host.sh load N
-    /// berth/shell:latest` gives them the image; name their sockets here.
     /// A folder's write of `--mib` MiB from inside a session on a shared volume (a directory
     /// the engine bind-mounts, `--volume-dir`; an NFS mount to measure that), next to a
     /// host-local folder's and to the same dd on the host's path.
@@ -158,6 +155,18 @@ enum BenchCommand {
         #[arg(long, value_name = "DIR")]
         volume_dir: Option<PathBuf>,
     },
+    /// A file of `--mib` MiB uploaded to a folder and downloaded from it through the files
+    /// API, next to raw loopback HTTP and `cp`, with the process's peak memory growth.
+    Data {
+        #[arg(long, default_value_t = 1024)]
+        mib: u32,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// A 2-node cluster from its request to RUNNING with a kernel on each of two engines of a
+    /// swarm (an overlay network), next to both kernels on this machine's engine (a bridge).
+    /// The engines: `infra/host.sh swarm 2 3` makes two, `infra/host.sh load N
+    /// berth/shell:latest` gives them the image; name their sockets here.
     StartCluster {
         #[arg(long, default_value_t = 20)]
         sessions: usize,
@@ -311,6 +320,7 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             rounds,
             volume_dir,
         } => crate::sessions::volume_write(&config.nats_url, &url, volume_dir, mib, rounds).await,
+        BenchCommand::Data { mib, rounds } => crate::data::data(&url, mib, rounds).await,
         BenchCommand::StartCluster { sessions, engines } => {
             let engines: [PathBuf; 2] = engines
                 .try_into()

@@ -209,14 +209,18 @@ where
     .map_err(|e| FilesError::Io(std::io::Error::other(e)))??;
     let partial = parent_dir.join(format!(".berth-upload-{}-{name}", Uuid::new_v4().simple()));
     let written = async {
-        let mut file = tokio::fs::File::create(&partial).await?;
+        // The body comes in frames of a few KiB; each write to a file is a trip to a blocking
+        // thread, so they are gathered a MiB at a time.
+        let mut file =
+            tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::create(&partial).await?);
         let mut bytes = 0u64;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
             file.write_all(&chunk).await?;
             bytes += chunk.len() as u64;
         }
-        file.sync_all().await?;
+        file.flush().await?;
+        file.get_ref().sync_all().await?;
         tokio::fs::rename(&partial, &target).await?;
         Ok::<u64, std::io::Error>(bytes)
     }
