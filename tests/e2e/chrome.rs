@@ -179,6 +179,25 @@ impl Browser {
         field.send_keys(text).await.unwrap();
     }
 
+    /// The text of what `css` finds, read afresh from the page (a live page may swap the
+    /// element out between a find and a read), waiting for it up to 30 s.
+    pub async fn text_of(&self, css: &str) -> String {
+        self.find(css).await;
+        let script = "const e = document.querySelector(arguments[0]); return e && e.innerText";
+        for _ in 0..300 {
+            let text = self
+                .client
+                .execute(script, vec![serde_json::json!(css)])
+                .await
+                .unwrap_or_else(|e| panic!("the page reads `{css}`: {e}"));
+            if let Some(text) = text.as_str() {
+                return text.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("`{css}` went away and never came back");
+    }
+
     /// Runs `script` in the page and returns its value.
     pub async fn eval(&self, script: &str) -> serde_json::Value {
         self.client

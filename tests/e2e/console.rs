@@ -135,8 +135,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
 
     let id = b
         .step(TEST, "toast", async {
-            let toast = b.find("[data-toast]").await;
-            let text = toast.text().await.unwrap();
+            let text = b.text_of("[data-toast]").await;
             assert!(text.contains("consolebatch"), "{text}");
             for button in ["Apps", "Terminal", "Logs", "Terminate"] {
                 assert!(text.contains(button), "the toast lacks {button}: {text}");
@@ -175,17 +174,14 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             .await
             .unwrap();
         b.click("#tab-finished").await;
-        let row = b.find(&format!("tr[data-session='{id}']")).await;
-        let text = row.text().await.unwrap();
+        let text = b.text_of(&format!("tr[data-session='{id}']")).await;
         assert!(
             text.contains("consolebatch") && text.contains("TERMINATED"),
             "{text}"
         );
-        let elapsed = row
-            .find(fantoccini::Locator::Css(".elapsed"))
-            .await
-            .unwrap();
-        let elapsed = elapsed.text().await.unwrap();
+        let elapsed = b
+            .text_of(&format!("tr[data-session='{id}'] .elapsed"))
+            .await;
         assert!(
             elapsed.ends_with('s'),
             "the elapsed time is shown: {elapsed}"
@@ -198,7 +194,7 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
     b.step(TEST, "detail", async {
         b.click(&format!("tr[data-session='{id}'] .session-name"))
             .await;
-        let detail = b.find("#detail").await.text().await.unwrap();
+        let detail = b.text_of("#detail").await;
         for field in [
             "Session ID",
             &id,
@@ -712,6 +708,17 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
             )
             .await;
         assert_eq!(left, json!(["results"]));
+    })
+    .await;
+    // The launcher's folder step leads into the explorer.
+    b.step(TEST, "the launcher links the explorer", async {
+        b.client
+            .goto(&format!("{}/console/launch?step=3", s.h.base))
+            .await
+            .unwrap();
+        let link = b.find("a[data-browse='data1']").await;
+        let href = link.attr("href").await.unwrap().unwrap();
+        assert_eq!(href, "/console/data/data1");
     })
     .await;
     // What the page showed is what the API holds.
