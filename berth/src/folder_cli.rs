@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use crate::session_cli::{print_error, show, Client, Output};
+use crate::session_cli::{path_part, print_error, show, Client, Output};
 use berth::config::Config;
 
 #[derive(Subcommand)]
@@ -54,25 +54,6 @@ pub enum FolderCommand {
     Mkdir { folder: String, path: String },
     /// Remove a file, link or directory (with all it holds) from the folder.
     Rm { folder: String, path: String },
-}
-
-/// `name` as one segment of a URL's path or query: every byte but letters, digits and
-/// `-._~` percent-encoded.
-fn encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The answer's body as JSON when it failed: printed as berth prints errors.
-async fn failed(response: reqwest::Response) -> ExitCode {
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    print_error(&body)
 }
 
 pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<ExitCode> {
@@ -116,9 +97,9 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             path,
             output,
         } => {
-            let mut url = format!("/v1/folders/{}/files", encoded(&folder));
+            let mut url = format!("/v1/folders/{}/files", path_part(&folder));
             if let Some(path) = path.filter(|p| !p.is_empty()) {
-                url.push_str(&format!("?path={}", encoded(&path)));
+                url.push_str(&format!("?path={}", path_part(&path)));
             }
             client
                 .send(client.http.get(client.url(&url)))
@@ -157,18 +138,16 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(opened));
             let url = format!(
                 "/v1/folders/{}/files?path={}",
-                encoded(&folder),
-                encoded(&path)
+                path_part(&folder),
+                path_part(&path)
             );
-            let response = client
-                .request(Method::PUT, &url)
-                .body(body)
-                .send()
-                .await
-                .context("reach the gateway")?;
-            if !response.status().is_success() {
-                return Ok(failed(response).await);
-            }
+            let response = match client
+                .send_raw(client.request(Method::PUT, &url).body(body))
+                .await?
+            {
+                Ok(response) => response,
+                Err(code) => return Ok(code),
+            };
             let written: Value = response.json().await.unwrap_or(Value::Null);
             println!(
                 "{}  {} bytes",
@@ -180,17 +159,13 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
         FolderCommand::Download { folder, path, out } => {
             let url = format!(
                 "/v1/folders/{}/download?path={}",
-                encoded(&folder),
-                encoded(&path)
+                path_part(&folder),
+                path_part(&path)
             );
-            let response = client
-                .request(Method::GET, &url)
-                .send()
-                .await
-                .context("reach the gateway")?;
-            if !response.status().is_success() {
-                return Ok(failed(response).await);
-            }
+            let response = match client.send_raw(client.request(Method::GET, &url)).await? {
+                Ok(response) => response,
+                Err(code) => return Ok(code),
+            };
             let out = out.unwrap_or_else(|| {
                 PathBuf::from(
                     path.rsplit('/')
@@ -216,7 +191,7 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             .send(
                 client
                     .http
-                    .post(client.url(&format!("/v1/folders/{}/directories", encoded(&folder))))
+                    .post(client.url(&format!("/v1/folders/{}/directories", path_part(&folder))))
                     .json(&json!({"path": path})),
             )
             .await?
@@ -224,16 +199,14 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
         FolderCommand::Rm { folder, path } => {
             let url = format!(
                 "/v1/folders/{}/files?path={}",
-                encoded(&folder),
-                encoded(&path)
+                path_part(&folder),
+                path_part(&path)
             );
-            let response = client
-                .request(Method::DELETE, &url)
-                .send()
-                .await
-                .context("reach the gateway")?;
-            if !response.status().is_success() {
-                return Ok(failed(response).await);
+            if let Err(code) = client
+                .send_raw(client.request(Method::DELETE, &url))
+                .await?
+            {
+                return Ok(code);
             }
             println!("{path} removed");
             Ok(())

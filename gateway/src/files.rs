@@ -116,9 +116,18 @@ fn make_dirs(dir: &Path, path: &FolderPath) -> Result<PathBuf, FilesError> {
     Ok(at)
 }
 
+/// Runs `work` on a blocking thread: the file system's calls block.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, FilesError> + Send + 'static,
+) -> Result<T, FilesError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
+}
+
 /// The entries of directory `path`, by name (a folder no session has used yet is empty).
 pub async fn list(dir: PathBuf, path: FolderPath) -> Result<Vec<Entry>, FilesError> {
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         let at = resolve(&dir, &path, false)?;
         let read = match std::fs::read_dir(&at) {
             Ok(read) => read,
@@ -161,12 +170,11 @@ pub async fn list(dir: PathBuf, path: FolderPath) -> Result<Vec<Entry>, FilesErr
         Ok(entries)
     })
     .await
-    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
 }
 
 /// The file at `path`, to be read: a regular file reached through no link.
 pub async fn readable(dir: PathBuf, path: FolderPath) -> Result<PathBuf, FilesError> {
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         if path.is_root() {
             return Err(FilesError::Root("downloaded"));
         }
@@ -179,7 +187,6 @@ pub async fn readable(dir: PathBuf, path: FolderPath) -> Result<PathBuf, FilesEr
         }
     })
     .await
-    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
 }
 
 /// Writes `body` to `path` (its directories made as needed), replacing a file there: written
@@ -194,19 +201,20 @@ where
         return Err(FilesError::Root("written"));
     };
     let name = path.file_name().unwrap_or_default().to_owned();
-    let (parent_dir, target) = tokio::task::spawn_blocking({
-        let (dir, path) = (dir.clone(), path.clone());
-        move || -> Result<(PathBuf, PathBuf), FilesError> {
+    // Every directory above it checked to be no link as it is made; the file's own name may
+    // be a link, which the upload replaces (the rename never follows it).
+    let (parent_dir, target) = blocking({
+        let (name, shown) = (name.clone(), path.display());
+        move || {
             let parent_dir = make_dirs(&dir, &parent)?;
-            let target = resolve(&dir, &path, true)?;
+            let target = parent_dir.join(name);
             if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-                return Err(FilesError::IsDirectory(path.display()));
+                return Err(FilesError::IsDirectory(shown));
             }
             Ok((parent_dir, target))
         }
     })
-    .await
-    .map_err(|e| FilesError::Io(std::io::Error::other(e)))??;
+    .await?;
     let partial = parent_dir.join(format!(".berth-upload-{}-{name}", Uuid::new_v4().simple()));
     let written = async {
         // The body comes in frames of a few KiB; each write to a file is a trip to a blocking
@@ -233,7 +241,7 @@ where
 
 /// Makes directory `path` (and those above it); an existing directory is refused as existing.
 pub async fn make_directory(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         if path.is_root() {
             return Err(FilesError::Root("made"));
         }
@@ -243,13 +251,12 @@ pub async fn make_directory(dir: PathBuf, path: FolderPath) -> Result<(), FilesE
         make_dirs(&dir, &path).map(|_| ())
     })
     .await
-    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
 }
 
 /// Removes the file, link or directory (with all it holds) at `path`; a link is removed
 /// itself, never what it points to.
 pub async fn remove(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
-    tokio::task::spawn_blocking(move || {
+    blocking(move || {
         if path.is_root() {
             return Err(FilesError::Root("removed"));
         }
@@ -265,7 +272,6 @@ pub async fn remove(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
         Ok(())
     })
     .await
-    .map_err(|e| FilesError::Io(std::io::Error::other(e)))?
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{AdminCommand, AgentAdminCommand, IdleAdminCommand, Kind, RegistryAdminCommand};
-use crate::session_cli::Output;
+use crate::session_cli::{path_part, Output};
 
 /// One admin command as the gateway takes it.
 pub struct Call {
@@ -89,18 +89,6 @@ fn typed(body: impl Serialize) -> Value {
 
 fn done(line: String) -> Answer {
     Answer::Done(line)
-}
-
-/// `text` as one segment of a path: every byte but letters, digits, `-._~@` percent-encoded.
-fn path_part(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'@' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The call an admin command makes (`init` and the database's commands are not calls).

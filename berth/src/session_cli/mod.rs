@@ -370,11 +370,30 @@ impl Client {
     }
 
     /// A request to the gateway's `path` with the caller's key, for answers that are not
-    /// JSON (files).
+    /// JSON (files), sent by [`Client::send_raw`].
     pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(method, self.url(path))
             .header("x-api-key", &self.key)
+    }
+
+    /// Sends `request` (from [`Client::request`]): the answer when it succeeded, else its
+    /// error printed and the exit code that says so.
+    pub(crate) async fn send_raw(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<Result<reqwest::Response, ExitCode>> {
+        let response = request.send().await.with_context(|| {
+            format!(
+                "reach the gateway at {} (is `berth up` running?)",
+                self.base
+            )
+        })?;
+        if response.status().is_success() {
+            return Ok(Ok(response));
+        }
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        Ok(Err(print_error(&body)))
     }
 
     /// The id of `session`: itself when it is one, else the session of that name (the live
@@ -727,28 +746,40 @@ pub struct RunArgs {
     timeout: Option<u64>,
 }
 
+/// `--env NAME=VALUE` flags as a create request's `environment`.
+fn environment(pairs: Vec<String>) -> anyhow::Result<serde_json::Map<String, Value>> {
+    pairs
+        .into_iter()
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("--env {pair}: use NAME=VALUE"))?;
+            Ok((k.to_owned(), Value::String(v.to_owned())))
+        })
+        .collect()
+}
+
+/// The fields given, as an object (those left out are absent, for the server's default).
+fn present(
+    fields: impl IntoIterator<Item = (&'static str, Option<Value>)>,
+) -> serde_json::Map<String, Value> {
+    fields
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+        .collect()
+}
+
 /// The create request of `berth session run`: a batch session whose startup command is the
 /// command line, each argument quoted for the shell that runs it.
 fn run_request(args: RunArgs) -> anyhow::Result<Value> {
     let command = shlex::try_join(args.command.iter().map(String::as_str))
         .context("a command argument holds a NUL byte")?;
-    let mut env = serde_json::Map::new();
-    for pair in args.environment {
-        let (k, v) = pair
-            .split_once('=')
-            .with_context(|| format!("--env {pair}: use NAME=VALUE"))?;
-        env.insert(k.to_owned(), Value::String(v.to_owned()));
-    }
-    let mut resources = serde_json::Map::new();
-    if let Some(c) = args.cpu {
-        resources.insert("cpu".into(), json!(c));
-    }
-    if let Some(m) = args.memory {
-        resources.insert("memory".into(), json!(m));
-    }
-    if let Some(g) = args.gpu {
-        resources.insert("gpu".into(), json!(g));
-    }
+    let env = environment(args.environment)?;
+    let resources = present([
+        ("cpu", args.cpu.map(Value::from)),
+        ("memory", args.memory.map(Value::from)),
+        ("gpu", args.gpu.map(Value::from)),
+    ]);
     let mut body = json!({
         "image": args.image, "type": "batch", "startup_command": command,
         "environment": env, "resources": resources, "mounts": args.mounts,
@@ -808,6 +839,19 @@ async fn run_command(client: &Client, args: RunArgs) -> anyhow::Result<ExitCode>
     wait_for(client, &id, None, None).await
 }
 
+/// `text` as one segment of a path, or a query's value: every byte but letters, digits and
+/// `-._~@` percent-encoded.
+pub(crate) fn path_part(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'@' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub(crate) fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -827,7 +871,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 preset,
                 group,
                 project,
-                environment,
+                environment: environment_pairs,
                 ports,
                 mounts,
                 command,
@@ -839,26 +883,13 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
                 cluster_mode,
                 count,
             } = *args;
-            let mut env = serde_json::Map::new();
-            for pair in environment {
-                let (k, v) = pair
-                    .split_once('=')
-                    .with_context(|| format!("--env {pair}: use NAME=VALUE"))?;
-                env.insert(k.to_owned(), Value::String(v.to_owned()));
-            }
-            let mut resources = serde_json::Map::new();
-            if let Some(c) = cpu {
-                resources.insert("cpu".into(), json!(c));
-            }
-            if let Some(m) = memory {
-                resources.insert("memory".into(), json!(m));
-            }
-            if let Some(s) = shared_memory {
-                resources.insert("shared_memory".into(), json!(s));
-            }
-            if let Some(g) = gpu {
-                resources.insert("gpu".into(), json!(g));
-            }
+            let env = environment(environment_pairs)?;
+            let resources = present([
+                ("cpu", cpu.map(Value::from)),
+                ("memory", memory.map(Value::from)),
+                ("shared_memory", shared_memory.map(Value::from)),
+                ("gpu", gpu.map(Value::from)),
+            ]);
             let mut body = json!({
                 "image": image, "type": session_type, "environment": env, "resources": resources,
                 "preopen_ports": ports, "mounts": mounts, "count": count,
@@ -1023,17 +1054,11 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
         SessionCommand::Run(args) => return run_command(&client, *args).await,
         SessionCommand::SshKey { session } => {
             let id = client.resolve(&session).await?;
-            let response = client
-                .http
-                .get(client.url(&format!("/v1/sessions/{id}/ssh-key")))
-                .header("x-api-key", &client.key)
-                .send()
-                .await
-                .context("reach the gateway")?;
-            if !response.status().is_success() {
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                return Ok(print_error(&body));
-            }
+            let asked = client.request(reqwest::Method::GET, &format!("/v1/sessions/{id}/ssh-key"));
+            let response = match client.send_raw(asked).await? {
+                Ok(response) => response,
+                Err(code) => return Ok(code),
+            };
             print!("{}", response.text().await.context("read the key")?);
             Ok(())
         }

@@ -68,16 +68,7 @@ pub async fn set_credential(
         registry: registry.to_owned(),
         username: username.to_owned(),
     });
-    ledger::record(
-        &tx,
-        &stream_of(registry),
-        ExpectedVersion::Any,
-        &[set],
-        &admin_metadata(),
-    )
-    .await?;
-    events::activity::commit(tx).await?;
-    Ok(())
+    record_and_commit(tx, registry, set).await
 }
 
 /// Removes `registry`'s credential; [`AccessError::Unknown`] when none is stored.
@@ -94,11 +85,21 @@ pub async fn remove_credential(pool: &Pool, registry: &str) -> Result<(), Access
     let removed = Event::RegistryCredentialRemoved(RegistryCredentialRemoved {
         registry: registry.to_owned(),
     });
+    record_and_commit(tx, registry, removed).await
+}
+
+/// Records `event` in `registry`'s stream and commits `tx`, which kept or forgot the password
+/// the event speaks of: both land, or neither.
+async fn record_and_commit(
+    tx: deadpool_postgres::Transaction<'_>,
+    registry: &str,
+    event: Event,
+) -> Result<(), AccessError> {
     ledger::record(
         &tx,
         &stream_of(registry),
         ExpectedVersion::Any,
-        &[removed],
+        &[event],
         &admin_metadata(),
     )
     .await?;
