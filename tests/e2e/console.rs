@@ -701,12 +701,20 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
         b.click("#make-directory").await;
         b.find("tr[data-entry='results']").await;
         b.click("tr[data-entry='picked.txt'] button").await;
-        b.find("tr[data-entry='results']").await;
-        let left = b
-            .eval(
-                "return [...document.querySelectorAll('tr[data-entry]')].map(r => r.dataset.entry)",
-            )
-            .await;
+        // The page comes back after the removal: wait for it rather than read the one that
+        // is going.
+        let mut left = json!(null);
+        for _ in 0..300 {
+            left = b
+                .eval(
+                    "return [...document.querySelectorAll('tr[data-entry]')].map(r => r.dataset.entry)",
+                )
+                .await;
+            if left == json!(["results"]) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         assert_eq!(left, json!(["results"]));
     })
     .await;
