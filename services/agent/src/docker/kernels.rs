@@ -371,15 +371,21 @@ async fn create_containers(
             platform: None,
         };
         // A leftover of an earlier try is removed first; so, when the engine went away, is
-        // a create that went through before the connection was cut.
-        let answer = ctx
-            .patiently(|| async {
-                remove(ctx, &name).await;
-                ctx.docker
-                    .create_container(Some(options.clone()), config.clone())
-                    .await
-            })
-            .await;
+        // a create that went through before the connection was cut. A name still taken after
+        // the removal is a create an earlier run of this agent sent and died before it was
+        // answered, which the engine finished meanwhile: removed again, once.
+        let create = || async {
+            remove(ctx, &name).await;
+            ctx.docker
+                .create_container(Some(options.clone()), config.clone())
+                .await
+        };
+        let answer = match ctx.patiently(create).await {
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => ctx.patiently(create).await,
+            answer => answer,
+        };
         match answer {
             Ok(answer) => created.push(Created {
                 name,
