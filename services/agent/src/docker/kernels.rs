@@ -373,19 +373,29 @@ async fn create_containers(
         // A leftover of an earlier try is removed first; so, when the engine went away, is
         // a create that went through before the connection was cut. A name still taken after
         // the removal is a create an earlier run of this agent sent and died before it was
-        // answered, which the engine finished meanwhile: removed again, once.
+        // answered: the engine holds the name from the create's start, but the container can
+        // be removed only once the create ends (seconds on a loaded engine). So a taken name
+        // is removed again, a little later each time, for up to about 10 s.
         let create = || async {
             remove(ctx, &name).await;
             ctx.docker
                 .create_container(Some(options.clone()), config.clone())
                 .await
         };
-        let answer = match ctx.patiently(create).await {
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 409, ..
-            }) => ctx.patiently(create).await,
-            answer => answer,
-        };
+        let mut answer = ctx.patiently(create).await;
+        for wait_ms in [100, 200, 400, 800, 1_600, 3_200, 3_200] {
+            if !matches!(
+                answer,
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 409,
+                    ..
+                })
+            ) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+            answer = ctx.patiently(create).await;
+        }
         match answer {
             Ok(answer) => created.push(Created {
                 name,
