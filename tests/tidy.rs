@@ -489,7 +489,15 @@ const GATEWAY_FLOORS: &[&[&str]] = &[
     &[
         "error", "model", "handles", "headers", "metrics", "throttle", "tls",
     ],
-    &["state", "db", "cache", "projection", "proxy", "files"],
+    &[
+        "state",
+        "db",
+        "cache",
+        "projection",
+        "proxy",
+        "files",
+        "uploads",
+    ],
     &["caller", "ready", "authorize"],
     &["api", "sse"],
     &["console", "backendai"],

@@ -5,7 +5,10 @@
 //! run, round by round with the order turned about, each round to a new name (a file the
 //! upload replaced would add the file system's freeing of it); and the process's peak
 //! resident memory growth while each transfer ran (the kernel's high-water mark, reset before
-//! each: `/proc/self/clear_refs`), which stays flat when nothing holds a file whole.
+//! each: `/proc/self/clear_refs`), which stays flat when nothing holds a file whole. A
+//! resumable upload (tus) is measured too: its first request cut half way through the body,
+//! then resumed from where the gateway says it stopped, and its file's SHA-256 compared with
+//! the source's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -102,6 +105,97 @@ async fn download(http: &reqwest::Client, url: &str, key: &str, bytes: u64) -> a
     Ok(())
 }
 
+/// A resumable upload (tus) of `file` to `path` of the folder `bench`, its first request
+/// dropped half way through the body (the client's stream fails there, so the connection is
+/// cut as a lost network cuts it), then asked where it is and sent from there to its end.
+/// Answers where the first request left it.
+async fn resumable_upload(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    path: &str,
+    file: &Path,
+    bytes: u64,
+) -> anyhow::Result<u64> {
+    use tokio::io::AsyncSeekExt;
+    let made = http
+        .post(format!("{base}/v1/folders/bench/uploads?path={path}"))
+        .header("x-api-key", key)
+        .header("upload-length", bytes)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        made.status().is_success(),
+        "make the upload: {}",
+        made.status()
+    );
+    let upload = format!(
+        "{base}{}",
+        made.headers()["location"]
+            .to_str()
+            .context("its location")?
+    );
+    let half = bytes / 2;
+    let cut = tokio_util::io::ReaderStream::with_capacity(
+        tokio::io::AsyncReadExt::take(tokio::fs::File::open(file).await?, half),
+        256 << 10,
+    )
+    .chain(futures::stream::once(async {
+        Err(std::io::Error::other("the network went away"))
+    }));
+    let dropped = http
+        .patch(&upload)
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", 0)
+        .header("content-length", bytes)
+        .body(reqwest::Body::wrap_stream(cut))
+        .send()
+        .await;
+    anyhow::ensure!(dropped.is_err(), "the first request was not cut");
+    let mut tries = 0;
+    loop {
+        let asked = http.head(&upload).send().await?;
+        let offset: u64 = asked.headers()["upload-offset"].to_str()?.parse()?;
+        let mut rest = tokio::fs::File::open(file).await?;
+        rest.seek(std::io::SeekFrom::Start(offset)).await?;
+        let sent = http
+            .patch(&upload)
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", offset)
+            .header("content-length", bytes - offset)
+            .body(reqwest::Body::wrap_stream(
+                tokio_util::io::ReaderStream::with_capacity(rest, 256 << 10),
+            ))
+            .send()
+            .await?;
+        match sent.status() {
+            reqwest::StatusCode::NO_CONTENT => return Ok(offset),
+            // The cut request is still being wound up on the server.
+            reqwest::StatusCode::CONFLICT if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => anyhow::bail!("PATCH {upload}: {other}"),
+        }
+    }
+}
+
+/// The SHA-256 of a file, read in MiB blocks.
+fn sha256_of(file: &Path) -> anyhow::Result<Vec<u8>> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut hasher = sha2::Sha256::new();
+    let mut reader = std::fs::File::open(file)?;
+    let mut block = vec![0; 1 << 20];
+    loop {
+        let n = reader.read(&mut block)?;
+        if n == 0 {
+            return Ok(hasher.finalize().to_vec());
+        }
+        hasher.update(&block[..n]);
+    }
+}
+
 /// The raw HTTP server the gateway is measured against: files of `dir` by name, out by
 /// tower-http's `ServeFile`, in by the body streamed to a file.
 async fn raw_server(dir: PathBuf) -> anyhow::Result<String> {
@@ -148,7 +242,7 @@ pub async fn data(url: &str, mib: u32, rounds: usize) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 8)?;
     berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
-    let (_, key) = launcher::access::create_user(
+    let (owner, key) = launcher::access::create_user(
         &pool,
         &format!("data{}@berth.local", uuid::Uuid::new_v4().simple()),
         events::payloads::Role::User,
@@ -197,7 +291,9 @@ pub async fn data(url: &str, mib: u32, rounds: usize) -> anyhow::Result<()> {
     }
     let bytes = u64::from(mib) << 20;
     println!("berth bench data: {mib} MiB, {rounds} rounds (median of each), loopback");
-    let (mut bu, mut bd, mut ru, mut rd, mut cp) = Default::default();
+    let (mut bu, mut bd, mut ru, mut rd, mut cp, mut tus) = Default::default();
+    let source_sha = sha256_of(&source)?;
+    let mut cut_at = Vec::new();
     for round in 0..rounds {
         // A new name each round, removed after it outside the timing: the transfer is
         // measured, not the file system freeing a GiB the upload would replace.
@@ -216,6 +312,24 @@ pub async fn data(url: &str, mib: u32, rounds: usize) -> anyhow::Result<()> {
                 measured(&mut rd, download(&http, &raw_url, &key, bytes)).await?;
             }
         }
+        let resumed = format!("resumed-{round}.bin");
+        let mut left_at = 0;
+        measured(&mut tus, async {
+            left_at = resumable_upload(&http, &base, &key, &resumed, &source, bytes).await?;
+            Ok(())
+        })
+        .await?;
+        cut_at.push(left_at);
+        let landed = root
+            .join("volume/folders")
+            .join(format!("{}", owner.simple()))
+            .join("bench")
+            .join(&resumed);
+        anyhow::ensure!(
+            sha256_of(&landed)? == source_sha,
+            "the resumed upload's bytes differ from the source's"
+        );
+        std::fs::remove_file(&landed)?;
         let (from, to) = (source.clone(), copied.clone());
         measured(&mut cp, async move {
             tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -255,6 +369,21 @@ pub async fn data(url: &str, mib: u32, rounds: usize) -> anyhow::Result<()> {
     println!(
         "  | download | {bd_rate:.0} MiB/s | {rd_rate:.0} MiB/s | {:.0}% | |",
         100.0 * bd_rate / rd_rate
+    );
+    let tus_rate = tus.median_rate(mib);
+    println!(
+        "  | resumable upload (tus), cut at half and resumed | {tus_rate:.0} MiB/s | {ru_rate:.0} MiB/s | {:.0}% | |",
+        100.0 * tus_rate / ru_rate
+    );
+    println!(
+        "  the cut requests left the uploads at {} MiB; every resumed file's SHA-256 equals the source's; \
+         peak resident growth during a resumable upload {:.1} MiB",
+        cut_at
+            .iter()
+            .map(|b| format!("{:.0}", *b as f64 / f64::from(1 << 20)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        tus.most_grown()
     );
     println!(
         "  peak resident growth of the process (gateway and client both) during a transfer: \

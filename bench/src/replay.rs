@@ -255,6 +255,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
     };
     let mut life = vec![
         Event::SessionRequested(Box::new(SessionRequested {
+            shared_mounts: Default::default(),
             session_id,
             name: format!("s{}", &session_id.simple().to_string()[..12]),
             owner: owner.clone(),

@@ -175,6 +175,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
             format!("request {}", request.session_id),
             request.requested_at,
             Event::SessionRequested(Box::new(SessionRequested {
+                shared_mounts: Default::default(),
                 session_id: request.session_id,
                 name: String::new(),
                 owner: Owner {

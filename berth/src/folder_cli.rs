@@ -1,6 +1,7 @@
 //! `berth folder ...`: a user's folders and their files through the gateway
-//! (BERTH_GATEWAY_URL, BERTH_API_KEY): list and create folders, list a directory, upload and
-//! download files (streamed from and to disk, never held whole), make directories, remove.
+//! (BERTH_GATEWAY_URL, BERTH_API_KEY): list and create folders, share them with users and
+//! projects, list a directory, upload and download files (streamed from and to disk, never
+//! held whole), make directories, remove.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,50 @@ pub enum FolderCommand {
     Mkdir { folder: String, path: String },
     /// Remove a file, link or directory (with all it holds) from the folder.
     Rm { folder: String, path: String },
+    /// Share one of my folders with a user or with every member of a project (again: change
+    /// what the share allows).
+    Share {
+        folder: String,
+        #[command(flatten)]
+        with: Grantee,
+        /// `ro`: they read it, and sessions mount it read-only; `rw`: they write it too.
+        #[arg(long, value_parser = ["ro", "rw"], default_value = "ro")]
+        permission: String,
+    },
+    /// Take a share of one of my folders back.
+    Unshare {
+        folder: String,
+        #[command(flatten)]
+        with: Grantee,
+    },
+}
+
+/// Whom a folder is shared with: one user, or a project.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct Grantee {
+    /// A user, by email.
+    #[arg(long)]
+    user: Option<String>,
+    /// Every member of a project.
+    #[arg(long)]
+    project: Option<String>,
+}
+
+impl Grantee {
+    /// The share's path under the folder's.
+    fn url(&self, folder: &str) -> String {
+        let (kind, key) = match (&self.user, &self.project) {
+            (Some(email), _) => ("users", email),
+            (None, Some(project)) => ("projects", project),
+            (None, None) => unreachable!("clap requires one of --user and --project"),
+        };
+        format!(
+            "/v1/folders/{}/shares/{kind}/{}",
+            path_part(folder),
+            path_part(key)
+        )
+    }
 }
 
 pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<ExitCode> {
@@ -65,14 +110,27 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             .map(|v| {
                 show(output, v, |l: Folders| {
                     println!(
-                        "{:<24} {:<14} {:>14} {:>8}",
-                        "NAME", "VOLUME", "BYTES", "FILES"
+                        "{:<24} {:<14} {:>14} {:>8}  {:<10} SHARED WITH",
+                        "NAME", "VOLUME", "BYTES", "FILES", "ACCESS"
                     );
                     for f in l.folders {
                         let (bytes, files) = f.usage.map_or(("-".into(), "-".into()), |u| {
                             (u.bytes.to_string(), u.files.to_string())
                         });
-                        println!("{:<24} {:<14} {:>14} {:>8}", f.name, f.volume, bytes, files);
+                        // Mine: whom I shared it with; another's: whose it is.
+                        let shared = if f.permission == "owner" {
+                            f.shares
+                                .iter()
+                                .map(|s| format!("{} {} ({})", s.kind, s.with, s.permission))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        } else {
+                            format!("(from {})", f.owner)
+                        };
+                        println!(
+                            "{:<24} {:<14} {:>14} {:>8}  {:<10} {shared}",
+                            f.name, f.volume, bytes, files, f.permission
+                        );
                     }
                 })
             }),
@@ -209,6 +267,36 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                 return Ok(code);
             }
             println!("{path} removed");
+            Ok(())
+        }
+        FolderCommand::Share {
+            folder,
+            with,
+            permission,
+        } => client
+            .send(
+                client
+                    .http
+                    .put(client.url(&with.url(&folder)))
+                    .json(&json!({"permission": permission})),
+            )
+            .await?
+            .map(|v| {
+                println!(
+                    "{folder} shared with {} {} ({})",
+                    v["kind"].as_str().unwrap_or_default(),
+                    v["with"].as_str().unwrap_or_default(),
+                    v["permission"].as_str().unwrap_or_default()
+                )
+            }),
+        FolderCommand::Unshare { folder, with } => {
+            if let Err(code) = client
+                .send_raw(client.request(Method::DELETE, &with.url(&folder)))
+                .await?
+            {
+                return Ok(code);
+            }
+            println!("{folder} no longer shared there");
             Ok(())
         }
     };

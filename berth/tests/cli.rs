@@ -404,6 +404,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
     let ids = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
     for (id, who) in ids.iter().zip(["alice", "bob"]) {
         let request = SessionRequested {
+            shared_mounts: Default::default(),
             session_id: *id,
             name: format!("{who}s"),
             owner: Owner {

@@ -2,9 +2,9 @@
 //! `berth up` and a `berth agent` with real containers: `-o json` of every read command is
 //! the API's own answer to the same request (and `-o yaml` the same document), tables for a
 //! person, `session wait` and `session run` returning with a batch session's exit code (`run`
-//! printing its output), `folder` moving a file in and out, and a name that two
-//! users' sessions share refused, listing them, even for a superadmin. PostgreSQL, NATS and
-//! Docker are real.
+//! printing its output), `folder` moving a file in and out and sharing a folder, and a name
+//! that two users' sessions share refused, listing them, even for a superadmin. PostgreSQL,
+//! NATS and Docker are real.
 
 mod common;
 
@@ -519,6 +519,42 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     let ran = cli(&["folder", "download", "stuff", "../up.log"], &env);
     assert_ne!(ran.code, Some(0));
     assert!(ran.stderr.contains("path"), "{}", ran.stderr);
+    // Shared read-only with bob: both lists say so, and his upload is refused.
+    let ran = cli(
+        &["folder", "share", "stuff", "--user", "bob@example.com"],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("user bob@example.com (ro)"),
+        "{}",
+        ran.stdout
+    );
+    let ran = cli(&["folder", "ls"], &env);
+    assert!(
+        ran.stdout.contains("user bob@example.com (ro)"),
+        "{}",
+        ran.stdout
+    );
+    let ran = cli(&["folder", "ls"], &bob);
+    assert!(
+        ran.stdout.contains("stuff") && ran.stdout.contains("(from admin@berth.local)"),
+        "{}",
+        ran.stdout
+    );
+    let ran = cli(
+        &["folder", "upload", "stuff", local.to_str().unwrap()],
+        &bob,
+    );
+    assert_ne!(ran.code, Some(0));
+    assert!(ran.stderr.contains("read-only"), "{}", ran.stderr);
+    let ran = cli(
+        &["folder", "unshare", "stuff", "--user", "bob@example.com"],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "ls"], &bob);
+    assert!(!ran.stdout.contains("stuff"), "{}", ran.stdout);
     let ran = cli(&["folder", "rm", "stuff", "in"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let ran = cli(&["folder", "files", "stuff"], &env);

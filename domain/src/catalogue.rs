@@ -212,6 +212,10 @@ catalogue! {
     KernelStarted(KernelStarted) = "KernelStarted" v 1,
     /// A user created a named folder to mount into sessions.
     FolderCreated(FolderCreated) = "FolderCreated" v 1,
+    /// An owner shared a folder with a user or a project (read-only or read-write).
+    FolderShared(FolderShared) = "FolderShared" v 1,
+    /// An owner took a folder's share back.
+    FolderUnshared(FolderUnshared) = "FolderUnshared" v 1,
     /// An operator set the idle checks of a resource group or a resource policy.
     IdleChecksSet(IdleChecksSet) = "IdleChecksSet" v 1,
     /// An owner or an admin exempted a session from the idle checks.
@@ -376,6 +380,7 @@ mod tests {
                 reason: "no heartbeat for 30 s".into(),
             }),
             Event::SessionRequested(Box::new(SessionRequested {
+                shared_mounts: Default::default(),
                 session_id: id,
                 name: "job1".into(),
                 owner: Owner {
@@ -568,6 +573,17 @@ mod tests {
                 owner: id,
                 name: "data".into(),
                 volume: Some("shared".into()),
+            }),
+            Event::FolderShared(FolderShared {
+                owner: id,
+                name: "data".into(),
+                grantee: crate::sharing::Grantee::Project("ml".into()),
+                permission: crate::sharing::FolderPermission::ReadOnly,
+            }),
+            Event::FolderUnshared(FolderUnshared {
+                owner: id,
+                name: "data".into(),
+                grantee: crate::sharing::Grantee::User(id),
             }),
             Event::AgentAdmitted(AgentAdmitted {
                 agent_id: "a1".into(),

@@ -16,6 +16,7 @@ use crate::payloads::{
 /// in group `default`, with fresh session and owner ids and every option at its default.
 pub fn session_requested() -> SessionRequested {
     SessionRequested {
+        shared_mounts: Default::default(),
         session_id: Uuid::now_v7(),
         name: "test1".into(),
         owner: Owner {

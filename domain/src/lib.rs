@@ -47,6 +47,7 @@ pub mod lifecycle;
 pub mod notices;
 pub mod outbound;
 pub mod payloads;
+pub mod sharing;
 pub mod volumes;
 
 use std::fmt;

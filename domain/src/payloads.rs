@@ -366,6 +366,10 @@ pub struct SessionRequested {
     /// mount them all. Absent in requests recorded before volumes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub volumes: BTreeMap<String, String>,
+    /// The mounted folders that are not the owner's but shared with them: whose each is and
+    /// whether it is mounted read-only. Absent in requests recorded before sharing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shared_mounts: BTreeMap<String, SharedMount>,
 }
 
 impl SessionRequested {
@@ -896,6 +900,14 @@ pub struct KernelStarted {
     pub started_at: Option<DateTime<Utc>>,
 }
 
+/// A folder a session mounts that another user shared with its owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedMount {
+    /// The folder's owner (its files live under their folders).
+    pub owner: Uuid,
+    pub read_only: bool,
+}
+
 /// A user created a named folder; its data lives on its volume (a shared file system the
 /// agents that mount it see alike), or on the data directory of whichever agent runs a
 /// session of it, and outlives the sessions that mount it.
@@ -907,6 +919,23 @@ pub struct FolderCreated {
     /// volumes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
+}
+
+/// An owner shared a folder with a user or a project, or changed what an earlier share allows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderShared {
+    pub owner: Uuid,
+    pub name: String,
+    pub grantee: crate::sharing::Grantee,
+    pub permission: crate::sharing::FolderPermission,
+}
+
+/// An owner took a share of a folder back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderUnshared {
+    pub owner: Uuid,
+    pub name: String,
+    pub grantee: crate::sharing::Grantee,
 }
 
 /// The idle checks of a resource group or a resource policy, set again whole.

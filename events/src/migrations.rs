@@ -54,6 +54,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(35, include_str!("../migrations/0035_session_image.sql")),
     backbone(36, include_str!("../migrations/0036_registries.sql")),
     backbone(37, include_str!("../migrations/0037_ssh_keys.sql")),
+    backbone(38, include_str!("../migrations/0038_folder_shares.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

@@ -197,24 +197,8 @@ where
     S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let Some(parent) = path.parent() else {
-        return Err(FilesError::Root("written"));
-    };
-    let name = path.file_name().unwrap_or_default().to_owned();
-    // Every directory above it checked to be no link as it is made; the file's own name may
-    // be a link, which the upload replaces (the rename never follows it).
-    let (parent_dir, target) = blocking({
-        let (name, shown) = (name.clone(), path.display());
-        move || {
-            let parent_dir = make_dirs(&dir, &parent)?;
-            let target = parent_dir.join(name);
-            if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-                return Err(FilesError::IsDirectory(shown));
-            }
-            Ok((parent_dir, target))
-        }
-    })
-    .await?;
+    let (parent_dir, target) = blocking(move || target_of(&dir, &path)).await?;
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
     let partial = parent_dir.join(format!(".berth-upload-{}-{name}", Uuid::new_v4().simple()));
     let written = async {
         // The body comes in frames of a few KiB; each write to a file is a trip to a blocking
@@ -237,6 +221,32 @@ where
         let _ = tokio::fs::remove_file(&partial).await;
     }
     Ok(written?)
+}
+
+/// Where a file written to `path` goes: its directory (made as needed, every directory above
+/// it checked to be no link as it is made) and its own path there. The file's own name may be
+/// a link, which a write replaces (the rename never follows it), but not a directory.
+fn target_of(dir: &Path, path: &FolderPath) -> Result<(PathBuf, PathBuf), FilesError> {
+    let Some(parent) = path.parent() else {
+        return Err(FilesError::Root("written"));
+    };
+    let parent_dir = make_dirs(dir, &parent)?;
+    let target = parent_dir.join(path.file_name().unwrap_or_default());
+    if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(FilesError::IsDirectory(path.display()));
+    }
+    Ok((parent_dir, target))
+}
+
+/// Moves `whole`, a file written elsewhere on the folder's volume (a finished resumable
+/// upload), to `path`, as [`write`] places what it wrote.
+pub async fn place(dir: PathBuf, path: FolderPath, whole: PathBuf) -> Result<(), FilesError> {
+    blocking(move || {
+        let (_, target) = target_of(&dir, &path)?;
+        std::fs::rename(&whole, &target)?;
+        Ok(())
+    })
+    .await
 }
 
 /// Makes directory `path` (and those above it); an existing directory is refused as existing.

@@ -44,6 +44,7 @@ pub mod sse;
 mod state;
 pub mod throttle;
 pub mod tls;
+pub mod uploads;
 
 pub use handles::MetricsRender;
 pub use metrics::{describe_metrics, METRICS_CONTENT_TYPE};
@@ -101,6 +102,11 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api::files::download_file))
         .routes(routes!(api::files::make_directory))
+        .routes(routes!(api::uploads::make_upload))
+        .routes(routes!(
+            api::uploads::upload_offset,
+            api::uploads::send_upload
+        ))
         .routes(routes!(api::apps::list_apps))
         .routes(routes!(api::apps::ssh_key))
         .routes(routes!(api::apps::open_app))
@@ -110,6 +116,14 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(
             api::folders::list_folders,
             api::folders::create_folder
+        ))
+        .routes(routes!(
+            api::folders::share_with_user,
+            api::folders::unshare_with_user
+        ))
+        .routes(routes!(
+            api::folders::share_with_project,
+            api::folders::unshare_with_project
         ))
         .routes(routes!(api::resources::resource_summary))
         .routes(routes!(api::resources::presets))
@@ -427,6 +441,13 @@ mod tests {
             ("delete", "/v1/folders/{name}/files"),
             ("get", "/v1/folders/{name}/download"),
             ("post", "/v1/folders/{name}/directories"),
+            ("post", "/v1/folders/{name}/uploads"),
+            ("head", "/v1/uploads/{token}"),
+            ("patch", "/v1/uploads/{token}"),
+            ("put", "/v1/folders/{name}/shares/users/{email}"),
+            ("delete", "/v1/folders/{name}/shares/users/{email}"),
+            ("put", "/v1/folders/{name}/shares/projects/{project}"),
+            ("delete", "/v1/folders/{name}/shares/projects/{project}"),
             ("get", "/v1/admin/registries"),
             ("put", "/v1/admin/registries/{registry}"),
             ("delete", "/v1/admin/registries/{registry}"),

@@ -274,6 +274,40 @@ pub struct Folder {
     /// What it held when last measured (after each session that mounted it ended); null
     /// before any has.
     pub usage: Option<FolderUsage>,
+    /// Its owner's email.
+    pub owner: String,
+    /// What the caller may do with it: `owner`, or the share's `rw` (read and write) or `ro`
+    /// (read only; mounted read-only).
+    #[schema(pattern = "^(owner|rw|ro)$")]
+    pub permission: String,
+    /// Whom its owner shared it with (listed to the owner alone).
+    pub shares: Vec<FolderShare>,
+}
+
+/// A resumable upload made: where to send its bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UploadMade {
+    /// The upload's capability (32 hex digits).
+    pub token: String,
+    /// Its URL's path: `HEAD` it for its offset, `PATCH` its bytes to it.
+    pub location: String,
+    /// The file's bytes.
+    pub length: u64,
+}
+
+/// A share of a folder: with a user or with every member of a project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderShare {
+    /// `user` or `project`.
+    #[schema(pattern = "^(user|project)$")]
+    pub kind: String,
+    /// The user's email or the project's name.
+    pub with: String,
+    /// `ro` or `rw`.
+    #[schema(pattern = "^(ro|rw)$")]
+    pub permission: String,
 }
 
 /// What a folder holds on its volume, measured by the agent of the last session that mounted

@@ -634,7 +634,8 @@ async fn the_console_cookie_speaks_for_the_api_only_from_the_same_origin() {
 }
 
 #[tokio::test]
-async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_bytes_and_removes() {
+async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_bytes_removes_and_shares(
+) {
     const TEST: &str = "data_page";
     let Some(browser) = crate::chrome::browser().await else {
         return;
@@ -727,6 +728,40 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
         let link = b.find("a[data-browse='data1']").await;
         let href = link.attr("href").await.unwrap().unwrap();
         assert_eq!(href, "/console/data/data1");
+    })
+    .await;
+    // Shared read-only by the page's form with dave, who then has it; taken back by the
+    // share's button.
+    let dave = s.h.user("dave@example.com").await;
+    b.step(TEST, "shared and taken back", async {
+        b.client
+            .goto(&format!("{}/console/data", s.h.base))
+            .await
+            .unwrap();
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#share-with", "dave@example.com").await;
+        b.click("#share-submit").await;
+        let share = b.find("tr[data-folder='data1'] form.share").await;
+        let text = share.text().await.unwrap();
+        assert!(text.contains("user dave@example.com (ro)"), "{text}");
+        let (_, daves) = s.h.get(&dave, "/v1/folders").await;
+        assert_eq!(daves["folders"][0]["name"], "data1", "{daves}");
+        assert_eq!(daves["folders"][0]["permission"], "ro", "{daves}");
+        b.document("data-shared").await;
+        b.click("tr[data-folder='data1'] form.share button").await;
+        let mut shares = json!(null);
+        for _ in 0..300 {
+            shares = b
+                .eval("return document.querySelectorAll('form.share').length")
+                .await;
+            if shares == json!(0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(shares, json!(0));
+        let (_, daves) = s.h.get(&dave, "/v1/folders").await;
+        assert_eq!(daves["folders"], json!([]), "{daves}");
     })
     .await;
     // What the page showed is what the API holds.

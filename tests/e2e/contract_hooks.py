@@ -12,6 +12,11 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import schemathesis
+from hypothesis import strategies as st
+
+# A resumable upload's bytes (`PATCH /v1/uploads/{token}`) are a media type of tus's own:
+# any bytes.
+schemathesis.openapi.media_type("application/offset+octet-stream", st.binary(max_size=64))
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT]?)[iI]?[bB]?")

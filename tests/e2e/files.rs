@@ -2,7 +2,8 @@
 //! the agent's data directory is the gateway's `host-local`): a file uploaded is what a session
 //! reads, a file a session writes is downloaded whole and by range, directories made, listed
 //! and removed; `..`, absolute paths and a link a session planted to outside the folder are
-//! refused, and another user reaches nothing.
+//! refused, and another user reaches nothing unless the folder is shared with them, then as
+//! the share allows (in sessions too); a resumable upload survives a dropped connection.
 
 use crate::apps::Cleanup;
 use crate::common::*;
@@ -170,4 +171,326 @@ async fn a_folders_files_go_in_and_out_through_the_api_and_never_outside_it() {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["out.txt"], "{left}");
+}
+
+/// Sharing: a folder shared read-only is listed, read and mounted by its grantee, who cannot
+/// change it (the API answers 403 and a write inside the session fails); a project's share
+/// lets its members write; a share taken back leaves nothing reachable; shares with oneself,
+/// nobody or from a folder one does not own are refused.
+#[tokio::test]
+async fn a_shared_folder_is_reached_as_its_share_allows_on_the_api_and_in_sessions() {
+    let dir = data_dir();
+    let mut config = test_config();
+    config.agent_data_dir = dir.clone();
+    let h = start_with(config).await;
+    let id = fresh_agent_id();
+    let _cleanup = Cleanup(id.clone());
+    let docker = agent::docker::connect().await.unwrap();
+    let _agent = start_agent_on(&h, &id, &dir, docker, AgentSetup::cpu(2_000))
+        .await
+        .unwrap();
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+    let carol = h.user("carol@example.com").await;
+    let (status, _) = h.post(&alice, "/v1/folders", json!({"name": "set"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let put = |key: &str, path: &str, body: &'static str| {
+        h.http
+            .put(format!("{}/v1/folders/set/files?path={path}", h.base))
+            .header("x-api-key", key)
+            .body(body)
+            .send()
+    };
+    assert_eq!(
+        put(&alice, "in.txt", "shared bytes\n")
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    let (status, _) = h.get(&bob, "/v1/folders/set/files").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not shared yet");
+
+    // Read-only with bob.
+    let (status, share) = h
+        .put(
+            &alice,
+            "/v1/folders/set/shares/users/bob@example.com",
+            json!({"permission": "ro"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{share}");
+    assert_eq!(
+        share,
+        json!({"kind": "user", "with": "bob@example.com", "permission": "ro"})
+    );
+    let (_, mine) = h.get(&alice, "/v1/folders").await;
+    assert_eq!(mine["folders"][0]["shares"], json!([share]));
+    let (_, bobs) = h.get(&bob, "/v1/folders").await;
+    assert_eq!(bobs["folders"][0]["name"], "set");
+    assert_eq!(bobs["folders"][0]["owner"], "alice@example.com");
+    assert_eq!(bobs["folders"][0]["permission"], "ro");
+    assert_eq!(bobs["folders"][0]["shares"], json!([]), "{bobs}");
+    let read = h
+        .http
+        .get(format!("{}/v1/folders/set/download?path=in.txt", h.base))
+        .header("x-api-key", &bob)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(read.text().await.unwrap(), "shared bytes\n");
+    let refused = put(&bob, "bobs.txt", "no").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let refused: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "read_only", "{refused}");
+    let (status, _) = h.delete(&bob, "/v1/folders/set/files?path=in.txt").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Mounted read-only in bob's session: it reads, and its write fails inside.
+    let ran = run_as(
+        &h,
+        &bob,
+        json!({"type": "batch", "image": "berth/shell:latest", "mounts": ["set"],
+               "resources": {"cpu": 1, "memory": "128m"},
+               "startup_command": "cat /home/work/set/in.txt; echo bob > /home/work/set/bob.txt"}),
+    )
+    .await;
+    let output = logs(&h, ran["session_id"].as_str().unwrap()).await;
+    assert_ne!(ran["exit_code"], 0, "{ran} {output}");
+    assert!(output.contains("shared bytes"), "{output}");
+    assert!(output.contains("Read-only file system"), "{output}");
+
+    // Read-write with a project: its member carol writes; bob, outside it, still cannot.
+    for (path, body) in [
+        ("/v1/admin/projects", json!({"name": "ml"})),
+        (
+            "/v1/admin/projects/ml/members",
+            json!({"email": "carol@example.com"}),
+        ),
+    ] {
+        let (status, answer) = h.post(&h.admin_key, path, body).await;
+        assert!(status.is_success(), "{answer}");
+    }
+    let (status, _) = h
+        .put(
+            &alice,
+            "/v1/folders/set/shares/projects/ml",
+            json!({"permission": "rw"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        put(&carol, "carol.txt", "from carol\n")
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        put(&bob, "bobs.txt", "no").await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+
+    // Taken back: bob reaches nothing; carol's share stays.
+    let (status, _) = h
+        .delete(&alice, "/v1/folders/set/shares/users/bob@example.com")
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = h.get(&bob, "/v1/folders/set/files").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, bobs) = h.get(&bob, "/v1/folders").await;
+    assert_eq!(bobs["folders"], json!([]));
+    let (status, listed) = h.get(&carol, "/v1/folders/set/files").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["total"], 2, "{listed}");
+
+    // Refused: oneself (409), nobody (404), a folder one does not own (404, even shared).
+    let ro = json!({"permission": "ro"});
+    for (key, path, expected) in [
+        (
+            &alice,
+            "/v1/folders/set/shares/users/alice@example.com",
+            StatusCode::CONFLICT,
+        ),
+        (
+            &alice,
+            "/v1/folders/set/shares/users/nobody@example.com",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            &carol,
+            "/v1/folders/set/shares/users/bob@example.com",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            &alice,
+            "/v1/folders/set/shares/projects/nope",
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let (status, answer) = h.put(key, path, ro.clone()).await;
+        assert_eq!(status, expected, "{path}: {answer}");
+    }
+    let (status, answer) = h
+        .put(
+            &alice,
+            "/v1/folders/set/shares/users/bob@example.com",
+            json!({"permission": "all"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["field"], "permission", "{answer}");
+}
+
+/// A resumable upload (tus): made with its length, half of it sent on a connection that drops
+/// mid-body, its offset asked, the rest sent from there; the file in the folder is the same
+/// bytes. A wrong offset, a wrong content type and a token nobody made are refused.
+#[tokio::test]
+async fn a_resumable_upload_goes_on_after_a_dropped_connection_to_the_same_bytes() {
+    use tokio::io::AsyncWriteExt;
+    let dir = data_dir();
+    let mut config = test_config();
+    config.agent_data_dir = dir.clone();
+    let h = start_with(config).await;
+    let alice = h.user("alice@example.com").await;
+    let (status, _) = h.post(&alice, "/v1/folders", json!({"name": "big"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let bytes: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+
+    let made = h
+        .http
+        .post(format!(
+            "{}/v1/folders/big/uploads?path=sets/all.bin",
+            h.base
+        ))
+        .header("x-api-key", &alice)
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", bytes.len())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let location = made.headers()["location"].to_str().unwrap().to_owned();
+    let made: serde_json::Value = made.json().await.unwrap();
+    assert_eq!(made["location"], location);
+    let upload = format!("{}{location}", h.base);
+
+    // Half the body, then the connection is gone.
+    let address = h.base.trim_start_matches("http://").to_owned();
+    let mut raw = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "PATCH {location} HTTP/1.1\r\nHost: {address}\r\nTus-Resumable: 1.0.0\r\n\
+         Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\n\
+         Content-Length: {}\r\n\r\n",
+        bytes.len()
+    );
+    raw.write_all(head.as_bytes()).await.unwrap();
+    raw.write_all(&bytes[..bytes.len() / 2]).await.unwrap();
+    raw.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    drop(raw);
+
+    // As a tus client does: ask where it is, send the rest from there (again while the
+    // dropped request is still being wound up).
+    let mut offset = 0;
+    for _ in 0..100 {
+        let asked = h
+            .http
+            .head(&upload)
+            .header("tus-resumable", "1.0.0")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(asked.status(), StatusCode::OK);
+        assert_eq!(asked.headers()["upload-length"], bytes.len().to_string());
+        offset = asked.headers()["upload-offset"]
+            .to_str()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap();
+        let sent = h
+            .http
+            .patch(&upload)
+            .header("tus-resumable", "1.0.0")
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", offset)
+            .body(bytes[offset..].to_vec())
+            .send()
+            .await
+            .unwrap();
+        if sent.status() == StatusCode::NO_CONTENT {
+            assert_eq!(sent.headers()["upload-offset"], bytes.len().to_string());
+            break;
+        }
+        assert_eq!(sent.status(), StatusCode::CONFLICT, "busy or moved on");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        offset > 0 && offset <= bytes.len() / 2,
+        "the dropped request kept what arrived: {offset}"
+    );
+    let back = h
+        .http
+        .get(format!(
+            "{}/v1/folders/big/download?path=sets/all.bin",
+            h.base
+        ))
+        .header("x-api-key", &alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(back.status(), StatusCode::OK);
+    assert!(back.bytes().await.unwrap() == bytes, "the same bytes");
+    // Finished: the upload is gone.
+    let gone = h.http.head(&upload).send().await.unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+
+    // Refusals.
+    let made: serde_json::Value = h
+        .http
+        .post(format!("{}/v1/folders/big/uploads?path=x.bin", h.base))
+        .header("x-api-key", &alice)
+        .header("upload-length", "4")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let upload = format!("{}{}", h.base, made["location"].as_str().unwrap());
+    let patch = |offset: &str, content_type: &str, body: &'static str| {
+        h.http
+            .patch(&upload)
+            .header("content-type", content_type)
+            .header("upload-offset", offset)
+            .body(body)
+            .send()
+    };
+    let wrong = patch("2", "application/offset+octet-stream", "ab")
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::CONFLICT);
+    let wrong = patch("0", "application/octet-stream", "ab").await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let long = patch("0", "application/offset+octet-stream", "abcdef")
+        .await
+        .unwrap();
+    assert_eq!(long.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let nobody = h
+        .http
+        .head(format!("{}/v1/uploads/{}", h.base, "0".repeat(32)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nobody.status(), StatusCode::NOT_FOUND);
+    let (status, answer) = h
+        .post(&alice, "/v1/folders/big/uploads?path=y.bin", json!({}))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "no Upload-Length: {answer}"
+    );
+    assert_eq!(answer["error"]["field"], "upload-length", "{answer}");
 }

@@ -220,6 +220,7 @@ async fn ran_in_the_past(
     }];
     let events = [
         Event::SessionRequested(Box::new(SessionRequested {
+            shared_mounts: Default::default(),
             session_id,
             name: format!("past{}", session_id.simple()),
             owner: Owner {

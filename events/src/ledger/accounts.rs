@@ -1,9 +1,10 @@
 //! The accounts family: who the users are and what they hold.
 //!
-//! Tables: `users`, `api_keys`, `backendai_keypairs`, `folders`, `projects`, `project_members`,
-//! `user_passwords`, `console_sign_ins`. Changed by `UserCreated`, `ApiKeyIssued`,
-//! `BackendAiKeypairIssued`, `BackendAiKeypairRevoked` (the keypair stays, inactive),
-//! `FolderCreated`,
+//! Tables: `users`, `api_keys`, `backendai_keypairs`, `folders`, `folder_shares`, `projects`,
+//! `project_members`, `user_passwords`, `console_sign_ins`. Changed by `UserCreated`,
+//! `ApiKeyIssued`, `BackendAiKeypairIssued`, `BackendAiKeypairRevoked` (the keypair stays,
+//! inactive), `FolderCreated`, `FolderShared` (a share made, or its permission changed) and
+//! `FolderUnshared`,
 //! `ProjectCreated`, `UserJoinedProject`, `UserPasswordSet` (the last one set is the password),
 //! `ConsoleSignedIn` and `ConsoleSignedOut` (which removes the sign-in; an expired one stays,
 //! and `events::ledger::credentials` no longer honours it), `ConsoleSignedOutEverywhere`
@@ -67,6 +68,28 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     name: e.name.clone(),
                 });
             }
+        }
+        Event::FolderShared(e) => {
+            let (kind, key) = e.grantee.parts();
+            exec(
+                client,
+                "INSERT INTO ledger.folder_shares (owner, name, grantee_kind, grantee, permission)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (owner, name, grantee_kind, grantee)
+                 DO UPDATE SET permission = EXCLUDED.permission",
+                &[&e.owner, &e.name, &kind, &key, &e.permission.as_str()],
+            )
+            .await?;
+        }
+        Event::FolderUnshared(e) => {
+            let (kind, key) = e.grantee.parts();
+            exec(
+                client,
+                "DELETE FROM ledger.folder_shares
+                 WHERE owner = $1 AND name = $2 AND grantee_kind = $3 AND grantee = $4",
+                &[&e.owner, &e.name, &kind, &key],
+            )
+            .await?;
         }
         Event::ApiKeyIssued(e) => {
             exec(
@@ -201,6 +224,8 @@ pub(super) struct Tables {
     pub users: HashMap<Uuid, User>,
     /// Each folder's making and its volume (none: host-local).
     pub folders: HashMap<(Uuid, String), (DateTime<Utc>, Option<String>)>,
+    /// Each folder's shares: (owner, folder, grantee's kind, grantee) to the permission.
+    pub folder_shares: HashMap<(Uuid, String, &'static str, String), &'static str>,
     /// Key digest to the key.
     pub api_keys: HashMap<String, ApiKey>,
     /// Backend.AI access key to (user, active).
@@ -238,6 +263,16 @@ impl Tables {
                 self.folders
                     .entry((e.owner, e.name.clone()))
                     .or_insert((at, e.volume.clone()));
+            }
+            Event::FolderShared(e) => {
+                let (kind, key) = e.grantee.parts();
+                self.folder_shares
+                    .insert((e.owner, e.name.clone(), kind, key), e.permission.as_str());
+            }
+            Event::FolderUnshared(e) => {
+                let (kind, key) = e.grantee.parts();
+                self.folder_shares
+                    .remove(&(e.owner, e.name.clone(), kind, key));
             }
             Event::ApiKeyIssued(e) => {
                 self.api_keys.insert(
@@ -352,6 +387,21 @@ impl Tables {
                 .map(
                     |((owner, name), (at, volume))| -> [&(dyn ToSql + Sync); 4] {
                         [owner, name, at, volume]
+                    },
+                )
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.folder_shares"),
+            ["owner", "name", "grantee_kind", "grantee", "permission"],
+            &self
+                .folder_shares
+                .iter()
+                .map(
+                    |((owner, name, kind, key), permission)| -> [&(dyn ToSql + Sync); 5] {
+                        [owner, name, kind, key, permission]
                     },
                 )
                 .collect::<Vec<_>>(),

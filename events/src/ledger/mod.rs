@@ -95,6 +95,8 @@ impl Family {
             | Event::ProjectCreated(_)
             | Event::UserJoinedProject(_)
             | Event::FolderCreated(_)
+            | Event::FolderShared(_)
+            | Event::FolderUnshared(_)
             | Event::UserPasswordSet(_)
             | Event::ConsoleSignedIn(_)
             | Event::ConsoleSignedOut(_)

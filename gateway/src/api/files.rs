@@ -26,7 +26,7 @@ use events::ledger::KeyOwner;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct FolderName {
-    /// One of the caller's folders.
+    /// One of the caller's folders, or one shared with them.
     #[param(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
     pub name: String,
 }
@@ -78,26 +78,57 @@ pub struct NewDirectory {
     pub path: String,
 }
 
-/// The directory of the caller's folder `name` on this host.
+/// Whether a file operation reads a folder or changes it.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Use {
+    Read,
+    Write,
+}
+
+/// The folder `name` the caller reaches (theirs, or one shared with them), once the share
+/// allows `what` (403 for a change to a read-only share).
+pub(super) async fn reached(
+    state: &AppState,
+    caller: &KeyOwner,
+    name: &str,
+    what: Use,
+) -> Result<db::folders::Reachable, ApiError> {
+    let folder = db::folders::reachable(&state.pool, caller.user_id, name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "you have no folder named `{name}`, and none by that name is shared with you"
+            ))
+            .field("name")
+        })?;
+    if what == Use::Write && !folder.access.may_write() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            format!("`{name}` is shared with you read-only"),
+        )
+        .field("name"));
+    }
+    Ok(folder)
+}
+
+/// The directory on this host of the folder `name` the caller reaches, as [`reached`].
 async fn folder(
     state: &AppState,
     caller: &KeyOwner,
     name: &str,
+    what: Use,
 ) -> Result<std::path::PathBuf, ApiError> {
-    let volume = db::folders::volume_of(&state.pool, caller.user_id, name)
-        .await?
-        .ok_or_else(|| {
-            ApiError::not_found(format!("you have no folder named `{name}`")).field("name")
-        })?;
+    let folder = reached(state, caller, name, what).await?;
     Ok(files::folder_dir(
         &state.file_roots,
-        &volume,
-        caller.user_id,
+        &folder.volume,
+        folder.owner,
         name,
     )?)
 }
 
-fn parsed(path: &str) -> Result<FolderPath, ApiError> {
+pub(super) fn parsed(path: &str) -> Result<FolderPath, ApiError> {
     FolderPath::parse(path).map_err(|e: PathError| ApiError::invalid("path", e.to_string()))
 }
 
@@ -134,7 +165,7 @@ pub async fn list_files(
 ) -> Result<Json<FolderListing>, ApiError> {
     let p: ListParams = query::parse(raw.as_deref())?;
     let path = parsed(p.path.as_deref().unwrap_or(""))?;
-    let dir = folder(&state, &caller, &name).await?;
+    let dir = folder(&state, &caller, &name, Use::Read).await?;
     let entries = files::list(dir, path.clone()).await?;
     let total = entries.len() as u64;
     let entries = entries
@@ -169,7 +200,7 @@ pub async fn download_file(
 ) -> Result<Response, ApiError> {
     let p: FilePath = query::parse(raw.as_deref())?;
     let path = parsed(&p.path)?;
-    let dir = folder(&state, &caller, &name).await?;
+    let dir = folder(&state, &caller, &name, Use::Read).await?;
     let file = files::readable(dir, path.clone()).await?;
     let served = tower_http::services::ServeFile::new(file)
         .oneshot(request)
@@ -205,7 +236,7 @@ pub async fn upload_file(
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let p: FilePath = query::parse(raw.as_deref())?;
     let path = parsed(&p.path)?;
-    let dir = folder(&state, &caller, &name).await?;
+    let dir = folder(&state, &caller, &name, Use::Write).await?;
     let size = files::write(dir, path.clone(), body.into_data_stream()).await?;
     Ok((
         StatusCode::CREATED,
@@ -228,7 +259,7 @@ pub async fn make_directory(
 ) -> Result<StatusCode, ApiError> {
     let NewDirectory { path } = super::parse_body(body)?;
     let path = parsed(&path)?;
-    let dir = folder(&state, &caller, &name).await?;
+    let dir = folder(&state, &caller, &name, Use::Write).await?;
     files::make_directory(dir, path).await?;
     Ok(StatusCode::CREATED)
 }
@@ -245,7 +276,7 @@ pub async fn remove_file(
 ) -> Result<StatusCode, ApiError> {
     let p: FilePath = query::parse(raw.as_deref())?;
     let path = parsed(&p.path)?;
-    let dir = folder(&state, &caller, &name).await?;
+    let dir = folder(&state, &caller, &name, Use::Write).await?;
     files::remove(dir, path).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -16,7 +16,9 @@
 //! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
 //! - [`launches`]: the caller's recent launches, renamed and pinned.
 //! - [`queue`]: every group's queue in the scheduler's order (superadmins).
-//! - [`folders`]: the caller's data folders.
+//! - [`folders`]: the caller's data folders and their shares.
+//! - [`files`]: a folder's files: listed, downloaded, uploaded, directories, removed.
+//! - [`uploads`]: resumable uploads (tus) into a folder.
 //! - [`password`]: the caller's password, for the web console.
 //! - `query`: query strings parsed with the field at fault named.
 //! - [`admin`]: administration, superadmins only, one module per resource: users, keys,
@@ -38,6 +40,7 @@ mod query;
 pub mod queue;
 pub mod resources;
 pub mod sessions;
+pub mod uploads;
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;

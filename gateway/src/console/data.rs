@@ -1,5 +1,6 @@
 //! The Data page (seed "Data", with Sessions the most visited): my folders with their volume
-//! and what each held when last measured, a new folder made, and each folder's explorer:
+//! and what each held when last measured, whom I shared each with, the folders shared with
+//! me, a new folder made, a folder shared or a share taken back, and each folder's explorer:
 //! browse its directories, download a file, make a directory, remove an entry, and upload by
 //! the file picker or by dropping files on the page (the script sends them to the API itself,
 //! with a progress bar). Like every page, a client of the API's handlers.
@@ -23,6 +24,12 @@ pub struct FolderRow {
     pub volume: String,
     pub size: String,
     pub files: String,
+    /// `owner`, or the share's `rw` or `ro`.
+    pub permission: String,
+    /// Whose it is, when it is another's.
+    pub from: Option<String>,
+    /// Mine: whom I shared it with.
+    pub shares: Vec<crate::model::FolderShare>,
 }
 
 #[derive(Template)]
@@ -49,6 +56,9 @@ pub async fn page(
                 .as_ref()
                 .map_or("not measured yet".into(), |u| view::size(u.bytes as i64)),
             files: f.usage.as_ref().map_or("–".into(), |u| u.files.to_string()),
+            from: (f.permission != "owner").then_some(f.owner),
+            permission: f.permission,
+            shares: f.shares,
             name: f.name,
             volume: f.volume,
         })
@@ -80,6 +90,64 @@ pub async fn create(
     }
     let _ = api::folders::create_folder(State(state), Caller(me), json_body(&body)).await?;
     Ok(Redirect::to(&format!("/console/data/{}", encoded(&name))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ShareForm {
+    folder: String,
+    /// `user` or `project`.
+    kind: String,
+    /// The user's email or the project's name.
+    with: String,
+    /// `ro` or `rw`; absent: the share is taken back.
+    #[serde(default)]
+    permission: Option<String>,
+}
+
+/// `POST /console/folder-shares`: one of my folders shared with a user or a project (or the
+/// share's permission changed), or, without a permission, a share taken back.
+pub async fn share(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Form(form): Form<ShareForm>,
+) -> Result<Response, PageError> {
+    use crate::api::folders::{ProjectShare, UserShare};
+    let (name, with) = (form.folder, form.with.trim().to_owned());
+    let caller = Caller(me);
+    match (form.kind.as_str(), form.permission) {
+        ("project", Some(permission)) => {
+            let _shared = api::folders::share_with_project(
+                State(state),
+                caller,
+                Path(ProjectShare::new(name, with)),
+                json_body(&json!({ "permission": permission })),
+            )
+            .await?;
+        }
+        ("project", None) => {
+            api::folders::unshare_with_project(
+                State(state),
+                caller,
+                Path(ProjectShare::new(name, with)),
+            )
+            .await?;
+        }
+        (_, Some(permission)) => {
+            let _shared = api::folders::share_with_user(
+                State(state),
+                caller,
+                Path(UserShare::new(name, with)),
+                json_body(&json!({ "permission": permission })),
+            )
+            .await?;
+        }
+        (_, None) => {
+            api::folders::unshare_with_user(State(state), caller, Path(UserShare::new(name, with)))
+                .await?;
+        }
+    }
+    Ok(Redirect::to("/console/data").into_response())
 }
 
 /// An entry as the explorer shows it.

@@ -16,8 +16,8 @@
 //! - `history`: the scheduling history modal.
 //! - `launcher`: the five-step launcher and Recent History.
 //! - `apps`: the app launcher dialog (the terminal among its apps) and the log viewer.
-//! - `data`: the Data page, my folders, and each folder's explorer (upload, download,
-//!   directories, removal).
+//! - `data`: the Data page, my folders and their shares, and each folder's explorer (upload,
+//!   download, directories, removal).
 //! - `notifications`, `admin`: the header's list; the agents page and the queue.
 //! - `view`: pure formatting (sizes, durations, bars), unit-tested.
 //! - `assets`: the stylesheet, the script and xterm.js, embedded.
@@ -78,6 +78,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/launches/{id}", post(launcher::edit_launch))
         .route("/console/folders", post(launcher::create_folder))
         .route("/console/data", get(data::page).post(data::create))
+        .route("/console/folder-shares", post(data::share))
         .route("/console/data/{folder}", get(data::folder))
         .route("/console/data/{folder}/download", get(data::download))
         .route(

@@ -1,49 +1,158 @@
-//! Folders: a user's folders, from the ledger (`ledger.folders`, written by `events::ledger`),
-//! with what each held when last measured (`recorder.folder_usage`, kept by the recorder).
+//! Folders: a user's folders and those shared with them, from the ledger (`ledger.folders`
+//! and `ledger.folder_shares`, written by `events::ledger`), with what each held when last
+//! measured (`recorder.folder_usage`, kept by the recorder).
 
 use deadpool_postgres::Pool;
+use domain::sharing::{FolderAccess, FolderPermission};
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::model::{Folder, FolderUsage};
+use crate::model::{Folder, FolderShare, FolderUsage};
 
-/// `owner`'s folders, by name.
-pub async fn folders(pool: &Pool, owner: Uuid) -> Result<Vec<Folder>, ApiError> {
-    let client = pool.get().await?;
-    let rows = client
-        .query(
-            "SELECT f.name, f.created_at, coalesce(f.volume, $2),
-                    u.bytes, u.files, u.measured_at, u.agent_id
-             FROM ledger.folders f
-             LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
-             WHERE f.owner = $1 ORDER BY f.name",
-            &[&owner, &domain::volumes::HOST_LOCAL],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Folder {
-            name: r.get(0),
-            created_at: r.get(1),
-            volume: r.get(2),
-            usage: r.get::<_, Option<i64>>(3).map(|bytes| FolderUsage {
-                bytes: bytes.max(0) as u64,
-                files: r.get::<_, i64>(4).max(0) as u64,
-                measured_at: r.get(5),
-                agent_id: r.get(6),
-            }),
-        })
-        .collect())
+/// The folders' columns [`folder_of`] reads: name, made, volume, usage (4), owner's email.
+const FOLDER_COLUMNS: &str = "f.name, f.created_at, coalesce(f.volume, $2),
+    u.bytes, u.files, u.measured_at, u.agent_id, o.email";
+
+/// The projects `user` is a member of, as SQL over `$1`.
+const MY_PROJECTS: &str = "SELECT project FROM ledger.project_members WHERE user_id = $1";
+
+fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
+    Folder {
+        name: r.get(0),
+        created_at: r.get(1),
+        volume: r.get(2),
+        usage: r.get::<_, Option<i64>>(3).map(|bytes| FolderUsage {
+            bytes: bytes.max(0) as u64,
+            files: r.get::<_, i64>(4).max(0) as u64,
+            measured_at: r.get(5),
+            agent_id: r.get(6),
+        }),
+        owner: r.get(7),
+        permission: permission.to_owned(),
+        shares,
+    }
 }
 
-/// The volume of `owner`'s folder `name`, if they have one by that name.
-pub async fn volume_of(pool: &Pool, owner: Uuid, name: &str) -> Result<Option<String>, ApiError> {
+/// `user`'s folders, by name, each with its shares; then the folders others shared with them
+/// (directly or through a project), by name and owner, each with the strongest share's
+/// permission.
+pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
     let client = pool.get().await?;
-    let row = client
-        .query_opt(
-            "SELECT coalesce(volume, $3) FROM ledger.folders WHERE owner = $1 AND name = $2",
-            &[&owner, &name, &domain::volumes::HOST_LOCAL],
+    let own = client
+        .query(
+            &format!(
+                "SELECT {FOLDER_COLUMNS}
+                 FROM ledger.folders f JOIN ledger.users o ON o.user_id = f.owner
+                 LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
+                 WHERE f.owner = $1 ORDER BY f.name"
+            ),
+            &[&user, &domain::volumes::HOST_LOCAL],
         )
         .await?;
-    Ok(row.map(|r| r.get(0)))
+    let shares = client
+        .query(
+            "SELECT s.name, s.grantee_kind, coalesce(g.email, s.grantee), s.permission
+             FROM ledger.folder_shares s
+             LEFT JOIN ledger.users g ON s.grantee_kind = 'user' AND g.user_id::text = s.grantee
+             WHERE s.owner = $1 ORDER BY s.name, s.grantee_kind, 3",
+            &[&user],
+        )
+        .await?;
+    let mut folders: Vec<Folder> = own
+        .iter()
+        .map(|r| {
+            let name: String = r.get(0);
+            let shares = shares
+                .iter()
+                .filter(|s| s.get::<_, String>(0) == name)
+                .map(|s| FolderShare {
+                    kind: s.get(1),
+                    with: s.get(2),
+                    permission: s.get(3),
+                })
+                .collect();
+            folder_of(r, "owner", shares)
+        })
+        .collect();
+    let shared = client
+        .query(
+            &format!(
+                "SELECT {FOLDER_COLUMNS}, max(s.permission)
+                 FROM ledger.folder_shares s
+                 JOIN ledger.folders f USING (owner, name)
+                 JOIN ledger.users o ON o.user_id = f.owner
+                 LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
+                 WHERE f.owner <> $1
+                   AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
+                     OR (s.grantee_kind = 'project' AND s.grantee IN ({MY_PROJECTS})))
+                 GROUP BY f.name, f.created_at, f.volume, u.bytes, u.files, u.measured_at,
+                          u.agent_id, o.email
+                 ORDER BY f.name, o.email"
+            ),
+            &[&user, &domain::volumes::HOST_LOCAL],
+        )
+        .await?;
+    folders.extend(
+        shared
+            .iter()
+            .map(|r| folder_of(r, r.get::<_, &str>(8), Vec::new())),
+    );
+    Ok(folders)
+}
+
+/// A folder a caller may reach: whose it is, its volume, and what they may do with it.
+pub struct Reachable {
+    pub owner: Uuid,
+    pub volume: String,
+    pub access: FolderAccess,
+}
+
+/// The folder `name` as `user` reaches it: their own by that name, else the one another user
+/// shared with them by that name; `None` when neither is, and 409 when several users shared
+/// one by that name.
+pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Reachable>, ApiError> {
+    let client = pool.get().await?;
+    if let Some(row) = client
+        .query_opt(
+            "SELECT coalesce(volume, $3) FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &[&user, &name, &domain::volumes::HOST_LOCAL],
+        )
+        .await?
+    {
+        return Ok(Some(Reachable {
+            owner: user,
+            volume: row.get(0),
+            access: FolderAccess::Owner,
+        }));
+    }
+    let rows = client
+        .query(
+            &format!(
+                "SELECT f.owner, coalesce(f.volume, $3), max(s.permission)
+                 FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
+                 WHERE f.name = $2 AND f.owner <> $1
+                   AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
+                     OR (s.grantee_kind = 'project' AND s.grantee IN ({MY_PROJECTS})))
+                 GROUP BY f.owner, f.volume"
+            ),
+            &[&user, &name, &domain::volumes::HOST_LOCAL],
+        )
+        .await?;
+    match rows.as_slice() {
+        [] => Ok(None),
+        [row] => Ok(
+            FolderPermission::parse(row.get(2)).map(|permission| Reachable {
+                owner: row.get(0),
+                volume: row.get(1),
+                access: FolderAccess::Shared(permission),
+            }),
+        ),
+        _ => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "folder_ambiguous",
+            format!("more than one user shared a folder named `{name}` with you"),
+        )
+        .field("name")),
+    }
 }

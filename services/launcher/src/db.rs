@@ -38,6 +38,21 @@ pub async fn user_by_email(
     }))
 }
 
+/// Whether `owner` has a folder named `name`.
+pub async fn owns_folder(
+    client: &impl GenericClient,
+    owner: Uuid,
+    name: &str,
+) -> Result<bool, LedgerError> {
+    Ok(client
+        .query_opt(
+            "SELECT 1 FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &[&owner, &name],
+        )
+        .await?
+        .is_some())
+}
+
 /// Whether the user `user_id` is disabled; `None` when there is no such user.
 pub async fn user_disabled(
     client: &impl GenericClient,
@@ -234,6 +249,42 @@ pub async fn load_context(
             owned_folders.push(name);
         }
     }
+    // The rest of the mounts may be folders others shared with the owner, directly or
+    // through one of their projects: the strongest share of each counts.
+    let mut shared_folders = std::collections::BTreeMap::<String, Vec<_>>::new();
+    let unowned: Vec<&String> = request
+        .mounts
+        .iter()
+        .filter(|m| !owned_folders.contains(m))
+        .collect();
+    if !unowned.is_empty() {
+        let rows = client
+            .query(
+                "SELECT f.name, f.owner, f.volume, max(s.permission)
+                 FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
+                 WHERE s.name = ANY($2) AND f.owner <> $1
+                   AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
+                     OR (s.grantee_kind = 'project' AND s.grantee IN
+                           (SELECT project FROM ledger.project_members WHERE user_id = $1)))
+                 GROUP BY f.name, f.owner, f.volume ORDER BY f.name, f.owner",
+                &[&who.user_id, &unowned],
+            )
+            .await?;
+        for row in rows {
+            let name: String = row.get(0);
+            let permission: String = row.get(3);
+            let Some(permission) = ::domain::sharing::FolderPermission::parse(&permission) else {
+                continue;
+            };
+            if let Some(volume) = row.get::<_, Option<String>>(2) {
+                folder_volumes.insert(name.clone(), volume);
+            }
+            shared_folders
+                .entry(name)
+                .or_default()
+                .push((row.get(1), permission));
+        }
+    }
     let live_names = if request.name.is_none() {
         let sql = format!(
             "SELECT name FROM ledger.sessions WHERE owner = $1 AND {}",
@@ -292,6 +343,7 @@ pub async fn load_context(
         agents,
         owned_folders,
         folder_volumes,
+        shared_folders,
         live_names,
         custom_images,
         pullable_images,

@@ -4,7 +4,7 @@
 //! of the handler (the owner's policy, the group's capacity and images, membership, folders,
 //! the chosen agent) is decided here and unit-tested without a server.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use events::authorization::{self, Action, Principal};
 use events::ledger::KeyOwner;
@@ -74,8 +74,14 @@ pub struct LaunchContext {
     pub agents: Vec<GroupAgent>,
     /// Which of the requested mounts are folders of the owner.
     pub owned_folders: Vec<String>,
-    /// The shared volume of each of those that lives on one (host-local ones left out).
+    /// The shared volume of each of those that lives on one (host-local ones left out),
+    /// and of each folder shared with the owner below.
     pub folder_volumes: std::collections::BTreeMap<String, String>,
+    /// The requested mounts the owner has no folder of, but that other users shared with
+    /// them (directly or through a project), by name: each owner that shared one by that
+    /// name, with what the share allows.
+    pub shared_folders:
+        std::collections::BTreeMap<String, Vec<(Uuid, ::domain::sharing::FolderPermission)>>,
     /// Names of the owner's live sessions (read only when random names are to be drawn).
     pub live_names: Vec<String>,
     /// The requested image, when it is a customized image of the owner's that exists.
@@ -472,17 +478,41 @@ pub fn decide(
         }
     }
 
-    // Folders: each must be one of the owner's.
-    if let Some((i, missing)) = request
-        .mounts
-        .iter()
-        .enumerate()
-        .find(|(_, m)| !context.owned_folders.contains(m))
-    {
-        return Err(unknown(
-            format!("mounts[{i}]"),
-            format!("the owner has no folder named `{missing}` (create it with POST /v1/folders)"),
-        ));
+    // Folders: each must be one of the owner's, or shared with them by one user alone.
+    let mut shared_mounts = BTreeMap::new();
+    for (i, mount) in request.mounts.iter().enumerate() {
+        if context.owned_folders.contains(mount) {
+            continue;
+        }
+        match context.shared_folders.get(mount).map(Vec::as_slice) {
+            Some([(owner, permission)]) => {
+                shared_mounts.insert(
+                    mount.clone(),
+                    SharedMount {
+                        owner: *owner,
+                        read_only: *permission == ::domain::sharing::FolderPermission::ReadOnly,
+                    },
+                );
+            }
+            Some([_, _, ..]) => {
+                return Err(LaunchError::Conflict(FieldError {
+                    field: format!("mounts[{i}]"),
+                    message: format!(
+                        "more than one user shared a folder named `{mount}` with the owner: \
+                         berth cannot tell which to mount"
+                    ),
+                }))
+            }
+            _ => {
+                return Err(unknown(
+                    format!("mounts[{i}]"),
+                    format!(
+                        "the owner has no folder named `{mount}`, and none by that name is \
+                         shared with them (create it with POST /v1/folders)"
+                    ),
+                ))
+            }
+        }
     }
 
     // Names: the given one (numbered when several), or random ones that no live session of
@@ -550,6 +580,7 @@ pub fn decide(
                 .iter()
                 .filter_map(|m| Some((m.clone(), context.folder_volumes.get(m)?.clone())))
                 .collect(),
+            shared_mounts: shared_mounts.clone(),
         })
         .collect())
 }
@@ -608,6 +639,7 @@ mod tests {
             }],
             owned_folders: vec!["data".into()],
             folder_volumes: Default::default(),
+            shared_folders: Default::default(),
             live_names: vec![],
             custom_images: vec![],
             pullable_images: vec![],
@@ -846,6 +878,43 @@ mod tests {
         let (field, message) = refused(&context(), &request);
         assert_eq!(field, "mounts[1]");
         assert!(message.contains("`bobs`"), "{message}");
+    }
+
+    #[test]
+    fn a_folder_shared_with_the_owner_is_mounted_as_its_share_allows_unless_two_share_one_name() {
+        use ::domain::sharing::FolderPermission;
+        let alice = Uuid::now_v7();
+        let mut c = context();
+        c.shared_folders = BTreeMap::from([
+            ("set".into(), vec![(alice, FolderPermission::ReadOnly)]),
+            (
+                "both".into(),
+                vec![
+                    (alice, FolderPermission::ReadWrite),
+                    (Uuid::now_v7(), FolderPermission::ReadOnly),
+                ],
+            ),
+        ]);
+        c.folder_volumes = BTreeMap::from([("set".into(), "shared".into())]);
+        let mut request = request();
+        request.mounts = vec!["data".into(), "set".into()];
+        let sessions = decide(&c, &request, &mut no_names()).unwrap();
+        assert_eq!(
+            sessions[0].shared_mounts,
+            BTreeMap::from([(
+                "set".to_string(),
+                SharedMount {
+                    owner: alice,
+                    read_only: true
+                }
+            )]),
+            "the owner's own folder is no shared mount"
+        );
+        assert_eq!(sessions[0].volumes["set"], "shared");
+        request.mounts = vec!["both".into()];
+        let (field, message) = refused(&c, &request);
+        assert_eq!(field, "mounts[0]");
+        assert!(message.contains("more than one user"), "{message}");
     }
 
     #[test]

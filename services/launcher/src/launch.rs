@@ -347,6 +347,115 @@ pub async fn create_folder(
     }
 }
 
+/// Whom an owner shares a folder with, as a caller names them.
+#[derive(Debug, Clone)]
+pub enum ShareWith {
+    /// A user, by email.
+    User(String),
+    /// Every member of a project, by name.
+    Project(String),
+}
+
+/// Shares `owner`'s folder `name` with a user or a project (`permission`: read-only or
+/// read-write), or changes what an earlier share of it allows.
+pub async fn share_folder(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    with: &ShareWith,
+    permission: ::domain::sharing::FolderPermission,
+) -> Result<(), LaunchError> {
+    let grantee = grantee(pool, owner, name, with).await?;
+    record_share(
+        pool,
+        owner,
+        Event::FolderShared(FolderShared {
+            owner: owner.user_id,
+            name: name.to_owned(),
+            grantee,
+            permission,
+        }),
+    )
+    .await
+}
+
+/// Takes back a share of `owner`'s folder `name` (none there: nothing changes).
+pub async fn unshare_folder(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    with: &ShareWith,
+) -> Result<(), LaunchError> {
+    let grantee = grantee(pool, owner, name, with).await?;
+    record_share(
+        pool,
+        owner,
+        Event::FolderUnshared(FolderUnshared {
+            owner: owner.user_id,
+            name: name.to_owned(),
+            grantee,
+        }),
+    )
+    .await
+}
+
+/// The grantee `with` names, once `owner` is found to own a folder `name`; a share with
+/// oneself is refused.
+async fn grantee(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    with: &ShareWith,
+) -> Result<::domain::sharing::Grantee, LaunchError> {
+    use ::domain::sharing::Grantee;
+    let client = pool.get().await?;
+    if !db::owns_folder(&client, owner.user_id, name).await? {
+        return Err(LaunchError::NotFound(FieldError {
+            field: "name".into(),
+            message: format!("you have no folder named `{name}`"),
+        }));
+    }
+    match with {
+        ShareWith::User(email) => {
+            let user = db::user_by_email(&client, email).await?.ok_or_else(|| {
+                LaunchError::NotFound(FieldError {
+                    field: "email".into(),
+                    message: format!("no user has the email `{email}`"),
+                })
+            })?;
+            if user.user_id == owner.user_id {
+                return Err(LaunchError::Conflict(FieldError {
+                    field: "email".into(),
+                    message: "the folder is yours: a share with yourself changes nothing".into(),
+                }));
+            }
+            Ok(Grantee::User(user.user_id))
+        }
+        ShareWith::Project(project) => {
+            if !db::exists(&client, db::Named::Project, project).await? {
+                return Err(LaunchError::NotFound(FieldError {
+                    field: "project".into(),
+                    message: format!("there is no project `{project}`"),
+                }));
+            }
+            Ok(Grantee::Project(project.clone()))
+        }
+    }
+}
+
+async fn record_share(pool: &Pool, owner: &KeyOwner, event: Event) -> Result<(), LaunchError> {
+    let metadata = events::trace::metadata(&owner.user_id.to_string(), None);
+    ledger::record_now(
+        pool,
+        &stream_id("user", owner.user_id),
+        ExpectedVersion::Any,
+        &[event],
+        &metadata,
+    )
+    .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,7 +57,7 @@ fn name_list() -> RefOr<Schema> {
 /// Emails as these endpoints take them: printable ASCII without spaces, one `@` with text on
 /// either side, at most 254 characters (the schema's `^[!-?A-~]+@[!-?A-~]+$`); 422 naming
 /// `field` otherwise.
-fn checked_email(field: &'static str, email: &str) -> Result<(), FieldError> {
+pub(crate) fn checked_email(field: &'static str, email: &str) -> Result<(), FieldError> {
     let printable = |part: &str| {
         !part.is_empty()
             && part
@@ -174,7 +174,7 @@ pub struct ObjectName {
 }
 
 /// A project, group, policy or preset name, by `launcher::access`'s rule.
-fn checked_name(field: &'static str, name: &str) -> Result<(), FieldError> {
+pub(crate) fn checked_name(field: &'static str, name: &str) -> Result<(), FieldError> {
     access::check_object_name(field, name).map_err(|e| match e {
         AccessError::Invalid { field, message } => invalid(field, message),
         other => invalid(field, other.to_string()),

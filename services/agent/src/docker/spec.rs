@@ -130,9 +130,10 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
 pub const CLUSTER_PORT: u16 = 12345;
 
 /// Where each of the session's folders lives on this host, and the bind that mounts it at
-/// `/home/work/<name>`: under the mount of its volume (`volumes`, the shared volumes this host
+/// `/home/work/<name>` (read-only for a read-only share): under the mount of its volume (`volumes`, the shared volumes this host
 /// mounts) when the request puts it on one, else under `data_dir`, each under
-/// `folders/<owner>/<name>`. A folder on a volume this host does not mount is an error naming
+/// `folders/<owner>/<name>`, the owner being whoever shared it with the session's owner. A
+/// folder on a volume this host does not mount is an error naming
 /// it (the scheduler places such a session only where all are mounted).
 pub fn folders(
     state: &SessionState,
@@ -152,11 +153,20 @@ pub fn folders(
                 }
                 _ => data_dir,
             };
+            // A folder shared with the session's owner lives under its own owner's folders,
+            // and a read-only share is bound read-only.
+            let shared = request.shared_mounts.get(folder);
+            let owner = shared.map_or(request.owner.user_id, |s| s.owner);
             let host = root
                 .join("folders")
-                .join(request.owner.user_id.simple().to_string())
+                .join(owner.simple().to_string())
                 .join(folder);
-            let bind = format!("{}:/home/work/{folder}", host.display());
+            let read_only = if shared.is_some_and(|s| s.read_only) {
+                ":ro"
+            } else {
+                ""
+            };
+            let bind = format!("{}:/home/work/{folder}{read_only}", host.display());
             Ok((host, bind))
         })
         .collect()
@@ -429,6 +439,33 @@ mod tests {
         assert_eq!(host.memory_swap, host.memory);
         assert_eq!(host.shm_size, Some(64 << 20));
         assert_eq!(host.device_requests, None);
+    }
+
+    #[test]
+    fn a_folder_shared_with_the_owner_is_bound_from_its_owners_folders_read_only_as_shared() {
+        let mut state = session(1);
+        let alice = Uuid::now_v7();
+        state.request.mounts = vec!["data".into(), "set".into()];
+        state.request.shared_mounts = BTreeMap::from([(
+            "set".to_string(),
+            SharedMount {
+                owner: alice,
+                read_only: true,
+            },
+        )]);
+        let binds = folders(&state, Path::new("/var/berth"), &BTreeMap::new()).unwrap();
+        assert_eq!(
+            binds[1].1,
+            format!(
+                "/var/berth/folders/{}/set:/home/work/set:ro",
+                alice.simple()
+            )
+        );
+        assert!(
+            binds[0].1.ends_with("/data:/home/work/data"),
+            "{}",
+            binds[0].1
+        );
     }
 
     #[test]

@@ -251,6 +251,7 @@ fn requested(n: u128, owner: u128, at: f64) -> Logged {
         &format!("r{n}"),
         at,
         Event::SessionRequested(Box::new(SessionRequested {
+            shared_mounts: Default::default(),
             session_id: r.session_id,
             name: format!("s{n}"),
             owner: Owner {
