@@ -7,22 +7,31 @@
 
 use crate::apps::Cleanup;
 use crate::common::*;
-use crate::containers::{data_dir, fresh_agent_id, logs, run_as, start_agent_on, AgentSetup};
+use crate::containers::{
+    data_dir, fresh_agent_id, logs, run_as, start_agent_on, AgentSetup, DockerAgent,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
-#[tokio::test]
-async fn a_folders_files_go_in_and_out_through_the_api_and_never_outside_it() {
+/// A one-host install: a control plane whose gateway serves the data directory of the Docker
+/// agent beside it (`host-local`), and that agent (removed with what it made when dropped).
+async fn one_host() -> (Harness, (DockerAgent, Cleanup)) {
     let dir = data_dir();
     let mut config = test_config();
     config.agent_data_dir = dir.clone();
     let h = start_with(config).await;
     let id = fresh_agent_id();
-    let _cleanup = Cleanup(id.clone());
+    let cleanup = Cleanup(id.clone());
     let docker = agent::docker::connect().await.unwrap();
-    let _agent = start_agent_on(&h, &id, &dir, docker, AgentSetup::cpu(2_000))
+    let agent = start_agent_on(&h, &id, &dir, docker, AgentSetup::cpu(2_000))
         .await
         .unwrap();
+    (h, (agent, cleanup))
+}
+
+#[tokio::test]
+async fn a_folders_files_go_in_and_out_through_the_api_and_never_outside_it() {
+    let (h, _agent) = one_host().await;
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
     let (status, _) = h.post(&alice, "/v1/folders", json!({"name": "data"})).await;
@@ -179,16 +188,7 @@ async fn a_folders_files_go_in_and_out_through_the_api_and_never_outside_it() {
 /// nobody or from a folder one does not own are refused.
 #[tokio::test]
 async fn a_shared_folder_is_reached_as_its_share_allows_on_the_api_and_in_sessions() {
-    let dir = data_dir();
-    let mut config = test_config();
-    config.agent_data_dir = dir.clone();
-    let h = start_with(config).await;
-    let id = fresh_agent_id();
-    let _cleanup = Cleanup(id.clone());
-    let docker = agent::docker::connect().await.unwrap();
-    let _agent = start_agent_on(&h, &id, &dir, docker, AgentSetup::cpu(2_000))
-        .await
-        .unwrap();
+    let (h, _agent) = one_host().await;
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
     let carol = h.user("carol@example.com").await;
