@@ -45,6 +45,8 @@ pub struct Entry {
     pub kind: EntryKind,
     pub size: u64,
     pub modified: Option<chrono::DateTime<chrono::Utc>>,
+    /// Its permission bits (`rwx` for its owner, group and others).
+    pub mode: u32,
 }
 
 /// Where folder `name` of `owner` lives on this host, when its volume is mounted here
@@ -164,6 +166,7 @@ pub async fn list(dir: PathBuf, path: FolderPath) -> Result<Vec<Entry>, FilesErr
                     0
                 },
                 modified: meta.modified().ok().map(chrono::DateTime::from),
+                mode: std::os::unix::fs::MetadataExt::mode(&meta) & 0o777,
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));

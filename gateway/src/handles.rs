@@ -134,6 +134,28 @@ impl BackendAiKeys {
         derive_secret(&self.master_key, access_key)
     }
 
+    /// The master key's MAC of `message` for `purpose`.
+    fn mac(&self, purpose: &str, message: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.master_key)
+            .expect("HMAC takes a key of any length");
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(message);
+        mac
+    }
+
+    /// `message` signed for `purpose` with the master key (HMAC-SHA-256): every gateway of the
+    /// install verifies what another signed.
+    pub fn sign(&self, purpose: &str, message: &[u8]) -> [u8; 32] {
+        self.mac(purpose, message).finalize().into_bytes().into()
+    }
+
+    /// Whether `signature` is [`BackendAiKeys::sign`]'s of `message` for `purpose` (compared
+    /// in constant time).
+    pub fn verify(&self, purpose: &str, message: &[u8], signature: &[u8]) -> bool {
+        self.mac(purpose, message).verify_slice(signature).is_ok()
+    }
+
     /// Whether `signature` is seen for the first time in [`REPLAY_WINDOW`] (and remembers it).
     pub(crate) fn first_use(&self, signature: [u8; 32], now: Instant) -> bool {
         self.seen

@@ -283,7 +283,9 @@ async fn watch_exits_with_a_batch_session_s_exit_code_and_the_sdk_drives_a_sessi
             "--type",
             "batch",
             "-c",
-            "sleep 2; exit 3",
+            // Long enough to be running when `watch` (a Python start-up, seconds on a loaded
+            // machine) lists the live sessions: an ended one is not among them.
+            "sleep 8; exit 3",
             "-t",
             "wfailing",
         ]))
@@ -386,4 +388,96 @@ async fn the_cli_is_refused_cleanly_by_key_by_owner_and_where_berth_has_no_such_
         .await
         .failed();
     assert!(run.out.contains("not-implemented"), "{}", run.out);
+}
+
+/// `backend.ai vfolder`: a folder made, a file uploaded (the client's tus upload to the
+/// `/upload` berth answers for its storage proxy), listed, a directory made, the file
+/// downloaded (a token berth signed, served with ranges) to the same bytes, the folder's info;
+/// another user reaches none of it.
+#[tokio::test]
+async fn the_cli_moves_files_in_and_out_of_a_vfolder() {
+    // A one-host install: the gateway serves its agents' data directory (`host-local`).
+    let mut config = test_config();
+    config.agent_data_dir = data_dir();
+    let h = start_with(config).await;
+    let fay_key = h.user("fay@berth.test").await;
+    h.user("gus@berth.test").await;
+    let fay = Client::new(&h, h.backendai_keypair("fay@berth.test").await).await;
+    let gus = Client::new(&h, h.backendai_keypair("gus@berth.test").await).await;
+
+    let made = fay
+        .run(&["vfolder", "create", "bai-data", "host-local"])
+        .await
+        .ok();
+    assert!(made.out.contains("\"bai-data\" is created"), "{}", made.out);
+    let numbers: String = (1..=20_000).map(|n| format!("{n}\n")).collect();
+    std::fs::write(fay.home.join("numbers.txt"), &numbers).unwrap();
+    fay.run(&["vfolder", "upload", "bai-data", "numbers.txt"])
+        .await
+        .ok();
+    fay.run(&["vfolder", "mkdir", "bai-data", "results"])
+        .await
+        .ok();
+    let listed = fay.run(&["vfolder", "ls", "bai-data"]).await.ok();
+    assert!(
+        listed.out.contains("numbers.txt")
+            && listed.out.contains(&numbers.len().to_string())
+            && listed.out.contains("results")
+            && listed.out.contains("drwx"),
+        "{}",
+        listed.out
+    );
+    let out = fay.home.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    fay.run(&[
+        "vfolder",
+        "download",
+        "-b",
+        out.to_str().unwrap(),
+        "bai-data",
+        "numbers.txt",
+    ])
+    .await
+    .ok();
+    assert_eq!(
+        std::fs::read_to_string(out.join("numbers.txt")).unwrap(),
+        numbers
+    );
+    let info = fay.run(&["vfolder", "info", "bai-data"]).await.ok();
+    assert!(
+        info.out.contains("Virtual folder \"bai-data\""),
+        "{}",
+        info.out
+    );
+    // What the API says is what the client did.
+    let (status, files) = h.get(&fay_key, "/v1/folders/bai-data/files").await;
+    assert_eq!(status, StatusCode::OK, "{files}");
+    let names: Vec<&str> = files["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["numbers.txt", "results"], "{files}");
+
+    // Gus has no such folder.
+    let refused = gus.run(&["vfolder", "ls", "bai-data"]).await;
+    assert!(
+        refused.out.contains("404") || refused.out.contains("not"),
+        "{}",
+        refused.out
+    );
+    let gus_out = gus.home.join("out");
+    std::fs::create_dir_all(&gus_out).unwrap();
+    gus.run(&[
+        "vfolder",
+        "download",
+        "-b",
+        gus_out.to_str().unwrap(),
+        "bai-data",
+        "numbers.txt",
+    ])
+    .await
+    .failed();
+    assert!(!gus_out.join("numbers.txt").exists());
 }

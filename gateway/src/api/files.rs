@@ -80,14 +80,14 @@ pub struct NewDirectory {
 
 /// Whether a file operation reads a folder or changes it.
 #[derive(Clone, Copy, PartialEq)]
-pub(super) enum Use {
+pub(crate) enum Use {
     Read,
     Write,
 }
 
 /// The folder `name` the caller reaches (theirs, or one shared with them), once the share
 /// allows `what` (403 for a change to a read-only share).
-pub(super) async fn reached(
+pub(crate) async fn reached(
     state: &AppState,
     caller: &KeyOwner,
     name: &str,

@@ -10,10 +10,13 @@
 //! - `session`: `/session/...`: create, info, logs, rename, destroy, commit.
 //! - `gql`: `POST /admin/gql`, the GraphQL subset the CLI's `ps` and `info` ask.
 //! - `stream`: `GET /events/session`, the lifecycle as Backend.AI names it (SSE).
+//! - `folders`: `/folders/...` (`vfolder` create, list, info, ls, mkdir, upload, download)
+//!   and the storage proxy's `/upload` (tus) and `/download` (a signed token).
 //!
 //! Everything else on Backend.AI's paths is a clean `not-implemented` ([`fallback`]).
 
 pub mod auth;
+mod folders;
 mod gql;
 pub mod problem;
 mod session;
@@ -41,6 +44,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/", get(hello))
         .route("/manager/announcement", get(announcement))
         .merge(session::routes())
+        .merge(folders::routes())
         .merge(gql::routes())
         .merge(stream::routes())
         .method_not_allowed_fallback(not_implemented_method)
