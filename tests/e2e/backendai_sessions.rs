@@ -577,7 +577,7 @@ async fn refusals_are_backend_ai_s_problems_and_berth_s_own_paths_keep_berth_s_s
         .await
         .assert_problem(StatusCode::NOT_IMPLEMENTED, "not-implemented");
     alice
-        .get("/folders")
+        .get("/template/session")
         .await
         .assert_problem(StatusCode::NOT_IMPLEMENTED, "not-implemented");
     // An unsigned call is refused in Backend.AI's words too.
