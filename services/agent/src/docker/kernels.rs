@@ -250,12 +250,22 @@ async fn create_network(
                 if network_exists(ctx, &layout.network).await {
                     return Ok(());
                 }
+                // Gone again by the time it was looked for: a leftover of this session that
+                // a restarted agent's clean-up was removing. Once it is, the name is free.
+                if e.to_string().contains("same bridge name") {
+                    last = e.to_string();
+                    tokio::time::sleep(std::time::Duration::from_millis(
+                        200 * (u64::from(attempt) + 1),
+                    ))
+                    .await;
+                    continue;
+                }
                 return Err(format!("creating the session's network failed: {e}"));
             }
         }
     }
     Err(format!(
-        "creating the session's network failed: no free subnet in {} after {SUBNET_TRIES} tries ({last})",
+        "creating the session's network failed {SUBNET_TRIES} times (no free subnet in {}, or its bridge's name held): {last}",
         ctx.config.fence.subnets
     ))
 }
