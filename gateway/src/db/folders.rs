@@ -14,8 +14,10 @@ use crate::model::{Folder, FolderShare, FolderUsage};
 const FOLDER_COLUMNS: &str = "f.name, f.created_at, coalesce(f.volume, $2),
     u.bytes, u.files, u.measured_at, u.agent_id, o.email";
 
-/// The projects `user` is a member of, as SQL over `$1`.
-const MY_PROJECTS: &str = "SELECT project FROM ledger.project_members WHERE user_id = $1";
+/// Whether share `s` reaches the user `$1`: it names them, or a project they are a member of.
+const REACHES_ME: &str = "((s.grantee_kind = 'user' AND s.grantee = $1::text)
+    OR (s.grantee_kind = 'project' AND s.grantee IN
+          (SELECT project FROM ledger.project_members WHERE user_id = $1)))";
 
 fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
     Folder {
@@ -84,8 +86,7 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
                  JOIN ledger.users o ON o.user_id = f.owner
                  LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
                  WHERE f.owner <> $1
-                   AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
-                     OR (s.grantee_kind = 'project' AND s.grantee IN ({MY_PROJECTS})))
+                   AND {REACHES_ME}
                  GROUP BY f.name, f.created_at, f.volume, u.bytes, u.files, u.measured_at,
                           u.agent_id, o.email
                  ORDER BY f.name, o.email"
@@ -132,8 +133,7 @@ pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Rea
                 "SELECT f.owner, coalesce(f.volume, $3), max(s.permission)
                  FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
                  WHERE f.name = $2 AND f.owner <> $1
-                   AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
-                     OR (s.grantee_kind = 'project' AND s.grantee IN ({MY_PROJECTS})))
+                   AND {REACHES_ME}
                  GROUP BY f.owner, f.volume"
             ),
             &[&user, &name, &domain::volumes::HOST_LOCAL],
