@@ -105,15 +105,22 @@ install_cargo_deny() {
 install_cargo_deny >"$LOGS/cargo-deny.log" 2>&1 &
 CARGO_DENY=$!
 
-# Stops the downloads when a step below fails, so the run leaves nothing behind.
-stop_downloads() {
+# The run leaves nothing behind, whether it ends well or a step fails (a build error
+# included): the downloads still going are stopped, the hosts the tests made (infra/host.sh)
+# go, and the servers go unless they ran before it. Quietly, so that the runner's summary
+# stays the run's last lines.
+leave_nothing() {
   local pid
   for pid in "$IMAGES" "$SCHEMATHESIS" "$CARGO_DENY"; do
     pkill -TERM -P "$pid" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
   done
+  infra/host.sh down-all >/dev/null 2>&1 || true
+  if [ "$servers_were_running" -eq 0 ]; then
+    infra/services.sh down >/dev/null 2>&1 || true
+  fi
 }
-trap stop_downloads EXIT
+trap leave_nothing EXIT
 
 # Clippy lints the workspace while it compiles for the tests, in one pass: its driver stands in
 # for rustc on the workspace's own crates (the way `cargo clippy` runs it, with `-D warnings`),
@@ -140,7 +147,6 @@ waited_for() {
 waited_for "the images" "$IMAGES" "$LOGS/images.log"
 waited_for "schemathesis $SCHEMATHESIS_RELEASE" "$SCHEMATHESIS" "$LOGS/schemathesis.log"
 waited_for "cargo-deny $DENY_RELEASE" "$CARGO_DENY" "$LOGS/cargo-deny.log"
-trap - EXIT
 
 say "cargo deny check (deny.toml)"
 cargo deny --log-level error check licenses bans sources
@@ -180,10 +186,4 @@ if [ "${CI:-}" != "true" ]; then
 fi
 status=0
 cargo nextest run --workspace --no-fail-fast "${filter[@]}" || status=$?
-# Quietly, so that the runner's summary stays the run's last lines. The hosts the tests made
-# (infra/host.sh) go whatever ran before.
-infra/host.sh down-all >/dev/null 2>&1 || true
-if [ "$servers_were_running" -eq 0 ]; then
-  infra/services.sh down >/dev/null 2>&1 || true
-fi
 exit "$status"

@@ -1447,7 +1447,14 @@ pub async fn volume_write(
         ("onhost", events::volumes::HOST_LOCAL, agent_data.clone()),
     ];
     for (folder, volume, _) in &places {
-        launcher::launch::create_folder(&pool, &admin, folder, volume).await?;
+        launcher::launch::create_folder(
+            &pool,
+            &admin,
+            folder,
+            volume,
+            events::folders::UsageMode::General,
+        )
+        .await?;
     }
     // Round by round, each of the four writes in turn, the order turned about every round
     // (which place first, session or host first), so that no position favours one: the disk

@@ -1,7 +1,7 @@
 //! `berth folder ...`: a user's folders and their files through the gateway
-//! (BERTH_GATEWAY_URL, BERTH_API_KEY): list and create folders, share them with users and
-//! projects, list a directory, upload and download files (streamed from and to disk, never
-//! held whole), make directories, remove.
+//! (BERTH_GATEWAY_URL, BERTH_API_KEY): list, create, rename, trash, restore and purge folders,
+//! share them with users and projects, list a directory, upload and download files (streamed
+//! from and to disk, never held whole), make directories, move and remove entries.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,7 +29,18 @@ pub enum FolderCommand {
         name: String,
         #[arg(long)]
         volume: Option<String>,
+        /// What it is for.
+        #[arg(long, value_parser = ["general", "model", "data"], default_value = "general")]
+        usage: String,
     },
+    /// Rename one of my folders (its files move with it, its shares follow).
+    Rename { folder: String, to: String },
+    /// Move one of my folders to the trash (nobody reaches it until restored).
+    Trash { folder: String },
+    /// Bring one of my folders back from the trash.
+    Restore { folder: String },
+    /// Remove one of my folders in the trash, with its files, for good.
+    Purge { folder: String },
     /// List a directory of a folder (the folder itself without PATH).
     Files {
         folder: String,
@@ -55,6 +66,12 @@ pub enum FolderCommand {
     Mkdir { folder: String, path: String },
     /// Remove a file, link or directory (with all it holds) from the folder.
     Rm { folder: String, path: String },
+    /// Rename or move a file, link or directory inside the folder.
+    Mv {
+        folder: String,
+        from: String,
+        to: String,
+    },
     /// Share one of my folders with a user or with every member of a project (again: change
     /// what the share allows).
     Share {
@@ -110,8 +127,8 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             .map(|v| {
                 show(output, v, |l: Folders| {
                     println!(
-                        "{:<24} {:<14} {:>14} {:>8}  {:<10} SHARED WITH",
-                        "NAME", "VOLUME", "BYTES", "FILES", "ACCESS"
+                        "{:<24} {:<8} {:<14} {:>14} {:>8}  {:<10} SHARED WITH",
+                        "NAME", "USAGE", "VOLUME", "BYTES", "FILES", "ACCESS"
                     );
                     for f in l.folders {
                         let (bytes, files) = f.usage.map_or(("-".into(), "-".into()), |u| {
@@ -127,15 +144,23 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                         } else {
                             format!("(from {})", f.owner)
                         };
+                        let access = match f.trashed_at {
+                            Some(_) => "in trash",
+                            None => f.permission.as_str(),
+                        };
                         println!(
-                            "{:<24} {:<14} {:>14} {:>8}  {:<10} {shared}",
-                            f.name, f.volume, bytes, files, f.permission
+                            "{:<24} {:<8} {:<14} {:>14} {:>8}  {:<10} {shared}",
+                            f.name, f.usage_mode, f.volume, bytes, files, access
                         );
                     }
                 })
             }),
-        FolderCommand::Create { name, volume } => {
-            let mut body = json!({"name": name});
+        FolderCommand::Create {
+            name,
+            volume,
+            usage,
+        } => {
+            let mut body = json!({"name": name, "usage_mode": usage});
             if let Some(volume) = volume {
                 body["volume"] = json!(volume);
             }
@@ -260,14 +285,49 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                 path_part(&folder),
                 path_part(&path)
             );
-            if let Err(code) = client
-                .send_raw(client.request(Method::DELETE, &url))
-                .await?
-            {
-                return Ok(code);
-            }
-            println!("{path} removed");
-            Ok(())
+            return done(&client, client.request(Method::DELETE, &url), || {
+                format!("{path} removed")
+            })
+            .await;
+        }
+        FolderCommand::Mv { folder, from, to } => {
+            let url = format!("/v1/folders/{}/moves", path_part(&folder));
+            let request = client
+                .request(Method::POST, &url)
+                .json(&json!({"from": from, "to": to}));
+            return done(&client, request, || format!("{from} -> {to}")).await;
+        }
+        FolderCommand::Rename { folder, to } => {
+            let request = client
+                .request(
+                    Method::PATCH,
+                    &format!("/v1/folders/{}", path_part(&folder)),
+                )
+                .json(&json!({"name": to}));
+            return done(&client, request, || format!("{folder} -> {to}")).await;
+        }
+        FolderCommand::Trash { folder } => {
+            let url = format!("/v1/folders/{}", path_part(&folder));
+            return done(&client, client.request(Method::DELETE, &url), || {
+                format!(
+                    "{folder} moved to the trash (`berth folder restore {folder}` brings it back)"
+                )
+            })
+            .await;
+        }
+        FolderCommand::Restore { folder } => {
+            let url = format!("/v1/folders/{}/restore", path_part(&folder));
+            return done(&client, client.request(Method::POST, &url), || {
+                format!("{folder} restored")
+            })
+            .await;
+        }
+        FolderCommand::Purge { folder } => {
+            let url = format!("/v1/folders/{}/purge", path_part(&folder));
+            return done(&client, client.request(Method::POST, &url), || {
+                format!("{folder} purged, its files removed")
+            })
+            .await;
         }
         FolderCommand::Share {
             folder,
@@ -290,18 +350,31 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                 )
             }),
         FolderCommand::Unshare { folder, with } => {
-            if let Err(code) = client
-                .send_raw(client.request(Method::DELETE, &with.url(&folder)))
-                .await?
-            {
-                return Ok(code);
-            }
-            println!("{folder} no longer shared there");
-            Ok(())
+            return done(
+                &client,
+                client.request(Method::DELETE, &with.url(&folder)),
+                || format!("{folder} no longer shared there"),
+            )
+            .await;
         }
     };
     Ok(match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(body) => print_error(&body),
+    })
+}
+
+/// Sends `request`, which answers nothing on success, and prints `said()` then, or the error.
+async fn done(
+    client: &Client,
+    request: reqwest::RequestBuilder,
+    said: impl FnOnce() -> String,
+) -> anyhow::Result<ExitCode> {
+    Ok(match client.send_raw(request).await? {
+        Ok(_) => {
+            println!("{}", said());
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
     })
 }

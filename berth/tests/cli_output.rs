@@ -555,9 +555,98 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let ran = cli(&["folder", "ls"], &bob);
     assert!(!ran.stdout.contains("stuff"), "{}", ran.stdout);
+    let ran = cli(
+        &["folder", "mv", "stuff", "in/numbers.txt", "kept/n.txt"],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let ran = cli(&["folder", "rm", "stuff", "in"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let ran = cli(&["folder", "files", "stuff"], &env);
-    assert!(!ran.stdout.contains("in"), "{}", ran.stdout);
+    assert!(
+        !ran.stdout.contains(" in\n") && ran.stdout.contains("kept"),
+        "{}",
+        ran.stdout
+    );
+    // The folder's life: renamed, to the trash (listed so, its files refused), restored,
+    // and purged from the trash.
+    let ran = cli(&["folder", "rename", "stuff", "things"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "trash", "things"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "ls"], &env);
+    assert!(ran.stdout.contains("in trash"), "{}", ran.stdout);
+    let ran = cli(&["folder", "files", "things"], &env);
+    assert_ne!(ran.code, Some(0));
+    assert!(ran.stderr.contains("trash"), "{}", ran.stderr);
+    let ran = cli(&["folder", "restore", "things"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "files", "things", "kept"], &env);
+    assert!(ran.stdout.contains("n.txt"), "{}{}", ran.stdout, ran.stderr);
+    for step in ["trash", "purge"] {
+        let ran = cli(&["folder", step, "things"], &env);
+        assert_eq!(ran.code, Some(0), "{step}: {}", ran.stderr);
+    }
+    let ran = cli(&["folder", "ls"], &env);
+    assert!(!ran.stdout.contains("things"), "{}", ran.stdout);
+
+    // `cp`: a file and a directory into a running interactive session, and back out whole.
+    let ran = cli(
+        &[
+            "session",
+            "create",
+            "--name",
+            "copier",
+            "--image",
+            "berth/shell:latest",
+            "--cpu",
+            "0.25",
+            "--memory",
+            "64m",
+        ],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["session", "wait", "copier", "--for", "running"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let tree = logs.join("tree");
+    std::fs::create_dir_all(tree.join("deep")).unwrap();
+    std::fs::write(tree.join("deep/leaf.txt"), "leaf\n").unwrap();
+    let ran = cli(
+        &["session", "cp", local.to_str().unwrap(), "copier:in.txt"],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}{}", ran.stdout, ran.stderr);
+    let ran = cli(
+        &["session", "cp", tree.to_str().unwrap(), "copier:/tmp"],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}{}", ran.stdout, ran.stderr);
+    let out = logs.join("out.txt");
+    let ran = cli(
+        &["session", "cp", "copier:in.txt", out.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), numbers);
+    let back = logs.join("back");
+    std::fs::create_dir_all(&back).unwrap();
+    let ran = cli(
+        &["session", "cp", "copier:/tmp/tree", back.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(ran.code, Some(0), "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(
+        std::fs::read_to_string(back.join("tree/deep/leaf.txt")).unwrap(),
+        "leaf\n"
+    );
+    let ran = cli(
+        &["session", "cp", "copier:/no/such", out.to_str().unwrap()],
+        &env,
+    );
+    assert_ne!(ran.code, Some(0));
+    assert!(ran.stderr.contains("path"), "{}", ran.stderr);
+    let ran = cli(&["session", "rm", "copier", "--force"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let _ = std::fs::remove_dir_all(&logs);
 }

@@ -216,6 +216,14 @@ catalogue! {
     FolderShared(FolderShared) = "FolderShared" v 1,
     /// An owner took a folder's share back.
     FolderUnshared(FolderUnshared) = "FolderUnshared" v 1,
+    /// An owner renamed a folder.
+    FolderRenamed(FolderRenamed) = "FolderRenamed" v 1,
+    /// An owner moved a folder to the trash.
+    FolderTrashed(FolderTrashed) = "FolderTrashed" v 1,
+    /// An owner restored a folder from the trash.
+    FolderRestored(FolderRestored) = "FolderRestored" v 1,
+    /// An owner purged a folder from the trash (its files removed).
+    FolderPurged(FolderPurged) = "FolderPurged" v 1,
     /// An operator set the idle checks of a resource group or a resource policy.
     IdleChecksSet(IdleChecksSet) = "IdleChecksSet" v 1,
     /// An owner or an admin exempted a session from the idle checks.
@@ -573,6 +581,24 @@ mod tests {
                 owner: id,
                 name: "data".into(),
                 volume: Some("shared".into()),
+                usage_mode: crate::folders::UsageMode::Model,
+            }),
+            Event::FolderRenamed(FolderRenamed {
+                owner: id,
+                name: "data".into(),
+                to: "dataset".into(),
+            }),
+            Event::FolderTrashed(FolderTrashed {
+                owner: id,
+                name: "dataset".into(),
+            }),
+            Event::FolderRestored(FolderRestored {
+                owner: id,
+                name: "dataset".into(),
+            }),
+            Event::FolderPurged(FolderPurged {
+                owner: id,
+                name: "dataset".into(),
             }),
             Event::FolderShared(FolderShared {
                 owner: id,

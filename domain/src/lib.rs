@@ -18,6 +18,7 @@
 //!   the app proxy's upstreams).
 //! - [`images`]: image references, customized images' names and owners.
 //! - [`files`]: paths inside a folder, as the files API takes them (never leaving it).
+//! - [`folders`]: a folder's usage mode and its life (renamed, trashed, restored, purged).
 //! - [`launches`]: a user's recent launches, their names and pins.
 //! - [`lifecycle`]: which status may follow which, and the events a command on a session
 //!   turns into (state + command -> events).
@@ -39,6 +40,7 @@ pub mod fair_share;
 pub mod files;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod folders;
 pub mod history;
 pub mod idleness;
 pub mod images;

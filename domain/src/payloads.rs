@@ -919,6 +919,42 @@ pub struct FolderCreated {
     /// volumes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
+    /// What it is for; absent: general (and in folders made before usage modes).
+    #[serde(default, skip_serializing_if = "is_general")]
+    pub usage_mode: crate::folders::UsageMode,
+}
+
+fn is_general(mode: &crate::folders::UsageMode) -> bool {
+    *mode == crate::folders::UsageMode::General
+}
+
+/// An owner renamed a folder; its files moved with it, and its shares follow the new name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderRenamed {
+    pub owner: Uuid,
+    pub name: String,
+    pub to: String,
+}
+
+/// An owner moved a folder to the trash: its files and shares stay, nobody reaches it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderTrashed {
+    pub owner: Uuid,
+    pub name: String,
+}
+
+/// An owner brought a folder back from the trash, as it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderRestored {
+    pub owner: Uuid,
+    pub name: String,
+}
+
+/// An owner purged a folder from the trash: its files were removed, its shares with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FolderPurged {
+    pub owner: Uuid,
+    pub name: String,
 }
 
 /// An owner shared a folder with a user or a project, or changed what an earlier share allows.

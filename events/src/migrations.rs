@@ -55,6 +55,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(36, include_str!("../migrations/0036_registries.sql")),
     backbone(37, include_str!("../migrations/0037_ssh_keys.sql")),
     backbone(38, include_str!("../migrations/0038_folder_shares.sql")),
+    backbone(39, include_str!("../migrations/0039_folder_life.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

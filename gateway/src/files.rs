@@ -287,6 +287,57 @@ pub async fn remove(dir: PathBuf, path: FolderPath) -> Result<(), FilesError> {
     .await
 }
 
+/// Moves (or renames) what `from` names to `to`, inside the folder; the directories above
+/// `to` are made. A link at `from` is moved itself; `to` must not exist, nor be inside `from`.
+pub async fn move_entry(dir: PathBuf, from: FolderPath, to: FolderPath) -> Result<(), FilesError> {
+    blocking(move || {
+        if from.is_root() || to.is_root() {
+            return Err(FilesError::Root("moved"));
+        }
+        let source = resolve(&dir, &from, true)?;
+        if source.symlink_metadata().is_err() {
+            return Err(FilesError::Missing(from.display()));
+        }
+        if to.components().starts_with(from.components()) {
+            return Err(FilesError::Exists(to.display()));
+        }
+        let Some(parent) = to.parent() else {
+            return Err(FilesError::Root("moved"));
+        };
+        let target = make_dirs(&dir, &parent)?.join(to.file_name().unwrap_or_default());
+        if target.symlink_metadata().is_ok() {
+            return Err(FilesError::Exists(to.display()));
+        }
+        std::fs::rename(&source, &target)?;
+        Ok(())
+    })
+    .await
+}
+
+/// Moves a folder's directory to its new name `to` (beside it, on the same volume). A folder
+/// no session or upload has used yet has none: nothing moves.
+pub async fn rename_folder_dir(from: PathBuf, to: PathBuf) -> Result<(), FilesError> {
+    blocking(move || {
+        if to.symlink_metadata().is_ok() {
+            return Err(FilesError::Exists(to.display().to_string()));
+        }
+        match std::fs::rename(&from, &to) {
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            other => Ok(other?),
+        }
+    })
+    .await
+}
+
+/// Removes a folder's directory with all it holds (links inside removed, never followed).
+pub async fn remove_folder_dir(dir: PathBuf) -> Result<(), FilesError> {
+    blocking(move || match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        other => Ok(other?),
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

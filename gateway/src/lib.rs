@@ -114,9 +114,20 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::apps::close_app))
         .routes(routes!(api::logs::session_logs))
         .routes(routes!(
+            api::session_files::download_session_files,
+            api::session_files::upload_session_file
+        ))
+        .routes(routes!(
             api::folders::list_folders,
             api::folders::create_folder
         ))
+        .routes(routes!(
+            api::folders::rename_folder,
+            api::folders::trash_folder
+        ))
+        .routes(routes!(api::folders::restore_folder))
+        .routes(routes!(api::folders::purge_folder))
+        .routes(routes!(api::files::move_file))
         .routes(routes!(
             api::folders::share_with_user,
             api::folders::unshare_with_user
@@ -441,6 +452,13 @@ mod tests {
             ("delete", "/v1/folders/{name}/files"),
             ("get", "/v1/folders/{name}/download"),
             ("post", "/v1/folders/{name}/directories"),
+            ("post", "/v1/folders/{name}/moves"),
+            ("get", "/v1/sessions/{id}/files"),
+            ("put", "/v1/sessions/{id}/files"),
+            ("patch", "/v1/folders/{name}"),
+            ("delete", "/v1/folders/{name}"),
+            ("post", "/v1/folders/{name}/restore"),
+            ("post", "/v1/folders/{name}/purge"),
             ("post", "/v1/folders/{name}/uploads"),
             ("head", "/v1/uploads/{token}"),
             ("patch", "/v1/uploads/{token}"),

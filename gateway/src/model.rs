@@ -282,6 +282,12 @@ pub struct Folder {
     pub permission: String,
     /// Whom its owner shared it with (listed to the owner alone).
     pub shares: Vec<FolderShare>,
+    /// What it is for: `general`, `model` or `data`.
+    #[schema(pattern = "^(general|model|data)$")]
+    pub usage_mode: String,
+    /// When its owner moved it to the trash (listed to the owner alone, reached by nobody
+    /// until restored); null for a folder in use.
+    pub trashed_at: Option<DateTime<Utc>>,
 }
 
 /// A resumable upload made: where to send its bytes.

@@ -481,3 +481,69 @@ async fn the_cli_moves_files_in_and_out_of_a_vfolder() {
     .failed();
     assert!(!gus_out.join("numbers.txt").exists());
 }
+
+/// `session upload` puts files (a directory part included) into a running session's home,
+/// `session download` brings them back as the client unpacks them, and berth's own
+/// `GET /v1/sessions/{id}/files` reads the same bytes; a path that is not there fails the
+/// download, and another user's session is not theirs to upload to.
+#[tokio::test]
+async fn the_cli_uploads_into_and_downloads_from_a_running_session() {
+    let h = start().await;
+    let _agent = local_agent(&h).await;
+    let key = h.user("hal@berth.test").await;
+    h.user("ivy@berth.test").await;
+    let hal = Client::new(&h, h.backendai_keypair("hal@berth.test").await).await;
+    let ivy = Client::new(&h, h.backendai_keypair("ivy@berth.test").await).await;
+    let ready = hal.run(&small(&["-t", "bai-files"])).await.ok();
+    let id = ready.session_id();
+
+    std::fs::create_dir_all(hal.home.join("src")).unwrap();
+    std::fs::write(hal.home.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(hal.home.join("src/b.txt"), "beta\n").unwrap();
+    hal.run(&["session", "upload", "bai-files", "a.txt", "src/b.txt"])
+        .await
+        .ok();
+    let tar = h
+        .http
+        .get(format!("{}/v1/sessions/{id}/files?path=src/b.txt", h.base))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    let status = tar.status();
+    let tar = tar.bytes().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&tar));
+    // One entry, `b.txt`, holding what was uploaded.
+    assert_eq!(&tar[..5], b"b.txt", "{:?}", &tar[..32]);
+    assert!(tar.windows(5).any(|w| w == b"beta\n"));
+
+    let back = hal.home.join("back");
+    std::fs::create_dir_all(&back).unwrap();
+    hal.run(&[
+        "session",
+        "download",
+        "bai-files",
+        "a.txt",
+        "src/b.txt",
+        "--dest",
+        back.to_str().unwrap(),
+    ])
+    .await
+    .ok();
+    assert_eq!(
+        std::fs::read_to_string(back.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(back.join("b.txt")).unwrap(),
+        "beta\n"
+    );
+    hal.run(&["session", "download", "bai-files", "no-such.txt"])
+        .await
+        .failed();
+    std::fs::write(ivy.home.join("c.txt"), "gamma\n").unwrap();
+    ivy.run(&["session", "upload", "bai-files", "c.txt"])
+        .await
+        .failed();
+    hal.run(&["session", "rm", "-f", "bai-files"]).await.ok();
+}

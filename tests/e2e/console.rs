@@ -703,7 +703,7 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
         b.fill("#directory-name", "results").await;
         b.click("#make-directory").await;
         b.find("tr[data-entry='results']").await;
-        b.click("tr[data-entry='picked.txt'] button").await;
+        b.click("tr[data-entry='picked.txt'] button.danger").await;
         // The page comes back after the removal: wait for it rather than read the one that
         // is going.
         let mut left = json!(null);
@@ -719,6 +719,16 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(left, json!(["results"]));
+    })
+    .await;
+    b.step(TEST, "an entry renamed", async {
+        b.fill(
+            "tr[data-entry='results'] form.rename input[name='to']",
+            "outputs",
+        )
+        .await;
+        b.click("#move-results").await;
+        b.find("tr[data-entry='outputs']").await;
     })
     .await;
     // The launcher's folder step leads into the explorer.
@@ -766,8 +776,20 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
         assert_eq!(daves["folders"], json!([]), "{daves}");
     })
     .await;
+    // Moved to the trash (listed there, its files reached by nobody) and restored.
+    b.step(TEST, "trashed and restored", async {
+        b.click("#trash-data1").await;
+        b.find("#trash tr[data-folder='data1']").await;
+        let (status, trashed) = s.h.get(&key, "/v1/folders/data1/files").await;
+        assert_eq!(status, reqwest::StatusCode::CONFLICT, "{trashed}");
+        b.document("data-trash").await;
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.click("#restore-data1").await;
+        b.find("#folders tr[data-folder='data1']").await;
+    })
+    .await;
     // What the page showed is what the API holds.
     let (_, listed) = s.h.get(&key, "/v1/folders/data1/files").await;
-    assert_eq!(listed["entries"][0]["name"], "results", "{listed}");
+    assert_eq!(listed["entries"][0]["name"], "outputs", "{listed}");
     assert_eq!(listed["total"], 1);
 }

@@ -3,7 +3,9 @@
 //! reads, a file a session writes is downloaded whole and by range, directories made, listed
 //! and removed; `..`, absolute paths and a link a session planted to outside the folder are
 //! refused, and another user reaches nothing unless the folder is shared with them, then as
-//! the share allows (in sessions too); a resumable upload survives a dropped connection.
+//! the share allows (in sessions too); a resumable upload survives a dropped connection; a
+//! folder is renamed with its files and shares, moved to the trash (reached by nobody),
+//! restored, and purged with its files.
 
 use crate::apps::Cleanup;
 use crate::common::*;
@@ -341,6 +343,204 @@ async fn a_shared_folder_is_reached_as_its_share_allows_on_the_api_and_in_sessio
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert_eq!(answer["error"]["field"], "permission", "{answer}");
+}
+
+/// A folder's life over the API, its files on disk with it: renamed (files and shares follow,
+/// a taken name refused), an entry moved inside it, moved to the trash (its owner lists it
+/// there, nobody reaches its files, the share's user no longer sees it, and it cannot be
+/// renamed), restored as it was, and purged (not before the trash) with its directory; the
+/// ledger folded again from the log is the same.
+#[tokio::test]
+async fn a_folder_is_renamed_trashed_restored_and_purged_with_its_files_and_shares() {
+    let dir = data_dir();
+    let mut config = test_config();
+    config.agent_data_dir = dir.clone();
+    let h = start_with(config).await;
+    let alice = h.user("alice@example.com").await;
+    let bob = h.user("bob@example.com").await;
+    let (status, made) = h
+        .post(
+            &alice,
+            "/v1/folders",
+            json!({"name": "models", "usage_mode": "model"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (status, _) = h
+        .post(&alice, "/v1/folders", json!({"name": "other"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, bad) = h
+        .post(
+            &alice,
+            "/v1/folders",
+            json!({"name": "x", "usage_mode": "weights"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert_eq!(bad["error"]["field"], "usage_mode", "{bad}");
+    let put = h
+        .http
+        .put(format!(
+            "{}/v1/folders/models/files?path=a/weights.bin",
+            h.base
+        ))
+        .header("x-api-key", &alice)
+        .body("0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    let (status, _) = h
+        .put(
+            &alice,
+            "/v1/folders/models/shares/users/bob@example.com",
+            json!({"permission": "ro"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let hr = &h;
+    let rename = |key: &str, from: &str, to: &str| {
+        let (key, path, body) = (
+            key.to_owned(),
+            format!("/v1/folders/{from}"),
+            json!({ "name": to }),
+        );
+        async move {
+            hr.call(&key, reqwest::Method::PATCH, &path, Some(body))
+                .await
+        }
+    };
+    let mine = |key: String| async move {
+        let (status, listed) = hr.get(&key, "/v1/folders").await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        listed["folders"].as_array().unwrap().clone()
+    };
+
+    // Renamed: the files and the share follow; the old name is gone, a taken one refused.
+    let (status, taken) = rename(&alice, "models", "other").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{taken}");
+    assert_eq!(taken["error"]["field"], "to", "{taken}");
+    let (status, _) = rename(&bob, "models", "mine-now").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "only the owner renames");
+    let (status, answer) = rename(&alice, "models", "zoo").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    let folders = mine(alice.clone()).await;
+    let zoo = folders
+        .iter()
+        .find(|f| f["name"] == "zoo")
+        .expect("renamed");
+    assert_eq!(zoo["usage_mode"], "model");
+    assert_eq!(zoo["trashed_at"], serde_json::Value::Null);
+    assert_eq!(zoo["shares"][0]["with"], "bob@example.com", "{zoo}");
+    assert!(!folders.iter().any(|f| f["name"] == "models"));
+    let (status, listed) = h.get(&alice, "/v1/folders/zoo/files?path=a").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["entries"][0]["name"], "weights.bin");
+    let (status, _) = h.get(&bob, "/v1/folders/zoo/files?path=a").await;
+    assert_eq!(status, StatusCode::OK, "the share followed the rename");
+
+    // An entry moved inside it; into itself, over another or out of it: refused.
+    let (status, answer) = h
+        .post(
+            &alice,
+            "/v1/folders/zoo/moves",
+            json!({"from": "a/weights.bin", "to": "b/w.bin"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    let (status, listed) = h.get(&alice, "/v1/folders/zoo/files?path=b").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["entries"][0]["name"], "w.bin");
+    assert_eq!(listed["entries"][0]["size"], 10);
+    let (status, answer) = h
+        .post(
+            &alice,
+            "/v1/folders/zoo/moves",
+            json!({"from": "b", "to": "b/c"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let (status, answer) = h
+        .post(
+            &alice,
+            "/v1/folders/zoo/moves",
+            json!({"from": "b", "to": "../b"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["field"], "to", "{answer}");
+    let (status, _) = h
+        .post(
+            &bob,
+            "/v1/folders/zoo/moves",
+            json!({"from": "b", "to": "c"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a read-only share moves nothing"
+    );
+
+    // To the trash: listed to its owner there, reached by nobody.
+    let (status, answer) = h.delete(&bob, "/v1/folders/zoo").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "only the owner trashes: {answer}"
+    );
+    let (status, answer) = h.post(&alice, "/v1/folders/zoo/purge", json!({})).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a purge takes the trash first: {answer}"
+    );
+    let (status, _) = h.delete(&alice, "/v1/folders/zoo").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let folders = mine(alice.clone()).await;
+    let zoo = folders.iter().find(|f| f["name"] == "zoo").expect("listed");
+    assert!(zoo["trashed_at"].is_string(), "{zoo}");
+    let (status, trashed) = h.get(&alice, "/v1/folders/zoo/files").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{trashed}");
+    assert_eq!(trashed["error"]["code"], "folder_trashed", "{trashed}");
+    assert!(!mine(bob.clone()).await.iter().any(|f| f["name"] == "zoo"));
+    let (status, _) = h.get(&bob, "/v1/folders/zoo/files").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = rename(&alice, "zoo", "zoo2").await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a folder in the trash is not renamed"
+    );
+
+    // Restored as it was.
+    let (status, _) = h.post(&alice, "/v1/folders/zoo/restore", json!({})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, listed) = h.get(&bob, "/v1/folders/zoo/files?path=b").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["entries"][0]["name"], "w.bin");
+
+    // Purged: its directory and its share go with it.
+    let on_disk = || {
+        std::fs::read_dir(dir.join("folders"))
+            .unwrap()
+            .any(|owner| owner.unwrap().path().join("zoo").exists())
+    };
+    assert!(on_disk());
+    let (status, _) = h.delete(&alice, "/v1/folders/zoo").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = h.post(&alice, "/v1/folders/zoo/purge", json!({})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(!on_disk(), "the purged folder's files are removed");
+    assert!(!mine(alice.clone()).await.iter().any(|f| f["name"] == "zoo"));
+    assert!(!mine(bob.clone()).await.iter().any(|f| f["name"] == "zoo"));
+    let (status, _) = h.post(&alice, "/v1/folders/zoo/restore", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A resumable upload (tus): made with its length, half of it sent on a connection that drops

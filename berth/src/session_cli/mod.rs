@@ -3,6 +3,7 @@
 //! anyone's: a name that several users' sessions share is refused, listing them). Every read
 //! command prints a table, a wider table, or the API's answer as JSON or YAML (`-o`).
 
+mod copy;
 mod output;
 mod progress;
 mod views;
@@ -131,6 +132,11 @@ pub enum SessionCommand {
     /// Open the session's terminal (tmux inside) in this terminal, through berth's proxy;
     /// it ends when the shell inside exits.
     Shell { session: String },
+    /// Copy files between here and a running interactive session's main kernel, as `docker
+    /// cp` does: `berth session cp data.csv job1:/home/work/`, `berth session cp
+    /// job1:results ./out` (a path in the session is absolute, or relative to /home/work; a
+    /// directory is copied whole).
+    Cp { from: String, to: String },
     /// The environments (images and their versions) the agents of my groups offer, my
     /// customized images among them.
     Environments {
@@ -1179,6 +1185,7 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
             .map(|v| emit(output, &v, &views::QUEUE)),
         SessionCommand::App(command) => app(&client, command).await?,
         SessionCommand::Shell { session } => return shell(&client, &session).await,
+        SessionCommand::Cp { from, to } => return copy::copy(&client, &from, &to).await,
         SessionCommand::Events => {
             follow_events(&client, "/v1/events", |_, data| {
                 println!("{data}");

@@ -3,8 +3,9 @@
 //! Tables: `users`, `api_keys`, `backendai_keypairs`, `folders`, `folder_shares`, `projects`,
 //! `project_members`, `user_passwords`, `console_sign_ins`. Changed by `UserCreated`,
 //! `ApiKeyIssued`, `BackendAiKeypairIssued`, `BackendAiKeypairRevoked` (the keypair stays,
-//! inactive), `FolderCreated`, `FolderShared` (a share made, or its permission changed) and
-//! `FolderUnshared`,
+//! inactive), `FolderCreated`, `FolderShared` (a share made, or its permission changed),
+//! `FolderUnshared`, `FolderRenamed` (its shares follow), `FolderTrashed` and `FolderRestored`
+//! (`trashed_at` set and cleared), `FolderPurged` (the folder and its shares removed),
 //! `ProjectCreated`, `UserJoinedProject`, `UserPasswordSet` (the last one set is the password),
 //! `ConsoleSignedIn` and `ConsoleSignedOut` (which removes the sign-in; an expired one stays,
 //! and `events::ledger::credentials` no longer honours it), `ConsoleSignedOutEverywhere`
@@ -57,9 +58,9 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::FolderCreated(e) => {
             let n = exec(
                 client,
-                "INSERT INTO ledger.folders (owner, name, created_at, volume)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                &[&e.owner, &e.name, &at, &e.volume],
+                "INSERT INTO ledger.folders (owner, name, created_at, volume, usage_mode)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[&e.owner, &e.name, &at, &e.volume, &e.usage_mode.as_str()],
             )
             .await?;
             if n == 0 {
@@ -68,6 +69,52 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     name: e.name.clone(),
                 });
             }
+        }
+        Event::FolderRenamed(e) => {
+            // The name is the key: a taken one refuses the rename as a taken one refuses a
+            // new folder (shares follow through the foreign key's ON UPDATE CASCADE).
+            let taken = client
+                .query_opt(
+                    "SELECT 1 FROM ledger.folders WHERE owner = $1 AND name = $2",
+                    &[&e.owner, &e.to],
+                )
+                .await?;
+            if taken.is_some() {
+                return Err(LedgerError::Exists {
+                    what: "folder",
+                    name: e.to.clone(),
+                });
+            }
+            exec(
+                client,
+                "UPDATE ledger.folders SET name = $3 WHERE owner = $1 AND name = $2",
+                &[&e.owner, &e.name, &e.to],
+            )
+            .await?;
+        }
+        Event::FolderTrashed(e) => {
+            exec(
+                client,
+                "UPDATE ledger.folders SET trashed_at = $3 WHERE owner = $1 AND name = $2",
+                &[&e.owner, &e.name, &at],
+            )
+            .await?;
+        }
+        Event::FolderRestored(e) => {
+            exec(
+                client,
+                "UPDATE ledger.folders SET trashed_at = NULL WHERE owner = $1 AND name = $2",
+                &[&e.owner, &e.name],
+            )
+            .await?;
+        }
+        Event::FolderPurged(e) => {
+            exec(
+                client,
+                "DELETE FROM ledger.folders WHERE owner = $1 AND name = $2",
+                &[&e.owner, &e.name],
+            )
+            .await?;
         }
         Event::FolderShared(e) => {
             let (kind, key) = e.grantee.parts();
@@ -222,8 +269,8 @@ pub(super) struct ApiKey {
 #[derive(Default)]
 pub(super) struct Tables {
     pub users: HashMap<Uuid, User>,
-    /// Each folder's making and its volume (none: host-local).
-    pub folders: HashMap<(Uuid, String), (DateTime<Utc>, Option<String>)>,
+    /// Each folder by owner and name.
+    pub folders: HashMap<(Uuid, String), Folder>,
     /// Each folder's shares: (owner, folder, grantee's kind, grantee) to the permission.
     pub folder_shares: HashMap<(Uuid, String, &'static str, String), &'static str>,
     /// Key digest to the key.
@@ -237,6 +284,14 @@ pub(super) struct Tables {
     pub user_passwords: HashMap<Uuid, ()>,
     /// Token digest to the console sign-in.
     pub console_sign_ins: HashMap<String, SignIn>,
+}
+
+pub(super) struct Folder {
+    pub created_at: DateTime<Utc>,
+    /// None: host-local.
+    pub volume: Option<String>,
+    pub usage_mode: &'static str,
+    pub trashed_at: Option<DateTime<Utc>>,
 }
 
 pub(super) struct SignIn {
@@ -262,7 +317,46 @@ impl Tables {
             Event::FolderCreated(e) => {
                 self.folders
                     .entry((e.owner, e.name.clone()))
-                    .or_insert((at, e.volume.clone()));
+                    .or_insert(Folder {
+                        created_at: at,
+                        volume: e.volume.clone(),
+                        usage_mode: e.usage_mode.as_str(),
+                        trashed_at: None,
+                    });
+            }
+            Event::FolderRenamed(e) => {
+                if self.folders.contains_key(&(e.owner, e.to.clone())) {
+                    return;
+                }
+                if let Some(folder) = self.folders.remove(&(e.owner, e.name.clone())) {
+                    self.folders.insert((e.owner, e.to.clone()), folder);
+                    self.folder_shares = std::mem::take(&mut self.folder_shares)
+                        .into_iter()
+                        .map(|((owner, name, kind, key), permission)| {
+                            let name = if owner == e.owner && name == e.name {
+                                e.to.clone()
+                            } else {
+                                name
+                            };
+                            ((owner, name, kind, key), permission)
+                        })
+                        .collect();
+                }
+            }
+            Event::FolderTrashed(e) => {
+                if let Some(folder) = self.folders.get_mut(&(e.owner, e.name.clone())) {
+                    folder.trashed_at = Some(at);
+                }
+            }
+            Event::FolderRestored(e) => {
+                if let Some(folder) = self.folders.get_mut(&(e.owner, e.name.clone())) {
+                    folder.trashed_at = None;
+                }
+            }
+            Event::FolderPurged(e) => {
+                self.folders.remove(&(e.owner, e.name.clone()));
+                self.folder_shares
+                    .retain(|(owner, name, _, _), _| !(*owner == e.owner && *name == e.name));
             }
             Event::FolderShared(e) => {
                 let (kind, key) = e.grantee.parts();
@@ -380,15 +474,27 @@ impl Tables {
         copy_rows(
             tx,
             &format!("{schema}.folders"),
-            ["owner", "name", "created_at", "volume"],
+            [
+                "owner",
+                "name",
+                "created_at",
+                "volume",
+                "usage_mode",
+                "trashed_at",
+            ],
             &self
                 .folders
                 .iter()
-                .map(
-                    |((owner, name), (at, volume))| -> [&(dyn ToSql + Sync); 4] {
-                        [owner, name, at, volume]
-                    },
-                )
+                .map(|((owner, name), f)| -> [&(dyn ToSql + Sync); 6] {
+                    [
+                        owner,
+                        name,
+                        &f.created_at,
+                        &f.volume,
+                        &f.usage_mode,
+                        &f.trashed_at,
+                    ]
+                })
                 .collect::<Vec<_>>(),
         )
         .await?;

@@ -25,9 +25,10 @@ impl Replay {
 /// when it wrote the row, which the log records as each event's `recorded_at` a few
 /// microseconds apart; the queue sequence is the order rows were inserted, which is log order
 /// except between launchers that raced.
-pub const NOT_COMPARED: [&str; 12] = [
+pub const NOT_COMPARED: [&str; 13] = [
     "users.created_at",
     "folders.created_at",
+    "folders.trashed_at",
     "agents.registered_at",
     "agents.last_heartbeat",
     "sessions.status_since",

@@ -394,6 +394,37 @@ pub async fn start_app(
     }
 }
 
+/// What reaches the agent's door into session `id`'s main kernel: its detail (where its
+/// agent publishes the door) and the terminal's token, the terminal started first (a start of
+/// one running already answers at once). Only a RUNNING interactive session has one.
+pub(crate) async fn kernel_door(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: Uuid,
+) -> Result<(SessionDetail, String), ApiError> {
+    let terminal = domain::apps::TERMINAL.to_owned();
+    let _started = start_app(
+        State(state.clone()),
+        Caller(caller.clone()),
+        Path(SessionApp {
+            id: id.to_string(),
+            app: terminal.clone(),
+        }),
+        Ok(Bytes::from_static(b"{}")),
+    )
+    .await?;
+    let token = crate::db::circuits::app_token(&state.pool, id, &terminal)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "no_door",
+                "the session's agent gave no token for its terminal",
+            )
+        })?;
+    Ok((session(state, caller, id).await?, token))
+}
+
 /// Close every circuit open to one of the session's apps (its owner or an admin): their
 /// ports stop serving and their connections are cut.
 #[utoipa::path(post, path = "/v1/sessions/{id}/apps/{app}/close", tag = "apps",

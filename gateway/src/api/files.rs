@@ -1,6 +1,6 @@
 //! The files of the caller's folders: list a directory (paged, by name), download a file
-//! (streamed, with HTTP ranges), upload one (streamed), make a directory, remove what a path
-//! names. Served by this gateway where the folder's volume is mounted on its host
+//! (streamed, with HTTP ranges), upload one (streamed), make a directory, move or rename
+//! what a path names, remove it. Served by this gateway where the folder's volume is mounted on its host
 //! (`crate::files`); a path stays inside its folder (`domain::files`) and no link is followed.
 
 use axum::body::Body;
@@ -262,6 +262,44 @@ pub async fn make_directory(
     let dir = folder(&state, &caller, &name, Use::Write).await?;
     files::make_directory(dir, path).await?;
     Ok(StatusCode::CREATED)
+}
+
+/// `POST /v1/folders/{name}/moves`' body.
+#[derive(Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileMove {
+    /// What moves: a file, link or directory (relative, `/`-separated).
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^(?!\.\.?(/|$))(?![^\u0000]*/\.\.?(/|$))[^/\u0000]{1,255}(/[^/\u0000]{1,255})*/?$"
+    )]
+    pub from: String,
+    /// Where it goes (nothing there yet; the directories above it are made).
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = r"^(?!\.\.?(/|$))(?![^\u0000]*/\.\.?(/|$))[^/\u0000]{1,255}(/[^/\u0000]{1,255})*/?$"
+    )]
+    pub to: String,
+}
+
+/// Rename or move a file, link or directory inside one of my folders.
+#[utoipa::path(post, path = "/v1/folders/{name}/moves", tag = "folders",
+    params(FolderName), request_body = FileMove,
+    responses((status = 204, description = "moved")))]
+pub async fn move_file(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(FolderName { name }): Path<FolderName>,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let FileMove { from, to } = super::parse_body(body)?;
+    let from = FolderPath::parse(&from).map_err(|e| ApiError::invalid("from", e.to_string()))?;
+    let to = FolderPath::parse(&to).map_err(|e| ApiError::invalid("to", e.to_string()))?;
+    let dir = folder(&state, &caller, &name, Use::Write).await?;
+    files::move_entry(dir, from, to).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Remove a file, link or directory (with all it holds) from one of my folders.

@@ -1,14 +1,16 @@
-//! The caller's data folders (mounted into sessions, they outlive them) and their shares with
-//! other users and projects.
+//! The caller's data folders (mounted into sessions, they outlive them): made, renamed, moved
+//! to the trash, restored and purged (`domain::folders`' moves), and shared with other users
+//! and projects.
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use bytes::Bytes;
+use domain::folders::UsageMode;
 use domain::sharing::FolderPermission;
 use events::ledger::KeyOwner;
-use launcher::launch::{self, ShareWith};
+use launcher::launch::{self, FolderStep, ShareWith};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -17,6 +19,7 @@ use super::parse_body;
 use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
+use crate::files;
 use crate::model::{FolderCreated, FolderShare, Folders};
 use crate::state::AppState;
 
@@ -33,6 +36,10 @@ pub struct NewFolder {
     #[serde(default)]
     #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,63}$")]
     volume: Option<String>,
+    /// What it is for: `general` (the default), `model` or `data`.
+    #[serde(default)]
+    #[schema(pattern = "^(general|model|data)$")]
+    usage_mode: Option<String>,
 }
 
 /// Create a data folder (mounted into sessions, it outlives them).
@@ -43,9 +50,19 @@ pub async fn create_folder(
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<FolderCreated>), ApiError> {
-    let NewFolder { name, volume } = parse_body(body)?;
+    let NewFolder {
+        name,
+        volume,
+        usage_mode,
+    } = parse_body(body)?;
     let volume = volume.unwrap_or_else(|| state.default_volume.clone());
-    launch::create_folder(&state.pool, &caller, &name, &volume).await?;
+    let usage_mode = match usage_mode {
+        None => UsageMode::General,
+        Some(word) => UsageMode::parse(&word).ok_or_else(|| {
+            ApiError::invalid("usage_mode", "must be `general`, `model` or `data`")
+        })?,
+    };
+    launch::create_folder(&state.pool, &caller, &name, &volume, usage_mode).await?;
     Ok((StatusCode::CREATED, Json(FolderCreated { name, volume })))
 }
 
@@ -58,6 +75,109 @@ pub async fn list_folders(
 ) -> Result<Json<Folders>, ApiError> {
     let folders = db::folders::folders(&state.pool, caller.user_id).await?;
     Ok(Json(Folders { folders }))
+}
+
+/// One of the caller's own folders, named in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct OwnFolder {
+    /// One of the caller's folders.
+    #[param(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
+    name: String,
+}
+
+/// `PATCH /v1/folders/{name}`'s body.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderChange {
+    /// Its new name (rules as a new folder's).
+    #[schema(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
+    name: String,
+}
+
+/// Rename one of the caller's folders (`FolderRenamed`): its files move with it (where its
+/// volume is mounted on this gateway's host) and its shares follow. Sessions running with it
+/// keep their mount.
+#[utoipa::path(patch, path = "/v1/folders/{name}", tag = "folders",
+    params(OwnFolder), request_body = FolderChange,
+    responses((status = 204, description = "renamed")))]
+pub async fn rename_folder(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(OwnFolder { name }): Path<OwnFolder>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let FolderChange { name: to } = parse_body(body)?;
+    folder_step(&state, &caller, &name, FolderStep::Rename { to }).await
+}
+
+/// Move one of the caller's folders to the trash (`FolderTrashed`): its files and shares stay,
+/// but nobody mounts it or reaches its files until it is restored.
+#[utoipa::path(delete, path = "/v1/folders/{name}", tag = "folders", params(OwnFolder),
+    responses((status = 204, description = "in the trash")))]
+pub async fn trash_folder(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(OwnFolder { name }): Path<OwnFolder>,
+) -> Result<StatusCode, ApiError> {
+    folder_step(&state, &caller, &name, FolderStep::Trash).await
+}
+
+/// Bring one of the caller's folders back from the trash as it was (`FolderRestored`).
+#[utoipa::path(post, path = "/v1/folders/{name}/restore", tag = "folders", params(OwnFolder),
+    responses((status = 204, description = "restored")))]
+pub async fn restore_folder(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(OwnFolder { name }): Path<OwnFolder>,
+) -> Result<StatusCode, ApiError> {
+    folder_step(&state, &caller, &name, FolderStep::Restore).await
+}
+
+/// Purge one of the caller's folders from the trash (`FolderPurged`): its files are removed
+/// for good, and its shares with it.
+#[utoipa::path(post, path = "/v1/folders/{name}/purge", tag = "folders", params(OwnFolder),
+    responses((status = 204, description = "purged")))]
+pub async fn purge_folder(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(OwnFolder { name }): Path<OwnFolder>,
+) -> Result<StatusCode, ApiError> {
+    folder_step(&state, &caller, &name, FolderStep::Purge).await
+}
+
+/// Makes `step` on the caller's folder `name`: checked, its part on disk made (a rename moves
+/// the folder's directory, a purge removes it, both where its volume is mounted on this host),
+/// then recorded. A rename whose record fails moves the directory back; a purge whose record
+/// fails leaves the folder in the trash, emptied, to be purged again.
+pub(crate) async fn folder_step(
+    state: &AppState,
+    caller: &KeyOwner,
+    name: &str,
+    step: FolderStep,
+) -> Result<StatusCode, ApiError> {
+    let volume = launch::check_folder_step(&state.pool, caller, name, &step).await?;
+    let dir = |name: &str| files::folder_dir(&state.file_roots, &volume, caller.user_id, name);
+    match &step {
+        FolderStep::Rename { to } => {
+            let (from, target) = (dir(name)?, dir(to)?);
+            files::rename_folder_dir(from.clone(), target.clone()).await?;
+            if let Err(e) = launch::record_folder_step(&state.pool, caller, name, &step).await {
+                if let Err(back) = files::rename_folder_dir(target, from).await {
+                    tracing::error!(folder = name, error = %back, "a refused rename's directory was not moved back");
+                }
+                return Err(e.into());
+            }
+        }
+        FolderStep::Purge => {
+            files::remove_folder_dir(dir(name)?).await?;
+            launch::record_folder_step(&state.pool, caller, name, &step).await?;
+        }
+        FolderStep::Trash | FolderStep::Restore => {
+            launch::record_folder_step(&state.pool, caller, name, &step).await?;
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// A user a folder is shared with, named in the path.

@@ -11,6 +11,7 @@
 //! - [`images`]: the caller's images, a session committed to one, one removed.
 //! - [`apps`]: a session's apps through the proxy: listed, opened, started, closed.
 //! - [`logs`]: a session's output, whole or followed.
+//! - [`session_files`]: files in and out of a running session's main kernel (`session cp`).
 //! - [`notifications`]: the caller's notifications, read, streamed, and their webhook.
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
@@ -39,6 +40,7 @@ pub mod password;
 mod query;
 pub mod queue;
 pub mod resources;
+pub mod session_files;
 pub mod sessions;
 pub mod uploads;
 

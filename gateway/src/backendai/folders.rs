@@ -59,7 +59,7 @@ fn vfolder(f: &crate::model::Folder, user: Uuid) -> Value {
         "id": folder_id(user, &f.name).simple().to_string(),
         "name": f.name,
         "host": f.volume,
-        "usage_mode": "general",
+        "usage_mode": f.usage_mode,
         "permission": if is_owner { "rw" } else { f.permission.as_str() },
         "is_owner": is_owner,
         "type": "user",
@@ -69,7 +69,7 @@ fn vfolder(f: &crate::model::Folder, user: Uuid) -> Value {
         "group": null,
         "group_name": null,
         "creator": f.owner,
-        "status": "ready",
+        "status": if f.trashed_at.is_some() { "delete-pending" } else { "ready" },
         "cloneable": false,
         "max_size": 0,
         "max_files": 0,
@@ -88,6 +88,8 @@ struct NewVFolder {
     group: Option<String>,
     #[serde(default)]
     unmanaged_path: Option<String>,
+    #[serde(default)]
+    usage_mode: Option<String>,
 }
 
 /// `POST /folders`: a folder of the caller's (on `host`, else the gateway's default volume).
@@ -107,7 +109,12 @@ async fn create(
         ));
     }
     let volume = new.host.unwrap_or_else(|| state.default_volume.clone());
-    launcher::launch::create_folder(&state.pool, &caller.owner, &new.name, &volume)
+    let usage_mode = match new.usage_mode.as_deref() {
+        None => domain::folders::UsageMode::General,
+        Some(word) => domain::folders::UsageMode::parse(word)
+            .ok_or_else(|| Problem::invalid("usage_mode", "must be general, model or data"))?,
+    };
+    launcher::launch::create_folder(&state.pool, &caller.owner, &new.name, &volume, usage_mode)
         .await
         .map_err(crate::error::ApiError::from)?;
     let folders = crate::db::folders::folders(&state.pool, caller.owner.user_id).await?;

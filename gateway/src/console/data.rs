@@ -1,7 +1,9 @@
 //! The Data page (seed "Data", with Sessions the most visited): my folders with their volume
 //! and what each held when last measured, whom I shared each with, the folders shared with
-//! me, a new folder made, a folder shared or a share taken back, and each folder's explorer:
-//! browse its directories, download a file, make a directory, remove an entry, and upload by
+//! me, a new folder made (with its usage mode), a folder shared or a share taken back, renamed,
+//! moved to the trash, and the trash's folders restored or purged; and each folder's explorer:
+//! browse its directories, download a file, make a directory, rename or move an entry, remove
+//! one, and upload by
 //! the file picker or by dropping files on the page (the script sends them to the API itself,
 //! with a progress bar). Like every page, a client of the API's handlers.
 
@@ -30,6 +32,10 @@ pub struct FolderRow {
     pub from: Option<String>,
     /// Mine: whom I shared it with.
     pub shares: Vec<crate::model::FolderShare>,
+    /// `general`, `model` or `data`.
+    pub usage_mode: String,
+    /// Mine, in the trash: since when.
+    pub trashed: Option<String>,
 }
 
 #[derive(Template)]
@@ -37,6 +43,8 @@ pub struct FolderRow {
 struct DataPage {
     chrome: Chrome,
     folders: Vec<FolderRow>,
+    /// My folders in the trash.
+    trash: Vec<FolderRow>,
 }
 
 /// `GET /console/data`.
@@ -47,10 +55,14 @@ pub async fn page(
     let listed = api::folders::list_folders(State(state.clone()), Caller(me.clone()))
         .await?
         .0;
-    let folders = listed
+    let (trash, folders): (Vec<FolderRow>, Vec<FolderRow>) = listed
         .folders
         .into_iter()
         .map(|f| FolderRow {
+            trashed: f
+                .trashed_at
+                .map(|at| at.format("%Y-%m-%d %H:%M").to_string()),
+            usage_mode: f.usage_mode,
             size: f
                 .usage
                 .as_ref()
@@ -62,10 +74,11 @@ pub async fn page(
             name: f.name,
             volume: f.volume,
         })
-        .collect();
+        .partition(|f| f.trashed.is_some());
     Ok(render(&DataPage {
         chrome: Chrome::of(&state, &me, "data").await,
         folders,
+        trash,
     }))
 }
 
@@ -74,6 +87,8 @@ pub struct NewFolderForm {
     name: String,
     #[serde(default)]
     volume: String,
+    #[serde(default)]
+    usage_mode: String,
 }
 
 /// `POST /console/data`: a folder made, and its explorer opened.
@@ -87,6 +102,9 @@ pub async fn create(
     let mut body = json!({ "name": name });
     if !form.volume.trim().is_empty() {
         body["volume"] = json!(form.volume.trim());
+    }
+    if !form.usage_mode.is_empty() {
+        body["usage_mode"] = json!(form.usage_mode);
     }
     let _ = api::folders::create_folder(State(state), Caller(me), json_body(&body)).await?;
     Ok(Redirect::to(&format!("/console/data/{}", encoded(&name))).into_response())
@@ -147,6 +165,44 @@ pub async fn share(
                 .await?;
         }
     }
+    Ok(Redirect::to("/console/data").into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FolderStepForm {
+    folder: String,
+    /// `rename`, `trash`, `restore` or `purge`.
+    step: String,
+    /// A rename's new name.
+    #[serde(default)]
+    to: String,
+}
+
+/// `POST /console/folder-steps`: one of my folders renamed, moved to the trash, restored from
+/// it or purged.
+pub async fn folder_step(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Form(form): Form<FolderStepForm>,
+) -> Result<Response, PageError> {
+    use launcher::launch::FolderStep;
+    let step = match form.step.as_str() {
+        "rename" => FolderStep::Rename {
+            to: form.to.trim().to_owned(),
+        },
+        "trash" => FolderStep::Trash,
+        "restore" => FolderStep::Restore,
+        "purge" => FolderStep::Purge,
+        _ => {
+            return Err(crate::error::ApiError::invalid(
+                "step",
+                "must be rename, trash, restore or purge",
+            )
+            .into())
+        }
+    };
+    api::folders::folder_step(&state, &me, &form.folder, step).await?;
     Ok(Redirect::to("/console/data").into_response())
 }
 
@@ -347,6 +403,36 @@ pub async fn remove(
             name: folder.clone(),
         }),
         axum::extract::RawQuery(Some(format!("path={}", encoded(&form.path)))),
+    )
+    .await?;
+    Ok(back_to(&folder, &form.at))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MoveForm {
+    path: String,
+    /// Its new path inside the folder.
+    to: String,
+    /// The directory the explorer goes back to.
+    #[serde(default)]
+    at: String,
+}
+
+/// `POST /console/data/{folder}/move`: an entry renamed or moved inside the folder.
+pub async fn move_entry(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Path(folder): Path<String>,
+    Form(form): Form<MoveForm>,
+) -> Result<Response, PageError> {
+    api::files::move_file(
+        State(state),
+        Caller(me),
+        Path(FolderName {
+            name: folder.clone(),
+        }),
+        json_body(&json!({ "from": form.path, "to": form.to.trim() })),
     )
     .await?;
     Ok(back_to(&folder, &form.at))

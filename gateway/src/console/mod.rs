@@ -79,6 +79,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/folders", post(launcher::create_folder))
         .route("/console/data", get(data::page).post(data::create))
         .route("/console/folder-shares", post(data::share))
+        .route("/console/folder-steps", post(data::folder_step))
         .route("/console/data/{folder}", get(data::folder))
         .route("/console/data/{folder}/download", get(data::download))
         .route(
@@ -86,6 +87,7 @@ pub fn router() -> Router<AppState> {
             post(data::make_directory),
         )
         .route("/console/data/{folder}/remove", post(data::remove))
+        .route("/console/data/{folder}/move", post(data::move_entry))
         .route(
             "/console/notifications",
             get(notifications::page).post(notifications::mark_read),

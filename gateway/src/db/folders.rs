@@ -10,9 +10,10 @@ use uuid::Uuid;
 use crate::error::ApiError;
 use crate::model::{Folder, FolderShare, FolderUsage};
 
-/// The folders' columns [`folder_of`] reads: name, made, volume, usage (4), owner's email.
+/// The folders' columns [`folder_of`] reads: name, made, volume, usage (4), owner's email,
+/// usage mode, when trashed.
 const FOLDER_COLUMNS: &str = "f.name, f.created_at, coalesce(f.volume, $2),
-    u.bytes, u.files, u.measured_at, u.agent_id, o.email";
+    u.bytes, u.files, u.measured_at, u.agent_id, o.email, f.usage_mode, f.trashed_at";
 
 /// Whether share `s` reaches the user `$1`: it names them, or a project they are a member of.
 const REACHES_ME: &str = "((s.grantee_kind = 'user' AND s.grantee = $1::text)
@@ -33,10 +34,12 @@ fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
         owner: r.get(7),
         permission: permission.to_owned(),
         shares,
+        usage_mode: r.get(8),
+        trashed_at: r.get(9),
     }
 }
 
-/// `user`'s folders, by name, each with its shares; then the folders others shared with them
+/// `user`'s folders, by name, each with its shares (those in the trash too); then the folders others shared with them
 /// (directly or through a project), by name and owner, each with the strongest share's
 /// permission.
 pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
@@ -85,10 +88,10 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
                  JOIN ledger.folders f USING (owner, name)
                  JOIN ledger.users o ON o.user_id = f.owner
                  LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
-                 WHERE f.owner <> $1
+                 WHERE f.owner <> $1 AND f.trashed_at IS NULL
                    AND {REACHES_ME}
                  GROUP BY f.name, f.created_at, f.volume, u.bytes, u.files, u.measured_at,
-                          u.agent_id, o.email
+                          u.agent_id, o.email, f.usage_mode, f.trashed_at
                  ORDER BY f.name, o.email"
             ),
             &[&user, &domain::volumes::HOST_LOCAL],
@@ -97,7 +100,7 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
     folders.extend(
         shared
             .iter()
-            .map(|r| folder_of(r, r.get::<_, &str>(8), Vec::new())),
+            .map(|r| folder_of(r, r.get::<_, &str>(10), Vec::new())),
     );
     Ok(folders)
 }
@@ -111,16 +114,25 @@ pub struct Reachable {
 
 /// The folder `name` as `user` reaches it: their own by that name, else the one another user
 /// shared with them by that name; `None` when neither is, and 409 when several users shared
-/// one by that name.
+/// one by that name or their own is in the trash (one shared with them in the trash is none).
 pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Reachable>, ApiError> {
     let client = pool.get().await?;
     if let Some(row) = client
         .query_opt(
-            "SELECT coalesce(volume, $3) FROM ledger.folders WHERE owner = $1 AND name = $2",
+            "SELECT coalesce(volume, $3), trashed_at IS NOT NULL
+             FROM ledger.folders WHERE owner = $1 AND name = $2",
             &[&user, &name, &domain::volumes::HOST_LOCAL],
         )
         .await?
     {
+        if row.get(1) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "folder_trashed",
+                format!("folder `{name}` is in the trash: restore it first"),
+            )
+            .field("name"));
+        }
         return Ok(Some(Reachable {
             owner: user,
             volume: row.get(0),
@@ -132,7 +144,7 @@ pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Rea
             &format!(
                 "SELECT f.owner, coalesce(f.volume, $3), max(s.permission)
                  FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
-                 WHERE f.name = $2 AND f.owner <> $1
+                 WHERE f.name = $2 AND f.owner <> $1 AND f.trashed_at IS NULL
                    AND {REACHES_ME}
                  GROUP BY f.owner, f.volume"
             ),

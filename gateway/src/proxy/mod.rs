@@ -941,6 +941,42 @@ fn circuit_url(opened: &Opened, host: &str, apps_domain: Option<&str>, tls: bool
     }
 }
 
+/// The agent's door into session `session`'s main kernel (its terminal's listener, which also
+/// moves files in and out: the agent's `transfer`): asked `method` at `path_and_query` with
+/// `body`, behind the terminal's `token`, over a connection of its own. The answer streams.
+pub(crate) async fn through_kernel_door(
+    session: &SessionDetail,
+    token: &str,
+    method: axum::http::Method,
+    path_and_query: &str,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<axum::http::Response<hyper::body::Incoming>, KernelDoorError> {
+    static CLIENT: std::sync::OnceLock<door::Upstream> = std::sync::OnceLock::new();
+    let address = upstream_of(session, domain::apps::TERMINAL_PORT)?;
+    let mut request = axum::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{address}{path_and_query}"))
+        .header(axum::http::header::AUTHORIZATION, format!("token {token}"))
+        .body(body)
+        .map_err(|e| KernelDoorError::Unreachable(e.to_string()))?;
+    request.headers_mut().extend(headers);
+    CLIENT
+        .get_or_init(door::upstream_client)
+        .request(request)
+        .await
+        .map_err(|e| KernelDoorError::Unreachable(e.to_string()))
+}
+
+/// Why the agent's door into a main kernel was not reached.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelDoorError {
+    #[error(transparent)]
+    NotServed(#[from] ProxyError),
+    #[error("the session's agent did not answer: {0}")]
+    Unreachable(String),
+}
+
 /// Where the main kernel publishes `container_port`: at its agent's address, which the
 /// recorder checked against the agent's registration, and only if it is an address a host
 /// can have (never the cloud metadata address, multicast or unspecified).

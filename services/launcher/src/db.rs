@@ -38,19 +38,29 @@ pub async fn user_by_email(
     }))
 }
 
-/// Whether `owner` has a folder named `name`.
-pub async fn owns_folder(
+/// `owner`'s folder `name`: where it stands and its volume; `None` when they have none so
+/// named.
+pub async fn folder_standing(
     client: &impl GenericClient,
     owner: Uuid,
     name: &str,
-) -> Result<bool, LedgerError> {
+) -> Result<Option<(::domain::folders::Standing, String)>, LedgerError> {
+    use ::domain::folders::Standing;
     Ok(client
         .query_opt(
-            "SELECT 1 FROM ledger.folders WHERE owner = $1 AND name = $2",
-            &[&owner, &name],
+            "SELECT trashed_at IS NOT NULL, coalesce(volume, $3)
+             FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &[&owner, &name, &::domain::volumes::HOST_LOCAL],
         )
         .await?
-        .is_some())
+        .map(|row| {
+            let standing = if row.get(0) {
+                Standing::Trashed
+            } else {
+                Standing::Live
+            };
+            (standing, row.get(1))
+        }))
 }
 
 /// Whether the user `user_id` is disabled; `None` when there is no such user.
@@ -237,7 +247,8 @@ pub async fn load_context(
     if !request.mounts.is_empty() {
         let rows = client
             .query(
-                "SELECT name, volume FROM ledger.folders WHERE owner = $1 AND name = ANY($2)",
+                "SELECT name, volume FROM ledger.folders
+                 WHERE owner = $1 AND name = ANY($2) AND trashed_at IS NULL",
                 &[&who.user_id, &request.mounts],
             )
             .await?;
@@ -262,7 +273,7 @@ pub async fn load_context(
             .query(
                 "SELECT f.name, f.owner, f.volume, max(s.permission)
                  FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
-                 WHERE s.name = ANY($2) AND f.owner <> $1
+                 WHERE s.name = ANY($2) AND f.owner <> $1 AND f.trashed_at IS NULL
                    AND ((s.grantee_kind = 'user' AND s.grantee = $1::text)
                      OR (s.grantee_kind = 'project' AND s.grantee IN
                            (SELECT project FROM ledger.project_members WHERE user_id = $1)))

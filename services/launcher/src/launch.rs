@@ -310,6 +310,7 @@ pub async fn create_folder(
     owner: &KeyOwner,
     name: &str,
     volume: &str,
+    usage_mode: ::domain::folders::UsageMode,
 ) -> Result<(), LaunchError> {
     domain::check_folder_name("name", name)?;
     let volume_error = |message: String| FieldError {
@@ -327,6 +328,7 @@ pub async fn create_folder(
         owner: owner.user_id,
         name: name.to_owned(),
         volume: shared.then(|| volume.to_owned()),
+        usage_mode,
     });
     let metadata = events::trace::metadata(&owner.user_id.to_string(), None);
     match ledger::record_now(
@@ -366,7 +368,7 @@ pub async fn share_folder(
     permission: ::domain::sharing::FolderPermission,
 ) -> Result<(), LaunchError> {
     let grantee = grantee(pool, owner, name, with).await?;
-    record_share(
+    record_folder_event(
         pool,
         owner,
         Event::FolderShared(FolderShared {
@@ -387,7 +389,7 @@ pub async fn unshare_folder(
     with: &ShareWith,
 ) -> Result<(), LaunchError> {
     let grantee = grantee(pool, owner, name, with).await?;
-    record_share(
+    record_folder_event(
         pool,
         owner,
         Event::FolderUnshared(FolderUnshared {
@@ -409,12 +411,9 @@ async fn grantee(
 ) -> Result<::domain::sharing::Grantee, LaunchError> {
     use ::domain::sharing::Grantee;
     let client = pool.get().await?;
-    if !db::owns_folder(&client, owner.user_id, name).await? {
-        return Err(LaunchError::NotFound(FieldError {
-            field: "name".into(),
-            message: format!("you have no folder named `{name}`"),
-        }));
-    }
+    let (standing, _) = owned_folder(&client, owner, name).await?;
+    ::domain::folders::check_move(standing, ::domain::folders::FolderMove::Rename)
+        .map_err(|e| in_trash(name, e))?;
     match with {
         ShareWith::User(email) => {
             let user = db::user_by_email(&client, email).await?.ok_or_else(|| {
@@ -443,7 +442,121 @@ async fn grantee(
     }
 }
 
-async fn record_share(pool: &Pool, owner: &KeyOwner, event: Event) -> Result<(), LaunchError> {
+/// What an owner does to one of their folders, besides sharing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FolderStep {
+    Rename { to: String },
+    Trash,
+    Restore,
+    Purge,
+}
+
+impl FolderStep {
+    fn kind(&self) -> ::domain::folders::FolderMove {
+        use ::domain::folders::FolderMove;
+        match self {
+            FolderStep::Rename { .. } => FolderMove::Rename,
+            FolderStep::Trash => FolderMove::Trash,
+            FolderStep::Restore => FolderMove::Restore,
+            FolderStep::Purge => FolderMove::Purge,
+        }
+    }
+}
+
+/// Checks `step` on `owner`'s folder `name` against where it stands (and, for a rename, the
+/// new name), and answers the folder's volume: the caller makes the step's part on disk
+/// (moving or removing its files) and then records it with [`record_folder_step`].
+pub async fn check_folder_step(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    step: &FolderStep,
+) -> Result<String, LaunchError> {
+    let client = pool.get().await?;
+    let (standing, volume) = owned_folder(&client, owner, name).await?;
+    ::domain::folders::check_move(standing, step.kind()).map_err(|e| in_trash(name, e))?;
+    if let FolderStep::Rename { to } = step {
+        domain::check_folder_name("to", to)?;
+        if db::folder_standing(&client, owner.user_id, to)
+            .await?
+            .is_some()
+        {
+            return Err(name_taken(to));
+        }
+    }
+    Ok(volume)
+}
+
+/// Records `step` on `owner`'s folder `name`, once [`check_folder_step`] allowed it and its
+/// part on disk is made.
+pub async fn record_folder_step(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    step: &FolderStep,
+) -> Result<(), LaunchError> {
+    let (owner_id, name) = (owner.user_id, name.to_owned());
+    let event = match step {
+        FolderStep::Rename { to } => Event::FolderRenamed(FolderRenamed {
+            owner: owner_id,
+            name,
+            to: to.clone(),
+        }),
+        FolderStep::Trash => Event::FolderTrashed(FolderTrashed {
+            owner: owner_id,
+            name,
+        }),
+        FolderStep::Restore => Event::FolderRestored(FolderRestored {
+            owner: owner_id,
+            name,
+        }),
+        FolderStep::Purge => Event::FolderPurged(FolderPurged {
+            owner: owner_id,
+            name,
+        }),
+    };
+    match record_folder_event(pool, owner, event).await {
+        Err(LaunchError::Ledger(LedgerError::Exists { name, .. })) => Err(name_taken(&name)),
+        other => other,
+    }
+}
+
+/// `owner`'s folder `name` (where it stands, its volume), or 404 naming the field `name`.
+async fn owned_folder(
+    client: &deadpool_postgres::Client,
+    owner: &KeyOwner,
+    name: &str,
+) -> Result<(::domain::folders::Standing, String), LaunchError> {
+    db::folder_standing(client, owner.user_id, name)
+        .await?
+        .ok_or_else(|| {
+            LaunchError::NotFound(FieldError {
+                field: "name".into(),
+                message: format!("you have no folder named `{name}`"),
+            })
+        })
+}
+
+fn in_trash(name: &str, refused: ::domain::folders::MoveRefused) -> LaunchError {
+    LaunchError::Conflict(FieldError {
+        field: "name".into(),
+        message: format!("folder `{name}`: {refused}"),
+    })
+}
+
+fn name_taken(name: &str) -> LaunchError {
+    LaunchError::NameTaken(FieldError {
+        field: "to".into(),
+        message: format!("you already have a folder named `{name}`"),
+    })
+}
+
+/// Records an owner's event on one of their folders (a share, a move) on their stream.
+async fn record_folder_event(
+    pool: &Pool,
+    owner: &KeyOwner,
+    event: Event,
+) -> Result<(), LaunchError> {
     let metadata = events::trace::metadata(&owner.user_id.to_string(), None);
     ledger::record_now(
         pool,

@@ -21,7 +21,8 @@
 //!   containers removed).
 //! - `keep`: output and usage kept while a container runs.
 //! - `terminal`: a session's terminal, served by the agent (ttyd's protocol, a shell exec'd
-//!   in the main kernel).
+//!   in the main kernel), on the door that `transfer` also serves: files in and out of the
+//!   main kernel as the engine's tar archives.
 //! - `apps`, `commit`: an app started in a running container; a container committed.
 //! - `kernels`: the cluster network, GPUs, containers created, started and recorded.
 //! - `folders`: what a session's folders hold, measured once it ended.
@@ -61,6 +62,7 @@ mod session;
 pub mod spec;
 mod tasks;
 mod terminal;
+mod transfer;
 mod tty;
 
 use ctx::Ctx;

@@ -33,6 +33,9 @@
 //! socket normally (1000), as ttyd does. `GET /token` answers as ttyd's does, for its own
 //! page.
 //!
+//! The same door moves files in and out of the main kernel (`transfer`, at `/files`), for
+//! the gateway, behind the same token.
+//!
 //! A limit: bollard reads an exec's output with a decoder that takes a read beginning with a
 //! byte 0, 1 or 2 for the header of a multiplexed frame. With a TTY such bytes come only from
 //! binary output (`cat` of a binary file), which can stall that terminal until it is opened
@@ -61,6 +64,7 @@ use uuid::Uuid;
 
 use super::ctx::Ctx;
 use super::spec::{LABEL_TERMINAL_PORT, SCRATCH};
+use super::transfer;
 
 /// What the exec runs: first a line with its pid (read by the relay, never shown), then
 /// tmux, else bash, else sh, each as a login shell, in the same process.
@@ -175,9 +179,19 @@ async fn accept(door: Arc<Door>, listener: TcpListener) {
         let door = door.clone();
         tokio::spawn(async move {
             let stop = door.stop.clone();
-            let service = hyper::service::service_fn(move |request| {
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let door = door.clone();
-                async move { Ok::<_, Infallible>(answer(door, request)) }
+                async move {
+                    let answer = if request.uri().path() == transfer::FILES_PATH {
+                        match refusal(&door, &request) {
+                            None => transfer::answer(&door.ctx, &door.container, request).await,
+                            Some(refused) => refused.map(transfer::full),
+                        }
+                    } else {
+                        answer(door, request).map(transfer::full)
+                    };
+                    Ok::<_, Infallible>(answer)
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -190,17 +204,26 @@ async fn accept(door: Arc<Door>, listener: TcpListener) {
     }
 }
 
-fn answer(door: Arc<Door>, mut request: Request<Incoming>) -> Response<String> {
+/// The answer to a `request` without the session's terminal token, which berth's proxy and
+/// gateway hand the door; `None` when it carries it.
+fn refusal(door: &Door, request: &Request<Incoming>) -> Option<Response<String>> {
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if !door.ctx.terminals.admits(door.session_id, authorization) {
-        return text(
-            StatusCode::UNAUTHORIZED,
-            "This terminal is reached through berth's proxy: start and open it with `berth \
-             session app open SESSION ttyd`, `berth session shell SESSION` or the console.",
-        );
+    if door.ctx.terminals.admits(door.session_id, authorization) {
+        return None;
+    }
+    Some(text(
+        StatusCode::UNAUTHORIZED,
+        "This terminal is reached through berth's proxy: start and open it with `berth \
+         session app open SESSION ttyd`, `berth session shell SESSION` or the console.",
+    ))
+}
+
+fn answer(door: Arc<Door>, mut request: Request<Incoming>) -> Response<String> {
+    if let Some(refused) = refusal(&door, &request) {
+        return refused;
     }
     match request.uri().path() {
         "/token" => {
