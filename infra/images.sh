@@ -2,6 +2,9 @@
 # Builds the local session images used by the demo and the tests, without a registry:
 #   berth/shell:latest   FROM scratch with Debian's busybox-static (sh, cat, sleep, nc, wget ...)
 #   berth/python:latest  a Debian minbase root file system with python3 (debootstrap), imported
+# (both declare their language runtime as Backend.AI's images do, labels
+# ai.backend.runtime-type and ai.backend.runtime-path: the code of Backend.AI's execute API in
+# query mode runs with it)
 #   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter, tmux and an SSH
 #                        server (Debian's dropbear), its app declared (label
 #                        ai.berth.service-ports) and defined (/etc/berth/service-defs/jupyter.json)
@@ -55,7 +58,7 @@ RUN ["/bin/busybox", "--install", "-s", "/bin"]
 RUN ["/bin/sh", "-c", "echo 'root:x:0:0:root:/root:/bin/sh' > /etc/passwd && echo 'work:x:1000:1000:work:/home/work:/bin/sh' >> /etc/passwd && echo 'root:x:0:' > /etc/group && chmod 1777 /tmp"]
 ENV PATH=/bin:/usr/bin:/sbin:/usr/sbin HOME=/home/work
 WORKDIR /home/work
-LABEL ai.berth.image="shell"
+LABEL ai.berth.image="shell" ai.backend.runtime-type="shell" ai.backend.runtime-path="/bin/sh"
 CMD ["/bin/sh"]
 DOCKERFILE
   say "building berth/shell:latest"
@@ -74,7 +77,8 @@ python_image() {
   mkdir -p "$root/home/work"
   tar -C "$root" -c . | docker import \
     -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/work' -c 'WORKDIR /home/work' \
-    -c 'LABEL ai.berth.image="python"' -c 'CMD ["/usr/bin/python3"]' - berth/python:latest >/dev/null
+    -c 'LABEL ai.berth.image="python" ai.backend.runtime-type="python" ai.backend.runtime-path="/usr/bin/python3"' \
+    -c 'CMD ["/usr/bin/python3"]' - berth/python:latest >/dev/null
   rm -rf "$root"
 }
 

@@ -646,6 +646,22 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     );
     assert_ne!(ran.code, Some(0));
     assert!(ran.stderr.contains("path"), "{}", ran.stderr);
+    // `exec`: a command in the session, its output and exit code this command's.
+    let ran = cli(
+        &[
+            "session",
+            "exec",
+            "copier",
+            "--",
+            "sh",
+            "-c",
+            "wc -l < in.txt; echo to stderr >&2; exit 5",
+        ],
+        &env,
+    );
+    assert_eq!(ran.code, Some(5), "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.stdout.trim(), "5000", "{}", ran.stderr);
+    assert!(ran.stderr.contains("to stderr"), "{}", ran.stderr);
     let ran = cli(&["session", "rm", "copier", "--force"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let _ = std::fs::remove_dir_all(&logs);

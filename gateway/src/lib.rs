@@ -117,6 +117,7 @@ fn routes() -> OpenApiRouter<AppState> {
             api::session_files::download_session_files,
             api::session_files::upload_session_file
         ))
+        .routes(routes!(api::session_exec::exec_in_session))
         .routes(routes!(
             api::folders::list_folders,
             api::folders::create_folder
@@ -455,6 +456,7 @@ mod tests {
             ("post", "/v1/folders/{name}/moves"),
             ("get", "/v1/sessions/{id}/files"),
             ("put", "/v1/sessions/{id}/files"),
+            ("post", "/v1/sessions/{id}/exec"),
             ("patch", "/v1/folders/{name}"),
             ("delete", "/v1/folders/{name}"),
             ("post", "/v1/folders/{name}/restore"),
@@ -525,6 +527,21 @@ mod tests {
             ),
             (Some(1), Some(500)),
             "{limit}"
+        );
+        // A run is code or a command, exactly one of the two.
+        let run = &schemas["RunRequest"];
+        assert_eq!(
+            (
+                &run["minProperties"],
+                &run["maxProperties"],
+                &run["additionalProperties"]
+            ),
+            (
+                &serde_json::json!(1),
+                &serde_json::json!(1),
+                &Value::Bool(false)
+            ),
+            "{run}"
         );
         let create = &schemas["CreateSession"];
         assert_eq!(

@@ -90,6 +90,9 @@ fn finish(mut doc: Value) -> Value {
     }
     let create = &mut doc["components"]["schemas"]["CreateSession"];
     create["allOf"] = launcher::schema::cross_field_rules();
+    // A run is one of its two fields; utoipa 5 writes a struct's `max_properties` but leaves
+    // out its `min_properties`.
+    doc["components"]["schemas"]["RunRequest"]["minProperties"] = json!(1);
     doc["paths"]["/v1/sessions"]["post"]["responses"]["201"]["links"] = session_links();
     doc
 }

@@ -380,14 +380,73 @@ async fn the_cli_is_refused_cleanly_by_key_by_owner_and_where_berth_has_no_such_
     let (_, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert!(!ended(&detail), "erin ended dave's session: {detail}");
 
-    // Code execution is not berth's: the client prints that, and fails.
-    let run = dave
-        .run(&[
-            "run", "-r", "cpu=0.5", "-r", "mem=256m", "-c", "echo hi", IMAGE,
-        ])
+    // A restart is not berth's: the client prints that, and fails.
+    let restart = dave.run(&["session", "restart", "dave-one"]).await.failed();
+    assert!(restart.out.contains("501"), "{}", restart.out);
+}
+
+/// `backend.ai run`, the client's most used command: code run by the image's language runtime
+/// (query mode: `sh` in berth/shell, python3 in berth/python) prints its output, a file
+/// uploaded and run by `--exec` (batch mode) prints its own and its exit code, and each run
+/// (`--rm`) ends the session it made.
+#[tokio::test]
+async fn run_prints_what_code_and_files_print_and_ends_its_sessions() {
+    let h = start().await;
+    let _agent = local_agent(&h).await;
+    let key = h.user("jo@berth.test").await;
+    let jo = Client::new(&h, h.backendai_keypair("jo@berth.test").await).await;
+    let run = |extra: &[&str]| {
+        // `--rm`: the client (23.09) keeps a run's session without it, as Backend.AI does.
+        let mut args = vec!["run", "--rm", "-r", "cpu=0.5", "-r", "mem=256m"];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+
+    let sh = run(&["-c", "echo hi from sh; echo oops >&2; exit 3", IMAGE]);
+    let sh = jo
+        .run(&sh.iter().map(String::as_str).collect::<Vec<_>>())
         .await
-        .failed();
-    assert!(run.out.contains("not-implemented"), "{}", run.out);
+        .ok();
+    assert!(
+        sh.out.contains("hi from sh")
+            && sh.out.contains("oops")
+            && sh.out.contains("exit code = 3"),
+        "{}",
+        sh.out
+    );
+    let py = run(&["-c", "print(6 * 7)", "berth/python:latest"]);
+    let py = jo
+        .run(&py.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .ok();
+    assert!(
+        py.out.contains("42") && py.out.contains("exit code = 0"),
+        "{}",
+        py.out
+    );
+    std::fs::write(jo.home.join("hello.sh"), "echo batch says hi; exit 4\n").unwrap();
+    let batch = run(&["--exec", "sh hello.sh", IMAGE, "hello.sh"]);
+    let batch = jo
+        .run(&batch.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .ok();
+    assert!(
+        batch.out.contains("batch says hi") && batch.out.contains("exit code = 4"),
+        "{}",
+        batch.out
+    );
+
+    // Each run ended its session.
+    let mut listed = Value::Null;
+    for _ in 0..600 {
+        listed = h.get(&key, "/v1/sessions").await.1;
+        let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
+        if sessions.len() == 3 && sessions.iter().all(ended) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the runs' sessions did not all end: {listed:#}");
 }
 
 /// `backend.ai vfolder`: a folder made, a file uploaded (the client's tus upload to the

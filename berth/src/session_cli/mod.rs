@@ -4,6 +4,7 @@
 //! command prints a table, a wider table, or the API's answer as JSON or YAML (`-o`).
 
 mod copy;
+mod exec;
 mod output;
 mod progress;
 mod views;
@@ -137,6 +138,15 @@ pub enum SessionCommand {
     /// job1:results ./out` (a path in the session is absolute, or relative to /home/work; a
     /// directory is copied whole).
     Cp { from: String, to: String },
+    /// Run a command in a running interactive session's main kernel, as `docker exec` does:
+    /// its output is printed as it comes and this exits as it did. `berth session exec job1
+    /// -- ls -la /home/work`.
+    Exec {
+        session: String,
+        /// The command and its arguments, after `--` (each kept whole).
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// The environments (images and their versions) the agents of my groups offer, my
     /// customized images among them.
     Environments {
@@ -1186,6 +1196,9 @@ pub async fn run(config: &Config, command: SessionCommand) -> anyhow::Result<Exi
         SessionCommand::App(command) => app(&client, command).await?,
         SessionCommand::Shell { session } => return shell(&client, &session).await,
         SessionCommand::Cp { from, to } => return copy::copy(&client, &from, &to).await,
+        SessionCommand::Exec { session, command } => {
+            return exec::exec(&client, &session, &command).await
+        }
         SessionCommand::Events => {
             follow_events(&client, "/v1/events", |_, data| {
                 println!("{data}");

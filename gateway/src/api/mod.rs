@@ -12,6 +12,7 @@
 //! - [`apps`]: a session's apps through the proxy: listed, opened, started, closed.
 //! - [`logs`]: a session's output, whole or followed.
 //! - [`session_files`]: files in and out of a running session's main kernel (`session cp`).
+//! - [`session_exec`]: code and commands run in a running session's main kernel.
 //! - [`notifications`]: the caller's notifications, read, streamed, and their webhook.
 //! - [`resources`]: the resource summary, presets, who am I.
 //! - [`catalogue`]: what a launch may choose from: resource groups, agents, environments.
@@ -40,6 +41,7 @@ pub mod password;
 mod query;
 pub mod queue;
 pub mod resources;
+pub mod session_exec;
 pub mod session_files;
 pub mod sessions;
 pub mod uploads;

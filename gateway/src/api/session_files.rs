@@ -208,32 +208,13 @@ pub(crate) async fn to_kernel(
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
-    check_may_act(state, caller, id).await?;
-    let (detail, token) = super::apps::kernel_door(state, caller, id).await?;
-    let answer = proxy::through_kernel_door(
-        &detail,
-        &token,
-        method,
-        &format!("/files?path={}", encoded(path)),
-        headers,
-        body,
-    )
-    .await
-    .map_err(|e| match e {
-        KernelDoorError::NotServed(e) => ApiError::from(e),
-        KernelDoorError::Unreachable(why) => {
-            ApiError::new(StatusCode::BAD_GATEWAY, "agent_unreachable", why)
-        }
-    })?;
+    let door_path = format!("/files?path={}", encoded(path));
+    let answer = through_door(state, caller, id, method, &door_path, headers, body).await?;
     let status = answer.status();
     if status.is_success() {
         return Ok(answer);
     }
-    // The engine's refusal, a line of text: small.
-    let said = axum::body::to_bytes(Body::new(answer.into_body()), 64 << 10)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
-        .unwrap_or_default();
+    let said = refusal_text(answer).await;
     Err(match status {
         StatusCode::NOT_FOUND => ApiError::not_found(format!("`{path}`: {said}")).field("path"),
         StatusCode::BAD_REQUEST | StatusCode::CONFLICT | StatusCode::FORBIDDEN => ApiError::new(
@@ -244,6 +225,37 @@ pub(crate) async fn to_kernel(
         .field("path"),
         _ => ApiError::new(StatusCode::BAD_GATEWAY, "agent_refused", said),
     })
+}
+
+/// Asks the agent's door into session `id`'s main kernel `method` at `door_path`, once the
+/// caller may act on the session: its answer as it comes, whatever its status.
+pub(crate) async fn through_door(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: Uuid,
+    method: Method,
+    door_path: &str,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
+    check_may_act(state, caller, id).await?;
+    let (detail, token) = super::apps::kernel_door(state, caller, id).await?;
+    proxy::through_kernel_door(&detail, &token, method, door_path, headers, body)
+        .await
+        .map_err(|e| match e {
+            KernelDoorError::NotServed(e) => ApiError::from(e),
+            KernelDoorError::Unreachable(why) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "agent_unreachable", why)
+            }
+        })
+}
+
+/// The text of the door's refusal (a line: small).
+pub(crate) async fn refusal_text(answer: axum::http::Response<hyper::body::Incoming>) -> String {
+    axum::body::to_bytes(Body::new(answer.into_body()), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

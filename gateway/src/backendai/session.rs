@@ -4,15 +4,18 @@
 //! lifecycle's commands (rename, terminate, commit through `api`'s shared functions) and the
 //! same views; only the shapes are Backend.AI's. A session is found for its owner: the caller,
 //! or the keypair an admin names with `owner_access_key` ([`super::acting_owner`],
-//! [`super::resolve_session`]). Execute (`POST /session/{ref}`) and restart (`PATCH`) are
-//! not berth's: their methods and paths answer `not-implemented`.
+//! [`super::resolve_session`]). Restart (`PATCH`) is not berth's: it answers
+//! `not-implemented`.
 //!
 //! - `body`: the create body read and translated into berth's request (pure).
 //! - `create`: the create handler, get-or-create, and the wait for the session to start.
 //! - `files`: `session upload` and `download`, through the agent's door into the kernel.
+//! - `execute`: the execute API (`run`): code and batch commands run in the kernel, over a
+//!   WebSocket or one request.
 
 mod body;
 mod create;
+mod execute;
 mod files;
 
 use std::collections::HashMap;
@@ -41,7 +44,14 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/session", post(create::create))
         .route("/session/_/create", post(create::create))
-        .route("/session/{reference}", get(info).delete(destroy))
+        .route(
+            "/session/{reference}",
+            get(info).delete(destroy).post(execute::execute),
+        )
+        .route(
+            "/stream/session/{reference}/execute",
+            get(execute::stream_execute),
+        )
         .route("/session/{reference}/logs", get(logs))
         .route("/session/{reference}/upload", post(files::upload))
         .route("/session/{reference}/download", get(files::download))

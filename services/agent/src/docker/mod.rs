@@ -21,8 +21,8 @@
 //!   containers removed).
 //! - `keep`: output and usage kept while a container runs.
 //! - `terminal`: a session's terminal, served by the agent (ttyd's protocol, a shell exec'd
-//!   in the main kernel), on the door that `transfer` also serves: files in and out of the
-//!   main kernel as the engine's tar archives.
+//!   in the main kernel), on the door that `transfer` (files in and out of the main kernel
+//!   as the engine's tar archives) and `execute` (code and commands run there) also serve.
 //! - `apps`, `commit`: an app started in a running container; a container committed.
 //! - `kernels`: the cluster network, GPUs, containers created, started and recorded.
 //! - `folders`: what a session's folders hold, measured once it ended.
@@ -52,6 +52,7 @@ mod cluster;
 mod commit;
 mod ctx;
 mod engine;
+mod execute;
 pub mod fence;
 mod folders;
 mod keep;

@@ -33,8 +33,8 @@
 //! socket normally (1000), as ttyd does. `GET /token` answers as ttyd's does, for its own
 //! page.
 //!
-//! The same door moves files in and out of the main kernel (`transfer`, at `/files`), for
-//! the gateway, behind the same token.
+//! The same door moves files in and out of the main kernel (`transfer`, at `/files`) and runs
+//! code in it (`execute`, at `/exec`), for the gateway, behind the same token.
 //!
 //! A limit: bollard reads an exec's output with a decoder that takes a read beginning with a
 //! byte 0, 1 or 2 for the header of a multiplexed frame. With a TTY such bytes come only from
@@ -64,7 +64,7 @@ use uuid::Uuid;
 
 use super::ctx::Ctx;
 use super::spec::{LABEL_TERMINAL_PORT, SCRATCH};
-use super::transfer;
+use super::{execute, transfer};
 
 /// What the exec runs: first a line with its pid (read by the relay, never shown), then
 /// tmux, else bash, else sh, each as a login shell, in the same process.
@@ -182,13 +182,18 @@ async fn accept(door: Arc<Door>, listener: TcpListener) {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let door = door.clone();
                 async move {
-                    let answer = if request.uri().path() == transfer::FILES_PATH {
-                        match refusal(&door, &request) {
-                            None => transfer::answer(&door.ctx, &door.container, request).await,
-                            Some(refused) => refused.map(transfer::full),
+                    let path = request.uri().path().to_owned();
+                    let answer = match (path.as_str(), refusal(&door, &request)) {
+                        (transfer::FILES_PATH | execute::EXEC_PATH, Some(refused)) => {
+                            refused.map(transfer::full)
                         }
-                    } else {
-                        answer(door, request).map(transfer::full)
+                        (transfer::FILES_PATH, None) => {
+                            transfer::answer(&door.ctx, &door.container, request).await
+                        }
+                        (execute::EXEC_PATH, None) => {
+                            execute::answer(&door.ctx, &door.container, request).await
+                        }
+                        _ => answer(door, request).map(transfer::full),
                     };
                     Ok::<_, Infallible>(answer)
                 }
