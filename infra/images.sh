@@ -8,6 +8,8 @@
 #   berth/jupyter:latest berth/python plus JupyterLab (PyPI) in /opt/jupyter, tmux and an SSH
 #                        server (Debian's dropbear), its app declared (label
 #                        ai.berth.service-ports) and defined (/etc/berth/service-defs/jupyter.json)
+#   berth/sftp:latest    berth/python plus Debian's dropbear and SFTP server: the upload
+#                        sessions' image
 # and the compose stack's own images (`stack`; docker-compose.yml runs them, offline):
 #   berth/base:latest    berth/python plus Debian's PostgreSQL 15, curl and CA certificates
 #   berth/postgres:15    berth/base running PostgreSQL (infra/compose/postgres-entry.sh)
@@ -18,7 +20,7 @@
 #                        target/release/berth, built when missing)
 # Idempotent: an image that exists is kept unless its recipe changed since (label
 # ai.berth.recipe); BERTH_REBUILD_IMAGES=1 rebuilds.
-#   infra/images.sh [shell|python|jupyter|all|servers|stack]   (default: all; servers: the
+#   infra/images.sh [shell|python|jupyter|sftp|all|servers|stack]   (default: all; servers: the
 #   stack's PostgreSQL and NATS only, stack: those, the registry and berth/berth:local)
 set -euo pipefail
 say() { printf '[images] %s\n' "$*" >&2; }
@@ -129,6 +131,27 @@ DOCKERFILE
   say "building berth/jupyter:latest (JupyterLab from PyPI; a few minutes)"
   # The host's network: its resolver and route to Debian's mirror, for tmux and venv.
   docker build --network host -q -t berth/jupyter:latest "$dir" >/dev/null
+  rm -rf "$dir"
+}
+
+SFTP_RECIPE=1
+
+# The upload sessions' image: an SSH server that serves SFTP alone to the session's key.
+sftp_image() {
+  if have berth/sftp:latest "$SFTP_RECIPE"; then return 0; fi
+  python_image
+  local dir; dir="$(mktemp -d)"
+  cat >"$dir/Dockerfile" <<'DOCKERFILE'
+FROM berth/python:latest
+RUN apt-get update -q >/dev/null \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends dropbear-bin openssh-sftp-server >/dev/null \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+RUN echo 'work:x:0:0:work:/home/work:/bin/sh' >> /etc/passwd
+LABEL ai.berth.image="sftp" ai.berth.recipe="RECIPE"
+DOCKERFILE
+  sed -i "s/RECIPE/$SFTP_RECIPE/" "$dir/Dockerfile"
+  say "building berth/sftp:latest (Debian's dropbear and SFTP server; a minute)"
+  docker build --network host -q -t berth/sftp:latest "$dir" >/dev/null
   rm -rf "$dir"
 }
 
@@ -252,9 +275,10 @@ case "$WHICH" in
   shell) shell_image ;;
   python) python_image ;;
   jupyter) jupyter_image ;;
-  all) shell_image; python_image; jupyter_image ;;
+  all) shell_image; python_image; jupyter_image; sftp_image ;;
+  sftp) sftp_image ;;
   servers) postgres_image; nats_image ;;
   stack) postgres_image; nats_image; registry_image; berth_image ;;
-  *) say "usage: infra/images.sh [shell|python|jupyter|all|servers|stack]"; exit 2 ;;
+  *) say "usage: infra/images.sh [shell|python|jupyter|sftp|all|servers|stack]"; exit 2 ;;
 esac
 say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}}' 'berth/*' | tr '\n' ' ')"

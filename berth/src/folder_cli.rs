@@ -66,6 +66,12 @@ pub enum FolderCommand {
     Mkdir { folder: String, path: String },
     /// Remove a file, link or directory (with all it holds) from the folder.
     Rm { folder: String, path: String },
+    /// Start an upload session (SFTP) mounting the folders: prints its id and how to reach
+    /// its SFTP server with its key through berth's proxy.
+    Sftp {
+        #[arg(required = true)]
+        folders: Vec<String>,
+    },
     /// Rename or move a file, link or directory inside the folder.
     Mv {
         folder: String,
@@ -290,6 +296,25 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             })
             .await;
         }
+        FolderCommand::Sftp { folders } => client
+            .send(
+                client
+                    .http
+                    .post(client.url("/v1/upload-sessions"))
+                    .json(&json!({ "folders": folders })),
+            )
+            .await?
+            .map(|v| {
+                let id = v["session_id"].as_str().unwrap_or_default();
+                println!("{id}");
+                eprintln!(
+                    "upload session {} requested, mounting {} under /home/work; once it runs:\n  \
+                     berth session ssh-key {id} > id_upload && chmod 600 id_upload\n  \
+                     sftp -i id_upload -o ProxyCommand=\"berth session app tunnel {id} sshd --stdio\" work@{id}",
+                    v["name"].as_str().unwrap_or_default(),
+                    folders.join(", ")
+                );
+            }),
         FolderCommand::Mv { folder, from, to } => {
             let url = format!("/v1/folders/{}/moves", path_part(&folder));
             let request = client

@@ -664,5 +664,81 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     assert!(ran.stderr.contains("to stderr"), "{}", ran.stderr);
     let ran = cli(&["session", "rm", "copier", "--force"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+
+    // An upload session: started from a folder, reached by Debian's `sftp` with the session's
+    // key through the proxy's tunnel, a file put into the folder and got back; listed as a
+    // system session (the console's Upload Sessions), which a user cannot start directly.
+    let ran = cli(&["folder", "create", "inbox"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "sftp", "inbox"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let upload = ran.stdout.trim().to_owned();
+    assert!(ran.stderr.contains("sftp -i"), "{}", ran.stderr);
+    let ran = cli(&["session", "wait", &upload, "--for", "running"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let (_, system) = api.get(&admin_key, "/v1/sessions?type=system").await;
+    assert_eq!(
+        system["sessions"][0]["session_id"],
+        upload.as_str(),
+        "{system}"
+    );
+    let ran = cli(&["session", "ssh-key", &upload], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let key = logs.join("id_upload");
+    std::fs::write(&key, &ran.stdout).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let batch = logs.join("sftp.batch");
+    let back = logs.join("got.txt");
+    std::fs::write(
+        &batch,
+        format!(
+            "put {} /home/work/inbox/up.txt\nget /home/work/inbox/up.txt {}\n",
+            local.display(),
+            back.display()
+        ),
+    )
+    .unwrap();
+    let proxy = format!(
+        "ProxyCommand={} session app tunnel {upload} sshd --stdio",
+        env!("CARGO_BIN_EXE_berth")
+    );
+    let sftp = Command::new("sftp")
+        .args(["-b", batch.to_str().unwrap(), "-i", key.to_str().unwrap()])
+        .args(["-o", &proxy, "-o", "StrictHostKeyChecking=no"])
+        .args(["-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
+        .arg(format!("work@{upload}"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .expect("Debian's sftp runs");
+    assert!(
+        sftp.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&sftp.stdout),
+        String::from_utf8_lossy(&sftp.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), numbers);
+    let ran = cli(&["folder", "files", "inbox"], &env);
+    assert!(
+        ran.stdout.contains("up.txt"),
+        "{}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    let ran = cli(
+        &[
+            "session",
+            "create",
+            "--type",
+            "system",
+            "--image",
+            "berth/sftp:latest",
+        ],
+        &bob,
+    );
+    assert_ne!(ran.code, Some(0));
+    assert!(ran.stderr.contains("system"), "{}", ran.stderr);
+    let ran = cli(&["session", "rm", &upload, "--force"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let _ = std::fs::remove_dir_all(&logs);
 }

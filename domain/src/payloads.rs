@@ -57,6 +57,15 @@ pub enum SessionType {
     System,
 }
 
+impl SessionType {
+    /// Whether someone works in its main kernel while it runs: an interactive session, or a
+    /// system session (berth's serve uploads over SFTP). Such a kernel gets the terminal (the
+    /// agent's door), the SSH server app and an SSH key of its own.
+    pub fn is_attended(self) -> bool {
+        matches!(self, SessionType::Interactive | SessionType::System)
+    }
+}
+
 /// The statuses of a session, as Backend.AI names them.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -127,6 +127,7 @@ fn routes() -> OpenApiRouter<AppState> {
             api::folders::trash_folder
         ))
         .routes(routes!(api::folders::restore_folder))
+        .routes(routes!(api::folders::start_upload_session))
         .routes(routes!(api::folders::purge_folder))
         .routes(routes!(api::files::move_file))
         .routes(routes!(
@@ -460,6 +461,7 @@ mod tests {
             ("patch", "/v1/folders/{name}"),
             ("delete", "/v1/folders/{name}"),
             ("post", "/v1/folders/{name}/restore"),
+            ("post", "/v1/upload-sessions"),
             ("post", "/v1/folders/{name}/purge"),
             ("post", "/v1/folders/{name}/uploads"),
             ("head", "/v1/uploads/{token}"),

@@ -788,6 +788,23 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
         b.find("#folders tr[data-folder='data1']").await;
     })
     .await;
+    // An upload session started from the folder's row shows under Upload Sessions.
+    b.step(TEST, "an upload session started", async {
+        b.client
+            .goto(&format!("{}/console/data", s.h.base))
+            .await
+            .unwrap();
+        b.click("#sftp-data1").await;
+        b.find("nav.filters a[data-type='system'][aria-current='true']")
+            .await;
+        b.find("tr[data-session]").await;
+        let (_, system) = s.h.get(&key, "/v1/sessions?type=system").await;
+        assert_eq!(
+            system["sessions"][0]["image"], "berth/sftp:latest",
+            "{system}"
+        );
+    })
+    .await;
     // What the page showed is what the API holds.
     let (_, listed) = s.h.get(&key, "/v1/folders/data1/files").await;
     assert_eq!(listed["entries"][0]["name"], "outputs", "{listed}");

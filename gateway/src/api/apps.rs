@@ -402,6 +402,22 @@ pub(crate) async fn kernel_door(
     caller: &KeyOwner,
     id: Uuid,
 ) -> Result<(SessionDetail, String), ApiError> {
+    let detail = session(state, caller, id).await?;
+    let attended = serde_json::from_value::<domain::payloads::SessionType>(serde_json::json!(
+        detail.session_type
+    ))
+    .is_ok_and(|t| t.is_attended());
+    if !attended {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_door",
+            format!(
+                "a {} session has no door into its kernel: files and commands reach an \
+                 interactive session (or an upload session) while it runs",
+                detail.session_type
+            ),
+        ));
+    }
     let terminal = domain::apps::TERMINAL.to_owned();
     let _started = start_app(
         State(state.clone()),
@@ -422,7 +438,7 @@ pub(crate) async fn kernel_door(
                 "the session's agent gave no token for its terminal",
             )
         })?;
-    Ok((session(state, caller, id).await?, token))
+    Ok((detail, token))
 }
 
 /// Close every circuit open to one of the session's apps (its owner or an admin): their

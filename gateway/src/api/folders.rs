@@ -77,6 +77,49 @@ pub async fn list_folders(
     Ok(Json(Folders { folders }))
 }
 
+/// `POST /v1/upload-sessions`' body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUploadSession {
+    /// The folders it mounts (the caller's, or shared with them), 1 to 16.
+    #[schema(schema_with = folder_names)]
+    folders: Vec<String>,
+}
+
+/// 1 to 16 folder names, as a new folder's.
+fn folder_names() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")),
+        )
+        .min_items(Some(1))
+        .max_items(Some(16))
+        .description(Some(
+            "The folders it mounts (the caller's, or shared with them), 1 to 16.",
+        ))
+        .build()
+}
+
+/// Start an upload session: a system session of berth's SFTP image mounting the folders,
+/// whose SSH server (`sshd`) its owner reaches through the proxy's tunnel (`berth session app
+/// tunnel ID sshd`) with the session's key (`GET /v1/sessions/{id}/ssh-key`). It is listed
+/// among the caller's sessions as type `system` (the console's "Upload Sessions").
+#[utoipa::path(post, path = "/v1/upload-sessions", tag = "folders",
+    request_body = NewUploadSession,
+    responses((status = 201, description = "requested", body = launcher::launch::Launched)))]
+pub async fn start_upload_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<launcher::launch::Launched>), ApiError> {
+    let NewUploadSession { folders } = parse_body(body)?;
+    let launched = launch::launch_upload_session(&state.pool, &caller, folders).await?;
+    Ok((StatusCode::CREATED, Json(launched)))
+}
+
 /// One of the caller's own folders, named in the path.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]

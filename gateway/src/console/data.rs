@@ -1,7 +1,8 @@
 //! The Data page (seed "Data", with Sessions the most visited): my folders with their volume
 //! and what each held when last measured, whom I shared each with, the folders shared with
 //! me, a new folder made (with its usage mode), a folder shared or a share taken back, renamed,
-//! moved to the trash, and the trash's folders restored or purged; and each folder's explorer:
+//! moved to the trash, and the trash's folders restored or purged, an upload session (SFTP)
+//! started for a folder; and each folder's explorer:
 //! browse its directories, download a file, make a directory, rename or move an entry, remove
 //! one, and upload by
 //! the file picker or by dropping files on the page (the script sends them to the API itself,
@@ -204,6 +205,28 @@ pub async fn folder_step(
     };
     api::folders::folder_step(&state, &me, &form.folder, step).await?;
     Ok(Redirect::to("/console/data").into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UploadSessionForm {
+    folder: String,
+}
+
+/// `POST /console/upload-sessions`: an upload session (SFTP) started for one of the folders I
+/// reach, then the Sessions page's Upload Sessions, where it shows.
+pub async fn start_upload_session(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    Form(form): Form<UploadSessionForm>,
+) -> Result<Response, PageError> {
+    let _started = api::folders::start_upload_session(
+        State(state),
+        Caller(me),
+        json_body(&json!({ "folders": [form.folder] })),
+    )
+    .await?;
+    Ok(Redirect::to("/console/sessions?type=system").into_response())
 }
 
 /// An entry as the explorer shows it.

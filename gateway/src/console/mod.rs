@@ -80,6 +80,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/data", get(data::page).post(data::create))
         .route("/console/folder-shares", post(data::share))
         .route("/console/folder-steps", post(data::folder_step))
+        .route("/console/upload-sessions", post(data::start_upload_session))
         .route("/console/data/{folder}", get(data::folder))
         .route("/console/data/{folder}/download", get(data::download))
         .route(

@@ -73,7 +73,7 @@ impl SessionsQuery {
 
     pub fn kind(&self) -> &str {
         match self.session_type.as_deref() {
-            Some(t @ ("interactive" | "batch" | "inference")) => t,
+            Some(t @ ("interactive" | "batch" | "inference" | "system")) => t,
             _ => "all",
         }
     }
@@ -345,6 +345,8 @@ pub async fn page(
                 ("interactive", "Interactive"),
                 ("batch", "Batch"),
                 ("inference", "Inference"),
+                // System sessions are the upload sessions (SFTP), as the seeds' filter says.
+                ("system", "Upload Sessions"),
             ],
         ),
         panels: choose(

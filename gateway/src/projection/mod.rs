@@ -42,7 +42,7 @@ fn request_of(r: &SessionRequested) -> serde_json::Value {
         "max_lifetime_secs": r.max_lifetime_secs,
         "wanted_agent": r.agent_id,
         "apps": domain::apps::session_apps(&r.apps, &r.preopen_ports,
-            r.session_type == domain::payloads::SessionType::Interactive),
+            r.session_type.is_attended()),
     })
 }
 

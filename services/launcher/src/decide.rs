@@ -237,8 +237,11 @@ pub fn check_request(
         domain::check_folder_name(&format!("mounts[{i}]"), mount)?;
     }
     let session_type = request.session_type.unwrap_or(SessionType::Interactive);
-    if session_type == SessionType::System && actor.role != Role::Superadmin {
-        return Err(forbidden("type", "only superadmins start system sessions"));
+    if session_type == SessionType::System && actor.role != Role::Superadmin && !request.upload {
+        return Err(forbidden(
+            "type",
+            "only superadmins start system sessions (an upload session starts from its folders)",
+        ));
     }
     let resources = &request.resources;
     let cpu_milli = resources

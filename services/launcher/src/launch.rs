@@ -95,6 +95,10 @@ pub struct CreateSession {
     /// `interactive` when absent; `system` for superadmins.
     #[serde(rename = "type")]
     pub session_type: Option<SessionType>,
+    /// Set by berth alone, never read from a request: an upload session
+    /// ([`launch_upload_session`]), the one system session its owner starts.
+    #[serde(skip)]
+    pub upload: bool,
     /// Not blank; no NUL character.
     #[schema(
         min_length = 1,
@@ -301,6 +305,40 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
             .collect(),
         other => other,
     }
+}
+
+/// The image upload sessions run: an SSH server serving SFTP (`infra/images.sh sftp`).
+pub const UPLOAD_IMAGE: &str = "berth/sftp:latest";
+
+/// Starts an upload session for `owner` (Backend.AI's "system sessions used for SFTP
+/// uploads"): a system session of [`UPLOAD_IMAGE`] mounting `folders` (theirs, or shared
+/// with them: read-only ones stay so), small, whose SSH server its owner reaches through the
+/// proxy's tunnel with the session's key. Users start no other system session.
+pub async fn launch_upload_session(
+    pool: &Pool,
+    owner: &KeyOwner,
+    folders: Vec<String>,
+) -> Result<Launched, LaunchError> {
+    if folders.is_empty() {
+        return Err(LaunchError::Invalid(FieldError {
+            field: "folders".into(),
+            message: "name at least one folder to upload into".into(),
+        }));
+    }
+    let request = CreateSession {
+        session_type: Some(SessionType::System),
+        upload: true,
+        image: UPLOAD_IMAGE.to_owned(),
+        mounts: folders,
+        resources: ResourceRequest {
+            cpu: Some(0.25),
+            memory: Some(ByteSize::Text("256m".into())),
+            ..ResourceRequest::default()
+        },
+        ..CreateSession::default()
+    };
+    let mut launched = launch(pool, owner, request).await?;
+    Ok(launched.remove(0))
 }
 
 /// Creates a named folder for `owner` on `volume` (`host-local`, or a

@@ -106,9 +106,7 @@ pub(super) async fn create_kernels(
         remove_all(ctx, &names).await;
         return Err(format!("starting the container failed: {e}"));
     }
-    if layout.mine.contains(&0)
-        && request.session_type == domain::payloads::SessionType::Interactive
-    {
+    if layout.mine.contains(&0) && request.session_type.is_attended() {
         tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
     }
     let started = started_kernels(ctx, &layout.mine, &created, asked).await;

@@ -302,7 +302,7 @@ async fn own_session(
     let session_id = state.request.session_id;
     // An interactive session's terminal is the agent's: its port is taken before the
     // container is made, so that the container's label names it.
-    let interactive = state.request.session_type == SessionType::Interactive;
+    let interactive = state.request.session_type.is_attended();
     let mut terminal_listener = None;
     if interactive && adopted.is_none() {
         match terminal::listen(&ctx, 0).await {

@@ -278,7 +278,7 @@ pub fn kernel_config(
     }
     // The image's app ports and the preopen ports are published on the main kernel, each on
     // a free port of the host at `publish_address` alone: berth's proxy is the only door.
-    let interactive = request.session_type == domain::payloads::SessionType::Interactive;
+    let interactive = request.session_type.is_attended();
     let published =
         domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive);
     let ports = || published.iter().map(|p| format!("{p}/tcp"));
