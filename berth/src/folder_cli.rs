@@ -35,6 +35,8 @@ pub enum FolderCommand {
     },
     /// Rename one of my folders (its files move with it, its shares follow).
     Rename { folder: String, to: String },
+    /// Clone a folder I reach (mine or shared with me) into a new folder of mine.
+    Clone { folder: String, to: String },
     /// Move one of my folders to the trash (nobody reaches it until restored).
     Trash { folder: String },
     /// Bring one of my folders back from the trash.
@@ -331,6 +333,21 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                 .json(&json!({"name": to}));
             return done(&client, request, || format!("{folder} -> {to}")).await;
         }
+        FolderCommand::Clone { folder, to } => client
+            .send(
+                client
+                    .http
+                    .post(client.url(&format!("/v1/folders/{}/clone", path_part(&folder))))
+                    .json(&json!({ "name": to })),
+            )
+            .await?
+            .map(|v| {
+                println!(
+                    "{folder} cloned to {}  {}",
+                    v["name"].as_str().unwrap_or_default(),
+                    v["volume"].as_str().unwrap_or_default()
+                )
+            }),
         FolderCommand::Trash { folder } => {
             let url = format!("/v1/folders/{}", path_part(&folder));
             return done(&client, client.request(Method::DELETE, &url), || {

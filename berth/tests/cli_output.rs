@@ -583,6 +583,10 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let ran = cli(&["folder", "files", "things", "kept"], &env);
     assert!(ran.stdout.contains("n.txt"), "{}{}", ran.stdout, ran.stderr);
+    let ran = cli(&["folder", "clone", "things", "twin"], &env);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = cli(&["folder", "files", "twin", "kept"], &env);
+    assert!(ran.stdout.contains("n.txt"), "{}{}", ran.stdout, ran.stderr);
     for step in ["trash", "purge"] {
         let ran = cli(&["folder", step, "things"], &env);
         assert_eq!(ran.code, Some(0), "{step}: {}", ran.stderr);

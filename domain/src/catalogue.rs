@@ -582,6 +582,7 @@ mod tests {
                 name: "data".into(),
                 volume: Some("shared".into()),
                 usage_mode: crate::folders::UsageMode::Model,
+                cloned_from: Some(format!("{}/models", id.simple())),
             }),
             Event::FolderRenamed(FolderRenamed {
                 owner: id,

@@ -931,6 +931,9 @@ pub struct FolderCreated {
     /// What it is for; absent: general (and in folders made before usage modes).
     #[serde(default, skip_serializing_if = "is_general")]
     pub usage_mode: crate::folders::UsageMode,
+    /// The folder whose files it began with, when cloned (`<owner's id>/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloned_from: Option<String>,
 }
 
 fn is_general(mode: &crate::folders::UsageMode) -> bool {

@@ -192,6 +192,43 @@ pub async fn readable(dir: PathBuf, path: FolderPath) -> Result<PathBuf, FilesEr
     .await
 }
 
+/// What a download names: a file, or a directory (sent as an archive).
+pub enum Download {
+    File(PathBuf),
+    Directory(PathBuf),
+}
+
+/// The file or directory at `path` for a download; no link is followed on the way or at it.
+pub async fn downloadable(dir: PathBuf, path: FolderPath) -> Result<Download, FilesError> {
+    blocking(move || {
+        let at = resolve(&dir, &path, false)?;
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => Ok(Download::Directory(at)),
+            Ok(_) => Ok(Download::File(at)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(FilesError::Missing(path.display())),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
+}
+
+/// A tar archive of directory `at` under the name `name`, made as it is read (a blocking
+/// thread writes it into a small pipe): its links archived as links, never followed, so
+/// nothing outside the folder goes into it, and memory holds a pipe's worth at a time.
+pub fn archive(at: PathBuf, name: String) -> impl Stream<Item = std::io::Result<bytes::Bytes>> {
+    let (reader, writer) = tokio::io::duplex(256 << 10);
+    let writer = tokio_util::io::SyncIoBridge::new(writer);
+    tokio::task::spawn_blocking(move || {
+        let mut builder = tar::Builder::new(writer);
+        builder.follow_symlinks(false);
+        // A reader that goes away ends the writing with a broken pipe: nothing to report.
+        let _ = builder
+            .append_dir_all(&name, &at)
+            .and_then(|()| builder.finish());
+    });
+    tokio_util::io::ReaderStream::new(reader)
+}
+
 /// Writes `body` to `path` (its directories made as needed), replacing a file there: written
 /// beside it under a name of its own and moved into place once whole, so a reader never sees
 /// half a file and a failed upload leaves nothing. The bytes written.
@@ -327,6 +364,48 @@ pub async fn rename_folder_dir(from: PathBuf, to: PathBuf) -> Result<(), FilesEr
         }
     })
     .await
+}
+
+/// Copies folder directory `from` whole to `to` (which must not exist yet): directories and
+/// files copied, links copied as links (never followed, so nothing outside the folder is
+/// read). A folder with no directory yet copies to an empty one. On a failure what was copied
+/// is removed.
+pub async fn copy_folder_dir(from: PathBuf, to: PathBuf) -> Result<u64, FilesError> {
+    blocking(move || {
+        if to.symlink_metadata().is_ok() {
+            return Err(FilesError::Exists(to.display().to_string()));
+        }
+        let copied = copy_tree(&from, &to);
+        if copied.is_err() {
+            let _ = std::fs::remove_dir_all(&to);
+        }
+        copied
+    })
+    .await
+}
+
+/// The bytes of files copied from `from` to `to`, walking without following a link.
+fn copy_tree(from: &Path, to: &Path) -> Result<u64, FilesError> {
+    std::fs::create_dir_all(to)?;
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut bytes = 0;
+    for entry in entries {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+        } else if kind.is_dir() {
+            bytes += copy_tree(&source, &target)?;
+        } else if kind.is_file() {
+            bytes += std::fs::copy(&source, &target)?;
+        }
+    }
+    Ok(bytes)
 }
 
 /// Removes a folder's directory with all it holds (links inside removed, never followed).

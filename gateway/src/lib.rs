@@ -128,6 +128,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api::folders::restore_folder))
         .routes(routes!(api::folders::start_upload_session))
+        .routes(routes!(api::folders::clone_folder))
         .routes(routes!(api::folders::purge_folder))
         .routes(routes!(api::files::move_file))
         .routes(routes!(
@@ -462,6 +463,7 @@ mod tests {
             ("delete", "/v1/folders/{name}"),
             ("post", "/v1/folders/{name}/restore"),
             ("post", "/v1/upload-sessions"),
+            ("post", "/v1/folders/{name}/clone"),
             ("post", "/v1/folders/{name}/purge"),
             ("post", "/v1/folders/{name}/uploads"),
             ("head", "/v1/uploads/{token}"),

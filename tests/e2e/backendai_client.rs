@@ -508,6 +508,15 @@ async fn the_cli_moves_files_in_and_out_of_a_vfolder() {
         "{}",
         info.out
     );
+    // Listed over GraphQL, as the client asks (`vfolder_list`, `vfolder_own_list`).
+    for list in ["list", "list-own"] {
+        let listed = fay.run(&["vfolder", list]).await.ok();
+        assert!(
+            listed.out.contains("bai-data") && listed.out.contains("host-local"),
+            "{list}: {}",
+            listed.out
+        );
+    }
     // What the API says is what the client did.
     let (status, files) = h.get(&fay_key, "/v1/folders/bai-data/files").await;
     assert_eq!(status, StatusCode::OK, "{files}");
@@ -539,6 +548,56 @@ async fn the_cli_moves_files_in_and_out_of_a_vfolder() {
     .await
     .failed();
     assert!(!gus_out.join("numbers.txt").exists());
+
+    // Files moved, renamed and removed; the folder shared with gus (who then lists it) and
+    // taken back, renamed, and deleted to berth's trash.
+    fay.run(&["vfolder", "mv", "bai-data", "numbers.txt", "results/n.txt"])
+        .await
+        .ok();
+    fay.run(&[
+        "vfolder",
+        "rename-file",
+        "bai-data",
+        "results/n.txt",
+        "m.txt",
+    ])
+    .await
+    .ok();
+    let (_, inside) = h
+        .get(&fay_key, "/v1/folders/bai-data/files?path=results")
+        .await;
+    assert_eq!(inside["entries"][0]["name"], "m.txt", "{inside}");
+    let shared = fay
+        .run(&["vfolder", "share", "-p", "ro", "bai-data", "gus@berth.test"])
+        .await
+        .ok();
+    assert!(shared.out.contains("gus@berth.test"), "{}", shared.out);
+    let seen = gus
+        .run(&["vfolder", "ls", "bai-data", "results"])
+        .await
+        .ok();
+    assert!(seen.out.contains("m.txt"), "{}", seen.out);
+    fay.run(&["vfolder", "unshare", "bai-data", "gus@berth.test"])
+        .await
+        .ok();
+    let unshared = gus.run(&["vfolder", "ls", "bai-data"]).await;
+    assert!(unshared.out.contains("404"), "{}", unshared.out);
+    // The CLI's `rm` asks yes or no on a terminal: the SDK removes without asking.
+    fay.python(
+        "from ai.backend.client.session import Session\n\
+         with Session() as s:\n    s.VFolder('bai-data').delete_files(['results'], recursive=True)",
+    )
+    .await
+    .ok();
+    let (_, left) = h.get(&fay_key, "/v1/folders/bai-data/files").await;
+    assert_eq!(left["total"], 0, "{left}");
+    fay.run(&["vfolder", "rename", "bai-data", "bai-kept"])
+        .await
+        .ok();
+    fay.run(&["vfolder", "delete", "bai-kept"]).await.ok();
+    let (_, folders) = h.get(&fay_key, "/v1/folders").await;
+    assert_eq!(folders["folders"][0]["name"], "bai-kept", "{folders}");
+    assert!(folders["folders"][0]["trashed_at"].is_string(), "{folders}");
 }
 
 /// `session upload` puts files (a directory part included) into a running session's home,

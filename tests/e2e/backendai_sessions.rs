@@ -563,7 +563,8 @@ async fn refusals_are_backend_ai_s_problems_and_berth_s_own_paths_keep_berth_s_s
     let (_, detail) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_ne!(detail["status"], "CANCELLED", "{detail}");
 
-    // Execute and restart are not berth's; nor is a Backend.AI path it does not serve.
+    // Code runs only in a RUNNING session (this one waits); a restart is not berth's, nor is
+    // a Backend.AI path it does not serve.
     let execute = alice
         .call(
             Method::POST,
@@ -571,7 +572,12 @@ async fn refusals_are_backend_ai_s_problems_and_berth_s_own_paths_keep_berth_s_s
             Some(json!({"mode": "query", "code": "print(1)", "runId": null})),
         )
         .await;
-    execute.assert_problem(StatusCode::NOT_IMPLEMENTED, "not-implemented");
+    execute.assert_problem(StatusCode::CONFLICT, "generic-bad-request");
+    assert!(
+        execute.body.to_string().contains("RUNNING"),
+        "{:?}",
+        execute.body
+    );
     alice
         .call(Method::PATCH, "/session/alice-one", None)
         .await

@@ -453,6 +453,24 @@ async fn a_folder_is_renamed_trashed_restored_and_purged_with_its_files_and_shar
     assert_eq!(status, StatusCode::OK, "{listed}");
     assert_eq!(listed["entries"][0]["name"], "w.bin");
     assert_eq!(listed["entries"][0]["size"], 10);
+    // A directory downloads as a tar archive of it, made as it streams.
+    let tar = h
+        .http
+        .get(format!("{}/v1/folders/zoo/download?path=b", h.base))
+        .header("x-api-key", &alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tar.status(), StatusCode::OK);
+    assert_eq!(tar.headers()["content-type"], "application/x-tar");
+    let tar = tar.bytes().await.unwrap();
+    let mut archive = tar::Archive::new(&tar[..]);
+    let names: Vec<String> = archive
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    assert_eq!(names, ["b/", "b/w.bin"]);
     let (status, answer) = h
         .post(
             &alice,
@@ -520,6 +538,28 @@ async fn a_folder_is_renamed_trashed_restored_and_purged_with_its_files_and_shar
     let (status, listed) = h.get(&bob, "/v1/folders/zoo/files?path=b").await;
     assert_eq!(status, StatusCode::OK, "{listed}");
     assert_eq!(listed["entries"][0]["name"], "w.bin");
+
+    // Cloned, by its owner and by the user it is shared with (read-only is enough to copy):
+    // each clone theirs, with the files, its usage mode kept.
+    for (key, clone) in [(&alice, "zoo-copy"), (&bob, "bobs-zoo")] {
+        let (status, made) = h
+            .post(key, "/v1/folders/zoo/clone", json!({ "name": clone }))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+        let (status, listed) = h
+            .get(key, &format!("/v1/folders/{clone}/files?path=b"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        assert_eq!(listed["entries"][0]["name"], "w.bin");
+    }
+    let cloned = mine(bob.clone()).await;
+    let bobs = cloned.iter().find(|f| f["name"] == "bobs-zoo").unwrap();
+    assert_eq!(bobs["permission"], "owner");
+    assert_eq!(bobs["usage_mode"], "model");
+    let (status, _) = h
+        .post(&alice, "/v1/folders/zoo/clone", json!({"name": "other"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "a name taken is refused");
 
     // Purged: its directory and its share go with it.
     let on_disk = || {

@@ -403,6 +403,16 @@ pub(crate) async fn kernel_door(
     id: Uuid,
 ) -> Result<(SessionDetail, String), ApiError> {
     let detail = session(state, caller, id).await?;
+    if detail.status != "RUNNING" {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_running",
+            format!(
+                "files and commands reach a session while it is RUNNING; this one is {}",
+                detail.status
+            ),
+        ));
+    }
     let attended = serde_json::from_value::<domain::payloads::SessionType>(serde_json::json!(
         detail.session_type
     ))

@@ -187,10 +187,12 @@ pub async fn list_files(
     }))
 }
 
-/// A file of one of my folders, streamed (`Range` honoured: 206 with the part asked for).
+/// A file of one of my folders, streamed (`Range` honoured: 206 with the part asked for), or
+/// a directory as a tar archive made as it streams.
 #[utoipa::path(get, path = "/v1/folders/{name}/download", tag = "folders",
     params(FolderName, FilePath),
-    responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream")))]
+    responses((status = 200, description = "the file's bytes, or a directory's tar archive",
+        content_type = "application/octet-stream")))]
 pub async fn download_file(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -201,17 +203,27 @@ pub async fn download_file(
     let p: FilePath = query::parse(raw.as_deref())?;
     let path = parsed(&p.path)?;
     let dir = folder(&state, &caller, &name, Use::Read).await?;
-    let file = files::readable(dir, path.clone()).await?;
-    let served = tower_http::services::ServeFile::new(file)
-        .oneshot(request)
-        .await
-        .map_err(ApiError::internal)?;
-    let mut response = served.map(Body::new).into_response();
+    let base = path.file_name().unwrap_or(&name).to_owned();
+    let (mut response, file_name) = match files::downloadable(dir, path.clone()).await? {
+        files::Download::File(file) => {
+            let served = tower_http::services::ServeFile::new(file)
+                .oneshot(request)
+                .await
+                .map_err(ApiError::internal)?;
+            (served.map(Body::new).into_response(), base)
+        }
+        files::Download::Directory(at) => {
+            let mut response = Body::from_stream(files::archive(at, base.clone())).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-tar"),
+            );
+            (response, format!("{base}.tar"))
+        }
+    };
     let attachment = format!(
         "attachment; filename=\"{}\"",
-        path.file_name()
-            .unwrap_or("file")
-            .replace(['"', '\\', '\r', '\n'], "_")
+        file_name.replace(['"', '\\', '\r', '\n'], "_")
     );
     if let Ok(value) = HeaderValue::from_str(&attachment) {
         response

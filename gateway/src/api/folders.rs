@@ -77,6 +77,62 @@ pub async fn list_folders(
     Ok(Json(Folders { folders }))
 }
 
+/// `POST /v1/folders/{name}/clone`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderClone {
+    /// The new folder's name (rules as a new folder's).
+    #[schema(pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")]
+    name: String,
+}
+
+/// Clone a folder I reach (mine, or shared with me) into a new folder of mine on the same
+/// volume, with the same usage mode: its files copied (links as links, never followed)
+/// where the volume is mounted on this gateway's host, then the new folder recorded
+/// (`FolderCreated`, naming what it was cloned from). A name I already have is a 409.
+#[utoipa::path(post, path = "/v1/folders/{name}/clone", tag = "folders",
+    params(crate::api::files::FolderName), request_body = FolderClone,
+    responses((status = 201, description = "cloned", body = FolderCreated)))]
+pub async fn clone_folder(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(crate::api::files::FolderName { name }): Path<crate::api::files::FolderName>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<FolderCreated>), ApiError> {
+    let FolderClone { name: to } = parse_body(body)?;
+    let source =
+        crate::api::files::reached(&state, &caller, &name, crate::api::files::Use::Read).await?;
+    let mode = db::folders::usage_mode(&state.pool, source.owner, &name).await?;
+    if db::folders::reachable(&state.pool, caller.user_id, &to)
+        .await?
+        .is_some()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "name_taken",
+            format!("you already have a folder named `{to}`"),
+        )
+        .field("name"));
+    }
+    let from = files::folder_dir(&state.file_roots, &source.volume, source.owner, &name)?;
+    let target = files::folder_dir(&state.file_roots, &source.volume, caller.user_id, &to)?;
+    files::copy_folder_dir(from, target.clone()).await?;
+    let cloned_from = format!("{}/{name}", source.owner.simple());
+    let made =
+        launch::clone_folder(&state.pool, &caller, &to, &source.volume, mode, cloned_from).await;
+    if let Err(e) = made {
+        let _ = files::remove_folder_dir(target).await;
+        return Err(e.into());
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(FolderCreated {
+            name: to,
+            volume: source.volume,
+        }),
+    ))
+}
+
 /// `POST /v1/upload-sessions`' body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -33,7 +33,10 @@ pub const DOWNLOAD_LIFETIME: chrono::Duration = chrono::Duration::minutes(30);
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/folders", post(create).get(list))
-        .route("/folders/{name}", get(info))
+        .route(
+            "/folders/{name}",
+            get(info).delete(super::folder_changes::trash),
+        )
         .route("/folders/{name}/files", get(list_files))
         .route("/folders/{name}/mkdir", post(mkdir))
         .route("/folders/{name}/request-upload", post(request_upload))
@@ -42,13 +45,13 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/download", get(download))
 }
 
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
+pub(super) fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
     let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
     serde_json::from_slice(bytes).map_err(|e| Problem::invalid("body", e.to_string()))
 }
 
 /// A folder's id as Backend.AI shows one: a UUID of its owner and name, the same every time.
-fn folder_id(owner: Uuid, name: &str) -> Uuid {
+pub(super) fn folder_id(owner: Uuid, name: &str) -> Uuid {
     Uuid::new_v5(&owner, name.as_bytes())
 }
 
@@ -166,13 +169,13 @@ fn no_such_folder(name: &str) -> Problem {
 }
 
 /// A path as Backend.AI's client sends one (`.`, or relative with `./` allowed).
-fn path_of(path: &str) -> Result<FolderPath, Problem> {
+pub(super) fn path_of(path: &str) -> Result<FolderPath, Problem> {
     FolderPath::parse(path.trim_start_matches("./"))
         .map_err(|e| Problem::invalid("path", e.to_string()))
 }
 
 /// The directory of the folder `name` as the caller reaches it, for `what`.
-async fn folder_dir(
+pub(super) async fn folder_dir(
     state: &AppState,
     caller: &BackendAiCaller,
     name: &str,

@@ -1,6 +1,6 @@
 //! `POST /admin/gql`: the GraphQL subset Backend.AI's client asks (`backend.ai ps`, `session
-//! info`, `admin session list`): root fields `compute_session(id)`, `compute_session_list`
-//! and `keypair`. The client's queries are templates over a field list the user chooses, and
+//! info`, `admin session list`, `vfolder list`): root fields `compute_session(id)`,
+//! `compute_session_list`, `keypair`, `vfolder_list` and `vfolder_own_list`. The client's queries are templates over a field list the user chooses, and
 //! its console tables zip headers with each item's values by position, so any subset of the
 //! fields must come back in the order selected with no other keys: a GraphQL executor
 //! (async-graphql) does that, where answering fixed query texts would not.
@@ -24,10 +24,12 @@
 //! - `args`: the status filter and the order expression.
 //! - `session`: the `ComputeSession` and `ComputeContainer` types.
 //! - `keypair`: the `KeyPair` type.
+//! - `vfolder`: the `VirtualFolder` type and its pages.
 
 mod args;
 mod keypair;
 mod session;
+mod vfolder;
 
 use std::sync::OnceLock;
 
@@ -55,6 +57,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use keypair::KeyPair;
 use session::ComputeSession;
+use vfolder::VirtualFolderList;
 
 /// The deepest a query may nest (`compute_session { containers { id } }` is 3; this leaves
 /// room for `dependencies { containers { ... } }`).
@@ -325,6 +328,38 @@ impl Query {
         })
     }
 
+    /// A page of the caller's own folders (`vfolder list`).
+    async fn vfolder_own_list(
+        &self,
+        ctx: &Context<'_>,
+        limit: i32,
+        offset: i32,
+        filter: Option<String>,
+        order: Option<String>,
+    ) -> Result<VirtualFolderList> {
+        let folders = reached_folders(ctx, true).await?;
+        vfolder::page(folders, order.as_deref(), filter.as_deref(), limit, offset)
+    }
+
+    /// A page of the folders the caller reaches: theirs and those shared with them. berth's
+    /// folders are users'; a project's (`group_id`) reaches them through shares, so a page of
+    /// a project's own folders is empty.
+    async fn vfolder_list(
+        &self,
+        ctx: &Context<'_>,
+        limit: i32,
+        offset: i32,
+        group_id: Option<Uuid>,
+        filter: Option<String>,
+        order: Option<String>,
+    ) -> Result<VirtualFolderList> {
+        let folders = match group_id {
+            Some(_) => Vec::new(),
+            None => reached_folders(ctx, false).await?,
+        };
+        vfolder::page(folders, order.as_deref(), filter.as_deref(), limit, offset)
+    }
+
     /// The caller's keypair, or for a superadmin the one of `access_key`.
     async fn keypair(
         &self,
@@ -362,6 +397,23 @@ impl Query {
             )),
         }
     }
+}
+
+/// The folders the caller reaches (only their own when `own`), as GraphQL shows them.
+async fn reached_folders(ctx: &Context<'_>, own: bool) -> Result<Vec<vfolder::VirtualFolder>> {
+    let Ctx { state, caller } = ctx.data::<Ctx>()?;
+    let user = caller.owner.user_id;
+    let folders = db::folders::folders(&state.pool, user)
+        .await
+        .map_err(db_error)?;
+    Ok(folders
+        .iter()
+        .filter(|f| !own || f.permission == "owner")
+        .map(|f| {
+            let mine = (f.permission == "owner").then_some(user);
+            vfolder::virtual_folder(f, mine, super::folders::folder_id(user, &f.name))
+        })
+        .collect())
 }
 
 /// The holder of Backend.AI access key `key` (revoked or not), if it was ever issued.

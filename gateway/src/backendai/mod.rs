@@ -11,11 +11,14 @@
 //! - `gql`: `POST /admin/gql`, the GraphQL subset the CLI's `ps` and `info` ask.
 //! - `stream`: `GET /events/session`, the lifecycle as Backend.AI names it (SSE).
 //! - `folders`: `/folders/...` (`vfolder` create, list, info, ls, mkdir, upload, download)
+//! - `folder_changes`: `vfolder` delete (to the trash), rename, mv, rename-file, rm, share,
+//!   unshare
 //!   and the storage proxy's `/upload` (tus) and `/download` (a signed token).
 //!
 //! Everything else on Backend.AI's paths is a clean `not-implemented` ([`fallback`]).
 
 pub mod auth;
+mod folder_changes;
 mod folders;
 mod gql;
 pub mod problem;
@@ -45,6 +48,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/manager/announcement", get(announcement))
         .merge(session::routes())
         .merge(folders::routes())
+        .merge(folder_changes::routes())
         .merge(gql::routes())
         .merge(stream::routes())
         .method_not_allowed_fallback(not_implemented_method)

@@ -105,6 +105,24 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
     Ok(folders)
 }
 
+/// The usage mode of `owner`'s folder `name` (general when it has none it names).
+pub async fn usage_mode(
+    pool: &Pool,
+    owner: Uuid,
+    name: &str,
+) -> Result<domain::folders::UsageMode, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT usage_mode FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &[&owner, &name],
+        )
+        .await?;
+    Ok(row
+        .and_then(|r| domain::folders::UsageMode::parse(r.get(0)))
+        .unwrap_or_default())
+}
+
 /// A folder a caller may reach: whose it is, its volume, and what they may do with it.
 pub struct Reachable {
     pub owner: Uuid,

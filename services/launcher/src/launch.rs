@@ -350,6 +350,30 @@ pub async fn create_folder(
     volume: &str,
     usage_mode: ::domain::folders::UsageMode,
 ) -> Result<(), LaunchError> {
+    record_folder(pool, owner, name, volume, usage_mode, None).await
+}
+
+/// Records `owner`'s folder `name` cloned from `cloned_from` (`<owner's id>/<name>`), its
+/// files already copied onto `volume` by the caller, as [`create_folder`] records one.
+pub async fn clone_folder(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    volume: &str,
+    usage_mode: ::domain::folders::UsageMode,
+    cloned_from: String,
+) -> Result<(), LaunchError> {
+    record_folder(pool, owner, name, volume, usage_mode, Some(cloned_from)).await
+}
+
+async fn record_folder(
+    pool: &Pool,
+    owner: &KeyOwner,
+    name: &str,
+    volume: &str,
+    usage_mode: ::domain::folders::UsageMode,
+    cloned_from: Option<String>,
+) -> Result<(), LaunchError> {
     domain::check_folder_name("name", name)?;
     let volume_error = |message: String| FieldError {
         field: "volume".into(),
@@ -367,6 +391,7 @@ pub async fn create_folder(
         name: name.to_owned(),
         volume: shared.then(|| volume.to_owned()),
         usage_mode,
+        cloned_from,
     });
     let metadata = events::trace::metadata(&owner.user_id.to_string(), None);
     match ledger::record_now(
