@@ -40,7 +40,7 @@ async fn schemathesis_on(h: &Harness, selection: [&str; 2]) -> String {
     run.arg("run")
         .arg(format!("{}/openapi.json", h.base))
         .args(selection)
-        .args(["--checks", "all", "--max-examples", "20", "--seed", "1"])
+        .args(["--checks", "all", "--max-examples", "15", "--seed", "1"])
         // DELETE terminates a session; the session, its history and its logs stay readable
         // afterwards (as in Backend.AI), which this check takes for a resource not deleted.
         .args(["--exclude-checks", "use_after_free"])
@@ -51,9 +51,11 @@ async fn schemathesis_on(h: &Harness, selection: [&str; 2]) -> String {
         .env("SCHEMATHESIS_REPORT_DIR", std::env::temp_dir())
         .current_dir(std::env::temp_dir())
         .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(180), run.output())
+    // A guard against a hang, not a measure: under the whole suite's load on two cores a run
+    // has taken past three minutes (the runner's own limit for this test is `.config/nextest.toml`'s).
+    let output = tokio::time::timeout(Duration::from_secs(300), run.output())
         .await
-        .expect("schemathesis ends within 3 minutes")
+        .expect("schemathesis ends within 5 minutes")
         .expect("schemathesis runs");
     let printed = format!(
         "{}{}",

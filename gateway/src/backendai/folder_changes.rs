@@ -79,8 +79,18 @@ async fn move_file(
     bytes: Bytes,
 ) -> Result<Json<Value>, Problem> {
     let FileMove { src, dst } = body(&bytes)?;
-    let (from, to) = (path_of(&src)?, path_of(&dst)?);
-    let (dir, _) = folder_dir(&state, &caller, &name, Use::Write).await?;
+    move_inside(&state, &caller, &name, path_of(&src)?, path_of(&dst)?).await
+}
+
+/// `from` moved to `to` inside the folder `name` the caller may write; `{}`.
+async fn move_inside(
+    state: &AppState,
+    caller: &BackendAiCaller,
+    name: &str,
+    from: domain::files::FolderPath,
+    to: domain::files::FolderPath,
+) -> Result<Json<Value>, Problem> {
+    let (dir, _) = folder_dir(state, caller, name, Use::Write).await?;
     files::move_entry(dir, from, to)
         .await
         .map_err(ApiError::from)?;
@@ -112,11 +122,7 @@ async fn rename_file(
         Some(parent) if !parent.is_root() => path_of(&format!("{}/{new_name}", parent.display()))?,
         _ => path_of(&new_name)?,
     };
-    let (dir, _) = folder_dir(&state, &caller, &name, Use::Write).await?;
-    files::move_entry(dir, from, to)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(Json(json!({})))
+    move_inside(&state, &caller, &name, from, to).await
 }
 
 #[derive(Deserialize)]
