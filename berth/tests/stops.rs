@@ -273,7 +273,13 @@ async fn an_agent_stopped_under_load_departs_and_adopts_its_sessions_on_return()
     );
     assert_eq!(count_in(&pool, &every, "ERROR").await, 0);
     assert_eq!(placed_on(&pool, &first).await, vec![leaving.clone()]);
-    assert!(containers_of_agent(&staying).is_empty());
+    // Its sessions ended, the staying agent removes their containers a moment after.
+    eventually(
+        "the staying agent's containers are removed",
+        logs,
+        || async { containers_of_agent(&staying).is_empty().then_some(()) },
+    )
+    .await;
     let replay = events::ledger::replay(&pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
     drop(other);
