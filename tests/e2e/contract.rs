@@ -40,7 +40,7 @@ async fn schemathesis_on(h: &Harness, selection: [&str; 2]) -> String {
     run.arg("run")
         .arg(format!("{}/openapi.json", h.base))
         .args(selection)
-        .args(["--checks", "all", "--max-examples", "15", "--seed", "1"])
+        .args(["--checks", "all", "--max-examples", "20", "--seed", "1"])
         // DELETE terminates a session; the session, its history and its logs stay readable
         // afterwards (as in Backend.AI), which this check takes for a resource not deleted.
         .args(["--exclude-checks", "use_after_free"])
