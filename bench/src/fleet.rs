@@ -213,6 +213,7 @@ async fn run_fleet(
             max_session_priority: None,
             max_pids: None,
             max_log_bytes: None,
+            max_folder_bytes: None,
         },
     )
     .await?;

@@ -239,6 +239,7 @@ fn checkers_cost(sessions: usize) -> (f64, f64) {
             },
             created_at: now - chrono::Duration::seconds(700),
             lifetime_cap_secs: None,
+            network_idle_cap_secs: None,
             agent_id: Some("a1".into()),
             running_since: Some(now - chrono::Duration::seconds(650)),
             exempt: false,

@@ -276,6 +276,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             batch_timeout_secs: None,
             omp_num_threads: 1,
             max_lifetime_secs: None,
+            network_idle_timeout_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
             pids_limit: None,

@@ -156,6 +156,7 @@ pub(crate) async fn fill_policy(pool: &Pool) -> anyhow::Result<()> {
             max_session_priority: None,
             max_pids: None,
             max_log_bytes: None,
+            max_folder_bytes: None,
         },
     )
     .await?;

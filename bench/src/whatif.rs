@@ -200,6 +200,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
                 batch_timeout_secs: None,
                 omp_num_threads: 1,
                 max_lifetime_secs: None,
+                network_idle_timeout_secs: None,
                 apps: vec![],
                 priority: SessionPriority::DEFAULT,
                 pids_limit: None,

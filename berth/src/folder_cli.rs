@@ -73,6 +73,10 @@ pub enum FolderCommand {
     Sftp {
         #[arg(required = true)]
         folders: Vec<String>,
+        /// It ends once this many seconds pass without a byte in or out (10 to 86400;
+        /// default 600).
+        #[arg(long, value_name = "SECS")]
+        idle_timeout: Option<u64>,
     },
     /// Rename or move a file, link or directory inside the folder.
     Mv {
@@ -135,8 +139,8 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             .map(|v| {
                 show(output, v, |l: Folders| {
                     println!(
-                        "{:<24} {:<8} {:<14} {:>14} {:>8}  {:<10} SHARED WITH",
-                        "NAME", "USAGE", "VOLUME", "BYTES", "FILES", "ACCESS"
+                        "{:<24} {:<8} {:<14} {:>14} {:>14} {:>8}  {:<10} SHARED WITH",
+                        "NAME", "USAGE", "VOLUME", "BYTES", "QUOTA", "FILES", "ACCESS"
                     );
                     for f in l.folders {
                         let (bytes, files) = f.usage.map_or(("-".into(), "-".into()), |u| {
@@ -156,9 +160,10 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
                             Some(_) => "in trash",
                             None => f.permission.as_str(),
                         };
+                        let quota = f.quota_bytes.map_or("-".into(), |q| q.to_string());
                         println!(
-                            "{:<24} {:<8} {:<14} {:>14} {:>8}  {:<10} {shared}",
-                            f.name, f.usage_mode, f.volume, bytes, files, access
+                            "{:<24} {:<8} {:<14} {:>14} {:>14} {:>8}  {:<10} {shared}",
+                            f.name, f.usage_mode, f.volume, bytes, quota, files, access
                         );
                     }
                 })
@@ -298,12 +303,15 @@ pub async fn run(config: &Config, command: FolderCommand) -> anyhow::Result<Exit
             })
             .await;
         }
-        FolderCommand::Sftp { folders } => client
+        FolderCommand::Sftp {
+            folders,
+            idle_timeout,
+        } => client
             .send(
                 client
                     .http
                     .post(client.url("/v1/upload-sessions"))
-                    .json(&json!({ "folders": folders })),
+                    .json(&json!({ "folders": folders, "idle_timeout_secs": idle_timeout })),
             )
             .await?
             .map(|v| {

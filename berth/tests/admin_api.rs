@@ -551,6 +551,8 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
             "512",
             "--max-log-bytes",
             "65536",
+            "--max-folder-gib",
+            "1",
         ],
     );
     let policies = api.get(k, "/v1/admin/policies").await;
@@ -563,7 +565,7 @@ async fn berth_admin_without_a_database_does_everything_through_the_gateway() {
         .clone();
     assert_eq!(
         small,
-        json!({"name": "small", "max_concurrent_sessions": 2, "max_total": {"cpu": 4.0, "memory_bytes": 8u64 << 30, "gpu": 1.0}, "max_session_lifetime_secs": 3600, "max_custom_images": 3, "max_session_priority": 40, "max_pids": 512, "max_log_bytes": 65536, "users": 0})
+        json!({"name": "small", "max_concurrent_sessions": 2, "max_total": {"cpu": 4.0, "memory_bytes": 8u64 << 30, "gpu": 1.0}, "max_session_lifetime_secs": 3600, "max_custom_images": 3, "max_session_priority": 40, "max_pids": 512, "max_log_bytes": 65536, "max_folder_bytes": 1073741824, "users": 0})
     );
     assert_eq!(ls(g, k, "policies"), policies);
     ok(

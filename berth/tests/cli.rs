@@ -429,6 +429,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
             batch_timeout_secs: None,
             omp_num_threads: 1,
             max_lifetime_secs: None,
+            network_idle_timeout_secs: None,
             apps: vec![],
             priority: events::payloads::SessionPriority::DEFAULT,
             pids_limit: None,

@@ -671,10 +671,14 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
 
     // An upload session: started from a folder, reached by Debian's `sftp` with the session's
     // key through the proxy's tunnel, a file put into the folder and got back; listed as a
-    // system session (the console's Upload Sessions), which a user cannot start directly.
+    // system session (the console's Upload Sessions), which a user cannot start directly; it
+    // ends by itself once idle.
     let ran = cli(&["folder", "create", "inbox"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let ran = cli(&["folder", "sftp", "inbox"], &env);
+    let ran = cli(&["folder", "sftp", "inbox", "--idle-timeout", "9"], &env);
+    assert_ne!(ran.code, Some(0), "below the least timeout");
+    assert!(ran.stderr.contains("idle_timeout_secs"), "{}", ran.stderr);
+    let ran = cli(&["folder", "sftp", "inbox", "--idle-timeout", "20"], &env);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let upload = ran.stdout.trim().to_owned();
     assert!(ran.stderr.contains("sftp -i"), "{}", ran.stderr);
@@ -742,7 +746,11 @@ async fn the_cli_prints_the_apis_answers_waits_for_exit_codes_and_refuses_a_shar
     );
     assert_ne!(ran.code, Some(0));
     assert!(ran.stderr.contains("system"), "{}", ran.stderr);
-    let ran = cli(&["session", "rm", &upload, "--force"], &env);
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Nobody sends it a byte now: the idle-reaper ends it after 20 s without traffic.
+    let ran = cli(&["session", "wait", &upload, "--timeout", "240"], &env);
+    assert_eq!(ran.code, Some(0), "{}{}", ran.stdout, ran.stderr);
+    let (_, ended) = api.get(&admin_key, &format!("/v1/sessions/{upload}")).await;
+    let reason = ended["status_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("network_idle checker"), "{ended}");
     let _ = std::fs::remove_dir_all(&logs);
 }

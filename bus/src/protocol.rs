@@ -220,6 +220,49 @@ pub struct FolderUsage {
     pub measured_at: DateTime<Utc>,
 }
 
+/// What a walk below a folder counted: the one way its usage is measured, by the agent after
+/// a session and by the gateway where it serves the folder's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Measured {
+    /// Allocated, as `du` counts (whole blocks).
+    pub bytes: u64,
+    /// Files, directories and links below it.
+    pub files: u64,
+    /// Whether every entry was counted (the walk stops at its budget of entries).
+    pub whole: bool,
+}
+
+impl Measured {
+    /// Walks below `root` without following a link, counting at most `most_entries`
+    /// entries; what cannot be read is passed over (a folder that does not exist holds
+    /// nothing).
+    pub fn walk(root: &std::path::Path, most_entries: u64) -> Measured {
+        use std::os::unix::fs::MetadataExt;
+        let mut measured = Measured {
+            bytes: 0,
+            files: 0,
+            whole: true,
+        };
+        for entry in walkdir::WalkDir::new(root)
+            .min_depth(1)
+            .into_iter()
+            .flatten()
+        {
+            if measured.files == most_entries {
+                measured.whole = false;
+                break;
+            }
+            if let Ok(meta) = entry.metadata() {
+                measured.bytes = measured
+                    .bytes
+                    .saturating_add(meta.blocks().saturating_mul(512));
+                measured.files += 1;
+            }
+        }
+        measured
+    }
+}
+
 /// A registry's user and password, handed to an agent that pulls one of its images.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistryLogin {
@@ -323,6 +366,32 @@ pub struct UsageSample {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_folder_is_measured_as_du_counts_with_every_entry_below_it_up_to_a_budget() {
+        let root = std::env::temp_dir().join(format!("berth-measure-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("a"), vec![1u8; 10_000]).unwrap();
+        std::fs::write(root.join("sub/b"), b"x").unwrap();
+        std::os::unix::fs::symlink("/usr", root.join("out")).unwrap();
+        let all = Measured::walk(&root, u64::MAX);
+        assert_eq!(
+            all.files, 4,
+            "two files, a directory and a link (not followed)"
+        );
+        assert!(all.whole);
+        // At least what the files hold, allocated in whole blocks.
+        assert!(
+            all.bytes >= 10_001 && all.bytes.is_multiple_of(512),
+            "{all:?}"
+        );
+        assert!(all.bytes < 1 << 20, "the link is not followed: {all:?}");
+        let part = Measured::walk(&root, 2);
+        assert_eq!((part.files, part.whole), (2, false));
+        let none = Measured::walk(&root.join("missing"), u64::MAX);
+        assert_eq!((none.bytes, none.files, none.whole), (0, 0, true));
+        std::fs::remove_dir_all(root).unwrap();
+    }
 
     #[test]
     fn messages_read_back_as_written() {

@@ -413,6 +413,7 @@ mod tests {
                 batch_timeout_secs: Some(60),
                 omp_num_threads: 2,
                 max_lifetime_secs: Some(3600),
+                network_idle_timeout_secs: None,
                 apps: Vec::new(),
                 priority: 20,
                 pids_limit: Some(4096),
@@ -558,6 +559,7 @@ mod tests {
                 max_session_priority: Some(50),
                 max_pids: Some(512),
                 max_log_bytes: Some(1 << 20),
+                max_folder_bytes: None,
             }),
             Event::PresetSaved(PresetSaved {
                 name: "small".into(),

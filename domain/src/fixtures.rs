@@ -45,6 +45,7 @@ pub fn session_requested() -> SessionRequested {
         batch_timeout_secs: None,
         omp_num_threads: 1,
         max_lifetime_secs: None,
+        network_idle_timeout_secs: None,
         apps: Vec::new(),
         priority: SessionPriority::DEFAULT,
         pids_limit: None,

@@ -2,6 +2,10 @@
 //! (rename, to the trash, back from the trash, purged for good), each checked against where
 //! the folder stands. A folder in the trash keeps its files and its shares but is reached by
 //! nobody: it cannot be mounted, shared, renamed or have its files touched until restored.
+//!
+//! Its quota: the owner's resource policy bounds the bytes each of their folders holds
+//! ([`Quota`]); a write that would pass it is refused, whoever writes (a shared folder counts
+//! against its owner's policy).
 
 use serde::{Deserialize, Serialize};
 
@@ -73,9 +77,67 @@ pub fn check_move(standing: Standing, step: FolderMove) -> Result<(), MoveRefuse
     }
 }
 
+/// The most bytes a folder may hold (its owner's policy's `max_folder_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota(pub u64);
+
+/// A write a folder's quota has no room for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the folder holds {used} bytes of its {quota}-byte quota; {incoming} more would pass it")]
+pub struct QuotaExceeded {
+    pub used: u64,
+    pub quota: u64,
+    pub incoming: u64,
+}
+
+impl Quota {
+    /// Whether `incoming` more bytes fit in a folder holding `used` now, of which `replaced`
+    /// go (a file written over), or the refusal naming the figures.
+    pub fn admits(self, used: u64, replaced: u64, incoming: u64) -> Result<(), QuotaExceeded> {
+        let after = used.saturating_sub(replaced).checked_add(incoming);
+        if after.is_some_and(|after| after <= self.0) {
+            Ok(())
+        } else {
+            Err(QuotaExceeded {
+                used,
+                quota: self.0,
+                incoming,
+            })
+        }
+    }
+
+    /// How many bytes a write may still make into a folder holding `used` (of which
+    /// `replaced` go once it is whole): what a streamed upload of unknown length is cut at.
+    pub fn room(self, used: u64, replaced: u64) -> u64 {
+        self.0.saturating_sub(used.saturating_sub(replaced))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quota_admits_up_to_its_bytes_and_counts_what_a_write_replaces() {
+        let quota = Quota(100);
+        assert_eq!(quota.admits(60, 0, 40), Ok(()));
+        assert_eq!(
+            quota.admits(60, 0, 41),
+            Err(QuotaExceeded {
+                used: 60,
+                quota: 100,
+                incoming: 41
+            })
+        );
+        // Writing over a 30-byte file frees its bytes once the new one is whole.
+        assert_eq!(quota.admits(60, 30, 70), Ok(()));
+        assert_eq!(quota.room(60, 30), 70);
+        // A folder already past its quota (the policy lowered, or written inside a session)
+        // takes nothing more, and nothing wraps.
+        assert_eq!(quota.room(150, 0), 0);
+        assert!(quota.admits(150, 0, 1).is_err());
+        assert!(Quota(u64::MAX).admits(u64::MAX, 0, u64::MAX).is_err());
+    }
 
     #[test]
     fn a_live_folder_is_renamed_or_trashed_and_a_trashed_one_restored_or_purged() {

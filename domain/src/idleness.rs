@@ -116,6 +116,16 @@ impl IdleChecks {
         self
     }
 
+    /// These checks with the network idle timeout bounded by `cap` too (one the request
+    /// carries, as an upload session's): the shorter one holds.
+    pub fn with_network_idle_cap(mut self, cap: Option<u64>) -> IdleChecks {
+        self.network_idle_timeout_secs = match (self.network_idle_timeout_secs, cap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+
     /// Why these checks cannot work, naming the field; `None` when they can.
     pub fn problem(&self) -> Option<(&'static str, String)> {
         let positive = |field, value: Option<u64>| match value {
@@ -196,6 +206,9 @@ pub struct Watched {
     pub created_at: DateTime<Utc>,
     /// The policy's hard lifetime, as the request carried it.
     pub lifetime_cap_secs: Option<u64>,
+    /// The network idle timeout the request carried (an upload session's).
+    #[serde(default)]
+    pub network_idle_cap_secs: Option<u64>,
     /// The agent of the main kernel, the one whose usage counts.
     pub agent_id: Option<String>,
     pub running_since: Option<DateTime<Utc>>,
@@ -479,6 +492,7 @@ mod tests {
             },
             created_at: t(0),
             lifetime_cap_secs: None,
+            network_idle_cap_secs: None,
             agent_id: Some("a1".into()),
             running_since: Some(t(10)),
             exempt: false,
@@ -596,6 +610,32 @@ mod tests {
                 .max_lifetime_secs,
             Some(7)
         );
+    }
+
+    #[test]
+    fn a_requests_network_idle_timeout_holds_where_the_group_sets_none_or_a_longer_one() {
+        let group = IdleChecks {
+            network_idle_timeout_secs: Some(60),
+            ..Default::default()
+        };
+        let capped =
+            |checks: IdleChecks, cap| checks.with_network_idle_cap(cap).network_idle_timeout_secs;
+        assert_eq!(capped(group, Some(30)), Some(30));
+        assert_eq!(
+            capped(group, Some(600)),
+            Some(60),
+            "the group's shorter one"
+        );
+        assert_eq!(capped(IdleChecks::default(), Some(600)), Some(600));
+        assert_eq!(capped(group, None), Some(60));
+        // An upload session (a system one) with no traffic since it started running ends.
+        let mut w = session(SessionType::System);
+        w.network_idle_cap_secs = Some(20);
+        let checks = IdleChecks::default().with_network_idle_cap(w.network_idle_cap_secs);
+        // Running since 10 s: idle for 15 s at 25 s, for 21 s at 31 s.
+        assert!(w.verdict(&checks, t(25)).is_none());
+        let verdict = w.verdict(&checks, t(31)).expect("idle past its timeout");
+        assert_eq!(verdict.checker, IdleChecker::NetworkIdle);
     }
 
     #[test]

@@ -354,6 +354,10 @@ pub struct SessionRequested {
     /// The owner's policy's maximum lifetime at the time of the request.
     #[serde(default)]
     pub max_lifetime_secs: Option<u64>,
+    /// The most seconds it may go without a byte in or out, whatever its group's idle checks
+    /// say (an upload session's: it ends when idle); absent: as its checks say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_idle_timeout_secs: Option<u64>,
     /// The apps the image declared when the session was requested.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<crate::apps::ServicePort>,
@@ -858,6 +862,10 @@ pub struct ResourcePolicySet {
     /// [`ContainerFence::DEFAULT_LOG_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_log_bytes: Option<u64>,
+    /// Most bytes each of a user's folders may hold ([`crate::folders::Quota`]); none: no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_folder_bytes: Option<u64>,
 }
 
 /// A named resource preset was created or changed.

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use bus::protocol::Measured;
 use domain::files::FolderPath;
+use domain::folders::{Quota, QuotaExceeded};
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
@@ -34,6 +36,8 @@ pub enum FilesError {
     Exists(String),
     #[error("the folder itself cannot be {0}")]
     Root(&'static str),
+    #[error(transparent)]
+    Quota(#[from] QuotaExceeded),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -229,10 +233,76 @@ pub fn archive(at: PathBuf, name: String) -> impl Stream<Item = std::io::Result<
     tokio_util::io::ReaderStream::new(reader)
 }
 
+/// What the folder in `dir` holds now, every entry counted as its usage is.
+pub async fn usage(dir: PathBuf) -> Result<u64, FilesError> {
+    blocking(move || Ok(Measured::walk(&dir, u64::MAX).bytes)).await
+}
+
+/// What the folder in `dir` holds now, when it is there (a `host-local` folder lives on the
+/// disk of the agent that ran its sessions, which may be another host) and a walk of at most
+/// `most_entries` counts it all.
+pub async fn measure_within(dir: PathBuf, most_entries: u64) -> Option<Measured> {
+    tokio::task::spawn_blocking(move || {
+        dir.is_dir()
+            .then(|| Measured::walk(&dir, most_entries))
+            .filter(|m| m.whole)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Where a folder stands against its quota before a write to one path: what it holds, as
+/// measured now, and what the write would replace there.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    quota: Quota,
+    used: u64,
+    replaced: u64,
+}
+
+impl Room {
+    /// Measures the folder in `dir` (every entry, as its usage is counted) and the file at
+    /// `path`, which a write there replaces; `None` when the folder has no quota.
+    pub async fn measure(
+        dir: PathBuf,
+        path: FolderPath,
+        quota: Option<Quota>,
+    ) -> Result<Option<Room>, FilesError> {
+        let Some(quota) = quota else {
+            return Ok(None);
+        };
+        let used = usage(dir.clone()).await?;
+        blocking(move || {
+            let replaced = match resolve(&dir, &path, true)?.symlink_metadata() {
+                Ok(meta) if meta.is_file() => meta.len(),
+                _ => 0,
+            };
+            Ok(Some(Room {
+                quota,
+                used,
+                replaced,
+            }))
+        })
+        .await
+    }
+
+    /// Whether `incoming` bytes fit.
+    pub fn admits(&self, incoming: u64) -> Result<(), QuotaExceeded> {
+        self.quota.admits(self.used, self.replaced, incoming)
+    }
+}
+
 /// Writes `body` to `path` (its directories made as needed), replacing a file there: written
 /// beside it under a name of its own and moved into place once whole, so a reader never sees
-/// half a file and a failed upload leaves nothing. The bytes written.
-pub async fn write<S, E>(dir: PathBuf, path: FolderPath, mut body: S) -> Result<u64, FilesError>
+/// half a file and a failed upload leaves nothing. Cut short, and nothing kept, once it passes
+/// the folder's `room`. The bytes written.
+pub async fn write<S, E>(
+    dir: PathBuf,
+    path: FolderPath,
+    mut body: S,
+    room: Option<Room>,
+) -> Result<u64, FilesError>
 where
     S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
     E: std::fmt::Display,
@@ -248,19 +318,22 @@ where
         let mut bytes = 0u64;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
-            file.write_all(&chunk).await?;
             bytes += chunk.len() as u64;
+            if let Some(room) = &room {
+                room.admits(bytes)?;
+            }
+            file.write_all(&chunk).await?;
         }
         file.flush().await?;
         file.get_ref().sync_all().await?;
         tokio::fs::rename(&partial, &target).await?;
-        Ok::<u64, std::io::Error>(bytes)
+        Ok::<u64, FilesError>(bytes)
     }
     .await;
     if written.is_err() {
         let _ = tokio::fs::remove_file(&partial).await;
     }
-    Ok(written?)
+    written
 }
 
 /// Where a file written to `path` goes: its directory (made as needed, every directory above
@@ -444,7 +517,9 @@ mod tests {
             [&b"hello "[..], &b"world"[..]].map(|c| Ok::<_, std::io::Error>(bytes::Bytes::from(c))),
         );
         assert_eq!(
-            write(dir.clone(), p("a/b/note.txt"), chunks).await.unwrap(),
+            write(dir.clone(), p("a/b/note.txt"), chunks, None)
+                .await
+                .unwrap(),
             11
         );
         let listed = list(dir.clone(), p("a/b")).await.unwrap();
@@ -479,7 +554,7 @@ mod tests {
         let none =
             futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))]);
         assert!(matches!(
-            write(dir.clone(), p("out/planted"), none).await,
+            write(dir.clone(), p("out/planted"), none, None).await,
             Err(FilesError::Link(_))
         ));
         assert!(!outside.join("planted").exists());
@@ -507,5 +582,46 @@ mod tests {
             readable(dir.clone(), p("gone")).await,
             Err(FilesError::Missing(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_write_past_the_quota_is_cut_short_and_leaves_nothing_while_one_over_a_file_counts_its_bytes_freed(
+    ) {
+        let dir = temp().join("folder");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("old"), vec![0u8; 8192]).unwrap();
+        let used = usage(dir.clone()).await.unwrap();
+        assert!(used >= 8192, "{used}");
+        let quota = Some(Quota(used + 4096));
+        let body = |n: usize| {
+            futures::stream::iter(
+                vec![bytes::Bytes::from(vec![7u8; 1024]); n]
+                    .into_iter()
+                    .map(Ok::<_, std::io::Error>),
+            )
+        };
+        let room = Room::measure(dir.clone(), p("new"), quota).await.unwrap();
+        assert!(room.is_some_and(|r| r.admits(4096).is_ok() && r.admits(4097).is_err()));
+        assert!(matches!(
+            write(dir.clone(), p("new"), body(5), room).await,
+            Err(FilesError::Quota(q)) if q.incoming == 5 * 1024
+        ));
+        let left: Vec<String> = list(dir.clone(), p(""))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(left, ["old"], "no partial file kept");
+        // Over the old file: its 8 KiB go once the new one is whole, so 12 KiB fit.
+        let room = Room::measure(dir.clone(), p("old"), quota).await.unwrap();
+        assert_eq!(
+            write(dir.clone(), p("old"), body(12), room).await.unwrap(),
+            12 * 1024
+        );
+        assert!(Room::measure(dir.clone(), p("x"), None)
+            .await
+            .unwrap()
+            .is_none());
     }
 }

@@ -271,8 +271,8 @@ pub struct Folder {
     /// The volume its files live on (`host-local`: the data directory of whichever agent
     /// runs a session of it).
     pub volume: String,
-    /// What it held when last measured (after each session that mounted it ended); null
-    /// before any has.
+    /// What it holds: measured now where this gateway serves its volume, else when last
+    /// measured (after each session that mounted it ended); null before any has.
     pub usage: Option<FolderUsage>,
     /// Its owner's email.
     pub owner: String,
@@ -288,6 +288,9 @@ pub struct Folder {
     /// When its owner moved it to the trash (listed to the owner alone, reached by nobody
     /// until restored); null for a folder in use.
     pub trashed_at: Option<DateTime<Utc>>,
+    /// The most bytes it may hold, from its owner's resource policy: an upload past it is
+    /// refused (413 `quota_exceeded`). Null: no limit.
+    pub quota_bytes: Option<u64>,
 }
 
 /// A resumable upload made: where to send its bytes.
@@ -316,8 +319,9 @@ pub struct FolderShare {
     pub permission: String,
 }
 
-/// What a folder holds on its volume, measured by the agent of the last session that mounted
-/// it, once that session ended.
+/// What a folder holds on its volume: measured by the gateway as it lists it where it serves
+/// the volume, else by the agent of the last session that mounted it, once that session
+/// ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FolderUsage {
@@ -326,8 +330,14 @@ pub struct FolderUsage {
     /// Files, directories and links in it.
     pub files: u64,
     pub measured_at: DateTime<Utc>,
-    /// The agent that measured it.
+    /// Who measured it: the agent of the last session that mounted it, or `gateway` when the
+    /// gateway serving its volume measured it as it listed it.
     pub agent_id: String,
+}
+
+impl FolderUsage {
+    /// [`FolderUsage::agent_id`] of a measurement the gateway made.
+    pub const BY_GATEWAY: &'static str = "gateway";
 }
 
 /// What kind of entry a folder holds.
@@ -1086,6 +1096,8 @@ pub struct AdminPolicy {
     pub max_pids: Option<i32>,
     /// Most bytes of each kernel's output kept (absent: 1 MiB).
     pub max_log_bytes: Option<i64>,
+    /// Most bytes each folder of its users may hold (absent: no limit).
+    pub max_folder_bytes: Option<i64>,
     /// How many users it applies to.
     pub users: i64,
 }

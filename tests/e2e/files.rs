@@ -734,3 +734,132 @@ async fn a_resumable_upload_goes_on_after_a_dropped_connection_to_the_same_bytes
     );
     assert_eq!(answer["error"]["field"], "upload-length", "{answer}");
 }
+
+/// A folder's quota comes from its owner's resource policy: an upload past it is refused on
+/// every way in (a plain upload whether it says its length or not, a resumable one, Backend.AI's
+/// through the same check) and leaves nothing, writing over a file counts the bytes it frees,
+/// what a session wrote inside is measured and shown with the quota, and a folder past its
+/// quota takes nothing more until the policy gives it room.
+#[tokio::test]
+async fn a_folders_quota_from_its_owners_policy_refuses_uploads_past_it_and_shows_its_usage() {
+    let (h, _agent) = one_host().await;
+    const KIB: usize = 1024;
+    let policy = |quota: Option<u64>| {
+        json!({"max_concurrent_sessions": 10,
+               "max_total": {"cpu": 8, "memory_bytes": 8u64 << 30, "gpu": 0},
+               "max_folder_bytes": quota})
+    };
+    let (status, answer) = h
+        .put(
+            &h.admin_key,
+            "/v1/admin/policies/tight",
+            policy(Some(64 << 10)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    let (status, answer) = h
+        .post(
+            &h.admin_key,
+            "/v1/admin/users",
+            json!({"email": "carol@example.com", "resource_policy": "tight"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let carol = answer["api_key"].as_str().unwrap().to_owned();
+    let (status, _) = h.post(&carol, "/v1/folders", json!({"name": "q"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    async fn listed(h: &Harness, key: &str) -> serde_json::Value {
+        let (status, folders) = h.get(key, "/v1/folders").await;
+        assert_eq!(status, StatusCode::OK, "{folders}");
+        folders["folders"][0].clone()
+    }
+    let q = listed(&h, &carol).await;
+    assert_eq!(q["quota_bytes"], 64 << 10, "{q}");
+
+    let put = |path: &str, body: reqwest::Body| {
+        h.http
+            .put(format!("{}/v1/folders/q/files?path={path}", h.base))
+            .header("x-api-key", &carol)
+            .body(body)
+            .send()
+    };
+    let refused = |answer: &serde_json::Value| {
+        answer["error"]["code"] == "quota_exceeded" && answer["error"]["field"] == "name"
+    };
+    let sent = put("a.bin", vec![1u8; 40 * KIB].into()).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    let q = listed(&h, &carol).await;
+    assert_eq!(q["usage"]["agent_id"], "gateway", "measured as listed: {q}");
+    assert!(q["usage"]["bytes"].as_u64().unwrap() >= 40 << 10, "{q}");
+    // Its length said: refused before a byte is taken.
+    let sent = put("b.bin", vec![2u8; 40 * KIB].into()).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let answer: serde_json::Value = sent.json().await.unwrap();
+    assert!(refused(&answer), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("40960 bytes of its 65536-byte quota"),
+        "{answer}"
+    );
+    // Streamed with no length: cut once past the room, nothing of it kept.
+    let chunks = futures::stream::iter(
+        (0..40).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![3u8; KIB]))),
+    );
+    let sent = put("c.bin", reqwest::Body::wrap_stream(chunks))
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let (_, files) = h.get(&carol, "/v1/folders/q/files").await;
+    let names: Vec<&str> = files["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.bin"], "{files}");
+    // Over a.bin: the 40 KiB it frees count.
+    let sent = put("a.bin", vec![4u8; 56 * KIB].into()).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    // A resumable upload is refused when it is made.
+    let made = h
+        .http
+        .post(format!("{}/v1/folders/q/uploads?path=t.bin", h.base))
+        .header("x-api-key", &carol)
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", 32 * KIB)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(refused(&made.json().await.unwrap()));
+
+    // Inside a session the quota is not the file system's (this volume has none): what it
+    // writes is measured and shown past the quota, and the folder takes no more uploads.
+    let ran = run_as(
+        &h,
+        &carol,
+        json!({"type": "batch", "image": "berth/shell:latest", "mounts": ["q"],
+               "resources": {"cpu": 1, "memory": "128m"},
+               "startup_command": "head -c 102400 /dev/zero > /home/work/q/inside.bin"}),
+    )
+    .await;
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    let q = listed(&h, &carol).await;
+    let used = q["usage"]["bytes"].as_u64().unwrap();
+    assert!(used >= (56 + 100) << 10, "{q}");
+    let sent = put("one.txt", vec![5u8; 1].into()).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The policy without a quota: room again.
+    let (status, _) = h
+        .put(&h.admin_key, "/v1/admin/policies/tight", policy(None))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let sent = put("one.txt", vec![5u8; 1].into()).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    assert_eq!(
+        listed(&h, &carol).await["quota_bytes"],
+        serde_json::Value::Null
+    );
+}

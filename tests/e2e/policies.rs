@@ -245,6 +245,7 @@ async fn ran_in_the_past(
             batch_timeout_secs: None,
             omp_num_threads: cores as u32,
             max_lifetime_secs: None,
+            network_idle_timeout_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
             pids_limit: None,

@@ -193,6 +193,10 @@ pub enum AdminCommand {
         /// Most bytes of each kernel's output kept, the most recent (absent: 1 MiB).
         #[arg(long)]
         max_log_bytes: Option<u64>,
+        /// Most GiB each folder of a user's may hold: uploads past it are refused (absent:
+        /// no limit).
+        #[arg(long)]
+        max_folder_gib: Option<f64>,
     },
     /// Admit or revoke agents.
     #[command(subcommand)]

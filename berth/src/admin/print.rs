@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::Kind;
-use crate::session_cli::{show, Output};
+use crate::session_cli::{bytes, show, Output};
 use gateway::model::{
     AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
     GroupShares, IdleSettings, KeypairsListed, Presets, Registries,
@@ -237,6 +237,7 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
                     "MAX-TOTAL",
                     "LIFETIME",
                     "CUSTOM-IMAGES",
+                    "FOLDER-QUOTA",
                     "USERS",
                 ],
                 l.policies
@@ -248,6 +249,7 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
                             amount(&p.max_total),
                             or_dash(p.max_session_lifetime_secs.map(|s| format!("{s}s"))),
                             or_dash(p.max_custom_images.map(|n| n.to_string())),
+                            or_dash(p.max_folder_bytes.map(|n| bytes(n as f64))),
                             p.users.to_string(),
                         ]
                     })

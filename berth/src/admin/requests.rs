@@ -329,6 +329,7 @@ fn limits_call(command: AdminCommand) -> Call {
             max_session_priority,
             max_pids,
             max_log_bytes,
+            max_folder_gib,
         } => {
             let limits = PolicyLimits {
                 max_concurrent_sessions: max_sessions,
@@ -338,6 +339,7 @@ fn limits_call(command: AdminCommand) -> Call {
                 max_session_priority,
                 max_pids,
                 max_log_bytes,
+                max_folder_bytes: max_folder_gib.map(gib),
             };
             let line = format!("resource policy {name} set");
             Call::put(format!("/v1/admin/policies/{name}"), limits, done(line))

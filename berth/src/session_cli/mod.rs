@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use berth::config::Config;
 use gateway::model::{Logs, SessionDetail};
-pub use output::Output;
+pub use output::{bytes, Output};
 use views::View;
 
 #[derive(Subcommand)]

@@ -74,12 +74,14 @@ pub(super) async fn apply_sql<C: GenericClient>(
                 client,
                 "INSERT INTO ledger.policies (name, max_concurrent_sessions, max_cpu_milli,
                        max_memory_bytes, max_gpu_milli, max_session_lifetime_secs,
-                       max_custom_images, max_session_priority, max_pids, max_log_bytes)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                       max_custom_images, max_session_priority, max_pids, max_log_bytes,
+                       max_folder_bytes)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                      ON CONFLICT (name) DO UPDATE SET max_concurrent_sessions = $2,
                        max_cpu_milli = $3, max_memory_bytes = $4, max_gpu_milli = $5,
                        max_session_lifetime_secs = $6, max_custom_images = $7,
-                       max_session_priority = $8, max_pids = $9, max_log_bytes = $10",
+                       max_session_priority = $8, max_pids = $9, max_log_bytes = $10,
+                       max_folder_bytes = $11",
                 &[
                     &e.name,
                     &(e.max_concurrent_sessions as i32),
@@ -91,6 +93,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &e.max_session_priority.map(|n| n as i32),
                     &e.max_pids.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
                     &e.max_log_bytes.map(i64_of),
+                    &e.max_folder_bytes.map(i64_of),
                 ],
             )
             .await?;
@@ -140,6 +143,7 @@ pub(super) struct Policy {
     pub max_session_priority: Option<i32>,
     pub max_pids: Option<i32>,
     pub max_log_bytes: Option<i64>,
+    pub max_folder_bytes: Option<i64>,
 }
 
 pub(super) struct Preset {
@@ -214,6 +218,7 @@ impl Tables {
                         max_session_priority: e.max_session_priority.map(|n| n as i32),
                         max_pids: e.max_pids.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
                         max_log_bytes: e.max_log_bytes.map(i64_of),
+                        max_folder_bytes: e.max_folder_bytes.map(i64_of),
                     },
                 );
             }
@@ -253,11 +258,12 @@ impl Tables {
                 "max_session_priority",
                 "max_pids",
                 "max_log_bytes",
+                "max_folder_bytes",
             ],
             &self
                 .policies
                 .iter()
-                .map(|(name, p)| -> [&(dyn ToSql + Sync); 10] {
+                .map(|(name, p)| -> [&(dyn ToSql + Sync); 11] {
                     [
                         name,
                         &p.max_concurrent_sessions,
@@ -269,6 +275,7 @@ impl Tables {
                         &p.max_session_priority,
                         &p.max_pids,
                         &p.max_log_bytes,
+                        &p.max_folder_bytes,
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -119,13 +119,19 @@ async fn folder(
     name: &str,
     what: Use,
 ) -> Result<std::path::PathBuf, ApiError> {
+    Ok(folder_and_quota(state, caller, name, what).await?.0)
+}
+
+/// [`folder`]'s directory with the quota of its owner's policy.
+async fn folder_and_quota(
+    state: &AppState,
+    caller: &KeyOwner,
+    name: &str,
+    what: Use,
+) -> Result<(std::path::PathBuf, Option<domain::folders::Quota>), ApiError> {
     let folder = reached(state, caller, name, what).await?;
-    Ok(files::folder_dir(
-        &state.file_roots,
-        &folder.volume,
-        folder.owner,
-        name,
-    )?)
+    let dir = files::folder_dir(&state.file_roots, &folder.volume, folder.owner, name)?;
+    Ok((dir, folder.quota))
 }
 
 pub(super) fn parsed(path: &str) -> Result<FolderPath, ApiError> {
@@ -143,6 +149,12 @@ impl From<FilesError> for ApiError {
             | FilesError::NotDirectory(_)
             | FilesError::Exists(_)
             | FilesError::Root(_) => conflict("path_conflict").field("path"),
+            FilesError::Quota(_) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                e.to_string(),
+            )
+            .field("name"),
             // ENAMETOOLONG: a name the file system's byte limits refuse.
             FilesError::Io(io) if io.raw_os_error() == Some(36) => {
                 ApiError::invalid("path", "too long for the file system (255 bytes a name)")
@@ -234,22 +246,33 @@ pub async fn download_file(
 }
 
 /// Write a file into one of my folders from the request's body, streamed (the directories
-/// above it made as needed; a file there replaced once the new one is whole).
+/// above it made as needed; a file there replaced once the new one is whole). Refused (413)
+/// when the folder's quota has no room for it: before a byte is read when the request says
+/// its length, else once the bytes pass the room.
 #[utoipa::path(put, path = "/v1/folders/{name}/files", tag = "folders",
     params(FolderName, FilePath),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 201, description = "written", body = FileWritten)))]
+    responses((status = 201, description = "written", body = FileWritten),
+        (status = 413, description = "past the folder's quota: nothing written")))]
 pub async fn upload_file(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(FolderName { name }): Path<FolderName>,
     RawQuery(raw): RawQuery,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let p: FilePath = query::parse(raw.as_deref())?;
     let path = parsed(&p.path)?;
-    let dir = folder(&state, &caller, &name, Use::Write).await?;
-    let size = files::write(dir, path.clone(), body.into_data_stream()).await?;
+    let (dir, quota) = folder_and_quota(&state, &caller, &name, Use::Write).await?;
+    let room = files::Room::measure(dir.clone(), path.clone(), quota).await?;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let (Some(room), Some(length)) = (&room, announced) {
+        room.admits(length).map_err(FilesError::from)?;
+    }
+    let size = files::write(dir, path.clone(), body.into_data_stream(), room).await?;
     Ok((
         StatusCode::CREATED,
         Json(FileWritten {

@@ -20,7 +20,7 @@ use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
 use crate::files;
-use crate::model::{FolderCreated, FolderShare, Folders};
+use crate::model::{Folder, FolderCreated, FolderShare, FolderUsage, Folders};
 use crate::state::AppState;
 
 /// `POST /v1/folders`'s body.
@@ -73,8 +73,36 @@ pub async fn list_folders(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<Folders>, ApiError> {
-    let folders = db::folders::folders(&state.pool, caller.user_id).await?;
+    let listed = db::folders::listed(&state.pool, caller.user_id).await?;
+    let folders = futures::future::join_all(
+        listed
+            .into_iter()
+            .map(|l| measured_here(&state, l.owner, l.folder)),
+    )
+    .await;
     Ok(Json(Folders { folders }))
+}
+
+/// Most entries a folder's walk counts when it is listed: past them, what an agent measured
+/// last stands (a list stays quick however large a folder grows).
+const LISTED_WALK_ENTRIES: u64 = 100_000;
+
+/// `folder` with what it holds measured now, where its volume is mounted on this gateway's
+/// host, its directory is there, and the walk fits [`LISTED_WALK_ENTRIES`]: uploads and
+/// sessions' writes show at once, not only after a session that mounted it ended.
+async fn measured_here(state: &AppState, owner: uuid::Uuid, mut folder: Folder) -> Folder {
+    let Ok(dir) = files::folder_dir(&state.file_roots, &folder.volume, owner, &folder.name) else {
+        return folder;
+    };
+    if let Some(m) = files::measure_within(dir, LISTED_WALK_ENTRIES).await {
+        folder.usage = Some(FolderUsage {
+            bytes: m.bytes,
+            files: m.files,
+            measured_at: chrono::Utc::now(),
+            agent_id: FolderUsage::BY_GATEWAY.into(),
+        });
+    }
+    folder
 }
 
 /// `POST /v1/folders/{name}/clone`'s body.
@@ -116,6 +144,12 @@ pub async fn clone_folder(
     }
     let from = files::folder_dir(&state.file_roots, &source.volume, source.owner, &name)?;
     let target = files::folder_dir(&state.file_roots, &source.volume, caller.user_id, &to)?;
+    // The copy is the caller's: it must fit their own policy's quota.
+    let quota = db::folders::quota_of(&state.pool, caller.user_id).await?;
+    if let Some(quota) = quota {
+        let bytes = files::usage(from.clone()).await?;
+        quota.admits(0, 0, bytes).map_err(files::FilesError::from)?;
+    }
     files::copy_folder_dir(from, target.clone()).await?;
     let cloned_from = format!("{}/{name}", source.owner.simple());
     let made =
@@ -140,6 +174,11 @@ pub struct NewUploadSession {
     /// The folders it mounts (the caller's, or shared with them), 1 to 16.
     #[schema(schema_with = folder_names)]
     folders: Vec<String>,
+    /// It ends once this many seconds pass without a byte in or out, 10 to 86400 (default
+    /// 600).
+    #[serde(default)]
+    #[schema(minimum = 10, maximum = 86400)]
+    idle_timeout_secs: Option<u64>,
 }
 
 /// 1 to 16 folder names, as a new folder's.
@@ -162,7 +201,8 @@ fn folder_names() -> utoipa::openapi::schema::Array {
 /// Start an upload session: a system session of berth's SFTP image mounting the folders,
 /// whose SSH server (`sshd`) its owner reaches through the proxy's tunnel (`berth session app
 /// tunnel ID sshd`) with the session's key (`GET /v1/sessions/{id}/ssh-key`). It is listed
-/// among the caller's sessions as type `system` (the console's "Upload Sessions").
+/// among the caller's sessions as type `system` (the console's "Upload Sessions"), and ends
+/// once idle (no byte in or out) for `idle_timeout_secs`.
 #[utoipa::path(post, path = "/v1/upload-sessions", tag = "folders",
     request_body = NewUploadSession,
     responses((status = 201, description = "requested", body = launcher::launch::Launched)))]
@@ -171,8 +211,14 @@ pub async fn start_upload_session(
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<launcher::launch::Launched>), ApiError> {
-    let NewUploadSession { folders } = parse_body(body)?;
-    let launched = launch::launch_upload_session(&state.pool, &caller, folders).await?;
+    let NewUploadSession {
+        folders,
+        idle_timeout_secs,
+    } = parse_body(body)?;
+    let upload = launch::UploadSession {
+        idle_timeout_secs: idle_timeout_secs.unwrap_or(launch::UploadSession::IDLE_TIMEOUT_SECS),
+    };
+    let launched = launch::launch_upload_session(&state.pool, &caller, folders, upload).await?;
     Ok((StatusCode::CREATED, Json(launched)))
 }
 

@@ -16,6 +16,7 @@ use super::files::{parsed, reached, FilePath, FolderName, Use};
 use super::query;
 use crate::caller::Caller;
 use crate::error::ApiError;
+use crate::files;
 use crate::model::UploadMade;
 use crate::state::AppState;
 use crate::uploads::{self, Upload, UploadError, UPLOAD_LIFETIME};
@@ -94,12 +95,14 @@ fn tus_answer(status: StatusCode, offset: u64) -> Response {
 /// of my folders (or one shared with me read-write). Its bytes are then sent with `PATCH` to
 /// the answer's `Location` (also in the body), from the offset `HEAD` answers, across as many
 /// requests as it takes; the last byte moves the whole file into place. An upload unfinished
-/// 24 hours after its making is forgotten.
+/// 24 hours after its making is forgotten. Refused (413) when the folder's quota has no room
+/// for `Upload-Length` bytes now.
 #[utoipa::path(post, path = "/v1/folders/{name}/uploads", tag = "folders",
     params(FolderName, FilePath,
         ("Upload-Length" = u64, Header, description = "the file's bytes (at most 1 TiB)",
             minimum = 0, maximum = 1_099_511_627_776_f64)),
-    responses((status = 201, description = "made: send its bytes to `location`", body = UploadMade)))]
+    responses((status = 201, description = "made: send its bytes to `location`", body = UploadMade),
+        (status = 413, description = "past the folder's quota")))]
 pub async fn make_upload(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -117,6 +120,10 @@ pub async fn make_upload(
     }
     let length = byte_count(&headers, &UPLOAD_LENGTH, MAX_UPLOAD)?;
     let reached = reached(&state, &caller, &name, Use::Write).await?;
+    let dir = files::folder_dir(&state.file_roots, &reached.volume, reached.owner, &name)?;
+    if let Some(room) = files::Room::measure(dir, path.clone(), reached.quota).await? {
+        room.admits(length).map_err(files::FilesError::from)?;
+    }
     let token = uploads::create(
         &state.file_roots,
         Upload {

@@ -310,7 +310,14 @@ async fn request_upload(
     if path.parent().is_none() {
         return Err(Problem::invalid("path", "names the folder itself"));
     }
-    let (_, folder) = folder_dir(&state, &caller, &name, Use::Write).await?;
+    let (dir, folder) = folder_dir(&state, &caller, &name, Use::Write).await?;
+    if let Some(room) = files::Room::measure(dir, path.clone(), folder.quota)
+        .await
+        .map_err(crate::error::ApiError::from)?
+    {
+        room.admits(length)
+            .map_err(|e| crate::error::ApiError::from(files::FilesError::from(e)))?;
+    }
     let token = uploads::create(
         &state.file_roots,
         Upload {

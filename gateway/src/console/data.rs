@@ -64,10 +64,16 @@ pub async fn page(
                 .trashed_at
                 .map(|at| at.format("%Y-%m-%d %H:%M").to_string()),
             usage_mode: f.usage_mode,
-            size: f
-                .usage
-                .as_ref()
-                .map_or("not measured yet".into(), |u| view::size(u.bytes as i64)),
+            size: {
+                let used = f
+                    .usage
+                    .as_ref()
+                    .map_or("not measured yet".into(), |u| view::size(u.bytes as i64));
+                match f.quota_bytes {
+                    Some(quota) => format!("{used} of {}", view::size(quota as i64)),
+                    None => used,
+                }
+            },
             files: f.usage.as_ref().map_or("–".into(), |u| u.files.to_string()),
             from: (f.permission != "owner").then_some(f.owner),
             permission: f.permission,

@@ -310,7 +310,7 @@ pub async fn policies(pool: &Pool) -> Result<Vec<AdminPolicy>, ApiError> {
             "SELECT p.name, p.max_concurrent_sessions, p.max_cpu_milli, p.max_memory_bytes,
                p.max_gpu_milli, p.max_session_lifetime_secs, p.max_custom_images,
                (SELECT count(*) FROM ledger.users u WHERE u.resource_policy = p.name),
-               p.max_session_priority, p.max_pids, p.max_log_bytes
+               p.max_session_priority, p.max_pids, p.max_log_bytes, p.max_folder_bytes
              FROM ledger.policies p ORDER BY p.name",
             &[],
         )
@@ -326,6 +326,7 @@ pub async fn policies(pool: &Pool) -> Result<Vec<AdminPolicy>, ApiError> {
             max_session_priority: r.get(8),
             max_pids: r.get(9),
             max_log_bytes: r.get(10),
+            max_folder_bytes: r.get(11),
             users: r.get(7),
         })
         .collect())

@@ -3,6 +3,7 @@
 //! measured (`recorder.folder_usage`, kept by the recorder).
 
 use deadpool_postgres::Pool;
+use domain::folders::Quota;
 use domain::sharing::{FolderAccess, FolderPermission};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -11,16 +12,38 @@ use crate::error::ApiError;
 use crate::model::{Folder, FolderShare, FolderUsage};
 
 /// The folders' columns [`folder_of`] reads: name, made, volume, usage (4), owner's email,
-/// usage mode, when trashed.
+/// usage mode, when trashed, the quota of the owner's policy (`p`), the owner's id.
 const FOLDER_COLUMNS: &str = "f.name, f.created_at, coalesce(f.volume, $2),
-    u.bytes, u.files, u.measured_at, u.agent_id, o.email, f.usage_mode, f.trashed_at";
+    u.bytes, u.files, u.measured_at, u.agent_id, o.email, f.usage_mode, f.trashed_at,
+    p.max_folder_bytes, f.owner";
+
+/// The quota of the policy of the folder's owner (`o`).
+const OWNERS_POLICY: &str = "LEFT JOIN ledger.policies p ON p.name = o.resource_policy";
 
 /// Whether share `s` reaches the user `$1`: it names them, or a project they are a member of.
 const REACHES_ME: &str = "((s.grantee_kind = 'user' AND s.grantee = $1::text)
     OR (s.grantee_kind = 'project' AND s.grantee IN
           (SELECT project FROM ledger.project_members WHERE user_id = $1)))";
 
-fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
+/// A policy's `max_folder_bytes` as the domain reads it.
+fn quota(max_folder_bytes: Option<i64>) -> Option<Quota> {
+    max_folder_bytes.map(|bytes| Quota(bytes.max(0) as u64))
+}
+
+/// A listed folder with its owner's id (where its files live).
+pub struct Listed {
+    pub owner: Uuid,
+    pub folder: Folder,
+}
+
+fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Listed {
+    Listed {
+        owner: r.get(11),
+        folder: folder_of_columns(r, permission, shares),
+    }
+}
+
+fn folder_of_columns(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
     Folder {
         name: r.get(0),
         created_at: r.get(1),
@@ -36,6 +59,7 @@ fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
         shares,
         usage_mode: r.get(8),
         trashed_at: r.get(9),
+        quota_bytes: quota(r.get(10)).map(|q| q.0),
     }
 }
 
@@ -43,12 +67,22 @@ fn folder_of(r: &Row, permission: &str, shares: Vec<FolderShare>) -> Folder {
 /// (directly or through a project), by name and owner, each with the strongest share's
 /// permission.
 pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
+    Ok(listed(pool, user)
+        .await?
+        .into_iter()
+        .map(|l| l.folder)
+        .collect())
+}
+
+/// [`folders`], each with its owner's id.
+pub async fn listed(pool: &Pool, user: Uuid) -> Result<Vec<Listed>, ApiError> {
     let client = pool.get().await?;
     let own = client
         .query(
             &format!(
                 "SELECT {FOLDER_COLUMNS}
                  FROM ledger.folders f JOIN ledger.users o ON o.user_id = f.owner
+                 {OWNERS_POLICY}
                  LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
                  WHERE f.owner = $1 ORDER BY f.name"
             ),
@@ -64,7 +98,7 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
             &[&user],
         )
         .await?;
-    let mut folders: Vec<Folder> = own
+    let mut folders: Vec<Listed> = own
         .iter()
         .map(|r| {
             let name: String = r.get(0);
@@ -87,11 +121,13 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
                  FROM ledger.folder_shares s
                  JOIN ledger.folders f USING (owner, name)
                  JOIN ledger.users o ON o.user_id = f.owner
+                 {OWNERS_POLICY}
                  LEFT JOIN recorder.folder_usage u ON u.owner = f.owner AND u.folder = f.name
                  WHERE f.owner <> $1 AND f.trashed_at IS NULL
                    AND {REACHES_ME}
                  GROUP BY f.name, f.created_at, f.volume, u.bytes, u.files, u.measured_at,
-                          u.agent_id, o.email, f.usage_mode, f.trashed_at
+                          u.agent_id, o.email, f.usage_mode, f.trashed_at, p.max_folder_bytes,
+                          f.owner
                  ORDER BY f.name, o.email"
             ),
             &[&user, &domain::volumes::HOST_LOCAL],
@@ -100,7 +136,7 @@ pub async fn folders(pool: &Pool, user: Uuid) -> Result<Vec<Folder>, ApiError> {
     folders.extend(
         shared
             .iter()
-            .map(|r| folder_of(r, r.get::<_, &str>(10), Vec::new())),
+            .map(|r| folder_of(r, r.get::<_, &str>(12), Vec::new())),
     );
     Ok(folders)
 }
@@ -128,6 +164,23 @@ pub struct Reachable {
     pub owner: Uuid,
     pub volume: String,
     pub access: FolderAccess,
+    /// The most bytes it may hold (its owner's policy's), if bounded.
+    pub quota: Option<Quota>,
+}
+
+/// The quota of `user`'s resource policy: the most bytes each of their folders may hold.
+pub async fn quota_of(pool: &Pool, user: Uuid) -> Result<Option<Quota>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT p.max_folder_bytes FROM ledger.users o {OWNERS_POLICY}
+                 WHERE o.user_id = $1"
+            ),
+            &[&user],
+        )
+        .await?;
+    Ok(row.and_then(|r| quota(r.get(0))))
 }
 
 /// The folder `name` as `user` reaches it: their own by that name, else the one another user
@@ -137,8 +190,12 @@ pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Rea
     let client = pool.get().await?;
     if let Some(row) = client
         .query_opt(
-            "SELECT coalesce(volume, $3), trashed_at IS NOT NULL
-             FROM ledger.folders WHERE owner = $1 AND name = $2",
+            &format!(
+                "SELECT coalesce(f.volume, $3), f.trashed_at IS NOT NULL, p.max_folder_bytes
+                 FROM ledger.folders f JOIN ledger.users o ON o.user_id = f.owner
+                 {OWNERS_POLICY}
+                 WHERE f.owner = $1 AND f.name = $2"
+            ),
             &[&user, &name, &domain::volumes::HOST_LOCAL],
         )
         .await?
@@ -155,16 +212,19 @@ pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Rea
             owner: user,
             volume: row.get(0),
             access: FolderAccess::Owner,
+            quota: quota(row.get(2)),
         }));
     }
     let rows = client
         .query(
             &format!(
-                "SELECT f.owner, coalesce(f.volume, $3), max(s.permission)
+                "SELECT f.owner, coalesce(f.volume, $3), max(s.permission), p.max_folder_bytes
                  FROM ledger.folder_shares s JOIN ledger.folders f USING (owner, name)
+                 JOIN ledger.users o ON o.user_id = f.owner
+                 {OWNERS_POLICY}
                  WHERE f.name = $2 AND f.owner <> $1 AND f.trashed_at IS NULL
                    AND {REACHES_ME}
-                 GROUP BY f.owner, f.volume"
+                 GROUP BY f.owner, f.volume, p.max_folder_bytes"
             ),
             &[&user, &name, &domain::volumes::HOST_LOCAL],
         )
@@ -176,6 +236,7 @@ pub async fn reachable(pool: &Pool, user: Uuid, name: &str) -> Result<Option<Rea
                 owner: row.get(0),
                 volume: row.get(1),
                 access: FolderAccess::Shared(permission),
+                quota: quota(row.get(3)),
             }),
         ),
         _ => Err(ApiError::new(

@@ -49,6 +49,7 @@ impl Watchlist {
                     resources: r.resources,
                     created_at: at,
                     lifetime_cap_secs: r.max_lifetime_secs,
+                    network_idle_cap_secs: r.network_idle_timeout_secs,
                     agent_id: None,
                     running_since: None,
                     exempt: false,
@@ -109,7 +110,8 @@ impl Watchlist {
     }
 
     /// The checks that apply to a session: its group's, with those its owner's policy sets
-    /// instead, the lifetime bounded by the policy's maximum as the request carried it.
+    /// instead, the lifetime bounded by the policy's maximum and the network idle timeout by
+    /// the request's own (an upload session's), as the request carried them.
     pub fn checks_for(&self, w: &Watched) -> IdleChecks {
         let group = self
             .checks
@@ -125,10 +127,11 @@ impl Watchlist {
         group
             .overridden_by(&policy)
             .with_lifetime_cap(w.lifetime_cap_secs)
+            .with_network_idle_cap(w.network_idle_cap_secs)
     }
 
     /// How far back usage matters: the longest utilization window or network timeout of any
-    /// checks (a reaper started again reads that much again).
+    /// checks or session (a reaper started again reads that much again).
     pub fn keep_secs(&self) -> u64 {
         self.checks
             .values()
@@ -138,6 +141,7 @@ impl Watchlist {
                     c.network_idle_timeout_secs,
                 ]
             })
+            .chain(self.sessions.values().map(|w| w.network_idle_cap_secs))
             .flatten()
             .max()
             .unwrap_or(0)

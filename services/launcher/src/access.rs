@@ -595,6 +595,7 @@ pub async fn bootstrap_with_key(
             max_session_priority: None,
             max_pids: None,
             max_log_bytes: None,
+            max_folder_bytes: None,
         })],
     ));
     put.push((

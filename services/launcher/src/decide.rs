@@ -237,7 +237,10 @@ pub fn check_request(
         domain::check_folder_name(&format!("mounts[{i}]"), mount)?;
     }
     let session_type = request.session_type.unwrap_or(SessionType::Interactive);
-    if session_type == SessionType::System && actor.role != Role::Superadmin && !request.upload {
+    if session_type == SessionType::System
+        && actor.role != Role::Superadmin
+        && request.upload.is_none()
+    {
         return Err(forbidden(
             "type",
             "only superadmins start system sessions (an upload session starts from its folders)",
@@ -567,6 +570,7 @@ pub fn decide(
             batch_timeout_secs: request.batch_timeout,
             omp_num_threads,
             max_lifetime_secs: policy.max_lifetime_secs,
+            network_idle_timeout_secs: request.upload.map(|u| u.idle_timeout_secs),
             apps: image_apps.clone(),
             priority,
             // The policy's bounds as they are now travel with the request: the agent and

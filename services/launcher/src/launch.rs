@@ -98,7 +98,7 @@ pub struct CreateSession {
     /// Set by berth alone, never read from a request: an upload session
     /// ([`launch_upload_session`]), the one system session its owner starts.
     #[serde(skip)]
-    pub upload: bool,
+    pub upload: Option<UploadSession>,
     /// Not blank; no NUL character.
     #[schema(
         min_length = 1,
@@ -310,14 +310,31 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
 /// The image upload sessions run: an SSH server serving SFTP (`infra/images.sh sftp`).
 pub const UPLOAD_IMAGE: &str = "berth/sftp:latest";
 
+/// What makes a session an upload session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadSession {
+    /// It ends once this long passes without a byte in or out (the idle-reaper's network
+    /// check, whatever its group sets).
+    pub idle_timeout_secs: u64,
+}
+
+impl UploadSession {
+    /// How long an upload session waits for traffic unless asked otherwise.
+    pub const IDLE_TIMEOUT_SECS: u64 = 600;
+    /// The bounds an owner may ask for.
+    pub const IDLE_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 10..=86_400;
+}
+
 /// Starts an upload session for `owner` (Backend.AI's "system sessions used for SFTP
 /// uploads"): a system session of [`UPLOAD_IMAGE`] mounting `folders` (theirs, or shared
 /// with them: read-only ones stay so), small, whose SSH server its owner reaches through the
-/// proxy's tunnel with the session's key. Users start no other system session.
+/// proxy's tunnel with the session's key, ending once idle for `upload`'s timeout. Users
+/// start no other system session.
 pub async fn launch_upload_session(
     pool: &Pool,
     owner: &KeyOwner,
     folders: Vec<String>,
+    upload: UploadSession,
 ) -> Result<Launched, LaunchError> {
     if folders.is_empty() {
         return Err(LaunchError::Invalid(FieldError {
@@ -325,9 +342,20 @@ pub async fn launch_upload_session(
             message: "name at least one folder to upload into".into(),
         }));
     }
+    if !UploadSession::IDLE_TIMEOUT_RANGE.contains(&upload.idle_timeout_secs) {
+        return Err(LaunchError::Invalid(FieldError {
+            field: "idle_timeout_secs".into(),
+            message: format!(
+                "{} is not from {} to {} seconds",
+                upload.idle_timeout_secs,
+                UploadSession::IDLE_TIMEOUT_RANGE.start(),
+                UploadSession::IDLE_TIMEOUT_RANGE.end()
+            ),
+        }));
+    }
     let request = CreateSession {
         session_type: Some(SessionType::System),
-        upload: true,
+        upload: Some(upload),
         image: UPLOAD_IMAGE.to_owned(),
         mounts: folders,
         resources: ResourceRequest {

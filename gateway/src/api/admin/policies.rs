@@ -61,6 +61,11 @@ pub struct PolicyLimits {
     #[serde(default)]
     #[schema(minimum = 4096, maximum = 67108864)]
     pub max_log_bytes: Option<u64>,
+    /// The most bytes each folder of its users may hold: uploads past it are refused
+    /// (absent: no limit).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub max_folder_bytes: Option<u64>,
 }
 
 impl PolicyLimits {
@@ -107,6 +112,7 @@ impl PolicyLimits {
             max_session_priority: self.max_session_priority,
             max_pids: self.max_pids,
             max_log_bytes: self.max_log_bytes,
+            max_folder_bytes: self.max_folder_bytes,
         })
     }
 }

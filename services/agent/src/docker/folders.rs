@@ -3,32 +3,12 @@
 //! folder. Measured by the main kernel's agent, after the containers are gone, so nothing
 //! writes meanwhile; off the session's task, so its end is not held up by a large folder.
 
-use std::path::Path;
-
-use bus::protocol::{FolderUsage, Request};
+use bus::protocol::{FolderUsage, Measured, Request};
 use chrono::Utc;
 use domain::aggregate::SessionState;
 
 use super::ctx::Ctx;
 use super::spec;
-
-/// Bytes allocated below `root` (as `du` counts them) and how many files, directories and
-/// links there are below it; what cannot be read is passed over.
-pub fn measure(root: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let (mut bytes, mut files) = (0u64, 0u64);
-    for entry in walkdir::WalkDir::new(root)
-        .min_depth(1)
-        .into_iter()
-        .flatten()
-    {
-        if let Ok(meta) = entry.metadata() {
-            bytes = bytes.saturating_add(meta.blocks().saturating_mul(512));
-            files += 1;
-        }
-    }
-    (bytes, files)
-}
 
 /// Measures each folder the session mounted and tells the recorder, in a task of its own.
 pub(super) fn report(ctx: &Ctx, state: &SessionState) {
@@ -56,8 +36,9 @@ pub(super) fn report(ctx: &Ctx, state: &SessionState) {
     let ctx = ctx.clone();
     tokio::spawn(async move {
         for (folder, volume, host) in folders {
-            let measured = tokio::task::spawn_blocking(move || measure(&host)).await;
-            let Ok((bytes, files)) = measured else {
+            let measured =
+                tokio::task::spawn_blocking(move || Measured::walk(&host, u64::MAX)).await;
+            let Ok(Measured { bytes, files, .. }) = measured else {
                 continue;
             };
             let usage = FolderUsage {
@@ -73,23 +54,4 @@ pub(super) fn report(ctx: &Ctx, state: &SessionState) {
             }
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_folder_is_measured_as_du_counts_with_every_entry_below_it() {
-        let root = std::env::temp_dir().join(format!("berth-measure-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(root.join("sub")).unwrap();
-        std::fs::write(root.join("a"), vec![1u8; 10_000]).unwrap();
-        std::fs::write(root.join("sub/b"), b"x").unwrap();
-        let (bytes, files) = measure(&root);
-        assert_eq!(files, 3, "two files and a directory");
-        // At least what the files hold, allocated in whole blocks.
-        assert!(bytes >= 10_001 && bytes % 512 == 0, "{bytes}");
-        assert_eq!(measure(&root.join("missing")), (0, 0));
-        std::fs::remove_dir_all(root).unwrap();
-    }
 }

@@ -276,6 +276,7 @@ fn requested(n: u128, owner: u128, at: f64) -> Logged {
             batch_timeout_secs: None,
             omp_num_threads: 1,
             max_lifetime_secs: None,
+            network_idle_timeout_secs: None,
             apps: vec![],
             priority: SessionPriority::DEFAULT,
             pids_limit: None,
