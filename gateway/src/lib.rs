@@ -232,7 +232,18 @@ pub fn router(state: AppState) -> Router {
             .merge(backendai::router())
             .fallback(backendai::fallback)
     } else {
-        router.fallback(error::no_such_route)
+        // Without Backend.AI's handshake at the root, a browser there still finds the console.
+        router
+            .route(
+                "/",
+                axum::routing::get(|headers: axum::http::HeaderMap| async move {
+                    match console::wants_page(&headers) {
+                        true => console::front_door().into_response(),
+                        false => error::no_such_route().await.into_response(),
+                    }
+                }),
+            )
+            .fallback(error::no_such_route)
     };
     let router = router.layer(axum::middleware::from_fn_with_state(
         state.clone(),

@@ -578,6 +578,25 @@ async fn the_console_cookie_speaks_for_the_api_only_from_the_same_origin() {
             .body(format!("key={key}"))
             .send()
     };
+    // The gateway's address in a browser lands on the console; a program keeps the JSON.
+    let root = |accept: &'static str| {
+        http.get(format!("{}/", h.base))
+            .header("accept", accept)
+            .send()
+    };
+    let browser = root("text/html,application/xhtml+xml,*/*;q=0.8")
+        .await
+        .unwrap();
+    assert_eq!(browser.status(), StatusCode::SEE_OTHER);
+    assert_eq!(browser.headers()["location"], "/console/sessions");
+    let program = root("*/*").await.unwrap();
+    assert_eq!(program.status(), StatusCode::OK);
+    let hello: serde_json::Value = program.json().await.unwrap();
+    assert!(
+        hello["manager"].as_str().unwrap().starts_with("berth"),
+        "{hello}"
+    );
+
     let elsewhere = sign_in("http://127.0.0.1:1".into()).await.unwrap();
     assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
     assert!(elsewhere.headers().get("set-cookie").is_none());

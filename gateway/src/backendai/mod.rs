@@ -55,12 +55,16 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 /// The version handshake every CLI call begins with (unsigned): the API version berth speaks
-/// and what answers.
-async fn hello() -> Json<Value> {
+/// and what answers. A browser opening the gateway's address is sent to the console instead.
+async fn hello(headers: axum::http::HeaderMap) -> Response {
+    if crate::console::wants_page(&headers) {
+        return crate::console::front_door().into_response();
+    }
     Json(json!({
         "version": API_VERSION,
         "manager": concat!("berth ", env!("CARGO_PKG_VERSION")),
     }))
+    .into_response()
 }
 
 /// The manager's announcement: berth has none.

@@ -51,6 +51,29 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; frame-ancestors 'none'";
 
+/// Whether a request to the gateway's root comes from a browser (it accepts HTML), which is
+/// sent to the console; a program (Backend.AI's client, `curl`) gets the root's JSON.
+pub fn wants_page(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let html = parts
+                .next()
+                .is_some_and(|t| t.eq_ignore_ascii_case("text/html"));
+            // `q=0` says "not this".
+            html && !parts.any(|p| p.replace(' ', "") == "q=0")
+        })
+}
+
+/// Where the gateway's root sends a browser.
+pub fn front_door() -> Redirect {
+    Redirect::to("/console/sessions")
+}
+
 /// Every console route.
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -200,5 +223,31 @@ impl Chrome {
             unread,
             nav,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderMap;
+
+    fn accepting(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_browser_is_sent_to_the_console_and_a_program_is_not() {
+        // What Chromium and Firefox send for a page.
+        assert!(wants_page(&accepting(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        )));
+        assert!(wants_page(&accepting("TEXT/HTML")));
+        // aiohttp (Backend.AI's client), curl, and a client refusing HTML.
+        assert!(!wants_page(&accepting("*/*")));
+        assert!(!wants_page(&accepting("application/json")));
+        assert!(!wants_page(&accepting("text/html;q=0, application/json")));
+        assert!(!wants_page(&HeaderMap::new()));
     }
 }
