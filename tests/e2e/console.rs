@@ -320,6 +320,85 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         assert_eq!(sessions_of(&s.h, &s.user).await.len(), before + 1);
     })
     .await;
+
+    b.step(TEST, "errors tab", async {
+        // An image that cannot be pulled: the session ends in ERROR, listed under Errors
+        // (Backend.AI's "Others") and not under Finished's ordinary ends alone.
+        let (status, created) = s
+            .h
+            .create(
+                &s.user,
+                json!({"type": "batch", "name": "wontpull", "image": crate::containers::ABSENT,
+                       "startup_command": "true", "resources": {"cpu": 0.5, "memory": "64m"}}),
+            )
+            .await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+        let failed = ids(&created)[0].clone();
+        s.h.wait_session_within(&failed, Duration::from_secs(120), |d| d["status"] == "ERROR")
+            .await;
+        b.client
+            .goto(&format!("{}/console/sessions", s.h.base))
+            .await
+            .unwrap();
+        b.click("#tab-errors").await;
+        let text = b.text_of(&format!("tr[data-session='{failed}']")).await;
+        assert!(text.contains("wontpull") && text.contains("ERROR"), "{text}");
+        let rows = b
+            .eval("return [...document.querySelectorAll('tr[data-session] .status')].map(e => e.textContent)")
+            .await;
+        let rows: Vec<String> = serde_json::from_value(rows).unwrap();
+        assert!(rows.iter().all(|r| r == "ERROR"), "{rows:?}");
+    })
+    .await;
+
+    b.step(TEST, "terminate asks first", async {
+        let (status, created) =
+            s.h.create(
+                &s.user,
+                json!({"name": "keepme", "image": "berth/shell:latest",
+                       "resources": {"cpu": 0.5, "memory": "64m"}}),
+            )
+            .await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+        let id = ids(&created)[0].clone();
+        s.h.wait_session_within(&id, Duration::from_secs(90), |d| d["status"] == "RUNNING")
+            .await;
+        b.client
+            .goto(&format!("{}/console/sessions", s.h.base))
+            .await
+            .unwrap();
+        // The row's own controls: apps, terminal, logs and the red power button.
+        let controls = b
+            .eval(&format!(
+                "return [...document.querySelectorAll(\"tr[data-session='{id}'] .controls .icon\")]\
+                 .map(e => e.getAttribute('title'))"
+            ))
+            .await;
+        assert_eq!(controls, json!(["Apps", "Terminal", "Logs", "Terminate"]));
+        b.click(&format!("[data-terminate='{id}']")).await;
+        let dialog = b.text_of("#confirm-terminate").await;
+        assert!(
+            dialog.contains("Terminate keepme?") && dialog.contains("lost"),
+            "{dialog}"
+        );
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.document("confirm-terminate").await;
+        b.click("#confirm-no").await;
+        b.find("#sessions").await;
+        let open = b
+            .eval("return !!document.querySelector('#confirm-terminate')")
+            .await;
+        assert_eq!(open, json!(false), "Cancel closes it");
+        let (_, detail) = s.h.get(&s.user, &format!("/v1/sessions/{id}")).await;
+        assert_eq!(detail["status"], "RUNNING", "nothing ended on Cancel");
+        b.click(&format!("[data-terminate='{id}']")).await;
+        b.click("#confirm-yes").await;
+        s.h.wait_session_within(&id, Duration::from_secs(90), |d| {
+            d["status"] == "TERMINATED"
+        })
+        .await;
+    })
+    .await;
 }
 
 #[tokio::test]

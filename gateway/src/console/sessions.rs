@@ -8,7 +8,7 @@ use askama::Template;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
-use events::payloads::Role;
+use events::payloads::{Role, SessionStatus};
 use serde::Deserialize;
 
 use super::auth::SameOrigin;
@@ -58,6 +58,12 @@ pub struct SessionsQuery {
     /// The session whose detail panel is open.
     #[serde(default)]
     pub session: Option<String>,
+    /// A session whose termination waits for a yes (the confirmation dialog); with `force`,
+    /// a force-termination.
+    #[serde(default)]
+    pub confirm: Option<String>,
+    #[serde(default)]
+    pub force: Option<String>,
     /// A session just launched: its toast.
     #[serde(default)]
     pub launched: Option<String>,
@@ -66,7 +72,7 @@ pub struct SessionsQuery {
 impl SessionsQuery {
     pub fn tab(&self) -> &str {
         match self.tab.as_deref() {
-            Some("finished") => "finished",
+            Some(t @ ("finished" | "errors")) => t,
             _ => "running",
         }
     }
@@ -134,7 +140,16 @@ impl SessionsQuery {
     /// The API's list query for this view.
     fn api_query(&self) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
-        query.append_pair("state", self.tab());
+        // Errors (Backend.AI's "Others"): the ended sessions that failed.
+        match self.tab() {
+            "errors" => {
+                query.append_pair("state", "finished");
+                query.append_pair("status", SessionStatus::Error.as_str());
+            }
+            tab => {
+                query.append_pair("state", tab);
+            }
+        }
         if self.kind() != "all" {
             query.append_pair("type", self.kind());
         }
@@ -161,13 +176,22 @@ pub struct Row {
     pub owner: String,
     /// The detail panel's link.
     pub href: String,
+    /// Whether it may still be terminated (and its apps and terminal reached, once running).
+    pub live: bool,
+    pub running: bool,
+    /// The confirmation dialog of its termination.
+    pub terminate_href: String,
 }
 
 impl Row {
     fn of(s: &SessionSummary, view: &SessionsQuery) -> Row {
         let id = s.session_id.to_string();
+        let status = SessionStatus::parse(&s.status);
         Row {
             href: view.with(&[("session", Some(&id))]),
+            live: status.is_some_and(SessionStatus::is_live),
+            running: status == Some(SessionStatus::Running),
+            terminate_href: view.with(&[("confirm", Some(&id))]),
             id,
             name: s.name.clone(),
             status: s.status.clone(),
@@ -210,6 +234,18 @@ pub struct Detail {
     pub running: bool,
     pub ended: bool,
     pub close_href: String,
+    /// The confirmation dialogs of its termination and force-termination.
+    pub terminate_href: String,
+    pub force_href: String,
+}
+
+/// The dialog that asks before a session is terminated: which, and what is lost.
+pub struct Confirm {
+    pub id: String,
+    pub name: String,
+    pub force: bool,
+    /// Where both answers go back to (the view without the dialog).
+    pub back: String,
 }
 
 pub struct KernelRow {
@@ -249,6 +285,7 @@ struct SessionsPage {
     pages: Vec<PageLink>,
     detail: Option<Detail>,
     toast: Option<Toast>,
+    confirm: Option<Confirm>,
 }
 
 impl SessionsPage {
@@ -264,6 +301,7 @@ pub struct Toast {
     pub status: String,
     pub reason: Option<String>,
     pub detail_href: String,
+    pub terminate_href: String,
 }
 
 /// `GET /console/sessions`.
@@ -312,10 +350,23 @@ pub async fn page(
         Some(id) => Some(detail(&state, &me, id, &view).await?),
         None => None,
     };
+    let confirm = match view.confirm.as_deref() {
+        Some(id) => {
+            let d = session(&state, &me, id).await?;
+            Some(Confirm {
+                id: d.session_id.to_string(),
+                name: d.name,
+                force: view.force.is_some(),
+                back: view.with(&[("confirm", None), ("force", None)]),
+            })
+        }
+        None => None,
+    };
     let toast = match view.launched.as_deref() {
         Some(id) => session(&state, &me, id).await.ok().map(|d| Toast {
             id: d.session_id.to_string(),
             detail_href: view.with(&[("session", Some(&d.session_id.to_string()))]),
+            terminate_href: view.with(&[("confirm", Some(&d.session_id.to_string()))]),
             name: d.name,
             status: d.status,
             reason: d.status_reason,
@@ -335,7 +386,11 @@ pub async fn page(
         tabs: choose(
             "tab",
             view.tab(),
-            &[("running", "Running"), ("finished", "Finished")],
+            &[
+                ("running", "Running"),
+                ("finished", "Finished"),
+                ("errors", "Errors"),
+            ],
         ),
         kinds: choose(
             "type",
@@ -377,6 +432,7 @@ pub async fn page(
             .collect(),
         detail,
         toast,
+        confirm,
         view,
     };
     Ok(render(&page))
@@ -606,6 +662,8 @@ async fn detail(
         running,
         ended,
         close_href: view.with(&[("session", None)]),
+        terminate_href: view.with(&[("confirm", Some(id))]),
+        force_href: view.with(&[("confirm", Some(id)), ("force", Some("1"))]),
         d,
     })
 }
