@@ -391,8 +391,28 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         assert_eq!(open, json!(false), "Cancel closes it");
         let (_, detail) = s.h.get(&s.user, &format!("/v1/sessions/{id}")).await;
         assert_eq!(detail["status"], "RUNNING", "nothing ended on Cancel");
-        b.click(&format!("[data-terminate='{id}']")).await;
-        b.click("#confirm-yes").await;
+        // Chromium drops a request under way when the host's interfaces change (it notices a
+        // new container's veth a moment late): a yes lost that way is given again.
+        for _ in 0..5 {
+            b.client
+                .goto(&format!("{}/console/sessions", s.h.base))
+                .await
+                .unwrap();
+            b.click(&format!("[data-terminate='{id}']")).await;
+            b.click("#confirm-yes").await;
+            let mut asked = false;
+            for _ in 0..50 {
+                let (_, d) = s.h.get(&s.user, &format!("/v1/sessions/{id}")).await;
+                if d["status"] != "RUNNING" {
+                    asked = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if asked {
+                break;
+            }
+        }
         s.h.wait_session_within(&id, Duration::from_secs(90), |d| {
             d["status"] == "TERMINATED"
         })
