@@ -103,6 +103,10 @@ impl PolicyLimits {
                 ContainerFence::LEAST_LOG_BYTES..=ContainerFence::MOST_LOG_BYTES,
             )?;
         }
+        if let Some(n) = self.max_folder_bytes {
+            // Kept as a signed 64-bit figure, as every byte count of the ledger.
+            within("max_folder_bytes", n, 0..=i64::MAX as u64)?;
+        }
         Ok(ResourcePolicySet {
             name,
             max_concurrent_sessions: self.max_concurrent_sessions,
