@@ -204,6 +204,9 @@ catalogue! {
     /// An admin set how a resource group's queue is ordered (policy, fair share, starvation
     /// bound).
     ResourceGroupSchedulingSet(ResourceGroupSchedulingSet) = "ResourceGroupSchedulingSet" v 1,
+    /// An operator set the environment and preset a launch in a resource group gets when it
+    /// names none.
+    ResourceGroupDefaultsSet(ResourceGroupDefaultsSet) = "ResourceGroupDefaultsSet" v 1,
     /// A resource policy was created or changed.
     ResourcePolicySet(ResourcePolicySet) = "ResourcePolicySet" v 1,
     /// A resource preset was created or changed.
@@ -549,6 +552,11 @@ mod tests {
                 weight_memory_per_gib: 0.5,
                 weight_gpu_per_device: 8.0,
                 starve_after_secs: 3_600,
+            }),
+            Event::ResourceGroupDefaultsSet(ResourceGroupDefaultsSet {
+                name: "gpu".into(),
+                image: Some("berth/python:latest".into()),
+                preset: None,
             }),
             Event::ResourcePolicySet(ResourcePolicySet {
                 name: "default".into(),

@@ -460,6 +460,48 @@ fn measure(name: &str, value: f64, threshold: f64) -> IdleMeasure {
     }
 }
 
+/// How near a reading is to reaping, as the console colours it (the seeds' tooltip: yellow,
+/// then red, as utilization nears its threshold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alarm {
+    Calm,
+    /// Yellow: a time past nine tenths of its limit or within a minute of it, or a
+    /// utilization within twice its threshold.
+    Near,
+    /// Red: it fires, or a utilization at or below its threshold.
+    Due,
+}
+
+impl IdleReading {
+    /// This reading's [`Alarm`].
+    pub fn alarm(&self) -> Alarm {
+        if self.fires {
+            return Alarm::Due;
+        }
+        let ratios = self
+            .measures
+            .iter()
+            .filter(|m| m.threshold > 0.0)
+            .map(|m| m.value / m.threshold);
+        match self.checker {
+            IdleChecker::Utilization => match ratios.fold(f64::INFINITY, f64::min) {
+                r if r <= 1.0 => Alarm::Due,
+                r if r <= 2.0 => Alarm::Near,
+                _ => Alarm::Calm,
+            },
+            IdleChecker::Lifetime | IdleChecker::NetworkIdle => {
+                let near_limit = ratios.fold(0.0, f64::max) >= 0.9;
+                let within_a_minute = self.remaining_secs.is_some_and(|left| left < 60.0);
+                if near_limit || within_a_minute {
+                    Alarm::Near
+                } else {
+                    Alarm::Calm
+                }
+            }
+        }
+    }
+}
+
 /// The reason a reaped session's termination carries: the checker and its figures.
 pub fn reap_reason(reading: &IdleReading) -> String {
     format!(
@@ -813,5 +855,36 @@ mod tests {
         let over = utilization(0, 10, Some(150.0), None);
         assert_eq!(over.problem().unwrap().0, "cpu_threshold");
         assert_eq!(utilization(0, 10, Some(5.0), None).problem(), None);
+    }
+
+    #[test]
+    fn a_reading_turns_yellow_then_red_as_it_nears_its_threshold() {
+        let reading = |checker, value: f64, threshold: f64, remaining: f64| IdleReading {
+            checker,
+            measures: vec![measure("x", value, threshold)],
+            remaining_secs: Some(remaining),
+            fires: false,
+            explanation: String::new(),
+        };
+        use IdleChecker::*;
+        assert_eq!(reading(Utilization, 50.0, 10.0, 100.0).alarm(), Alarm::Calm);
+        assert_eq!(reading(Utilization, 15.0, 10.0, 100.0).alarm(), Alarm::Near);
+        assert_eq!(
+            reading(Utilization, 8.0, 10.0, 100.0).alarm(),
+            Alarm::Due,
+            "below its threshold, though its window has not run out"
+        );
+        assert_eq!(
+            reading(NetworkIdle, 100.0, 1000.0, 900.0).alarm(),
+            Alarm::Calm
+        );
+        assert_eq!(
+            reading(NetworkIdle, 950.0, 1000.0, 50.0).alarm(),
+            Alarm::Near
+        );
+        assert_eq!(reading(Lifetime, 10.0, 60.0, 50.0).alarm(), Alarm::Near);
+        let mut fired = reading(Lifetime, 10.0, 3600.0, 0.0);
+        fired.fires = true;
+        assert_eq!(fired.alarm(), Alarm::Due);
     }
 }

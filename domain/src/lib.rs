@@ -6,6 +6,8 @@
 //!   the rules of the proxy circuits that reach them.
 //! - [`credentials`]: the rule a password keeps, how long a web-console sign-in and an API key
 //!   last, and who may change whose account.
+//! - [`defaults`]: the environment and preset a launch that names none gets (the group's,
+//!   as set, else the most used and the smallest that fits).
 //! - [`fair_share`]: decayed past use, fair-share factors and dominant shares, which order a
 //!   resource group's queue under `fair-share` and `drf`.
 //! - [`aggregate`]: the folds of a session's and an agent's stream (state + event -> state).
@@ -36,6 +38,7 @@ pub mod apps;
 pub mod authorization;
 pub mod catalogue;
 pub mod credentials;
+pub mod defaults;
 pub mod fair_share;
 pub mod files;
 #[cfg(any(test, feature = "fixtures"))]

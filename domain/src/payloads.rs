@@ -833,6 +833,20 @@ pub struct ResourceGroupSchedulingSet {
     pub starve_after_secs: u64,
 }
 
+/// An operator set what a launch in a resource group gets when it names no environment or no
+/// resources ([`crate::defaults`]); a default left out falls back to the group's most used
+/// environment, or the smallest preset that fits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceGroupDefaultsSet {
+    pub name: String,
+    /// An image (`repository:tag`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A preset's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+}
+
 /// A project may use a resource group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceGroupGranted {

@@ -57,6 +57,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(38, include_str!("../migrations/0038_folder_shares.sql")),
     backbone(39, include_str!("../migrations/0039_folder_life.sql")),
     backbone(40, include_str!("../migrations/0040_folder_quota.sql")),
+    backbone(41, include_str!("../migrations/0041_group_defaults.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

@@ -120,6 +120,19 @@ if (live) {
   logs(live);
 }
 
+// A copy button puts its reference on the clipboard (the field beside it can be selected
+// by hand where the browser allows no clipboard).
+for (const button of document.querySelectorAll("[data-copy]")) {
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(button.dataset.copy);
+      button.textContent = "\u2713";
+    } catch {
+      button.previousElementSibling?.select();
+    }
+  });
+}
+
 // The Data explorer's uploads: the files picked or dropped go to the API one by one (the
 // console cookie speaks for same-origin requests), each streamed with its progress drawn,
 // then the page shows the directory again.
@@ -165,3 +178,48 @@ function uploads() {
 }
 
 uploads();
+
+// The launcher's environment variables as rows (the seeds' "+ Add environment variables"
+// and a "-" on each): a name and a value a row, written back into the form's one
+// NAME=value-a-line field as they change, which the page reads without the script too.
+function envRows() {
+  const field = document.querySelector("[data-env-rows]");
+  if (!field) return;
+  const rows = document.createElement("div");
+  rows.className = "env-rows";
+  rows.id = "env-rows";
+  const add = document.createElement("button");
+  add.type = "button";
+  add.id = "env-add";
+  add.textContent = "+ Add environment variables";
+  const write = () => {
+    field.value = [...rows.querySelectorAll(".env-row")]
+      .map((row) => [row.querySelector(".env-name").value.trim(), row.querySelector(".env-value").value])
+      .filter(([name]) => name)
+      .map(([name, value]) => `${name}=${value}`)
+      .join("\n");
+  };
+  const row = (name, value) => {
+    const line = document.createElement("div");
+    line.className = "env-row";
+    const n = rows.children.length + 1;
+    line.innerHTML = `<input class="env-name" aria-label="Variable ${n} name" placeholder="NAME">
+      <input class="env-value" aria-label="Variable ${n} value" placeholder="value">
+      <button type="button" class="env-remove" aria-label="Remove variable ${n}">-</button>`;
+    line.querySelector(".env-name").value = name;
+    line.querySelector(".env-value").value = value;
+    line.addEventListener("input", write);
+    line.querySelector(".env-remove").addEventListener("click", () => { line.remove(); write(); });
+    rows.append(line);
+  };
+  for (const text of field.value.split("\n").filter((l) => l.includes("="))) {
+    const at = text.indexOf("=");
+    row(text.slice(0, at), text.slice(at + 1));
+  }
+  add.addEventListener("click", () => { row("", ""); rows.lastElementChild.querySelector(".env-name").focus(); });
+  field.hidden = true;
+  document.querySelector("label[for='env']").textContent = "Environment variables";
+  field.after(rows, add);
+}
+
+envRows();

@@ -178,6 +178,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api::admin::groups::admin_grant_group))
         .routes(routes!(api::admin::groups::admin_set_group_scheduling))
+        .routes(routes!(api::admin::groups::admin_set_group_defaults))
         .routes(routes!(api::admin::groups::admin_group_shares))
         .routes(routes!(api::admin::groups::admin_set_session_priority))
         .routes(routes!(api::admin::policies::admin_list_policies))
@@ -449,6 +450,7 @@ mod tests {
             ("post", "/v1/admin/resource-groups"),
             ("post", "/v1/admin/resource-groups/{name}/grants"),
             ("put", "/v1/admin/resource-groups/{name}/scheduling"),
+            ("put", "/v1/admin/resource-groups/{name}/defaults"),
             ("get", "/v1/admin/resource-groups/{name}/shares"),
             ("put", "/v1/admin/sessions/{id}/priority"),
             ("get", "/v1/admin/policies"),
@@ -564,7 +566,8 @@ mod tests {
             Value::Bool(false),
             "{create}"
         );
-        assert_eq!(create["required"], serde_json::json!(["image"]));
+        // Nothing is required: a request that names no image gets its group's default.
+        assert_eq!(create["required"], Value::Null, "{create}");
         assert!(text.contains(launcher::schema::NAME_PATTERN));
         assert!(text.contains(r#""minimum":1024"#) && text.contains(r#""maximum":65535"#));
         assert!(create["allOf"]

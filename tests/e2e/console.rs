@@ -118,6 +118,16 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         b.fill("#image", "berth/shell:latest").await;
         b.fill("#cpu", "0.5").await;
         b.fill("#memory", "256m").await;
+        // Environment variables a row each: one added, another added and removed.
+        b.click("#env-add").await;
+        b.fill("#env-rows .env-row:last-child .env-name", "GREETING")
+            .await;
+        b.fill("#env-rows .env-row:last-child .env-value", "hi")
+            .await;
+        b.click("#env-add").await;
+        b.fill("#env-rows .env-row:last-child .env-name", "DROPPED")
+            .await;
+        b.click("#env-rows .env-row:last-child .env-remove").await;
         assert!(b.unlabelled_controls().await.is_empty());
         b.click("#skip-to-review").await;
         b.find("#launch").await;
@@ -142,7 +152,14 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
             }
             let created = sessions_of(&s.h, &s.user).await;
             assert_eq!(created.len(), 1, "{created:?}");
-            created[0]["session_id"].as_str().unwrap().to_owned()
+            let id = created[0]["session_id"].as_str().unwrap().to_owned();
+            let (_, detail) = s.h.get(&s.user, &format!("/v1/sessions/{id}")).await;
+            assert_eq!(
+                detail["request"]["environment"],
+                json!({"GREETING": "hi"}),
+                "{detail}"
+            );
+            id
         })
         .await;
     s.h.wait_session_within(&id, Duration::from_secs(90), |d| {
@@ -321,6 +338,44 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
     })
     .await;
 
+    b.step(TEST, "defaults launch", async {
+        // Start, then straight to the review naming nothing: the group's defaults, said so.
+        let before = sessions_of(&s.h, &s.user).await.len();
+        b.client
+            .goto(&format!("{}/console/sessions", s.h.base))
+            .await
+            .unwrap();
+        b.click("#start").await;
+        b.click("#skip-to-review").await;
+        b.find("#launch").await;
+        let errors = b
+            .eval("return document.querySelectorAll('[data-error-field]').length")
+            .await;
+        assert_eq!(errors, json!(0));
+        let review = b.find("#wizard").await.text().await.unwrap();
+        assert!(
+            review.contains("berth/shell:latest (the group's default: set by an operator)")
+                && review.contains("small (the group's default: the smallest preset that fits)"),
+            "{review}"
+        );
+        b.document("launcher-defaults").await;
+        b.click("#launch").await;
+        b.click("#start-anyway").await;
+        b.find("[data-toast]").await;
+        let sessions = sessions_of(&s.h, &s.user).await;
+        assert_eq!(sessions.len(), before + 1);
+        let newest = sessions
+            .iter()
+            .max_by_key(|s| s["created_at"].as_str().unwrap_or_default().to_owned())
+            .unwrap();
+        let id = newest["session_id"].as_str().unwrap().to_owned();
+        let ran =
+            s.h.wait_session_within(&id, Duration::from_secs(90), |d| d["status"] == "RUNNING")
+                .await;
+        assert_eq!(ran["image"], "berth/shell:latest");
+    })
+    .await;
+
     b.step(TEST, "errors tab", async {
         // An image that cannot be pulled: the session ends in ERROR, listed under Errors
         // (Backend.AI's "Others") and not under Finished's ordinary ends alone.
@@ -391,6 +446,42 @@ async fn a_batch_session_is_launched_found_and_explained_in_the_console() {
         assert_eq!(open, json!(false), "Cancel closes it");
         let (_, detail) = s.h.get(&s.user, &format!("/v1/sessions/{id}")).await;
         assert_eq!(detail["status"], "RUNNING", "nothing ended on Cancel");
+        // Committed, its image is on My images: its reference to copy, and a remove that asks.
+        let (status, started) =
+            s.h.post(
+                &s.user,
+                &format!("/v1/sessions/{id}/commit"),
+                json!({"name": "keepme1"}),
+            )
+            .await;
+        assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{started}");
+        let image = started["image"].as_str().unwrap().to_owned();
+        wait_for(|| async {
+            let (_, listed) = s.h.get(&s.user, "/v1/images").await;
+            (listed["items"][0]["image"] == image.as_str()).then_some(())
+        })
+        .await;
+        b.client
+            .goto(&format!("{}/console/images", s.h.base))
+            .await
+            .unwrap();
+        let copy = b.find("tr[data-image='keepme1'] [data-copy]").await;
+        assert_eq!(
+            copy.attr("data-copy").await.unwrap().as_deref(),
+            Some(image.as_str())
+        );
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.click("[data-remove='keepme1']").await;
+        let dialog = b.text_of("#confirm-remove").await;
+        assert!(dialog.contains("Remove keepme1?"), "{dialog}");
+        b.document("images").await;
+        b.click("#remove-yes").await;
+        wait_for(|| async {
+            let (_, listed) = s.h.get(&s.user, "/v1/images").await;
+            (listed["items"] == json!([])).then_some(())
+        })
+        .await;
+
         // Chromium drops a request under way when the host's interfaces change (it notices a
         // new container's veth a moment late): a yes lost that way is given again.
         for _ in 0..5 {

@@ -427,7 +427,7 @@ async fn recent_launches_are_the_five_newest_and_the_pinned_ones_kept_whole() {
     }
     // A create refused keeps nothing.
     let before = h.count_events("LaunchRecorded").await;
-    let (status, _) = h.create(&alice, json!({"image": ""})).await;
+    let (status, _) = h.create(&alice, json!({"image": "  "})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(h.count_events("LaunchRecorded").await, before);
 

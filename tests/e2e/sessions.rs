@@ -649,16 +649,10 @@ async fn every_bad_input_is_a_4xx_naming_the_field_and_writes_nothing() {
         at[path[path.len() - 1]] = value;
         b
     };
-    let mut without_image = base();
-    without_image.as_object_mut().unwrap().remove("image");
-    let mut without_cpu = base();
-    without_cpu["resources"]
-        .as_object_mut()
-        .unwrap()
-        .remove("cpu");
+    // (An image or resources left out get the group's defaults: see
+    // `a_launch_that_names_nothing_gets_its_groups_defaults`.)
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("missing image", without_image, "image"),
-        ("missing cpu", without_cpu, "resources.cpu"),
+        ("blank image", with(&["image"], json!("   ")), "image"),
         (
             "cpu of the wrong type",
             with(&["resources", "cpu"], json!("two")),
@@ -1061,4 +1055,69 @@ async fn every_sub_resource_answers_for_a_session_just_created() {
             assert_eq!(status, StatusCode::OK, "round {round}, {path}: {body}");
         }
     }
+}
+
+/// A launch that names no environment and no resources gets its group's defaults: an
+/// install's first group launches berth's shell image with the smallest preset that fits;
+/// an operator sets others (a preset that exists, in a group that exists), what the request
+/// does say still wins, and an environment left unset falls back to the group's most used.
+#[tokio::test]
+async fn a_launch_that_names_nothing_gets_its_groups_defaults() {
+    let h = start().await;
+    h.agent("def1", "default", 8).await;
+    let alice = h.user("alice@example.com").await;
+    let launched = |body: serde_json::Value| {
+        let (h, alice) = (&h, &alice);
+        async move {
+            let (status, created) = h.create(alice, body).await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+            let id = ids(&created)[0].clone();
+            let (_, detail) = h.get(alice, &format!("/v1/sessions/{id}")).await;
+            detail
+        }
+    };
+    let first = launched(json!({})).await;
+    assert_eq!(first["image"], "berth/shell:latest", "{first}");
+    // The bootstrap's `small` preset: a core and a GiB.
+    assert_eq!(first["resources"]["cpu_milli"], 1000, "{first}");
+    assert_eq!(first["resources"]["memory_bytes"], 1u64 << 30, "{first}");
+
+    let set = |body: serde_json::Value, group: &'static str| {
+        let h = &h;
+        async move {
+            h.put(
+                &h.admin_key,
+                &format!("/v1/admin/resource-groups/{group}/defaults"),
+                body,
+            )
+            .await
+        }
+    };
+    let (status, err) = set(json!({"preset": "huge"}), "default").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"]["field"], "preset", "{err}");
+    let (status, err) = set(json!({"preset": "medium"}), "nowhere").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"]["field"], "name", "{err}");
+    let (status, _) = set(json!({"preset": "medium"}), "default").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // The image left unset: the group's most used (the shell, launched once already).
+    let second = launched(json!({"resources": {"cpu": 3}})).await;
+    assert_eq!(second["image"], "berth/shell:latest", "{second}");
+    assert_eq!(
+        second["resources"]["cpu_milli"], 3000,
+        "what the request says wins over the preset: {second}"
+    );
+    assert_eq!(
+        second["resources"]["memory_bytes"],
+        4u64 << 30,
+        "medium's memory"
+    );
+    // Both cleared: the most used environment, the smallest preset that fits.
+    let (status, _) = set(json!({}), "default").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let third = launched(json!({"type": "batch", "startup_command": "true"})).await;
+    assert_eq!(third["image"], "berth/shell:latest", "{third}");
+    assert_eq!(third["resources"]["memory_bytes"], 1u64 << 30, "{third}");
+    assert_eq!(h.count_events("ResourceGroupDefaultsSet").await, 3);
 }

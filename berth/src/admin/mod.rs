@@ -156,6 +156,18 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 0)]
         starve_after: u64,
     },
+    /// Set what a launch in a resource group gets when it names no environment or no
+    /// resources (one left out: the group's most used environment, the smallest preset that
+    /// fits).
+    SetDefaults {
+        group: String,
+        /// An image (`repository:tag`).
+        #[arg(long)]
+        image: Option<String>,
+        /// A preset's name.
+        #[arg(long)]
+        preset: Option<String>,
+    },
     /// Every user's standing in a resource group's queue: decayed use, fair-share factor,
     /// dominant share, queued sessions, the priority they may ask.
     Shares {

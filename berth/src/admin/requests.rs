@@ -10,7 +10,9 @@ use anyhow::Context;
 use events::idleness::Combine;
 use events::payloads::{AgentSelection, QueuePolicy, Role};
 use gateway::api::admin::agents::{AdmitAgent, Revocation};
-use gateway::api::admin::groups::{Grant, GroupScheduling, NewGroup, PriorityIn, WeightsIn};
+use gateway::api::admin::groups::{
+    Grant, GroupDefaults, GroupScheduling, NewGroup, PriorityIn, WeightsIn,
+};
 use gateway::api::admin::idle::{ChecksIn, IdleChecksIn, ThresholdsIn, UtilizationIn};
 use gateway::api::admin::keys::{KeyFor, NewKey};
 use gateway::api::admin::policies::PolicyLimits;
@@ -201,6 +203,15 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             done(format!("{project} may use {group}")),
         ),
         command @ AdminCommand::SetScheduling { .. } => group_call(command)?,
+        AdminCommand::SetDefaults {
+            group,
+            image,
+            preset,
+        } => Call::put(
+            format!("/v1/admin/resource-groups/{group}/defaults"),
+            GroupDefaults { image, preset },
+            done(format!("defaults of resource group {group} set")),
+        ),
         AdminCommand::Shares { group, output } => Call::get(
             format!("/v1/admin/resource-groups/{group}/shares"),
             Answer::Shares(output),

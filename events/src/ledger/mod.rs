@@ -111,6 +111,7 @@ impl Family {
             | Event::ConsoleSignedOutEverywhere(_) => Family::Accounts,
             Event::ResourceGroupCreated(_)
             | Event::ResourceGroupSchedulingSet(_)
+            | Event::ResourceGroupDefaultsSet(_)
             | Event::ResourceGroupGranted(_)
             | Event::ResourcePolicySet(_)
             | Event::PresetSaved(_) => Family::Resources,

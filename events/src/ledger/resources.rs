@@ -5,8 +5,9 @@
 //! `ResourceGroupCreated`, `ResourceGroupGranted`, `ResourcePolicySet` and `PresetSaved`;
 //! each sets its row again, whole, when it is recorded for a name that has one, except that
 //! `ResourceGroupCreated` keeps what `ResourceGroupSchedulingSet` set (fair share, the
-//! starvation bound), and `ResourceGroupSchedulingSet` changes only those and the queue policy
-//! of a group that exists.
+//! starvation bound) and `ResourceGroupDefaultsSet` (its default image and preset);
+//! `ResourceGroupSchedulingSet` changes only those and the queue policy, and
+//! `ResourceGroupDefaultsSet` only the defaults, of a group that exists.
 
 use std::collections::HashMap;
 
@@ -38,6 +39,15 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &(e.skip_after as i32),
                     &i64_of(e.pending_timeout_secs),
                 ],
+            )
+            .await?;
+        }
+        Event::ResourceGroupDefaultsSet(e) => {
+            exec(
+                client,
+                "UPDATE ledger.resource_groups SET default_image = $2, default_preset = $3
+                 WHERE name = $1",
+                &[&e.name, &e.image, &e.preset],
             )
             .await?;
         }
@@ -131,6 +141,8 @@ pub(super) struct ResourceGroup {
     pub weight_memory_per_gib: f64,
     pub weight_gpu_per_device: f64,
     pub starve_after_secs: i64,
+    pub default_image: Option<String>,
+    pub default_preset: Option<String>,
 }
 
 pub(super) struct Policy {
@@ -183,12 +195,20 @@ impl Tables {
                         weight_memory_per_gib: 0.25,
                         weight_gpu_per_device: 10.0,
                         starve_after_secs: 0,
+                        default_image: None,
+                        default_preset: None,
                     });
                 group.queue_policy = name_of(&e.queue_policy);
                 group.agent_selection = name_of(&e.agent_selection);
                 group.max_attempts = e.max_attempts as i32;
                 group.skip_after = e.skip_after as i32;
                 group.pending_timeout_secs = i64_of(e.pending_timeout_secs);
+            }
+            Event::ResourceGroupDefaultsSet(e) => {
+                if let Some(group) = self.resource_groups.get_mut(&e.name) {
+                    group.default_image = e.image.clone();
+                    group.default_preset = e.preset.clone();
+                }
             }
             Event::ResourceGroupSchedulingSet(e) => {
                 if let Some(group) = self.resource_groups.get_mut(&e.name) {
@@ -331,11 +351,13 @@ impl Tables {
                 "weight_memory_per_gib",
                 "weight_gpu_per_device",
                 "starve_after_secs",
+                "default_image",
+                "default_preset",
             ],
             &self
                 .resource_groups
                 .iter()
-                .map(|(name, g)| -> [&(dyn ToSql + Sync); 12] {
+                .map(|(name, g)| -> [&(dyn ToSql + Sync); 14] {
                     [
                         name,
                         &g.queue_policy,
@@ -349,6 +371,8 @@ impl Tables {
                         &g.weight_memory_per_gib,
                         &g.weight_gpu_per_device,
                         &g.starve_after_secs,
+                        &g.default_image,
+                        &g.default_preset,
                     ]
                 })
                 .collect::<Vec<_>>(),

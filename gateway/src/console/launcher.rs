@@ -237,7 +237,10 @@ impl LaunchForm {
                     .ok_or_else(|| ApiError::invalid(api, format!("`{v}` is not a number"))),
             }
         };
-        body.insert("image".into(), json!(self.image()));
+        // None chosen: the group's default (`launcher::launch::launch_defaults`).
+        if !self.image().is_empty() {
+            body.insert("image".into(), json!(self.image()));
+        }
         for (field, api) in [
             ("type", "type"),
             ("name", "name"),
@@ -477,6 +480,32 @@ async fn render_step(
             .0
             .folders;
     }
+    // The review names the defaults a launch of this form gets, and why.
+    let mut defaulted = Vec::new();
+    if step == 5 {
+        let owner = Some(form.get("owner_email").trim())
+            .filter(|e| !e.is_empty())
+            .unwrap_or(&me.email);
+        let group = Some(form.get("resource_group").trim()).filter(|g| !g.is_empty());
+        let defaults = launcher::launch::launch_defaults(&state.pool, owner, group)
+            .await
+            .map_err(ApiError::from)?;
+        let said = |c: &::domain::defaults::Chosen| {
+            format!("{} (the group's default: {})", c.value, c.why.words())
+        };
+        if form.image().is_empty() {
+            if let Some(image) = &defaults.image {
+                defaulted.push(("environment".to_owned(), said(image)));
+            }
+        }
+        let unsized_form =
+            form.get("cpu").trim().is_empty() || form.get("memory").trim().is_empty();
+        if form.get("preset").trim().is_empty() && unsized_form {
+            if let Some(preset) = &defaults.preset {
+                defaulted.push(("preset".to_owned(), said(preset)));
+            }
+        }
+    }
     let recent = api::launches::list_launches(State(state.clone()), Caller(me.clone()))
         .await?
         .0
@@ -499,10 +528,15 @@ async fn render_step(
                     (!value.is_empty()).then(|| (f.replace('_', " "), value))
                 })
                 .collect();
+            let mut fields: Vec<(String, String)> = shown;
+            // Step 2's card: the environment and resources chosen, or the defaults.
+            if i == 1 {
+                fields.extend(defaulted.iter().cloned());
+            }
             ReviewCard {
                 number: i + 1,
                 title: STEPS[i],
-                fields: shown,
+                fields,
             }
         })
         .collect();

@@ -1,6 +1,6 @@
 //! The web console under `/console`: the seeds' pages (Sessions, the launcher, the detail
-//! panel, the scheduling history, apps, Data, notifications, and for superadmins the agents
-//! and the queue), rendered on the server from askama templates compiled into the binary, with
+//! panel, the scheduling history, apps, Data, my customized images, notifications, and for
+//! superadmins the agents and the queue), rendered on the server from askama templates compiled into the binary, with
 //! one stylesheet and one script module served from the binary too. Every view's state is
 //! in its URL, so a refresh or a shared link shows the same view.
 //!
@@ -18,6 +18,7 @@
 //! - `apps`: the app launcher dialog (the terminal among its apps) and the log viewer.
 //! - `data`: the Data page, my folders and their shares, and each folder's explorer (upload,
 //!   download, directories, removal).
+//! - `images`: my customized images, their references to copy, and their removal.
 //! - `notifications`, `admin`: the header's list; the agents page and the queue.
 //! - `view`: pure formatting (sizes, durations, bars), unit-tested.
 //! - `assets`: the stylesheet, the script and xterm.js, embedded.
@@ -28,6 +29,7 @@ pub mod assets;
 pub mod auth;
 mod data;
 mod history;
+mod images;
 mod launcher;
 mod notifications;
 mod sessions;
@@ -116,6 +118,8 @@ pub fn router() -> Router<AppState> {
             "/console/notifications",
             get(notifications::page).post(notifications::mark_read),
         )
+        .route("/console/images", get(images::page))
+        .route("/console/images/{name}/remove", post(images::remove))
         .route("/console/agents", get(admin::agents))
         .route("/console/queue", get(admin::queue))
         .route("/console/assets/{name}", get(assets::serve))

@@ -675,10 +675,10 @@ fn idle_view(r: &events::idleness::SessionReadings) -> IdleView {
             .readings
             .iter()
             .map(|reading| {
-                let level = match reading.remaining_secs {
-                    _ if reading.fires => "fires",
-                    Some(left) if left < 60.0 => "warn",
-                    _ => "ok",
+                let level = match reading.alarm() {
+                    events::idleness::Alarm::Due => "fires",
+                    events::idleness::Alarm::Near => "warn",
+                    events::idleness::Alarm::Calm => "ok",
                 };
                 IdleRow {
                     checker: format!("{:?}", reading.checker).to_lowercase(),

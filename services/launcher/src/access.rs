@@ -480,6 +480,40 @@ pub async fn set_group_scheduling(
     .await
 }
 
+/// Sets what a launch in an existing resource group gets when it names no environment or no
+/// resources (`ResourceGroupDefaultsSet`); the preset, when named, must exist.
+pub async fn set_group_defaults(
+    pool: &Pool,
+    defaults: ResourceGroupDefaultsSet,
+) -> Result<(), AccessError> {
+    check_object_name("resource_group", &defaults.name)?;
+    if let Some(image) = &defaults.image {
+        if image.trim().is_empty() || image.len() > 512 || image.contains('\0') {
+            return Err(AccessError::Invalid {
+                field: "image",
+                message: "must name an image (at most 512 characters)".into(),
+            });
+        }
+    }
+    if let Some(preset) = &defaults.preset {
+        check_object_name("preset", preset)?;
+        if !exists(pool, Named::Preset, preset).await? {
+            return Err(AccessError::Unknown {
+                what: "preset",
+                name: preset.clone(),
+            });
+        }
+    }
+    if !exists(pool, Named::ResourceGroup, &defaults.name).await? {
+        return Err(AccessError::Unknown {
+            what: "resource group",
+            name: defaults.name,
+        });
+    }
+    let stream = format!("group-{}", defaults.name);
+    record(pool, stream, &[Event::ResourceGroupDefaultsSet(defaults)]).await
+}
+
 pub async fn grant_group(pool: &Pool, group: &str, project: &str) -> Result<(), AccessError> {
     for (table, what, name) in [
         (Named::ResourceGroup, "resource group", group),
@@ -568,6 +602,9 @@ pub fn is_api_key_shaped(key: &str) -> bool {
 
 /// [`bootstrap`], with the first superadmin's key chosen by the operator (an automated
 /// install, such as the compose stack, that must know the key without reading a log).
+/// The image an install's first resource group launches when a request names none.
+pub const FIRST_DEFAULT_IMAGE: &str = "berth/shell:latest";
+
 pub async fn bootstrap_with_key(
     pool: &Pool,
     key: String,
@@ -619,6 +656,13 @@ pub async fn bootstrap_with_key(
             Event::ResourceGroupGranted(ResourceGroupGranted {
                 resource_group: default.clone(),
                 project: default.clone(),
+            }),
+            // A first launch that names nothing gets berth's own shell image
+            // (`infra/images.sh` builds it); the preset falls back to the smallest that fits.
+            Event::ResourceGroupDefaultsSet(ResourceGroupDefaultsSet {
+                name: default.clone(),
+                image: Some(FIRST_DEFAULT_IMAGE.into()),
+                preset: None,
             }),
         ],
     ));

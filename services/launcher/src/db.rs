@@ -162,6 +162,85 @@ pub async fn lock_bootstrap(client: &impl GenericClient) -> Result<bool, LedgerE
         .is_some())
 }
 
+/// What choosing a launch's defaults weighs (`domain::defaults`).
+#[derive(Debug, Clone, Default)]
+pub struct DefaultsFacts {
+    /// The operator's, for the group.
+    pub set_image: Option<String>,
+    pub set_preset: Option<String>,
+    /// Sessions of the group by image.
+    pub used: Vec<(String, u64)>,
+    /// What its live agents offer.
+    pub offered: std::collections::BTreeSet<String>,
+    pub presets: Vec<(String, ResourceSlots)>,
+    /// The most the owner (by email) may hold.
+    pub policy: ResourceSlots,
+    /// Its live agents' capacity.
+    pub agents: Vec<ResourceSlots>,
+}
+
+/// Reads [`DefaultsFacts`] for a launch by the user with `email` in `group`.
+pub async fn defaults_facts(
+    pool: &Pool,
+    email: &str,
+    group: &str,
+) -> Result<DefaultsFacts, LedgerError> {
+    let client = pool.get().await?;
+    let mut facts = DefaultsFacts::default();
+    if let Some(row) = client
+        .query_opt(
+            "SELECT default_image, default_preset FROM ledger.resource_groups WHERE name = $1",
+            &[&group],
+        )
+        .await?
+    {
+        facts.set_image = row.get(0);
+        facts.set_preset = row.get(1);
+    }
+    facts.used = client
+        .query(
+            "SELECT image, count(*) FROM ledger.sessions
+             WHERE resource_group = $1 AND image <> '' GROUP BY image",
+            &[&group],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
+        .collect();
+    let agents = client
+        .query(
+            "SELECT cpu_milli, memory_bytes, gpu_milli, images
+             FROM ledger.agents WHERE resource_group = $1 AND lost IS NULL",
+            &[&group],
+        )
+        .await?;
+    for row in &agents {
+        facts.agents.push(slots_of(row, 0));
+        facts.offered.extend(row.get::<_, Vec<String>>(3));
+    }
+    facts.presets = client
+        .query(
+            "SELECT name, cpu_milli, memory_bytes, gpu_milli FROM ledger.presets",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), slots_of(r, 1)))
+        .collect();
+    if let Some(row) = client
+        .query_opt(
+            "SELECT p.max_cpu_milli, p.max_memory_bytes, p.max_gpu_milli
+             FROM ledger.users u JOIN ledger.policies p ON p.name = u.resource_policy
+             WHERE u.email = $1",
+            &[&email],
+        )
+        .await?
+    {
+        facts.policy = slots_of(&row, 0);
+    }
+    Ok(facts)
+}
+
 /// Reads every fact the launch decision needs ([`LaunchContext`]) on one connection.
 pub async fn load_context(
     pool: &Pool,

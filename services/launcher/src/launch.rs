@@ -99,7 +99,8 @@ pub struct CreateSession {
     /// ([`launch_upload_session`]), the one system session its owner starts.
     #[serde(skip)]
     pub upload: Option<UploadSession>,
-    /// Not blank; no NUL character.
+    /// Not blank; no NUL character. Absent: the resource group's default environment.
+    #[serde(default)]
     #[schema(
         min_length = 1,
         max_length = 512,
@@ -114,7 +115,8 @@ pub struct CreateSession {
     pub resource_group: Option<String>,
     #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub project: Option<String>,
-    /// A saved preset's resources; `resources` overrides any of them.
+    /// A saved preset's resources; `resources` overrides any of them. Absent, with the cores
+    /// or the memory left out too: the resource group's default preset.
     #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     pub preset: Option<String>,
     #[serde(default)]
@@ -222,8 +224,9 @@ impl From<tokio_postgres::Error> for LaunchError {
 pub async fn launch(
     pool: &Pool,
     actor: &KeyOwner,
-    request: CreateSession,
+    mut request: CreateSession,
 ) -> Result<Vec<Launched>, LaunchError> {
+    with_defaults(pool, actor, &mut request).await?;
     decide::check_request(actor, &request)?;
     let kept = request.kept();
     let context = db::load_context(pool, actor, &request).await?;
@@ -287,10 +290,12 @@ pub async fn check(
     actor: &KeyOwner,
     request: &CreateSession,
 ) -> Result<usize, LaunchError> {
-    decide::check_request(actor, request)?;
-    let context = db::load_context(pool, actor, request).await?;
+    let mut request = request.clone();
+    with_defaults(pool, actor, &mut request).await?;
+    decide::check_request(actor, &request)?;
+    let context = db::load_context(pool, actor, &request).await?;
     let mut rng = rand::rng();
-    let sessions = decide::decide(&context, request, &mut || domain::random_name(&mut rng))?;
+    let sessions = decide::decide(&context, &request, &mut || domain::random_name(&mut rng))?;
     Ok(sessions.len())
 }
 
@@ -305,6 +310,61 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
             .collect(),
         other => other,
     }
+}
+
+/// What a launch that names no environment, or no resources, would get in a resource group
+/// (`domain::defaults`), each with why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchDefaults {
+    pub image: Option<::domain::defaults::Chosen>,
+    pub preset: Option<::domain::defaults::Chosen>,
+}
+
+/// The defaults of `group` (`default` when `None`) for a launch owned by the user with
+/// `email`.
+pub async fn launch_defaults(
+    pool: &Pool,
+    email: &str,
+    group: Option<&str>,
+) -> Result<LaunchDefaults, LaunchError> {
+    let facts = db::defaults_facts(pool, email, group.unwrap_or("default")).await?;
+    Ok(LaunchDefaults {
+        image: ::domain::defaults::image(facts.set_image.as_deref(), &facts.used, &facts.offered),
+        preset: ::domain::defaults::preset(
+            facts.set_preset.as_deref(),
+            &facts.presets,
+            facts.policy,
+            &facts.agents,
+        ),
+    })
+}
+
+/// Fills what `request` leaves out with its group's defaults: an image when it names none,
+/// a preset when it names none and leaves out the cores or the memory (what it does say
+/// still overrides the preset's).
+async fn with_defaults(
+    pool: &Pool,
+    actor: &KeyOwner,
+    request: &mut CreateSession,
+) -> Result<(), LaunchError> {
+    // Left out (or empty); a blank one is refused as the request wrote it.
+    let wants_image = request.image.is_empty();
+    let wants_resources = request.preset.is_none()
+        && (request.resources.cpu.is_none() || request.resources.memory.is_none());
+    if !wants_image && !wants_resources {
+        return Ok(());
+    }
+    let owner = request.owner_email.as_deref().unwrap_or(&actor.email);
+    let defaults = launch_defaults(pool, owner, request.resource_group.as_deref()).await?;
+    if wants_image {
+        if let Some(image) = defaults.image {
+            request.image = image.value;
+        }
+    }
+    if wants_resources {
+        request.preset = defaults.preset.map(|p| p.value);
+    }
+    Ok(())
 }
 
 /// The image upload sessions run: an SSH server serving SFTP (`infra/images.sh sftp`).

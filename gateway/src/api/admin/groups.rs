@@ -1,4 +1,4 @@
-//! Resource groups: the list, a new group, grants to projects, the group's scheduling (queue policy, fair-share weights) and its users' shares, a queued session's priority.
+//! Resource groups: the list, a new group, grants to projects, the group's scheduling (queue policy, fair-share weights), its launch defaults and its users' shares, a queued session's priority.
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -7,7 +7,8 @@ use axum::Json;
 use bytes::Bytes;
 use events::fair_share::FairShareSettings;
 use events::payloads::{
-    AgentSelection, QueuePolicy, ResourceGroupCreated, ResourceGroupSchedulingSet, SessionPriority,
+    AgentSelection, QueuePolicy, ResourceGroupCreated, ResourceGroupDefaultsSet,
+    ResourceGroupSchedulingSet, SessionPriority,
 };
 use launcher::access::{self, AccessError};
 use launcher::domain::FieldError;
@@ -209,6 +210,61 @@ pub async fn admin_set_group_scheduling(
             e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()).field("name"),
             other => other.into(),
         })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/admin/resource-groups/{name}/defaults`' body: what a launch there gets when it
+/// names no environment or no resources; one left out falls back (the group's most used
+/// environment, the smallest preset that fits).
+#[derive(Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDefaults {
+    /// An image (`repository:tag`).
+    #[serde(default)]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 512,
+        pattern = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+    )]
+    pub image: Option<String>,
+    /// A preset's name.
+    #[serde(default)]
+    #[schema(nullable = false, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub preset: Option<String>,
+}
+
+/// Set what a launch in a resource group gets when it names no environment or no resources
+/// (`ResourceGroupDefaultsSet`): the console's "Skip to review" and an API create that names
+/// neither launch with them. 404 naming `name` or `preset` for one that does not exist.
+#[utoipa::path(put, path = "/v1/admin/resource-groups/{name}/defaults", tag = "admin",
+    params(ObjectName), request_body = GroupDefaults,
+    responses((status = 204, description = "the group's defaults are set")))]
+pub async fn admin_set_group_defaults(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(ObjectName { name }): Path<ObjectName>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    superadmin_only(&caller)?;
+    checked_name("name", &name)?;
+    let GroupDefaults { image, preset } = parse_body(body)?;
+    access::set_group_defaults(
+        &state.pool,
+        ResourceGroupDefaultsSet {
+            name,
+            image,
+            preset,
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        AccessError::Unknown { what: "preset", .. } => {
+            ApiError::not_found(e.to_string()).field("preset")
+        }
+        e @ AccessError::Unknown { .. } => ApiError::not_found(e.to_string()).field("name"),
+        other => other.into(),
+    })?;
     Ok(StatusCode::NO_CONTENT)
 }
 
