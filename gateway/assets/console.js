@@ -126,7 +126,7 @@ for (const button of document.querySelectorAll("[data-copy]")) {
   button.addEventListener("click", async () => {
     try {
       await navigator.clipboard.writeText(button.dataset.copy);
-      button.textContent = "\u2713";
+      button.textContent = "Copied";
     } catch {
       button.previousElementSibling?.select();
     }
