@@ -572,7 +572,7 @@ mod tests {
         assert!(text.contains(r#""minimum":1024"#) && text.contains(r#""maximum":65535"#));
         assert!(create["allOf"]
             .as_array()
-            .is_some_and(|rules| rules.len() == 3));
+            .is_some_and(|rules| rules.len() == 2));
         let label = &schemas["LaunchChange"]["properties"]["label"];
         assert_eq!(
             (label["pattern"].as_str(), label["maxLength"].as_u64()),

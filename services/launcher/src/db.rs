@@ -165,6 +165,8 @@ pub async fn lock_bootstrap(client: &impl GenericClient) -> Result<bool, LedgerE
 /// What choosing a launch's defaults weighs (`domain::defaults`).
 #[derive(Debug, Clone, Default)]
 pub struct DefaultsFacts {
+    /// Whether the group exists.
+    pub group_exists: bool,
     /// The operator's, for the group.
     pub set_image: Option<String>,
     pub set_preset: Option<String>,
@@ -173,8 +175,8 @@ pub struct DefaultsFacts {
     /// What its live agents offer.
     pub offered: std::collections::BTreeSet<String>,
     pub presets: Vec<(String, ResourceSlots)>,
-    /// The most the owner (by email) may hold.
-    pub policy: ResourceSlots,
+    /// The most the owner (by email) may hold; `None` when no user has that email.
+    pub policy: Option<ResourceSlots>,
     /// Its live agents' capacity.
     pub agents: Vec<ResourceSlots>,
 }
@@ -194,6 +196,7 @@ pub async fn defaults_facts(
         )
         .await?
     {
+        facts.group_exists = true;
         facts.set_image = row.get(0);
         facts.set_preset = row.get(1);
     }
@@ -236,7 +239,7 @@ pub async fn defaults_facts(
         )
         .await?
     {
-        facts.policy = slots_of(&row, 0);
+        facts.policy = Some(slots_of(&row, 0));
     }
     Ok(facts)
 }

@@ -316,6 +316,10 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
 /// (`domain::defaults`), each with why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchDefaults {
+    /// Whether the group exists (else nothing is chosen).
+    pub group_exists: bool,
+    /// Whether the owner exists (else no preset is chosen).
+    pub owner_exists: bool,
     pub image: Option<::domain::defaults::Chosen>,
     pub preset: Option<::domain::defaults::Chosen>,
 }
@@ -328,14 +332,21 @@ pub async fn launch_defaults(
     group: Option<&str>,
 ) -> Result<LaunchDefaults, LaunchError> {
     let facts = db::defaults_facts(pool, email, group.unwrap_or("default")).await?;
+    if !facts.group_exists {
+        return Ok(LaunchDefaults::default());
+    }
     Ok(LaunchDefaults {
+        group_exists: true,
+        owner_exists: facts.policy.is_some(),
         image: ::domain::defaults::image(facts.set_image.as_deref(), &facts.used, &facts.offered),
-        preset: ::domain::defaults::preset(
-            facts.set_preset.as_deref(),
-            &facts.presets,
-            facts.policy,
-            &facts.agents,
-        ),
+        preset: facts.policy.and_then(|policy| {
+            ::domain::defaults::preset(
+                facts.set_preset.as_deref(),
+                &facts.presets,
+                policy,
+                &facts.agents,
+            )
+        }),
     })
 }
 
@@ -355,14 +366,52 @@ async fn with_defaults(
         return Ok(());
     }
     let owner = request.owner_email.as_deref().unwrap_or(&actor.email);
-    let defaults = launch_defaults(pool, owner, request.resource_group.as_deref()).await?;
+    let group = decide::group_of(request);
+    let defaults = launch_defaults(pool, owner, Some(&group)).await?;
+    // No default comes from an owner or a group that does not exist: refused as the launch's
+    // own checks refuse them (the owner first), naming the field.
+    if !defaults.owner_exists && defaults.group_exists {
+        return Err(LaunchError::NotFound(FieldError {
+            field: "owner_email".into(),
+            message: format!("no user has the email `{owner}`"),
+        }));
+    }
+    if !defaults.group_exists {
+        return Err(LaunchError::NotFound(FieldError {
+            field: "resource_group".into(),
+            message: format!("no resource group is named `{group}`"),
+        }));
+    }
+    // What the platform holds now has no default to give: the request must say (409, a
+    // refusal of the state, not of the request's shape).
+    let none = |field: &str, message: String| {
+        LaunchError::Conflict(FieldError {
+            field: field.into(),
+            message,
+        })
+    };
     if wants_image {
-        if let Some(image) = defaults.image {
-            request.image = image.value;
-        }
+        let image = defaults.image.ok_or_else(|| {
+            none(
+                "image",
+                format!(
+                    "`{group}` has no default environment (none set, none used yet): name an image"
+                ),
+            )
+        })?;
+        request.image = image.value;
     }
     if wants_resources {
-        request.preset = defaults.preset.map(|p| p.value);
+        let preset = defaults.preset.ok_or_else(|| {
+            none(
+                "resources",
+                format!(
+                    "no preset of `{group}` fits both the owner's policy and one of its agents: \
+                     name the cores and memory, or a preset"
+                ),
+            )
+        })?;
+        request.preset = Some(preset.value);
     }
     Ok(())
 }

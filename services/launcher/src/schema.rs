@@ -69,8 +69,8 @@ pub fn mounts() -> RefOr<Schema> {
     schema(json!({"type": "array", "items": {"type": "string", "pattern": FOLDER_PATTERN}}))
 }
 
-/// The rules between fields of a create request, as JSON Schema (`allOf` members):
-/// - CPU and memory are required unless a preset is named;
+/// The rules between fields of a create request, as JSON Schema (`allOf` members; an image,
+/// a preset, cores and memory are each optional: what is left out is the group's default):
 /// - a batch session needs a startup command that is not blank; only a batch session takes
 ///   a start time or a timeout;
 /// - with `count` above 1, `name` is a base that is numbered (`job` gives `job1`, ...), so
@@ -78,11 +78,6 @@ pub fn mounts() -> RefOr<Schema> {
 pub fn cross_field_rules() -> serde_json::Value {
     let batch = json!({"properties": {"type": {"const": "batch"}}, "required": ["type"]});
     json!([
-        {"anyOf": [
-            {"required": ["preset"], "properties": {"preset": {"type": "string"}}},
-            {"required": ["resources"], "properties": {"resources": {"required": ["cpu", "memory"],
-                "properties": {"cpu": {"type": "number"}, "memory": {"type": ["integer", "string"]}}}}},
-        ]},
         {"if": batch,
          "then": {"required": ["startup_command"],
                   "properties": {"startup_command": {"type": "string", "pattern": "\\S"}}},

@@ -214,7 +214,7 @@ pub async fn admin_set_group_scheduling(
 }
 
 /// `PUT /v1/admin/resource-groups/{name}/defaults`' body: what a launch there gets when it
-/// names no environment or no resources; one left out falls back (the group's most used
+/// names no environment or no resources; one left out (or null) falls back (the group's most used
 /// environment, the smallest preset that fits).
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -222,7 +222,6 @@ pub struct GroupDefaults {
     /// An image (`repository:tag`).
     #[serde(default)]
     #[schema(
-        nullable = false,
         min_length = 1,
         max_length = 512,
         pattern = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
@@ -230,7 +229,7 @@ pub struct GroupDefaults {
     pub image: Option<String>,
     /// A preset's name.
     #[serde(default)]
-    #[schema(nullable = false, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub preset: Option<String>,
 }
 
