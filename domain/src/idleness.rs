@@ -109,20 +109,14 @@ impl IdleChecks {
     /// These checks with the lifetime bounded by `cap` too (the policy's hard maximum that
     /// the request carries): the shorter one holds.
     pub fn with_lifetime_cap(mut self, cap: Option<u64>) -> IdleChecks {
-        self.max_lifetime_secs = match (self.max_lifetime_secs, cap) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        self.max_lifetime_secs = shorter(self.max_lifetime_secs, cap);
         self
     }
 
     /// These checks with the network idle timeout bounded by `cap` too (one the request
     /// carries, as an upload session's): the shorter one holds.
     pub fn with_network_idle_cap(mut self, cap: Option<u64>) -> IdleChecks {
-        self.network_idle_timeout_secs = match (self.network_idle_timeout_secs, cap) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        self.network_idle_timeout_secs = shorter(self.network_idle_timeout_secs, cap);
         self
     }
 
@@ -159,6 +153,14 @@ impl IdleChecks {
                     _ => None,
                 })
             })
+    }
+}
+
+/// The shorter of two bounds, either of which may be absent.
+fn shorter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -272,8 +272,8 @@ impl Room {
         let Some(quota) = quota else {
             return Ok(None);
         };
-        let used = usage(dir.clone()).await?;
         blocking(move || {
+            let used = Measured::walk(&dir, u64::MAX).bytes;
             let replaced = match resolve(&dir, &path, true)?.symlink_metadata() {
                 Ok(meta) if meta.is_file() => meta.len(),
                 _ => 0,
@@ -288,8 +288,22 @@ impl Room {
     }
 
     /// Whether `incoming` bytes fit.
-    pub fn admits(&self, incoming: u64) -> Result<(), QuotaExceeded> {
-        self.quota.admits(self.used, self.replaced, incoming)
+    pub fn admits(&self, incoming: u64) -> Result<(), FilesError> {
+        Ok(self.quota.admits(self.used, self.replaced, incoming)?)
+    }
+
+    /// Refuses a write of `length` bytes to `path` in the folder in `dir` when its `quota`
+    /// has no room for them (a folder without a quota is not measured).
+    pub async fn check(
+        dir: PathBuf,
+        path: FolderPath,
+        quota: Option<Quota>,
+        length: u64,
+    ) -> Result<(), FilesError> {
+        match Room::measure(dir, path, quota).await? {
+            Some(room) => room.admits(length),
+            None => Ok(()),
+        }
     }
 }
 

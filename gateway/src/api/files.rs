@@ -270,7 +270,7 @@ pub async fn upload_file(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if let (Some(room), Some(length)) = (&room, announced) {
-        room.admits(length).map_err(FilesError::from)?;
+        room.admits(length)?;
     }
     let size = files::write(dir, path.clone(), body.into_data_stream(), room).await?;
     Ok((

@@ -121,9 +121,7 @@ pub async fn make_upload(
     let length = byte_count(&headers, &UPLOAD_LENGTH, MAX_UPLOAD)?;
     let reached = reached(&state, &caller, &name, Use::Write).await?;
     let dir = files::folder_dir(&state.file_roots, &reached.volume, reached.owner, &name)?;
-    if let Some(room) = files::Room::measure(dir, path.clone(), reached.quota).await? {
-        room.admits(length).map_err(files::FilesError::from)?;
-    }
+    files::Room::check(dir, path.clone(), reached.quota, length).await?;
     let token = uploads::create(
         &state.file_roots,
         Upload {

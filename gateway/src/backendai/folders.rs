@@ -311,13 +311,9 @@ async fn request_upload(
         return Err(Problem::invalid("path", "names the folder itself"));
     }
     let (dir, folder) = folder_dir(&state, &caller, &name, Use::Write).await?;
-    if let Some(room) = files::Room::measure(dir, path.clone(), folder.quota)
+    files::Room::check(dir, path.clone(), folder.quota, length)
         .await
-        .map_err(crate::error::ApiError::from)?
-    {
-        room.admits(length)
-            .map_err(|e| crate::error::ApiError::from(files::FilesError::from(e)))?;
-    }
+        .map_err(crate::error::ApiError::from)?;
     let token = uploads::create(
         &state.file_roots,
         Upload {

@@ -515,8 +515,9 @@ async fn detail(
     view: &SessionsQuery,
 ) -> Result<Detail, ApiError> {
     let d = session(state, me, id).await?;
-    let running = d.status == "RUNNING";
-    let ended = matches!(d.status.as_str(), "TERMINATED" | "CANCELLED" | "ERROR");
+    let status = SessionStatus::parse(&d.status);
+    let running = status == Some(SessionStatus::Running);
+    let ended = status.is_some_and(SessionStatus::is_terminal);
     let idle = if ended {
         None
     } else {

@@ -120,9 +120,22 @@ fn unknown(field: impl Into<String>, message: impl Into<String>) -> LaunchError 
     })
 }
 
+/// An owner named by email that no user has.
+pub(crate) fn no_such_owner(email: &str) -> LaunchError {
+    unknown("owner_email", format!("no user has the email `{email}`"))
+}
+
+/// A resource group that does not exist.
+pub(crate) fn no_such_group(group: &str) -> LaunchError {
+    unknown(
+        "resource_group",
+        format!("no resource group is named `{group}`"),
+    )
+}
+
 /// A request the platform cannot take in its present state (no live agent, more than the
-/// group holds in all).
-fn conflict(field: impl Into<String>, message: impl Into<String>) -> LaunchError {
+/// group holds in all, no default to fill what it left out).
+pub(crate) fn conflict(field: impl Into<String>, message: impl Into<String>) -> LaunchError {
     LaunchError::Conflict(FieldError {
         field: field.into(),
         message: message.into(),
@@ -311,15 +324,10 @@ pub fn decide(
 ) -> Result<Vec<SessionRequested>, LaunchError> {
     let checked = check_request(&context.actor, request)?;
     let actor = &context.actor;
-    let owner = context.owner.as_ref().ok_or_else(|| {
-        unknown(
-            "owner_email",
-            format!(
-                "no user has the email `{}`",
-                request.owner_email.as_deref().unwrap_or_default()
-            ),
-        )
-    })?;
+    let owner = context
+        .owner
+        .as_ref()
+        .ok_or_else(|| no_such_owner(request.owner_email.as_deref().unwrap_or_default()))?;
 
     // Who may create as whom: the one rule every surface asks.
     let as_principal = |who: &KeyOwner, projects: &BTreeSet<String>| Principal {
@@ -337,10 +345,7 @@ pub fn decide(
     // Project and resource group.
     let group = group_of(request);
     if !context.group_exists {
-        return Err(unknown(
-            "resource_group",
-            format!("no resource group is named `{group}`"),
-        ));
+        return Err(no_such_group(&group));
     }
     if let Some(project) = &request.project {
         if !context.project_member && owner.role != Role::Superadmin {

@@ -316,10 +316,10 @@ fn without_nulls(value: serde_json::Value) -> serde_json::Value {
 /// (`domain::defaults`), each with why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchDefaults {
-    /// Whether the group exists (else nothing is chosen).
-    pub group_exists: bool,
     /// Whether the owner exists (else no preset is chosen).
     pub owner_exists: bool,
+    /// Whether the group exists (else nothing is chosen).
+    pub group_exists: bool,
     pub image: Option<::domain::defaults::Chosen>,
     pub preset: Option<::domain::defaults::Chosen>,
 }
@@ -333,11 +333,14 @@ pub async fn launch_defaults(
 ) -> Result<LaunchDefaults, LaunchError> {
     let facts = db::defaults_facts(pool, email, group.unwrap_or("default")).await?;
     if !facts.group_exists {
-        return Ok(LaunchDefaults::default());
+        return Ok(LaunchDefaults {
+            owner_exists: facts.policy.is_some(),
+            ..LaunchDefaults::default()
+        });
     }
     Ok(LaunchDefaults {
-        group_exists: true,
         owner_exists: facts.policy.is_some(),
+        group_exists: true,
         image: ::domain::defaults::image(facts.set_image.as_deref(), &facts.used, &facts.offered),
         preset: facts.policy.and_then(|policy| {
             ::domain::defaults::preset(
@@ -370,29 +373,17 @@ async fn with_defaults(
     let defaults = launch_defaults(pool, owner, Some(&group)).await?;
     // No default comes from an owner or a group that does not exist: refused as the launch's
     // own checks refuse them (the owner first), naming the field.
-    if !defaults.owner_exists && defaults.group_exists {
-        return Err(LaunchError::NotFound(FieldError {
-            field: "owner_email".into(),
-            message: format!("no user has the email `{owner}`"),
-        }));
+    if !defaults.owner_exists {
+        return Err(decide::no_such_owner(owner));
     }
     if !defaults.group_exists {
-        return Err(LaunchError::NotFound(FieldError {
-            field: "resource_group".into(),
-            message: format!("no resource group is named `{group}`"),
-        }));
+        return Err(decide::no_such_group(&group));
     }
     // What the platform holds now has no default to give: the request must say (409, a
     // refusal of the state, not of the request's shape).
-    let none = |field: &str, message: String| {
-        LaunchError::Conflict(FieldError {
-            field: field.into(),
-            message,
-        })
-    };
     if wants_image {
         let image = defaults.image.ok_or_else(|| {
-            none(
+            decide::conflict(
                 "image",
                 format!(
                     "`{group}` has no default environment (none set, none used yet): name an image"
@@ -403,7 +394,7 @@ async fn with_defaults(
     }
     if wants_resources {
         let preset = defaults.preset.ok_or_else(|| {
-            none(
+            decide::conflict(
                 "resources",
                 format!(
                     "no preset of `{group}` fits both the owner's policy and one of its agents: \
