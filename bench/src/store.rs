@@ -17,6 +17,7 @@ use crate::db;
 /// The event every store benchmark writes: an agent registration, about 200 bytes of JSON.
 pub fn sample_event() -> Event {
     Event::AgentRegistered(AgentRegistered {
+        unlabelled_images: Vec::new(),
         agent_id: "agent-0042.rack7.example".into(),
         resource_group: "default".into(),
         capacity: ResourceSlots {

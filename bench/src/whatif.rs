@@ -159,6 +159,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
             format!("agent {}", change.agent_id),
             change.at - TimeDelta::minutes(1),
             Event::AgentRegistered(AgentRegistered {
+                unlabelled_images: Vec::new(),
                 agent_id: change.agent_id.clone(),
                 resource_group: "default".into(),
                 capacity: offer.capacity,

@@ -492,6 +492,7 @@ async fn demo(config: &Config) -> anyhow::Result<()> {
     let stream_id = format!("agent-{agent_id}");
     let metadata = events::trace::metadata("berth-demo", None);
     let registered = Event::AgentRegistered(AgentRegistered {
+        unlabelled_images: Vec::new(),
         agent_id: agent_id.clone(),
         resource_group: "demo".into(),
         capacity: ResourceSlots {

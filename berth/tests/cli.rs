@@ -97,6 +97,7 @@ async fn audit_stream_shows_the_state_as_of_a_time() {
 async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
     let (store, url) = fresh_store().await;
     let registered = Event::AgentRegistered(events::payloads::AgentRegistered {
+        unlabelled_images: Vec::new(),
         agent_id: "cut".into(),
         resource_group: "default".into(),
         capacity: events::payloads::ResourceSlots::default(),
@@ -390,6 +391,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
     append(
         "agent-w1".into(),
         vec![Event::AgentRegistered(AgentRegistered {
+            unlabelled_images: Vec::new(),
             agent_id: "w1".into(),
             resource_group: "default".into(),
             capacity: slots,

@@ -64,6 +64,10 @@ pub struct Offer {
     pub capacity: ResourceSlots,
     #[serde(default)]
     pub images: Vec<String>,
+    /// Those of `images` that are no session image by their labels
+    /// (`domain::images::is_session_image`): not offered in the catalogue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlabelled_images: Vec<String>,
     #[serde(default)]
     pub address: Option<String>,
     /// The apps each image declares (only images that declare some).

@@ -426,6 +426,7 @@ mod tests {
         }
         let registered = |address: Option<&str>| {
             AgentState::default().evolve(&Event::AgentRegistered(AgentRegistered {
+                unlabelled_images: Vec::new(),
                 agent_id: "a1".into(),
                 resource_group: "default".into(),
                 capacity: slots(1),
@@ -466,6 +467,7 @@ mod tests {
             Some("departed: stopped (SIGTERM)")
         );
         let back = departed.evolve(&Event::AgentRegistered(AgentRegistered {
+            unlabelled_images: Vec::new(),
             agent_id: "a1".into(),
             resource_group: "default".into(),
             capacity: slots(4),

@@ -249,6 +249,8 @@ catalogue! {
     RegistryCredentialSet(RegistryCredentialSet) = "RegistryCredentialSet" v 1,
     /// An admin removed a registry's credential.
     RegistryCredentialRemoved(RegistryCredentialRemoved) = "RegistryCredentialRemoved" v 1,
+    /// An admin listed an image in the catalogue (as its labels say, shown, or hidden).
+    ImageListingSet(ImageListingSet) = "ImageListingSet" v 1,
     /// A user set (or removed) the webhook their notifications are delivered to.
     NotificationWebhookSet(NotificationWebhookSet) = "NotificationWebhookSet" v 1,
     /// A new secret signs a user's webhook deliveries (the secret is not in the event).
@@ -373,6 +375,7 @@ mod tests {
         }];
         vec![
             Event::AgentRegistered(AgentRegistered {
+                unlabelled_images: Vec::new(),
                 agent_id: "a1".into(),
                 resource_group: "default".into(),
                 capacity: slots,
@@ -712,6 +715,10 @@ mod tests {
             }),
             Event::RegistryCredentialRemoved(RegistryCredentialRemoved {
                 registry: "cr.example.com:5000".into(),
+            }),
+            Event::ImageListingSet(ImageListingSet {
+                image: "berth/base:latest".into(),
+                listing: crate::images::ImageListing::Hidden,
             }),
             Event::NotificationWebhookSet(NotificationWebhookSet {
                 user_id: id,

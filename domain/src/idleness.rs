@@ -193,7 +193,8 @@ pub struct UsagePoint {
     /// Percent of the GPUs the session holds, where the agent measures it.
     pub gpu_percent: Option<f64>,
     pub gpu_memory_percent: Option<f64>,
-    /// Bytes received and sent since the container started.
+    /// Bytes received and sent since the container started: shown, never a sign of use (the
+    /// session's own downloads are no user at it).
     pub network_bytes: Option<u64>,
 }
 
@@ -219,15 +220,17 @@ pub struct Watched {
     /// telemetry stream).
     #[serde(skip)]
     pub usage: VecDeque<UsagePoint>,
-    /// When bytes last went in or out, as far as the readings seen show.
+    /// When a user last reached the session: bytes through its apps' circuits (the terminal
+    /// and the SSH tunnel are apps too), its files or a command run in it, as the gateways
+    /// report them. The container's own traffic is not use: a session that downloads with
+    /// nobody at it is network-idle, as the seeds define it.
     #[serde(skip)]
     pub last_traffic_at: Option<DateTime<Utc>>,
-    /// The first reading seen (a reaper started again reads the recent ones again): network
+    /// Since when this reaper has watched the session (its first reading or report, or its
+    /// start, for a reaper started again, which cannot know what users did before): network
     /// idleness is never counted from before it.
     #[serde(skip)]
     pub observed_since: Option<DateTime<Utc>>,
-    #[serde(skip)]
-    pub network_bytes: Option<u64>,
 }
 
 /// One figure a checker decided on.
@@ -278,8 +281,8 @@ fn secs_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 }
 
 impl Watched {
-    /// Takes in traffic berth's app proxy carried to or from the session at `at`: network
-    /// activity of the user's own, whatever the container's counters say.
+    /// Takes in a user's reach into the session at `at` (traffic through its circuits, its
+    /// files, a command): network activity of the user's own.
     pub fn saw_traffic(&mut self, at: DateTime<Utc>) {
         self.observed_since.get_or_insert(at);
         if self.last_traffic_at.is_none_or(|last| last < at) {
@@ -294,12 +297,6 @@ impl Watched {
             return;
         }
         self.observed_since.get_or_insert(point.at);
-        if let Some(bytes) = point.network_bytes {
-            if self.network_bytes.is_some_and(|before| before != bytes) {
-                self.last_traffic_at = Some(point.at);
-            }
-            self.network_bytes = Some(bytes);
-        }
         self.usage.push_back(point);
         let horizon = point.at - chrono::Duration::seconds(keep_secs as i64);
         while self.usage.front().is_some_and(|p| p.at < horizon) {
@@ -327,10 +324,10 @@ impl Watched {
         };
         if let Some(timeout) = checks.network_idle_timeout_secs {
             if self.session_type != SessionType::Batch {
-                let since = self
-                    .last_traffic_at
-                    .unwrap_or(running_since)
-                    .max(running_since);
+                let since = [self.last_traffic_at, self.observed_since]
+                    .into_iter()
+                    .flatten()
+                    .fold(running_since, DateTime::max);
                 let idle = secs_between(since, now).max(0.0);
                 readings.push(IdleReading {
                     checker: IdleChecker::NetworkIdle,
@@ -338,7 +335,7 @@ impl Watched {
                     remaining_secs: Some((timeout as f64 - idle).max(0.0)),
                     fires: idle >= timeout as f64,
                     explanation: format!(
-                        "no byte in or out for {idle:.1} s; the timeout is {timeout} s"
+                        "nobody reached it (apps, terminal, SSH, files) for {idle:.1} s; the timeout is {timeout} s"
                     ),
                 });
             }
@@ -543,7 +540,6 @@ mod tests {
             usage: VecDeque::new(),
             last_traffic_at: None,
             observed_since: None,
-            network_bytes: None,
         }
     }
 
@@ -628,6 +624,19 @@ mod tests {
             w.verdict(&checks, t(150)).is_some(),
             "idle again 60 s later"
         );
+    }
+
+    #[test]
+    fn a_reaper_started_again_counts_network_idleness_from_its_start() {
+        let checks = IdleChecks {
+            network_idle_timeout_secs: Some(60),
+            ..Default::default()
+        };
+        // Running since t 10, in use until the reaper stopped; it starts again at t 500.
+        let mut w = session(SessionType::Interactive);
+        w.observed_since = Some(t(500));
+        assert_eq!(w.verdict(&checks, t(550)), None, "not idle from t 10");
+        assert!(w.verdict(&checks, t(560)).is_some(), "60 s after its start");
     }
 
     #[test]
@@ -806,7 +815,7 @@ mod tests {
     }
 
     #[test]
-    fn network_idle_counts_bytes_and_exempts_batch_sessions() {
+    fn network_idle_counts_a_users_traffic_not_the_containers_and_exempts_batch_sessions() {
         let checks = IdleChecks {
             network_idle_timeout_secs: Some(30),
             ..Default::default()
@@ -817,14 +826,19 @@ mod tests {
             p.network_bytes = Some(n);
             w.observe(p, 600);
         };
-        bytes(&mut w, 10, 500);
-        bytes(&mut w, 20, 900); // traffic at 20
-        bytes(&mut w, 30, 900);
-        bytes(&mut w, 45, 900);
+        // The session downloads steadily on its own: no user at it.
+        for (at, n) in [(10, 500), (20, 900), (30, 5_000), (40, 90_000)] {
+            bytes(&mut w, at, n);
+        }
+        assert!(w.verdict(&checks, t(40)).is_some(), "its own download");
+        w.saw_traffic(t(20)); // a user's terminal at 20
         let reading = &w.readings(&checks, t(45))[0];
         assert!(!reading.fires);
         assert_eq!(reading.remaining_secs, Some(5.0));
-        assert!(w.verdict(&checks, t(50)).is_some(), "30 s without a byte");
+        assert!(
+            w.verdict(&checks, t(50)).is_some(),
+            "30 s with nobody at it"
+        );
         let mut batch = session(SessionType::Batch);
         bytes(&mut batch, 10, 500);
         assert!(

@@ -3,8 +3,59 @@
 //! A committed image is `berth-custom/u<owner>:<name>`: the repository names its owner (an
 //! image reference's repository is lower case, so the owner's id goes there and the name a
 //! user chose, which may hold capitals, is the tag). Only its owner is offered it.
+//!
+//! The catalogue offers session images only: an image is one when its labels say so
+//! ([`is_session_image`]), unless an admin listed it otherwise ([`ImageListing`]).
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+/// The label berth's own session images carry (`ai.berth.image="python"`).
+pub const LABEL_SESSION_IMAGE: &str = "ai.berth.image";
+/// The label of the stack's own servers (PostgreSQL, NATS, the registry, berth itself): an
+/// image carrying it is never a session image by its labels, whatever it inherits.
+pub const LABEL_SERVER: &str = "ai.berth.server";
+/// The prefix of Backend.AI's image labels (`ai.backend.kernelspec`, `ai.backend.runtime-type`).
+pub const BACKENDAI_LABEL_PREFIX: &str = "ai.backend.";
+
+/// Whether an image's labels make it a session image: berth's own label, or any of
+/// Backend.AI's, on an image that is not one of the stack's servers.
+pub fn is_session_image<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+    let mut session = false;
+    for (key, value) in labels {
+        if key == LABEL_SERVER {
+            return false;
+        }
+        session |= (key == LABEL_SESSION_IMAGE && !value.is_empty())
+            || key.starts_with(BACKENDAI_LABEL_PREFIX);
+    }
+    session
+}
+
+/// How an admin listed an image in the catalogue.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageListing {
+    /// As its labels say (the listing an image has until an admin sets one).
+    Labels,
+    /// Offered whatever its labels say.
+    Shown,
+    /// Never offered, and refused to a launch that names it.
+    Hidden,
+}
+
+impl ImageListing {
+    /// Whether the catalogue offers an image so listed, whose labels make it a session image
+    /// or not.
+    pub fn offers(self, session_image: bool) -> bool {
+        match self {
+            ImageListing::Labels => session_image,
+            ImageListing::Shown => true,
+            ImageListing::Hidden => false,
+        }
+    }
+}
 
 /// The repository every customized image lives under.
 pub const CUSTOM_PREFIX: &str = "berth-custom/u";
@@ -78,6 +129,33 @@ pub fn is_registry_name(registry: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_image_carries_berths_label_or_backendais_and_a_server_never_is() {
+        assert!(is_session_image([(LABEL_SESSION_IMAGE, "python")]));
+        assert!(is_session_image([("ai.backend.kernelspec", "1")]));
+        assert!(
+            !is_session_image([(LABEL_SESSION_IMAGE, "")]),
+            "an empty label"
+        );
+        assert!(!is_session_image([("maintainer", "someone")]));
+        assert!(!is_session_image(std::iter::empty()));
+        // A server built on a session image inherits its labels, and is still no session's.
+        assert!(!is_session_image([
+            (LABEL_SESSION_IMAGE, "python"),
+            ("ai.backend.runtime-type", "python"),
+            (LABEL_SERVER, "postgres"),
+        ]));
+    }
+
+    #[test]
+    fn an_admins_listing_overrides_the_labels_either_way() {
+        for labelled in [true, false] {
+            assert_eq!(ImageListing::Labels.offers(labelled), labelled);
+            assert!(ImageListing::Shown.offers(labelled));
+            assert!(!ImageListing::Hidden.offers(labelled));
+        }
+    }
 
     #[test]
     fn the_registry_is_the_first_component_when_it_names_a_host() {

@@ -239,6 +239,11 @@ pub struct AgentRegistered {
     /// Images present on the agent host, by full name.
     #[serde(default)]
     pub images: Vec<String>,
+    /// Those of `images` whose labels make them no session image
+    /// ([`crate::images::is_session_image`]): the agent runs them, the catalogue does not offer
+    /// them unless an admin shows them. Absent from agents before the rule: all offered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlabelled_images: Vec<String>,
     /// Where the agent's published ports are reached (the proxy connects there).
     #[serde(default)]
     pub address: Option<String>,
@@ -1119,6 +1124,15 @@ pub struct RegistryCredentialSet {
     /// `host[:port]`, as an image reference begins ([`crate::images::registry_of`]).
     pub registry: String,
     pub username: String,
+}
+
+/// An admin listed an image in the catalogue: offered as its labels say, shown whatever they
+/// say, or hidden (never offered, and refused to a launch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageListingSet {
+    /// `repository:tag`.
+    pub image: String,
+    pub listing: crate::images::ImageListing,
 }
 
 /// An admin removed a registry's credential: its images are offered no more.

@@ -76,6 +76,7 @@ async fn append_losses(store: &EventStore, prefix: &str, events: usize, streams:
 fn registered(agent: &str) -> ProposedEvent {
     ProposedEvent::new(
         &Event::AgentRegistered(AgentRegistered {
+            unlabelled_images: Vec::new(),
             agent_id: agent.into(),
             resource_group: "default".into(),
             capacity: ResourceSlots {

@@ -195,6 +195,8 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api::admin::agents::admin_revoke_agent))
         .routes(routes!(api::admin::registries::admin_list_registries))
+        .routes(routes!(api::admin::images::admin_list_images))
+        .routes(routes!(api::admin::images::admin_set_image_listing))
         .routes(routes!(
             api::admin::registries::admin_set_registry,
             api::admin::registries::admin_remove_registry
@@ -488,6 +490,8 @@ mod tests {
             ("get", "/v1/admin/registries"),
             ("put", "/v1/admin/registries/{registry}"),
             ("delete", "/v1/admin/registries/{registry}"),
+            ("get", "/v1/admin/images"),
+            ("put", "/v1/admin/images/listing"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),
         ]

@@ -1184,6 +1184,30 @@ pub struct Registries {
     pub registries: Vec<RegistryListed>,
 }
 
+/// An image the live agents hold, as the catalogue treats it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeldImage {
+    /// `repository:tag`.
+    pub image: String,
+    /// The groups whose live agents hold it, by name.
+    pub resource_groups: Vec<String>,
+    /// Whether its labels make it a session image (berth's `ai.berth.image`, or any of
+    /// Backend.AI's `ai.backend.*`, on an image that is not one of the stack's servers).
+    pub session_image: bool,
+    /// How an admin listed it: `labels` (as they say), `shown` or `hidden`.
+    pub listing: domain::images::ImageListing,
+    /// Whether the catalogue offers it.
+    pub offered: bool,
+}
+
+/// `GET /v1/admin/images`: by reference (customized images, their owners' alone, left out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeldImages {
+    pub images: Vec<HeldImage>,
+}
+
 /// `POST /v1/admin/agents`: the agent's credential, shown only in this answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

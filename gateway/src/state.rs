@@ -210,6 +210,26 @@ impl AppState {
     }
 
     /// This state making folders on `volume` when their request names none.
+    /// Tells the idle-reaper that a user reached into session `id` (its files, a command run
+    /// in it): use, as traffic through its apps is. Best effort: a lost report costs at
+    /// most an early reap warning, never a session in use.
+    pub async fn touched(&self, id: uuid::Uuid) {
+        let Some(nats) = &self.nats else { return };
+        let activity = bus::protocol::AppActivity {
+            session_id: id,
+            at: chrono::Utc::now(),
+            bytes_in: 0,
+            bytes_out: 0,
+        };
+        let body = serde_json::to_vec(&activity).expect("activity serialises");
+        if let Err(e) = nats
+            .publish(self.agent_bus.idle_activity(), body.into())
+            .await
+        {
+            tracing::debug!(error = %e, "a session's use was not reported");
+        }
+    }
+
     pub fn with_default_volume(mut self, volume: String) -> AppState {
         self.default_volume = volume;
         self

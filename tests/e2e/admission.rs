@@ -63,6 +63,7 @@ async fn expect_violation(violations: &Violations, before: usize, subject: &str)
 
 fn offer(group: &str, cpu: u64) -> Offer {
     Offer {
+        unlabelled_images: Vec::new(),
         resource_group: group.into(),
         capacity: ResourceSlots {
             cpu_milli: cpu * 1000,

@@ -806,6 +806,133 @@ async fn the_terminal_page_runs_what_is_typed_in_a_browser() {
     browser.wait_for_text("browser-42").await;
 }
 
+/// The seeds' network idleness: only a user's traffic counts. A session whose process moves
+/// bytes steadily on its own network with nobody at it (its container's counters climbing,
+/// which once kept it alive) is reaped at its network-idle timeout; one whose terminal is in
+/// use is kept past it.
+#[tokio::test]
+async fn a_session_downloading_with_nobody_at_it_is_network_idle_while_one_in_use_is_kept() {
+    let Scene {
+        h,
+        first: _,
+        alice,
+        bob: _,
+        _agent,
+    } = scene().await;
+    const TIMEOUT: u64 = 12;
+    h.set_group_idle_checks(
+        "default",
+        events::idleness::IdleChecks {
+            max_lifetime_secs: Some(3600),
+            network_idle_timeout_secs: Some(TIMEOUT),
+            utilization: None,
+        },
+    )
+    .await;
+    // Its own connections, again and again, to the host its network's gateway leads to (which
+    // refuses sessions each one: bytes both ways on the container's interface).
+    // refuses sessions each one) and datagrams to an address beyond it: bytes out of, and
+    // back into, the container's interface.
+    let fetching = "host=$(ip route | awk '/default/ {print $3}'); \
+                    while true; do nc -w 1 $host 80 < /dev/null; \
+                    echo datagram | nc -u -w 1 198.51.100.1 9; sleep 0.2; done";
+    let shape = json!({"cpu": 0.5, "memory": "64m"});
+    let (downloader, detail) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/shell:latest", "startup_command": fetching, "resources": shape}),
+    )
+    .await;
+    let container = detail["containers"][0]["container_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // What the container's interface has carried, read inside it while it runs.
+    let carried = || {
+        let out = std::process::Command::new("docker")
+            .args([
+                "exec",
+                &container,
+                "sh",
+                "-c",
+                "cat /sys/class/net/eth0/statistics/tx_bytes",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let (in_use, _) = running_session(
+        &h,
+        &alice,
+        json!({"image": "berth/shell:latest", "resources": shape}),
+    )
+    .await;
+    let (status, started) = app_call(&h, &alice, &in_use, "ttyd", "start", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let (status, opened) = app_call(&h, &alice, &in_use, "ttyd", "open", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{opened}");
+    let cookie = redeem(opened["url"].as_str().unwrap()).await.unwrap();
+    let mut terminal = terminal(opened["port"].as_u64().unwrap() as u16, &cookie).await;
+
+    // Someone types in the one terminal every two seconds while the other session downloads,
+    // until the downloader is reaped and then past the in-use session's own timeout.
+    let began = tokio::time::Instant::now();
+    let mut reaped_at = None;
+    let mut counters = Vec::new();
+    let mut n = 0;
+    loop {
+        n += 1;
+        let said = terminal
+            .run(
+                &format!("echo typed-$(({n}*2))"),
+                &format!("typed-{}", n * 2),
+            )
+            .await;
+        assert!(said.contains(&format!("typed-{}", n * 2)), "{said}");
+        let (_, detail) = h.get(&alice, &format!("/v1/sessions/{downloader}")).await;
+        if reaped_at.is_none() {
+            counters.extend(carried());
+        }
+        if reaped_at.is_none() && detail["status"] == "TERMINATED" {
+            reaped_at = Some(began.elapsed());
+            let reason = detail["status_reason"].as_str().unwrap();
+            assert!(reason.contains("network_idle checker"), "{reason}");
+        }
+        match reaped_at {
+            Some(at) if began.elapsed() > at + Duration::from_secs(TIMEOUT + 2) => break,
+            None if began.elapsed() > Duration::from_secs(120) => {
+                panic!("the downloader was never reaped: {detail}")
+            }
+            _ => tokio::time::sleep(Duration::from_secs(2)).await,
+        }
+    }
+    assert!(
+        counters.first() < counters.last(),
+        "the container's own bytes climbed while it was watched: {counters:?}"
+    );
+    let (status, detail) = h.get(&alice, &format!("/v1/sessions/{in_use}")).await;
+    assert_eq!(
+        (status, detail["status"].as_str()),
+        (StatusCode::OK, Some("RUNNING")),
+        "the session in use is kept past its timeout: {detail}"
+    );
+    let (_, readings) = h.get(&alice, &format!("/v1/sessions/{in_use}/idle")).await;
+    let network = readings["readings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["checker"] == "network_idle")
+        .unwrap_or_else(|| panic!("no network reading: {readings}"));
+    assert_eq!(network["fires"], false, "{readings}");
+    let (status, _) = h.delete(&alice, &format!("/v1/sessions/{in_use}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&in_use, |s: &Value| s["status"] == "TERMINATED")
+        .await;
+}
+
 #[tokio::test]
 async fn the_terminal_runs_in_an_image_without_python_follows_its_window_and_ends_with_it() {
     let Scene {

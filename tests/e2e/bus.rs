@@ -19,6 +19,7 @@ use crate::common::*;
 
 fn offer() -> Offer {
     Offer {
+        unlabelled_images: Vec::new(),
         resource_group: "default".into(),
         capacity: ResourceSlots {
             cpu_milli: 8_000,

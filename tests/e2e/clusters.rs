@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 /// as an agent on that engine would.
 async fn scoped_agent(h: &Harness, id: &str, cpu: u64, scope: &str) {
     let offer = bus::protocol::Offer {
+        unlabelled_images: Vec::new(),
         resource_group: "default".into(),
         capacity: ResourceSlots {
             cpu_milli: cpu * 1000,

@@ -219,6 +219,7 @@ impl Harness {
 
     pub async fn agent(&self, id: &str, group: &str, cpu: u64) {
         let offer = bus::protocol::Offer {
+            unlabelled_images: Vec::new(),
             resource_group: group.into(),
             capacity: ResourceSlots {
                 cpu_milli: cpu * 1000,

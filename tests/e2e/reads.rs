@@ -19,6 +19,7 @@ use uuid::Uuid;
 /// again changes what it offers, as an agent whose host's images changed does.
 async fn offer(h: &Harness, id: &str, group: &str, images: &[&str]) {
     let offer = Offer {
+        unlabelled_images: Vec::new(),
         resource_group: group.into(),
         capacity: ResourceSlots {
             cpu_milli: 8_000,
@@ -378,11 +379,58 @@ async fn a_launch_chooses_among_the_groups_agents_and_images_open_to_the_caller(
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
-/// A real agent reports the images its Docker engine holds, and the catalogue lists them.
+/// Builds `image` from berth/shell with `label` (`key=value`), as a server's image carries
+/// one; removed when dropped.
+struct LabelledImage(String);
+
+impl LabelledImage {
+    fn build(image: &str, label: &str) -> LabelledImage {
+        use std::io::Write;
+        let mut build = std::process::Command::new("docker")
+            .args(["build", "-q", "-t", image, "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("docker runs");
+        let dockerfile = format!("FROM berth/shell:latest\nLABEL {label}\n");
+        build
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(dockerfile.as_bytes())
+            .unwrap();
+        assert!(build.wait().unwrap().success(), "docker build {image}");
+        LabelledImage(image.to_owned())
+    }
+}
+
+impl Drop for LabelledImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", "-f", &self.0])
+            .output();
+    }
+}
+
+fn offers(catalogue: &Value, image: &str) -> bool {
+    catalogue["environments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["versions"].as_array().unwrap())
+        .any(|v| v["image"] == image)
+}
+
+/// A real agent reports the images its Docker engine holds, and the catalogue lists the
+/// session images among them: never a server's (which inherits berth/shell's session label
+/// but carries `ai.berth.server`), unless an admin shows it; an image an admin hides is
+/// neither listed nor launched.
 #[tokio::test]
-async fn a_docker_agent_offers_the_images_its_engine_holds() {
+async fn a_docker_agent_offers_its_engines_session_images_and_an_admin_shows_or_hides_any() {
     let h = start().await;
     let id = fresh_agent_id();
+    let server = format!("berth-test/server:{}", id.to_lowercase());
+    let _server = LabelledImage::build(&server, "ai.berth.server=test");
     let _agent = spawn_agent(&h, &id, &data_dir(), 2_000, None).await;
     let (status, catalogue) = h.get(&h.admin_key, "/v1/environments").await;
     assert_eq!(status, StatusCode::OK, "{catalogue}");
@@ -400,6 +448,78 @@ async fn a_docker_agent_offers_the_images_its_engine_holds() {
             .any(|v| v["tag"] == "latest" && v["resource_groups"] == json!(["default"])),
         "{shell}"
     );
+    assert!(
+        !offers(&catalogue, &server),
+        "a server offered: {catalogue}"
+    );
+
+    // The admin sees why: held, no session labels, listed as they say, not offered.
+    let (status, held) = h.get(&h.admin_key, "/v1/admin/images").await;
+    assert_eq!(status, StatusCode::OK, "{held}");
+    let row = |held: &Value, image: &str| {
+        held["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["image"] == image)
+            .cloned()
+            .unwrap_or_else(|| panic!("{image} not in {held}"))
+    };
+    let found = row(&held, &server);
+    assert_eq!(
+        (
+            &found["session_image"],
+            &found["listing"],
+            &found["offered"]
+        ),
+        (&json!(false), &json!("labels"), &json!(false)),
+        "{found}"
+    );
+    assert_eq!(row(&held, "berth/shell:latest")["session_image"], true);
+    let alice = h.user("alice@example.com").await;
+    let (status, refused) = h.get(&alice, "/v1/admin/images").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+
+    // Shown, it is offered; hidden, berth/shell is neither offered nor launched.
+    let h = &h;
+    let list = |image: &str, listing: &str| {
+        let body = json!({"image": image, "listing": listing});
+        async move { h.put(&h.admin_key, "/v1/admin/images/listing", body).await }
+    };
+    assert_eq!(list(&server, "shown").await.0, StatusCode::NO_CONTENT);
+    let (_, catalogue) = h.get(&alice, "/v1/environments").await;
+    assert!(offers(&catalogue, &server), "{catalogue}");
+    assert_eq!(
+        list("berth/shell:latest", "hidden").await.0,
+        StatusCode::NO_CONTENT
+    );
+    let (_, catalogue) = h.get(&alice, "/v1/environments").await;
+    assert!(!offers(&catalogue, "berth/shell:latest"), "{catalogue}");
+    let shape = json!({"cpu": 0.25, "memory": "64m"});
+    let (status, body) = h
+        .create(
+            &alice,
+            json!({"image": "berth/shell:latest", "resources": shape}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["field"], "image", "{body}");
+    assert_eq!(
+        list("berth/shell:latest", "labels").await.0,
+        StatusCode::NO_CONTENT
+    );
+    let (_, catalogue) = h.get(&alice, "/v1/environments").await;
+    assert!(offers(&catalogue, "berth/shell:latest"), "{catalogue}");
+    let (status, body) = h
+        .put(
+            &h.admin_key,
+            "/v1/admin/images/listing",
+            json!({"image": "a b", "listing": "shown"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "image", "{body}");
+    assert_eq!(h.count_events("ImageListingSet").await, 3);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! `berth admin ...`: operators create users, keys (for ever or until an expiry), passwords,
 //! projects, resource groups, policies and presets, revoke keys, disable and enable users and
 //! change their role, set the idle checks, admit and revoke agents, store registries'
-//! credentials, list each of these, and make the NATS server's authorization.
+//! credentials, show and hide images in the catalogue, list each of these, and make the NATS
+//! server's authorization.
 //!
 //! The flags of each command become the gateway's own typed request once
 //! ([`requests`]: `gateway::api::admin::NewUser`, `PolicyLimits`, ...), whose rules the
@@ -168,6 +169,14 @@ pub enum AdminCommand {
         #[arg(long)]
         preset: Option<String>,
     },
+    /// List an image in the catalogue: shown whatever its labels say, hidden (never offered,
+    /// refused to a launch), or as its labels say (berth's `ai.berth.image` or Backend.AI's
+    /// `ai.backend.*`; the stack's servers never).
+    ListImage {
+        image: String,
+        #[arg(long, value_enum)]
+        listing: Listing,
+    },
     /// Every user's standing in a resource group's queue: decayed use, fair-share factor,
     /// dominant share, queued sessions, the priority they may ask.
     Shares {
@@ -323,6 +332,24 @@ pub enum RegistryAdminCommand {
     Rm { registry: String },
 }
 
+/// How `berth admin list-image` lists an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Listing {
+    Labels,
+    Shown,
+    Hidden,
+}
+
+impl From<Listing> for events::images::ImageListing {
+    fn from(listing: Listing) -> Self {
+        match listing {
+            Listing::Labels => Self::Labels,
+            Listing::Shown => Self::Shown,
+            Listing::Hidden => Self::Hidden,
+        }
+    }
+}
+
 /// What `berth admin ls` lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
@@ -336,6 +363,7 @@ pub enum Kind {
     Idle,
     Agents,
     Registries,
+    Images,
 }
 
 /// Runs an admin command: through the gateway with a key, through the database where no key

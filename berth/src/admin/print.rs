@@ -8,7 +8,7 @@ use super::Kind;
 use crate::session_cli::{bytes, show, Output};
 use gateway::model::{
     AdminGroups, AdminPolicies, AdminProjects, AdminUsers, AdmittedAgents, Amounts, ApiKeysListed,
-    GroupShares, IdleSettings, KeypairsListed, Presets, Registries,
+    GroupShares, HeldImages, IdleSettings, KeypairsListed, Presets, Registries,
 };
 
 /// A Backend.AI keypair as Backend.AI's client takes it: `export` lines to paste into a
@@ -67,6 +67,10 @@ fn amount(a: &Amounts) -> String {
         a.memory_bytes as f64 / (1u64 << 30) as f64,
         a.gpu
     )
+}
+
+fn yes_no(v: bool) -> String {
+    if v { "yes" } else { "no" }.into()
 }
 
 fn or_dash(v: Option<String>) -> String {
@@ -320,6 +324,23 @@ pub(super) fn print_listing(kind: Kind, output: Output, v: Value) {
                             or_dash(a.heartbeat_age_secs.map(|s| format!("{s:.0}s"))),
                             or_dash(a.sessions.map(|n| n.to_string())),
                             or_dash(a.version),
+                        ]
+                    })
+                    .collect(),
+            )
+        }),
+        Kind::Images => show(output, v, |l: HeldImages| {
+            table(
+                &["IMAGE", "GROUPS", "SESSION-LABELS", "LISTING", "OFFERED"],
+                l.images
+                    .into_iter()
+                    .map(|i| {
+                        vec![
+                            i.image,
+                            i.resource_groups.join(","),
+                            yes_no(i.session_image),
+                            format!("{:?}", i.listing).to_lowercase(),
+                            yes_no(i.offered),
                         ]
                     })
                     .collect(),

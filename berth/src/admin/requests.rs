@@ -14,6 +14,7 @@ use gateway::api::admin::groups::{
     Grant, GroupDefaults, GroupScheduling, NewGroup, PriorityIn, WeightsIn,
 };
 use gateway::api::admin::idle::{ChecksIn, IdleChecksIn, ThresholdsIn, UtilizationIn};
+use gateway::api::admin::images::ImageListingIn;
 use gateway::api::admin::keys::{KeyFor, NewKey};
 use gateway::api::admin::policies::PolicyLimits;
 use gateway::api::admin::presets::{PresetAmounts, PresetIn};
@@ -212,6 +213,14 @@ pub fn call(command: AdminCommand) -> anyhow::Result<Call> {
             GroupDefaults { image, preset },
             done(format!("defaults of resource group {group} set")),
         ),
+        AdminCommand::ListImage { image, listing } => Call::put(
+            "/v1/admin/images/listing".to_owned(),
+            ImageListingIn {
+                image: image.clone(),
+                listing: listing.into(),
+            },
+            done(format!("{image} listed as {listing:?}").to_lowercase()),
+        ),
         AdminCommand::Shares { group, output } => Call::get(
             format!("/v1/admin/resource-groups/{group}/shares"),
             Answer::Shares(output),
@@ -390,6 +399,7 @@ fn list_path(kind: Kind) -> &'static str {
         Kind::Idle => "/v1/admin/idle-checks",
         Kind::Agents => "/v1/admin/agents",
         Kind::Registries => "/v1/admin/registries",
+        Kind::Images => "/v1/admin/images",
     }
 }
 

@@ -33,12 +33,12 @@ pub(super) async fn apply_sql<C: GenericClient>(
                 client,
                 "INSERT INTO ledger.agents (agent_id, resource_group, cpu_milli, memory_bytes,
                        gpu_milli, images, registered_at, last_heartbeat, address, image_apps,
-                       network_scope, volumes)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)
+                       network_scope, volumes, unlabelled_images)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12)
                      ON CONFLICT (agent_id) DO UPDATE SET resource_group = $2, cpu_milli = $3,
                        memory_bytes = $4, gpu_milli = $5, images = $6, last_heartbeat = $7,
                        lost = NULL, address = $8, image_apps = $9, network_scope = $10,
-                       volumes = $11",
+                       volumes = $11, unlabelled_images = $12",
                 &[
                     &e.agent_id,
                     &e.resource_group,
@@ -51,6 +51,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
                     &serde_json::to_value(&e.image_apps).expect("apps serialise"),
                     &e.network_scope,
                     &e.volumes,
+                    &e.unlabelled_images,
                 ],
             )
             .await?;
@@ -117,6 +118,7 @@ pub(super) struct Agent {
     pub image_apps: serde_json::Value,
     pub network_scope: Option<String>,
     pub volumes: Vec<String>,
+    pub unlabelled_images: Vec<String>,
 }
 
 /// The family's table folded in memory, keyed by agent id.
@@ -146,6 +148,7 @@ impl Tables {
                         a.image_apps = image_apps;
                         a.network_scope = e.network_scope.clone();
                         a.volumes = e.volumes.clone();
+                        a.unlabelled_images = e.unlabelled_images.clone();
                     }
                     None => {
                         self.agents.insert(
@@ -166,6 +169,7 @@ impl Tables {
                                 image_apps,
                                 network_scope: e.network_scope.clone(),
                                 volumes: e.volumes.clone(),
+                                unlabelled_images: e.unlabelled_images.clone(),
                             },
                         );
                     }
@@ -218,11 +222,12 @@ impl Tables {
                 "image_apps",
                 "network_scope",
                 "volumes",
+                "unlabelled_images",
             ],
             &self
                 .agents
                 .iter()
-                .map(|(id, a)| -> [&(dyn ToSql + Sync); 16] {
+                .map(|(id, a)| -> [&(dyn ToSql + Sync); 17] {
                     [
                         id,
                         &a.resource_group,
@@ -240,6 +245,7 @@ impl Tables {
                         &a.image_apps,
                         &a.network_scope,
                         &a.volumes,
+                        &a.unlabelled_images,
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -6,7 +6,8 @@
 //! `registries`, those an admin stored a credential for (`RegistryCredentialSet`,
 //! `RegistryCredentialRemoved`), whose images are offered to everyone. The credential's
 //! password is not in the event: [`keep_registry_password`] keeps it in the `secrets` schema
-//! in the transaction that records it.
+//! in the transaction that records it. And `image_listings`: how an admin listed an image in
+//! the catalogue (`ImageListingSet`; listed as its labels say, the row is removed).
 //! `SessionCommitRequested`, `SessionCommitProgressed` and `SessionCommitEnded` are events of
 //! the session's stream, so they move the session's version too (`sessions`).
 //!
@@ -27,6 +28,7 @@ use super::fold::exec;
 use super::sessions::{self, SessionPatch};
 use super::{i64_of, LedgerError};
 use crate::catalogue::Event;
+use crate::images::ImageListing;
 use crate::payloads::*;
 use crate::pg::copy_rows;
 use crate::RecordedEvent;
@@ -110,6 +112,28 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::ImageListingSet(e) => {
+            patch.flush(client).await?;
+            match listing_column(e.listing) {
+                Some(listing) => {
+                    exec(
+                        client,
+                        "INSERT INTO ledger.image_listings VALUES ($1, $2)
+                         ON CONFLICT (image) DO UPDATE SET listing = $2",
+                        &[&e.image, &listing],
+                    )
+                    .await?
+                }
+                None => {
+                    exec(
+                        client,
+                        "DELETE FROM ledger.image_listings WHERE image = $1",
+                        &[&e.image],
+                    )
+                    .await?
+                }
+            };
+        }
         other => unreachable!("`{}` is not an images event", other.event_type()),
     }
     Ok(())
@@ -157,6 +181,25 @@ pub async fn registry_login<C: GenericClient>(
         )
         .await?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// How `image_listings` spells a listing; `None`: as the labels say, which has no row.
+fn listing_column(listing: ImageListing) -> Option<&'static str> {
+    match listing {
+        ImageListing::Labels => None,
+        ImageListing::Shown => Some("shown"),
+        ImageListing::Hidden => Some("hidden"),
+    }
+}
+
+/// The listing `image_listings.listing` spells (read through a `LEFT JOIN`: no row, as the
+/// labels say).
+pub fn listing_of_column(column: Option<&str>) -> ImageListing {
+    match column {
+        Some("shown") => ImageListing::Shown,
+        Some("hidden") => ImageListing::Hidden,
+        _ => ImageListing::Labels,
+    }
 }
 
 /// Claims the image's name for the commit, under the owner's lock: refused when the name is
@@ -232,6 +275,8 @@ pub(super) struct Tables {
     pub image_claims: HashMap<String, Claim>,
     /// Registry → the user its credential names and when it was set.
     pub registries: HashMap<String, (String, DateTime<Utc>)>,
+    /// Image → how an admin listed it, where not as its labels say.
+    pub image_listings: HashMap<String, &'static str>,
 }
 
 impl Tables {
@@ -303,6 +348,14 @@ impl Tables {
             Event::RegistryCredentialRemoved(e) => {
                 self.registries.remove(&e.registry);
             }
+            Event::ImageListingSet(e) => match listing_column(e.listing) {
+                Some(listing) => {
+                    self.image_listings.insert(e.image.clone(), listing);
+                }
+                None => {
+                    self.image_listings.remove(&e.image);
+                }
+            },
             other => unreachable!("`{}` is not an images event", other.event_type()),
         }
     }
@@ -367,6 +420,17 @@ impl Tables {
                 .map(|(registry, (username, at))| -> [&(dyn ToSql + Sync); 3] {
                     [registry, username, at]
                 })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.image_listings"),
+            ["image", "listing"],
+            &self
+                .image_listings
+                .iter()
+                .map(|(image, listing)| -> [&(dyn ToSql + Sync); 2] { [image, listing] })
                 .collect::<Vec<_>>(),
         )
         .await?;

@@ -83,6 +83,7 @@ mod tests {
         rows.apply(&recorded(
             1,
             Event::AgentRegistered(AgentRegistered {
+                unlabelled_images: Vec::new(),
                 agent_id: "a1".into(),
                 resource_group: "default".into(),
                 capacity: slots(4_000),

@@ -52,7 +52,7 @@ mod sessions;
 
 pub use agents::ever_admitted;
 pub use credentials::{console_owner, password_owner};
-pub use images::{keep_registry_password, registry_login};
+pub use images::{keep_registry_password, listing_of_column, registry_login};
 pub use keys::{
     api_keys_by_prefix, backendai_key_owner, backendai_keypairs, key_digest, key_owner, live_key,
     ApiKeyRecord, BackendAiKeypair, KeyOwner,
@@ -142,7 +142,8 @@ impl Family {
             | Event::SessionCommitEnded(_)
             | Event::CustomImageRemoved(_)
             | Event::RegistryCredentialSet(_)
-            | Event::RegistryCredentialRemoved(_) => Family::Images,
+            | Event::RegistryCredentialRemoved(_)
+            | Event::ImageListingSet(_) => Family::Images,
             Event::LaunchRecorded(_) | Event::LaunchRenamed(_) | Event::LaunchPinned(_) => {
                 Family::Launches
             }

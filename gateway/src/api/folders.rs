@@ -202,7 +202,7 @@ fn folder_names() -> utoipa::openapi::schema::Array {
 /// whose SSH server (`sshd`) its owner reaches through the proxy's tunnel (`berth session app
 /// tunnel ID sshd`) with the session's key (`GET /v1/sessions/{id}/ssh-key`). It is listed
 /// among the caller's sessions as type `system` (the console's "Upload Sessions"), and ends
-/// once idle (no byte in or out) for `idle_timeout_secs`.
+/// once idle (nobody reaching it) for `idle_timeout_secs`.
 #[utoipa::path(post, path = "/v1/upload-sessions", tag = "folders",
     request_body = NewUploadSession,
     responses((status = 201, description = "requested", body = launcher::launch::Launched)))]

@@ -240,6 +240,7 @@ pub(crate) async fn through_door(
 ) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
     check_may_act(state, caller, id).await?;
     let (detail, token) = super::apps::kernel_door(state, caller, id).await?;
+    state.touched(id).await;
     proxy::through_kernel_door(&detail, &token, method, door_path, headers, body)
         .await
         .map_err(|e| match e {

@@ -3,17 +3,21 @@
 //! images among them and nobody else's. From the ledger (`ledger.agents`: the images each
 //! agent reported when it registered, again whenever its host's images changed;
 //! `ledger.custom_images`: who keeps which customized image; both written by
-//! `events::ledger`). An image is listed exactly when the launcher would take it: a live
-//! agent of the group offers it, and a customized one only to its owner while they keep it.
+//! `events::ledger`). Only session images are listed: those whose labels say so
+//! (`domain::images::is_session_image`, as the agent read them) or an admin showed, never one
+//! an admin hid (`ledger.image_listings`); a customized one only to its owner while they keep
+//! it. The launcher takes what is listed, and refuses what is hidden; an API client may still
+//! name an image the labels leave out (one the agent holds), as Backend.AI's may name any.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use deadpool_postgres::Pool;
-use domain::images::{custom_image_owner, split_reference};
+use domain::images::{custom_image_owner, split_reference, ImageListing};
+use events::ledger::listing_of_column;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::model::{Environment, EnvironmentVersion};
+use crate::model::{Environment, EnvironmentVersion, HeldImage};
 
 /// The catalogue of the images the live agents of `groups` offer, as `user` may use them.
 pub async fn environments(
@@ -22,14 +26,21 @@ pub async fn environments(
     groups: &[String],
 ) -> Result<Vec<Environment>, ApiError> {
     let client = pool.get().await?;
-    let offered = client
+    let held = client
         .query(
-            "SELECT DISTINCT a.resource_group, i.image
+            "SELECT DISTINCT a.resource_group, i.image, i.image <> ALL(a.unlabelled_images),
+                    l.listing
              FROM ledger.agents a CROSS JOIN LATERAL unnest(a.images) AS i(image)
+             LEFT JOIN ledger.image_listings l ON l.image = i.image
              WHERE a.lost IS NULL AND a.resource_group = ANY($1)",
             &[&groups],
         )
         .await?;
+    let offered = held.iter().filter_map(|r| {
+        let image: String = r.get(1);
+        let listing = listing_of_column(r.get(3));
+        listed(&image, r.get(2), listing).then(|| (r.get(0), image))
+    });
     let kept: BTreeSet<String> = client
         .query(
             "SELECT image FROM ledger.custom_images WHERE owner = $1",
@@ -39,11 +50,51 @@ pub async fn environments(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    Ok(catalogue(
-        offered.iter().map(|r| (r.get(0), r.get(1))),
-        user,
-        &kept,
-    ))
+    Ok(catalogue(offered, user, &kept))
+}
+
+/// Every image the live agents hold, with how the catalogue treats it (customized images,
+/// offered to their owners alone, left out).
+pub async fn held_images(pool: &Pool) -> Result<Vec<HeldImage>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT i.image, array_agg(DISTINCT a.resource_group ORDER BY a.resource_group),
+                    bool_or(i.image <> ALL(a.unlabelled_images)), l.listing
+             FROM ledger.agents a CROSS JOIN LATERAL unnest(a.images) AS i(image)
+             LEFT JOIN ledger.image_listings l ON l.image = i.image
+             WHERE a.lost IS NULL
+             GROUP BY i.image, l.listing ORDER BY i.image",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter(|r| custom_image_owner(r.get(0)).is_none())
+        .map(|r| {
+            let image: String = r.get(0);
+            let session_image: bool = r.get(2);
+            let listing = listing_of_column(r.get(3));
+            HeldImage {
+                offered: listed(&image, session_image, listing),
+                image,
+                resource_groups: r.get(1),
+                session_image,
+                listing,
+            }
+        })
+        .collect())
+}
+
+/// Whether the catalogue lists `image`, whose labels make it a session image or not, listed by
+/// an admin as `listing`: a customized image (offered to its owner alone, by [`catalogue`])
+/// whatever labels it inherited, unless hidden; any other as its listing says over its labels.
+pub fn listed(image: &str, session_image: bool, listing: ImageListing) -> bool {
+    if custom_image_owner(image).is_some() {
+        listing != ImageListing::Hidden
+    } else {
+        listing.offers(session_image)
+    }
 }
 
 /// The catalogue of the `(group, image)` pairs offered, for `user`, who keeps the customized
@@ -136,6 +187,17 @@ mod tests {
                 ("latest", "berth/python:latest", vec!["default"]),
             ]
         );
+    }
+
+    #[test]
+    fn a_server_image_is_listed_only_when_shown_and_a_hidden_one_never() {
+        assert!(listed("berth/python:latest", true, ImageListing::Labels));
+        assert!(!listed("berth/postgres:15", false, ImageListing::Labels));
+        assert!(listed("berth/postgres:15", false, ImageListing::Shown));
+        assert!(!listed("berth/python:latest", true, ImageListing::Hidden));
+        let mine = custom_image(Uuid::now_v7(), "plain");
+        assert!(listed(&mine, false, ImageListing::Labels), "customized");
+        assert!(!listed(&mine, true, ImageListing::Hidden));
     }
 
     /// The launcher offers a customized image to its owner alone, while they keep it; so

@@ -274,6 +274,7 @@ pub async fn start(config: HostConfig, stop: CancellationToken) -> Result<AgentH
             gpu_milli: offer.gpu_milli.unwrap_or(gpus.gpu_milli()),
         },
         images: images.names,
+        unlabelled_images: images.unlabelled,
         image_apps: images.apps,
         // Only a Docker agent publishes ports.
         address: match &runtime {

@@ -31,6 +31,8 @@ pub struct AgentSpec {
     pub resource_group: String,
     pub capacity: ResourceSlots,
     pub images: Vec<String>,
+    /// Those of `images` that are no session image by their labels.
+    pub unlabelled_images: Vec<String>,
     /// The apps each image declares (only images that declare some).
     pub image_apps: std::collections::BTreeMap<String, Vec<domain::apps::ServicePort>>,
     /// Where its published ports are reached.
@@ -52,6 +54,7 @@ impl AgentSpec {
             image_apps: self.image_apps.clone(),
             network_scope: self.network_scope.clone(),
             volumes: self.volumes.clone(),
+            unlabelled_images: self.unlabelled_images.clone(),
         }
     }
 }

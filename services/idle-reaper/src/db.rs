@@ -68,13 +68,16 @@ pub async fn keep(
 pub async fn load(pool: &Pool) -> Result<Watchlist, LoadError> {
     let client = pool.get().await.map_err(|e| LoadError(e.to_string()))?;
     let mut list = Watchlist::default();
+    // What users did while no reaper watched is unknown: network idleness counts from now.
+    let started = chrono::Utc::now();
     let undecodable = |e: serde_json::Error| LoadError(format!("a kept row does not decode: {e}"));
     for row in client
         .query("SELECT watched FROM idle_reaper.watched", &[])
         .await
         .map_err(|e| LoadError(e.to_string()))?
     {
-        let w: Watched = serde_json::from_value(row.get(0)).map_err(undecodable)?;
+        let mut w: Watched = serde_json::from_value(row.get(0)).map_err(undecodable)?;
+        w.observed_since = Some(started);
         list.sessions.insert(w.session_id, w);
     }
     for row in client

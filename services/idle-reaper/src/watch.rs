@@ -56,7 +56,6 @@ impl Watchlist {
                     usage: Default::default(),
                     last_traffic_at: None,
                     observed_since: None,
-                    network_bytes: None,
                 };
                 self.sessions.insert(r.session_id, watched.clone());
                 Change::Watching(Box::new(watched))
@@ -66,7 +65,6 @@ impl Watchlist {
                 // A session placed again starts its observation again.
                 w.running_since = None;
                 w.usage.clear();
-                w.network_bytes = None;
                 w.last_traffic_at = None;
                 w.observed_since = None;
             }),

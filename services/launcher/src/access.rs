@@ -94,7 +94,11 @@ pub(crate) fn admin_metadata() -> events::Metadata {
     events::trace::metadata("admin", None)
 }
 
-async fn record(pool: &Pool, stream: String, events: &[Event]) -> Result<(), AccessError> {
+pub(crate) async fn record(
+    pool: &Pool,
+    stream: String,
+    events: &[Event],
+) -> Result<(), AccessError> {
     ledger::record_now(
         pool,
         &stream,

@@ -408,13 +408,15 @@ pub async fn load_context(
         }
     }
     let registry = ::domain::images::registry_of(&request.image);
-    let credential_stored = client
-        .query_opt(
-            "SELECT 1 FROM ledger.registries WHERE registry = $1",
-            &[&registry],
+    let image_facts = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM ledger.registries WHERE registry = $1),
+                    EXISTS (SELECT 1 FROM ledger.image_listings
+                             WHERE image = $2 AND listing = 'hidden')",
+            &[&registry, &request.image],
         )
-        .await?
-        .is_some();
+        .await?;
+    let (credential_stored, image_hidden): (bool, bool) = (image_facts.get(0), image_facts.get(1));
     if credential_stored {
         pullable_images.push(request.image.clone());
     }
@@ -440,6 +442,7 @@ pub async fn load_context(
         live_names,
         custom_images,
         pullable_images,
+        image_hidden,
     })
 }
 

@@ -90,6 +90,8 @@ pub struct LaunchContext {
     /// that the stack's registry holds, or an image of a registry an admin stored a
     /// credential for): it is offered whether an agent has it yet or not.
     pub pullable_images: Vec<String>,
+    /// An admin hid the requested image from the catalogue (`ImageListingSet`).
+    pub image_hidden: bool,
 }
 
 /// The amounts of a request, checked without any fact from the database.
@@ -469,6 +471,15 @@ pub fn decide(
             format!("no agent of `{group}` offers the image `{}`", request.image),
         ));
     }
+    if context.image_hidden {
+        return Err(conflict(
+            "image",
+            format!(
+                "an admin hid the image `{}` from the catalogue",
+                request.image
+            ),
+        ));
+    }
     // The image's apps, as an agent that offers it read them; a preopen port may not take
     // one of their ports.
     let image_apps = context
@@ -655,6 +666,7 @@ mod tests {
             live_names: vec![],
             custom_images: vec![],
             pullable_images: vec![],
+            image_hidden: false,
         }
     }
 
@@ -806,6 +818,17 @@ mod tests {
         assert!(decide(&c, &request, &mut no_names()).is_ok());
         request.image = theirs;
         assert_eq!(refused(&c, &request).0, "image", "another user's image");
+    }
+
+    #[test]
+    fn an_image_an_admin_hid_is_refused_though_an_agent_holds_it() {
+        let mut c = context();
+        let request = request();
+        assert!(decide(&c, &request, &mut no_names()).is_ok());
+        c.image_hidden = true;
+        let (field, message) = refused(&c, &request);
+        assert_eq!(field, "image");
+        assert!(message.contains("hid"), "{message}");
     }
 
     #[test]

@@ -18,5 +18,6 @@ pub mod db;
 pub mod decide;
 pub mod domain;
 pub mod launch;
+pub mod listings;
 pub mod registries;
 pub mod schema;

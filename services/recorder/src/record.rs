@@ -81,6 +81,7 @@ pub async fn register(pool: &Pool, agent_id: &str, offer: &Offer) -> Result<(), 
         image_apps: offer.image_apps.clone(),
         network_scope: offer.network_scope.clone(),
         volumes: offer.volumes.clone(),
+        unlabelled_images: offer.unlabelled_images.clone(),
     });
     ledger::record_now(
         pool,

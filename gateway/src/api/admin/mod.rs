@@ -1,7 +1,8 @@
 //! Administration, for superadmins only (anyone else gets a 403 naming `X-API-Key` before
 //! their body is read): users with roles and passwords, API keys and Backend.AI keypairs,
 //! projects and members, resource groups and grants, resource policies, presets, idle checks,
-//! agents (admit, revoke, list) and registries' credentials, one module per resource; this
+//! agents (admit, revoke, list), registries' credentials and the catalogue's listings, one
+//! module per resource; this
 //! file holds what they share (the limits, the name and email checks, the superadmin check).
 //!
 //! Each request body is a public type that carries its own rules: `check` (or `into_*`)
@@ -15,6 +16,7 @@
 pub mod agents;
 pub mod groups;
 pub mod idle;
+pub mod images;
 pub mod keypairs;
 pub mod keys;
 pub mod policies;

@@ -133,11 +133,15 @@ pub fn is_swarm(scope: &str) -> bool {
 pub struct HostImages {
     /// Every `repository:tag`, sorted.
     pub names: Vec<String>,
+    /// Those of `names` that are no session image by their labels
+    /// ([`domain::images::is_session_image`]), sorted.
+    pub unlabelled: Vec<String>,
     pub apps: BTreeMap<String, Vec<ServicePort>>,
 }
 
 /// Every `repository:tag` present on the host, with its apps (an image whose service-ports
-/// label cannot be read is offered without apps, and the label's fault is logged).
+/// label cannot be read is offered without apps, and the label's fault is logged) and whether
+/// its labels make it a session image.
 pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors::Error> {
     let images = docker
         .list_images::<String>(Some(bollard::image::ListImagesOptions::default()))
@@ -149,15 +153,23 @@ pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors
                 tracing::warn!(tags = ?image.repo_tags, error = %e, "an image's apps are unreadable");
                 Vec::new()
             });
+        let session = domain::images::is_session_image(
+            image.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
         for tag in image.repo_tags.into_iter().filter(|t| t != "<none>:<none>") {
             if !apps.is_empty() {
                 host.apps.insert(tag.clone(), apps.clone());
+            }
+            if !session {
+                host.unlabelled.push(tag.clone());
             }
             host.names.push(tag);
         }
     }
     host.names.sort();
     host.names.dedup();
+    host.unlabelled.sort();
+    host.unlabelled.dedup();
     Ok(host)
 }
 
@@ -330,9 +342,14 @@ async fn refresh_images(
             unreadable = false;
         }
         match read {
-            Ok(host) if host.names != spec.images || host.apps != spec.image_apps => {
+            Ok(host)
+                if host.names != spec.images
+                    || host.apps != spec.image_apps
+                    || host.unlabelled != spec.unlabelled_images =>
+            {
                 tracing::info!(images = ?host.names, "the images on this host changed");
                 spec.images = host.names;
+                spec.unlabelled_images = host.unlabelled;
                 spec.image_apps = host.apps;
                 if let Err(e) = register(&link, &spec, &stop).await {
                     tracing::warn!(error = %e, "the new images were not registered");

@@ -365,6 +365,7 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
             "ag",
             -5.0,
             Event::AgentRegistered(AgentRegistered {
+                unlabelled_images: Vec::new(),
                 agent_id: "a1".into(),
                 resource_group: "default".into(),
                 capacity: joined("a1", 4).joined.unwrap().capacity,
