@@ -37,6 +37,10 @@ if ! wait "$IMAGES"; then
 fi
 cat "$STATE/log/images.log" >&2
 
+# berth's runtime, lent to every container: tmux in every terminal, whatever the image holds.
+infra/runtime.sh "$STATE/runtime"
+export BERTH_AGENT_RUNTIME="$STATE/runtime"
+
 if [ -f "$STATE/berth.pid" ] && kill -0 "$(cat "$STATE/berth.pid")" 2>/dev/null; then
   say "berth already runs (pid $(cat "$STATE/berth.pid"))"
 else

@@ -358,6 +358,7 @@ pub(crate) async fn bench_docker_agent(
                 publish_address: "127.0.0.1".into(),
                 gpus: agent::gpu::GpuConfig::nvml(),
                 fence: Default::default(),
+                runtime: None,
             },
         },
     };

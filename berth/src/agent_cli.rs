@@ -153,6 +153,7 @@ async fn start(
                 publish_address: config.agent_address.clone(),
                 gpus,
                 fence: config.session_fence.clone(),
+                runtime: runtime(config)?,
             },
         }
     };
@@ -214,6 +215,20 @@ fn gpus(config: &Config) -> agent::gpu::GpuConfig {
 }
 
 /// The registry customized images go to and come from, with its credential when one is set.
+/// berth's runtime, when one is set: a directory holding `bin/tmux` (`infra/runtime.sh`).
+fn runtime(config: &Config) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Some(dir) = &config.agent_runtime else {
+        return Ok(None);
+    };
+    if !dir.join("bin/tmux").is_file() {
+        anyhow::bail!(
+            "BERTH_AGENT_RUNTIME `{}` holds no bin/tmux: make it with infra/runtime.sh DIR",
+            dir.display()
+        );
+    }
+    Ok(Some(std::fs::canonicalize(dir)?))
+}
+
 fn registry(config: &Config) -> anyhow::Result<Option<agent::docker::registry::Registry>> {
     use agent::docker::registry::Registry;
     let Some(address) = &config.registry else {

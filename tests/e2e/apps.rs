@@ -963,6 +963,12 @@ async fn the_terminal_runs_in_an_image_without_python_follows_its_window_and_end
         "busybox alone"
     );
 
+    assert_eq!(
+        in_container("command -v tmux || echo none").trim(),
+        "none",
+        "no tmux of its own either"
+    );
+
     // The agent serves the terminal on its own address, and its port alone lets nobody in.
     let served = container["ports"]
         .as_array()
@@ -990,30 +996,66 @@ async fn the_terminal_runs_in_an_image_without_python_follows_its_window_and_end
         )
         .await;
     assert!(said.contains("no-python-42"), "{said}");
-    // The hello's size, then a resize message: the shell's window follows.
+    // The hello's size, then a resize message: the shell's window follows (tmux keeps a
+    // row for its status line).
     let size = terminal
         .run("stty size; echo size-$((2+3))", "size-5")
         .await;
-    assert!(size.contains("30 120"), "the hello's window: {size}");
+    assert!(size.contains("29 120"), "the hello's window: {size}");
+    // tmux hears of the new size through its client, a moment after the shell could: asked
+    // again until it has.
     terminal.resize(100, 40).await;
-    let size = terminal
-        .run("stty size; echo size-$((3+3))", "size-6")
-        .await;
-    assert!(size.contains("40 100"), "resized: {size}");
+    let mut size = String::new();
+    for n in 6..40 {
+        size = terminal
+            .run(
+                &format!("stty size; echo size-$((3+{}))", n - 3),
+                &format!("size-{n}"),
+            )
+            .await;
+        if size.contains("39 100") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(size.contains("39 100"), "resized: {size}");
 
-    // A terminal whose client leaves leaves no shell behind.
-    let shells = || in_container("ps -o args | grep -c '^sh -l'");
-    assert_eq!(shells().trim(), "1", "one terminal's shell");
+    // berth's own tmux, lent to an image that has none: Ctrl-B c opens a second window.
+    let windows = || in_container("/opt/berth/bin/tmux list-windows -t main | wc -l");
+    assert_eq!(windows().trim(), "1", "one window");
+    terminal.keys("\u{2}c").await;
+    let mut listed = windows();
+    for _ in 0..50 {
+        if listed.trim() == "2" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        listed = windows();
+    }
+    assert_eq!(listed.trim(), "2", "Ctrl-B c opened a window");
+    let said = terminal
+        .run("echo second-$((5*5)) $TMUX_PANE", "second-25")
+        .await;
+    assert!(
+        said.contains("second-25 %1"),
+        "typed into the new window: {said}"
+    );
+
+    // A terminal whose client leaves leaves no client behind; tmux keeps its shells for the
+    // next tab, as the seeds' terminal does.
+    let clients = || in_container("ps -o args | grep -c '^{tmux: client}'");
+    assert_eq!(clients().trim(), "1", "one terminal's tmux client");
     drop(terminal);
-    let mut left = shells();
+    let mut left = clients();
     for _ in 0..100 {
         if left.trim() == "0" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        left = shells();
+        left = clients();
     }
-    assert_eq!(left.trim(), "0", "the shell hung up with its client");
+    assert_eq!(left.trim(), "0", "the client hung up with its terminal");
+    assert_eq!(windows().trim(), "2", "the session stays for the next tab");
 
     // An open terminal ends with its session.
     let mut second = self::terminal(port, &cookie).await;
@@ -1143,6 +1185,16 @@ impl Terminal {
             }
         };
         tokio::time::timeout(bound, ended).await.is_ok()
+    }
+
+    /// Types `keys` as they are (`\u{2}` is Ctrl-B), without Enter.
+    async fn keys(&mut self, keys: &str) {
+        use futures::SinkExt;
+        use tokio_tungstenite::tungstenite::Message;
+        self.socket
+            .send(Message::binary(format!("0{keys}").into_bytes()))
+            .await
+            .unwrap();
     }
 
     /// Types `line` and Enter; what the terminal printed until `until` appears.

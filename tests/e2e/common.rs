@@ -743,3 +743,37 @@ pub fn ids(created: &Value) -> Vec<String> {
         .map(|s| s["session_id"].as_str().unwrap().to_owned())
         .collect()
 }
+
+/// Builds `image` from berth/shell with `label` (`key=value`), as a server's image carries
+/// one; removed when dropped.
+pub(crate) struct LabelledImage(String);
+
+impl LabelledImage {
+    pub(crate) fn build(image: &str, label: &str) -> LabelledImage {
+        use std::io::Write;
+        let mut build = std::process::Command::new("docker")
+            .args(["build", "-q", "-t", image, "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker runs");
+        let dockerfile = format!("FROM berth/shell:latest\nLABEL {label}\n");
+        build
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(dockerfile.as_bytes())
+            .unwrap();
+        assert!(build.wait().unwrap().success(), "docker build {image}");
+        LabelledImage(image.to_owned())
+    }
+}
+
+impl Drop for LabelledImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", "-f", &self.0])
+            .output();
+    }
+}

@@ -749,6 +749,153 @@ async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
     }
 }
 
+/// The administration pages: a superadmin makes a preset and a user with a password from
+/// the forms (a bad field refused as the API refuses it, naming it, with nothing made) and
+/// sees the catalogue leave a server's image out; the new user signs in with that password,
+/// is offered no server's image, and launches with the preset.
+#[tokio::test]
+async fn an_admin_makes_a_user_and_a_preset_from_the_admin_pages_and_the_user_launches_with_it() {
+    const TEST: &str = "admin";
+    // A server's image on the agent's engine (built on berth/shell, whose session label it
+    // inherits), which the catalogue must never offer.
+    let server = format!(
+        "berth-test/console-server:{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    let _server = LabelledImage::build(&server, "ai.berth.server=test");
+    let Some(s) = scene_signed_in(TEST, true).await else {
+        return;
+    };
+    let b = &s.browser;
+    b.step(TEST, "preset", async {
+        b.click("#admin-link").await;
+        b.find("#new-user").await;
+        b.client
+            .goto(&format!("{}/console/admin/presets", s.h.base))
+            .await
+            .unwrap();
+        assert!(b.unlabelled_controls().await.is_empty());
+        // A name the API refuses: its field named, no preset made.
+        b.fill("#save-preset-name", "not a name").await;
+        b.fill("#save-preset-cpu", "0.25").await;
+        b.fill("#save-preset-memory_gib", "0.125").await;
+        b.click("#save-preset-submit").await;
+        let field = b.find("[data-error-field]").await;
+        assert_eq!(
+            field.attr("data-error-field").await.unwrap().as_deref(),
+            Some("name")
+        );
+        b.client.back().await.unwrap();
+        b.fill("#save-preset-name", "tiny").await;
+        b.fill("#save-preset-cpu", "0.25").await;
+        b.fill("#save-preset-memory_gib", "0.125").await;
+        b.click("#save-preset-submit").await;
+        assert!(b.text_of("#admin-done").await.contains("preset tiny saved"));
+        let row = b.text_of("#admin-table tr[data-row='tiny']").await;
+        assert!(row.contains("0.25") && row.contains("128 MiB"), "{row}");
+        b.document("admin-presets").await;
+    })
+    .await;
+    let (_, presets) = s.h.get(&s.h.admin_key, "/v1/presets").await;
+    let names: Vec<&str> = presets["presets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"tiny") && !names.contains(&"not a name"),
+        "{names:?}"
+    );
+
+    b.step(TEST, "user", async {
+        b.client
+            .goto(&format!("{}/console/admin/users", s.h.base))
+            .await
+            .unwrap();
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#new-user-email", "dave@example.com").await;
+        b.fill("#new-user-password", "correct horse battery").await;
+        b.click("#new-user-submit").await;
+        let key = b.find("#issued-key").await.prop("value").await.unwrap();
+        assert!(
+            key.is_some_and(|k| k.starts_with("berth_")),
+            "a key shown once"
+        );
+        let row = b
+            .text_of("#admin-table tr[data-row='dave@example.com']")
+            .await;
+        assert!(row.contains("user") && row.contains("active"), "{row}");
+        b.document("admin-users").await;
+        b.client
+            .goto(&format!("{}/console/admin/images", s.h.base))
+            .await
+            .unwrap();
+        let row = b
+            .text_of("#admin-table tr[data-row='berth/shell:latest']")
+            .await;
+        assert!(row.contains("offered"), "{row}");
+        let row = b
+            .text_of(&format!("#admin-table tr[data-row='{server}']"))
+            .await;
+        assert!(row.contains("not offered"), "{row}");
+        b.document("admin-images").await;
+    })
+    .await;
+
+    b.step(TEST, "the new user launches with the preset", async {
+        b.click("header .who button").await;
+        b.find("#sign-in").await;
+        b.fill("#email", "dave@example.com").await;
+        b.fill("#password", "correct horse battery").await;
+        b.click("#sign-in").await;
+        b.find("#sessions").await;
+        b.click("#start").await;
+        b.fill("#name", "withpreset").await;
+        b.click("#next").await;
+        b.find("#environment").await;
+        let offered = b
+            .eval("return [...document.querySelectorAll('#environment option')].map(o => o.value)")
+            .await;
+        let offered: Vec<String> = serde_json::from_value(offered).unwrap();
+        assert!(
+            offered.iter().any(|i| i == "berth/shell:latest") && !offered.contains(&server),
+            "the catalogue offers session images only: {offered:?}"
+        );
+        b.fill("#image", "berth/shell:latest").await;
+        b.find("#preset")
+            .await
+            .select_by_value("tiny")
+            .await
+            .unwrap();
+        b.click("#skip-to-review").await;
+        b.click("#launch").await;
+        b.click("#start-anyway").await;
+        b.find("[data-toast]").await;
+    })
+    .await;
+    let (_, listed) = s.h.get(&s.h.admin_key, "/v1/sessions?limit=500").await;
+    let session = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "withpreset")
+        .cloned()
+        .unwrap_or_else(|| panic!("no session withpreset in {listed}"));
+    let id = session["session_id"].as_str().unwrap().to_owned();
+    let running =
+        s.h.wait_session_within(&id, Duration::from_secs(60), |d| d["status"] == "RUNNING")
+            .await;
+    let resources = &running["resources"];
+    assert_eq!(
+        (&resources["cpu_milli"], &resources["memory_bytes"]),
+        (&json!(250), &json!(128 << 20)),
+        "the preset's shape: {running}"
+    );
+    s.h.delete(&s.h.admin_key, &format!("/v1/sessions/{id}?force=true"))
+        .await;
+}
+
 /// The cookie, without a browser: handed out only to a form from the gateway's own origin,
 /// HttpOnly and SameSite=Strict; it speaks for the JSON API only on a same-origin request,
 /// and not at all once signed out.

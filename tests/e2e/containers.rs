@@ -97,6 +97,32 @@ impl AgentSetup {
 }
 
 /// A Docker agent of the engine `docker` (another host's, say), set up as `setup`.
+/// berth's runtime, as `berth agent` lends it (`BERTH_AGENT_RUNTIME`, which infra/test.sh
+/// makes): else made once under the target directory by `infra/runtime.sh`, under a lock, since
+/// every test runs in a process of its own.
+pub(crate) fn berth_runtime() -> std::path::PathBuf {
+    static MADE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("BERTH_AGENT_RUNTIME") {
+            return dir.into();
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let dir = target.join("berth-runtime");
+        let made = std::process::Command::new("flock")
+            .arg(target.join("berth-runtime.lock"))
+            .arg(root.join("infra/runtime.sh"))
+            .arg(&dir)
+            .status()
+            .expect("flock runs infra/runtime.sh");
+        assert!(made.success(), "infra/runtime.sh {}", dir.display());
+        dir
+    })
+    .clone()
+}
+
 pub(crate) async fn start_agent_on(
     h: &Harness,
     id: &str,
@@ -131,6 +157,7 @@ pub(crate) async fn start_agent_on(
         publish_address: "127.0.0.1".into(),
         gpus,
         fence: Default::default(),
+        runtime: Some(berth_runtime()),
     };
     let capacity = ResourceSlots {
         cpu_milli,

@@ -379,39 +379,6 @@ async fn a_launch_chooses_among_the_groups_agents_and_images_open_to_the_caller(
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
-/// Builds `image` from berth/shell with `label` (`key=value`), as a server's image carries
-/// one; removed when dropped.
-struct LabelledImage(String);
-
-impl LabelledImage {
-    fn build(image: &str, label: &str) -> LabelledImage {
-        use std::io::Write;
-        let mut build = std::process::Command::new("docker")
-            .args(["build", "-q", "-t", image, "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("docker runs");
-        let dockerfile = format!("FROM berth/shell:latest\nLABEL {label}\n");
-        build
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(dockerfile.as_bytes())
-            .unwrap();
-        assert!(build.wait().unwrap().success(), "docker build {image}");
-        LabelledImage(image.to_owned())
-    }
-}
-
-impl Drop for LabelledImage {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rmi", "-f", &self.0])
-            .output();
-    }
-}
-
 fn offers(catalogue: &Value, image: &str) -> bool {
     catalogue["environments"]
         .as_array()

@@ -51,6 +51,8 @@ pub struct Config {
     pub agent_data_dir: PathBuf,
     /// The file holding an agent's credential (its nkey seed), if it has one.
     pub agent_credential: Option<PathBuf>,
+    /// berth's runtime lent to every container (`BERTH_AGENT_RUNTIME`), if any.
+    pub agent_runtime: Option<PathBuf>,
     /// The directory of a NATS server's authorization that berth keeps in step with the
     /// agents admitted (`BERTH_NATS_AUTHORIZATION_DIR`, which `infra/services.sh` sets for the
     /// server it runs); none where an operator makes the authorization by hand
@@ -308,6 +310,7 @@ impl Config {
             first_api_key: gateway.first_api_key.clone(),
             agent_data_dir: agent.agent_data.clone(),
             agent_credential: agent.agent_credential.clone(),
+            agent_runtime: agent.agent_runtime.clone(),
             nats_authorization: nats.nats_authorization_dir.clone(),
             registry: agent.registry.clone(),
             registry_credential: agent.registry_credential.clone(),

@@ -382,6 +382,10 @@ pub struct AgentSettings {
         value_name = "FILE"
     )]
     pub agent_credential: Option<PathBuf>,
+    /// berth's runtime, lent read-only to every container at /opt/berth (tmux with its own
+    /// libraries, so every terminal is tmux): a directory `infra/runtime.sh` makes.
+    #[arg(long, global = true, env = "BERTH_AGENT_RUNTIME", value_name = "DIR")]
+    pub agent_runtime: Option<PathBuf>,
     /// Where agents push customized images, and pull those their host lacks (none: kept on
     /// the host that committed them).
     #[arg(long, global = true, env = "BERTH_REGISTRY", value_name = "REGISTRY")]

@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::model::{Agent, GroupQueue};
 use crate::state::AppState;
 
-fn superadmins_only(me: &events::ledger::KeyOwner) -> Result<(), PageError> {
+pub(super) fn superadmins_only(me: &events::ledger::KeyOwner) -> Result<(), PageError> {
     if me.role == Role::Superadmin {
         Ok(())
     } else {

@@ -42,6 +42,7 @@ const STEP_FIELDS: [&[&str]; 4] = [
         "type",
         "name",
         "owner_email",
+        "project",
         "startup_command",
         "starts_at",
         "batch_timeout",
@@ -74,7 +75,8 @@ fn step_of_api_field(field: &str) -> usize {
         .unwrap_or(field)
         .trim_start_matches("resources.");
     match root {
-        "type" | "name" | "owner_email" | "startup_command" | "starts_at" | "batch_timeout" => 1,
+        "type" | "name" | "owner_email" | "project" | "startup_command" | "starts_at"
+        | "batch_timeout" => 1,
         "mounts" => 3,
         "preopen_ports" => 4,
         _ => 2,
@@ -128,6 +130,7 @@ impl LaunchForm {
             "type",
             "name",
             "owner_email",
+            "project",
             "startup_command",
             "image",
             "resource_group",
@@ -245,6 +248,7 @@ impl LaunchForm {
             ("type", "type"),
             ("name", "name"),
             ("owner_email", "owner_email"),
+            ("project", "project"),
             ("startup_command", "startup_command"),
             ("resource_group", "resource_group"),
             ("preset", "preset"),
@@ -386,6 +390,9 @@ struct LaunchPage {
     form: LaunchForm,
     hidden: Vec<(String, String)>,
     admin: bool,
+    /// A superadmin's first step: every user's email (the owner's search) and every project.
+    owner_emails: Vec<String>,
+    projects: Vec<String>,
     presets: Vec<Preset>,
     folders: Vec<Folder>,
     environments: Vec<Environment>,
@@ -448,6 +455,26 @@ async fn render_step(
     // Each step reads only what it offers: the choices of step 2, the folders of step 3.
     let (mut presets, mut environments, mut groups, mut agents, mut folders) =
         (vec![], vec![], vec![], vec![], vec![]);
+    let (mut owner_emails, mut projects) = (vec![], vec![]);
+    if step == 1 && me.role == Role::Superadmin {
+        owner_emails =
+            api::admin::users::admin_list_users(State(state.clone()), Caller(me.clone()))
+                .await?
+                .0
+                .users
+                .into_iter()
+                .filter(|u| !u.disabled)
+                .map(|u| u.email)
+                .collect();
+        projects =
+            api::admin::projects::admin_list_projects(State(state.clone()), Caller(me.clone()))
+                .await?
+                .0
+                .projects
+                .into_iter()
+                .map(|p| p.name)
+                .collect();
+    }
     if step == 2 {
         presets = api::resources::presets(State(state.clone()), Caller(me.clone()))
             .await?
@@ -549,6 +576,8 @@ async fn render_step(
         },
         step,
         admin: matches!(me.role, Role::Admin | Role::Superadmin),
+        owner_emails,
+        projects,
         presets,
         folders,
         environments,

@@ -1,6 +1,6 @@
 //! The web console under `/console`: the seeds' pages (Sessions, the launcher, the detail
 //! panel, the scheduling history, apps, Data, my customized images, notifications, and for
-//! superadmins the agents and the queue), rendered on the server from askama templates compiled into the binary, with
+//! superadmins the agents, the queue and the administration pages), rendered on the server from askama templates compiled into the binary, with
 //! one stylesheet and one script module served from the binary too. Every view's state is
 //! in its URL, so a refresh or a shared link shows the same view.
 //!
@@ -20,6 +20,8 @@
 //!   download, directories, removal).
 //! - `images`: my customized images, their references to copy, and their removal.
 //! - `notifications`, `admin`: the header's list; the agents page and the queue.
+//! - `manage`: the superadmins' administration pages (users, keys, projects, policies,
+//!   presets, the image catalogue's listings), forms over the admin API's own handlers.
 //! - `view`: pure formatting (sizes, durations, bars), unit-tested.
 //! - `assets`: the stylesheet, the script and xterm.js, embedded.
 
@@ -31,6 +33,7 @@ mod data;
 mod history;
 mod images;
 mod launcher;
+mod manage;
 mod notifications;
 mod sessions;
 mod view;
@@ -122,6 +125,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/images/{name}/remove", post(images::remove))
         .route("/console/agents", get(admin::agents))
         .route("/console/queue", get(admin::queue))
+        .route("/console/admin/{section}", get(manage::page))
+        .route("/console/admin/{section}/{verb}", post(manage::act))
         .route("/console/assets/{name}", get(assets::serve))
         .layer(axum::middleware::map_response(secure))
 }

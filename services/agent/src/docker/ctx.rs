@@ -51,6 +51,10 @@ pub struct RuntimeConfig {
     /// Each session's network: the pool its subnets come from, and the host firewall that
     /// keeps sessions from the host and the metadata address.
     pub fence: super::fence::NetworkFence,
+    /// berth's runtime (`infra/runtime.sh`: tmux with its own loader and libraries), lent
+    /// read-only to every container at [`RUNTIME_MOUNT`](super::spec::RUNTIME_MOUNT), so the
+    /// terminal is tmux whatever the image holds; none: the image's own tmux, bash or sh.
+    pub runtime: Option<PathBuf>,
 }
 
 /// What every task of the agent shares: its link to the control plane, the engine, the

@@ -322,6 +322,9 @@ async fn create_containers(
         std::fs::create_dir_all(&host).map_err(|e| format!("folder `{}`: {e}", host.display()))?;
         binds.push(bind);
     }
+    if let Some(runtime) = &ctx.config.runtime {
+        binds.push(format!("{}:{}:ro", runtime.display(), spec::RUNTIME_MOUNT));
+    }
     let net = &layout.network;
     // A cluster on agents of several engines of a swarm: an overlay, which workers' engines
     // do not see until a kernel of theirs joins it (their start waits for it instead).

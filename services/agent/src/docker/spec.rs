@@ -68,6 +68,8 @@ pub const LOG_FILES: u64 = 2;
 /// The labels every container of berth carries: its session, its agent and its kernel's
 /// index, by which a restarted agent finds what an earlier run left.
 pub(super) const LABEL_SESSION: &str = "ai.berth.session";
+/// Where berth's runtime is lent to each container, read-only.
+pub const RUNTIME_MOUNT: &str = "/opt/berth";
 pub(super) const LABEL_AGENT: &str = "ai.berth.agent";
 pub(super) const LABEL_KERNEL: &str = "ai.berth.kernel";
 /// The GPUs a container holds (`gpu::GpuShare::to_label`).

@@ -1,8 +1,10 @@
 //! The terminal, served by the agent itself: ttyd's protocol over a WebSocket, on a port of
 //! the agent's own, relayed to a shell that the engine runs in the session's main kernel
 //! (an exec with a TTY, resized as the client's window is). The shell is tmux
-//! (`new-session -A -s main`: every tab shares one session, as the seeds describe) when the
-//! image has it, otherwise `bash -l`, otherwise `sh -l`, in `/home/work`: every image with a
+//! (`new-session -A -s main`: every tab shares one session, as the seeds describe): berth's
+//! own, lent read-only at `/opt/berth` with its loader and libraries (`infra/runtime.sh`,
+//! the agent's `runtime`), else the image's, otherwise `bash -l`, otherwise `sh -l`, in
+//! `/home/work`: every image with a
 //! `/bin/sh` has a terminal, `berth/shell` (busybox alone) and CUDA base images without
 //! python3 included, and nothing but the shell runs in the container for it.
 //!
@@ -67,8 +69,10 @@ use super::spec::{LABEL_TERMINAL_PORT, SCRATCH};
 use super::{execute, transfer};
 
 /// What the exec runs: first a line with its pid (read by the relay, never shown), then
-/// tmux, else bash, else sh, each as a login shell, in the same process.
+/// berth's own tmux (the runtime lent at `/opt/berth`), else the image's tmux, else bash,
+/// else sh, each as a login shell, in the same process.
 const SHELL: &str = "echo \"berth-terminal $$\"
+if [ -x /opt/berth/bin/tmux ]; then exec /opt/berth/bin/tmux -2 new-session -A -s main; fi
 if command -v tmux >/dev/null 2>&1; then exec tmux -2 new-session -A -s main; fi
 if command -v bash >/dev/null 2>&1; then exec bash -l; fi
 exec sh -l";
