@@ -333,10 +333,20 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
                 Ok(())
             }
         });
+        // The launcher's question, when a shape would start: answered from the live queue.
+        let b = OnBus::connect(config, &pool).await?;
+        let silent_after = timings.agent_silent_after;
         let config = scheduler::run::SchedulerConfig {
             silent_after: timings.agent_silent_after,
             ..scheduler::run::SchedulerConfig::new(timings.scheduler_interval)
         };
+        keep(&mut tasks, "scheduler advice", &stop, move |s| {
+            let b = b.clone();
+            async move {
+                scheduler::answer::answer(b.nats, b.subjects, b.pool, silent_after, s).await?;
+                Ok(())
+            }
+        });
         let p = pool.clone();
         keep(&mut tasks, "scheduler", &stop, move |s| {
             let scheduler = scheduler::run::Scheduler::new(p.clone(), config.clone());

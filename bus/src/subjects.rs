@@ -108,6 +108,12 @@ impl Subjects {
         format!("{}.tel.*.usage.>", self.root)
     }
 
+    /// Where the scheduler answers when a shape would start in a group, and what would start
+    /// sooner (`domain::advice::AdviceAsked`, answered with an `Advice` or an error's words).
+    pub fn scheduler_advice(&self) -> String {
+        format!("{}.scheduler.advice", self.root)
+    }
+
     /// Where the idle-reaper answers what its checkers say of a session
     /// (`domain::idleness::SessionReadings`, or null when it does not watch it).
     pub fn idle_readings(&self) -> String {

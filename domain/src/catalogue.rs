@@ -240,6 +240,8 @@ catalogue! {
     SessionCommitProgressed(SessionCommitProgressed) = "SessionCommitProgressed" v 1,
     /// How far an agent's pull of a session's image has come (at most once a second).
     SessionPullProgressed(SessionPullProgressed) = "SessionPullProgressed" v 1,
+    /// The scheduler estimated when a waiting session starts (at its first wait).
+    SessionStartEstimated(SessionStartEstimated) = "SessionStartEstimated" v 1,
     /// A commit ended: the image made, or why not.
     SessionCommitEnded(SessionCommitEnded) = "SessionCommitEnded" v 1,
     /// An owner removed a customized image.
@@ -682,6 +684,15 @@ mod tests {
                 commit_id: id,
                 step: CommitStep::LayerWritten,
                 detail: "sha256:abc".into(),
+            }),
+            Event::SessionStartEstimated(SessionStartEstimated {
+                session_id: id,
+                estimate: crate::advice::Estimate {
+                    wait_secs: Some(2400),
+                    ahead: vec![id],
+                    never: None,
+                },
+                typical_hold_secs: 3600,
             }),
             Event::SessionPullProgressed(SessionPullProgressed {
                 session_id: id,

@@ -2,6 +2,8 @@
 //!
 //! - [`catalogue`] and [`payloads`]: every event type, versioned, upcast on read; the one
 //!   serialised boundary every service shares.
+//! - [`advice`]: when a session is expected to start and what would start sooner, as the
+//!   scheduler answers the launcher and records for a waiting session.
 //! - [`apps`]: the apps a session offers (the terminal, its image's, its preopen ports) and
 //!   the rules of the proxy circuits that reach them.
 //! - [`credentials`]: the rule a password keeps, how long a web-console sign-in and an API key
@@ -33,6 +35,7 @@
 //! thiserror only (the workspace's `tidy` test checks it), so every rule here is tested
 //! without a server and no service can reach a database or the bus through it.
 
+pub mod advice;
 pub mod aggregate;
 pub mod apps;
 pub mod authorization;

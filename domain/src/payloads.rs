@@ -1126,6 +1126,16 @@ pub struct RegistryCredentialSet {
     pub username: String,
 }
 
+/// The scheduler's estimate of when a waiting session starts (`crate::advice`), made when it
+/// first waits: kept so that its error can be measured once the session starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStartEstimated {
+    pub session_id: Uuid,
+    pub estimate: crate::advice::Estimate,
+    /// How long a session typically held its agents in the group: the model's one guess.
+    pub typical_hold_secs: u64,
+}
+
 /// An admin listed an image in the catalogue: offered as its labels say, shown whatever they
 /// say, or hidden (never offered, and refused to a launch).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -42,8 +42,8 @@ pub use bus::trace;
 pub use metrics::describe_metrics;
 
 pub use domain::{
-    aggregate, authorization, catalogue, credentials, fair_share, folders, idleness, images,
-    notices, outbound, payloads, volumes,
+    advice, aggregate, authorization, catalogue, credentials, fair_share, folders, idleness,
+    images, notices, outbound, payloads, volumes,
 };
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

@@ -87,6 +87,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::history::session_history))
         .routes(routes!(api::idle::session_idle))
         .routes(routes!(api::idle::exempt_session))
+        .routes(routes!(api::advice::advise))
+        .routes(routes!(api::advice::list_estimates))
         .routes(routes!(api::images::commit_session))
         .routes(routes!(api::images::list_images))
         .routes(routes!(api::images::remove_image))
@@ -491,6 +493,8 @@ mod tests {
             ("put", "/v1/admin/registries/{registry}"),
             ("delete", "/v1/admin/registries/{registry}"),
             ("get", "/v1/admin/images"),
+            ("post", "/v1/advice"),
+            ("get", "/v1/estimates"),
             ("put", "/v1/admin/images/listing"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),

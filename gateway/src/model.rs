@@ -208,6 +208,17 @@ pub struct Amounts {
     pub gpu: f64,
 }
 
+impl Amounts {
+    /// `slots` as people read them.
+    pub fn of(slots: events::payloads::ResourceSlots) -> Amounts {
+        Amounts {
+            cpu: slots.cpu_milli as f64 / 1000.0,
+            memory_bytes: i64::try_from(slots.memory_bytes).unwrap_or(i64::MAX),
+            gpu: slots.gpu_milli as f64 / 1000.0,
+        }
+    }
+}
+
 /// What the caller's resource policy allows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -112,3 +112,102 @@ async fn a_recorded_workload_replays_to_its_own_placements_and_compares_with_drf
     );
     assert_eq!(json["placements"]["compared"], 6);
 }
+
+/// The advice, on a full group whose queue's order is known: the estimate for a shape names
+/// the sessions ahead in that order, a smaller shape that fits now is proposed, and the
+/// estimate recorded for a waiting session is compared with the start that happened.
+#[tokio::test]
+async fn the_advice_names_the_sessions_ahead_proposes_a_shape_that_fits_now_and_is_measured() {
+    let h = start().await;
+    // Backfill: a session that fits goes ahead of those that wait for more.
+    let (status, answer) = h
+        .call(
+            &h.admin_key,
+            reqwest::Method::PUT,
+            "/v1/admin/resource-groups/default/scheduling",
+            Some(json!({"queue_policy": "backfill"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+    h.agent("a1", "default", 4).await;
+    let alice = h.user("alice@advice.test").await;
+    let shape = |cores: u64| json!({"image": "berth/shell:latest", "resources": {"cpu": cores, "memory": "1g"}});
+    let create = |cores: u64| {
+        let (h, alice) = (&h, &alice);
+        async move {
+            let (status, created) = h.create(alice, shape(cores)).await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+            ids(&created)[0].clone()
+        }
+    };
+    // 3 of the 4 cores held; two sessions of 2 cores wait, in this order.
+    let holder = create(3).await;
+    h.wait_session(&holder, |s| s["status"] == "SCHEDULED")
+        .await;
+    let first = create(2).await;
+    let second = create(2).await;
+    // Each waiting session's estimate was recorded at its first wait.
+    let estimated = wait_for(|| async {
+        let (_, listed) = h.get(&alice, "/v1/estimates").await;
+        (listed["estimates"].as_array().map_or(0, Vec::len) == 2).then_some(listed)
+    })
+    .await;
+    let of = |listed: &Value, id: &str| {
+        listed["estimates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["session_id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no estimate of {id}: {listed}"))
+    };
+    // Nothing finished here yet: the typical hold is the default hour, so the holder frees
+    // an hour from its placement and both then fit.
+    let first_estimate = of(&estimated, &first);
+    let wait = first_estimate["estimated_wait_secs"].as_u64().unwrap();
+    assert!((3500..=3600).contains(&wait), "{first_estimate}");
+    assert_eq!(first_estimate["actual_wait_secs"], Value::Null);
+
+    let (status, advice) = h.post(&alice, "/v1/advice", shape(2)).await;
+    assert_eq!(status, StatusCode::OK, "{advice}");
+    let ahead: Vec<&str> = advice["estimate"]["ahead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(ahead, [first.as_str(), second.as_str()], "{advice}");
+    // After them, the agent is full until the first of them ends: about two hours.
+    let wait = advice["estimate"]["wait_secs"].as_u64().unwrap();
+    assert!((7000..=7200).contains(&wait), "{advice}");
+    let sooner = &advice["alternatives"][0];
+    assert_eq!(sooner["label"], "half the resources", "{advice}");
+    assert_eq!(sooner["estimate"]["wait_secs"], 0, "{advice}");
+    assert_eq!(sooner["shape"]["per_kernel"]["cpu_milli"], 1000);
+
+    // The holder ends: the first waiting session starts, and its estimate is measured.
+    let (status, _) = h
+        .delete(&alice, &format!("/v1/sessions/{holder}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&first, |s| s["status"] == "SCHEDULED").await;
+    let measured = wait_for(|| async {
+        let (_, listed) = h.get(&alice, "/v1/estimates").await;
+        let e = of(&listed, &first);
+        (!e["actual_wait_secs"].is_null()).then_some((e, listed))
+    })
+    .await;
+    let (measured, listed) = measured;
+    let actual = measured["actual_wait_secs"].as_f64().unwrap();
+    let estimated = measured["estimated_wait_secs"].as_f64().unwrap();
+    assert!(actual < 60.0, "{measured}");
+    assert_eq!(measured["error_secs"].as_f64().unwrap(), actual - estimated);
+    assert!(
+        listed["median_abs_error_secs"].as_f64().unwrap() > 3000.0,
+        "{listed}"
+    );
+    // Another user sees none of alice's estimates.
+    let bob = h.user("bob@advice.test").await;
+    let (_, theirs) = h.get(&bob, "/v1/estimates").await;
+    assert_eq!(theirs["estimates"], json!([]));
+}

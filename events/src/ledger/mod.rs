@@ -132,6 +132,7 @@ impl Family {
             | Event::KernelStarted(_)
             | Event::SessionIdleExempted(_)
             | Event::SessionPullProgressed(_)
+            | Event::SessionStartEstimated(_)
             | Event::SessionIdleReaped(_) => Family::Sessions,
             Event::AppCircuitOpened(_)
             | Event::AppCircuitClosed(_)

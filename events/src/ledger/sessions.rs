@@ -7,9 +7,8 @@
 //! the only decision here, refused when an agent lacks the room or is lost),
 //! `SessionResourcesReleased` (the kernels given back, and the session's apps forgotten, see
 //! `apps`), `SessionStatusChanged`, `SessionRenamed` and `SessionPriorityChanged`.
-//! `SessionTerminationRequested`,
-//! `KernelStarted`, `SessionIdleExempted`, `SessionIdleReaped` and `SessionPullProgressed`
-//! only move the session's version, as the other events of its stream do (those of `apps`
+//! `SessionTerminationRequested`, `KernelStarted`, `SessionIdleExempted`, `SessionIdleReaped`,
+//! `SessionPullProgressed` and `SessionStartEstimated` only move the session's version, as the other events of its stream do (those of `apps`
 //! and `images`): the reaper and the detail read them from the log.
 //!
 //! The SQL account gathers the session row's changes from consecutive events of one stream
@@ -112,6 +111,9 @@ pub(super) async fn apply_sql<C: GenericClient>(
         Event::KernelStarted(e) => patch.enter(client, e.session_id, stream_version).await?,
         Event::SessionIdleExempted(e) => patch.enter(client, e.session_id, stream_version).await?,
         Event::SessionPullProgressed(e) => {
+            patch.enter(client, e.session_id, stream_version).await?
+        }
+        Event::SessionStartEstimated(e) => {
             patch.enter(client, e.session_id, stream_version).await?
         }
         Event::SessionIdleReaped(e) => patch.enter(client, e.session_id, stream_version).await?,
@@ -514,6 +516,7 @@ impl Tables {
             Event::KernelStarted(e) => self.change(e.session_id, version, |_| {}),
             Event::SessionIdleExempted(e) => self.change(e.session_id, version, |_| {}),
             Event::SessionPullProgressed(e) => self.change(e.session_id, version, |_| {}),
+            Event::SessionStartEstimated(e) => self.change(e.session_id, version, |_| {}),
             Event::SessionIdleReaped(e) => self.change(e.session_id, version, |_| {}),
             other => unreachable!("`{}` is not a sessions event", other.event_type()),
         }

@@ -27,6 +27,7 @@
 //!   Backend.AI keypairs, projects, groups and grants, policies, presets, idle checks, agents.
 
 pub mod admin;
+pub mod advice;
 pub mod apps;
 pub mod catalogue;
 pub mod files;

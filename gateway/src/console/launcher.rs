@@ -402,6 +402,46 @@ struct LaunchPage {
     errors: Vec<ErrorCard>,
     warn_no_folder: bool,
     cards: Vec<ReviewCard>,
+    /// When the launch is expected to start, and what would start sooner (the review).
+    advice: Option<AdviceView>,
+}
+
+/// The scheduler's advice as the review shows it.
+pub struct AdviceView {
+    pub when: String,
+    /// The sessions expected to start first (short ids).
+    pub ahead: Vec<String>,
+    /// What would start sooner: its words, and when.
+    pub sooner: Vec<(String, String)>,
+}
+
+/// The scheduler's advice on the form's launch, when it answers: a review shows the launch
+/// without it otherwise.
+async fn advice_on(state: &AppState, me: &KeyOwner, form: &LaunchForm) -> Option<AdviceView> {
+    let request = form.request().ok()?;
+    let parsed: CreateSession = api::parse_body(json_body(&request)).ok()?;
+    let advice = api::advice::advise(
+        State(state.clone()),
+        Caller(me.clone()),
+        json_body(&serde_json::to_value(&parsed).ok()?),
+    )
+    .await
+    .ok()?
+    .0;
+    let short = |id: &uuid::Uuid| id.to_string()[..8].to_owned();
+    Some(AdviceView {
+        when: advice.estimate.words(),
+        ahead: advice.estimate.ahead.iter().map(short).collect(),
+        sooner: advice
+            .alternatives
+            .iter()
+            .map(|a| {
+                let shape =
+                    crate::console::view::amounts(&crate::model::Amounts::of(a.shape.per_kernel));
+                (format!("{} ({shape})", a.label), a.estimate.words())
+            })
+            .collect(),
+    })
 }
 
 impl LaunchPage {
@@ -567,6 +607,11 @@ async fn render_step(
             }
         })
         .collect();
+    let advice = if step == 5 && errors.is_empty() && !warn_no_folder {
+        advice_on(state, me, &form).await
+    } else {
+        None
+    };
     let page = LaunchPage {
         chrome: Chrome::of(state, me, "launch").await,
         hidden: if step == 5 {
@@ -586,6 +631,7 @@ async fn render_step(
         recent,
         errors,
         warn_no_folder,
+        advice,
         cards,
         form,
     };

@@ -240,11 +240,7 @@ pub async fn group_shares(
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
-    let amounts_of = |s: ResourceSlots| Amounts {
-        cpu: s.cpu_milli as f64 / 1000.0,
-        memory_bytes: s.memory_bytes as i64,
-        gpu: s.gpu_milli as f64 / 1000.0,
-    };
+    let amounts_of = Amounts::of;
     let mut users: Vec<UserShare> = owners
         .iter()
         .map(|owner| {

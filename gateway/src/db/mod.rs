@@ -24,6 +24,8 @@
 //! - [`images`]: a user's customized images and how many they may keep.
 //! - [`circuits`]: the app proxy's open circuits and the apps' secrets.
 //! - [`ready`]: how far behind the log's readers are (`/readyz`).
+//! - [`estimates`]: the start estimates recorded for waiting sessions, with the starts that
+//!   followed.
 
 pub mod admin;
 pub mod agents;
@@ -31,6 +33,7 @@ pub mod backendai;
 pub mod backendai_gql;
 pub mod circuits;
 pub mod environments;
+pub mod estimates;
 pub mod folders;
 pub mod history;
 pub mod images;

@@ -290,13 +290,23 @@ pub async fn check(
     actor: &KeyOwner,
     request: &CreateSession,
 ) -> Result<usize, LaunchError> {
+    Ok(resolve(pool, actor, request).await?.len())
+}
+
+/// The sessions [`launch`] would request for `request` made by `actor` (its defaults filled
+/// in, its preset resolved, its owner and group found), recorded nowhere: what a question
+/// about them (when would they start?) is about.
+pub async fn resolve(
+    pool: &Pool,
+    actor: &KeyOwner,
+    request: &CreateSession,
+) -> Result<Vec<SessionRequested>, LaunchError> {
     let mut request = request.clone();
     with_defaults(pool, actor, &mut request).await?;
     decide::check_request(actor, &request)?;
     let context = db::load_context(pool, actor, &request).await?;
     let mut rng = rand::rng();
-    let sessions = decide::decide(&context, &request, &mut || domain::random_name(&mut rng))?;
-    Ok(sessions.len())
+    decide::decide(&context, &request, &mut || domain::random_name(&mut rng))
 }
 
 /// `value` without the fields that are null: a request kept as its sender wrote it, the

@@ -439,3 +439,61 @@ pub async fn overdue(
         })
         .collect())
 }
+
+/// What each session holding resources in `group` holds now, kernel by kernel, and since
+/// when (its open usage interval, else its status' start): what [`crate::advice`] frees.
+pub async fn holdings(
+    tx: &impl GenericClient,
+    group: &str,
+) -> Result<Vec<crate::advice::Holding>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT s.session_id, s.owner, coalesce(u.started_at, s.status_since),
+                    k.agent_id, k.cpu_milli, k.memory_bytes, k.gpu_milli
+             FROM ledger.sessions s JOIN ledger.kernels k USING (session_id)
+             LEFT JOIN ledger.usage_intervals u
+                    ON u.session_id = s.session_id AND u.ended_at IS NULL
+             WHERE s.resource_group = $1 AND s.holds
+             ORDER BY s.session_id, k.idx",
+            &[&group],
+        )
+        .await?;
+    let mut found: Vec<crate::advice::Holding> = Vec::new();
+    for r in &rows {
+        let session_id: Uuid = r.get(0);
+        let kernel = (r.get::<_, String>(3), slots(r, 4));
+        match found.last_mut() {
+            Some(h) if h.session_id == session_id => h.kernels.push(kernel),
+            _ => found.push(crate::advice::Holding {
+                session_id,
+                owner: r.get(1),
+                kernels: vec![kernel],
+                since: r.get(2),
+                ends_by: None,
+            }),
+        }
+    }
+    Ok(found)
+}
+
+/// How long a session held its agents in `group`, the median over those that gave them back
+/// since `since`; `None` when none did.
+pub async fn typical_hold(
+    tx: &impl GenericClient,
+    group: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<Duration>, LedgerError> {
+    let row = tx
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP
+                      (ORDER BY extract(epoch FROM ended_at - started_at))
+             FROM ledger.usage_intervals
+             WHERE resource_group = $1 AND ended_at IS NOT NULL AND ended_at > $2",
+            &[&group, &since],
+        )
+        .await?;
+    Ok(row
+        .get::<_, Option<f64>>(0)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64))
+}

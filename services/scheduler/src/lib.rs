@@ -2,6 +2,8 @@
 //! keeps sessions from getting stuck.
 //!
 //! - [`core`]: the pure decisions (queue order, policy, agent choice, give-up).
+//! - [`advice`]: when a session is expected to start, and what would start sooner: the live
+//!   queue run forward in simulated time through [`core`].
 //! - [`fair_share`]: past use decayed by age, and the factor a fair-share queue is ordered by.
 //! - [`policy`]: the order a queue is decided in (fifo, backfill, lifo, drf, fair-share,
 //!   priorities, the starvation bound), with the figures that set it.
@@ -13,6 +15,8 @@
 //!   simulated time with [`core`], measured next to what really happened.
 //! - [`db`]: the ledger reads of both, the crate's only SQL.
 
+pub mod advice;
+pub mod answer;
 pub mod core;
 pub mod db;
 pub mod fair_share;

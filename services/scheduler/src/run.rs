@@ -6,13 +6,13 @@
 //! conditional reserve refuses any placement an agent cannot hold, so even a scheduler that
 //! ignored the lock could not over-commit (its whole pass would roll back).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
-use events::catalogue::stream_id;
+use events::catalogue::{stream_id, Event};
 use events::ledger::{self, LedgerError};
 use events::payloads::*;
 use events::store::ExpectedVersion;
@@ -163,6 +163,7 @@ impl Scheduler {
             let deadline = core::next_deadline(&snapshot);
             total.next_deadline = total.next_deadline.into_iter().chain(deadline).min();
             let decisions = core::plan(&mut snapshot);
+            let mut estimates = first_wait_estimates(&tx, &snapshot, &decisions).await?;
             let free = snapshot
                 .agents
                 .iter()
@@ -183,13 +184,17 @@ impl Scheduler {
                     let span = tracing::info_span!("schedule", session = %decision.session_id);
                     let traceparent = traceparents.get(&decision.session_id);
                     events::trace::follow(&span, traceparent.map(String::as_str));
+                    let mut events = decision.events();
+                    if let Some(estimate) = estimates.remove(&decision.session_id) {
+                        events.push(estimate);
+                    }
                     async move {
                         let metadata = events::trace::metadata("scheduler", None);
                         ledger::record(
                             tx,
                             &stream_id("session", decision.session_id),
                             ExpectedVersion::Exact(decision.version),
-                            &decision.events(),
+                            &events,
                             &metadata,
                         )
                         .await
@@ -232,47 +237,18 @@ impl Scheduler {
             return Ok(None);
         }
         let after = self.config.silent_after;
-        let agents = db::agents(tx, &group.name, after).await?;
-        let mut owner_ids: Vec<Uuid> = queue.iter().map(|s| s.owner).collect();
-        owner_ids.sort_unstable();
-        owner_ids.dedup();
-        let owners = db::owner_loads(tx, &owner_ids).await?;
+        let mut snapshot = group_snapshot(tx, group, queue, after, None).await?;
         // What the live agents have free, as `plan` leaves the snapshot's agents.
-        let free = agents
+        let free = snapshot
+            .agents
             .iter()
             .filter(|a| !a.is_silent(after))
             .fold(ResourceSlots::default(), |s, a: &AgentView| {
                 s.saturating_add(a.free())
             });
-        let capacity_grew = match self.last_free.get(&group.name) {
+        snapshot.capacity_grew = match self.last_free.get(&snapshot.group.name) {
             None => true,
             Some(before) => !free.fits_in(*before),
-        };
-        // What the policy orders by: DRF the owners' holdings now, fair share decayed use.
-        let now = Utc::now();
-        let held = match group.queue_policy {
-            QueuePolicy::Drf => db::held_in_group(tx, &group.name).await?,
-            _ => HashMap::new(),
-        };
-        let usage = match group.queue_policy {
-            QueuePolicy::FairShare => {
-                let settings = group.fair_share;
-                let since = now - chrono::Duration::seconds(settings.lookback_secs as i64);
-                let intervals = db::usage_intervals(tx, &group.name, since).await?;
-                crate::fair_share::usage(&intervals, now, &settings)
-            }
-            _ => Default::default(),
-        };
-        let snapshot = Snapshot {
-            group,
-            agents,
-            silent_after: after,
-            queue,
-            owners,
-            held,
-            usage,
-            now,
-            capacity_grew,
         };
         Ok(Some((snapshot, traceparents)))
     }
@@ -316,4 +292,118 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// How far back the group's typical hold is learnt from.
+pub(crate) const TYPICAL_HOLD_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::days(7);
+
+/// The estimates of when the sessions that wait for the first time in this pass start
+/// ([`crate::advice`]), as `SessionStartEstimated` events to record with their decisions: one
+/// simulation of the queue as this pass leaves it, what it placed holding from now. None when
+/// nobody waits for the first time, or the queue is too long to simulate in a pass.
+async fn first_wait_estimates(
+    tx: &Transaction<'_>,
+    snapshot: &Snapshot,
+    decisions: &[core::Decision],
+) -> Result<HashMap<Uuid, Event>, SchedulerError> {
+    let first_time: HashSet<Uuid> = snapshot
+        .queue
+        .iter()
+        .filter(|s| s.last_result.is_none())
+        .map(|s| s.session_id)
+        .collect();
+    let targets: Vec<Uuid> = decisions
+        .iter()
+        .filter(|d| d.record && d.placement.is_none() && d.cancel_reason.is_none())
+        .map(|d| d.session_id)
+        .filter(|id| first_time.contains(id))
+        .collect();
+    if targets.is_empty() || snapshot.queue.len() > crate::advice::MOST_ESTIMATED_QUEUE {
+        return Ok(HashMap::new());
+    }
+    let now = snapshot.now;
+    let mut holdings = db::holdings(tx, &snapshot.group.name).await?;
+    let typical = db::typical_hold(tx, &snapshot.group.name, now - TYPICAL_HOLD_LOOKBACK)
+        .await?
+        .unwrap_or(crate::advice::DEFAULT_TYPICAL_HOLD);
+    let mut left = snapshot.clone();
+    let mut decided = HashSet::new();
+    for d in decisions {
+        if let Some(kernels) = &d.placement {
+            let owner = left
+                .queue
+                .iter()
+                .find(|s| s.session_id == d.session_id)
+                .map(|s| s.owner)
+                .unwrap_or_default();
+            holdings.push(crate::advice::Holding {
+                session_id: d.session_id,
+                owner,
+                kernels: kernels
+                    .iter()
+                    .map(|k| (k.agent_id.clone(), k.resources))
+                    .collect(),
+                since: now,
+                ends_by: None,
+            });
+        }
+        if d.placement.is_some() || d.cancel_reason.is_some() {
+            decided.insert(d.session_id);
+        }
+    }
+    left.queue.retain(|s| !decided.contains(&s.session_id));
+    let found = crate::advice::simulate(left, &holdings, &targets, typical);
+    Ok(found
+        .into_iter()
+        .map(|(session_id, estimate)| {
+            let event = Event::SessionStartEstimated(SessionStartEstimated {
+                session_id,
+                estimate,
+                typical_hold_secs: typical.as_secs(),
+            });
+            (session_id, event)
+        })
+        .collect())
+}
+
+/// `group`'s snapshot around `queue`: its agents, the loads of the queue's owners (and of
+/// `also`, one who asks for advice), and what its policy orders by (DRF the owners' holdings
+/// now, fair share decayed use). `capacity_grew` is left false for the caller to decide.
+pub(crate) async fn group_snapshot(
+    tx: &Transaction<'_>,
+    group: GroupRules,
+    queue: Vec<core::PendingSession>,
+    silent_after: Duration,
+    also: Option<Uuid>,
+) -> Result<Snapshot, SchedulerError> {
+    let agents = db::agents(tx, &group.name, silent_after).await?;
+    let mut owner_ids: Vec<Uuid> = queue.iter().map(|s| s.owner).chain(also).collect();
+    owner_ids.sort_unstable();
+    owner_ids.dedup();
+    let owners = db::owner_loads(tx, &owner_ids).await?;
+    let now = Utc::now();
+    let held = match group.queue_policy {
+        QueuePolicy::Drf => db::held_in_group(tx, &group.name).await?,
+        _ => HashMap::new(),
+    };
+    let usage = match group.queue_policy {
+        QueuePolicy::FairShare => {
+            let settings = group.fair_share;
+            let since = now - chrono::Duration::seconds(settings.lookback_secs as i64);
+            let intervals = db::usage_intervals(tx, &group.name, since).await?;
+            crate::fair_share::usage(&intervals, now, &settings)
+        }
+        _ => Default::default(),
+    };
+    Ok(Snapshot {
+        group,
+        agents,
+        silent_after,
+        queue,
+        owners,
+        held,
+        usage,
+        now,
+        capacity_grew: false,
+    })
 }

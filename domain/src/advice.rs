@@ -1,0 +1,106 @@
+//! Advice on when a session starts: the shapes of the question and the answer, shared by the
+//! scheduler (which runs the live queue forward to answer) and the gateway (which asks for the
+//! launcher's review and shows the estimate recorded for a waiting session). Pure.
+
+use chrono::TimeDelta;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::payloads::ResourceSlots;
+
+/// The shape asked about.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    pub per_kernel: ResourceSlots,
+    pub cluster_size: u32,
+}
+
+/// When a session is expected to start.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// Seconds from now; `None` when the simulation never places it (`never` says why).
+    pub wait_secs: Option<u64>,
+    /// The waiting sessions the simulation places first, in that order.
+    pub ahead: Vec<Uuid>,
+    pub never: Option<String>,
+}
+
+impl Estimate {
+    pub fn placed(wait: TimeDelta, ahead: Vec<Uuid>) -> Estimate {
+        Estimate {
+            wait_secs: Some(wait.num_seconds().max(0) as u64),
+            ahead,
+            never: None,
+        }
+    }
+
+    pub fn never(why: impl Into<String>, ahead: Vec<Uuid>) -> Estimate {
+        Estimate {
+            wait_secs: None,
+            ahead,
+            never: Some(why.into()),
+        }
+    }
+
+    /// Whether this one starts sooner than `other`.
+    pub fn sooner_than(&self, other: &Estimate) -> bool {
+        match (self.wait_secs, other.wait_secs) {
+            (Some(a), Some(b)) => a < b,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+
+    /// The wait in words: "now", "about 40 min".
+    pub fn words(&self) -> String {
+        match (self.wait_secs, &self.never) {
+            (Some(s), _) if s < 60 => "now".into(),
+            (Some(s), _) if s < 3600 => format!("in about {} min", s.div_ceil(60)),
+            (Some(s), _) if s < 48 * 3600 => format!("in about {:.1} h", s as f64 / 3600.0),
+            (Some(s), _) => format!("in about {} days", s / 86_400),
+            (None, Some(why)) => format!("not expected to start: {why}"),
+            (None, None) => "not expected to start".into(),
+        }
+    }
+}
+
+/// A shape or a group that would start sooner than the one asked.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    /// In words: "half the resources", "resource group `b`".
+    pub label: String,
+    pub resource_group: String,
+    pub shape: Shape,
+    pub estimate: Estimate,
+}
+
+/// What the launcher asks the scheduler: when a session of `shape` by `owner` would start in
+/// `resource_group`, and which of `other_groups` (open to the owner) would start it sooner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdviceAsked {
+    pub owner: uuid::Uuid,
+    pub resource_group: String,
+    pub shape: Shape,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub project: Option<String>,
+    #[serde(default)]
+    pub other_groups: Vec<String>,
+}
+
+/// The scheduler's answer: the estimate for the shape asked, and what would start sooner.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    pub resource_group: String,
+    pub shape: Shape,
+    pub estimate: Estimate,
+    /// Sooner than `estimate`, soonest first.
+    pub alternatives: Vec<Alternative>,
+    /// How long a session typically holds its agents in the group, the model's one guess.
+    pub typical_hold_secs: u64,
+}
