@@ -141,7 +141,9 @@ impl Browser {
     /// A screenshot of the page for the README's pictures: kept in
     /// `target/console-pictures/<name>.png`, or in the directory `BERTH_CONSOLE_PICTURES`
     /// names (`BERTH_CONSOLE_PICTURES=docs/console` refreshes the README's), so that a test run
-    /// leaves the checkout as it found it.
+    /// leaves the checkout as it found it. Each carries the fingerprint of the console it was
+    /// taken of ([`console_fingerprint`]), which `the_readmes_pictures_are_of_this_console`
+    /// holds the README's pictures to.
     pub async fn document(&self, name: &str) {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = match std::env::var_os("BERTH_CONSOLE_PICTURES") {
@@ -150,6 +152,7 @@ impl Browser {
         };
         std::fs::create_dir_all(&dir).unwrap();
         let png = self.client.screenshot().await.expect("a screenshot");
+        let png = with_text(&png, FINGERPRINT_KEY, &console_fingerprint());
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 
@@ -252,4 +255,136 @@ impl Browser {
             .await
             .unwrap();
     }
+}
+
+/// The key of the PNG text chunk a picture's console fingerprint is kept under.
+pub const FINGERPRINT_KEY: &str = "berth-console";
+
+/// A digest of everything that draws the console: its templates, styles and scripts, and the
+/// code that renders them (`gateway/templates`, `gateway/assets` but the vendored libraries,
+/// `gateway/src/console`). A picture carrying another was taken of another console.
+pub fn console_fingerprint() -> String {
+    use sha2::{Digest, Sha256};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["gateway/templates", "gateway/assets", "gateway/src/console"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut digest = Sha256::new();
+    for file in files {
+        let relative = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        digest.update(relative.as_bytes());
+        digest.update(std::fs::read(&file).unwrap());
+    }
+    hex::encode(&digest.finalize()[..16])
+}
+
+/// `png` with a text chunk `key` = `text` right after its header chunk.
+pub fn with_text(png: &[u8], key: &str, text: &str) -> Vec<u8> {
+    // The signature (8 bytes), then IHDR: length (4), type (4), 13 bytes, CRC (4).
+    let after_header = 8 + 4 + 4 + 13 + 4;
+    let mut data = key.as_bytes().to_vec();
+    data.push(0);
+    data.extend_from_slice(text.as_bytes());
+    let mut chunk = (data.len() as u32).to_be_bytes().to_vec();
+    let mut typed = b"tEXt".to_vec();
+    typed.extend_from_slice(&data);
+    chunk.extend_from_slice(&typed);
+    chunk.extend_from_slice(&crc32fast::hash(&typed).to_be_bytes());
+    let mut out = png[..after_header].to_vec();
+    out.extend_from_slice(&chunk);
+    out.extend_from_slice(&png[after_header..]);
+    out
+}
+
+/// The text chunks of `png`, by key.
+pub fn texts(png: &[u8]) -> std::collections::BTreeMap<String, String> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut at = 8;
+    while at + 8 <= png.len() {
+        let length = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &png[at + 4..at + 8];
+        let Some(data) = png.get(at + 8..at + 8 + length) else {
+            break;
+        };
+        if kind == b"tEXt" {
+            if let Some(zero) = data.iter().position(|b| *b == 0) {
+                found.insert(
+                    String::from_utf8_lossy(&data[..zero]).into_owned(),
+                    String::from_utf8_lossy(&data[zero + 1..]).into_owned(),
+                );
+            }
+        }
+        at += 12 + length;
+    }
+    found
+}
+
+/// The README's console pictures (`docs/console/`) are of this console: each carries this
+/// console's fingerprint (`BERTH_CONSOLE_PICTURES=docs/console infra/test.sh` takes them
+/// again, and leaves this check to the next run), every picture the browser tests take is
+/// among them, and the README links each.
+#[test]
+fn the_readmes_pictures_are_of_this_console() {
+    if std::env::var_os("BERTH_CONSOLE_PICTURES").is_some() {
+        // This run takes them, beside this test: the next one holds them to the console.
+        eprintln!("the pictures are being taken again: not checked in this run");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let fingerprint = console_fingerprint();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let tests = std::fs::read_to_string(root.join("tests/e2e/console.rs")).unwrap();
+    let taken: std::collections::BTreeSet<String> = tests
+        .split("b.document(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect();
+    assert!(!taken.is_empty(), "the browser tests take pictures");
+    let mut stale = Vec::new();
+    for name in &taken {
+        let file = format!("docs/console/{name}.png");
+        let png = std::fs::read(root.join(&file)).unwrap_or_else(|_| {
+            panic!("{file} is missing: BERTH_CONSOLE_PICTURES=docs/console infra/test.sh takes it")
+        });
+        if texts(&png).get(FINGERPRINT_KEY) != Some(&fingerprint) {
+            stale.push(file.clone());
+        }
+        assert!(readme.contains(&file), "the README does not link {file}");
+    }
+    assert!(
+        stale.is_empty(),
+        "pictures of another console (take them again with \
+         BERTH_CONSOLE_PICTURES=docs/console infra/test.sh): {stale:?}"
+    );
+}
+
+#[test]
+fn a_text_chunk_is_read_back_from_the_png_it_was_put_in() {
+    // The smallest PNG: a 1x1 grey pixel.
+    let png = hex::decode(
+        "89504e470d0a1a0a0000000d4948445200000001000000010800000000\
+         3a7e9b550000000a49444154789c6360000000020001e221bc330000000049454e44ae426082",
+    )
+    .unwrap();
+    let marked = with_text(&png, FINGERPRINT_KEY, "abc123");
+    assert_eq!(
+        texts(&marked).get(FINGERPRINT_KEY).map(String::as_str),
+        Some("abc123")
+    );
+    assert!(
+        marked.ends_with(&png[png.len() - 12..]),
+        "the end chunk stays last"
+    );
 }
