@@ -16,6 +16,23 @@ pub struct Shape {
     pub cluster_size: u32,
 }
 
+impl Shape {
+    /// The shape in words: "2 cores, 1 GiB", with its GPUs and kernels when it has some.
+    pub fn words(&self) -> String {
+        let k = self.per_kernel;
+        let cores = k.cpu_milli as f64 / 1000.0;
+        let gib = k.memory_bytes as f64 / f64::from(1u32 << 30);
+        let mut words = format!("{cores} cores, {gib} GiB");
+        if k.gpu_milli > 0 {
+            words.push_str(&format!(", {} GPUs", k.gpu_milli as f64 / 1000.0));
+        }
+        if self.cluster_size > 1 {
+            words.push_str(&format!(" x {} kernels", self.cluster_size));
+        }
+        words
+    }
+}
+
 /// When a session is expected to start.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,4 +120,38 @@ pub struct Advice {
     pub alternatives: Vec<Alternative>,
     /// How long a session typically holds its agents in the group, the model's one guess.
     pub typical_hold_secs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_and_a_wait_are_said_in_words() {
+        let shape = Shape {
+            per_kernel: ResourceSlots {
+                cpu_milli: 2500,
+                memory_bytes: 3 << 29,
+                gpu_milli: 0,
+            },
+            cluster_size: 1,
+        };
+        assert_eq!(shape.words(), "2.5 cores, 1.5 GiB");
+        let two = Shape {
+            cluster_size: 2,
+            ..shape
+        };
+        assert_eq!(two.words(), "2.5 cores, 1.5 GiB x 2 kernels");
+        let wait = |secs| Estimate {
+            wait_secs: Some(secs),
+            ahead: vec![],
+            never: None,
+        };
+        assert_eq!(wait(30).words(), "now");
+        assert_eq!(wait(40 * 60).words(), "in about 40 min");
+        assert!(wait(30).sooner_than(&wait(60)));
+        let never = Estimate::never("not within a week", vec![]);
+        assert_eq!(never.words(), "not expected to start: not within a week");
+        assert!(wait(10_000).sooner_than(&never));
+    }
 }

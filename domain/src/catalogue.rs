@@ -240,6 +240,10 @@ catalogue! {
     SessionCommitProgressed(SessionCommitProgressed) = "SessionCommitProgressed" v 1,
     /// How far an agent's pull of a session's image has come (at most once a second).
     SessionPullProgressed(SessionPullProgressed) = "SessionPullProgressed" v 1,
+    /// A user asked to be told when a shape fits in a group.
+    FitWatchRequested(FitWatchRequested) = "FitWatchRequested" v 1,
+    /// A watched shape would be placed at once: its owner is told, once.
+    FitWatchFired(FitWatchFired) = "FitWatchFired" v 1,
     /// The scheduler estimated when a waiting session starts (at its first wait).
     SessionStartEstimated(SessionStartEstimated) = "SessionStartEstimated" v 1,
     /// A commit ended: the image made, or why not.
@@ -684,6 +688,26 @@ mod tests {
                 commit_id: id,
                 step: CommitStep::LayerWritten,
                 detail: "sha256:abc".into(),
+            }),
+            Event::FitWatchRequested(FitWatchRequested {
+                watch_id: id,
+                owner: id,
+                resource_group: "default".into(),
+                shape: crate::advice::Shape {
+                    per_kernel: ResourceSlots {
+                        cpu_milli: 2000,
+                        memory_bytes: 1 << 30,
+                        gpu_milli: 0,
+                    },
+                    cluster_size: 1,
+                },
+                label: "2 cores, 1 GiB".into(),
+            }),
+            Event::FitWatchFired(FitWatchFired {
+                watch_id: id,
+                owner: id,
+                resource_group: "default".into(),
+                label: "2 cores, 1 GiB".into(),
             }),
             Event::SessionStartEstimated(SessionStartEstimated {
                 session_id: id,

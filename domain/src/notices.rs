@@ -21,6 +21,8 @@ pub enum NoticeKind {
     SessionReaped,
     CommitDone,
     CommitFailed,
+    /// A shape its owner watched would be placed at once ("notify me when it fits").
+    ShapeFits,
 }
 
 impl NoticeKind {
@@ -34,6 +36,7 @@ impl NoticeKind {
             NoticeKind::SessionReaped => "session_reaped",
             NoticeKind::CommitDone => "commit_done",
             NoticeKind::CommitFailed => "commit_failed",
+            NoticeKind::ShapeFits => "shape_fits",
         }
     }
 }
@@ -45,7 +48,9 @@ impl NoticeKind {
 pub struct Notice {
     pub notice_id: Uuid,
     pub user_id: Uuid,
+    /// The session it tells of; for `shape_fits`, the watch's id.
     pub session_id: Uuid,
+    /// The session's name; for `shape_fits`, the shape in words.
     pub session_name: String,
     pub kind: NoticeKind,
     /// In words, with the reason where there is one.
@@ -98,6 +103,20 @@ pub fn notice_for(
     at: DateTime<Utc>,
     session: Option<&NoticedSession>,
 ) -> Option<Notice> {
+    if let Event::FitWatchFired(e) = event {
+        return Some(Notice {
+            notice_id: event_id,
+            user_id: e.owner,
+            session_id: e.watch_id,
+            session_name: e.label.clone(),
+            kind: NoticeKind::ShapeFits,
+            message: format!(
+                "{} fits in resource group {} now: launch it before someone else does",
+                e.label, e.resource_group
+            ),
+            at,
+        });
+    }
     let requested;
     let session = match event {
         Event::SessionRequested(r) => {

@@ -1136,6 +1136,27 @@ pub struct SessionStartEstimated {
     pub typical_hold_secs: u64,
 }
 
+/// A user asked to be told when a shape would be placed at once in a resource group ("notify
+/// me when it fits"); the scheduler fires it once (`FitWatchFired`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitWatchRequested {
+    pub watch_id: Uuid,
+    pub owner: Uuid,
+    pub resource_group: String,
+    pub shape: crate::advice::Shape,
+    /// The shape in words, as the notification names it.
+    pub label: String,
+}
+
+/// The scheduler found a watched shape would be placed at once: the watch is done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitWatchFired {
+    pub watch_id: Uuid,
+    pub owner: Uuid,
+    pub resource_group: String,
+    pub label: String,
+}
+
 /// An admin listed an image in the catalogue: offered as its labels say, shown whatever they
 /// say, or hidden (never offered, and refused to a launch).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -59,6 +59,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(40, include_str!("../migrations/0040_folder_quota.sql")),
     backbone(41, include_str!("../migrations/0041_group_defaults.sql")),
     backbone(42, include_str!("../migrations/0042_image_catalogue.sql")),
+    backbone(43, include_str!("../migrations/0043_fit_watches.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

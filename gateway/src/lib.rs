@@ -89,6 +89,10 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::idle::exempt_session))
         .routes(routes!(api::advice::advise))
         .routes(routes!(api::advice::list_estimates))
+        .routes(routes!(
+            api::advice::watch_fit,
+            api::advice::list_fit_watches
+        ))
         .routes(routes!(api::images::commit_session))
         .routes(routes!(api::images::list_images))
         .routes(routes!(api::images::remove_image))
@@ -495,6 +499,8 @@ mod tests {
             ("get", "/v1/admin/images"),
             ("post", "/v1/advice"),
             ("get", "/v1/estimates"),
+            ("post", "/v1/fit-watches"),
+            ("get", "/v1/fit-watches"),
             ("put", "/v1/admin/images/listing"),
             ("get", "/openapi.json"),
             ("get", "/healthz"),

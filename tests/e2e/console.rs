@@ -743,6 +743,35 @@ async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
         }
     })
     .await;
+
+    // The launcher's review says when the same shape would start, after the two waiting,
+    // and offers to tell when it fits.
+    b.step(TEST, "advice", async {
+        b.client
+            .goto(&format!(
+                "{}/console/launch?step=5&image=berth%2Fshell%3Alatest&cpu=0.1&memory=5g",
+                s.h.base
+            ))
+            .await
+            .unwrap();
+        let advice = b.text_of("#advice").await;
+        assert!(advice.contains("Expected to start in about"), "{advice}");
+        let ahead = b.text_of("#advice-ahead").await;
+        assert_eq!(
+            ahead, "queuesecond, queuethird",
+            "the waiting sessions, in the queue's order"
+        );
+        b.document("launcher-advice").await;
+        b.click("#notify-when-fits").await;
+        b.find("#fit-watching").await;
+    })
+    .await;
+    let (_, watching) = s.h.get(&s.h.admin_key, "/v1/fit-watches").await;
+    assert_eq!(
+        watching["fit_watches"].as_array().map(Vec::len),
+        Some(1),
+        "{watching}"
+    );
     for id in &ids {
         s.h.delete(&s.user, &format!("/v1/sessions/{id}?force=true"))
             .await;

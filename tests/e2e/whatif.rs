@@ -211,3 +211,66 @@ async fn the_advice_names_the_sessions_ahead_proposes_a_shape_that_fits_now_and_
     let (_, theirs) = h.get(&bob, "/v1/estimates").await;
     assert_eq!(theirs["estimates"], json!([]));
 }
+
+/// "Notify me when it fits": a watched shape fires once, when capacity frees so that it would
+/// be placed at once, and not before; its owner is told.
+#[tokio::test]
+async fn a_watched_shape_fires_once_when_capacity_frees_and_not_before() {
+    let h = start().await;
+    h.agent("a1", "default", 4).await;
+    let alice = h.user("alice@fits.test").await;
+    let shape = |cores: u64| json!({"image": "berth/shell:latest", "resources": {"cpu": cores, "memory": "1g"}});
+    let (_, created) = h.create(&alice, shape(3)).await;
+    let holder = ids(&created)[0].clone();
+    h.wait_session(&holder, |s| s["status"] == "SCHEDULED")
+        .await;
+    let (status, watching) = h.post(&alice, "/v1/fit-watches", shape(2)).await;
+    assert_eq!(status, StatusCode::CREATED, "{watching}");
+    let watch_id = watching["watch_id"].as_str().unwrap().to_owned();
+    // A pass after the watch: a session that takes the last free core is placed, and the
+    // watched shape still does not fit.
+    let (_, created) = h.create(&alice, shape(1)).await;
+    let poke = ids(&created)[0].clone();
+    h.wait_session(&poke, |s| s["status"] == "SCHEDULED").await;
+    assert_eq!(
+        h.count_events("FitWatchFired").await,
+        0,
+        "fired before it fits"
+    );
+    let (_, open) = h.get(&alice, "/v1/fit-watches").await;
+    assert_eq!(
+        open["fit_watches"][0]["watch_id"],
+        watch_id.as_str(),
+        "{open}"
+    );
+    assert_eq!(open["fit_watches"][0]["label"], "2 cores, 1 GiB");
+
+    // The holder ends: 3 cores free, the shape would be placed at once, its owner is told.
+    let (status, _) = h
+        .delete(&alice, &format!("/v1/sessions/{holder}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    wait_for(|| async { (h.count_events("FitWatchFired").await == 1).then_some(()) }).await;
+    let told = wait_for(|| async {
+        let (_, notices) = h.get(&alice, "/v1/notifications").await;
+        notices["items"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["kind"] == "shape_fits").cloned())
+    })
+    .await;
+    assert_eq!(told["session_id"], watch_id.as_str(), "{told}");
+    assert!(
+        told["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 cores, 1 GiB fits"),
+        "{told}"
+    );
+    // Once: more passes do not fire it again, and it is watched no more.
+    let (_, created) = h.create(&alice, shape(1)).await;
+    h.wait_session(&ids(&created)[0], |s| s["status"] == "SCHEDULED")
+        .await;
+    assert_eq!(h.count_events("FitWatchFired").await, 1);
+    let (_, open) = h.get(&alice, "/v1/fit-watches").await;
+    assert_eq!(open["fit_watches"], json!([]));
+}

@@ -3,7 +3,9 @@
 //!
 //! Table: `launches`. Changed by `LaunchRecorded` (in the transaction that records the
 //! sessions the request made), `LaunchRenamed` and `LaunchPinned`. A rename or a pin of a
-//! launch the table lacks changes nothing, in both accounts.
+//! launch the table lacks changes nothing, in both accounts. And `fit_watches`, the shapes
+//! users watch ("notify me when it fits"): made by `FitWatchRequested`, gone with
+//! `FitWatchFired`.
 
 use std::collections::HashMap;
 
@@ -50,9 +52,42 @@ pub(super) async fn apply_sql<C: GenericClient>(
             )
             .await?;
         }
+        Event::FitWatchRequested(e) => {
+            exec(
+                client,
+                "INSERT INTO ledger.fit_watches VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &e.watch_id,
+                    &e.owner,
+                    &e.resource_group,
+                    &serde_json::to_value(e.shape).expect("a shape serialises"),
+                    &e.label,
+                    &at,
+                ],
+            )
+            .await?;
+        }
+        Event::FitWatchFired(e) => {
+            exec(
+                client,
+                "DELETE FROM ledger.fit_watches WHERE watch_id = $1",
+                &[&e.watch_id],
+            )
+            .await?;
+        }
         other => unreachable!("`{}` is not a launches event", other.event_type()),
     }
     Ok(())
+}
+
+/// A shape a user watches.
+pub(super) struct FitWatch {
+    pub owner: Uuid,
+    pub resource_group: String,
+    pub shape: serde_json::Value,
+    pub label: String,
+    pub requested_at: DateTime<Utc>,
 }
 
 pub(super) struct Launch {
@@ -68,6 +103,7 @@ pub(super) struct Launch {
 #[derive(Default)]
 pub(super) struct Tables {
     pub launches: HashMap<Uuid, Launch>,
+    pub fit_watches: HashMap<Uuid, FitWatch>,
 }
 
 impl Tables {
@@ -93,6 +129,20 @@ impl Tables {
                 if let Some(launch) = self.launches.get_mut(&e.launch_id) {
                     launch.pinned = e.pinned;
                 }
+            }
+            Event::FitWatchRequested(e) => {
+                self.fit_watches
+                    .entry(e.watch_id)
+                    .or_insert_with(|| FitWatch {
+                        owner: e.owner,
+                        resource_group: e.resource_group.clone(),
+                        shape: serde_json::to_value(e.shape).expect("a shape serialises"),
+                        label: e.label.clone(),
+                        requested_at: recorded.recorded_at,
+                    });
+            }
+            Event::FitWatchFired(e) => {
+                self.fit_watches.remove(&e.watch_id);
             }
             other => unreachable!("`{}` is not a launches event", other.event_type()),
         }
@@ -128,6 +178,33 @@ impl Tables {
                         &l.label,
                         &l.pinned,
                         &l.created_at,
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        copy_rows(
+            tx,
+            &format!("{schema}.fit_watches"),
+            [
+                "watch_id",
+                "owner",
+                "resource_group",
+                "shape",
+                "label",
+                "requested_at",
+            ],
+            &self
+                .fit_watches
+                .iter()
+                .map(|(id, w)| -> [&(dyn ToSql + Sync); 6] {
+                    [
+                        id,
+                        &w.owner,
+                        &w.resource_group,
+                        &w.shape,
+                        &w.label,
+                        &w.requested_at,
                     ]
                 })
                 .collect::<Vec<_>>(),

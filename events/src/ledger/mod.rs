@@ -145,9 +145,11 @@ impl Family {
             | Event::RegistryCredentialSet(_)
             | Event::RegistryCredentialRemoved(_)
             | Event::ImageListingSet(_) => Family::Images,
-            Event::LaunchRecorded(_) | Event::LaunchRenamed(_) | Event::LaunchPinned(_) => {
-                Family::Launches
-            }
+            Event::LaunchRecorded(_)
+            | Event::LaunchRenamed(_)
+            | Event::LaunchPinned(_)
+            | Event::FitWatchRequested(_)
+            | Event::FitWatchFired(_) => Family::Launches,
             Event::AgentAdmitted(_)
             | Event::IdleChecksSet(_)
             | Event::NotificationsRead(_)

@@ -25,7 +25,7 @@ impl Replay {
 /// when it wrote the row, which the log records as each event's `recorded_at` a few
 /// microseconds apart; the queue sequence is the order rows were inserted, which is log order
 /// except between launchers that raced.
-pub const NOT_COMPARED: [&str; 13] = [
+pub const NOT_COMPARED: [&str; 14] = [
     "users.created_at",
     "folders.created_at",
     "folders.trashed_at",
@@ -39,6 +39,7 @@ pub const NOT_COMPARED: [&str; 13] = [
     "circuits.opened_at",
     "app_services.started_at",
     "launches.created_at",
+    "fit_watches.requested_at",
 ];
 
 const REPLAY_SCHEMA: &str = "ledger_replay";

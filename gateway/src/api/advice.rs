@@ -1,6 +1,8 @@
 //! Advice no other scheduler gives: when a launch would start, and what would start sooner
-//! (`POST /v1/advice`: the scheduler runs its live queue forward, `scheduler::advice`), and
-//! how right the estimates recorded for waiting sessions turned out (`GET /v1/estimates`).
+//! (`POST /v1/advice`: the scheduler runs its live queue forward, `scheduler::advice`), how
+//! right the estimates recorded for waiting sessions turned out (`GET /v1/estimates`), and
+//! "notify me when it fits" (`POST /v1/fit-watches`: the scheduler tells the owner once, when
+//! the shape would be placed at once).
 
 use std::time::Duration;
 
@@ -126,5 +128,60 @@ pub async fn list_estimates(
     Ok(Json(Estimates {
         estimates,
         median_abs_error_secs,
+    }))
+}
+
+/// A shape its owner watches, until it fits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FitWatch {
+    pub watch_id: uuid::Uuid,
+    pub resource_group: String,
+    pub shape: Shape,
+    /// The shape in words.
+    pub label: String,
+    pub requested_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// `GET /v1/fit-watches`: the shapes I watch that have not fitted yet, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FitWatches {
+    pub fit_watches: Vec<FitWatch>,
+}
+
+/// `POST /v1/fit-watches`' answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Watching {
+    pub watch_id: uuid::Uuid,
+}
+
+/// "Notify me when it fits": watch the shape this create would launch in its group (the body
+/// is a create's, checked as a create is; nothing is launched). The scheduler tells the owner
+/// once, with a notification (and their webhook), when a session of that shape would be
+/// placed at once (`FitWatchRequested`, `FitWatchFired`).
+#[utoipa::path(post, path = "/v1/fit-watches", tag = "sessions",
+    request_body = CreateSession,
+    responses((status = 201, description = "watching", body = Watching)))]
+pub async fn watch_fit(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Watching>), ApiError> {
+    let request: CreateSession = parse_body(body)?;
+    let watch_id = launch::watch_fit(&state.pool, &caller, &request).await?;
+    Ok((StatusCode::CREATED, Json(Watching { watch_id })))
+}
+
+/// The shapes I watch that have not fitted yet.
+#[utoipa::path(get, path = "/v1/fit-watches", tag = "sessions",
+    responses((status = 200, description = "my open watches, oldest first", body = FitWatches)))]
+pub async fn list_fit_watches(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<FitWatches>, ApiError> {
+    Ok(Json(FitWatches {
+        fit_watches: db::estimates::fit_watches(&state.pool, caller.user_id).await?,
     }))
 }

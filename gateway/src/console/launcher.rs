@@ -90,6 +90,8 @@ pub struct LaunchForm {
     pub fields: Vec<(String, String)>,
     pub mounts: Vec<String>,
     pub confirm_no_folder: bool,
+    /// The review comes back from "notify me when it fits": the shape is watched.
+    pub watching: bool,
 }
 
 impl LaunchForm {
@@ -105,6 +107,7 @@ impl LaunchForm {
                     form.mounts.push(value.trim().to_owned())
                 }
                 "confirm_no_folder" => form.confirm_no_folder = true,
+                "watching" => form.watching = true,
                 "step" | "mount" | "from" => {}
                 key if STEP_FIELDS.iter().any(|fields| fields.contains(&key)) => {
                     form.fields.retain(|(k, _)| k != key);
@@ -409,7 +412,7 @@ struct LaunchPage {
 /// The scheduler's advice as the review shows it.
 pub struct AdviceView {
     pub when: String,
-    /// The sessions expected to start first (short ids).
+    /// The sessions expected to start first: the caller's own by name.
     pub ahead: Vec<String>,
     /// What would start sooner: its words, and when.
     pub sooner: Vec<(String, String)>,
@@ -428,10 +431,18 @@ async fn advice_on(state: &AppState, me: &KeyOwner, form: &LaunchForm) -> Option
     .await
     .ok()?
     .0;
-    let short = |id: &uuid::Uuid| id.to_string()[..8].to_owned();
+    // The caller's own sessions by name; another user's only to a superadmin.
+    let known = crate::db::sessions::owners_and_names(&state.pool, &advice.estimate.ahead)
+        .await
+        .unwrap_or_default();
+    let superadmin = me.role == Role::Superadmin;
+    let named = |id: &uuid::Uuid| match known.get(id) {
+        Some((owner, name)) if superadmin || *owner == me.user_id => name.clone(),
+        _ => "another user's session".to_owned(),
+    };
     Some(AdviceView {
         when: advice.estimate.words(),
-        ahead: advice.estimate.ahead.iter().map(short).collect(),
+        ahead: advice.estimate.ahead.iter().map(named).collect(),
         sooner: advice
             .alternatives
             .iter()
@@ -666,6 +677,20 @@ pub async fn page(
         vec![]
     };
     render_step(&state, &me, step, form, errors, false).await
+}
+
+/// `POST /console/fit-watches`: "notify me when it fits" for the review's launch (the shape it
+/// would launch, in its group); back to the review, which says the shape is watched.
+pub async fn watch_fit(
+    State(state): State<AppState>,
+    Viewer(me): Viewer,
+    _: SameOrigin,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let form = LaunchForm::parse(&String::from_utf8_lossy(&body));
+    let request = form.request()?;
+    let _watching = api::advice::watch_fit(State(state), Caller(me), json_body(&request)).await?;
+    Ok(Redirect::to(&format!("{}&watching=1", form.url(5))).into_response())
 }
 
 /// `POST /console/launch`: the sessions are created and the Sessions page shows the first

@@ -104,6 +104,7 @@ pub fn router() -> Router<AppState> {
             get(launcher::page).post(launcher::launch),
         )
         .route("/console/launches/{id}", post(launcher::edit_launch))
+        .route("/console/fit-watches", post(launcher::watch_fit))
         .route("/console/folders", post(launcher::create_folder))
         .route("/console/data", get(data::page).post(data::create))
         .route("/console/folder-shares", post(data::share))

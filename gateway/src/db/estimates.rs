@@ -1,11 +1,12 @@
 //! The start estimates the scheduler recorded for waiting sessions (`SessionStartEstimated`,
-//! read from the log), each with the session's placement that followed (`SessionScheduled`),
-//! for `GET /v1/estimates`.
+//! read from each session's stream), each with the session's placement that followed
+//! (`SessionScheduled`), for `GET /v1/estimates`; and the shapes a user watches
+//! (`ledger.fit_watches`, written by `events::ledger`), for `GET /v1/fit-watches`.
 
 use deadpool_postgres::Pool;
 use uuid::Uuid;
 
-use crate::api::advice::EstimateOutcome;
+use crate::api::advice::{EstimateOutcome, FitWatch};
 use crate::error::ApiError;
 
 /// The most estimates listed.
@@ -20,7 +21,7 @@ pub async fn outcomes(
     let client = pool.get().await?;
     let rows = client
         .query(
-            "SELECT (e.payload->>'session_id')::uuid, e.recorded_at,
+            "SELECT s.session_id, e.recorded_at,
                     (e.payload->'estimate'->>'wait_secs')::bigint,
                     coalesce(ARRAY(SELECT jsonb_array_elements_text(e.payload->'estimate'->'ahead')),
                              '{}'),
@@ -28,10 +29,10 @@ pub async fn outcomes(
                        FROM events p
                       WHERE p.stream_id = e.stream_id AND p.event_type = 'SessionScheduled'
                         AND p.stream_version > e.stream_version)
-             FROM events e JOIN ledger.sessions s
-               ON s.session_id = (e.payload->>'session_id')::uuid
-             WHERE e.category = 'session' AND e.event_type = 'SessionStartEstimated'
-               AND ($2 OR s.owner = $1)
+             FROM ledger.sessions s
+             JOIN events e ON e.stream_id = 'session-' || replace(s.session_id::text, '-', '')
+                          AND e.event_type = 'SessionStartEstimated'
+             WHERE $2 OR s.owner = $1
              ORDER BY e.recorded_at DESC LIMIT $3",
             &[&user, &everyone, &MOST],
         )
@@ -53,6 +54,30 @@ pub async fn outcomes(
                 actual_wait_secs: actual,
                 error_secs: actual.zip(estimated).map(|(a, e)| a - e as f64),
             }
+        })
+        .collect())
+}
+
+/// The shapes `owner` watches, oldest first.
+pub async fn fit_watches(pool: &Pool, owner: Uuid) -> Result<Vec<FitWatch>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT watch_id, resource_group, shape, label, requested_at
+             FROM ledger.fit_watches WHERE owner = $1 ORDER BY requested_at",
+            &[&owner],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(FitWatch {
+                watch_id: r.get(0),
+                resource_group: r.get(1),
+                shape: serde_json::from_value(r.get(2)).ok()?,
+                label: r.get(3),
+                requested_at: r.get(4),
+            })
         })
         .collect())
 }

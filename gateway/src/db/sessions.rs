@@ -236,6 +236,24 @@ pub async fn ledger_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiErro
     Ok(ledger_owner_status(pool, id).await?.map(|(owner, _)| owner))
 }
 
+/// The owner and name of each of `ids` the ledger knows.
+pub async fn owners_and_names(
+    pool: &Pool,
+    ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, (Uuid, String)>, ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT session_id, owner, name FROM ledger.sessions WHERE session_id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect())
+}
+
 /// Whether session `id` has ended (or does not exist), from the ledger.
 pub async fn has_ended(pool: &Pool, id: Uuid) -> Result<bool, ApiError> {
     let client = pool.get().await?;

@@ -309,6 +309,45 @@ pub async fn resolve(
     decide::decide(&context, &request, &mut || domain::random_name(&mut rng))
 }
 
+/// Watches the shape `request` would launch in its group ("notify me when it fits"): the
+/// scheduler tells its owner once, when it would be placed at once (`FitWatchRequested`, in a
+/// stream of its own). Checked as a launch is; its id.
+pub async fn watch_fit(
+    pool: &Pool,
+    actor: &KeyOwner,
+    request: &CreateSession,
+) -> Result<Uuid, LaunchError> {
+    let sessions = resolve(pool, actor, request).await?;
+    let Some(first) = sessions.first() else {
+        return Err(LaunchError::Invalid(FieldError {
+            field: "count".into(),
+            message: "asks for no session".into(),
+        }));
+    };
+    let shape = events::advice::Shape {
+        per_kernel: first.resources,
+        cluster_size: first.cluster_size,
+    };
+    let watch_id = Uuid::now_v7();
+    let event = Event::FitWatchRequested(FitWatchRequested {
+        watch_id,
+        owner: first.owner.user_id,
+        resource_group: first.resource_group.clone(),
+        shape,
+        label: shape.words(),
+    });
+    let metadata = events::trace::metadata(&actor.user_id.to_string(), None);
+    ledger::record_now(
+        pool,
+        &stream_id("fitwatch", watch_id),
+        ExpectedVersion::NoStream,
+        &[event],
+        &metadata,
+    )
+    .await?;
+    Ok(watch_id)
+}
+
 /// `value` without the fields that are null: a request kept as its sender wrote it, the
 /// fields they left out absent (the document calls none of them nullable).
 fn without_nulls(value: serde_json::Value) -> serde_json::Value {

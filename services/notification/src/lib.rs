@@ -56,7 +56,7 @@ pub async fn run(
     let js = jetstream::new(nats.clone());
     let consumer = ConsumerConfig::new(
         NAME,
-        ["session", "notice"]
+        ["session", "notice", "fitwatch"]
             .iter()
             .map(|c| topology.category_subject(c))
             .collect(),

@@ -159,7 +159,7 @@ async fn estimate_in(
     )
     .await?
     .sessions;
-    let snapshot = group_snapshot(tx, rules, queue, silent_after, Some(question.owner)).await?;
+    let snapshot = group_snapshot(tx, rules, queue, silent_after, &[question.owner]).await?;
     let holdings = db::holdings(tx, group).await?;
     let typical = db::typical_hold(tx, group, Utc::now() - TYPICAL_HOLD_LOOKBACK)
         .await?

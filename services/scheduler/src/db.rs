@@ -497,3 +497,29 @@ pub async fn typical_hold(
         .filter(|s| s.is_finite() && *s > 0.0)
         .map(Duration::from_secs_f64))
 }
+
+/// The shapes users watch ("notify me when it fits"), oldest first, at most `most`.
+pub async fn open_fit_watches(
+    tx: &impl GenericClient,
+    most: i64,
+) -> Result<Vec<FitWatchRequested>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT watch_id, owner, resource_group, shape, label FROM ledger.fit_watches
+             ORDER BY requested_at LIMIT $1",
+            &[&most],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(FitWatchRequested {
+                watch_id: r.get(0),
+                owner: r.get(1),
+                resource_group: r.get(2),
+                shape: serde_json::from_value(r.get(3)).ok()?,
+                label: r.get(4),
+            })
+        })
+        .collect())
+}

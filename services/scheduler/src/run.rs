@@ -85,6 +85,8 @@ pub struct Pass {
     pub placed: usize,
     pub recorded: usize,
     pub cancelled: usize,
+    /// Watched shapes found to fit, their owners told.
+    pub fits_told: usize,
     /// When time alone next changes a decision (a reserved start, a pending timeout), if ever.
     pub next_deadline: Option<DateTime<Utc>>,
 }
@@ -211,9 +213,71 @@ impl Scheduler {
                 return Err(cause.into());
             }
         }
+        total.fits_told = self.fire_fit_watches(&tx).await?;
         events::activity::commit(tx).await?;
         self.last_free.extend(free_after);
         Ok(total)
+    }
+
+    /// Tells the owner of each watched shape that would be placed at once now that it fits
+    /// (`FitWatchFired`, once: the watch's stream moves on only from its request). How many.
+    async fn fire_fit_watches(&self, tx: &Transaction<'_>) -> Result<usize, SchedulerError> {
+        let watches = db::open_fit_watches(tx, MOST_WATCHES_A_PASS).await?;
+        if watches.is_empty() {
+            return Ok(0);
+        }
+        let groups = db::groups(tx).await?;
+        let mut fired = 0;
+        for rules in groups {
+            let here: Vec<&FitWatchRequested> = watches
+                .iter()
+                .filter(|w| w.resource_group == rules.name)
+                .collect();
+            if here.is_empty() {
+                continue;
+            }
+            let owners: Vec<Uuid> = here.iter().map(|w| w.owner).collect();
+            let queue = db::queue_bounded(
+                tx,
+                &rules.name,
+                rules.queue_policy,
+                rules.starve_after_secs,
+                crate::advice::MOST_ESTIMATED_QUEUE as i64,
+            )
+            .await?
+            .sessions;
+            let snapshot =
+                group_snapshot(tx, rules, queue, self.config.silent_after, &owners).await?;
+            for watch in here {
+                let asked = crate::advice::Asked::New {
+                    owner: watch.owner,
+                    shape: watch.shape,
+                    priority: 0,
+                    project: None,
+                };
+                // Only this pass's placements count: nothing is released in the simulation.
+                let now = crate::advice::estimate(&snapshot, &[], &asked, Duration::ZERO);
+                if now.wait_secs != Some(0) {
+                    continue;
+                }
+                let told = Event::FitWatchFired(FitWatchFired {
+                    watch_id: watch.watch_id,
+                    owner: watch.owner,
+                    resource_group: watch.resource_group.clone(),
+                    label: watch.label.clone(),
+                });
+                ledger::record(
+                    tx,
+                    &stream_id("fitwatch", watch.watch_id),
+                    ExpectedVersion::Exact(0),
+                    &[told],
+                    &events::trace::metadata("scheduler", None),
+                )
+                .await?;
+                fired += 1;
+            }
+        }
+        Ok(fired)
     }
 
     /// Loads one group's snapshot; `None` when nothing waits in its queue.
@@ -237,7 +301,7 @@ impl Scheduler {
             return Ok(None);
         }
         let after = self.config.silent_after;
-        let mut snapshot = group_snapshot(tx, group, queue, after, None).await?;
+        let mut snapshot = group_snapshot(tx, group, queue, after, &[]).await?;
         // What the live agents have free, as `plan` leaves the snapshot's agents.
         let free = snapshot
             .agents
@@ -293,6 +357,9 @@ impl Scheduler {
         }
     }
 }
+
+/// The most watched shapes one pass looks at.
+const MOST_WATCHES_A_PASS: i64 = 100;
 
 /// How far back the group's typical hold is learnt from.
 pub(crate) const TYPICAL_HOLD_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::days(7);
@@ -367,17 +434,21 @@ async fn first_wait_estimates(
 }
 
 /// `group`'s snapshot around `queue`: its agents, the loads of the queue's owners (and of
-/// `also`, one who asks for advice), and what its policy orders by (DRF the owners' holdings
+/// `also`, who ask for advice or watch a shape), and what its policy orders by (DRF the owners' holdings
 /// now, fair share decayed use). `capacity_grew` is left false for the caller to decide.
 pub(crate) async fn group_snapshot(
     tx: &Transaction<'_>,
     group: GroupRules,
     queue: Vec<core::PendingSession>,
     silent_after: Duration,
-    also: Option<Uuid>,
+    also: &[Uuid],
 ) -> Result<Snapshot, SchedulerError> {
     let agents = db::agents(tx, &group.name, silent_after).await?;
-    let mut owner_ids: Vec<Uuid> = queue.iter().map(|s| s.owner).chain(also).collect();
+    let mut owner_ids: Vec<Uuid> = queue
+        .iter()
+        .map(|s| s.owner)
+        .chain(also.iter().copied())
+        .collect();
     owner_ids.sort_unstable();
     owner_ids.dedup();
     let owners = db::owner_loads(tx, &owner_ids).await?;

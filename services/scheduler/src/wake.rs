@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// The event types after which a pass may decide differently: a session to place or one
-/// gone from the queue, resources freed, agents come or gone, and the rules of groups,
-/// policies and memberships.
+/// gone from the queue, resources freed, agents come or gone, the rules of groups, policies
+/// and memberships, and a shape to watch (it may fit at once).
 pub const WAKING_EVENTS: &[&str] = &[
     "SessionRequested",
     "SessionTerminationRequested",
@@ -25,6 +25,7 @@ pub const WAKING_EVENTS: &[&str] = &[
     "ResourceGroupGranted",
     "ResourcePolicySet",
     "UserJoinedProject",
+    "FitWatchRequested",
 ];
 
 /// Whether an event of `event_type` can change a scheduling decision.
