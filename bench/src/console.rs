@@ -2,7 +2,9 @@
 //! same sessions, measured in the same run: bytes and the gateway's answer time for each
 //! (an HTTP client), then in headless Chromium the page's time to first contentful paint
 //! next to the time to fetch and parse the JSON list from the same page. Chromium is driven
-//! over WebDriver (Debian's `chromium-driver`) with plain HTTP requests.
+//! over WebDriver (Debian's `chromium-driver`) with plain HTTP requests. The Data page (over
+//! `--folders` folders) and the administration pages (users over `--users` users, presets)
+//! are measured the same way, each next to the JSON list it draws.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,10 +18,27 @@ use crate::sessions::percentile;
 /// Sessions on the page (one page of the list, out of all of them).
 const PAGE_ROWS: usize = 20;
 
-pub async fn console(url: &str, sessions: usize, rounds: usize) -> anyhow::Result<()> {
+pub async fn console(
+    url: &str,
+    sessions: usize,
+    users: usize,
+    folders: usize,
+    rounds: usize,
+) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     berth::app::migrate(&pool).await?;
     crate::sessions::fill(&pool, 10, sessions).await?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    for n in 0..users {
+        launcher::access::create_user(
+            &pool,
+            &format!("user{n}-{}@bench.berth", &run[24..]),
+            Role::User,
+            "default",
+            &[],
+        )
+        .await?;
+    }
     let view = gateway::projection::SessionsView;
     events::projection::install(&pool, &view).await?;
     events::projection::catch_up(&pool, &view).await?;
@@ -31,6 +50,23 @@ pub async fn console(url: &str, sessions: usize, rounds: usize) -> anyhow::Resul
         &[],
     )
     .await?;
+    let owner = {
+        let client = pool.get().await?;
+        events::ledger::key_owner(&client, &key)
+            .await?
+            .context("the bench's superadmin")?
+    };
+    for n in 0..folders {
+        launcher::launch::create_folder(
+            &pool,
+            &owner,
+            &format!("bench{n}"),
+            events::volumes::HOST_LOCAL,
+            Default::default(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("folder bench{n}: {e:?}"))?;
+    }
     let stop = tokio_util::sync::CancellationToken::new();
     let state = gateway::AppState::new(pool.clone(), None, events::relay::Topology::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -69,6 +105,29 @@ pub async fn console(url: &str, sessions: usize, rounds: usize) -> anyhow::Resul
             .await?;
     }
     page.report("Sessions page (HTML), server", &list, "JSON list, server");
+    // The Data page and the administration pages, each next to the JSON list it draws.
+    for (name, page_path, json_path) in [
+        ("Data page", "/console/data", "/v1/folders"),
+        ("Admin: users", "/console/admin/users", "/v1/admin/users"),
+        ("Admin: presets", "/console/admin/presets", "/v1/presets"),
+        ("Admin: images", "/console/admin/images", "/v1/admin/images"),
+    ] {
+        let mut page = Timed::default();
+        let mut list = Timed::default();
+        for _ in 0..rounds {
+            page.take(
+                http.get(format!("{base}{page_path}"))
+                    .header("cookie", &cookie),
+            )
+            .await?;
+            list.take(
+                http.get(format!("{base}{json_path}"))
+                    .header("x-api-key", &key),
+            )
+            .await?;
+        }
+        page.report(&format!("{name} (HTML), server"), &list, "its JSON, server");
+    }
 
     match chromium(&base, &key, rounds).await {
         Ok((paint, fetch)) => {

@@ -230,10 +230,17 @@ enum BenchCommand {
     },
     /// The console's Sessions page over many sessions next to the JSON list of the same
     /// page: bytes and answer times, and in headless Chromium its first paint next to the
-    /// list fetched from the page.
+    /// list fetched from the page; the Data page and the administration pages next to
+    /// their JSON lists.
     Console {
         #[arg(long, default_value_t = 1_000)]
         sessions: usize,
+        /// Users on the administration's users page.
+        #[arg(long, default_value_t = 200)]
+        users: usize,
+        /// The superadmin's folders on the Data page.
+        #[arg(long, default_value_t = 100)]
+        folders: usize,
         #[arg(long, default_value_t = 30)]
         rounds: usize,
     },
@@ -345,9 +352,12 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::recovery::recovery(rounds, Duration::from_secs(outage)).await
         }
         BenchCommand::Replay { events } => crate::replay::replay(&url, events).await,
-        BenchCommand::Console { sessions, rounds } => {
-            crate::console::console(&url, sessions, rounds).await
-        }
+        BenchCommand::Console {
+            sessions,
+            users,
+            folders,
+            rounds,
+        } => crate::console::console(&url, sessions, users, folders, rounds).await,
         BenchCommand::Tls { creates } => crate::tls::tls(&url, creates).await,
         BenchCommand::Backendai {
             sessions,

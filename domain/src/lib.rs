@@ -18,6 +18,7 @@
 //! - [`idleness`]: the idle checkers (lifetime, network idle, utilization) on what a session
 //!   did and a clock.
 //! - [`notices`]: which events a session's owner is told about, in what words.
+//! - [`usage`]: a session's usage over its whole life, in minute and hour buckets, bounded.
 //! - [`outbound`]: which addresses berth connects to on a user's or an agent's say (webhooks,
 //!   the app proxy's upstreams).
 //! - [`images`]: image references, customized images' names and owners.
@@ -56,6 +57,7 @@ pub mod notices;
 pub mod outbound;
 pub mod payloads;
 pub mod sharing;
+pub mod usage;
 pub mod volumes;
 
 use std::fmt;

@@ -43,7 +43,7 @@ pub use metrics::describe_metrics;
 
 pub use domain::{
     advice, aggregate, authorization, catalogue, credentials, fair_share, folders, idleness,
-    images, notices, outbound, payloads, volumes,
+    images, notices, outbound, payloads, usage, volumes,
 };
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

@@ -58,9 +58,11 @@ function toast(root) {
   }
 }
 
-// The detail panel's charts: a point per sample while the panel is open.
+// The detail panel's charts: the session's whole life (its usage series, a point a minute
+// over the last day, an hour apart before), then a point per sample while the panel is open.
 const series = { cpu: [], memory: [], network: [] };
 let sampling = null;
+let charted = null;
 function charts(root) {
   const figure = root.querySelector("[data-charts]");
   clearInterval(sampling);
@@ -70,22 +72,36 @@ function charts(root) {
       const line = figure.querySelector(`[data-chart=${name}] polyline`);
       if (!line || points.length === 0) continue;
       const max = Math.max(...points, 1);
-      line.setAttribute("points", points.map((v, i) => `${i * (120 / 59)},${30 - (v / max) * 28}`).join(" "));
+      const step = 120 / Math.max(points.length - 1, 1);
+      line.setAttribute("points", points.map((v, i) => `${i * step},${30 - (v / max) * 28}`).join(" "));
     }
+    figure.dataset.points = series.cpu.length;
+  };
+  const history = async () => {
+    if (charted === figure.dataset.session) return;
+    charted = figure.dataset.session;
+    for (const name of Object.keys(series)) series[name] = [];
+    const answer = await fetch(`/v1/sessions/${figure.dataset.session}/usage`, { credentials: "same-origin" });
+    if (!answer.ok) return;
+    for (const p of (await answer.json()).points) {
+      series.cpu.push(p.cpu_percent ?? 0);
+      series.memory.push(p.memory_bytes);
+      series.network.push(p.network_bytes);
+    }
+    draw();
   };
   const sample = async () => {
     const answer = await fetch(`/v1/sessions/${figure.dataset.session}`, { credentials: "same-origin" });
     if (!answer.ok) return;
     const usage = (await answer.json()).usage;
     if (!usage) return;
-    const push = (name, value) => { series[name].push(value); if (series[name].length > 60) series[name].shift(); };
+    const push = (name, value) => { series[name].push(value); if (series[name].length > 4000) series[name].shift(); };
     push("cpu", usage.cpu_percent ?? 0);
     push("memory", usage.memory_bytes);
     push("network", usage.network_rx_bytes + usage.network_tx_bytes);
     draw();
   };
-  draw();
-  sample();
+  history().then(() => { draw(); sample(); });
   sampling = setInterval(sample, 3000);
 }
 

@@ -88,6 +88,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::idle::session_idle))
         .routes(routes!(api::idle::exempt_session))
         .routes(routes!(api::advice::advise))
+        .routes(routes!(api::usage::session_usage))
         .routes(routes!(api::advice::list_estimates))
         .routes(routes!(
             api::advice::watch_fit,
@@ -498,6 +499,7 @@ mod tests {
             ("delete", "/v1/admin/registries/{registry}"),
             ("get", "/v1/admin/images"),
             ("post", "/v1/advice"),
+            ("get", "/v1/sessions/{id}/usage"),
             ("get", "/v1/estimates"),
             ("post", "/v1/fit-watches"),
             ("get", "/v1/fit-watches"),

@@ -151,6 +151,19 @@ async fn an_idle_session_is_reaped_by_utilization_while_a_busy_one_survives() {
         (StatusCode::OK, Some("RUNNING"))
     );
     assert!(reaped(&h, &busy).await.is_empty());
+    // Its usage over its life, for the detail's charts: the minute it ran, busy.
+    let (status, usage) = h
+        .get(&h.admin_key, &format!("/v1/sessions/{busy}/usage"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{usage}");
+    let points = usage["points"].as_array().unwrap();
+    assert!(
+        !points.is_empty() && points.len() <= 2,
+        "a point a minute: {usage}"
+    );
+    let last = points.last().unwrap();
+    assert!(last["cpu_percent"].as_f64().unwrap() > 10.0, "{usage}");
+    assert!(last["memory_bytes"].as_i64().unwrap() > 0, "{usage}");
     let (status, _) = h
         .delete(&h.admin_key, &format!("/v1/sessions/{busy}"))
         .await;

@@ -13,13 +13,12 @@ use axum::Json;
 use bytes::Bytes;
 use domain::advice::{Advice, AdviceAsked, Shape};
 use launcher::launch::{self, CreateSession};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::api::parse_body;
 use crate::caller::Caller;
 use crate::db;
 use crate::error::ApiError;
+use crate::model::{Estimates, FitWatches, Watching};
 use crate::state::AppState;
 
 /// How long the scheduler has to answer.
@@ -82,33 +81,6 @@ pub async fn ask_scheduler(state: &AppState, asked: &AdviceAsked) -> Result<Advi
     answered.map_err(|why| ApiError::new(StatusCode::CONFLICT, "no_advice", why))
 }
 
-/// One recorded estimate next to what happened.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EstimateOutcome {
-    pub session_id: uuid::Uuid,
-    /// When the estimate was made (the session's first wait).
-    pub estimated_at: chrono::DateTime<chrono::Utc>,
-    /// Seconds from then, as estimated; none when it was not expected to start.
-    pub estimated_wait_secs: Option<u64>,
-    /// The sessions named ahead of it.
-    pub ahead: Vec<uuid::Uuid>,
-    /// Seconds from then to its placement; none while it has not been placed.
-    pub actual_wait_secs: Option<f64>,
-    /// Actual minus estimated, in seconds (late is positive).
-    pub error_secs: Option<f64>,
-}
-
-/// `GET /v1/estimates`: mine (everyone's, for superadmins), newest first, with how far off
-/// they were.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Estimates {
-    pub estimates: Vec<EstimateOutcome>,
-    /// The median of the absolute errors of those that started.
-    pub median_abs_error_secs: Option<f64>,
-}
-
 /// The start estimates recorded for my waiting sessions (everyone's, for superadmins), each
 /// next to the start that happened: the error of berth's advice, measured.
 #[utoipa::path(get, path = "/v1/estimates", tag = "sessions",
@@ -129,32 +101,6 @@ pub async fn list_estimates(
         estimates,
         median_abs_error_secs,
     }))
-}
-
-/// A shape its owner watches, until it fits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FitWatch {
-    pub watch_id: uuid::Uuid,
-    pub resource_group: String,
-    pub shape: Shape,
-    /// The shape in words.
-    pub label: String,
-    pub requested_at: chrono::DateTime<chrono::Utc>,
-}
-
-/// `GET /v1/fit-watches`: the shapes I watch that have not fitted yet, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FitWatches {
-    pub fit_watches: Vec<FitWatch>,
-}
-
-/// `POST /v1/fit-watches`' answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Watching {
-    pub watch_id: uuid::Uuid,
 }
 
 /// "Notify me when it fits": watch the shape this create would launch in its group (the body

@@ -46,6 +46,7 @@ pub mod session_exec;
 pub mod session_files;
 pub mod sessions;
 pub mod uploads;
+pub mod usage;
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;

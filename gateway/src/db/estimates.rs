@@ -6,8 +6,8 @@
 use deadpool_postgres::Pool;
 use uuid::Uuid;
 
-use crate::api::advice::{EstimateOutcome, FitWatch};
 use crate::error::ApiError;
+use crate::model::{EstimateOutcome, FitWatch};
 
 /// The most estimates listed.
 const MOST: i64 = 500;

@@ -24,6 +24,7 @@
 //! - [`images`]: a user's customized images and how many they may keep.
 //! - [`circuits`]: the app proxy's open circuits and the apps' secrets.
 //! - [`ready`]: how far behind the log's readers are (`/readyz`).
+//! - [`usage`]: a session's usage series, bounded.
 //! - [`estimates`]: the start estimates recorded for waiting sessions, with the starts that
 //!   followed.
 
@@ -44,6 +45,7 @@ pub mod queue;
 pub mod ready;
 pub mod resources;
 pub mod sessions;
+pub mod usage;
 
 use tokio_postgres::types::ToSql;
 

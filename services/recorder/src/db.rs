@@ -27,6 +27,11 @@ pub const MIGRATIONS: &[Migration] = &[
         3,
         include_str!("../migrations/0003_folder_usage.sql"),
     ),
+    (
+        "recorder",
+        4,
+        include_str!("../migrations/0004_usage_series.sql"),
+    ),
 ];
 
 /// The session's status now, if report `report_id` has been recorded on it.
@@ -235,9 +240,47 @@ pub async fn keep_app_token(
     Ok(())
 }
 
-/// Keeps a usage sample unless a later one is kept already.
+/// Keeps a usage sample unless a later one is kept already, and in the session's series
+/// (`domain::usage`: its minute and hour buckets, the day's minutes and the last 90 days' hours
+/// kept).
 pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerError> {
     let client = pool.get().await?;
+    let network = sample.rx_bytes.saturating_add(sample.tx_bytes);
+    for (width, bucket) in events::usage::buckets(sample.sampled_at) {
+        client
+            .execute(
+                "INSERT INTO recorder.usage_series AS s VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 ON CONFLICT (session_id, width_secs, bucket) DO UPDATE SET sampled_at = $4,
+                   cpu_percent = $5, memory_bytes = $6, network_bytes = $7, gpu_percent = $8
+                 WHERE s.sampled_at <= $4",
+                &[
+                    &sample.session_id,
+                    &width,
+                    &bucket,
+                    &sample.sampled_at,
+                    &sample.cpu_percent,
+                    &sample.memory_bytes,
+                    &network,
+                    &sample.gpu_percent,
+                ],
+            )
+            .await?;
+    }
+    // What ages out: minutes older than a day, hours past the most kept.
+    client
+        .execute(
+            "DELETE FROM recorder.usage_series
+             WHERE session_id = $1 AND ((width_secs = $2 AND bucket < $3)
+                OR (width_secs = $4 AND bucket < $5))",
+            &[
+                &sample.session_id,
+                &events::usage::MINUTE,
+                &events::usage::minutes_kept_since(sample.sampled_at),
+                &events::usage::HOUR,
+                &(sample.sampled_at - chrono::TimeDelta::hours(events::usage::MOST_HOURS)),
+            ],
+        )
+        .await?;
     client
         .execute(
             "INSERT INTO recorder.session_usage AS u (session_id, cpu_seconds, cpu_percent, memory_bytes, rx_bytes, tx_bytes, sampled_at,
