@@ -872,6 +872,33 @@ async fn an_admin_makes_a_user_and_a_preset_from_the_admin_pages_and_the_user_la
     })
     .await;
 
+    b.step(TEST, "groups", async {
+        b.client
+            .goto(&format!("{}/console/admin/groups", s.h.base))
+            .await
+            .unwrap();
+        assert!(b.unlabelled_controls().await.is_empty());
+        b.fill("#new-group-name", "burst").await;
+        b.find("#new-group-queue_policy")
+            .await
+            .select_by_value("backfill")
+            .await
+            .unwrap();
+        b.click("#new-group-submit").await;
+        assert!(b.text_of("#admin-done").await.contains("burst created"));
+        b.fill(
+            "#admin-table tr[data-row='burst'] input[name='project']",
+            "default",
+        )
+        .await;
+        b.click("#admin-table tr[data-row='burst'] form[data-action='Grant'] button")
+            .await;
+        let row = b.text_of("#admin-table tr[data-row='burst']").await;
+        assert!(row.contains("backfill") && row.contains("default"), "{row}");
+        b.document("admin-groups").await;
+    })
+    .await;
+
     b.step(TEST, "the new user launches with the preset", async {
         b.click("header .who button").await;
         b.find("#sign-in").await;

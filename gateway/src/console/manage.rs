@@ -1,6 +1,7 @@
 //! The superadmins' administration pages: users (create with a password, role, disable and
 //! enable, a new password), API keys (issue, shown once; revoke), projects and their members,
-//! resource policies, presets and the image catalogue's listings. Each is a list and forms
+//! resource groups (create, their queue policy, grants, defaults), resource policies, presets
+//! and the image catalogue's listings. Each is a list and forms
 //! over the admin API: a form's fields become the API's own request body and go to its own
 //! handler (`api::admin`), so a page refuses exactly what the API refuses, naming the same
 //! field, and records the same events. One template draws every section
@@ -24,10 +25,11 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The sections, in the order the tabs show them: path segment and title.
-const SECTIONS: [(&str, &str); 6] = [
+const SECTIONS: [(&str, &str); 7] = [
     ("users", "Users"),
     ("keys", "API keys"),
     ("projects", "Projects"),
+    ("groups", "Resource groups"),
     ("policies", "Resource policies"),
     ("presets", "Presets"),
     ("images", "Images"),
@@ -363,6 +365,89 @@ async fn section_page(
                     forms,
                 )
             }
+            "groups" => {
+                let groups = admin_api::groups::admin_list_groups(st(), caller())
+                    .await?
+                    .0
+                    .resource_groups;
+                let names: Vec<(String, String)> = groups
+                    .iter()
+                    .map(|g| (g.name.clone(), g.name.clone()))
+                    .collect();
+                let rows = groups
+                    .into_iter()
+                    .map(|g| Row {
+                        key: g.name.clone(),
+                        cells: vec![
+                            g.name.clone(),
+                            g.queue_policy.clone(),
+                            g.agent_selection.clone(),
+                            g.projects.join(", "),
+                        ],
+                        actions: vec![
+                            RowAction {
+                                label: "Set policy",
+                                action: action("policy"),
+                                hidden: vec![("name", g.name.clone())],
+                                input: Some(
+                                    Field::new("queue_policy", "Queue policy", queue_policies())
+                                        .holding(&g.queue_policy),
+                                ),
+                                danger: false,
+                            },
+                            RowAction {
+                                label: "Grant",
+                                action: action("grant"),
+                                hidden: vec![("name", g.name)],
+                                input: Some(Field::new("project", "Project to grant", Kind::Text)),
+                                danger: false,
+                            },
+                        ],
+                    })
+                    .collect();
+                let forms = vec![
+                    AdminForm {
+                        id: "new-group",
+                        title: "Create a resource group",
+                        action: action("create"),
+                        fields: vec![
+                            Field::new("name", "Name", Kind::Text),
+                            Field::new("queue_policy", "Queue policy", queue_policies()),
+                            Field::new(
+                                "agent_selection",
+                                "Agent selection",
+                                Kind::Select(
+                                    ["concentrated", "dispersed"]
+                                        .iter()
+                                        .map(|s| (s.to_string(), s.to_string()))
+                                        .collect(),
+                                ),
+                            ),
+                        ],
+                        submit: "Create",
+                    },
+                    AdminForm {
+                        id: "group-defaults",
+                        title: "Defaults of a group (what a launch that names none gets)",
+                        action: action("defaults"),
+                        fields: vec![
+                            Field::new("name", "Resource group", Kind::Select(names)),
+                            Field::new("image", "Default image", Kind::Text)
+                                .optional("the group's most used"),
+                            Field::new("preset", "Default preset", Kind::Text)
+                                .optional("the smallest that fits"),
+                        ],
+                        submit: "Set defaults",
+                    },
+                ];
+                (
+                    "Resource groups are the agents a session may go to, each with the order its \
+                 queue is served in; a project may use the groups granted to it.",
+                    vec!["Name", "Queue policy", "Agent selection", "Projects"],
+                    rows,
+                    forms,
+                )
+            }
             "policies" => {
                 let policies = admin_api::policies::admin_list_policies(st(), caller())
                     .await?
@@ -514,6 +599,15 @@ async fn section_page(
         done,
         issued,
     })
+}
+
+fn queue_policies() -> Kind {
+    Kind::Select(
+        ["fifo", "backfill", "lifo", "drf", "fair-share"]
+            .iter()
+            .map(|p| (p.to_string(), p.to_string()))
+            .collect(),
+    )
 }
 
 fn role_select() -> Kind {
@@ -752,6 +846,55 @@ pub async fn act(
             )
             .await?;
             format!("{email} joined {name}")
+        }
+        ("groups", "create") => {
+            let name = f.text("name");
+            admin_api::groups::admin_create_group(
+                st(),
+                caller(),
+                json_body(
+                    &json!({"name": name, "queue_policy": f.text("queue_policy"),
+                                  "agent_selection": f.text("agent_selection")}),
+                ),
+            )
+            .await?;
+            format!("resource group {name} created")
+        }
+        ("groups", "policy") => {
+            let (name, policy) = (f.text("name"), f.text("queue_policy"));
+            admin_api::groups::admin_set_group_scheduling(
+                st(),
+                caller(),
+                Path(ObjectName { name: name.clone() }),
+                json_body(&json!({ "queue_policy": policy })),
+            )
+            .await?;
+            format!("{name} serves its queue by {policy}")
+        }
+        ("groups", "grant") => {
+            let (name, project) = (f.text("name"), f.text("project"));
+            admin_api::groups::admin_grant_group(
+                st(),
+                caller(),
+                Path(ObjectName { name: name.clone() }),
+                json_body(&json!({ "project": project })),
+            )
+            .await?;
+            format!("{project} may use {name}")
+        }
+        ("groups", "defaults") => {
+            let name = f.text("name");
+            let some = |v: String| (!v.is_empty()).then_some(v);
+            admin_api::groups::admin_set_group_defaults(
+                st(),
+                caller(),
+                Path(ObjectName { name: name.clone() }),
+                json_body(
+                    &json!({"image": some(f.text("image")), "preset": some(f.text("preset"))}),
+                ),
+            )
+            .await?;
+            format!("defaults of {name} set")
         }
         ("policies", "set") => {
             let name = f.text("name");
