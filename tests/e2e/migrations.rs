@@ -103,6 +103,8 @@ fn expected_history() -> Vec<(String, i32)> {
     rows.push(("recorder".to_owned(), 2));
     // Folders' usage.
     rows.push(("recorder".to_owned(), 3));
+    // Each session's usage series.
+    rows.push(("recorder".to_owned(), 4));
     // Webhook signing secrets.
     rows.push(("notification".to_owned(), 2));
     rows.sort();
