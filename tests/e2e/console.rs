@@ -747,6 +747,13 @@ async fn a_superadmin_sees_the_agents_and_the_queue_in_the_schedulers_order() {
     // The launcher's review says when the same shape would start, after the two waiting,
     // and offers to tell when it fits.
     b.step(TEST, "advice", async {
+        // A waiting session's detail says when it was expected to start.
+        b.client
+            .goto(&format!("{}/console/sessions?session={}", s.h.base, ids[1]))
+            .await
+            .unwrap();
+        let info = b.text_of("#status-info").await;
+        assert!(info.contains("Expected to start in about"), "{info}");
         b.client
             .goto(&format!(
                 "{}/console/launch?step=5&image=berth%2Fshell%3Alatest&cpu=0.1&memory=5g",

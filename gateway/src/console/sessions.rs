@@ -532,7 +532,7 @@ async fn detail(
         .map(|readings| idle_view(&readings.0))
     };
     let r = &d.resources;
-    let info = match d.status.as_str() {
+    let mut info = match d.status.as_str() {
         "PENDING" | "TERMINATED" | "CANCELLED" | "ERROR" => Some(
             d.status_reason
                 .clone()
@@ -540,6 +540,22 @@ async fn detail(
         ),
         _ => None,
     };
+    // A waiting session says when the scheduler expected it to start, at its first wait.
+    if d.status == "PENDING" {
+        if let Ok(Some((estimate, at))) =
+            crate::db::estimates::of_session(&state.pool, d.session_id).await
+        {
+            let expected = match estimate.wait_secs {
+                Some(_) => format!(
+                    " Expected to start {} from {} (berth's estimate at its first wait).",
+                    estimate.words(),
+                    at.format("%H:%M UTC")
+                ),
+                None => format!(" {} (berth's estimate).", estimate.words()),
+            };
+            info = info.map(|i| format!("{i}.{expected}"));
+        }
+    }
     let usage = d.usage.as_ref();
     let fields = vec![
         Field {

@@ -81,3 +81,24 @@ pub async fn fit_watches(pool: &Pool, owner: Uuid) -> Result<Vec<FitWatch>, ApiE
         })
         .collect())
 }
+
+/// The start estimate the scheduler recorded for session `id` at its first wait, with when.
+pub async fn of_session(
+    pool: &Pool,
+    id: Uuid,
+) -> Result<Option<(domain::advice::Estimate, chrono::DateTime<chrono::Utc>)>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT payload->'estimate', recorded_at FROM events
+             WHERE stream_id = 'session-' || replace($1::uuid::text, '-', '')
+               AND event_type = 'SessionStartEstimated'
+             ORDER BY stream_version DESC LIMIT 1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.and_then(|r| {
+        let estimate = serde_json::from_value(r.get(0)).ok()?;
+        Some((estimate, r.get(1)))
+    }))
+}
