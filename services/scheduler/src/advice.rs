@@ -183,8 +183,9 @@ pub fn simulate(
     }
     let typical_delta = TimeDelta::from_std(typical).unwrap_or(TimeDelta::hours(1));
     let horizon = start + TimeDelta::from_std(HORIZON).unwrap_or(TimeDelta::days(7));
-    // The waiting sessions placed so far, in order.
+    // The waiting sessions placed so far, in order; an estimate names the first of them.
     let mut placed: Vec<Uuid> = Vec::new();
+    let named = |placed: &[Uuid]| placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
     let close = |found: &mut HashMap<Uuid, Estimate>, open: &mut HashSet<Uuid>, e: Estimate| {
         for t in open.drain() {
             found.insert(t, e.clone());
@@ -200,7 +201,7 @@ pub fn simulate(
         for d in &decisions {
             if let Some(kernels) = &d.placement {
                 if open.remove(&d.session_id) {
-                    let ahead = placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
+                    let ahead = named(&placed);
                     found.insert(d.session_id, Estimate::placed(sim.now - start, ahead));
                 }
                 placed.push(d.session_id);
@@ -217,8 +218,10 @@ pub fn simulate(
                 gone.push(d.session_id);
             } else if let Some(reason) = &d.cancel_reason {
                 if open.remove(&d.session_id) {
-                    let ahead = placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
-                    found.insert(d.session_id, Estimate::never(reason.clone(), ahead));
+                    found.insert(
+                        d.session_id,
+                        Estimate::never(reason.clone(), named(&placed)),
+                    );
                 }
                 gone.push(d.session_id);
             }
@@ -230,19 +233,16 @@ pub fn simulate(
         // The next moment something changes: a release, or a reserved start coming due.
         let deadline = core::next_deadline(&sim);
         let Some(next) = [deadline, releases.next_at()].into_iter().flatten().min() else {
-            let ahead: Vec<Uuid> = placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
-            let never =
-                Estimate::never("nothing held in the group would free enough for it", ahead);
+            let never = Estimate::never(
+                "nothing held in the group would free enough for it",
+                named(&placed),
+            );
             close(&mut found, &mut open, never);
             return found;
         };
         if next > horizon {
-            let ahead: Vec<Uuid> = placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
-            close(
-                &mut found,
-                &mut open,
-                Estimate::never("not within a week", ahead),
-            );
+            let never = Estimate::never("not within a week", named(&placed));
+            close(&mut found, &mut open, never);
             return found;
         }
         sim.now = next.max(sim.now);
@@ -261,12 +261,8 @@ pub fn simulate(
             }
         }
     }
-    let ahead: Vec<Uuid> = placed.iter().take(MOST_NAMED_AHEAD).copied().collect();
-    close(
-        &mut found,
-        &mut open,
-        Estimate::never("the simulation ran out of passes", ahead),
-    );
+    let never = Estimate::never("the simulation ran out of passes", named(&placed));
+    close(&mut found, &mut open, never);
     found
 }
 

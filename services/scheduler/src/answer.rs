@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use deadpool_postgres::Pool;
 use events::advice::{Advice, AdviceAsked, Alternative, Estimate, Shape};
 use futures::StreamExt;
@@ -13,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::advice::{self, Asked};
 use crate::db;
-use crate::run::{group_snapshot, SchedulerError, TYPICAL_HOLD_LOOKBACK};
+use crate::run::{advice_snapshot, holdings_and_typical, SchedulerError};
 
 /// Answers every question asked until `stop`.
 pub async fn answer(
@@ -90,40 +89,29 @@ pub async fn advise(
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
         .start()
         .await?;
-    let (estimate, typical) = estimate_in(
-        &tx,
-        &question.resource_group,
-        question,
-        question.shape,
-        silent_after,
-    )
-    .await?
-    .ok_or_else(|| AdviceError::NoGroup(question.resource_group.clone()))?;
-    let mut alternatives = Vec::new();
-    for (label, shape) in advice::smaller_shapes(question.shape) {
-        let (e, _) = estimate_in(&tx, &question.resource_group, question, shape, silent_after)
-            .await?
-            .expect("the group was just read");
-        alternatives.push(Alternative {
+    // Each group is read once: its rules, its snapshot, what its sessions hold.
+    let groups = db::groups(&tx).await?;
+    let asked = question.resource_group.clone();
+    let home = group_in(&tx, &groups, &asked, question.owner, silent_after)
+        .await?
+        .ok_or_else(|| AdviceError::NoGroup(asked.clone()))?;
+    let estimate = home.estimate(question, question.shape);
+    let mut alternatives: Vec<Alternative> = advice::smaller_shapes(question.shape)
+        .into_iter()
+        .map(|(label, shape)| Alternative {
             label,
-            resource_group: question.resource_group.clone(),
+            resource_group: asked.clone(),
             shape,
-            estimate: e,
-        });
-    }
-    for group in question
-        .other_groups
-        .iter()
-        .filter(|g| **g != question.resource_group)
-    {
-        if let Some((e, _)) =
-            estimate_in(&tx, group, question, question.shape, silent_after).await?
-        {
+            estimate: home.estimate(question, shape),
+        })
+        .collect();
+    for group in question.other_groups.iter().filter(|g| **g != asked) {
+        if let Some(there) = group_in(&tx, &groups, group, question.owner, silent_after).await? {
             alternatives.push(Alternative {
                 label: format!("resource group `{group}`"),
                 resource_group: group.clone(),
                 shape: question.shape,
-                estimate: e,
+                estimate: there.estimate(question, question.shape),
             });
         }
     }
@@ -134,44 +122,46 @@ pub async fn advise(
         shape: question.shape,
         estimate,
         alternatives,
-        typical_hold_secs: typical.as_secs(),
+        typical_hold_secs: home.typical.as_secs(),
     })
 }
 
-/// When `shape` by the question's owner would start in `group`, and the group's typical
-/// hold; `None` when there is no such group.
-async fn estimate_in(
+/// One group as the advice runs it forward.
+struct GroupNow {
+    snapshot: crate::core::Snapshot,
+    holdings: Vec<advice::Holding>,
+    typical: Duration,
+}
+
+impl GroupNow {
+    /// When `shape` by the question's owner would start here.
+    fn estimate(&self, question: &AdviceAsked, shape: Shape) -> Estimate {
+        let asked = Asked::New {
+            owner: question.owner,
+            shape,
+            priority: question.priority,
+            project: question.project.clone(),
+        };
+        advice::estimate(&self.snapshot, &self.holdings, &asked, self.typical)
+    }
+}
+
+/// `group` of `groups` as it stands, with `owner`'s load; `None` when there is no such group.
+async fn group_in(
     tx: &deadpool_postgres::Transaction<'_>,
+    groups: &[crate::core::GroupRules],
     group: &str,
-    question: &AdviceAsked,
-    shape: Shape,
+    owner: uuid::Uuid,
     silent_after: Duration,
-) -> Result<Option<(Estimate, Duration)>, AdviceError> {
-    let Some(rules) = db::groups(tx).await?.into_iter().find(|g| g.name == group) else {
+) -> Result<Option<GroupNow>, AdviceError> {
+    let Some(rules) = groups.iter().find(|g| g.name == group).cloned() else {
         return Ok(None);
     };
-    let queue = db::queue_bounded(
-        tx,
-        group,
-        rules.queue_policy,
-        rules.starve_after_secs,
-        advice::MOST_ESTIMATED_QUEUE as i64,
-    )
-    .await?
-    .sessions;
-    let snapshot = group_snapshot(tx, rules, queue, silent_after, &[question.owner]).await?;
-    let holdings = db::holdings(tx, group).await?;
-    let typical = db::typical_hold(tx, group, Utc::now() - TYPICAL_HOLD_LOOKBACK)
-        .await?
-        .unwrap_or(advice::DEFAULT_TYPICAL_HOLD);
-    let asked = Asked::New {
-        owner: question.owner,
-        shape,
-        priority: question.priority,
-        project: question.project.clone(),
-    };
-    Ok(Some((
-        advice::estimate(&snapshot, &holdings, &asked, typical),
+    let snapshot = advice_snapshot(tx, rules, silent_after, &[owner]).await?;
+    let (holdings, typical) = holdings_and_typical(tx, group, snapshot.now).await?;
+    Ok(Some(GroupNow {
+        snapshot,
+        holdings,
         typical,
-    )))
+    }))
 }

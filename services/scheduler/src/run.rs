@@ -237,17 +237,7 @@ impl Scheduler {
                 continue;
             }
             let owners: Vec<Uuid> = here.iter().map(|w| w.owner).collect();
-            let queue = db::queue_bounded(
-                tx,
-                &rules.name,
-                rules.queue_policy,
-                rules.starve_after_secs,
-                crate::advice::MOST_ESTIMATED_QUEUE as i64,
-            )
-            .await?
-            .sessions;
-            let snapshot =
-                group_snapshot(tx, rules, queue, self.config.silent_after, &owners).await?;
+            let snapshot = advice_snapshot(tx, rules, self.config.silent_after, &owners).await?;
             for watch in here {
                 let asked = crate::advice::Asked::New {
                     owner: watch.owner,
@@ -362,7 +352,42 @@ impl Scheduler {
 const MOST_WATCHES_A_PASS: i64 = 100;
 
 /// How far back the group's typical hold is learnt from.
-pub(crate) const TYPICAL_HOLD_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::days(7);
+const TYPICAL_HOLD_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::days(7);
+
+/// What [`crate::advice`] frees in `group`, seen at `now`: what its sessions hold, and how
+/// long a session typically held its agents there lately (else the default hold).
+pub(crate) async fn holdings_and_typical(
+    tx: &Transaction<'_>,
+    group: &str,
+    now: DateTime<Utc>,
+) -> Result<(Vec<crate::advice::Holding>, Duration), SchedulerError> {
+    let holdings = db::holdings(tx, group).await?;
+    let typical = db::typical_hold(tx, group, now - TYPICAL_HOLD_LOOKBACK)
+        .await?
+        .unwrap_or(crate::advice::DEFAULT_TYPICAL_HOLD);
+    Ok((holdings, typical))
+}
+
+/// `rules`' group as [`crate::advice`] runs it forward: its snapshot around the first
+/// [`MOST_ESTIMATED_QUEUE`](crate::advice::MOST_ESTIMATED_QUEUE) of its queue, with the loads
+/// of `also` (who ask, or watch a shape).
+pub(crate) async fn advice_snapshot(
+    tx: &Transaction<'_>,
+    rules: GroupRules,
+    silent_after: Duration,
+    also: &[Uuid],
+) -> Result<Snapshot, SchedulerError> {
+    let queue = db::queue_bounded(
+        tx,
+        &rules.name,
+        rules.queue_policy,
+        rules.starve_after_secs,
+        crate::advice::MOST_ESTIMATED_QUEUE as i64,
+    )
+    .await?
+    .sessions;
+    group_snapshot(tx, rules, queue, silent_after, also).await
+}
 
 /// The estimates of when the sessions that wait for the first time in this pass start
 /// ([`crate::advice`]), as `SessionStartEstimated` events to record with their decisions: one
@@ -389,10 +414,7 @@ async fn first_wait_estimates(
         return Ok(HashMap::new());
     }
     let now = snapshot.now;
-    let mut holdings = db::holdings(tx, &snapshot.group.name).await?;
-    let typical = db::typical_hold(tx, &snapshot.group.name, now - TYPICAL_HOLD_LOOKBACK)
-        .await?
-        .unwrap_or(crate::advice::DEFAULT_TYPICAL_HOLD);
+    let (mut holdings, typical) = holdings_and_typical(tx, &snapshot.group.name, now).await?;
     let mut left = snapshot.clone();
     let mut decided = HashSet::new();
     for d in decisions {
