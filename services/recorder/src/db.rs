@@ -246,37 +246,32 @@ pub async fn keep_app_token(
 pub async fn keep_usage(pool: &Pool, sample: &UsageSample) -> Result<(), LedgerError> {
     let client = pool.get().await?;
     let network = sample.rx_bytes.saturating_add(sample.tx_bytes);
-    for (width, bucket) in events::usage::buckets(sample.sampled_at) {
-        client
-            .execute(
-                "INSERT INTO recorder.usage_series AS s VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                 ON CONFLICT (session_id, width_secs, bucket) DO UPDATE SET sampled_at = $4,
-                   cpu_percent = $5, memory_bytes = $6, network_bytes = $7, gpu_percent = $8
-                 WHERE s.sampled_at <= $4",
-                &[
-                    &sample.session_id,
-                    &width,
-                    &bucket,
-                    &sample.sampled_at,
-                    &sample.cpu_percent,
-                    &sample.memory_bytes,
-                    &network,
-                    &sample.gpu_percent,
-                ],
-            )
-            .await?;
-    }
-    // What ages out: minutes older than a day, hours past the most kept.
+    let [(minute, minute_bucket), (hour, hour_bucket)] = events::usage::buckets(sample.sampled_at);
+    // One statement: the sample into its minute and its hour, and what aged out (minutes older
+    // than a day, hours past the most kept) gone.
     client
         .execute(
-            "DELETE FROM recorder.usage_series
-             WHERE session_id = $1 AND ((width_secs = $2 AND bucket < $3)
-                OR (width_secs = $4 AND bucket < $5))",
+            "WITH aged AS (
+               DELETE FROM recorder.usage_series
+               WHERE session_id = $1
+                 AND ((width_secs = $2 AND bucket < $11) OR (width_secs = $4 AND bucket < $12)))
+             INSERT INTO recorder.usage_series AS s VALUES
+               ($1, $2, $3, $6, $7, $8, $9, $10), ($1, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (session_id, width_secs, bucket) DO UPDATE SET sampled_at = $6,
+               cpu_percent = $7, memory_bytes = $8, network_bytes = $9, gpu_percent = $10
+             WHERE s.sampled_at <= $6",
             &[
                 &sample.session_id,
-                &events::usage::MINUTE,
+                &minute,
+                &minute_bucket,
+                &hour,
+                &hour_bucket,
+                &sample.sampled_at,
+                &sample.cpu_percent,
+                &sample.memory_bytes,
+                &network,
+                &sample.gpu_percent,
                 &events::usage::minutes_kept_since(sample.sampled_at),
-                &events::usage::HOUR,
                 &(sample.sampled_at - chrono::TimeDelta::hours(events::usage::MOST_HOURS)),
             ],
         )
