@@ -422,11 +422,10 @@ pub struct AdviceView {
 /// without it otherwise.
 async fn advice_on(state: &AppState, me: &KeyOwner, form: &LaunchForm) -> Option<AdviceView> {
     let request = form.request().ok()?;
-    let parsed: CreateSession = api::parse_body(json_body(&request)).ok()?;
     let advice = api::advice::advise(
         State(state.clone()),
         Caller(me.clone()),
-        json_body(&serde_json::to_value(&parsed).ok()?),
+        json_body(&request),
     )
     .await
     .ok()?

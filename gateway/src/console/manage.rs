@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde_json::{json, Value};
 
+use super::admin::superadmins_only;
 use super::auth::SameOrigin;
 use super::{json_body, render, view, Chrome, PageError, Viewer};
 use crate::api::admin::{self as admin_api, ObjectName};
@@ -152,10 +153,6 @@ struct ManagePage {
 pub struct ManageQuery {
     #[serde(default)]
     pub done: Option<String>,
-}
-
-fn superadmins_only(me: &events::ledger::KeyOwner) -> Result<(), PageError> {
-    super::admin::superadmins_only(me)
 }
 
 fn unknown_section(section: &str) -> PageError {
