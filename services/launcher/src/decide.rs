@@ -388,10 +388,13 @@ pub fn decide(
     per_kernel.cpu_milli = checked.cpu_milli.unwrap_or(per_kernel.cpu_milli);
     per_kernel.memory_bytes = checked.memory_bytes.unwrap_or(per_kernel.memory_bytes);
     per_kernel.gpu_milli = checked.gpu_milli.unwrap_or(per_kernel.gpu_milli);
-    let shared_memory_bytes = checked
-        .shared_memory_bytes
-        .or(preset_shm)
-        .unwrap_or(DEFAULT_SHARED_MEMORY.min(per_kernel.memory_bytes));
+    // Only shared memory the request asks for is held against the memory; a preset's or the
+    // default shrinks to fit memory the request made smaller.
+    let shared_memory_bytes = checked.shared_memory_bytes.unwrap_or_else(|| {
+        preset_shm
+            .unwrap_or(DEFAULT_SHARED_MEMORY)
+            .min(per_kernel.memory_bytes)
+    });
 
     let cluster_mode = request.cluster_mode.unwrap_or(ClusterMode::SingleNode);
     let cluster_size = request.cluster_size.unwrap_or(1);
@@ -1044,6 +1047,16 @@ mod tests {
         let s = &decide(&context, &request, &mut no_names()).unwrap()[0];
         assert_eq!(s.resources, slots(1, 2, 0));
         assert_eq!(s.shared_memory_bytes, 128 << 20);
+
+        // Memory asked below the preset's shared memory shrinks it rather than refusing a
+        // request that names no shared memory; one that names too much is still refused.
+        request.resources.memory = Some(ByteSize::Bytes(14_019));
+        let s = &decide(&context, &request, &mut no_names()).unwrap()[0];
+        assert_eq!(s.shared_memory_bytes, 14_019);
+        request.resources.shared_memory = Some(ByteSize::Bytes(14_020));
+        assert_eq!(refused(&context, &request).0, "resources.shared_memory");
+        request.resources = ResourceRequest::default();
+
         context.policy = None;
         assert_eq!(refused(&context, &request).0, "owner");
     }
