@@ -401,6 +401,7 @@ pub(crate) fn woken_scheduler(
     let wake = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(scheduler::wake::follow(
         nats,
+        pool.clone(),
         topology.clone(),
         wake.clone(),
         stop.clone(),

@@ -101,6 +101,7 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                 reprioritized: Vec::new(),
                 requested_at: t0() + TimeDelta::milliseconds((at * 1000.0) as i64),
                 held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
+                requeued_after: Vec::new(),
                 withdrawn_at: None,
                 recorded: None,
                 recorded_cancel: None,
@@ -126,12 +127,16 @@ fn synthetic(sessions: usize, agents: usize) -> Workload {
                     network_scope: format!("agent:agent-{i:04}"),
                     volumes: Default::default(),
                 }),
+                wakes: true,
             })
             .collect(),
         requests,
         background: vec![],
         limits: HashMap::new(),
         passes: vec![],
+        silences: Vec::new(),
+        deaf: Vec::new(),
+        pacing: whatif::Pacing::default(),
     }
 }
 

@@ -325,11 +325,11 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         // is only the safety net, so it works the same in `berth up` and as its own process.
         let wake = Arc::new(Notify::new());
         let nats = connect_nats(config).await?;
-        let (w, topology) = (wake.clone(), config.topology.clone());
+        let (w, topology, p) = (wake.clone(), config.topology.clone(), pool.clone());
         keep(&mut tasks, "scheduler wake-ups", &stop, move |s| {
-            let (nats, topology, w) = (nats.clone(), topology.clone(), w.clone());
+            let (nats, topology, w, p) = (nats.clone(), topology.clone(), w.clone(), p.clone());
             async move {
-                scheduler::wake::follow(nats, topology, w, s).await?;
+                scheduler::wake::follow(nats, p, topology, w, s).await?;
                 Ok(())
             }
         });

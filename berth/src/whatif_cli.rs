@@ -48,9 +48,20 @@ pub async fn run(config: &Config, args: WorkloadArgs) -> anyhow::Result<ExitCode
     }
     let pool = berth::app::connect_database(config, 2).await?;
     let client = pool.get().await?;
-    let comparisons =
-        scheduler::whatif::replay(&client, policy, args.group.as_deref(), args.from, args.to)
-            .await?;
+    // The live scheduler was paced by this install's settings, which the log does not hold.
+    let pacing = scheduler::whatif::Pacing {
+        interval: config.timings.scheduler_interval,
+        silent_after: config.timings.agent_silent_after,
+    };
+    let comparisons = scheduler::whatif::replay(
+        &client,
+        policy,
+        args.group.as_deref(),
+        args.from,
+        args.to,
+        pacing,
+    )
+    .await?;
     let body = serde_json::json!({ "groups": comparisons });
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&body)?),

@@ -15,6 +15,7 @@ async fn fresh_store() -> (EventStore, String) {
         let event = Event::AgentLost(AgentLost {
             agent_id: stream.clone(),
             reason: format!("r{i}"),
+            last_heard: None,
         });
         store
             .append(
@@ -111,6 +112,7 @@ async fn audit_stream_as_of_a_time_between_events_folds_only_those_before() {
         Event::AgentLost(AgentLost {
             agent_id: "cut".into(),
             reason: reason.into(),
+            last_heard: None,
         })
     };
     for event in [registered, lost("first"), lost("second")] {

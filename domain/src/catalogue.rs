@@ -146,6 +146,8 @@ catalogue! {
     AgentLost(AgentLost) = "AgentLost" v 1,
     /// A lost agent was heard from again.
     AgentReturned(AgentReturned) = "AgentReturned" v 1,
+    /// The scheduler's bus connection was broken for a while: it missed the wake-ups.
+    SchedulerWakeupsMissed(SchedulerWakeupsMissed) = "SchedulerWakeupsMissed" v 1,
     /// An agent said it is leaving; nothing is placed on it until it registers again.
     AgentDeparted(AgentDeparted) = "AgentDeparted" v 1,
     /// An operator admitted an agent into a resource group, up to a capacity, with its key.
@@ -398,6 +400,11 @@ mod tests {
             Event::AgentLost(AgentLost {
                 agent_id: "a1".into(),
                 reason: "no heartbeat for 30 s".into(),
+                last_heard: Some(at),
+            }),
+            Event::SchedulerWakeupsMissed(SchedulerWakeupsMissed {
+                from: at,
+                until: at + chrono::TimeDelta::seconds(9),
             }),
             Event::SessionRequested(Box::new(SessionRequested {
                 shared_mounts: Default::default(),

@@ -292,6 +292,22 @@ pub struct AgentRevoked {
 pub struct AgentLost {
     pub agent_id: String,
     pub reason: String,
+    /// When it was last heard from (a heartbeat, a registration), on the database's clock:
+    /// the scheduler passed over it from then on plus its `silent_after`, which a replay of
+    /// the log needs. Absent from losses recorded before it was, and from departures taken
+    /// for a loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heard: Option<DateTime<Utc>>,
+}
+
+/// The scheduler's bus connection was broken from `from` to `until`: the wake-ups published
+/// meanwhile never reached it, so it passed only at its interval until the relay's backlog
+/// woke it. Recorded by the scheduler once it is connected again; a replay of the log needs
+/// it to pass where the live scheduler did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerWakeupsMissed {
+    pub from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
 }
 
 /// An agent said it is leaving (it was stopped, or drained): from now on nothing is placed

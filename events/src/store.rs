@@ -764,6 +764,7 @@ mod tests {
             &Event::AgentLost(AgentLost {
                 agent_id: "a".into(),
                 reason: "r".into(),
+                last_heard: None,
             }),
             Metadata::default(),
         )

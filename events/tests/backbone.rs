@@ -50,6 +50,7 @@ fn lost(agent: &str, reason: &str) -> ProposedEvent {
         &Event::AgentLost(AgentLost {
             agent_id: agent.into(),
             reason: reason.into(),
+            last_heard: None,
         }),
         Metadata {
             actor: Some("test".into()),

@@ -259,6 +259,19 @@ impl Harness {
         dir: &std::path::Path,
         batch_runs_for: Duration,
     ) -> SimulatedAgent {
+        self.simulated_agent_in(nats, id, "default", dir, batch_runs_for)
+            .await
+    }
+
+    /// [`Harness::simulated_agent`] in resource group `group`.
+    pub async fn simulated_agent_in(
+        &self,
+        nats: &async_nats::Client,
+        id: &str,
+        group: &str,
+        dir: &std::path::Path,
+        batch_runs_for: Duration,
+    ) -> SimulatedAgent {
         let capacity = ResourceSlots {
             cpu_milli: 4000,
             memory_bytes: 8 * GIB,
@@ -270,7 +283,7 @@ impl Harness {
         };
         let config = agent::host::HostConfig {
             agent_id: id.into(),
-            resource_group: "default".into(),
+            resource_group: group.into(),
             offer: agent::host::Offered::fixed(capacity, images),
             nats: agent::host::Nats::Client(nats.clone()),
             subjects: self.agent_bus.clone(),

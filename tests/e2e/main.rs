@@ -68,7 +68,8 @@
 //! - [`traces`]: one session's journey shares the trace of the request that created it.
 //! - [`wake`]: the scheduler woken by the bus and its own deadlines.
 //! - [`whatif`]: a recorded workload replayed through the policy that ran (its placements
-//!   exactly) and through DRF.
+//!   exactly; through departures, a loss and a bus outage, its waits and give-ups) and
+//!   through DRF.
 
 mod accelerators;
 mod admission;

@@ -1,7 +1,8 @@
 //! What-if replays on a workload berth really ran: two users asking for more than the agent
 //! holds, sessions finishing on their own. Replayed through the policy that ran, every
 //! recorded placement comes back exactly (same session, same agent, same order, same
-//! moment); through DRF, the comparison has its figures.
+//! moment); through DRF, the comparison has its figures. A log through an agent departing
+//! and returning, one lost and returning and the bus down replays to its waits and give-ups.
 
 use std::time::Duration;
 
@@ -48,7 +49,13 @@ async fn a_recorded_workload_replays_to_its_own_placements_and_compares_with_drf
     let _ = std::fs::remove_dir_all(&dir);
 
     let client = h.pool.get().await.unwrap();
-    let same = scheduler::whatif::replay(&client, None, Some("default"), None, None)
+    // The harness's scheduler passes every 100 ms (`test_config`).
+    let timings = test_config().timings;
+    let pacing = scheduler::whatif::Pacing {
+        interval: timings.scheduler_interval,
+        silent_after: timings.agent_silent_after,
+    };
+    let same = scheduler::whatif::replay(&client, None, Some("default"), None, None, pacing)
         .await
         .expect("the log replays");
     assert_eq!(same.len(), 1);
@@ -76,7 +83,7 @@ async fn a_recorded_workload_replays_to_its_own_placements_and_compares_with_drf
     // More was asked than the agent held: some waited for others to finish.
     assert!(same.recorded.wait_p99_secs.unwrap() >= 0.5, "{same:#?}");
 
-    let drf = scheduler::whatif::replay(&client, Some(QueuePolicy::Drf), None, None, None)
+    let drf = scheduler::whatif::replay(&client, Some(QueuePolicy::Drf), None, None, None, pacing)
         .await
         .expect("the log replays");
     assert_eq!(drf.len(), 1, "one group had requests");
@@ -273,4 +280,173 @@ async fn a_watched_shape_fires_once_when_capacity_frees_and_not_before() {
     assert_eq!(h.count_events("FitWatchFired").await, 1);
     let (_, open) = h.get(&alice, "/v1/fit-watches").await;
     assert_eq!(open["fit_watches"], json!([]));
+}
+
+/// A group's log through what a real install goes through: an agent departing (SIGTERM) and
+/// returning, an agent killed mid-burst (silent, then lost: what it ran ends in ERROR, what it
+/// never started goes back to the queue) and returning, and the bus down for seconds while
+/// sessions are asked for; waits past the group's pending timeout expire. Replayed through
+/// the policy that ran, with the live scheduler's pace: the waits at p50 and p99 are within
+/// 5% of what was recorded, and the same sessions are given up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_through_departures_a_loss_and_a_bus_outage_replays_to_its_waits_and_give_ups() {
+    use scheduler::whatif::{self, Pacing};
+
+    let port = free_port();
+    let store = std::env::temp_dir().join(format!("berth-nats-{}", Uuid::new_v4().simple()));
+    let mut server = start_server(port, &store, None).await;
+    let mut config = test_config();
+    config.nats_url = format!("nats://127.0.0.1:{port}");
+    config.nats_authorization = None;
+    // Heartbeats come every 5 s: passed over after 8 s of silence, lost after 14; the
+    // scheduler's safety net every 3 s, so that missed wake-ups show in the waits.
+    config.timings.agent_silent_after = Duration::from_secs(8);
+    config.timings.heartbeat_timeout = Duration::from_secs(14);
+    config.timings.reconcile_every = Duration::from_secs(1);
+    config.timings.scheduler_interval = Duration::from_secs(3);
+    let pacing = Pacing {
+        interval: config.timings.scheduler_interval,
+        silent_after: config.timings.agent_silent_after,
+    };
+    let h = start_parts(config.clone(), berth::app::Parts::ALL).await;
+    h.resource_group(
+        json!({"name": "replay", "queue_policy": "fifo", "pending_timeout_secs": 10}),
+        true,
+    )
+    .await;
+    let alice = h.user("alice@replay.test").await;
+    let bob = h.user("bob@replay.test").await;
+    let runs_for = Duration::from_secs(2);
+    admit(&h, "r1", "replay").await;
+    admit(&h, "r2", "replay").await;
+    let start_agent = |id: &'static str| {
+        let (h, url, dir) = (&h, config.nats_url.clone(), store.join(id));
+        async move {
+            let nats = bus::link::connect_as_url_says(&url).await.unwrap();
+            h.simulated_agent_in(&nats, id, "replay", &dir, runs_for)
+                .await
+        }
+    };
+    let r1 = start_agent("r1").await;
+    let r2 = start_agent("r2").await;
+    // A burst of 2-core batch sessions, the users taking turns: 4 run at once on both agents.
+    let burst = |n: usize| {
+        let (h, alice, bob) = (&h, alice.clone(), bob.clone());
+        async move {
+            let mut sessions = Vec::new();
+            for i in 0..n {
+                let key = if i % 2 == 0 { &alice } else { &bob };
+                let body = json!({"type": "batch", "image": "berth/shell:latest",
+                                  "startup_command": "true", "resource_group": "replay",
+                                  "resources": {"cpu": 2, "memory": "1g"}});
+                let (status, created) = h.create(key, body).await;
+                assert_eq!(status, StatusCode::CREATED, "{created}");
+                sessions.extend(ids(&created));
+            }
+            sessions
+        }
+    };
+    let ended = |sessions: Vec<String>| {
+        let h = &h;
+        async move {
+            for id in &sessions {
+                h.wait_session_within(id, Duration::from_secs(90), |s| {
+                    ["TERMINATED", "ERROR", "CANCELLED"]
+                        .contains(&s["status"].as_str().unwrap_or(""))
+                })
+                .await;
+            }
+        }
+    };
+
+    // Both agents: a queue that drains.
+    let first = burst(10).await;
+    ended(first).await;
+    // One departs; a burst on the other alone; it returns meanwhile.
+    r2.depart("stopped (SIGTERM): the test's maintenance").await;
+    let second = burst(6).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r2 = start_agent("r2").await;
+    ended(second).await;
+    // One is killed: what is placed on it before it is passed over never starts, and goes
+    // back to the queue when it is lost; meanwhile the other serves a queue long enough that
+    // the last of it waits past the pending timeout. It comes back.
+    r1.kill().await;
+    let third = burst(16).await;
+    wait_for(|| async { (h.count_events("AgentLost").await > 0).then_some(()) }).await;
+    let r1 = start_agent("r1").await;
+    ended(third).await;
+    // The bus goes away while sessions are asked for, and comes back.
+    server.kill();
+    let fourth = burst(6).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    server = start_server(port, &store, None).await;
+    ended(fourth).await;
+    wait_for(|| async { (h.count_events("SchedulerWakeupsMissed").await > 0).then_some(()) }).await;
+    r1.stop().await;
+    r2.stop().await;
+
+    let client = h.pool.get().await.unwrap();
+    let events = whatif::db::logged_events(&client, None).await.unwrap();
+    let mut workload =
+        whatif::workload::workload(&events, "replay", None, None).expect("the group is in the log");
+    workload.pacing = pacing;
+    // The log holds what the replay must model.
+    let losses: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e.event, events::catalogue::Event::AgentLost(_)))
+        .collect();
+    assert!(
+        !workload.silences.is_empty(),
+        "no silence before a loss: {losses:#?}"
+    );
+    assert!(!workload.deaf.is_empty(), "no missed wake-ups");
+    let requeued = workload
+        .requests
+        .iter()
+        .filter(|r| !r.requeued_after.is_empty())
+        .count();
+    let recorded = whatif::Outcome::recorded(&workload);
+    let given_up = |o: &whatif::Outcome| -> Vec<Uuid> {
+        o.cancelled
+            .iter()
+            .zip(&workload.requests)
+            .filter(|(c, _)| c.is_some())
+            .map(|(_, r)| r.session_id)
+            .collect()
+    };
+    let simulated = whatif::simulate(&workload, &workload.rules);
+    let same = whatif::compare(&workload, &simulated, "fifo");
+    let report = format!(
+        "{same:#?}\nrequeued: {requeued}\nrecorded passes {:?}\nsimulated deciding passes {:?}",
+        recorded.deciding_passes, simulated.deciding_passes
+    );
+    eprintln!(
+        "replayed: wait p50 {:?} s recorded, {:?} s simulated; p99 {:?} s, {:?} s; given up {} and {}; requeued {requeued}",
+        same.recorded.wait_p50_secs,
+        same.simulated.wait_p50_secs,
+        same.recorded.wait_p99_secs,
+        same.simulated.wait_p99_secs,
+        given_up(&recorded).len(),
+        given_up(&simulated).len(),
+    );
+    assert_eq!(same.requests, 38, "{report}");
+    assert!(requeued > 0, "nothing went back to the queue: {report}");
+    assert!(
+        !given_up(&recorded).is_empty(),
+        "nothing was given up: {report}"
+    );
+    assert_eq!(given_up(&recorded), given_up(&simulated), "{report}");
+    let within = |recorded: Option<f64>, simulated: Option<f64>| {
+        let (r, s) = (recorded.unwrap(), simulated.unwrap());
+        (r - s).abs() <= 0.05 * r
+    };
+    assert!(
+        within(same.recorded.wait_p50_secs, same.simulated.wait_p50_secs)
+            && within(same.recorded.wait_p99_secs, same.simulated.wait_p99_secs),
+        "{report}"
+    );
+    assert_eq!(same.recorded.placed, same.simulated.placed, "{report}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&store);
 }

@@ -232,7 +232,7 @@ impl Timings {
     pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
     pub const AGENT_DEPARTED_TIMEOUT: Duration = Duration::from_secs(600);
     pub const RECONCILE_EVERY: Duration = Duration::from_secs(2);
-    pub const SCHEDULER_INTERVAL: Duration = Duration::from_secs(10);
+    pub const SCHEDULER_INTERVAL: Duration = scheduler::run::INTERVAL;
     pub const AGENT_STOP_GRACE: Duration = Duration::from_secs(10);
     pub const AGENT_USAGE_EVERY: Duration = Duration::from_secs(5);
     pub const REAPER_TICK: Duration = Duration::from_millis(250);

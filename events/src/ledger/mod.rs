@@ -154,7 +154,8 @@ impl Family {
             | Event::IdleChecksSet(_)
             | Event::NotificationsRead(_)
             | Event::NotificationWebhookSet(_)
-            | Event::NotificationWebhookSecretSet(_) => Family::Ignored,
+            | Event::NotificationWebhookSecretSet(_)
+            | Event::SchedulerWakeupsMissed(_) => Family::Ignored,
         }
     }
 }

@@ -297,14 +297,14 @@ pub async fn owner_loads(
 pub async fn silent_agents(
     client: &impl GenericClient,
     timeout: Duration,
-) -> Result<Vec<(String, i64)>, LedgerError> {
+) -> Result<Vec<Silent>, LedgerError> {
     let rows = client
         .query(
             "WITH last AS (
                SELECT a.agent_id, greatest(a.last_heartbeat, l.seen_at) AS seen_at
                FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                WHERE a.lost IS NULL)
-             SELECT agent_id, extract(epoch FROM now() - seen_at)::bigint FROM last
+             SELECT agent_id, extract(epoch FROM now() - seen_at)::bigint, seen_at FROM last
              WHERE seen_at < now() - make_interval(secs => $1)
                AND EXISTS (SELECT 1 FROM recorder.liveness_watch
                            WHERE listening_since < now() - make_interval(secs => $1)
@@ -312,7 +312,24 @@ pub async fn silent_agents(
             &[&timeout.as_secs_f64()],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| Silent {
+            agent_id: r.get(0),
+            silent_secs: r.get(1),
+            last_heard: r.get(2),
+        })
+        .collect())
+}
+
+/// An agent silent for longer than the heartbeat timeout ([`silent_agents`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Silent {
+    pub agent_id: String,
+    /// How long it has been silent, in whole seconds.
+    pub silent_secs: i64,
+    /// When it was last heard from.
+    pub last_heard: chrono::DateTime<chrono::Utc>,
 }
 
 /// An agent that departed on purpose (its `lost` begins [`DEPARTED`](events::payloads::DEPARTED))

@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use events::aggregate::SessionState;
 use events::catalogue::Event;
@@ -292,10 +293,12 @@ async fn lose_agent(
     client: &impl deadpool_postgres::GenericClient,
     agent_id: &str,
     reason: &str,
+    last_heard: Option<DateTime<Utc>>,
 ) -> Result<usize, ReconcileError> {
     let lost = Event::AgentLost(AgentLost {
         agent_id: agent_id.to_owned(),
         reason: reason.to_owned(),
+        last_heard,
     });
     ledger::record_now(
         pool,
@@ -333,15 +336,19 @@ pub async fn reconcile_once(
     let client = pool.get().await?;
     let mut lost = Vec::new();
     if mark_lost {
-        for (agent_id, silence) in db::silent_agents(&client, deadlines.heartbeat).await? {
-            let reason = format!("agent `{agent_id}` lost: no heartbeat for {silence} s");
-            lost.push((agent_id, reason));
+        for silent in db::silent_agents(&client, deadlines.heartbeat).await? {
+            let reason = format!(
+                "agent `{}` lost: no heartbeat for {} s",
+                silent.agent_id, silent.silent_secs
+            );
+            lost.push((silent.agent_id, reason, Some(silent.last_heard)));
         }
         let departed = db::departed_agents(&client, deadlines.departed).await?;
-        lost.extend(overdue_departures(&departed, deadlines.departed));
+        let overdue = overdue_departures(&departed, deadlines.departed);
+        lost.extend(overdue.into_iter().map(|(id, reason)| (id, reason, None)));
     }
-    for (agent_id, reason) in lost {
-        done.sessions_moved += lose_agent(pool, &client, &agent_id, &reason).await?;
+    for (agent_id, reason, last_heard) in lost {
+        done.sessions_moved += lose_agent(pool, &client, &agent_id, &reason, last_heard).await?;
         done.agents_lost += 1;
     }
     // What never ran on an agent gone, however it went (a departure is recorded by the

@@ -47,6 +47,10 @@ impl From<deadpool_postgres::PoolError> for SchedulerError {
     }
 }
 
+/// How long the scheduler waits at most between passes by default: the safety net for a
+/// wake-up lost.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
     /// Longest time between passes when nothing wakes the scheduler.

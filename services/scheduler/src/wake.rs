@@ -4,8 +4,15 @@
 //! is covered by the scheduler's interval, and a burst coalesces into the one stored permit.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use events::catalogue::Event;
+use events::ledger;
+use events::payloads::SchedulerWakeupsMissed;
 use events::relay::Topology;
+use events::store::ExpectedVersion;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -35,15 +42,70 @@ pub fn wakes_scheduler(event_type: &str) -> bool {
 
 /// Pokes `wake` for every published event that [wakes the scheduler](wakes_scheduler), until
 /// `stop` ([`events::hints::poke_on`]); a wake-up lost while NATS is away is covered by the
-/// scheduler's interval.
+/// scheduler's interval, and the break is recorded ([`record_missed_wakeups`]).
 pub async fn follow(
     client: async_nats::Client,
+    pool: Pool,
     topology: Topology,
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) -> Result<(), async_nats::SubscribeError> {
-    events::hints::poke_on(client, topology.all_subjects(), wakes_scheduler, wake, stop).await
+    let watch = record_missed_wakeups(client.clone(), pool, stop.clone());
+    let poke = events::hints::poke_on(client, topology.all_subjects(), wakes_scheduler, wake, stop);
+    let (_, poked) = tokio::join!(watch, poke);
+    poked
 }
+
+/// How often the connection's state is looked at: a recorded break begins at the last look
+/// that saw the connection up, so it may begin up to this much early, never late.
+const WATCH_EVERY: Duration = Duration::from_millis(200);
+
+/// Records `SchedulerWakeupsMissed` for every break in `client`'s connection, once it is
+/// connected again, until `stop`: a what-if replay of the log needs to know when the live
+/// scheduler passed only at its interval. A record that fails (PostgreSQL away too) is tried
+/// again at the next look.
+pub async fn record_missed_wakeups(
+    client: async_nats::Client,
+    pool: Pool,
+    stop: CancellationToken,
+) {
+    let mut broken_since: Option<DateTime<Utc>> = None;
+    // The break began after the last look that saw the connection up: from then on, what
+    // was published may have been missed.
+    let mut seen_up = Utc::now();
+    let mut outage = events::fault::Outage::default();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+        let connected = client.connection_state() == async_nats::connection::State::Connected;
+        match (connected, broken_since) {
+            (true, None) => seen_up = Utc::now(),
+            (false, None) => broken_since = Some(seen_up),
+            (true, Some(from)) => {
+                let missed = Event::SchedulerWakeupsMissed(SchedulerWakeupsMissed {
+                    from,
+                    until: Utc::now(),
+                });
+                let metadata = events::trace::metadata("scheduler", None);
+                match ledger::record_now(&pool, STREAM, ExpectedVersion::Any, &[missed], &metadata)
+                    .await
+                {
+                    Ok(_) => {
+                        outage.passed("scheduler wake-ups");
+                        broken_since = None;
+                    }
+                    Err(e) => outage.failed("scheduler wake-ups", &e),
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The stream the scheduler's missed wake-ups are recorded on.
+pub const STREAM: &str = "scheduler-wakeups";
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,8 @@ use super::workload::{Logged, EVENT_TYPES};
 use super::WhatIfError;
 
 /// Every event of the types a workload is read from ([`EVENT_TYPES`]) recorded up to `to`
-/// (`None`: the whole log), in log order. Events before the window are read too: the agents,
+/// (`None`: the whole log), in log order (the table's transaction ids as numbers: the text
+/// the query reads them as would sort `10147` before `7935`). Events before the window are read too: the agents,
 /// groups, policies and sessions of the window's start are made of them.
 pub async fn logged_events(
     client: &impl GenericClient,
@@ -21,7 +22,7 @@ pub async fn logged_events(
             "SELECT tx_id::text, recorded_at, event_type, schema_version, payload::text
              FROM events
              WHERE event_type = ANY($1) AND ($2::timestamptz IS NULL OR recorded_at <= $2)
-             ORDER BY tx_id, seq",
+             ORDER BY events.tx_id, events.seq",
             &[&EVENT_TYPES, &to],
         )
         .await

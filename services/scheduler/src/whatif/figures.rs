@@ -134,7 +134,7 @@ fn wait_and_run(workload: &Workload, outcome: &Outcome, i: usize) -> (f64, f64) 
     match &outcome.placements[i] {
         Some(placement) => {
             let run = request
-                .held_for
+                .held_in_all()
                 .unwrap_or_else(|| workload.to - placement.at);
             (secs(placement.at - request.requested_at), secs(run))
         }
@@ -277,7 +277,7 @@ fn utilization(workload: &Workload, outcome: &Outcome) -> Utilization {
     }
     for (request, placement) in workload.requests.iter().zip(&outcome.placements) {
         if let Some(placement) = placement {
-            let until = request.held_for.map(|d| placement.at + d);
+            let until = request.held_in_all().map(|d| placement.at + d);
             add(
                 &mut used,
                 resource_seconds(workload, request.total(), placement.at, until),

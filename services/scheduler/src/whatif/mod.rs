@@ -4,34 +4,51 @@
 //! ([`crate::core::plan`]), and measured next to what really happened. Pure: the workload
 //! comes from the log ([`workload`], read by [`db`]), time is the simulation's own.
 //!
-//! The simulation is a discrete-event loop. A pass of [`crate::core::plan`] runs:
+//! The simulation is a discrete-event loop that passes where the live scheduler passed, with
+//! its pace ([`Pacing`], the install's settings, which the log does not hold). A pass of
+//! [`crate::core::plan`] runs:
 //! - at every moment the real scheduler's passes recorded a decision in the group (the log's
-//!   `SchedulingAttempted`, each pass's time its steps' `started_at`, the snapshot's `now`);
-//! - at every moment that wakes the live scheduler (a request, resources released, an agent
-//!   registering) when no recorded pass follows it within [`WAKE_LATENCY`]: the live
-//!   scheduler passed there too, and recorded nothing (a recorded pass that soon after is
-//!   the one the wake-up caused, and may have served several wake-ups at once);
+//!   `SchedulingAttempted` of phase `schedule`, each pass's time its steps' `started_at`,
+//!   the snapshot's `now`);
+//! - at every moment that wakes the live scheduler (a request, a withdrawal, resources
+//!   released, an agent registering, departing or lost; not a lost agent's return, which
+//!   wakes nobody) when no recorded pass follows it within [`WAKE_LATENCY`]: the live
+//!   scheduler passed there too, and recorded nothing. While it missed its wake-ups (the
+//!   log's `SchedulerWakeupsMissed`: its bus connection broken), a wake-up reaches it only
+//!   when the connection is back;
+//! - an interval after every pass, woken or not, and again at once after a pass that placed
+//!   or cancelled, as the live loop does (unless the log holds that pass);
 //! - when time alone changes a decision ([`crate::core::next_deadline`]).
 //!
-//! So the replay through the policy that really ran, at the real passes' moments, decides on
-//! the same queue and agents as the live passes did and reproduces their placements (same
-//! session, same agents, same order); through another policy, the passes at wake-ups let it
-//! place whenever the live scheduler would have looked. One race the log cannot tell apart:
-//! resources released while a live pass read its snapshot, committed just after, were not seen
-//! by it; the replay, which orders events by their recorded times, sees them at that pass, and
-//! places one pass (milliseconds) earlier.
+//! So the replay through the policy that really ran decides on the same queue and agents as
+//! the live passes did and reproduces their placements (same session, same agents, same
+//! order); through another policy, the emulated passes let it place whenever the live
+//! scheduler would have looked. One race the log cannot tell apart: resources released while
+//! a live pass read its snapshot, committed just after, were not seen by it; the replay, which
+//! orders events by their recorded times, sees them at that pass, and places one pass
+//! (milliseconds) earlier.
 //!
-//! A placed session holds its agents for as long as it really held them (from its placement
-//! to its `SessionResourcesReleased`, which covers its start and its run), whenever the
-//! simulation places it; one that never held anything in the log (cancelled while waiting,
-//! or still waiting at the window's end) frees at once if the simulation places it, and one
-//! still holding at the end of the log holds to the end. A request withdrawn by its user
-//! while it waited leaves the simulated queue at the moment it really left. What the
-//! simulation cannot know is left as it was: silent agents (heartbeats are not in the log)
-//! count as live; resources the owner held in other groups do not count against their
-//! resource policy; a session placed again after its agent went away counts only its first
-//! placement; sessions requested before the window are not replayed, and what they held
-//! during it is held as recorded.
+//! A placed session holds its agents for as long as the same placement really held them
+//! (from the placement to its `SessionResourcesReleased`, which covers its start and its
+//! run), whenever the simulation places it. A placement that ended with the session back in
+//! the queue (its agent lost before it started it, or its start stalled) sends it back after
+//! that long, with the reconciler's result, and its next placement holds as the next one
+//! did. One that never held anything in the log (cancelled while waiting, or still waiting at
+//! the window's end) frees at once if the simulation places it, and one still holding at the
+//! end of the log holds to the end. A request withdrawn by its user while it waited leaves
+//! the simulated queue at the moment it really left. An agent that was lost for its silence
+//! (the log's `AgentLost` with `last_heard`) is passed over from its silence on, as the live
+//! scheduler passed it over; what the agents and the bus did is otherwise as the log says.
+//!
+//! What the simulation cannot know is left as it was, and said: an agent silent for a while
+//! and heard again before it was lost left no trace in the log, and counts as live
+//! throughout; a requeue happens after the time the placement really held, not when the
+//! simulated placement's own agent is lost (the same moment under the policy that ran);
+//! resources the owner held in other groups do not count against their resource policy;
+//! the live scheduler passes every group when any group's event wakes it, which a replay of
+//! one group does not see; sessions requested before the window are not replayed, and what
+//! they held during it is held as recorded. The wait measured is to a session's first
+//! placement.
 //!
 //! The figures ([`Figures`]): per user, the wait from request to placement (p50, p99) and the
 //! mean bounded slowdown; overall, utilization per resource (resource-seconds held over the
@@ -70,13 +87,15 @@ pub enum WhatIfError {
 
 /// Replays the log's workload of `group` (`None`: each group requests were made in,
 /// separately) within `[from, to]` (`None`: the whole log) through `policy` (`None`: the
-/// policy that really ran), each next to what really happened.
+/// policy that really ran), the live scheduler having been paced as `pacing` says, each
+/// next to what really happened.
 pub async fn replay(
     client: &impl deadpool_postgres::GenericClient,
     policy: Option<QueuePolicy>,
     group: Option<&str>,
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
+    pacing: Pacing,
 ) -> Result<Vec<Comparison>, WhatIfError> {
     let events = db::logged_events(client, to).await?;
     let groups = match group {
@@ -85,9 +104,10 @@ pub async fn replay(
     };
     let mut comparisons = Vec::with_capacity(groups.len());
     for name in groups {
-        let Some(workload) = workload::workload(&events, &name, from, to) else {
+        let Some(mut workload) = workload::workload(&events, &name, from, to) else {
             return Err(WhatIfError::UnknownGroup(name));
         };
+        workload.pacing = pacing;
         let mut rules = workload.rules.clone();
         rules.queue_policy = policy.unwrap_or(rules.queue_policy);
         let outcome = simulate(&workload, &rules);
@@ -128,6 +148,42 @@ pub struct Workload {
     /// The moments of the real scheduler's passes that recorded a decision in the group,
     /// in time order.
     pub passes: Vec<DateTime<Utc>>,
+    /// Agents silent before they were lost, from when they were last heard.
+    pub silences: Vec<Silence>,
+    /// When the live scheduler missed its wake-ups (its bus connection broken), in time
+    /// order: `(from, until)`.
+    pub deaf: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// How the live scheduler was paced, which the log does not hold (the install's
+    /// configuration does).
+    pub pacing: Pacing,
+}
+
+/// The live scheduler's pace: its settings that decide when it passes and which agents it
+/// passes over.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pacing {
+    /// It passes at least this long after its last pass, woken or not.
+    pub interval: Duration,
+    /// An agent unheard for longer is passed over.
+    pub silent_after: Duration,
+}
+
+impl Default for Pacing {
+    /// The services' defaults.
+    fn default() -> Pacing {
+        Pacing {
+            interval: crate::run::INTERVAL,
+            silent_after: events::aggregate::SILENT_AFTER,
+        }
+    }
+}
+
+/// An agent that went silent and was lost for it: last heard at `heard`, lost at `lost`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Silence {
+    pub agent_id: String,
+    pub heard: DateTime<Utc>,
+    pub lost: DateTime<Utc>,
 }
 
 /// An agent joining (with what it offers) or leaving the group.
@@ -137,6 +193,8 @@ pub struct AgentChange {
     pub agent_id: String,
     /// `None`: it left (lost, departed, revoked, or joined another group).
     pub joined: Option<AgentOffer>,
+    /// Whether the live scheduler is woken by it (a return and a revocation wake nobody).
+    pub wakes: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -175,8 +233,12 @@ pub struct Request {
     /// An admin's changes of its priority while it waited, in order: `(when, to)`.
     pub reprioritized: Vec<(DateTime<Utc>, i32)>,
     pub requested_at: DateTime<Utc>,
-    /// How long it held its agents once placed; `None`: to the end (it was never released).
+    /// How long it held its agents once placed for the last time; `None`: to the end (it
+    /// was never released).
     pub held_for: Option<TimeDelta>,
+    /// Each placement before that, in order: each ended with the session back in the queue
+    /// (its agent lost or gone before it ran, or its start stalled).
+    pub requeued_after: Vec<Requeued>,
     /// When its user withdrew it while it waited, if they did.
     pub withdrawn_at: Option<DateTime<Utc>>,
     /// Where and when it really was placed (within the window), if it was.
@@ -195,6 +257,12 @@ impl Request {
             .map_or(self.priority, |(_, to)| *to)
     }
 
+    /// How long it held agents in all, over all its placements (`None`: to the end).
+    pub fn held_in_all(&self) -> Option<TimeDelta> {
+        let before: TimeDelta = self.requeued_after.iter().map(|r| r.held).sum();
+        self.held_for.map(|last| before + last)
+    }
+
     pub fn total(&self) -> ResourceSlots {
         let n = self.cluster_size as u64;
         ResourceSlots {
@@ -203,6 +271,16 @@ impl Request {
             gpu_milli: self.per_kernel.gpu_milli * n,
         }
     }
+}
+
+/// A placement that ended with the session back in the queue: how long it held its agents,
+/// and the reconciler's result and code, which the scheduler's next decision is compared
+/// with (a changed result is recorded, and counts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requeued {
+    pub held: TimeDelta,
+    pub result: SchedulingResult,
+    pub error_code: Option<String>,
 }
 
 /// A placement: when (the deciding pass's moment) and each kernel's agent.
@@ -262,6 +340,9 @@ impl Outcome {
 enum Happening {
     /// A hold given back (an index into the holds).
     Release(usize),
+    /// A placement of a request that ended with it back in the queue: (the request, its
+    /// hold).
+    Requeue(usize, usize),
     /// A background hold taken, as recorded.
     Occupy(usize),
     Agent(usize),
@@ -269,24 +350,35 @@ enum Happening {
     Arrive(usize),
     /// A pass; `true` when it is one of the recorded ones.
     Pass(bool),
-}
-
-impl Happening {
-    /// Whether the live scheduler is woken by it.
-    fn wakes(self) -> bool {
-        matches!(
-            self,
-            Happening::Release(_) | Happening::Agent(_) | Happening::Arrive(_)
-        )
-    }
+    /// The live scheduler's interval since its last pass at this moment: a pass unless it
+    /// passed since.
+    Tick,
+    /// The live scheduler's second look right after a pass that placed or cancelled.
+    Again,
 }
 
 /// A request's place in the simulated queue.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Waiting {
+    /// When it entered the queue, the last time.
+    queued_at: DateTime<Utc>,
     attempts: u32,
     last_result: Option<SchedulingResult>,
     last_error_code: Option<String>,
+    /// How many times it was placed before.
+    placed: usize,
+}
+
+impl Waiting {
+    fn new(queued_at: DateTime<Utc>) -> Waiting {
+        Waiting {
+            queued_at,
+            attempts: 0,
+            last_result: None,
+            last_error_code: None,
+            placed: 0,
+        }
+    }
 }
 
 /// Runs `workload` through `rules` (the workload's own, or another policy's) in simulated
@@ -368,10 +460,13 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
     };
 
     let mut queue: BTreeMap<usize, Waiting> = BTreeMap::new();
+    // Placed requests that may come back to the queue, with their place in it.
+    let mut parked: HashMap<usize, Waiting> = HashMap::new();
     let mut last_free: Option<ResourceSlots> = None;
     let mut last_pass: Option<DateTime<Utc>> = None;
     let mut changed_since_pass = true;
     let passes = &workload.passes;
+    let interval = TimeDelta::from_std(workload.pacing.interval).unwrap_or(TimeDelta::MAX);
 
     while let Some((now, happening)) = timeline.pop() {
         if now > workload.to {
@@ -394,6 +489,23 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                 &mut held,
                 &mut sessions_held,
             ),
+            Happening::Requeue(i, hold) => {
+                apply(
+                    &holds[hold],
+                    false,
+                    &mut agents,
+                    &mut absent_used,
+                    &mut held,
+                    &mut sessions_held,
+                );
+                if let Some(mut waiting) = parked.remove(&i) {
+                    let requeued = &workload.requests[i].requeued_after[waiting.placed - 1];
+                    waiting.queued_at = now;
+                    waiting.last_result = Some(requeued.result);
+                    waiting.last_error_code = requeued.error_code.clone();
+                    queue.insert(i, waiting);
+                }
+            }
             Happening::Agent(i) => {
                 let change = &workload.agents[i];
                 match &change.joined {
@@ -426,10 +538,25 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                 queue.remove(&i);
             }
             Happening::Arrive(i) => {
-                queue.insert(i, Waiting::default());
+                queue.insert(i, Waiting::new(workload.requests[i].requested_at));
             }
-            Happening::Pass(_) => {
-                if queue.is_empty() || (last_pass == Some(now) && !changed_since_pass) {
+            Happening::Pass(_) | Happening::Tick | Happening::Again => {
+                // A tick is a pass only if none came since, and the live one is not in
+                // the log (a recorded pass soon after is that one).
+                if happening == Happening::Tick
+                    && (last_pass.is_some_and(|p| now - p < interval)
+                        || recorded_soon_after(passes, now))
+                {
+                    continue;
+                }
+                if happening != Happening::Again && last_pass == Some(now) && !changed_since_pass {
+                    continue;
+                }
+                // The live scheduler passes again an interval after every pass, woken or
+                // not (an empty queue's pass decides nothing, and keeps the pace).
+                last_pass = Some(now);
+                timeline.push((now + interval, Happening::Tick));
+                if queue.is_empty() {
                     continue;
                 }
                 let mut snapshot = snapshot(
@@ -447,7 +574,6 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                 let deadline = core::next_deadline(&snapshot);
                 let decisions = core::plan(&mut snapshot);
                 outcome.passes += 1;
-                last_pass = Some(now);
                 changed_since_pass = false;
                 for agent in snapshot.agents {
                     agents.insert(agent.agent_id.clone(), agent);
@@ -462,17 +588,28 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                     .map(|i| (workload.requests[*i].session_id, *i))
                     .collect();
                 let mut deciding = false;
+                let mut moved = false;
                 for decision in decisions.into_iter().filter(|d| d.record) {
                     deciding = true;
                     let i = index[&decision.session_id];
                     let request = &workload.requests[i];
                     if let Some(kernels) = decision.placement {
-                        queue.remove(&i);
+                        moved = true;
+                        let Some(mut waiting) = queue.remove(&i) else {
+                            continue;
+                        };
+                        // Each placement holds for as long as the same placement really
+                        // held; one that ended in a requeue sends the session back then.
+                        let requeue = request.requeued_after.get(waiting.placed);
+                        waiting.placed += 1;
                         let total = request.total();
                         let h = held.entry(request.owner).or_default();
                         *h = h.saturating_add(total);
                         *sessions_held.entry(request.owner).or_default() += 1;
-                        let until = request.held_for.map(|d| now + d.max(TimeDelta::zero()));
+                        let until = match requeue {
+                            Some(r) => Some(now + r.held.max(TimeDelta::zero())),
+                            None => request.held_for.map(|d| now + d.max(TimeDelta::zero())),
+                        };
                         intervals.push(UsageInterval {
                             owner: request.owner,
                             project: request.project.clone(),
@@ -488,13 +625,20 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                             until,
                         };
                         if let Some(until) = until.filter(|u| *u <= workload.to) {
-                            timeline.push((until, Happening::Release(holds.len())));
+                            let ends = match requeue {
+                                Some(_) => Happening::Requeue(i, holds.len()),
+                                None => Happening::Release(holds.len()),
+                            };
+                            timeline.push((until, ends));
                         }
                         holds.push(hold);
-                        outcome.placements[i] = Some(Placement { at: now, kernels });
+                        parked.insert(i, waiting);
+                        // The wait measured is to the first placement.
+                        outcome.placements[i].get_or_insert(Placement { at: now, kernels });
                         continue;
                     }
                     if let Some(reason) = decision.cancel_reason {
+                        moved = true;
                         queue.remove(&i);
                         outcome.cancelled[i] = Some((now, reason));
                         continue;
@@ -508,6 +652,12 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                 if deciding {
                     outcome.deciding_passes.push(now);
                 }
+                // The live scheduler looks again at once when its queue moved; if that look
+                // decided anything, it is in the log, just after this pass.
+                let next_recorded = passes.get(passes.partition_point(|p| *p <= now));
+                if moved && next_recorded.is_none_or(|p| *p - now > WAKE_LATENCY) {
+                    timeline.push((now, Happening::Again));
+                }
                 if let Some(deadline) = deadline {
                     timeline.push((deadline, Happening::Pass(false)));
                 }
@@ -515,16 +665,43 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
             }
         }
         changed_since_pass = true;
-        if happening.wakes() {
-            // The live scheduler passes right after a wake-up. A recorded pass soon after is
+        let wakes = match happening {
+            Happening::Release(_)
+            | Happening::Requeue(..)
+            | Happening::Arrive(_)
+            | Happening::Withdraw(_) => true,
+            Happening::Agent(i) => workload.agents[i].wakes,
+            _ => false,
+        };
+        if wakes {
+            // The live scheduler passes right after a wake-up, or, while it missed its
+            // wake-ups, when the relay's backlog reached it. A recorded pass soon after is
             // that pass; with none, the live pass recorded nothing, and is made here.
-            let recorded_next = passes.get(passes.partition_point(|p| *p < now)).copied();
-            if recorded_next.is_none_or(|pass| pass - now > WAKE_LATENCY) {
-                timeline.push((now, Happening::Pass(false)));
+            let woken = deaf_until(&workload.deaf, now).unwrap_or(now);
+            if !recorded_soon_after(passes, woken) {
+                timeline.push((woken, Happening::Pass(false)));
             }
         }
     }
     outcome
+}
+
+/// Whether a recorded pass comes within [`WAKE_LATENCY`] from `at` on: the live pass made
+/// then, which a replay takes from the log rather than makes.
+fn recorded_soon_after(passes: &[DateTime<Utc>], at: DateTime<Utc>) -> bool {
+    passes
+        .get(passes.partition_point(|p| *p < at))
+        .is_some_and(|pass| *pass - at <= WAKE_LATENCY)
+}
+
+/// The end of the window of missed wake-ups `now` falls in, if it falls in one.
+fn deaf_until(
+    deaf: &[(DateTime<Utc>, DateTime<Utc>)],
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    deaf.iter()
+        .find(|(from, until)| *from <= now && now < *until)
+        .map(|(_, until)| *until)
 }
 
 fn hold_total(hold: &Hold) -> ResourceSlots {
@@ -543,7 +720,7 @@ fn pending(request: &Request, waiting: &Waiting, now: DateTime<Utc>) -> PendingS
         cluster_size: request.cluster_size,
         wanted_agent: request.wanted_agent.clone(),
         starts_at: request.starts_at,
-        queued_at: request.requested_at,
+        queued_at: waiting.queued_at,
         attempts: waiting.attempts,
         last_result: waiting.last_result,
         last_error_code: waiting.last_error_code.clone(),
@@ -586,7 +763,18 @@ fn snapshot(
             });
         }
     }
-    let agents: Vec<AgentView> = agents.values().cloned().collect();
+    // An agent silent before it was lost was passed over once silent for long enough.
+    let agents: Vec<AgentView> = agents
+        .values()
+        .map(|agent| AgentView {
+            unheard_for: workload
+                .silences
+                .iter()
+                .find(|s| s.agent_id == agent.agent_id && s.heard <= now && now < s.lost)
+                .and_then(|s| (now - s.heard).to_std().ok()),
+            ..agent.clone()
+        })
+        .collect();
     let free = agents
         .iter()
         .fold(ResourceSlots::default(), |s, a| s.saturating_add(a.free()));
@@ -600,7 +788,7 @@ fn snapshot(
     Snapshot {
         group: rules.clone(),
         agents,
-        silent_after: Duration::MAX,
+        silent_after: workload.pacing.silent_after,
         queue,
         owners,
         held: held.clone(),

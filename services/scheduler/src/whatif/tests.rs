@@ -56,6 +56,7 @@ fn request(n: u128, owner: u128, cores: u64, at: f64, held: f64) -> Request {
         reprioritized: Vec::new(),
         requested_at: t(at),
         held_for: Some(TimeDelta::milliseconds((held * 1000.0) as i64)),
+        requeued_after: Vec::new(),
         withdrawn_at: None,
         recorded: None,
         recorded_cancel: None,
@@ -86,6 +87,7 @@ fn joined(id: &str, cores: u64) -> AgentChange {
             network_scope: format!("agent:{id}"),
             volumes: Default::default(),
         }),
+        wakes: true,
     }
 }
 
@@ -107,6 +109,9 @@ fn fifo_day() -> Workload {
         background: vec![],
         limits: HashMap::new(),
         passes: vec![t(0.1), t(1.1), t(2.1), t(100.1)],
+        silences: Vec::new(),
+        deaf: Vec::new(),
+        pacing: Pacing::default(),
     }
 }
 
@@ -159,6 +164,76 @@ fn jains_index_of_equal_values_is_one_and_of_one_taking_all_is_one_over_n() {
     assert_eq!(percentile(&[4.0, 1.0, 3.0, 2.0], 99.0), Some(4.0));
 }
 
+/// One agent of 4 cores, two whole-agent requests: A's first placement ended with it back in
+/// the queue after 5 s (its agent lost before it started), its second held for 10 s.
+fn requeued_day() -> Workload {
+    let mut day = fifo_day();
+    day.passes.clear();
+    let mut a = request(1, 1, 4, 0.0, 10.0);
+    a.requeued_after = vec![Requeued {
+        held: TimeDelta::seconds(5),
+        result: SchedulingResult::NeedRetry,
+        error_code: Some("AGENT_LOST".into()),
+    }];
+    day.requests = vec![a, request(2, 2, 4, 1.0, 10.0)];
+    day
+}
+
+#[test]
+fn a_placement_that_ended_in_a_requeue_sends_the_session_back_and_it_holds_again() {
+    let day = requeued_day();
+    let outcome = simulate(&day, &day.rules);
+    // A is placed at once, back in the queue at 5 s ahead of B (FIFO), placed again and
+    // holding for its second placement's 10 s; B starts when that ends. The wait measured is
+    // to A's first placement.
+    assert_eq!(outcome.placements[0], placed(0.0, "a1", 4));
+    assert_eq!(outcome.placements[1], placed(15.0, "a1", 4));
+    assert_eq!(day.requests[0].held_in_all(), Some(TimeDelta::seconds(15)));
+}
+
+#[test]
+fn wake_ups_missed_reach_the_scheduler_when_its_connection_is_back_or_at_its_interval() {
+    let mut day = fifo_day();
+    day.passes.clear();
+    day.requests.truncate(1);
+    day.requests[0].requested_at = t(1.0);
+    day.deaf = vec![(t(0.5), t(4.0))];
+    day.pacing.interval = Duration::from_secs(10);
+    let outcome = simulate(&day, &day.rules);
+    // Asked for while the scheduler heard nothing: placed when its connection came back.
+    assert_eq!(outcome.placements[0], placed(4.0, "a1", 2));
+    // A shorter interval places it at the live scheduler's next look, an interval after its
+    // pass when the agent registered.
+    day.pacing.interval = Duration::from_secs(2);
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements[0], placed(2.0, "a1", 2));
+}
+
+#[test]
+fn an_agent_lost_for_its_silence_is_passed_over_from_its_silence_on() {
+    let mut day = fifo_day();
+    day.passes.clear();
+    day.requests.truncate(1);
+    day.requests[0].requested_at = t(30.0);
+    let mut gone = joined("a1", 4);
+    (gone.at, gone.joined) = (t(40.0), None);
+    let mut back = joined("a1", 4);
+    back.at = t(50.0);
+    day.agents.extend([gone, back]);
+    // Last heard at 15 s, passed over from 25 s: the request waits for its return.
+    day.silences = vec![Silence {
+        agent_id: "a1".into(),
+        heard: t(15.0),
+        lost: t(40.0),
+    }];
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements[0], placed(50.0, "a1", 2));
+    // Unknown silence: placed at once.
+    day.silences.clear();
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements[0], placed(30.0, "a1", 2));
+}
+
 #[test]
 fn without_recorded_passes_the_wake_ups_drive_the_schedule() {
     let mut day = fifo_day();
@@ -189,6 +264,9 @@ fn another_policy_changes_the_schedule_and_the_comparison_says_where() {
         background: vec![],
         limits: HashMap::new(),
         passes: vec![t(0.0), t(1.0), t(2.0), t(100.0), t(110.0)],
+        silences: Vec::new(),
+        deaf: Vec::new(),
+        pacing: Pacing::default(),
     };
     let fifo = simulate(&day, &day.rules);
     assert_eq!(fifo.placements, Outcome::recorded(&day).placements);

@@ -9,8 +9,11 @@ use events::catalogue::Event;
 use events::payloads::*;
 use uuid::Uuid;
 
-use super::{AgentChange, AgentOffer, Hold, OwnerLimits, Placement, Request, Workload};
-use crate::core::GroupRules;
+use super::{
+    AgentChange, AgentOffer, Hold, OwnerLimits, Pacing, Placement, Request, Requeued, Silence,
+    Workload,
+};
+use crate::core::{self, GroupRules};
 use crate::fair_share::{FairShareSettings, ResourceWeights};
 
 /// One event of the log, with the transaction that recorded it and when.
@@ -37,16 +40,28 @@ pub const EVENT_TYPES: &[&str] = &[
     "SessionScheduled",
     "SessionStatusChanged",
     "SessionResourcesReleased",
+    "SchedulerWakeupsMissed",
 ];
 
 /// What the log says of one session of the group.
 #[derive(Default)]
 struct Told {
     request: Option<Request>,
-    placed: Option<Placement>,
-    released_at: Option<DateTime<Utc>>,
+    /// Each time it was placed, in order.
+    placements: Vec<Placed>,
     withdrawn_at: Option<DateTime<Utc>>,
     cancelled_at: Option<DateTime<Utc>>,
+    /// The reconciler's last row on it: its result and code.
+    reconciled: Option<(SchedulingResult, Option<String>)>,
+}
+
+/// One placement of a session, and how it ended.
+struct Placed {
+    placement: Placement,
+    released_at: Option<DateTime<Utc>>,
+    /// It ended with the session back in the queue (its agent lost or gone before it ran,
+    /// or its start stalled), not with the session: the reconciler's result and code.
+    requeued: Option<(SchedulingResult, Option<String>)>,
 }
 
 /// The workload of `group` within `[from, to]` (`None`: from the log's first event, to its
@@ -72,6 +87,8 @@ pub fn workload(
     // a session (then its cancellation is the scheduler's, not the user's).
     let mut pass_at: HashMap<String, DateTime<Utc>> = HashMap::new();
     let mut scheduler_cancelled: HashSet<(String, Uuid)> = HashSet::new();
+    let mut deaf: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    let mut silences: Vec<Silence> = Vec::new();
 
     for logged in events.iter().filter(|e| e.at <= to) {
         let at = logged.at;
@@ -133,6 +150,7 @@ pub fn workload(
                         at,
                         agent_id: a.agent_id.clone(),
                         joined: Some(offer),
+                        wakes: true,
                     });
                 } else if in_group.remove(&a.agent_id) {
                     offers.remove(&a.agent_id);
@@ -140,11 +158,31 @@ pub fn workload(
                         at,
                         agent_id: a.agent_id.clone(),
                         joined: None,
+                        wakes: true,
                     });
                 }
             }
-            Event::AgentLost(AgentLost { agent_id, .. })
-            | Event::AgentDeparted(AgentDeparted { agent_id, .. })
+            Event::AgentLost(AgentLost {
+                agent_id,
+                last_heard,
+                ..
+            }) if in_group.contains(agent_id) => {
+                // Silent before it was lost: passed over from its silence on.
+                if let Some(heard) = last_heard.filter(|h| *h < at) {
+                    silences.push(Silence {
+                        agent_id: agent_id.clone(),
+                        heard,
+                        lost: at,
+                    });
+                }
+                agents.push(AgentChange {
+                    at,
+                    agent_id: agent_id.clone(),
+                    joined: None,
+                    wakes: true,
+                });
+            }
+            Event::AgentDeparted(AgentDeparted { agent_id, .. })
             | Event::AgentRevoked(AgentRevoked { agent_id, .. })
                 if in_group.contains(agent_id) =>
             {
@@ -152,17 +190,22 @@ pub fn workload(
                     at,
                     agent_id: agent_id.clone(),
                     joined: None,
+                    // A revocation is no wake-up of the live scheduler's; a departure is.
+                    wakes: matches!(logged.event, Event::AgentDeparted(_)),
                 });
             }
+            // A return is no wake-up either: the live scheduler sees it at its next pass.
             Event::AgentReturned(AgentReturned { agent_id }) if in_group.contains(agent_id) => {
                 if let Some(offer) = offers.get(agent_id) {
                     agents.push(AgentChange {
                         at,
                         agent_id: agent_id.clone(),
                         joined: Some(offer.clone()),
+                        wakes: false,
                     });
                 }
             }
+            Event::SchedulerWakeupsMissed(m) => deaf.push((m.from, m.until)),
             Event::SessionRequested(r) if r.resource_group == group => {
                 order.push(r.session_id);
                 told.entry(r.session_id).or_default().request = Some(Request {
@@ -180,10 +223,18 @@ pub fn workload(
                     reprioritized: Vec::new(),
                     requested_at: at,
                     held_for: Some(chrono::TimeDelta::zero()),
+                    requeued_after: Vec::new(),
                     withdrawn_at: None,
                     recorded: None,
                     recorded_cancel: None,
                 });
+            }
+            // The reconciler's rows (phase `reconcile`) are no pass of the scheduler's; the
+            // result and code of one that sends a session back to the queue are its own.
+            Event::SchedulingAttempted(a) if a.phase != core::PHASE => {
+                if let Some(t) = told.get_mut(&a.session_id) {
+                    t.reconciled = Some((a.result, a.error_code.clone()));
+                }
             }
             Event::SchedulingAttempted(a) if told.contains_key(&a.session_id) => {
                 // A pass's moment is its snapshot's `now`, which every step carries.
@@ -203,11 +254,28 @@ pub fn workload(
             }
             Event::SessionScheduled(s) => {
                 if let Some(t) = told.get_mut(&s.session_id) {
-                    if t.placed.is_none() {
-                        t.placed = Some(Placement {
+                    t.placements.push(Placed {
+                        placement: Placement {
                             at: pass_at.get(&logged.tx).copied().unwrap_or(at),
                             kernels: s.placements(),
-                        });
+                        },
+                        released_at: None,
+                        requeued: None,
+                    });
+                }
+            }
+            // Back in the queue from a placement (its agent gone before it ran, or its start
+            // stalled): that placement ends in a requeue.
+            Event::SessionStatusChanged(c)
+                if c.to == SessionStatus::Pending && c.from != SessionStatus::Pending =>
+            {
+                if let Some(t) = told.get_mut(&c.session_id) {
+                    let why = t
+                        .reconciled
+                        .take()
+                        .unwrap_or((SchedulingResult::NeedRetry, None));
+                    if let Some(last) = t.placements.last_mut() {
+                        last.requeued = Some(why);
                     }
                 }
             }
@@ -221,10 +289,11 @@ pub fn workload(
                 }
             }
             Event::SessionResourcesReleased(r) => {
-                if let Some(t) = told.get_mut(&r.session_id) {
-                    if t.placed.is_some() {
-                        t.released_at.get_or_insert(at);
-                    }
+                if let Some(last) = told
+                    .get_mut(&r.session_id)
+                    .and_then(|t| t.placements.last_mut())
+                {
+                    last.released_at.get_or_insert(at);
                 }
             }
             _ => {}
@@ -249,23 +318,38 @@ pub fn workload(
         };
         if request.requested_at < from {
             // Not replayed: what it held during the window is held as recorded.
-            if let Some(placed) = t.placed {
-                if t.released_at.is_none_or(|r| r > from) {
+            for placed in t.placements {
+                if placed.released_at.is_none_or(|r| r > from) {
                     background.push(Hold {
                         owner: request.owner,
                         project: request.project.clone(),
-                        kernels: placed.kernels,
-                        from: placed.at,
-                        until: t.released_at,
+                        kernels: placed.placement.kernels,
+                        from: placed.placement.at,
+                        until: placed.released_at,
                     });
                 }
             }
             continue;
         }
-        if let Some(placed) = t.placed.filter(|p| p.at <= to) {
-            request.held_for = t.released_at.map(|r| r - placed.at);
-            request.recorded = Some(placed);
+        let within: Vec<Placed> = t
+            .placements
+            .into_iter()
+            .filter(|p| p.placement.at <= to)
+            .collect();
+        // Each placement holds for as long as it really did; those that ended in a requeue
+        // send the session back to the queue when they end.
+        for placed in &within {
+            let held = placed.released_at.map(|r| r - placed.placement.at);
+            match &placed.requeued {
+                Some((result, error_code)) => request.requeued_after.push(Requeued {
+                    held: held.unwrap_or_default().max(chrono::TimeDelta::zero()),
+                    result: *result,
+                    error_code: error_code.clone(),
+                }),
+                None => request.held_for = held,
+            }
         }
+        request.recorded = within.into_iter().next().map(|p| p.placement);
         request.withdrawn_at = t.withdrawn_at;
         request.recorded_cancel = t.cancelled_at.filter(|at| *at <= to);
         requests.push(request);
@@ -291,6 +375,7 @@ pub fn workload(
         .collect();
     passes.sort();
     passes.dedup();
+    deaf.sort();
     Some(Workload {
         rules,
         from,
@@ -300,6 +385,9 @@ pub fn workload(
         background,
         limits,
         passes,
+        silences,
+        deaf,
+        pacing: Pacing::default(),
     })
 }
 
