@@ -10,6 +10,7 @@
 mod admin;
 mod agent_cli;
 mod bench;
+mod events_cli;
 mod folder_cli;
 mod session_cli;
 mod whatif_cli;
@@ -111,6 +112,9 @@ enum Command {
     /// Folders and their files through the gateway (BERTH_GATEWAY_URL, BERTH_API_KEY).
     #[command(subcommand)]
     Folder(folder_cli::FolderCommand),
+    /// The log's events through the gateway's event stream, read to the log's end or
+    /// followed (`-f`), resuming by itself (BERTH_GATEWAY_URL, BERTH_API_KEY).
+    Events(events_cli::EventsArgs),
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
@@ -375,6 +379,7 @@ async fn run(
         Command::Admin(command) => return admin::run(&config, command).await,
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Folder(command) => return folder_cli::run(&config, command).await,
+        Command::Events(args) => return events_cli::run(&config, args).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
         Command::Completion { shell } => completion(shell),
     }

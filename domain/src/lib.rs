@@ -8,6 +8,8 @@
 //!   the rules of the proxy circuits that reach them.
 //! - [`credentials`]: the rule a password keeps, how long a web-console sign-in and an API key
 //!   last, and who may change whose account.
+//! - [`event_filter`]: which events of the log a reader wants (types, categories, streams,
+//!   a session's owner and group).
 //! - [`defaults`]: the environment and preset a launch that names none gets (the group's,
 //!   as set, else the most used and the smallest that fits).
 //! - [`fair_share`]: decayed past use, fair-share factors and dominant shares, which order a
@@ -43,6 +45,7 @@ pub mod authorization;
 pub mod catalogue;
 pub mod credentials;
 pub mod defaults;
+pub mod event_filter;
 pub mod fair_share;
 pub mod files;
 #[cfg(any(test, feature = "fixtures"))]

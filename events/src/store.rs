@@ -626,6 +626,74 @@ fn read_all_sql() -> String {
     )
 }
 
+/// Up to `limit` events after `after` in global order that `filter` wants, behind the
+/// horizon as [`read_all_with`] reads: a reader that follows the returned positions, and then
+/// the relay's live stream from the last of them, sees every event it wants exactly once. A
+/// session's owner and group are those of the ledger.
+pub async fn read_filtered_with<C: GenericClient>(
+    client: &C,
+    after: LogPosition,
+    limit: i64,
+    filter: &domain::event_filter::EventFilter,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let sql = format!(
+        "SELECT {READ_COLUMNS} FROM events e
+         WHERE (e.tx_id, e.seq) > ($1, $2) AND e.tx_id < berth_log_horizon()
+           AND (cardinality($4::text[]) + cardinality($5::text[]) = 0
+                OR e.event_type = ANY($4)
+                OR EXISTS (SELECT 1 FROM unnest($5::text[]) p WHERE starts_with(e.event_type, p)))
+           AND (cardinality($6::text[]) = 0 OR split_part(e.stream_id, '-', 1) = ANY($6))
+           AND (cardinality($7::text[]) = 0 OR e.stream_id = ANY($7))
+           AND (($8::uuid IS NULL AND $9::text IS NULL) OR EXISTS (
+                SELECT 1 FROM ledger.sessions s
+                WHERE s.session_id = CASE WHEN e.stream_id LIKE 'session-%'
+                                          THEN substr(e.stream_id, 9)::uuid END
+                  AND ($8::uuid IS NULL OR s.owner = $8)
+                  AND ($9::text IS NULL OR s.resource_group = $9)))
+         ORDER BY e.tx_id, e.seq LIMIT $3"
+    );
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = client
+        .query(
+            &statement,
+            &[
+                &Xid8(after.tx),
+                &after.seq,
+                &limit,
+                &filter.types,
+                &filter.type_prefixes,
+                &filter.categories,
+                &filter.streams,
+                &filter.owner,
+                &filter.resource_group,
+            ],
+        )
+        .await?;
+    rows.iter().map(decode_row).collect()
+}
+
+/// The position of the first event recorded at or after `since`, less one: where a reader
+/// that wants the events from `since` on starts reading after. `None`: none was recorded
+/// since.
+pub async fn position_before<C: GenericClient>(
+    client: &C,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<LogPosition>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT tx_id, seq FROM events WHERE recorded_at >= $1 ORDER BY tx_id, seq LIMIT 1",
+            &[&since],
+        )
+        .await?;
+    Ok(row.map(|r| {
+        let Xid8(tx) = r.get(0);
+        LogPosition {
+            tx,
+            seq: r.get::<_, i64>(1) - 1,
+        }
+    }))
+}
+
 /// Every event the caller's snapshot sees after a position (`$1`, `$2`), in log order, horizon
 /// or not, at most `$3`: inside a REPEATABLE READ transaction, exactly the events whose effects
 /// that snapshot shows.

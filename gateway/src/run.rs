@@ -157,6 +157,7 @@ pub async fn serve(
     // circuits) are cut, so a stop is bounded.
     // Each request knows its peer's address: for the rate limits (`crate::throttle`) and for
     // an app circuit routed by host, which admits by it.
+    let state = state.stopping_with(stop.clone());
     let app = crate::router(state).into_make_service_with_connect_info::<Peer>();
     let graceful = axum::serve(lent, app).with_graceful_shutdown(stop.clone().cancelled_owned());
     let served = tokio::select! {

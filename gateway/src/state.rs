@@ -58,6 +58,10 @@ pub struct AppState {
     /// of the agent on this host, on a one-host install): the folders on them have their files
     /// served here ([`AppState::with_file_roots`]; none unless set).
     pub file_roots: Arc<std::collections::BTreeMap<String, std::path::PathBuf>>,
+    /// Cancelled when the gateway serving this state stops ([`crate::run::serve`]): the
+    /// answers that never end by themselves (the event stream) end then, so a stop is not
+    /// held up by them, and their clients resume elsewhere.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -95,7 +99,14 @@ impl AppState {
             webhook_policy: Arc::default(),
             default_volume: domain::volumes::HOST_LOCAL.to_owned(),
             file_roots: Arc::default(),
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// This state for a gateway that stops on `stop` ([`AppState::stopping`]).
+    pub(crate) fn stopping_with(mut self, stop: tokio_util::sync::CancellationToken) -> AppState {
+        self.stopping = stop;
+        self
     }
 
     /// This state for a gateway that serves TLS: `Secure`, `__Host-` cookies, and HSTS on

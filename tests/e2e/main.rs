@@ -34,6 +34,8 @@
 //! - [`clusters`]: multi-node clusters kept to one cluster network, refused at once when
 //!   none could hold them.
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
+//! - [`event_stream`]: consumers resume with `Last-Event-ID` through cuts and a gateway
+//!   stopping, every event once in log order; filters, and each user's own events.
 //! - [`files`]: a folder's files uploaded, listed, downloaded (also by range), made and
 //!   removed through the API, a session seeing the same; paths and links out refused.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
@@ -89,6 +91,7 @@ mod common;
 mod console;
 mod containers;
 mod contract;
+mod event_stream;
 mod files;
 mod gateways;
 mod history;

@@ -39,7 +39,7 @@ pub mod launches;
 pub mod logs;
 pub mod notifications;
 pub mod password;
-mod query;
+pub(crate) mod query;
 pub mod queue;
 pub mod resources;
 pub mod session_exec;

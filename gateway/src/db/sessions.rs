@@ -231,9 +231,25 @@ pub async fn ledger_owner_status(
     Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
-/// The owner of session `id` from the ledger, for the event stream's filter.
+/// The owner of session `id` from the ledger.
 pub async fn ledger_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiError> {
     Ok(ledger_owner_status(pool, id).await?.map(|(owner, _)| owner))
+}
+
+/// The owner and resource group of session `id` from the ledger, for the event stream's
+/// filter.
+pub async fn ledger_owner_and_group(
+    pool: &Pool,
+    id: Uuid,
+) -> Result<Option<(Uuid, String)>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT owner, resource_group FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
 /// The owner and name of each of `ids` the ledger knows.
