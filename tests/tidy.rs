@@ -272,11 +272,12 @@ fn the_domain_depends_on_no_io_crate() {
         extra.is_empty(),
         "berth-domain gained the dependencies {extra:?}"
     );
-    // The one optional dependency: utoipa, behind the `openapi` feature, so the payloads the
-    // API answers with describe themselves (pure data, no I/O; checked below with the rest).
+    // The optional dependencies: utoipa behind the `openapi` feature, so the payloads the API
+    // answers with describe themselves, and schemars behind `schema`, so the events do (pure
+    // data, no I/O; checked below with the rest).
     let optional = names(optional);
     assert!(
-        optional.iter().all(|d| d == "utoipa"),
+        optional.iter().all(|d| d == "utoipa" || d == "schemars"),
         "berth-domain gained the optional dependencies {optional:?}"
     );
 

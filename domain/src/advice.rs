@@ -11,6 +11,7 @@ use crate::payloads::ResourceSlots;
 /// The shape asked about.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Shape {
     pub per_kernel: ResourceSlots,
     pub cluster_size: u32,
@@ -36,6 +37,7 @@ impl Shape {
 /// When a session is expected to start.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Estimate {
     /// Seconds from now; `None` when the simulation never places it (`never` says why).
     pub wait_secs: Option<u64>,
@@ -86,6 +88,7 @@ impl Estimate {
 /// A shape or a group that would start sooner than the one asked.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Alternative {
     /// In words: "half the resources", "resource group `b`".
     pub label: String,
@@ -97,6 +100,7 @@ pub struct Alternative {
 /// What the launcher asks the scheduler: when a session of `shape` by `owner` would start in
 /// `resource_group`, and which of `other_groups` (open to the owner) would start it sooner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AdviceAsked {
     pub owner: uuid::Uuid,
     pub resource_group: String,
@@ -112,6 +116,7 @@ pub struct AdviceAsked {
 /// The scheduler's answer: the estimate for the shape asked, and what would start sooner.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Advice {
     pub resource_group: String,
     pub shape: Shape,

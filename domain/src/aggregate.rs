@@ -22,6 +22,7 @@ pub const SILENT_AFTER: std::time::Duration =
 
 /// What an agent stream folds into.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentState {
     pub agent_id: String,
     pub resource_group: String,
@@ -41,6 +42,7 @@ pub struct AgentState {
 
 /// What a session stream folds into.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionState {
     pub request: SessionRequested,
     pub name: String,
@@ -76,6 +78,7 @@ pub struct SessionState {
 
 /// The state of one stream, by its category.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum StreamState {
     Agent(Box<AgentState>),

@@ -39,6 +39,7 @@ pub const RESERVED_PORTS: [u16; 6] = [2000, 2001, 2002, 2003, 2200, 7681];
 /// How an app is spoken to.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AppProtocol {
     /// HTTP and WebSocket, through the proxy's HTTP door.
@@ -81,6 +82,7 @@ impl AppProtocol {
 /// opened unless another is asked for).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ServicePort {
     pub name: String,
     pub protocol: AppProtocol,
@@ -212,6 +214,7 @@ pub fn check_preopen(preopen: &[u16], image_apps: &[ServicePort]) -> Result<(), 
 /// One app a session offers, as its detail lists it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionApp {
     /// `ttyd` for the terminal, the image's name for its apps, the port for a preopen port.
     pub name: String,
@@ -284,6 +287,7 @@ pub fn published_ports(image_apps: &[ServicePort], preopen: &[u16], interactive:
 
 /// A client address range allowed through a circuit: an address, or `address/prefix`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(try_from = "String", into = "String")]
 pub struct AddressRange {
     pub address: IpAddr,
@@ -356,6 +360,7 @@ impl AddressRange {
 
 /// Who may pass through a circuit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Admission {
     /// Anyone who reaches the port, not only the session's owner.
     pub public: bool,
@@ -422,6 +427,7 @@ pub fn choose_port(
 /// Why a circuit closed.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CircuitCloseReason {
     /// Its owner (or an admin) closed it.

@@ -47,6 +47,16 @@ macro_rules! catalogue {
         /// Stored name and current schema version of every event type, in catalogue order.
         pub const EVENT_TYPES: &[(&str, i32)] = &[ $( ($name, $version), )+ ];
 
+        /// Every event type's payload at its current schema version as a JSON Schema (draft
+        /// 2020-12), generated from its Rust type: `(name, version, schema)`, in catalogue
+        /// order. A payload stored at an older version is upcast before anyone reads it, so
+        /// these are the only shapes served.
+        #[cfg(feature = "schema")]
+        pub fn payload_schemas() -> Vec<(&'static str, i32, Value)> {
+            vec![ $( ($name, $version, serde_json::to_value(schemars::schema_for!($payload))
+                .expect("a schema serialises")), )+ ]
+        }
+
         impl Event {
             /// The name stored in the `event_type` column.
             pub fn event_type(&self) -> &'static str {
@@ -345,6 +355,7 @@ pub fn stream_id(category: &str, id: Uuid) -> String {
 
 /// Metadata every event carries next to its payload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Metadata {
     /// The event or command that caused this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -366,6 +377,33 @@ pub struct Metadata {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every type's payload schema names the fields its example carries, and its example
+    /// carries every field the schema requires (the whole check, by a validator, is the e2e
+    /// suite's, against the schema the gateway serves).
+    #[cfg(feature = "schema")]
+    #[test]
+    fn every_event_type_has_a_payload_schema_that_fits_its_example() {
+        let schemas = payload_schemas();
+        assert_eq!(schemas.len(), EVENT_TYPES.len());
+        for event in one_of_each() {
+            let name = event.event_type();
+            let (_, version, schema) = schemas.iter().find(|(n, ..)| *n == name).unwrap();
+            assert_eq!(*version, event.schema_version(), "{name}");
+            let payload = event.to_payload();
+            let fields = payload.as_object().expect("payloads are objects");
+            let properties = schema["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{name}: {schema:#}"));
+            for field in fields.keys() {
+                assert!(properties.contains_key(field), "{name}.{field}: {schema:#}");
+            }
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let required = required.as_str().unwrap();
+                assert!(fields.contains_key(required), "{name} lacks {required}");
+            }
+        }
+    }
 
     /// One event of every type, with every optional field set, so a field that does not
     /// survive the stored form shows.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 /// (what model serving mounts) or a dataset. It changes nothing of how the folder is reached;
 /// lists show it and filter by it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum UsageMode {
     #[default]

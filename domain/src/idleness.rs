@@ -25,6 +25,7 @@ use crate::payloads::{ResourceSlots, SessionType};
 /// Which checker.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IdleChecker {
     Lifetime,
@@ -45,6 +46,7 @@ impl IdleChecker {
 /// How the utilization checker combines its resources.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Combine {
     /// Idle only when every resource with a threshold is below it (Backend.AI's `and`).
@@ -57,6 +59,7 @@ pub enum Combine {
 /// Below which average use (percent of what the session holds) a resource counts as idle.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Thresholds {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_percent: Option<f64>,
@@ -71,6 +74,7 @@ pub struct Thresholds {
 /// The utilization checker's settings.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UtilizationCheck {
     /// From the start of RUNNING, a time in which this checker never fires.
     pub grace_period_secs: u64,
@@ -85,6 +89,7 @@ pub struct UtilizationCheck {
 /// (or, on a policy, as the group set it).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IdleChecks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lifetime_secs: Option<u64>,
@@ -167,6 +172,7 @@ fn shorter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// Where a set of idle checks applies.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IdleScope {
     ResourceGroup(String),
@@ -185,6 +191,7 @@ impl IdleScope {
 
 /// One reading of what an agent measured of a session's use.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UsagePoint {
     pub at: DateTime<Utc>,
     /// Percent of one core, over the time since the previous reading.
@@ -200,6 +207,7 @@ pub struct UsagePoint {
 
 /// What the reaper knows of one live session: folded from its events and its usage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Watched {
     pub session_id: Uuid,
     pub owner: Uuid,
@@ -236,6 +244,7 @@ pub struct Watched {
 /// One figure a checker decided on.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IdleMeasure {
     /// `age_secs`, `idle_secs`, `cpu_percent`, `memory_percent`, `gpu_percent`,
     /// `gpu_memory_percent`.
@@ -247,6 +256,7 @@ pub struct IdleMeasure {
 /// What one checker says of a session now.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IdleReading {
     pub checker: IdleChecker,
     pub measures: Vec<IdleMeasure>,
@@ -261,6 +271,7 @@ pub struct IdleReading {
 /// What every checker says of one session, as the idle-reaper answers the gateway.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionReadings {
     pub session_id: Uuid,
     /// Exempted by its owner or an admin: it shows its readings and is never reaped.
@@ -271,6 +282,7 @@ pub struct SessionReadings {
 /// A session the idle-reaper would reap now, and the reading that decides it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IdleVerdict {
     pub session_id: Uuid,
     pub reading: IdleReading,

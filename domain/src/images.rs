@@ -35,6 +35,7 @@ pub fn is_session_image<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>
 /// How an admin listed an image in the catalogue.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ImageListing {
     /// As its labels say (the listing an image has until an admin sets one).

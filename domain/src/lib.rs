@@ -133,6 +133,7 @@ impl RecordedEvent {
 
 /// The JSON form of a recorded event, as published on NATS and printed by the CLI.
 #[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 struct WireEvent {
     event_id: Uuid,
     stream_id: String,
@@ -143,6 +144,16 @@ struct WireEvent {
     schema_version: i32,
     metadata: Metadata,
     payload: Value,
+}
+
+#[cfg(feature = "schema")]
+impl RecordedEvent {
+    /// The JSON Schema (draft 2020-12) of a recorded event as it is published and served:
+    /// the envelope, with `payload` any object (each type's is in
+    /// [`catalogue::payload_schemas`]).
+    pub fn wire_schema() -> Value {
+        serde_json::to_value(schemars::schema_for!(WireEvent)).expect("a schema serialises")
+    }
 }
 
 impl Serialize for RecordedEvent {

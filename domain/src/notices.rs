@@ -11,6 +11,7 @@ use crate::payloads::SessionStatus;
 /// What a notification is about.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NoticeKind {
     SessionCreated,
@@ -45,6 +46,7 @@ impl NoticeKind {
 /// it is made once and a webhook receiver can drop a repeat.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Notice {
     pub notice_id: Uuid,
     pub user_id: Uuid,
@@ -89,6 +91,7 @@ pub fn check_webhook_url(url: &str) -> Result<(), BadWebhookUrl> {
 
 /// What the service knows of a session to word its notices.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NoticedSession {
     pub session_id: Uuid,
     pub owner: Uuid,

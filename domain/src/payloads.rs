@@ -15,6 +15,7 @@ use uuid::Uuid;
 /// `gpu_milli: 250` is a quarter of one GPU) so fractions add up exactly.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourceSlots {
     pub cpu_milli: u64,
     pub memory_bytes: u64,
@@ -49,6 +50,7 @@ impl ResourceSlots {
 
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SessionType {
     Interactive,
@@ -69,6 +71,7 @@ impl SessionType {
 /// The statuses of a session, as Backend.AI names them.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SessionStatus {
     Pending,
@@ -186,6 +189,7 @@ impl std::fmt::Display for SessionStatus {
 
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ClusterMode {
     SingleNode,
@@ -195,6 +199,7 @@ pub enum ClusterMode {
 /// The result of one scheduling attempt or sub-step, as Backend.AI names them.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SchedulingResult {
     Success,
@@ -232,6 +237,7 @@ impl SchedulingResult {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentRegistered {
     pub agent_id: String,
     pub resource_group: String,
@@ -260,6 +266,7 @@ pub struct AgentRegistered {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentHeartbeated {
     pub agent_id: String,
     pub at: DateTime<Utc>,
@@ -268,6 +275,7 @@ pub struct AgentHeartbeated {
 /// An operator admitted an agent: the group it may join, the most it may offer, and the
 /// public half of its NATS key (the seed, its secret half, was shown once to the operator).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentAdmitted {
     pub agent_id: String,
     pub resource_group: String,
@@ -277,18 +285,21 @@ pub struct AgentAdmitted {
 
 /// A lost agent was heard from again: it is offered to the scheduler again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentReturned {
     pub agent_id: String,
 }
 
 /// An operator revoked an agent's admission: it may no longer connect or register.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentRevoked {
     pub agent_id: String,
     pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentLost {
     pub agent_id: String,
     pub reason: String,
@@ -305,6 +316,7 @@ pub struct AgentLost {
 /// woke it. Recorded by the scheduler once it is connected again; a replay of the log needs
 /// it to pass where the live scheduler did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SchedulerWakeupsMissed {
     pub from: DateTime<Utc>,
     pub until: DateTime<Utc>,
@@ -314,6 +326,7 @@ pub struct SchedulerWakeupsMissed {
 /// on it, as on a lost one, and it registers again when it returns. Its sessions' containers
 /// keep running and are adopted then.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentDeparted {
     pub agent_id: String,
     /// The agent's own words: why it left.
@@ -334,6 +347,7 @@ pub const DEPARTED: &str = "departed: ";
 
 /// Who a session belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Owner {
     pub user_id: Uuid,
     pub email: String,
@@ -343,6 +357,7 @@ pub struct Owner {
 
 /// A validated request for one session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionRequested {
     pub session_id: Uuid,
     pub name: String,
@@ -462,6 +477,7 @@ impl SessionPriority {
 
 /// An admin changed a queued (PENDING) session's priority.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionPriorityChanged {
     pub session_id: Uuid,
     pub from: i32,
@@ -471,6 +487,7 @@ pub struct SessionPriorityChanged {
 /// One sub-step of a scheduling attempt.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SchedulingStep {
     pub step: String,
     pub result: SchedulingResult,
@@ -482,6 +499,7 @@ pub struct SchedulingStep {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SchedulingAttempted {
     pub session_id: Uuid,
     pub phase: String,
@@ -498,6 +516,7 @@ pub struct SchedulingAttempted {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionScheduled {
     pub session_id: Uuid,
     /// The agent of the main kernel.
@@ -517,6 +536,7 @@ impl SessionScheduled {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionStatusChanged {
     pub session_id: Uuid,
     pub from: SessionStatus,
@@ -536,6 +556,7 @@ pub struct SessionStatusChanged {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionRenamed {
     pub session_id: Uuid,
     pub old_name: String,
@@ -543,6 +564,7 @@ pub struct SessionRenamed {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionTerminationRequested {
     pub session_id: Uuid,
     pub forced: bool,
@@ -550,6 +572,7 @@ pub struct SessionTerminationRequested {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionResourcesReleased {
     pub session_id: Uuid,
     pub agent_id: String,
@@ -584,6 +607,7 @@ fn placements_or_one(
 /// for other users, `superadmin` sees and acts on everything and manages the platform.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
@@ -611,6 +635,7 @@ impl Role {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserCreated {
     pub user_id: Uuid,
     pub email: String,
@@ -621,6 +646,7 @@ pub struct UserCreated {
 
 /// An API key was issued. Only its SHA-256 is recorded; the key itself is shown once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ApiKeyIssued {
     pub user_id: Uuid,
     /// The key's first characters, to tell keys apart without revealing them.
@@ -634,6 +660,7 @@ pub struct ApiKeyIssued {
 
 /// An API key was revoked: it is refused from now on, on every gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ApiKeyRevoked {
     pub user_id: Uuid,
     pub key_prefix: String,
@@ -643,6 +670,7 @@ pub struct ApiKeyRevoked {
 /// A user was disabled: their API keys, Backend.AI keypairs and console sign-ins are refused
 /// and their circuits closed; their sessions keep running.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserDisabled {
     pub user_id: Uuid,
 }
@@ -650,12 +678,14 @@ pub struct UserDisabled {
 /// A disabled user was enabled again: their keys and keypairs are honoured again (their
 /// console sign-ins ended when they were disabled).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserEnabled {
     pub user_id: Uuid,
 }
 
 /// A user's role changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserRoleChanged {
     pub user_id: Uuid,
     pub from: Role,
@@ -665,6 +695,7 @@ pub struct UserRoleChanged {
 /// Why every console sign-in of a user ended at once.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SignOutReason {
     /// Their password changed.
@@ -675,6 +706,7 @@ pub enum SignOutReason {
 
 /// Every console sign-in of a user ended (signed out everywhere).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConsoleSignedOutEverywhere {
     pub user_id: Uuid,
     pub reason: SignOutReason,
@@ -685,6 +717,7 @@ pub struct ConsoleSignedOutEverywhere {
 /// key is derived from it with a master key held outside the log and the database, so it can
 /// be shown once and never erased from anywhere.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BackendAiKeypairIssued {
     pub user_id: Uuid,
     /// `AKIA` and 16 upper-case letters and digits.
@@ -693,6 +726,7 @@ pub struct BackendAiKeypairIssued {
 
 /// A Backend.AI keypair was revoked: its signatures are refused from now on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BackendAiKeypairRevoked {
     pub user_id: Uuid,
     pub access_key: String,
@@ -701,6 +735,7 @@ pub struct BackendAiKeypairRevoked {
 /// A user's password was set, by an admin or by the user (the event's `actor` says which).
 /// Only its Argon2id hash is recorded, as a PHC string; the password itself never is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserPasswordSet {
     /// Whose password it is. The Argon2id hash is kept in `secrets.password_hashes`, a table
     /// that can be erased, and never in the log (which cannot forget); version 1 carried it.
@@ -710,6 +745,7 @@ pub struct UserPasswordSet {
 /// How a person proved who they are when signing in to the web console.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SignInMethod {
     /// With one of their API keys.
@@ -738,6 +774,7 @@ impl SignInMethod {
 /// A person signed in to the web console. Only the SHA-256 of the session's token is
 /// recorded; the token itself is handed to the browser once, in its cookie.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConsoleSignedIn {
     pub user_id: Uuid,
     pub token_sha256: String,
@@ -748,12 +785,14 @@ pub struct ConsoleSignedIn {
 
 /// A console session was ended by its holder before it expired.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConsoleSignedOut {
     pub user_id: Uuid,
     pub token_sha256: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProjectCreated {
     pub name: String,
     #[serde(default)]
@@ -761,6 +800,7 @@ pub struct ProjectCreated {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserJoinedProject {
     pub user_id: Uuid,
     pub project: String,
@@ -768,6 +808,7 @@ pub struct UserJoinedProject {
 
 /// The order in which a resource group's queue is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum QueuePolicy {
     /// Oldest first. A head that does not fit holds those behind it back for at most
@@ -814,6 +855,7 @@ impl QueuePolicy {
 
 /// How the scheduler picks among the agents a session fits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AgentSelection {
     /// The fullest agent that fits: packs sessions, keeps whole agents free.
@@ -823,6 +865,7 @@ pub enum AgentSelection {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourceGroupCreated {
     pub name: String,
     pub queue_policy: QueuePolicy,
@@ -838,6 +881,7 @@ pub struct ResourceGroupCreated {
 /// An admin set how a resource group's queue is ordered: its policy, how fair share counts
 /// past use, and how long a session may be passed over before it goes first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourceGroupSchedulingSet {
     pub name: String,
     pub queue_policy: QueuePolicy,
@@ -858,6 +902,7 @@ pub struct ResourceGroupSchedulingSet {
 /// resources ([`crate::defaults`]); a default left out falls back to the group's most used
 /// environment, or the smallest preset that fits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourceGroupDefaultsSet {
     pub name: String,
     /// An image (`repository:tag`).
@@ -870,6 +915,7 @@ pub struct ResourceGroupDefaultsSet {
 
 /// A project may use a resource group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourceGroupGranted {
     pub resource_group: String,
     pub project: String,
@@ -877,6 +923,7 @@ pub struct ResourceGroupGranted {
 
 /// A resource policy was created or changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResourcePolicySet {
     pub name: String,
     pub max_concurrent_sessions: u32,
@@ -905,6 +952,7 @@ pub struct ResourcePolicySet {
 
 /// A named resource preset was created or changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PresetSaved {
     pub name: String,
     pub resources: ResourceSlots,
@@ -914,6 +962,7 @@ pub struct PresetSaved {
 /// Where one kernel of a session was placed.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct KernelPlacement {
     pub agent_id: String,
     pub resources: ResourceSlots,
@@ -922,6 +971,7 @@ pub struct KernelPlacement {
 /// A container port published on the agent's host.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PublishedPort {
     pub container: u16,
     pub host: u16,
@@ -929,6 +979,7 @@ pub struct PublishedPort {
 
 /// A kernel's container started on its agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct KernelStarted {
     pub session_id: Uuid,
     pub kernel: u32,
@@ -954,6 +1005,7 @@ pub struct KernelStarted {
 
 /// A folder a session mounts that another user shared with its owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SharedMount {
     /// The folder's owner (its files live under their folders).
     pub owner: Uuid,
@@ -964,6 +1016,7 @@ pub struct SharedMount {
 /// agents that mount it see alike), or on the data directory of whichever agent runs a
 /// session of it, and outlives the sessions that mount it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderCreated {
     pub owner: Uuid,
     pub name: String,
@@ -985,6 +1038,7 @@ fn is_general(mode: &crate::folders::UsageMode) -> bool {
 
 /// An owner renamed a folder; its files moved with it, and its shares follow the new name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderRenamed {
     pub owner: Uuid,
     pub name: String,
@@ -993,6 +1047,7 @@ pub struct FolderRenamed {
 
 /// An owner moved a folder to the trash: its files and shares stay, nobody reaches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderTrashed {
     pub owner: Uuid,
     pub name: String,
@@ -1000,6 +1055,7 @@ pub struct FolderTrashed {
 
 /// An owner brought a folder back from the trash, as it was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderRestored {
     pub owner: Uuid,
     pub name: String,
@@ -1007,6 +1063,7 @@ pub struct FolderRestored {
 
 /// An owner purged a folder from the trash: its files were removed, its shares with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderPurged {
     pub owner: Uuid,
     pub name: String,
@@ -1014,6 +1071,7 @@ pub struct FolderPurged {
 
 /// An owner shared a folder with a user or a project, or changed what an earlier share allows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderShared {
     pub owner: Uuid,
     pub name: String,
@@ -1023,6 +1081,7 @@ pub struct FolderShared {
 
 /// An owner took a share of a folder back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FolderUnshared {
     pub owner: Uuid,
     pub name: String,
@@ -1031,6 +1090,7 @@ pub struct FolderUnshared {
 
 /// The idle checks of a resource group or a resource policy, set again whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IdleChecksSet {
     pub scope: crate::idleness::IdleScope,
     pub checks: crate::idleness::IdleChecks,
@@ -1038,6 +1098,7 @@ pub struct IdleChecksSet {
 
 /// A session the idle checks leave alone from now on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionIdleExempted {
     pub session_id: Uuid,
     /// The user who exempted it.
@@ -1047,6 +1108,7 @@ pub struct SessionIdleExempted {
 
 /// Why the idle-reaper terminated a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionIdleReaped {
     pub session_id: Uuid,
     pub reading: crate::idleness::IdleReading,
@@ -1054,6 +1116,7 @@ pub struct SessionIdleReaped {
 
 /// Somebody asked to commit a RUNNING session's main container to a customized image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionCommitRequested {
     pub session_id: Uuid,
     pub commit_id: Uuid,
@@ -1070,6 +1133,7 @@ pub struct SessionCommitRequested {
 /// A step of a commit, as the agent doing it reports it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CommitStep {
     /// The agent began.
@@ -1081,6 +1145,7 @@ pub enum CommitStep {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionCommitProgressed {
     pub session_id: Uuid,
     pub commit_id: Uuid,
@@ -1092,6 +1157,7 @@ pub struct SessionCommitProgressed {
 /// How far the agent's pull of a session's image has come: reported while the session is
 /// PULLING, at most once a second, so a client can draw a bar.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionPullProgressed {
     pub session_id: Uuid,
     pub image: String,
@@ -1106,6 +1172,7 @@ pub struct SessionPullProgressed {
 /// How a commit ended.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", tag = "result")]
 pub enum CommitOutcome {
     Done {
@@ -1121,6 +1188,7 @@ pub enum CommitOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionCommitEnded {
     pub session_id: Uuid,
     pub commit_id: Uuid,
@@ -1136,6 +1204,7 @@ pub struct SessionCommitEnded {
 /// offered to every user, pulled with it. The password is kept in
 /// `secrets.registry_credentials`, a table that can be erased, never in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RegistryCredentialSet {
     /// `host[:port]`, as an image reference begins ([`crate::images::registry_of`]).
     pub registry: String,
@@ -1145,6 +1214,7 @@ pub struct RegistryCredentialSet {
 /// The scheduler's estimate of when a waiting session starts (`crate::advice`), made when it
 /// first waits: kept so that its error can be measured once the session starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionStartEstimated {
     pub session_id: Uuid,
     pub estimate: crate::advice::Estimate,
@@ -1155,6 +1225,7 @@ pub struct SessionStartEstimated {
 /// A user asked to be told when a shape would be placed at once in a resource group ("notify
 /// me when it fits"); the scheduler fires it once (`FitWatchFired`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FitWatchRequested {
     pub watch_id: Uuid,
     pub owner: Uuid,
@@ -1166,6 +1237,7 @@ pub struct FitWatchRequested {
 
 /// The scheduler found a watched shape would be placed at once: the watch is done.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FitWatchFired {
     pub watch_id: Uuid,
     pub owner: Uuid,
@@ -1176,6 +1248,7 @@ pub struct FitWatchFired {
 /// An admin listed an image in the catalogue: offered as its labels say, shown whatever they
 /// say, or hidden (never offered, and refused to a launch).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ImageListingSet {
     /// `repository:tag`.
     pub image: String,
@@ -1184,12 +1257,14 @@ pub struct ImageListingSet {
 
 /// An admin removed a registry's credential: its images are offered no more.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RegistryCredentialRemoved {
     pub registry: String,
 }
 
 /// An owner removed a customized image: offered no more.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CustomImageRemoved {
     pub owner: Uuid,
     pub image: String,
@@ -1202,6 +1277,7 @@ pub struct CustomImageRemoved {
 
 /// A user set where their notifications are also POSTed, or (`None`) stopped it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NotificationWebhookSet {
     pub user_id: Uuid,
     #[serde(default)]
@@ -1212,6 +1288,7 @@ pub struct NotificationWebhookSet {
 /// set their webhook, or (`rotated`) one they asked for in place of the last. The secret is
 /// kept only in the notification service's table, never here: the log cannot forget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NotificationWebhookSecretSet {
     pub user_id: Uuid,
     #[serde(default)]
@@ -1220,6 +1297,7 @@ pub struct NotificationWebhookSecretSet {
 
 /// A user marked some of their notifications read, or all those made before this event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NotificationsRead {
     pub user_id: Uuid,
     #[serde(default)]
@@ -1232,6 +1310,7 @@ pub struct NotificationsRead {
 /// `CreateSession`, kept whole so that it can be launched again) and the sessions it made.
 /// One of a user's recent launches (`crate::launches`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LaunchRecorded {
     pub launch_id: Uuid,
     /// Who sent the request (an admin's, when they created sessions for somebody else).
@@ -1242,6 +1321,7 @@ pub struct LaunchRecorded {
 
 /// A user named one of their launches (`None`: took its name away).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LaunchRenamed {
     pub launch_id: Uuid,
     pub user_id: Uuid,
@@ -1252,6 +1332,7 @@ pub struct LaunchRenamed {
 /// A user pinned one of their launches (kept among the recent ones however old), or
 /// unpinned it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LaunchPinned {
     pub launch_id: Uuid,
     pub user_id: Uuid,
@@ -1296,6 +1377,7 @@ mod tests {
 /// A circuit of berth's proxy opened: `port` of the proxy now leads to `container_port` of
 /// the session's main kernel, for the session's owner alone unless `admission` is public.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AppCircuitOpened {
     pub circuit_id: Uuid,
     pub session_id: Uuid,
@@ -1313,6 +1395,7 @@ pub struct AppCircuitOpened {
 
 /// A circuit of berth's proxy closed: its port no longer leads anywhere.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AppCircuitClosed {
     pub circuit_id: Uuid,
     pub session_id: Uuid,
@@ -1322,6 +1405,7 @@ pub struct AppCircuitClosed {
 
 /// Somebody asked for one of a session's apps to be started in its main kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AppStartRequested {
     pub session_id: Uuid,
     /// Names this start; its end carries it.
@@ -1335,6 +1419,7 @@ pub struct AppStartRequested {
 /// How an app's start ended.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum AppStartOutcome {
     /// Its port accepts connections (it was already running, or it was started). `token`:
@@ -1353,6 +1438,7 @@ pub enum AppStartOutcome {
 /// in `secrets.app_tokens` (erasable) for its proxy to hand the app.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum AppStartEnd {
     /// Its port accepts connections; `token_kept`: berth started it with a secret, kept apart.
@@ -1381,6 +1467,7 @@ impl From<&AppStartOutcome> for AppStartEnd {
 /// An app's start ended, as the agent running the main kernel reports it (version 1 carried
 /// the app's secret in its outcome; version 2 says only whether one was kept).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AppStartEnded {
     pub session_id: Uuid,
     pub start_id: Uuid,

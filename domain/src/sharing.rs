@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 /// What a share allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum FolderPermission {
     /// Read its files; mounted read-only.
     #[serde(rename = "ro")]
@@ -37,6 +38,7 @@ impl FolderPermission {
 
 /// Whom a folder is shared with.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Grantee {
     /// One user.

@@ -33,6 +33,7 @@ pub fn minutes_kept_since(now: DateTime<Utc>) -> DateTime<Utc> {
 /// One point of a session's series.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SeriesPoint {
     pub at: DateTime<Utc>,
     /// Percent of one core.

@@ -209,7 +209,9 @@ fn routes() -> OpenApiRouter<AppState> {
             api::admin::registries::admin_remove_registry
         ))
         .routes(routes!(sse::events))
+        .routes(routes!(events_schema))
         .routes(routes!(openapi_json))
+        .routes(routes!(asyncapi_json))
         .routes(routes!(healthz))
         .routes(routes!(ready::readyz))
 }
@@ -219,6 +221,24 @@ fn routes() -> OpenApiRouter<AppState> {
     responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
 async fn openapi_json() -> Json<&'static serde_json::Value> {
     Json(openapi::document())
+}
+
+/// The JSON Schemas of the events `/v1/events` serves: each type's payload at its current
+/// schema version, and the envelope around it, generated from the catalogue's Rust types.
+#[utoipa::path(get, path = "/v1/events/schema", tag = "events",
+    responses((status = 200, description = "`events`: each event type's `version` and `payload` schema (JSON Schema 2020-12); `envelope`: a recorded event's", body = Object)))]
+async fn events_schema(
+    crate::caller::Caller(_): crate::caller::Caller,
+) -> Json<&'static serde_json::Value> {
+    Json(openapi::events_schema())
+}
+
+/// The event stream described for its consumers (AsyncAPI 3.0): the server-sent events of
+/// `/v1/events` and the relay's NATS subjects, each event type a message.
+#[utoipa::path(get, path = "/asyncapi.json", tag = "meta",
+    responses((status = 200, description = "AsyncAPI 3.0", body = Object)))]
+async fn asyncapi_json() -> Json<&'static serde_json::Value> {
+    Json(openapi::asyncapi())
 }
 
 /// Liveness: answers `ok` while the process serves.
@@ -505,6 +525,8 @@ mod tests {
             ("get", "/v1/fit-watches"),
             ("put", "/v1/admin/images/listing"),
             ("get", "/openapi.json"),
+            ("get", "/asyncapi.json"),
+            ("get", "/v1/events/schema"),
             ("get", "/healthz"),
         ]
         .into_iter()

@@ -60,6 +60,97 @@ pub fn document() -> &'static Value {
     &DOCUMENT
 }
 
+/// What `/v1/events/schema` serves: for each event type, its current schema version and the
+/// JSON Schema (2020-12) of its payload (`events::catalogue::payload_schemas`), and the
+/// envelope every event is served in (`events::RecordedEvent::wire_schema`).
+pub fn events_schema() -> &'static Value {
+    static SCHEMA: LazyLock<Value> = LazyLock::new(|| {
+        let events: serde_json::Map<String, Value> = events::catalogue::payload_schemas()
+            .into_iter()
+            .map(|(name, version, payload)| {
+                (
+                    name.to_owned(),
+                    json!({"version": version, "payload": payload}),
+                )
+            })
+            .collect();
+        json!({
+            "title": "berth's events",
+            "description": "Each event type's payload at its current schema version (older \
+                versions are upcast before they are served), and the envelope every event is \
+                served in on /v1/events and published in on NATS. docs/events.md says what \
+                each means.",
+            "version": env!("CARGO_PKG_VERSION"),
+            "envelope": events::RecordedEvent::wire_schema(),
+            "events": events,
+        })
+    });
+    &SCHEMA
+}
+
+/// What `/asyncapi.json` serves: the event stream for its consumers, as AsyncAPI 3.0. Two
+/// channels carry the same messages: `/v1/events` (server-sent events, each `data` a recorded
+/// event) and the relay's NATS subjects (`berth.evt.<category>.<stream id>` under the default
+/// prefix); each event type is a message whose payload is the recorded event with that type.
+pub fn asyncapi() -> &'static Value {
+    static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
+        let mut messages = serde_json::Map::new();
+        let mut refs = serde_json::Map::new();
+        for (name, version, payload) in events::catalogue::payload_schemas() {
+            messages.insert(
+                name.to_owned(),
+                json!({
+                    "name": name,
+                    "title": name,
+                    "summary": format!("{name}, schema version {version}"),
+                    "contentType": "application/json",
+                    "payload": {
+                        "schemaFormat": "application/schema+json;version=draft-2020-12",
+                        "schema": payload,
+                    },
+                }),
+            );
+            refs.insert(
+                name.to_owned(),
+                json!({"$ref": format!("#/components/messages/{name}")}),
+            );
+        }
+        json!({
+            "asyncapi": "3.0.0",
+            "info": {
+                "title": "berth events",
+                "version": env!("CARGO_PKG_VERSION"),
+                "description": "Every change berth makes is an event of its log. Consumers \
+                    follow them as server-sent events (resuming with Last-Event-ID; filters by \
+                    type, category, stream, session) or on NATS. Each message's payload here is \
+                    the event's payload; the envelope around it is /v1/events/schema's.",
+            },
+            "channels": {
+                "events": {
+                    "address": "/v1/events",
+                    "description": "server-sent events: `event` the type, `id` the log position, `data` the recorded event",
+                    "messages": refs.clone(),
+                },
+                "nats": {
+                    "address": "berth.evt.{category}.{stream_id}",
+                    "description": "the relay's subjects (the default prefix), in log order",
+                    "parameters": {
+                        "category": {"description": "the stream's category: session, agent, ..."},
+                        "stream_id": {"description": "the stream's id"},
+                    },
+                    "messages": refs,
+                },
+            },
+            "operations": {
+                "followEvents": {"action": "receive", "channel": {"$ref": "#/channels/events"}},
+                "consumeNats": {"action": "receive", "channel": {"$ref": "#/channels/nats"}},
+            },
+            "components": {"messages": messages},
+        })
+    });
+    &DOCUMENT
+}
+
 fn finish(mut doc: Value) -> Value {
     doc["info"]["version"] = json!(env!("CARGO_PKG_VERSION"));
     doc["components"]["securitySchemes"] =

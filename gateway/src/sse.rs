@@ -74,18 +74,92 @@ pub struct EventsParams {
     follow: Option<bool>,
 }
 
+impl EventsParams {
+    /// Each parameter's pattern, as the document states it: a value outside it is refused
+    /// (422 naming it) rather than read as a filter nothing matches.
+    fn check(&self) -> Result<(), ApiError> {
+        let within = |value: &Option<String>, most: usize, allowed: fn(u8) -> bool| {
+            value
+                .as_deref()
+                .is_none_or(|v| (1..=most).contains(&v.len()) && v.bytes().all(allowed))
+        };
+        let checks = [
+            (
+                "after",
+                self.after.as_deref().is_none_or(|a| {
+                    a.split_once(':').is_some_and(|(tx, seq)| {
+                        [tx, seq].iter().all(|n| {
+                            (1..=19).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit())
+                        })
+                    })
+                }),
+                "a log position, `TX:SEQ`",
+            ),
+            (
+                "type",
+                within(&self.event_type, 1000, |b| {
+                    b.is_ascii_alphabetic() || b == b'*' || b == b','
+                }),
+                "event types (letters, `*` ending a prefix), comma-separated",
+            ),
+            (
+                "category",
+                within(&self.category, 1000, |b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b','
+                }),
+                "stream categories (lowercase letters, digits, `_`), comma-separated",
+            ),
+            (
+                "stream",
+                self.stream
+                    .as_deref()
+                    .is_none_or(|s| events::store::category_of(s).is_ok()),
+                "a stream id, `category-id`",
+            ),
+            (
+                "resource_group",
+                within(&self.resource_group, 64, |b| {
+                    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+                }),
+                "a resource group's name",
+            ),
+        ];
+        match checks.into_iter().find(|(_, ok, _)| !ok) {
+            Some((field, _, what)) => Err(ApiError::invalid(field, format!("is not {what}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `GET /v1/events`'s header: where a reconnecting client resumes. It documents the header;
+/// [`resume_point`] reads it from the request's headers.
+#[derive(Debug, Deserialize, IntoParams)]
+#[allow(dead_code)]
+#[into_params(parameter_in = Header)]
+pub struct ResumeHeader {
+    /// Resume after this log position (`TX:SEQ`): what a reconnecting client sends, the `id`
+    /// of the last event it read; empty, as a client sends before it has read any, is none.
+    #[serde(rename = "Last-Event-ID")]
+    #[param(
+        rename = "Last-Event-ID",
+        nullable = false,
+        pattern = r"^([0-9]{1,19}:[0-9]{1,19})?$"
+    )]
+    last_event_id: Option<String>,
+}
+
 /// Events read from the log a batch at a time while catching up.
 const CATCH_UP_BATCH: i64 = 500;
 
 /// Server-sent events: my sessions' events (every event, for superadmins), filtered as the
 /// parameters say, from where the reader resumes or from now on. Each event's data is the
 /// recorded event as JSON, its `id` its log position.
-#[utoipa::path(get, path = "/v1/events", tag = "events", params(EventsParams,
-        ("Last-Event-ID" = Option<String>, Header, description = "resume after this position (`TX:SEQ`): what a reconnecting client sends")),
+#[utoipa::path(get, path = "/v1/events", tag = "events", params(EventsParams, ResumeHeader),
     responses((status = 200, description = "`text/event-stream` of recorded events",
         content_type = "text/event-stream", body = crate::model::StreamedEvent),
               (status = 403, description = "`owner` or `resource_group` named by someone not a superadmin", body = crate::error::ErrorBody),
-              (status = 422, description = "a parameter is not understood, or the position is past the log's end (the field says which)", body = crate::error::ErrorBody),
+              (status = 404, description = "`owner` names no user, or the position is past the log's end (`Last-Event-ID` or `after`)", body = crate::error::ErrorBody),
+              (status = 422, description = "a parameter is not understood (the field says which)", body = crate::error::ErrorBody),
               (status = 503, description = "NATS is unavailable (`bus_unavailable`); try again after `Retry-After` seconds", body = crate::error::ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
@@ -94,6 +168,7 @@ pub async fn events(
     RawQuery(raw): RawQuery,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let params: EventsParams = query::parse(raw.as_deref())?;
+    params.check()?;
     let everything = events::authorization::lists_everyone(caller.role);
     let mut filter = EventFilter::default().with_types(params.event_type.as_deref().unwrap_or(""));
     filter.categories = list(params.category.as_deref());
@@ -108,7 +183,9 @@ pub async fn events(
         if let Some(email) = params.owner {
             let owner = crate::db::sessions::user_id_by_email(&state.pool, &email)
                 .await?
-                .ok_or_else(|| ApiError::invalid("owner", format!("no user is `{email}`")))?;
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("no user is `{email}`")).field("owner")
+                })?;
             filter.owner = Some(owner);
         }
     } else {
@@ -215,16 +292,19 @@ fn list(value: Option<&str>) -> Vec<String> {
 
 /// Where the reader resumes: after the `Last-Event-ID` header's position, else `after`'s,
 /// else before the first event recorded at `since`; `None`: from now on. A position past the
-/// log's end is refused: it was never served here.
+/// log's end is refused (404): it was never served here. The log is kept whole, so no position
+/// is too old to serve.
 async fn resume_point(
     pool: &Pool,
     headers: &HeaderMap,
     after: Option<String>,
     since: Option<DateTime<Utc>>,
 ) -> Result<Option<LogPosition>, ApiError> {
+    // An empty one is what a client sends before it has read any event: none.
     let header = headers
         .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("").to_owned());
+        .map(|v| v.to_str().unwrap_or("").trim().to_owned())
+        .filter(|v| !v.is_empty());
     let (field, named) = match (header, after) {
         (Some(header), _) => ("Last-Event-ID", Some(header)),
         (None, after) => ("after", after),
@@ -238,10 +318,10 @@ async fn resume_point(
             .await?
             .unwrap_or(LogPosition::START);
         if position > last {
-            return Err(ApiError::invalid(
-                field,
-                format!("{position} is past the log's last position, {last}"),
-            ));
+            return Err(ApiError::not_found(format!(
+                "the log has no position {position}: its last is {last}"
+            ))
+            .field(field));
         }
         return Ok(Some(position));
     }

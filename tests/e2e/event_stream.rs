@@ -301,11 +301,7 @@ async fn filters_hold_in_the_catch_up_and_live_a_filtered_stream_resumes_and_use
             StatusCode::FORBIDDEN,
             "resource_group",
         ),
-        (
-            "?after=999999999:1",
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "after",
-        ),
+        ("?after=999999999:1", StatusCode::NOT_FOUND, "after"),
         (
             "?after=yesterday",
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -334,4 +330,120 @@ async fn filters_hold_in_the_catch_up_and_live_a_filtered_stream_resumes_and_use
     assert!(owners
         .iter()
         .all(|(_, d)| d["stream_id"] == bobs_stream.as_str()));
+}
+
+/// The Python that schemathesis runs in (`infra/test.sh` makes it): its `jsonschema_rs`
+/// package is a well-kept validator of JSON Schema 2020-12.
+fn python() -> std::path::PathBuf {
+    match std::env::var("BERTH_SCHEMATHESIS") {
+        Ok(path) => std::path::PathBuf::from(path).with_file_name("python3"),
+        Err(_) => {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.berth/venv/bin/python3")
+        }
+    }
+}
+
+const VALIDATE: &str = r#"
+import json, sys
+from jsonschema_rs import Draft202012Validator
+schema = json.load(open(sys.argv[1]))
+events = [json.loads(line) for line in open(sys.argv[2])]
+envelope = Draft202012Validator(schema["envelope"])
+payloads = {name: Draft202012Validator(e["payload"]) for name, e in schema["events"].items()}
+bad, types = [], set()
+for e in events:
+    bad += [f"envelope at {e.get('position')}: {err.message}" for err in envelope.iter_errors(e)]
+    name = e["event_type"]
+    if name not in payloads:
+        bad.append(f"no schema for {name}")
+        continue
+    if schema["events"][name]["version"] != e["schema_version"]:
+        bad.append(f"{name} served at version {e['schema_version']}")
+    bad += [f"{name} at {e['position']}: {err.message} ({list(err.instance_path)})"
+            for err in payloads[name].iter_errors(e["payload"])]
+    types.add(name)
+print(json.dumps({"events": len(events), "types": sorted(types), "bad": bad[:20]}))
+sys.exit(1 if bad else 0)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_event_of_a_run_validates_against_the_published_schema() {
+    let h = start().await;
+    let nats = bus::link::connect_as_url_says(&nats_url()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("berth-outbox-{}", Uuid::new_v4().simple()));
+    admit(&h, "v1", "default").await;
+    let agent = h
+        .simulated_agent(&nats, "v1", &dir, Duration::from_millis(300))
+        .await;
+    // Accounts, a folder, a batch session run to its end, an interactive one renamed and
+    // terminated: events of many types.
+    let alice = h.user("alice@schema.test").await;
+    let (status, folder) = h.post(&alice, "/v1/folders", json!({"name": "data"})).await;
+    assert!(status.is_success(), "{folder}");
+    let batch = json!({"type": "batch", "image": "berth/shell:latest", "startup_command": "true",
+                       "resources": {"cpu": 1, "memory": "256m"}});
+    let (_, created) = h.create(&alice, batch).await;
+    let batch_id = ids(&created)[0].clone();
+    let interactive =
+        json!({"image": "berth/shell:latest", "resources": {"cpu": 1, "memory": "256m"}});
+    let (_, created) = h.create(&alice, interactive).await;
+    let shell_id = ids(&created)[0].clone();
+    h.wait_session(&batch_id, |s| s["status"] == "TERMINATED")
+        .await;
+    h.wait_session(&shell_id, |s| s["status"] == "RUNNING")
+        .await;
+    let (status, _) = h
+        .call(
+            &alice,
+            reqwest::Method::DELETE,
+            &format!("/v1/sessions/{shell_id}"),
+            None,
+        )
+        .await;
+    assert!(status.is_success());
+    h.wait_session(&shell_id, |s| s["status"] == "TERMINATED")
+        .await;
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let (status, schema) = h.get(&alice, "/v1/events/schema").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        schema["events"].as_object().unwrap().len(),
+        events::catalogue::EVENT_TYPES.len()
+    );
+    let (status, asyncapi) = h.get(&alice, "/asyncapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(asyncapi["asyncapi"], "3.0.0");
+    assert_eq!(
+        asyncapi["components"]["messages"]
+            .as_object()
+            .unwrap()
+            .len(),
+        events::catalogue::EVENT_TYPES.len()
+    );
+    let all = read(&h, &h.base, &h.admin_key, "?follow=false", None, |_| false).await;
+    let work = std::env::temp_dir().join(format!("berth-schema-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("schema.json"), schema.to_string()).unwrap();
+    let lines: Vec<String> = all.iter().map(|(_, data)| data.to_string()).collect();
+    std::fs::write(work.join("events.jsonl"), lines.join("\n")).unwrap();
+    let output = tokio::process::Command::new(python())
+        .args(["-c", VALIDATE])
+        .arg(work.join("schema.json"))
+        .arg(work.join("events.jsonl"))
+        .output()
+        .await
+        .expect("python runs");
+    let _ = std::fs::remove_dir_all(&work);
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{printed}");
+    let report: Value = serde_json::from_str(printed.trim()).expect("the report is JSON");
+    println!("{report}");
+    assert!(report["events"].as_u64().unwrap() as usize == all.len());
+    assert!(report["types"].as_array().unwrap().len() >= 15, "{report}");
 }
