@@ -310,7 +310,7 @@ async fn a_log_through_departures_a_loss_and_a_bus_outage_replays_to_its_waits_a
     };
     let h = start_parts(config.clone(), berth::app::Parts::ALL).await;
     h.resource_group(
-        json!({"name": "replay", "queue_policy": "fifo", "pending_timeout_secs": 10}),
+        json!({"name": "replay", "queue_policy": "fifo", "pending_timeout_secs": 8}),
         true,
     )
     .await;
