@@ -13,15 +13,26 @@ use crate::common::*;
 
 /// `url`'s exposition, parsed (every line of it, or the test fails).
 async fn scrape(http: &reqwest::Client, url: &str) -> Scrape {
-    let response = http.get(url).send().await.expect("the scrape is answered");
-    assert_eq!(response.status(), StatusCode::OK, "{url}");
-    let content_type = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(content_type.starts_with("text/plain"), "{content_type}");
-    let text = response.text().await.unwrap();
-    Scrape::parse(&text).unwrap_or_else(|e| panic!("not Prometheus's text format: {e:?}\n{text}"))
+    // Right after the start, under load, no metric may have been recorded yet: the
+    // exposition is empty, which the parser refuses. The first sample comes within moments.
+    let mut tries = 0;
+    loop {
+        let response = http.get(url).send().await.expect("the scrape is answered");
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        let text = response.text().await.unwrap();
+        tries += 1;
+        if text.trim().is_empty() && tries < 50 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        return Scrape::parse(&text)
+            .unwrap_or_else(|e| panic!("not Prometheus's text format: {e:?}\n{text}"));
+    }
 }
 
 /// The sum of the samples named `name` whose labels include `labels`: a counter's or a
