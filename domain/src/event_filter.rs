@@ -26,12 +26,18 @@ pub struct EventFilter {
 impl EventFilter {
     /// Adds the types of a comma-separated list: `SessionRequested,Agent*`.
     pub fn with_types(mut self, list: &str) -> EventFilter {
-        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        for name in items(list) {
             match name.strip_suffix('*') {
                 Some(prefix) => self.type_prefixes.push(prefix.to_owned()),
                 None => self.types.push(name.to_owned()),
             }
         }
+        self
+    }
+
+    /// Adds the stream categories of a comma-separated list: `session,agent`.
+    pub fn with_categories(mut self, list: &str) -> EventFilter {
+        self.categories.extend(items(list).map(str::to_owned));
         self
     }
 
@@ -58,6 +64,11 @@ impl EventFilter {
         self.owner.is_none_or(|o| o == owner)
             && self.resource_group.as_deref().is_none_or(|g| g == group)
     }
+}
+
+/// The items of a comma-separated list, trimmed, the empty ones left out.
+fn items(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|n| !n.is_empty())
 }
 
 /// The category of the sessions' streams.
@@ -93,13 +104,9 @@ mod tests {
         assert!(by_type.passes(&event));
         assert!(EventFilter::default().with_types("Agent*").passes(&event));
         assert!(!EventFilter::default().with_types("Session*").passes(&event));
-        let mut by_category = EventFilter {
-            categories: vec!["session".into()],
-            ..Default::default()
-        };
+        let by_category = EventFilter::default().with_categories("session");
         assert!(!by_category.passes(&event));
-        by_category.categories.push("agent".into());
-        assert!(by_category.passes(&event));
+        assert!(by_category.with_categories(" agent,").passes(&event));
         let by_stream = EventFilter {
             streams: vec!["agent-a2".into()],
             ..Default::default()

@@ -501,10 +501,7 @@ pub async fn last_committed<C: GenericClient>(
             &[],
         )
         .await?;
-    Ok(row.map(|r| LogPosition {
-        tx: r.get::<_, Xid8>(0).0,
-        seq: r.get(1),
-    }))
+    Ok(row.as_ref().map(position_of))
 }
 
 /// `EventStore::append` on a client or transaction the caller holds (the payloads must
@@ -685,11 +682,11 @@ pub async fn position_before<C: GenericClient>(
             &[&since],
         )
         .await?;
-    Ok(row.map(|r| {
-        let Xid8(tx) = r.get(0);
+    Ok(row.as_ref().map(|r| {
+        let first = position_of(r);
         LogPosition {
-            tx,
-            seq: r.get::<_, i64>(1) - 1,
+            seq: first.seq - 1,
+            ..first
         }
     }))
 }
@@ -760,11 +757,7 @@ where
     let mut read = 0u64;
     let mut rows = fetch(after).await?;
     while let Some(last) = rows.last() {
-        let Xid8(tx) = last.get(0);
-        let after = LogPosition {
-            tx,
-            seq: last.get(1),
-        };
+        let after = position_of(last);
         let decode = tokio::task::spawn_blocking(move || {
             rows.iter().map(decode_row).collect::<Result<Vec<_>, _>>()
         });
@@ -790,12 +783,17 @@ async fn read_rows<C: GenericClient>(
     rows.iter().map(decode_row).collect()
 }
 
-fn decode_row(row: &tokio_postgres::Row) -> Result<RecordedEvent, StoreError> {
+/// The log position a row's first two columns (`tx_id`, `seq`) name.
+fn position_of(row: &tokio_postgres::Row) -> LogPosition {
     let Xid8(tx) = row.get(0);
-    let position = LogPosition {
+    LogPosition {
         tx,
         seq: row.get(1),
-    };
+    }
+}
+
+fn decode_row(row: &tokio_postgres::Row) -> Result<RecordedEvent, StoreError> {
+    let position = position_of(row);
     let event_type: &str = row.get(5);
     let schema_version: i32 = row.get(6);
     let RawJson(payload) = row.get(7);

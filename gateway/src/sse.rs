@@ -116,18 +116,14 @@ impl EventsParams {
                     .is_none_or(|s| events::store::category_of(s).is_ok()),
                 "a stream id, `category-id`",
             ),
-            (
-                "resource_group",
-                within(&self.resource_group, 64, |b| {
-                    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
-                }),
-                "a resource group's name",
-            ),
         ];
-        match checks.into_iter().find(|(_, ok, _)| !ok) {
-            Some((field, _, what)) => Err(ApiError::invalid(field, format!("is not {what}"))),
-            None => Ok(()),
+        if let Some((field, _, what)) = checks.into_iter().find(|(_, ok, _)| !ok) {
+            return Err(ApiError::invalid(field, format!("is not {what}")));
         }
+        if let Some(group) = &self.resource_group {
+            crate::api::admin::checked_name("resource_group", group)?;
+        }
+        Ok(())
     }
 }
 
@@ -147,6 +143,9 @@ pub struct ResumeHeader {
     )]
     last_event_id: Option<String>,
 }
+
+/// Sessions whose owner and group one reader remembers at most.
+const MOST_SESSIONS_REMEMBERED: usize = 10_000;
 
 /// Events read from the log a batch at a time while catching up.
 const CATCH_UP_BATCH: i64 = 500;
@@ -170,8 +169,9 @@ pub async fn events(
     let params: EventsParams = query::parse(raw.as_deref())?;
     params.check()?;
     let everything = events::authorization::lists_everyone(caller.role);
-    let mut filter = EventFilter::default().with_types(params.event_type.as_deref().unwrap_or(""));
-    filter.categories = list(params.category.as_deref());
+    let mut filter = EventFilter::default()
+        .with_types(params.event_type.as_deref().unwrap_or(""))
+        .with_categories(params.category.as_deref().unwrap_or(""));
     filter.streams.extend(params.stream);
     filter.streams.extend(
         params
@@ -279,17 +279,6 @@ async fn follow_live(
 /// The live events a reader follows.
 type Live = async_nats::jetstream::consumer::pull::Ordered;
 
-/// The items of a comma-separated list.
-fn list(value: Option<&str>) -> Vec<String> {
-    value
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Where the reader resumes: after the `Last-Event-ID` header's position, else `after`'s,
 /// else before the first event recorded at `since`; `None`: from now on. A position past the
 /// log's end is refused (404): it was never served here. The log is kept whole, so no position
@@ -309,35 +298,42 @@ async fn resume_point(
         (Some(header), _) => ("Last-Event-ID", Some(header)),
         (None, after) => ("after", after),
     };
-    let client = pool.get().await?;
-    if let Some(named) = named {
-        let position: LogPosition = named.trim().parse().map_err(|e| {
-            ApiError::invalid(field, format!("`{named}` is not a log position: {e}"))
-        })?;
-        let last = events::store::last_committed(&client)
-            .await?
-            .unwrap_or(LogPosition::START);
-        if position > last {
-            return Err(ApiError::not_found(format!(
-                "the log has no position {position}: its last is {last}"
-            ))
-            .field(field));
-        }
-        return Ok(Some(position));
-    }
-    let Some(since) = since else {
-        return Ok(None);
+    let Some(since) = since.filter(|_| named.is_none()) else {
+        return match named {
+            Some(named) => resume_after(pool, field, &named).await.map(Some),
+            // A stream from now on reads nothing of the log.
+            None => Ok(None),
+        };
     };
-    // Nothing recorded since: from the log's end.
-    let before = events::store::position_before(&client, since).await?;
-    match before {
+    let client = pool.get().await?;
+    match events::store::position_before(&client, since).await? {
         Some(before) => Ok(Some(before)),
+        // Nothing recorded since: from the log's end.
         None => Ok(Some(
             events::store::last_committed(&client)
                 .await?
                 .unwrap_or(LogPosition::START),
         )),
     }
+}
+
+/// The position `named` (by `field`), refused when it is no position or past the log's end.
+async fn resume_after(pool: &Pool, field: &str, named: &str) -> Result<LogPosition, ApiError> {
+    let position: LogPosition = named
+        .trim()
+        .parse()
+        .map_err(|e| ApiError::invalid(field, format!("`{named}` is not a log position: {e}")))?;
+    let client = pool.get().await?;
+    let last = events::store::last_committed(&client)
+        .await?
+        .unwrap_or(LogPosition::START);
+    if position > last {
+        return Err(ApiError::not_found(format!(
+            "the log has no position {position}: its last is {last}"
+        ))
+        .field(field));
+    }
+    Ok(position)
 }
 
 /// One reader of the stream: the log from `after` while catching up, then the live events.
@@ -403,11 +399,15 @@ impl Reader {
         let known = match self.sessions.get(&session) {
             Some(known) => known.clone(),
             None => {
-                let Ok(found) =
-                    crate::db::sessions::ledger_owner_and_group(&self.pool, session).await
+                let Ok(found) = crate::db::sessions::ledger_session(&self.pool, session).await
                 else {
                     return false;
                 };
+                let found = found.map(|s| (s.owner, s.resource_group));
+                // Bounded, whatever a long stream goes through: forgotten whole when full.
+                if self.sessions.len() >= MOST_SESSIONS_REMEMBERED {
+                    self.sessions.clear();
+                }
                 self.sessions.insert(session, found.clone());
                 found
             }

@@ -216,40 +216,40 @@ pub async fn view_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiError>
         .map(|r| r.get(0)))
 }
 
+/// What the ledger says of session `id` (exact, unlike the view).
+pub struct LedgerSession {
+    pub owner: Uuid,
+    pub status: String,
+    pub resource_group: String,
+}
+
+/// Session `id` as the ledger has it, if it has it.
+pub async fn ledger_session(pool: &Pool, id: Uuid) -> Result<Option<LedgerSession>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT owner, status, resource_group FROM ledger.sessions WHERE session_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| LedgerSession {
+        owner: r.get(0),
+        status: r.get(1),
+        resource_group: r.get(2),
+    }))
+}
+
 /// The owner and status of session `id` from the ledger (exact, unlike the view).
 pub async fn ledger_owner_status(
     pool: &Pool,
     id: Uuid,
 ) -> Result<Option<(Uuid, String)>, ApiError> {
-    let client = pool.get().await?;
-    let row = client
-        .query_opt(
-            "SELECT owner, status FROM ledger.sessions WHERE session_id = $1",
-            &[&id],
-        )
-        .await?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+    Ok(ledger_session(pool, id).await?.map(|s| (s.owner, s.status)))
 }
 
 /// The owner of session `id` from the ledger.
 pub async fn ledger_owner(pool: &Pool, id: Uuid) -> Result<Option<Uuid>, ApiError> {
-    Ok(ledger_owner_status(pool, id).await?.map(|(owner, _)| owner))
-}
-
-/// The owner and resource group of session `id` from the ledger, for the event stream's
-/// filter.
-pub async fn ledger_owner_and_group(
-    pool: &Pool,
-    id: Uuid,
-) -> Result<Option<(Uuid, String)>, ApiError> {
-    let client = pool.get().await?;
-    let row = client
-        .query_opt(
-            "SELECT owner, resource_group FROM ledger.sessions WHERE session_id = $1",
-            &[&id],
-        )
-        .await?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+    Ok(ledger_session(pool, id).await?.map(|s| s.owner))
 }
 
 /// The owner and name of each of `ids` the ledger knows.
