@@ -115,6 +115,10 @@ enum Command {
     /// The log's events through the gateway's event stream, read to the log's end or
     /// followed (`-f`), resuming by itself (BERTH_GATEWAY_URL, BERTH_API_KEY).
     Events(events_cli::EventsArgs),
+    /// Durable subscriptions to the log: made with filters, listed with how far each was
+    /// acknowledged, deleted (read them with `berth events --subscription NAME`).
+    #[command(subcommand)]
+    Subscription(events_cli::SubscriptionCommand),
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
@@ -380,6 +384,7 @@ async fn run(
         Command::Session(command) => return session_cli::run(&config, command).await,
         Command::Folder(command) => return folder_cli::run(&config, command).await,
         Command::Events(args) => return events_cli::run(&config, args).await,
+        Command::Subscription(command) => return events_cli::subscription(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
         Command::Completion { shell } => completion(shell),
     }

@@ -1,11 +1,14 @@
-//! Keeps the authorization of a NATS server on this host in step with the agents admitted,
-//! so an admitted agent gets in with its credential, confined to its own subjects, and a
-//! revoked one is shut out, with nobody editing the server's configuration by hand.
+//! Keeps the authorization of a NATS server on this host in step with the agents admitted and
+//! the durable subscriptions read over NATS, so an admitted agent (a subscription's reader)
+//! gets in with its credential, confined to its own subjects (its own consumer of the
+//! events), and a revoked agent (a deleted subscription) is shut out, with nobody editing the
+//! server's configuration by hand.
 //!
 //! The server (`infra/services.sh` starts one so) reads its users from
 //! `<dir>/authorization.conf`, made of one fragment per installation in `<dir>/users.d/`:
 //! `control.conf`, the control plane's user, written by the script; `<root>.conf`, the admitted
-//! agents of the installation whose subjects start at `<root>`, written here. Several
+//! agents and subscription readers of the installation whose subjects start at `<root>`,
+//! written here. Several
 //! installations (the tests, each with a database and a subject root of its own) share one
 //! server that way. A change rewrites this installation's fragment, joins the fragments again
 //! under a lock, and asks the server (its pid in `<dir>/nats.pid`) to reload.
@@ -23,8 +26,13 @@ use events::relay::Topology;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The events after which an installation's agents on the server are not the same.
-const CHANGING_EVENTS: &[&str] = &["AgentAdmitted", "AgentRevoked"];
+/// The events after which an installation's users on the server are not the same.
+const CHANGING_EVENTS: &[&str] = &[
+    "AgentAdmitted",
+    "AgentRevoked",
+    "SubscriptionCreated",
+    "SubscriptionDeleted",
+];
 
 /// How often the control plane applies the admissions again when no event says they changed:
 /// the safety net for an event published while it was not subscribed.
@@ -42,17 +50,30 @@ pub enum Applied {
     Reloaded,
 }
 
-/// Writes the fragment of the agents admitted in `pool` (the installation rooted at
-/// `subjects.root`) under `dir`, and when it changed, joins every fragment into the server's
-/// authorization and asks the server to reload it.
+/// Writes the fragment of the agents admitted and the subscriptions read over NATS in `pool`
+/// (the installation rooted at `subjects.root`, its events in `events_stream`) under `dir`,
+/// and when it changed, joins every fragment into the server's authorization and asks the
+/// server to reload it.
 pub async fn apply(
     pool: &deadpool_postgres::Pool,
     subjects: &bus::Subjects,
+    events_stream: &str,
     dir: &Path,
 ) -> anyhow::Result<Applied> {
     let keys = recorder::admission::admitted_keys(pool).await?;
-    let fragment =
-        bus::permissions::users_fragment(&bus::permissions::agent_users(subjects, &keys));
+    let readers: Vec<bus::permissions::ReaderKey> = events::subscriptions::nats_readers(pool)
+        .await?
+        .into_iter()
+        .filter_map(|s| {
+            Some(bus::permissions::ReaderKey {
+                consumer: domain::subscriptions::consumer_name(s.created.owner, &s.created.name),
+                public_key: s.created.nats_key?,
+            })
+        })
+        .collect();
+    let mut users = bus::permissions::agent_users(subjects, &keys);
+    users.extend(bus::permissions::reader_users(events_stream, &readers));
+    let fragment = bus::permissions::users_fragment(&users);
     let (dir, root) = (dir.to_path_buf(), subjects.root.clone());
     tokio::task::spawn_blocking(move || write_and_reload(&dir, &root, &fragment)).await?
 }
@@ -129,17 +150,21 @@ pub async fn follow(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());
-    let watching = events::hints::poke_on(
-        nats,
-        topology.category_subject("agent"),
-        |event_type| CHANGING_EVENTS.contains(&event_type),
-        changed.clone(),
-        stop.clone(),
-    );
+    let watch = |category: &str| {
+        events::hints::poke_on(
+            nats.clone(),
+            topology.category_subject(category),
+            |event_type| CHANGING_EVENTS.contains(&event_type),
+            changed.clone(),
+            stop.clone(),
+        )
+    };
+    let watching =
+        futures::future::try_join(watch("agent"), watch(domain::subscriptions::CATEGORY));
     let applying = async {
         let mut failing = false;
         loop {
-            match apply(&pool, &subjects, &dir).await {
+            match apply(&pool, &subjects, &topology.stream, &dir).await {
                 Ok(applied) => {
                     if failing || applied == Applied::Reloaded {
                         tracing::info!(dir = %dir.display(), ?applied, "NATS authorization in step with the admitted agents");

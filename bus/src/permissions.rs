@@ -1,6 +1,8 @@
 //! What an agent may do on NATS, as subjects: publish its own requests and telemetry, pull
 //! and acknowledge its own command consumer, and read replies on its own inbox; nothing else
-//! (no events, no other agent's subjects, no JetStream API beyond its consumer). An agent
+//! (no events, no other agent's subjects, no JetStream API beyond its consumer). A durable
+//! subscription's reader may only pull and acknowledge its own consumer of the events
+//! ([`reader_permissions`]). An agent
 //! authenticates with an nkey (the public half is recorded at admission), and
 //! [`authorization`] renders the server's `authorization` block from the admitted agents and
 //! the control plane's user. Several installations can share one server: each renders its
@@ -30,6 +32,46 @@ pub fn agent_permissions(subjects: &Subjects, agent: &str) -> (Vec<String>, Vec<
     ];
     let subscribe = vec![format!("{}.>", inbox_prefix(agent))];
     (publish, subscribe)
+}
+
+/// What the NATS user of a durable subscription may do: pull from its own consumer of the
+/// relay's events stream and acknowledge it, and read replies on its own inbox; nothing else
+/// (no publishing of events, no other consumer, no JetStream API beyond its consumer).
+pub fn reader_permissions(events_stream: &str, consumer: &str) -> (Vec<String>, Vec<String>) {
+    let publish = vec![
+        format!("$JS.API.CONSUMER.INFO.{events_stream}.{consumer}"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{events_stream}.{consumer}"),
+        format!("$JS.ACK.{events_stream}.{consumer}.>"),
+        format!("$JS.ACK.*.*.{events_stream}.{consumer}.>"),
+    ];
+    let subscribe = vec![format!("{}.>", inbox_prefix(consumer))];
+    (publish, subscribe)
+}
+
+/// A durable subscription read over NATS, as the server's configuration needs it: its
+/// consumer and its user's public key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaderKey {
+    pub consumer: String,
+    pub public_key: String,
+}
+
+/// Each NATS reader of a durable subscription as a user of the server: its nkey, and its own
+/// consumer of `events_stream` only.
+pub fn reader_users(events_stream: &str, readers: &[ReaderKey]) -> Vec<Value> {
+    readers
+        .iter()
+        .map(|reader| {
+            let (publish, subscribe) = reader_permissions(events_stream, &reader.consumer);
+            json!({
+                "nkey": reader.public_key,
+                "permissions": {
+                    "publish": {"allow": publish},
+                    "subscribe": {"allow": subscribe},
+                },
+            })
+        })
+        .collect()
 }
 
 /// An admitted agent, as the server's configuration needs it.
@@ -155,6 +197,42 @@ mod tests {
         ] {
             assert!(!allowed(&subscribe, other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_subscriptions_reader_may_pull_and_acknowledge_its_own_consumer_only() {
+        let (publish, subscribe) = reader_permissions("BERTH_EVENTS", "sub-u1-billing");
+        for own in [
+            "$JS.API.CONSUMER.MSG.NEXT.BERTH_EVENTS.sub-u1-billing",
+            "$JS.API.CONSUMER.INFO.BERTH_EVENTS.sub-u1-billing",
+            "$JS.ACK.BERTH_EVENTS.sub-u1-billing.1.2.3.4.5",
+        ] {
+            assert!(allowed(&publish, own), "{own}");
+        }
+        for other in [
+            "berth.evt.session.x",
+            "berth.rec.a1",
+            "$JS.API.CONSUMER.MSG.NEXT.BERTH_EVENTS.sub-u2-billing",
+            "$JS.API.CONSUMER.CREATE.BERTH_EVENTS",
+            "$JS.API.CONSUMER.DELETE.BERTH_EVENTS.sub-u1-billing",
+            "$JS.API.STREAM.PURGE.BERTH_EVENTS",
+            "$JS.ACK.BERTH_EVENTS.sub-u2-billing.1.2.3.4.5",
+            "$JS.API.CONSUMER.MSG.NEXT.BERTH_AGENT_CMDS.agent-a1",
+        ] {
+            assert!(!allowed(&publish, other), "{other}");
+        }
+        assert!(allowed(&subscribe, "_INBOX.sub-u1-billing.x"));
+        for other in ["_INBOX.a1.x", "berth.evt.>", "berth.cmd.a1.x"] {
+            assert!(!allowed(&subscribe, other), "{other}");
+        }
+        let users = reader_users(
+            "BERTH_EVENTS",
+            &[ReaderKey {
+                consumer: "sub-u1-billing".into(),
+                public_key: "UR1".into(),
+            }],
+        );
+        assert_eq!(users[0]["nkey"], "UR1");
     }
 
     #[test]

@@ -289,6 +289,10 @@ catalogue! {
     LaunchRenamed(LaunchRenamed) = "LaunchRenamed" v 1,
     /// A user pinned or unpinned one of their launches.
     LaunchPinned(LaunchPinned) = "LaunchPinned" v 1,
+    /// A user made a durable subscription to the log.
+    SubscriptionCreated(SubscriptionCreated) = "SubscriptionCreated" v 1,
+    /// A user deleted a durable subscription.
+    SubscriptionDeleted(SubscriptionDeleted) = "SubscriptionDeleted" v 1,
 }
 
 /// Why a stored payload could not be upcast (said as the reason of a
@@ -443,6 +447,18 @@ mod tests {
             Event::SchedulerWakeupsMissed(SchedulerWakeupsMissed {
                 from: at,
                 until: at + chrono::TimeDelta::seconds(9),
+            }),
+            Event::SubscriptionCreated(SubscriptionCreated {
+                subscription_id: id,
+                owner: id,
+                name: "billing".into(),
+                filter: crate::event_filter::EventFilter::default().with_types("Session*"),
+                from_start: false,
+                nats_key: Some("UA1".into()),
+            }),
+            Event::SubscriptionDeleted(SubscriptionDeleted {
+                subscription_id: id,
+                name: "billing".into(),
             }),
             Event::SessionRequested(Box::new(SessionRequested {
                 shared_mounts: Default::default(),

@@ -3,11 +3,14 @@
 //! the session's owner and resource group. Pure: the readers (the gateway's event stream,
 //! the log's filtered read) ask it, and look up a session's owner and group themselves.
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::RecordedEvent;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(default)]
 pub struct EventFilter {
     /// Event types wanted (none: every type), with [`EventFilter::type_prefixes`].
     pub types: Vec<String>,

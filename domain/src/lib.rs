@@ -60,6 +60,7 @@ pub mod notices;
 pub mod outbound;
 pub mod payloads;
 pub mod sharing;
+pub mod subscriptions;
 pub mod usage;
 pub mod volumes;
 

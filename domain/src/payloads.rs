@@ -322,6 +322,32 @@ pub struct SchedulerWakeupsMissed {
     pub until: DateTime<Utc>,
 }
 
+/// A user made a durable subscription to the log: a name of theirs, the events it wants, and
+/// where its reading starts (berth keeps how far its consumer acknowledged, outside the log).
+/// Its stream is `subscription-<owner>-<name>`, so a name is its owner's once at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SubscriptionCreated {
+    /// Fresh for each creation: a name made again starts over.
+    pub subscription_id: Uuid,
+    pub owner: Uuid,
+    pub name: String,
+    pub filter: crate::event_filter::EventFilter,
+    /// The reading starts at the log's start; otherwise after this event.
+    pub from_start: bool,
+    /// The public nkey of the NATS user that reads the subscription's JetStream consumer
+    /// (its seed is shown once, never recorded); `None`: read over HTTP only.
+    pub nats_key: Option<String>,
+}
+
+/// A user deleted a durable subscription: its consumer and NATS user are gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SubscriptionDeleted {
+    pub subscription_id: Uuid,
+    pub name: String,
+}
+
 /// An agent said it is leaving (it was stopped, or drained): from now on nothing is placed
 /// on it, as on a lost one, and it registers again when it returns. Its sessions' containers
 /// keep running and are adopted then.

@@ -37,13 +37,14 @@ pub mod projection;
 pub mod relay;
 pub mod sql;
 pub mod store;
+pub mod subscriptions;
 pub mod tls;
 pub use bus::trace;
 pub use metrics::describe_metrics;
 
 pub use domain::{
-    advice, aggregate, authorization, catalogue, credentials, fair_share, folders, idleness,
-    images, notices, outbound, payloads, usage, volumes,
+    advice, aggregate, authorization, catalogue, credentials, event_filter, fair_share, folders,
+    idleness, images, notices, outbound, payloads, usage, volumes,
 };
 pub use domain::{Event, LogPosition, Metadata, RecordedEvent};
 pub use store::{EventStore, ExpectedVersion, ProposedEvent, StoreError};

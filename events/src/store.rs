@@ -604,6 +604,22 @@ pub async fn append_with<C: GenericClient>(
     })
 }
 
+/// Every event of the streams of `category` whose id begins with `prefix`, in log order
+/// (committed ones, whatever the horizon: a command deciding on them reads them so).
+pub async fn read_streams_with_prefix<C: GenericClient>(
+    client: &C,
+    category: &str,
+    prefix: &str,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let sql = format!(
+        "SELECT {READ_COLUMNS} FROM events
+         WHERE category = $1 AND starts_with(stream_id, $2)
+         ORDER BY tx_id, seq"
+    );
+    let rows = client.query(&sql, &[&category, &prefix]).await?;
+    rows.iter().map(decode_row).collect()
+}
+
 /// `EventStore::read_all` on a client or transaction the caller holds.
 pub async fn read_all_with<C: GenericClient>(
     client: &C,

@@ -50,13 +50,21 @@ pub use handles::MetricsRender;
 pub use metrics::{describe_metrics, METRICS_CONTENT_TYPE};
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
-/// The gateway's own schema (`proxy`: the app proxy's tickets and cookies, shared by every
-/// gateway on the database), as a component of `events::store::migrate`.
-pub const MIGRATIONS: &[events::store::Migration] = &[(
-    "gateway",
-    1,
-    include_str!("../migrations/0001_app_passes.sql"),
-)];
+/// The gateway's own schemas (`proxy`: the app proxy's tickets and cookies; `feeds`: how far
+/// each durable subscription was acknowledged; both shared by every gateway on the
+/// database), as a component of `events::store::migrate`.
+pub const MIGRATIONS: &[events::store::Migration] = &[
+    (
+        "gateway",
+        1,
+        include_str!("../migrations/0001_app_passes.sql"),
+    ),
+    (
+        "gateway",
+        2,
+        include_str!("../migrations/0002_subscription_acks.sql"),
+    ),
+];
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
@@ -209,6 +217,16 @@ fn routes() -> OpenApiRouter<AppState> {
             api::admin::registries::admin_remove_registry
         ))
         .routes(routes!(sse::events))
+        .routes(routes!(
+            api::subscriptions::list_subscriptions,
+            api::subscriptions::create_subscription
+        ))
+        .routes(routes!(
+            api::subscriptions::get_subscription,
+            api::subscriptions::delete_subscription
+        ))
+        .routes(routes!(api::subscriptions::read_subscription))
+        .routes(routes!(api::subscriptions::acknowledge))
         .routes(routes!(events_schema))
         .routes(routes!(openapi_json))
         .routes(routes!(asyncapi_json))
@@ -527,6 +545,12 @@ mod tests {
             ("get", "/openapi.json"),
             ("get", "/asyncapi.json"),
             ("get", "/v1/events/schema"),
+            ("get", "/v1/subscriptions"),
+            ("post", "/v1/subscriptions"),
+            ("get", "/v1/subscriptions/{name}"),
+            ("delete", "/v1/subscriptions/{name}"),
+            ("get", "/v1/subscriptions/{name}/events"),
+            ("post", "/v1/subscriptions/{name}/ack"),
             ("get", "/healthz"),
         ]
         .into_iter()

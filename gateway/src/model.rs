@@ -1281,3 +1281,52 @@ pub struct FitWatches {
 pub struct Watching {
     pub watch_id: uuid::Uuid,
 }
+
+/// How a subscription read over NATS is reached.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NatsReader {
+    /// The relay's JetStream stream.
+    pub stream: String,
+    /// The durable consumer to pull from and acknowledge.
+    pub consumer: String,
+    /// The inbox prefix the NATS user must take (its replies come there alone).
+    pub inbox_prefix: String,
+    /// The NATS user's nkey seed: answered when the subscription is made, never again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+}
+
+/// A durable subscription.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionOut {
+    pub name: String,
+    pub id: Uuid,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Event types wanted (a prefix ends in `*`); empty: every type.
+    #[serde(rename = "type")]
+    pub types: Vec<String>,
+    pub category: Vec<String>,
+    pub stream: Vec<String>,
+    /// Only the events of this user's sessions.
+    pub owner: Option<Uuid>,
+    pub resource_group: Option<String>,
+    pub from_start: bool,
+    /// The last position acknowledged (`TX:SEQ`); null before the first acknowledgement.
+    pub acknowledged: Option<String>,
+    /// Where its reading goes on: after this position.
+    pub resumes_after: String,
+    pub nats: Option<NatsReader>,
+}
+
+/// `GET /v1/subscriptions`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Subscriptions {
+    pub subscriptions: Vec<SubscriptionOut>,
+}
+
+/// What an acknowledgement left kept.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Acknowledged {
+    /// The position kept: the one acknowledged, or a later one acknowledged before.
+    pub acknowledged: String,
+}

@@ -39,42 +39,94 @@ pub(crate) fn session_of(event: &RecordedEvent) -> Option<Uuid> {
 }
 
 /// `GET /v1/events`'s parameters.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsParams {
     /// Resume after this log position (an event's `id`, `TX:SEQ`); a `Last-Event-ID` header
     /// wins over it.
     #[param(nullable = false, pattern = r"^[0-9]{1,19}:[0-9]{1,19}$")]
-    after: Option<String>,
+    pub(crate) after: Option<String>,
     /// Start with the first event recorded at or after this time (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime, nullable = false)]
-    since: Option<DateTime<Utc>>,
+    pub(crate) since: Option<DateTime<Utc>>,
     /// Event types, comma-separated; a name ending in `*` is a prefix (`Session*`).
     #[serde(rename = "type")]
     #[param(rename = "type", nullable = false, pattern = r"^[A-Za-z*,]{1,1000}$")]
-    event_type: Option<String>,
+    pub(crate) event_type: Option<String>,
     /// Stream categories, comma-separated (`session`, `agent`, ...).
     #[param(nullable = false, pattern = r"^[a-z0-9_,]{1,1000}$")]
-    category: Option<String>,
+    pub(crate) category: Option<String>,
     /// One stream, by its id (`agent-a1`).
     #[param(nullable = false, pattern = r"^[a-z0-9_]+-[A-Za-z0-9_-]+$")]
-    stream: Option<String>,
+    pub(crate) stream: Option<String>,
     /// One session's events.
     #[param(nullable = false)]
-    session: Option<Uuid>,
+    pub(crate) session: Option<Uuid>,
     /// Superadmins: only the events of this user's sessions (their email).
     #[param(nullable = false, min_length = 1, pattern = r"^[^\u0000]+$")]
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
     /// Superadmins: only the events of sessions in this resource group.
     #[param(nullable = false, pattern = r"^[A-Za-z0-9_-]{1,64}$")]
-    resource_group: Option<String>,
+    pub(crate) resource_group: Option<String>,
     /// `false`: end the stream once the log is read to its end (from the start, unless a
     /// position or time is named) instead of following it (the default).
     #[param(nullable = false)]
-    follow: Option<bool>,
+    pub(crate) follow: Option<bool>,
 }
 
 impl EventsParams {
+    /// The filter these parameters ask for, within what `caller` may see (their own sessions'
+    /// events, unless a superadmin), checked; and whether the caller sees every event.
+    pub(crate) async fn filter_for(
+        &self,
+        state: &AppState,
+        caller: &events::ledger::KeyOwner,
+    ) -> Result<(EventFilter, bool), ApiError> {
+        self.check()?;
+        let params = self;
+        let everything = events::authorization::lists_everyone(caller.role);
+        let mut filter = EventFilter::default()
+            .with_types(params.event_type.as_deref().unwrap_or(""))
+            .with_categories(params.category.as_deref().unwrap_or(""));
+        filter.streams.extend(params.stream.clone());
+        filter.streams.extend(
+            params
+                .session
+                .map(|id| events::catalogue::stream_id("session", id)),
+        );
+        if everything {
+            filter.resource_group = params.resource_group.clone();
+            if let Some(email) = &params.owner {
+                let owner = crate::db::sessions::user_id_by_email(&state.pool, email)
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::not_found(format!("no user is `{email}`")).field("owner")
+                    })?;
+                filter.owner = Some(owner);
+            }
+        } else {
+            for (field, named) in [
+                (
+                    "owner",
+                    params.owner.as_ref().filter(|o| **o != caller.email),
+                ),
+                ("resource_group", params.resource_group.as_ref()),
+            ] {
+                if named.is_some() {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "forbidden",
+                        "only superadmins follow other users' or a group's events",
+                    )
+                    .field(field));
+                }
+            }
+            // A user's visibility: the events of their own sessions.
+            filter.owner = Some(caller.user_id);
+        }
+        Ok((filter, everything))
+    }
+
     /// Each parameter's pattern, as the document states it: a value outside it is refused
     /// (422 naming it) rather than read as a filter nothing matches.
     fn check(&self) -> Result<(), ApiError> {
@@ -167,52 +219,23 @@ pub async fn events(
     RawQuery(raw): RawQuery,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let params: EventsParams = query::parse(raw.as_deref())?;
-    params.check()?;
-    let everything = events::authorization::lists_everyone(caller.role);
-    let mut filter = EventFilter::default()
-        .with_types(params.event_type.as_deref().unwrap_or(""))
-        .with_categories(params.category.as_deref().unwrap_or(""));
-    filter.streams.extend(params.stream);
-    filter.streams.extend(
-        params
-            .session
-            .map(|id| events::catalogue::stream_id("session", id)),
-    );
-    if everything {
-        filter.resource_group = params.resource_group;
-        if let Some(email) = params.owner {
-            let owner = crate::db::sessions::user_id_by_email(&state.pool, &email)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::not_found(format!("no user is `{email}`")).field("owner")
-                })?;
-            filter.owner = Some(owner);
-        }
-    } else {
-        for (field, named) in [
-            (
-                "owner",
-                params.owner.as_ref().filter(|o| **o != caller.email),
-            ),
-            ("resource_group", params.resource_group.as_ref()),
-        ] {
-            if named.is_some() {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "only superadmins follow other users' or a group's events",
-                )
-                .field(field));
-            }
-        }
-        // A user's visibility: the events of their own sessions.
-        filter.owner = Some(caller.user_id);
-    }
+    let (filter, everything) = params.filter_for(&state, &caller).await?;
     let follow = params.follow.unwrap_or(true);
     let resume = resume_point(&state.pool, &headers, params.after, params.since)
         .await?
         .or((!follow).then_some(LogPosition::START));
+    serve(&state, filter, everything, resume, follow).await
+}
 
+/// The events `filter` wants as server-sent events: from the log after `resume` (`None`:
+/// from now on), then, when `follow`, live; `everything`: the reader may see every event.
+pub(crate) async fn serve(
+    state: &AppState,
+    filter: EventFilter,
+    everything: bool,
+    resume: Option<LogPosition>,
+    follow: bool,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     // Once the server has the subscription, the log is read and the response starts: an event
     // published after it comes live, one before it is in the log. A stream that ends with the
     // log's read needs no bus.
@@ -318,7 +341,11 @@ async fn resume_point(
 }
 
 /// The position `named` (by `field`), refused when it is no position or past the log's end.
-async fn resume_after(pool: &Pool, field: &str, named: &str) -> Result<LogPosition, ApiError> {
+pub(crate) async fn resume_after(
+    pool: &Pool,
+    field: &str,
+    named: &str,
+) -> Result<LogPosition, ApiError> {
     let position: LogPosition = named
         .trim()
         .parse()

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::common::*;
 
 /// One server-sent event: its id (a log position) and its data (the recorded event).
-type Seen = (String, Value);
+pub(crate) type Seen = (String, Value);
 
 /// Reads `GET {base}/v1/events{query}` with `key`, resuming after `last_id` when given, until
 /// `enough` says so of what was read, or the stream ends; what it read.
@@ -29,11 +29,24 @@ async fn read(
     key: &str,
     query: &str,
     last_id: Option<&str>,
+    enough: impl FnMut(&[Seen]) -> bool,
+) -> Vec<Seen> {
+    let url = format!("{base}/v1/events{query}");
+    read_url(h, &url, key, last_id, enough).await
+}
+
+/// Reads the server-sent events at `url` with `key`, sending `last_id` as `Last-Event-ID`
+/// when given, until `enough` says so of what was read, or the stream ends; what it read.
+pub(crate) async fn read_url(
+    h: &Harness,
+    url: &str,
+    key: &str,
+    last_id: Option<&str>,
     mut enough: impl FnMut(&[Seen]) -> bool,
 ) -> Vec<Seen> {
     let mut request = h
         .http
-        .get(format!("{base}/v1/events{query}"))
+        .get(url)
         .header("x-api-key", key)
         // The harness's client gives up on a request after 30 s; a stream lasts longer.
         .timeout(Duration::from_secs(600));

@@ -36,6 +36,9 @@
 //! - [`commit`]: sessions committed to customized images, their owners' alone.
 //! - [`event_stream`]: consumers resume with `Last-Event-ID` through cuts and a gateway
 //!   stopping, every event once in log order; filters, and each user's own events.
+//! - [`subscriptions`]: durable subscriptions: a consumer killed twice goes on from its
+//!   acknowledgement with nothing lost and nothing handled redelivered; a NATS reader confined
+//!   to its own consumer.
 //! - [`files`]: a folder's files uploaded, listed, downloaded (also by range), made and
 //!   removed through the API, a session seeing the same; paths and links out refused.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
@@ -107,6 +110,7 @@ mod pulls;
 mod reads;
 mod restore;
 mod sessions;
+mod subscriptions;
 mod tls;
 mod traces;
 mod wake;

@@ -79,7 +79,8 @@ enum Family {
     Launches,
     /// Events the ledger takes no notice of: the services that care fold them themselves
     /// (admissions in the agent's stream by the recorder, idle checks by the idle-reaper,
-    /// notifications by the notification service), and no command decides on them here.
+    /// notifications by the notification service, durable subscriptions in their own streams
+    /// by the gateway), and no command decides on them here.
     Ignored,
 }
 
@@ -155,7 +156,9 @@ impl Family {
             | Event::NotificationsRead(_)
             | Event::NotificationWebhookSet(_)
             | Event::NotificationWebhookSecretSet(_)
-            | Event::SchedulerWakeupsMissed(_) => Family::Ignored,
+            | Event::SchedulerWakeupsMissed(_)
+            | Event::SubscriptionCreated(_)
+            | Event::SubscriptionDeleted(_) => Family::Ignored,
         }
     }
 }

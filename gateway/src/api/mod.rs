@@ -45,6 +45,7 @@ pub mod resources;
 pub mod session_exec;
 pub mod session_files;
 pub mod sessions;
+pub mod subscriptions;
 pub mod uploads;
 pub mod usage;
 

@@ -27,6 +27,7 @@
 //! - [`usage`]: a session's usage series, bounded.
 //! - [`estimates`]: the start estimates recorded for waiting sessions, with the starts that
 //!   followed.
+//! - [`subscriptions`]: how far each durable subscription was acknowledged.
 
 pub mod admin;
 pub mod agents;
@@ -45,6 +46,7 @@ pub mod queue;
 pub mod ready;
 pub mod resources;
 pub mod sessions;
+pub mod subscriptions;
 pub mod usage;
 
 use tokio_postgres::types::ToSql;
