@@ -128,9 +128,11 @@ pub async fn create(
     Ok((one(pool, new.owner, &new.name).await?, seed))
 }
 
-/// `owner`'s live subscription `name`.
+/// `owner`'s live subscription `name` (a name no subscription can have is as unknown as any).
 pub async fn one(pool: &Pool, owner: Uuid, name: &str) -> Result<Subscription, SubscriptionError> {
-    checked_name(name)?;
+    if !rules::is_valid_name(name) {
+        return Err(SubscriptionError::Unknown(name.to_owned()));
+    }
     folded(pool, owner, name)
         .await?
         .0
