@@ -488,7 +488,7 @@ fn the_code_map_check_sees_a_renamed_path_and_a_renamed_item() {
 /// REST API and its event stream; the console and Backend.AI's API), which the router composes.
 const GATEWAY_FLOORS: &[&[&str]] = &[
     &[
-        "error", "model", "handles", "headers", "metrics", "throttle", "tls",
+        "error", "model", "handles", "headers", "live", "metrics", "throttle", "tls",
     ],
     &[
         "state",

@@ -16,6 +16,7 @@ mod commit;
 mod console;
 mod data;
 mod db;
+mod event_stream;
 mod fleet;
 mod reap;
 mod recovery;
@@ -121,6 +122,23 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2_000)]
         rate: u64,
         #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
+    /// The event stream's consumers: a burst delivered live to 1, 10 and 100 SSE consumers
+    /// next to a direct JetStream consumer, latency at a paced rate to 10 of them next to the
+    /// JetStream consumer's, and a catch-up from position zero next to reading the log.
+    Events {
+        /// Events of each fan-out burst.
+        #[arg(long, default_value_t = 20_000)]
+        burst: u64,
+        /// SSE consumers of each fan-out round.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 100])]
+        consumers: Vec<usize>,
+        /// Events appended per second in the latency round.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Seconds of the latency round.
+        #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
     /// The scheduling core under fifo and drf side by side, and scheduling end to end, with
@@ -311,6 +329,15 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             writers,
             no_sealer,
         } => store::store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
+        BenchCommand::Events {
+            burst,
+            consumers,
+            rate,
+            seconds,
+        } => {
+            crate::event_stream::events(&config.nats_url, &url, burst, rate, seconds, &consumers)
+                .await
+        }
         BenchCommand::Relay { rate, seconds } => {
             relay::relay_bench(config, &url, rate, seconds).await
         }

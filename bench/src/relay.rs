@@ -42,43 +42,11 @@ pub async fn relay_bench(
         .await?;
     let mut messages = consumer.messages().await?;
 
-    // Pace appends: every millisecond, start the appends due by then, each on its own task.
     let warmup = Duration::from_secs(2);
     let total = rate * seconds;
     let appender = {
         let store = store.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let mut sent = 0u64;
-            let mut tick = tokio::time::interval(Duration::from_millis(1));
-            let event = sample_event();
-            let mut inflight = tokio::task::JoinSet::new();
-            while sent < total {
-                tick.tick().await;
-                let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
-                while sent < due.min(total) {
-                    let (store, event) = (store.clone(), event.clone());
-                    let stream = format!("agent-lat{}", sent % 256);
-                    inflight.spawn(async move {
-                        store
-                            .append(
-                                &stream,
-                                ExpectedVersion::Any,
-                                &[ProposedEvent::new(&event, Metadata::default())],
-                            )
-                            .await
-                    });
-                    sent += 1;
-                }
-                while let Some(done) = inflight.try_join_next() {
-                    done??;
-                }
-            }
-            while let Some(done) = inflight.join_next().await {
-                done??;
-            }
-            anyhow::Ok(started.elapsed())
-        })
+        tokio::spawn(async move { paced_appends(&store, "agent", rate, total).await })
     };
     let mut latencies = Vec::with_capacity(total as usize);
     let bench_start = chrono::Utc::now();
@@ -119,4 +87,44 @@ pub async fn relay_bench(
         pct(1.0)
     );
     Ok(())
+}
+
+/// Appends `total` single events paced at `rate` a second, each on a task of its own, to 256
+/// streams of `category`: every millisecond, the appends due by then start. How long it took.
+pub(crate) async fn paced_appends(
+    store: &EventStore,
+    category: &str,
+    rate: u64,
+    total: u64,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let event = sample_event();
+    let mut inflight = tokio::task::JoinSet::new();
+    while sent < total {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+        while sent < due.min(total) {
+            let (store, event) = (store.clone(), event.clone());
+            let stream = format!("{category}-lat{}", sent % 256);
+            inflight.spawn(async move {
+                store
+                    .append(
+                        &stream,
+                        ExpectedVersion::Any,
+                        &[ProposedEvent::new(&event, Metadata::default())],
+                    )
+                    .await
+            });
+            sent += 1;
+        }
+        while let Some(done) = inflight.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = inflight.join_next().await {
+        done??;
+    }
+    Ok(started.elapsed())
 }

@@ -542,3 +542,66 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
     assert!(!ok);
     assert!(text.contains("unknown --policy `nope`"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_read_from_the_cli_goes_on_after_what_it_printed() {
+    let (store, url) = fresh_store().await;
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let admin = AdminGateway::start(&url);
+    let run = |args: &[&str]| berth_with(args, &admin.env());
+    let (ok, text) = run(&[
+        "subscription",
+        "create",
+        "audit",
+        "--category",
+        "agent",
+        "--from-start",
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("audit  resumes after 0:0"), "{text}");
+
+    // The ten agent events of the fresh store, printed once and acknowledged.
+    let read = || {
+        let (ok, text) = run(&["events", "--subscription", "audit", "-o", "json"]);
+        assert!(ok, "{text}");
+        text.lines()
+            .filter(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let first = read();
+    assert_eq!(first.len(), 10, "{first:?}");
+    assert!(first
+        .iter()
+        .all(|e| e["stream_id"].as_str().unwrap().starts_with("agent-")));
+    let lost = Event::AgentLost(AgentLost {
+        agent_id: "agent-late".into(),
+        reason: "later".into(),
+        last_heard: None,
+    });
+    store
+        .append(
+            "agent-late",
+            ExpectedVersion::Any,
+            &[ProposedEvent::new(&lost, Metadata::default())],
+        )
+        .await
+        .unwrap();
+    // Only what came since.
+    let second = read();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0]["stream_id"], "agent-late");
+    let (ok, text) = run(&["subscription", "ls"]);
+    assert!(ok, "{text}");
+    let position = second[0]["position"].as_str().unwrap();
+    assert!(text.contains("audit") && text.contains(position), "{text}");
+
+    let (ok, text) = run(&["subscription", "rm", "audit"]);
+    assert!(ok && text.contains("audit deleted"), "{text}");
+    let (ok, text) = run(&["events", "--subscription", "audit"]);
+    assert!(
+        !ok && text.contains("no subscription named `audit`"),
+        "{text}"
+    );
+}

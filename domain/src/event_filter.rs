@@ -46,14 +46,20 @@ impl EventFilter {
 
     /// Whether `event` passes what can be told from the event alone.
     pub fn passes(&self, event: &RecordedEvent) -> bool {
-        let event_type = event.event_type();
+        self.passes_envelope(event.event_type(), &event.stream_id)
+    }
+
+    /// Whether an event of `event_type` in stream `stream_id` passes what can be told from
+    /// those alone (its category is the stream id's part before the first `-`).
+    pub fn passes_envelope(&self, event_type: &str, stream_id: &str) -> bool {
+        let category = stream_id.split('-').next().unwrap_or(stream_id);
         let type_ok = (self.types.is_empty() && self.type_prefixes.is_empty())
             || self.types.iter().any(|t| t == event_type)
             || self.type_prefixes.iter().any(|p| event_type.starts_with(p));
         let category_ok =
-            self.categories.is_empty() || self.categories.iter().any(|c| c == event.category());
-        let stream_ok = self.streams.is_empty() || self.streams.contains(&event.stream_id);
-        let session_ok = !self.needs_session() || event.category() == SESSION;
+            self.categories.is_empty() || self.categories.iter().any(|c| c == category);
+        let stream_ok = self.streams.is_empty() || self.streams.iter().any(|s| s == stream_id);
+        let session_ok = !self.needs_session() || category == SESSION;
         type_ok && category_ok && stream_ok && session_ok
     }
 

@@ -33,6 +33,7 @@ pub mod error;
 pub mod files;
 pub mod handles;
 mod headers;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod openapi;

@@ -89,6 +89,10 @@ impl axum::serve::Listener for Lent {
         let Some(tls) = &self.tls else {
             // axum's own accept: a failed accept is logged and retried, never the end.
             let (stream, from) = axum::serve::Listener::accept(listener).await;
+            // An answer's small writes (an event of the stream, a chunk) go out at once rather
+            // than wait for the last one's acknowledgement (Nagle's algorithm), which a
+            // client's delayed acknowledgement turns into tens of milliseconds.
+            let _ = stream.set_nodelay(true);
             return (Either::Left(stream), from);
         };
         loop {
@@ -99,6 +103,7 @@ impl axum::serve::Listener for Lent {
                     }
                 }
                 (stream, from) = axum::serve::Listener::accept(listener) => {
+                    let _ = stream.set_nodelay(true);
                     let tls = tls.clone();
                     self.handshakes.spawn(async move {
                         match tokio::time::timeout(HANDSHAKE_WITHIN, tls.accept(stream)).await {

@@ -10,20 +10,29 @@
 //! every event it wants exactly once, in log order, with no gap at the hand-over. Filters
 //! (types, categories, a stream, a session; an owner and a group for superadmins) apply to
 //! both, and the positions of a filtered stream resume it as well as any.
+//!
+//! A live event is sent as the relay published it (the recorded event's serialised form, which
+//! is what the stream sends), its place, type and stream read without its payload; the
+//! catch-up reads and serialises its next batch on a task of its own while the last one is
+//! sent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
+use axum::http::header;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use domain::event_filter::EventFilter;
 use events::{LogPosition, RecordedEvent};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde::Deserialize;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
@@ -34,8 +43,12 @@ use crate::state::AppState;
 
 /// The session whose stream `event` is in, if any.
 pub(crate) fn session_of(event: &RecordedEvent) -> Option<Uuid> {
-    let id = event.stream_id.strip_prefix("session-")?;
-    Uuid::parse_str(id).ok()
+    session_of_stream(&event.stream_id)
+}
+
+/// The session whose stream `stream_id` is, if any.
+fn session_of_stream(stream_id: &str) -> Option<Uuid> {
+    Uuid::parse_str(stream_id.strip_prefix("session-")?).ok()
 }
 
 /// `GET /v1/events`'s parameters.
@@ -217,39 +230,36 @@ pub async fn events(
     Caller(caller): Caller,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let params: EventsParams = query::parse(raw.as_deref())?;
-    let (filter, everything) = params.filter_for(&state, &caller).await?;
+    let (filter, _) = params.filter_for(&state, &caller).await?;
     let follow = params.follow.unwrap_or(true);
     let resume = resume_point(&state.pool, &headers, params.after, params.since)
         .await?
         .or((!follow).then_some(LogPosition::START));
-    serve(&state, filter, everything, resume, follow).await
+    serve(&state, filter, resume, follow).await
 }
 
 /// The events `filter` wants as server-sent events: from the log after `resume` (`None`:
-/// from now on), then, when `follow`, live; `everything`: the reader may see every event.
+/// from now on), then, when `follow`, live.
 pub(crate) async fn serve(
     state: &AppState,
     filter: EventFilter,
-    everything: bool,
     resume: Option<LogPosition>,
     follow: bool,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     // Once the server has the subscription, the log is read and the response starts: an event
     // published after it comes live, one before it is in the log. A stream that ends with the
     // log's read needs no bus.
     let live = match follow {
         true => {
-            let nats = state.bus("the event stream cannot be followed")?.clone();
-            let subject = match filter.categories.as_slice() {
-                [one] => state.topology.category_subject(one),
-                _ if !everything => state
-                    .topology
-                    .category_subject(domain::event_filter::SESSION),
-                _ => state.topology.all_subjects(),
-            };
-            Some(follow_live(nats, &state.topology.stream, subject).await?)
+            let nats = state.bus("the event stream cannot be followed")?;
+            let live = state
+                .live
+                .subscribe(nats, &state.topology, &state.stopping)
+                .await
+                .map_err(ApiError::internal)?;
+            Some(live)
         }
         false => None,
     };
@@ -258,49 +268,28 @@ pub(crate) async fn serve(
         filter,
         after: resume.unwrap_or(LogPosition::START),
         catching_up: resume.is_some(),
-        read: VecDeque::new(),
+        fetching: None,
         live,
         sessions: HashMap::new(),
     };
-    let stream = futures::stream::unfold(reader, |mut reader| async move {
-        let event = reader.next().await?;
-        let data = serde_json::to_string(&event).unwrap_or_default();
-        let sse = SseEvent::default()
-            .event(event.event_type())
-            .id(event.position.to_string())
-            .data(data);
-        Some((Ok(sse), reader))
+    let chunks = futures::stream::unfold(reader, |mut reader| async move {
+        let chunk = reader.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), reader))
     });
     // Ended when the gateway stops: its clients resume on another, or on this one again.
-    let stream = stream.take_until(state.stopping.clone().cancelled_owned());
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
-}
-
-/// The events published on `subject` from now on, through an ordered JetStream consumer of the
-/// relay's stream: the server keeps what the reader has not taken yet (a reader catching up
-/// from the log, or one slower than the log, loses nothing), and the consumer makes itself
-/// again at the next message should it miss one.
-async fn follow_live(
-    nats: async_nats::Client,
-    stream: &str,
-    subject: String,
-) -> Result<Live, ApiError> {
-    use async_nats::jetstream::consumer;
-    let js = async_nats::jetstream::new(nats);
-    let stream = js.get_stream(stream).await.map_err(ApiError::internal)?;
-    let consumer = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject,
-            deliver_policy: consumer::DeliverPolicy::New,
-            ..Default::default()
-        })
-        .await
-        .map_err(ApiError::internal)?;
-    consumer.messages().await.map_err(ApiError::internal)
+    let chunks = chunks.take_until(state.stopping.clone().cancelled_owned());
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(chunks),
+    )
+        .into_response())
 }
 
 /// The live events a reader follows.
-type Live = async_nats::jetstream::consumer::pull::Ordered;
+type Live = tokio::sync::broadcast::Receiver<std::sync::Arc<crate::live::LiveEvent>>;
 
 /// Where the reader resumes: after the `Last-Event-ID` header's position, else `after`'s,
 /// else before the first event recorded at `since`; `None`: from now on. A position past the
@@ -363,6 +352,35 @@ pub(crate) async fn resume_after(
     Ok(position)
 }
 
+/// A catch-up's batch, as the stream sends it: the events' text, how many, and the last one's
+/// place.
+struct Batch {
+    text: String,
+    events: usize,
+    last: Option<LogPosition>,
+}
+
+/// Appends one event to a chunk of the stream: its type, its place as the `id` a client
+/// resumes from, and its recorded form as one line of data (serialised JSON holds no line
+/// break).
+fn push_event(text: &mut String, event_type: &str, position: LogPosition, data: &str) {
+    use std::fmt::Write as _;
+    let _ = write!(text, "event: {event_type}\nid: {position}\n");
+    for line in data.split('\n') {
+        let _ = writeln!(text, "data: {line}");
+    }
+    text.push('\n');
+}
+
+/// What an idle stream sends now and then, so that it is not taken for a dead one.
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// How long a followed stream stays silent before it sends [`KEEP_ALIVE`].
+const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(15);
+
+/// Most live events one chunk of the stream holds (those already come, taken at once).
+const MOST_LIVE_PER_CHUNK: usize = 1_000;
+
 /// One reader of the stream: the log from `after` while catching up, then the live events.
 struct Reader {
     pool: Pool,
@@ -370,7 +388,8 @@ struct Reader {
     /// The last position read, from the log or live: a live event at or before it was read.
     after: LogPosition,
     catching_up: bool,
-    read: VecDeque<RecordedEvent>,
+    /// The next batch of the catch-up, read (and written as sent) while the last one is sent.
+    fetching: Option<tokio::task::JoinHandle<Option<Batch>>>,
     /// The live events, which follow the catch-up; `None`: the stream ends there.
     live: Option<Live>,
     /// Each session's owner and group, once looked up (`None`: the ledger has no such
@@ -379,48 +398,104 @@ struct Reader {
 }
 
 impl Reader {
-    /// The next event the reader wants; `None` ends the stream (the client resumes).
-    async fn next(&mut self) -> Option<RecordedEvent> {
+    /// The next chunk of the stream: the events the reader wants that are here now (a batch
+    /// of the catch-up, or the live events come), or a keep-alive; `None` ends the stream (the
+    /// client resumes).
+    async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(event) = self.read.pop_front() {
-                self.after = event.position;
-                return Some(event);
-            }
             if self.catching_up {
-                let client = self.pool.get().await.ok()?;
-                let batch = events::store::read_filtered_with(
-                    &client,
-                    self.after,
-                    CATCH_UP_BATCH,
-                    &self.filter,
-                )
-                .await
-                .ok()?;
-                // The log's read ends at its horizon; the live stream goes on from there.
-                self.catching_up = !batch.is_empty();
-                self.read.extend(batch);
-                continue;
+                let fetching = match self.fetching.take() {
+                    Some(fetching) => fetching,
+                    None => self.fetch(self.after),
+                };
+                let batch = fetching.await.ok().flatten()?;
+                let Some(last) = batch.last else {
+                    // The log's read ends at its horizon; the live stream goes on from there.
+                    self.catching_up = false;
+                    continue;
+                };
+                // A short batch: the next read, from where this one ended, is the last.
+                if batch.events as i64 == CATCH_UP_BATCH {
+                    self.fetching = Some(self.fetch(last));
+                }
+                self.after = last;
+                return Some(Bytes::from(batch.text));
             }
-            let message = self.live.as_mut()?.next().await?.ok()?;
-            let Ok(event) = serde_json::from_slice::<RecordedEvent>(&message.payload) else {
-                continue;
+            let live = self.live.as_mut()?;
+            let first = match tokio::time::timeout(KEEP_ALIVE_AFTER, live.recv()).await {
+                Ok(received) => received,
+                Err(_) => return Some(Bytes::from_static(KEEP_ALIVE)),
             };
-            if event.position <= self.after {
-                continue;
+            let mut text = String::new();
+            let mut received = Some(first);
+            let mut taken = 0;
+            while let Some(next) = received.take() {
+                let event = match next {
+                    Ok(event) => event,
+                    // What it dropped is in the log: caught up from there again (after
+                    // what this chunk holds).
+                    Err(RecvError::Lagged(_)) => {
+                        self.catching_up = true;
+                        break;
+                    }
+                    Err(RecvError::Closed) if text.is_empty() => return None,
+                    Err(RecvError::Closed) => break,
+                };
+                if event.position > self.after {
+                    self.after = event.position;
+                    if self
+                        .filter
+                        .passes_envelope(&event.event_type, &event.stream_id)
+                        && self.session_passes(&event.stream_id).await
+                    {
+                        push_event(&mut text, &event.event_type, event.position, &event.data);
+                    }
+                }
+                taken += 1;
+                if taken < MOST_LIVE_PER_CHUNK {
+                    let live = self.live.as_mut()?;
+                    received = match live.try_recv() {
+                        Err(TryRecvError::Empty) => None,
+                        Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                        Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                        Ok(event) => Some(Ok(event)),
+                    };
+                }
             }
-            self.after = event.position;
-            if self.filter.passes(&event) && self.session_passes(&event).await {
-                return Some(event);
+            if !text.is_empty() {
+                return Some(Bytes::from(text));
             }
         }
     }
 
+    /// Reads, on a task of its own, the batch of the catch-up after `after`, written as sent;
+    /// `None` when the log cannot be read (the stream ends; the client resumes).
+    fn fetch(&self, after: LogPosition) -> tokio::task::JoinHandle<Option<Batch>> {
+        let (pool, filter) = (self.pool.clone(), self.filter.clone());
+        tokio::spawn(async move {
+            let client = pool.get().await.ok()?;
+            let batch = events::store::read_filtered_with(&client, after, CATCH_UP_BATCH, &filter)
+                .await
+                .ok()?;
+            let mut text = String::with_capacity(batch.len() * 512);
+            for event in &batch {
+                let data = serde_json::to_string(event).unwrap_or_default();
+                push_event(&mut text, event.event_type(), event.position, &data);
+            }
+            Some(Batch {
+                text,
+                events: batch.len(),
+                last: batch.last().map(|event| event.position),
+            })
+        })
+    }
+
     /// Whether the event's session passes the owner and group wanted (looked up once).
-    async fn session_passes(&mut self, event: &RecordedEvent) -> bool {
+    async fn session_passes(&mut self, stream_id: &str) -> bool {
         if !self.filter.needs_session() {
             return true;
         }
-        let Some(session) = session_of(event) else {
+        let Some(session) = session_of_stream(stream_id) else {
             return false;
         };
         let known = match self.sessions.get(&session) {

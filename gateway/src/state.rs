@@ -62,6 +62,8 @@ pub struct AppState {
     /// answers that never end by themselves (the event stream) end then, so a stop is not
     /// held up by them, and their clients resume elsewhere.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
+    /// The relay's events as the event stream's readers follow them, one follower for all.
+    pub(crate) live: crate::live::LiveHub,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -100,6 +102,7 @@ impl AppState {
             default_volume: domain::volumes::HOST_LOCAL.to_owned(),
             file_roots: Arc::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
+            live: crate::live::LiveHub::default(),
         }
     }
 

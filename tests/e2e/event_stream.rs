@@ -418,6 +418,12 @@ async fn every_event_of_a_run_validates_against_the_published_schema() {
         .await;
     agent.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
+    // A durable subscription made and deleted.
+    let filters = json!({"name": "audit", "type": "Session*", "from_start": true});
+    let (status, made) = h.post(&alice, "/v1/subscriptions", filters).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (status, _) = h.delete(&alice, "/v1/subscriptions/audit").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
 
     let (status, schema) = h.get(&alice, "/v1/events/schema").await;
     assert_eq!(status, StatusCode::OK);

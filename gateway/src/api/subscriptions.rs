@@ -13,14 +13,12 @@
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use axum::response::sse::{Event as SseEvent, Sse};
 use axum::Json;
 use bytes::Bytes;
 use domain::event_filter::EventFilter;
 use domain::subscriptions::{consumer_name, Subscription};
 use events::subscriptions::{NewSubscription, SubscriptionError};
 use events::LogPosition;
-use futures::Stream;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -361,7 +359,7 @@ pub async fn read_subscription(
     Caller(caller): Caller,
     Path(SubscriptionName { name }): Path<SubscriptionName>,
     RawQuery(raw): RawQuery,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let read: SubscriptionRead = query::parse(raw.as_deref())?;
     let subscription = events::subscriptions::one(&state.pool, caller.user_id, &name).await?;
     let acknowledged =
@@ -373,14 +371,7 @@ pub async fn read_subscription(
         // A user demoted since still sees only their own sessions' events.
         filter.owner = Some(caller.user_id);
     }
-    sse::serve(
-        &state,
-        filter,
-        everything,
-        Some(after),
-        read.follow.unwrap_or(true),
-    )
-    .await
+    sse::serve(&state, filter, Some(after), read.follow.unwrap_or(true)).await
 }
 
 /// Acknowledge that my subscription's consumer has handled every event up to `position`:
