@@ -19,7 +19,6 @@ use events::payloads::Role;
 use events::relay::{RelayConfig, Topology};
 use events::store::{self, EventStore, ExpectedVersion, ProposedEvent};
 use events::LogPosition;
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -148,7 +147,7 @@ impl Bench {
                     let response = request.send().await?.error_for_status()?;
                     // The answer's head comes once the gateway is subscribed.
                     ready.send(()).await.ok();
-                    let mut stream = response.bytes_stream().eventsource();
+                    let mut stream = berth::event_stream_client::events_of(response);
                     let mut received = Received::new(timed_from);
                     while received.count < wanted {
                         let event = tokio::time::timeout(Duration::from_secs(60), stream.next())
@@ -302,7 +301,7 @@ impl Bench {
             .send()
             .await?
             .error_for_status()?;
-        let mut stream = response.bytes_stream().eventsource();
+        let mut stream = berth::event_stream_client::events_of(response);
         let mut served = 0u64;
         while let Some(event) = stream.next().await {
             if !event?.id.is_empty() {

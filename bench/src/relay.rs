@@ -109,13 +109,14 @@ pub(crate) async fn paced_appends(
             let (store, event) = (store.clone(), event.clone());
             let stream = format!("{category}-lat{}", sent % 256);
             inflight.spawn(async move {
-                store
-                    .append(
-                        &stream,
-                        ExpectedVersion::Any,
-                        &[ProposedEvent::new(&event, Metadata::default())],
-                    )
-                    .await
+                let proposed = [ProposedEvent::new(&event, Metadata::default())];
+                loop {
+                    match store.append(&stream, ExpectedVersion::Any, &proposed).await {
+                        // Two appends at once to one stream met on its next version: again.
+                        Err(store::StoreError::Conflict { .. }) => continue,
+                        done => return done,
+                    }
+                }
             });
             sent += 1;
         }

@@ -2,7 +2,7 @@
 //! (`GET /v1/events`), read to the log's end or followed. A followed stream that drops (a
 //! gateway restarted, the network) is resumed by itself after the last event it printed, with
 //! `Last-Event-ID`, so none is missed or printed twice. Server-sent events are parsed by the
-//! `eventsource-stream` crate.
+//! `eventsource-stream` crate (`berth::event_stream_client`).
 //!
 //! `berth events --subscription NAME` reads a durable subscription instead, from where it was
 //! last acknowledged, and acknowledges what it printed (every [`ACK_EVERY`] events, and when
@@ -15,7 +15,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use berth::config::Config;
 use chrono::{DateTime, Utc};
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -92,7 +91,7 @@ pub async fn run(config: &Config, args: EventsArgs) -> anyhow::Result<ExitCode> 
             let body: Value = response.json().await.unwrap_or(Value::Null);
             return Ok(print_error(&body));
         }
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = berth::event_stream_client::events_of(response);
         while let Some(event) = events.next().await {
             let Ok(event) = event else {
                 break;
@@ -132,7 +131,7 @@ async fn read_subscription(
             Ok(response) => response,
             Err(code) => return Ok(code),
         };
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = berth::event_stream_client::events_of(response);
         let (mut printed, mut unacknowledged) = (None::<String>, 0);
         while let Some(Ok(event)) = events.next().await {
             if event.id.is_empty() {

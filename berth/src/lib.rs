@@ -13,6 +13,7 @@ pub mod app;
 pub mod backup;
 pub mod config;
 pub mod console;
+pub mod event_stream_client;
 pub mod metrics;
 pub mod nats_authority;
 pub mod signals;

@@ -76,6 +76,13 @@ macro_rules! catalogue {
                 }
             }
 
+            /// Serialises the payload, in the current schema version, as its own type does.
+            fn serialize_payload<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $( Event::$variant(p) => p.serialize(serializer), )+
+                }
+            }
+
             /// The payload as JSON text, in the current schema version (serialised once).
             pub fn to_payload_text(&self) -> String {
                 match self {
@@ -293,6 +300,15 @@ catalogue! {
     SubscriptionCreated(SubscriptionCreated) = "SubscriptionCreated" v 1,
     /// A user deleted a durable subscription.
     SubscriptionDeleted(SubscriptionDeleted) = "SubscriptionDeleted" v 1,
+}
+
+/// An event's payload, serialised in place (a recorded event's wire form borrows it).
+pub struct PayloadOf<'a>(pub &'a Event);
+
+impl Serialize for PayloadOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_payload(serializer)
+    }
 }
 
 /// Why a stored payload could not be upcast (said as the reason of a

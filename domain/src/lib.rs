@@ -157,18 +157,34 @@ impl RecordedEvent {
     }
 }
 
+/// [`WireEvent`] as it is written: borrowed from the recorded event, its payload serialised
+/// straight from the typed event (no JSON value in between). The same fields, in the same
+/// order.
+#[derive(Serialize)]
+struct WireEventRef<'a> {
+    event_id: Uuid,
+    stream_id: &'a str,
+    stream_version: u64,
+    position: String,
+    recorded_at: DateTime<Utc>,
+    event_type: &'static str,
+    schema_version: i32,
+    metadata: &'a Metadata,
+    payload: catalogue::PayloadOf<'a>,
+}
+
 impl Serialize for RecordedEvent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        WireEvent {
+        WireEventRef {
             event_id: self.event_id,
-            stream_id: self.stream_id.clone(),
+            stream_id: &self.stream_id,
             stream_version: self.stream_version,
             position: self.position.to_string(),
             recorded_at: self.recorded_at,
-            event_type: self.event.event_type().to_owned(),
+            event_type: self.event.event_type(),
             schema_version: self.event.schema_version(),
-            metadata: self.metadata.clone(),
-            payload: self.event.to_payload(),
+            metadata: &self.metadata,
+            payload: catalogue::PayloadOf(&self.event),
         }
         .serialize(serializer)
     }

@@ -10,7 +10,6 @@ use events::catalogue::Event;
 use events::payloads::SchedulerWakeupsMissed;
 use events::store::{ExpectedVersion, ProposedEvent};
 use events::{EventStore, LogPosition, Metadata};
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -55,7 +54,7 @@ pub(crate) async fn read_url(
     }
     let response = request.send().await.expect("the gateway answers");
     assert_eq!(response.status(), StatusCode::OK);
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = berth::event_stream_client::events_of(response);
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while !enough(&seen) {

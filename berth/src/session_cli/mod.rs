@@ -1412,7 +1412,6 @@ async fn commit(
     name: &str,
     follow: bool,
 ) -> anyhow::Result<Result<(), Value>> {
-    use eventsource_stream::Eventsource;
     let stream = if follow {
         let response = client
             .http
@@ -1424,7 +1423,7 @@ async fn commit(
         if !response.status().is_success() {
             return Ok(Err(response.json().await.unwrap_or(Value::Null)));
         }
-        Some(response.bytes_stream().eventsource())
+        Some(berth::event_stream_client::events_of(response))
     } else {
         None
     };
@@ -1473,7 +1472,6 @@ async fn follow_events(
     path: &str,
     mut on: impl FnMut(&str, &str) -> bool,
 ) -> anyhow::Result<Result<(), Value>> {
-    use eventsource_stream::Eventsource;
     let response = client
         .http
         .get(client.url(path))
@@ -1484,7 +1482,7 @@ async fn follow_events(
     if !response.status().is_success() {
         return Ok(Err(response.json().await.unwrap_or(Value::Null)));
     }
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = berth::event_stream_client::events_of(response);
     while let Some(event) = events.next().await {
         let event = event.context("read the event stream")?;
         if !on(&event.event, &event.data) {
