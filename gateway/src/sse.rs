@@ -3,9 +3,10 @@
 //!
 //! A reader that names a position (the `Last-Event-ID` a reconnecting client sends, or
 //! `?after=`) or a time (`?since=`) is first caught up from the log, then handed over to the
-//! live stream: an ordered JetStream consumer of the relay's stream, made before the log is
-//! read (it keeps what arrives meanwhile on the server), whose events up to the last position
-//! read are dropped. The relay publishes in log order
+//! live stream: the gateway's one follower of the relay's stream (`crate::live`), to which the
+//! reader subscribed before the log is read (its broadcast keeps what arrives meanwhile, and a
+//! reader that falls behind it reads what it missed from the log again), whose events up to
+//! the last position read are dropped. The relay publishes in log order
 //! what has passed the log's horizon, and the catch-up reads only that, so the reader sees
 //! every event it wants exactly once, in log order, with no gap at the hand-over. Filters
 //! (types, categories, a stream, a session; an owner and a group for superadmins) apply to
