@@ -107,6 +107,8 @@ fn expected_history() -> Vec<(String, i32)> {
     rows.push(("recorder".to_owned(), 4));
     // Webhook signing secrets.
     rows.push(("notification".to_owned(), 2));
+    // Durable subscriptions' acknowledgements.
+    rows.push(("gateway".to_owned(), 2));
     rows.sort();
     rows
 }
