@@ -62,16 +62,24 @@ pub fn reader_users(events_stream: &str, readers: &[ReaderKey]) -> Vec<Value> {
     readers
         .iter()
         .map(|reader| {
-            let (publish, subscribe) = reader_permissions(events_stream, &reader.consumer);
-            json!({
-                "nkey": reader.public_key,
-                "permissions": {
-                    "publish": {"allow": publish},
-                    "subscribe": {"allow": subscribe},
-                },
-            })
+            nkey_user(
+                &reader.public_key,
+                reader_permissions(events_stream, &reader.consumer),
+            )
         })
         .collect()
+}
+
+/// A user of the server known by its nkey, allowed to publish and subscribe to these subjects
+/// only.
+fn nkey_user(public_key: &str, (publish, subscribe): (Vec<String>, Vec<String>)) -> Value {
+    json!({
+        "nkey": public_key,
+        "permissions": {
+            "publish": {"allow": publish},
+            "subscribe": {"allow": subscribe},
+        },
+    })
 }
 
 /// An admitted agent, as the server's configuration needs it.
@@ -100,14 +108,10 @@ pub fn agent_users(subjects: &Subjects, agents: &[AdmittedKey]) -> Vec<Value> {
     agents
         .iter()
         .map(|agent| {
-            let (publish, subscribe) = agent_permissions(subjects, &agent.agent_id);
-            json!({
-                "nkey": agent.public_key,
-                "permissions": {
-                    "publish": {"allow": publish},
-                    "subscribe": {"allow": subscribe},
-                },
-            })
+            nkey_user(
+                &agent.public_key,
+                agent_permissions(subjects, &agent.agent_id),
+            )
         })
         .collect()
 }
