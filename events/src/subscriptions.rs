@@ -84,19 +84,30 @@ fn checked_name(name: &str) -> Result<(), SubscriptionError> {
     })
 }
 
-/// Records the subscription `new` asks for, refused when its owner has a live one of that
-/// name (also when another making of it lands first); what was recorded, and the seed of its
-/// NATS user, which is recorded nowhere.
+/// Whether `owner` may make a subscription named `name`: a name a subscription can have, not
+/// one of a live subscription of theirs. The version of its stream (`None`: no stream yet),
+/// against which the making is recorded.
+pub async fn check_new(
+    pool: &Pool,
+    owner: Uuid,
+    name: &str,
+) -> Result<Option<u64>, SubscriptionError> {
+    checked_name(name)?;
+    match folded(pool, owner, name).await? {
+        (Some(_), _) => Err(SubscriptionError::Exists(name.to_owned())),
+        (None, version) => Ok(version),
+    }
+}
+
+/// Records the subscription `new` asks for, refused as [`check_new`] says (also when another
+/// making of it lands first); what was recorded, and the seed of its NATS user, which is
+/// recorded nowhere.
 pub async fn create(
     pool: &Pool,
     new: NewSubscription,
     by: &str,
 ) -> Result<(Subscription, Option<String>), SubscriptionError> {
-    checked_name(&new.name)?;
-    let (live, version) = folded(pool, new.owner, &new.name).await?;
-    if live.is_some() {
-        return Err(SubscriptionError::Exists(new.name));
-    }
+    let version = check_new(pool, new.owner, &new.name).await?;
     let key = new.nats.then(nkeys::KeyPair::new_user);
     let seed = key
         .as_ref()

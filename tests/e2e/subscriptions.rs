@@ -293,6 +293,18 @@ async fn a_subscription_read_over_nats_pulls_its_own_consumer_and_nothing_else()
         (StatusCode::UNPROCESSABLE_ENTITY, &json!("nats"))
     );
 
+    // A name no subscription can have is refused before any consumer is made after it.
+    let (status, answer) = h
+        .post(
+            &key,
+            "/v1/subscriptions",
+            json!({"name": "Audit.x", "category": "probe", "nats": true}),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer["error"]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("name"))
+    );
     let (status, made) = h
         .post(
             &key,

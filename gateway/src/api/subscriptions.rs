@@ -256,12 +256,9 @@ pub async fn create_subscription(
             .field("nats"));
         }
         let subjects = subjects_of(&state, &filter)?;
-        // A name refused, or taken, is said before anything is made.
-        match events::subscriptions::one(&state.pool, caller.user_id, &asked.name).await {
-            Err(SubscriptionError::Unknown(_)) => {}
-            Ok(_) => return Err(SubscriptionError::Exists(asked.name).into()),
-            Err(e) => return Err(e.into()),
-        }
+        // A name refused, or taken, is said before anything is made: the consumer is named
+        // after it.
+        events::subscriptions::check_new(&state.pool, caller.user_id, &asked.name).await?;
         // Made before it is recorded: a subscription recorded has its consumer.
         make_consumer(
             &state,
