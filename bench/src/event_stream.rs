@@ -16,12 +16,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use events::catalogue::Metadata;
 use events::payloads::Role;
-use events::relay::{RelayConfig, Topology};
+use events::relay::Topology;
 use events::store::{self, EventStore, ExpectedVersion, ProposedEvent};
 use events::LogPosition;
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::sessions::percentile;
 use crate::store::sample_event;
@@ -73,21 +72,8 @@ pub async fn events(
     berth::app::migrate(&pool).await?;
     let nats = bus::link::connect_as_url_says(nats_url).await?;
     let js = async_nats::jetstream::new(nats.clone());
-    let run = std::process::id();
-    let topology = Topology {
-        stream: format!("BENCH_EVT_{run}"),
-        prefix: format!("bench{run}.evt"),
-    };
-    let stop = CancellationToken::new();
-    let relay = tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.to_owned(),
-        js.clone(),
-        topology.clone(),
-        RelayConfig::default(),
-        stop.clone(),
-    ));
-    events::relay::ensure_stream(&js, &topology).await?;
+    let (relay, _) = crate::relay::BenchRelay::start(&pool, url, &js, "BENCH_EVT").await?;
+    let topology = relay.topology.clone();
     launcher::access::bootstrap(&pool).await?;
     let (_, key) = launcher::access::create_user(
         &pool,
@@ -100,7 +86,12 @@ pub async fn events(
     let state = gateway::AppState::new(pool.clone(), Some(nats), topology.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(gateway::run::serve(listener.into(), state, stop.clone()));
+    // The gateway stops with the relay.
+    tokio::spawn(gateway::run::serve(
+        listener.into(),
+        state,
+        relay.stop.clone(),
+    ));
     let bench = Bench {
         store: EventStore::new(pool.clone()),
         pool,
@@ -118,10 +109,7 @@ pub async fn events(
     bench.paced(10, rate, seconds).await?;
     bench.catch_up().await?;
 
-    stop.cancel();
-    relay.await??;
-    bench.js.delete_stream(&bench.topology.stream).await?;
-    Ok(())
+    relay.finish().await
 }
 
 impl Bench {

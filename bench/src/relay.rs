@@ -13,6 +13,58 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::sample_event;
 
+/// A relay of a bench's own, publishing to a JetStream stream and under subjects named after
+/// the bench and this process, so that what it publishes meets nothing else.
+pub(crate) struct BenchRelay {
+    pub topology: Topology,
+    /// Stops the relay, and whatever else the bench stops with it.
+    pub stop: CancellationToken,
+    js: async_nats::jetstream::Context,
+    task: tokio::task::JoinHandle<Result<(), events::relay::RelayError>>,
+}
+
+impl BenchRelay {
+    /// Starts a relay of the log at `url` to the stream `<name>_<pid>` (made if missing), which
+    /// it also returns.
+    pub(crate) async fn start(
+        pool: &deadpool_postgres::Pool,
+        url: &str,
+        js: &async_nats::jetstream::Context,
+        name: &str,
+    ) -> anyhow::Result<(BenchRelay, async_nats::jetstream::stream::Stream)> {
+        let run = std::process::id();
+        let topology = Topology {
+            stream: format!("{name}_{run}"),
+            prefix: format!("{}{run}.evt", name.to_lowercase()),
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(events::relay::run(
+            pool.clone(),
+            url.to_owned(),
+            js.clone(),
+            topology.clone(),
+            RelayConfig::default(),
+            stop.clone(),
+        ));
+        let stream = events::relay::ensure_stream(js, &topology).await?;
+        let relay = BenchRelay {
+            topology,
+            stop,
+            js: js.clone(),
+            task,
+        };
+        Ok((relay, stream))
+    }
+
+    /// Stops the relay and deletes its stream.
+    pub(crate) async fn finish(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task.await??;
+        self.js.delete_stream(&self.topology.stream).await?;
+        Ok(())
+    }
+}
+
 pub async fn relay_bench(
     config: &Config,
     url: &str,
@@ -23,20 +75,7 @@ pub async fn relay_bench(
     berth::app::migrate(&pool).await?;
     let store = EventStore::new(pool.clone());
     let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
-    let topology = Topology {
-        stream: format!("BENCH_{}", std::process::id()),
-        prefix: format!("bench{}.evt", std::process::id()),
-    };
-    let stop = CancellationToken::new();
-    let relay = tokio::spawn(events::relay::run(
-        pool.clone(),
-        url.to_owned(),
-        js.clone(),
-        topology.clone(),
-        RelayConfig::default(),
-        stop.clone(),
-    ));
-    let stream = events::relay::ensure_stream(&js, &topology).await?;
+    let (relay, stream) = BenchRelay::start(&pool, url, &js, "BENCH").await?;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
         .await?;
@@ -68,9 +107,7 @@ pub async fn relay_bench(
         }
     }
     let append_time = appender.await??;
-    stop.cancel();
-    relay.await??;
-    js.delete_stream(&topology.stream).await?;
+    relay.finish().await?;
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     println!(
