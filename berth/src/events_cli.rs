@@ -124,9 +124,10 @@ async fn read_subscription(
 ) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/subscriptions/{}", crate::session_cli::path_part(name));
     loop {
-        let request = client
-            .request(reqwest::Method::GET, &format!("{path}/events"))
-            .query(&[("follow", follow.to_string())]);
+        let request = client.request(
+            reqwest::Method::GET,
+            &format!("{path}/events?follow={follow}"),
+        );
         let response = match client.send_raw(request).await? {
             Ok(response) => response,
             Err(code) => return Ok(code),

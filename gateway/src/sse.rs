@@ -97,20 +97,18 @@ impl EventsParams {
         caller: &events::ledger::KeyOwner,
     ) -> Result<(EventFilter, bool), ApiError> {
         self.check()?;
-        let params = self;
         let everything = events::authorization::lists_everyone(caller.role);
         let mut filter = EventFilter::default()
-            .with_types(params.event_type.as_deref().unwrap_or(""))
-            .with_categories(params.category.as_deref().unwrap_or(""));
-        filter.streams.extend(params.stream.clone());
+            .with_types(self.event_type.as_deref().unwrap_or(""))
+            .with_categories(self.category.as_deref().unwrap_or(""));
+        filter.streams.extend(self.stream.clone());
         filter.streams.extend(
-            params
-                .session
+            self.session
                 .map(|id| events::catalogue::stream_id("session", id)),
         );
         if everything {
-            filter.resource_group = params.resource_group.clone();
-            if let Some(email) = &params.owner {
+            filter.resource_group = self.resource_group.clone();
+            if let Some(email) = &self.owner {
                 let owner = crate::db::sessions::user_id_by_email(&state.pool, email)
                     .await?
                     .ok_or_else(|| {
@@ -120,11 +118,8 @@ impl EventsParams {
             }
         } else {
             for (field, named) in [
-                (
-                    "owner",
-                    params.owner.as_ref().filter(|o| **o != caller.email),
-                ),
-                ("resource_group", params.resource_group.as_ref()),
+                ("owner", self.owner.as_ref().filter(|o| **o != caller.email)),
+                ("resource_group", self.resource_group.as_ref()),
             ] {
                 if named.is_some() {
                     return Err(ApiError::new(
