@@ -132,17 +132,15 @@ def filter_case(context, case):
             # A minute's margin each side: the case is sent a little after it is made.
             return now + timedelta(minutes=1) < when < now + timedelta(days=3650) - timedelta(minutes=1)
         return True
-    if where in (("POST", "/v1/advice"), ("POST", "/v1/sessions")):
-        # Shared memory a request names is held against the memory it asks for.
-        resources = body.get("resources")
-        if isinstance(resources, dict):
-            memory, shared = (bytes_of(resources.get(k)) for k in ("memory", "shared_memory"))
-            if memory is not None and shared is not None:
-                return shared <= memory
-            named = [resources.get(k) is not None for k in ("memory", "shared_memory")]
-            # Both named but one not read here: not a case whose answer is known.
-            return not all(named) or (memory is not None and shared is not None)
-        return True
+    resources = body.get("resources")
+    if isinstance(resources, dict) and resources.get("shared_memory") is not None:
+        # Wherever a request asks for resources (a session, advice, a fit watch), shared
+        # memory it names is held against the memory it asks for.
+        if resources.get("memory") is None:
+            return True
+        memory, shared = (bytes_of(resources.get(k)) for k in ("memory", "shared_memory"))
+        # Both named: the case's answer is known only for sizes read here.
+        return memory is not None and shared is not None and shared <= memory
     if where == ("POST", "/v1/subscriptions"):
         # Read over NATS, a subscription filters by what subjects can say only: categories,
         # and streams of those categories.
