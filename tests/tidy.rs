@@ -496,6 +496,7 @@ const GATEWAY_FLOORS: &[&[&str]] = &[
         "cache",
         "projection",
         "proxy",
+        "serving",
         "files",
         "uploads",
     ],

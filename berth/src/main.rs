@@ -12,6 +12,7 @@ mod agent_cli;
 mod bench;
 mod events_cli;
 mod folder_cli;
+mod service_cli;
 mod session_cli;
 mod whatif_cli;
 
@@ -119,6 +120,10 @@ enum Command {
     /// acknowledged, deleted (read them with `berth events --subscription NAME`).
     #[command(subcommand)]
     Subscription(events_cli::SubscriptionCommand),
+    /// Model-serving endpoints: made from a model folder, listed with their replicas' health,
+    /// scaled, given tokens, destroyed (BERTH_GATEWAY_URL, BERTH_API_KEY).
+    #[command(subcommand)]
+    Service(service_cli::ServiceCommand),
     /// Run an agent: registers this host, heartbeats, and runs the sessions placed on it as
     /// Docker containers (`--simulate`: moves them without containers). It speaks only NATS
     /// (BERTH_NATS_URL) and never reaches the database.
@@ -385,6 +390,7 @@ async fn run(
         Command::Folder(command) => return folder_cli::run(&config, command).await,
         Command::Events(args) => return events_cli::run(&config, args).await,
         Command::Subscription(command) => return events_cli::subscription(&config, command).await,
+        Command::Service(command) => return service_cli::run(&config, command).await,
         Command::Agent(args) => agent_cli::run(&config, args).await?,
         Command::Completion { shell } => completion(shell),
     }

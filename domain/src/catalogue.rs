@@ -300,6 +300,22 @@ catalogue! {
     SubscriptionCreated(SubscriptionCreated) = "SubscriptionCreated" v 1,
     /// A user deleted a durable subscription.
     SubscriptionDeleted(SubscriptionDeleted) = "SubscriptionDeleted" v 1,
+    /// A user made a model-serving endpoint.
+    EndpointCreated(EndpointCreated) = "EndpointCreated" v 1,
+    /// An endpoint's wanted number of replicas changed.
+    EndpointScaled(EndpointScaled) = "EndpointScaled" v 1,
+    /// A replica (an inference session) was started for an endpoint.
+    EndpointReplicaAdded(EndpointReplicaAdded) = "EndpointReplicaAdded" v 1,
+    /// A replica left an endpoint.
+    EndpointReplicaRemoved(EndpointReplicaRemoved) = "EndpointReplicaRemoved" v 1,
+    /// A replica passed its health check and receives traffic.
+    EndpointRouteHealthy(EndpointRouteHealthy) = "EndpointRouteHealthy" v 1,
+    /// A replica failed its health checks and receives no traffic.
+    EndpointRouteUnhealthy(EndpointRouteUnhealthy) = "EndpointRouteUnhealthy" v 1,
+    /// An endpoint's owner made a token for it (its digest is not in the event).
+    EndpointTokenIssued(EndpointTokenIssued) = "EndpointTokenIssued" v 1,
+    /// An endpoint was destroyed.
+    EndpointDestroyed(EndpointDestroyed) = "EndpointDestroyed" v 1,
 }
 
 /// An event's payload, serialised in place (a recorded event's wire form borrows it).
@@ -476,6 +492,38 @@ mod tests {
                 subscription_id: id,
                 name: "billing".into(),
             }),
+            Event::EndpointCreated(crate::serving::example_created(id)),
+            Event::EndpointScaled(EndpointScaled {
+                endpoint_id: id,
+                replicas: 3,
+                previous: 2,
+                reason: "user a@b.c".into(),
+            }),
+            Event::EndpointReplicaAdded(EndpointReplicaAdded {
+                endpoint_id: id,
+                session_id: id,
+            }),
+            Event::EndpointReplicaRemoved(EndpointReplicaRemoved {
+                endpoint_id: id,
+                session_id: id,
+                reason: "scaled down".into(),
+                failed: false,
+            }),
+            Event::EndpointRouteHealthy(EndpointRouteHealthy {
+                endpoint_id: id,
+                session_id: id,
+            }),
+            Event::EndpointRouteUnhealthy(EndpointRouteUnhealthy {
+                endpoint_id: id,
+                session_id: id,
+                reason: "GET /health answered 503, 3 times in a row".into(),
+            }),
+            Event::EndpointTokenIssued(EndpointTokenIssued {
+                endpoint_id: id,
+                token_id: id,
+                expires_at: at,
+            }),
+            Event::EndpointDestroyed(EndpointDestroyed { endpoint_id: id }),
             Event::SessionRequested(Box::new(SessionRequested {
                 shared_mounts: Default::default(),
                 session_id: id,

@@ -59,6 +59,7 @@ pub mod lifecycle;
 pub mod notices;
 pub mod outbound;
 pub mod payloads;
+pub mod serving;
 pub mod sharing;
 pub mod subscriptions;
 pub mod usage;

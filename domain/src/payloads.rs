@@ -348,6 +348,130 @@ pub struct SubscriptionDeleted {
     pub name: String,
 }
 
+/// What an endpoint's replicas run, read from its model definition file when it was made or
+/// updated (Backend.AI's `model-definition.yaml`: the first model with a `service`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ServedModel {
+    /// The model's `name` in the definition.
+    pub model_name: String,
+    /// Where the model lives in the replica (`model_path`).
+    pub model_path: String,
+    /// `service.start_command`, as one shell command line.
+    pub start_command: String,
+    /// `service.port`: where the model's server listens in the replica.
+    pub port: u16,
+    pub health_check: HealthCheck,
+}
+
+/// How a replica is asked whether it serves (`service.health_check`, with berth's defaults
+/// for what the definition leaves out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct HealthCheck {
+    /// The path asked with `GET`.
+    pub path: String,
+    /// Between two checks of one replica.
+    pub interval_ms: u64,
+    /// Failed checks in a row that take a replica out.
+    pub max_retries: u32,
+    /// How long one check may wait for its answer.
+    pub max_wait_ms: u64,
+    /// The status a serving replica answers.
+    pub expected_status: u16,
+    /// How long a new replica's failed checks are not counted (the model loading).
+    pub initial_delay_ms: u64,
+}
+
+/// A user made a model-serving endpoint: replicas of a model, run as inference sessions of
+/// theirs, behind one lasting URL. Its stream is `endpoint-<endpoint_id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointCreated {
+    pub endpoint_id: Uuid,
+    /// Its owner's name for it, unique among their live endpoints.
+    pub name: String,
+    /// Whose replicas these are (their sessions are this user's).
+    pub owner: Owner,
+    pub image: String,
+    pub resource_group: String,
+    /// The folder holding the model and its definition, mounted in every replica.
+    pub model_folder: String,
+    /// What each replica is given.
+    pub resources: ResourceSlots,
+    /// How many replicas it asks for.
+    pub replicas: u32,
+    /// Anyone may call it; otherwise a token of its owner's is needed.
+    pub open_to_public: bool,
+    pub model: ServedModel,
+}
+
+/// An endpoint's wanted number of replicas changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointScaled {
+    pub endpoint_id: Uuid,
+    pub replicas: u32,
+    pub previous: u32,
+    /// Who decided: `user <email>`, or the rule with its figures.
+    pub reason: String,
+}
+
+/// A replica was started for an endpoint: an inference session it owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointReplicaAdded {
+    pub endpoint_id: Uuid,
+    pub session_id: Uuid,
+}
+
+/// A replica left an endpoint (scaled down, taken out by its health checks, its session ended,
+/// or the endpoint destroyed); its session is terminated unless it had ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointReplicaRemoved {
+    pub endpoint_id: Uuid,
+    pub session_id: Uuid,
+    pub reason: String,
+    /// It left without ever serving, or because it stopped serving: counted towards the
+    /// endpoint's back-off and its cap.
+    pub failed: bool,
+}
+
+/// A replica answered its health check: it receives traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointRouteHealthy {
+    pub endpoint_id: Uuid,
+    pub session_id: Uuid,
+}
+
+/// A replica failed its health check its maximum times in a row: it receives no traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointRouteUnhealthy {
+    pub endpoint_id: Uuid,
+    pub session_id: Uuid,
+    pub reason: String,
+}
+
+/// Its owner made a token for a non-public endpoint (the token's digest is kept outside the
+/// log; this says only that one exists, and until when).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointTokenIssued {
+    pub endpoint_id: Uuid,
+    pub token_id: Uuid,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// An endpoint was destroyed: its replicas end and its URL answers no more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointDestroyed {
+    pub endpoint_id: Uuid,
+}
+
 /// An agent said it is leaving (it was stopped, or drained): from now on nothing is placed
 /// on it, as on a lost one, and it registers again when it returns. Its sessions' containers
 /// keep running and are adopted then.

@@ -41,6 +41,7 @@ pub mod projection;
 pub mod proxy;
 pub mod ready;
 pub mod run;
+pub mod serving;
 pub mod sse;
 mod state;
 pub mod throttle;
@@ -52,8 +53,9 @@ pub use metrics::{describe_metrics, METRICS_CONTENT_TYPE};
 pub use state::{AppState, DEFAULT_CREATE_QUEUE};
 
 /// The gateway's own schemas (`proxy`: the app proxy's tickets and cookies; `feeds`: how far
-/// each durable subscription was acknowledged; both shared by every gateway on the
-/// database), as a component of `events::store::migrate`.
+/// each durable subscription was acknowledged; `serving`: the digests of model endpoints'
+/// tokens; all shared by every gateway on the database), as a component of
+/// `events::store::migrate`.
 pub const MIGRATIONS: &[events::store::Migration] = &[
     (
         "gateway",
@@ -64,6 +66,11 @@ pub const MIGRATIONS: &[events::store::Migration] = &[
         "gateway",
         2,
         include_str!("../migrations/0002_subscription_acks.sql"),
+    ),
+    (
+        "gateway",
+        3,
+        include_str!("../migrations/0003_serving_tokens.sql"),
     ),
 ];
 
@@ -228,6 +235,16 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api::subscriptions::read_subscription))
         .routes(routes!(api::subscriptions::acknowledge))
+        .routes(routes!(
+            api::services::list_services,
+            api::services::create_service
+        ))
+        .routes(routes!(
+            api::services::get_service,
+            api::services::destroy_service
+        ))
+        .routes(routes!(api::services::scale_service))
+        .routes(routes!(api::services::issue_token))
         .routes(routes!(events_schema))
         .routes(routes!(openapi_json))
         .routes(routes!(asyncapi_json))
@@ -274,7 +291,17 @@ pub fn router(state: AppState) -> Router {
     let measured = state.metrics.is_some();
     let router = router
         .merge(console::router())
-        .route("/metrics", axum::routing::get(metrics_page));
+        .route("/metrics", axum::routing::get(metrics_page))
+        // The endpoints' own URLs: the model's API, not berth's (not in the document).
+        .route("/serve/{id}", axum::routing::any(api::services::serve_root))
+        .route(
+            "/serve/{id}/",
+            axum::routing::any(api::services::serve_root),
+        )
+        .route(
+            "/serve/{id}/{*rest}",
+            axum::routing::any(api::services::serve),
+        );
     // Backend.AI's paths do not collide with berth's; off, they are berth's 404s.
     let router = if state.backendai.is_some() {
         router
@@ -552,6 +579,12 @@ mod tests {
             ("delete", "/v1/subscriptions/{name}"),
             ("get", "/v1/subscriptions/{name}/events"),
             ("post", "/v1/subscriptions/{name}/ack"),
+            ("get", "/v1/services"),
+            ("post", "/v1/services"),
+            ("get", "/v1/services/{id}"),
+            ("delete", "/v1/services/{id}"),
+            ("post", "/v1/services/{id}/scale"),
+            ("post", "/v1/services/{id}/tokens"),
             ("get", "/healthz"),
         ]
         .into_iter()

@@ -1,6 +1,7 @@
 //! The names and help of the gateway's metrics: each request by its route and status (measured
 //! by the router, [`crate::measure`]), the app proxy's circuits and bytes, the sessions view's
-//! counts, creates to placed and to RUNNING, and the log's readers' lag. The gateway records
+//! counts, creates to placed and to RUNNING, the log's readers' lag, and the calls of model
+//! endpoints. The gateway records
 //! through the `metrics` facade only; the process that runs it installs the recorder and hands
 //! its exposition in ([`crate::AppState::with_metrics`]), which `GET /metrics` serves
 //! ([`crate::metrics_page`]).
@@ -22,9 +23,20 @@ pub const CREATE_TO_PLACED: &str = "berth_session_create_to_placed_seconds";
 pub const CREATE_TO_RUNNING: &str = "berth_session_create_to_running_seconds";
 pub const READER_LAG_EVENTS: &str = "berth_reader_lag_events";
 pub const READER_LAG_SECONDS: &str = "berth_reader_lag_seconds";
+pub const SERVING_REQUESTS: &str = "berth_serving_requests_total";
+pub const SERVING_DURATION: &str = "berth_serving_request_seconds";
 
 /// Describes the gateway's metrics (and its sessions view's) to the installed recorder.
 pub fn describe_metrics() {
+    describe_counter!(
+        SERVING_REQUESTS,
+        "Calls of model-serving endpoints' URLs, by endpoint and outcome (`ok`, `4xx`, `5xx`)"
+    );
+    describe_histogram!(
+        SERVING_DURATION,
+        Unit::Seconds,
+        "Time from a call of an endpoint's URL to its answer's head, by endpoint"
+    );
     describe_counter!(
         HTTP_REQUESTS,
         "HTTP requests answered by the gateway, by method, route (its pattern) and status"

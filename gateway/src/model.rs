@@ -1330,3 +1330,65 @@ pub struct Acknowledged {
     /// The position kept: the one acknowledged, or a later one acknowledged before.
     pub acknowledged: String,
 }
+
+/// A model-serving endpoint: replicas of a model behind one lasting URL.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceOut {
+    pub id: Uuid,
+    pub name: String,
+    /// Its owner's email.
+    pub owner: String,
+    pub created_at: DateTime<Utc>,
+    /// Where it answers, on this gateway (`/serve/<id>/`, with the model's own paths after it).
+    pub url: String,
+    /// `healthy` (every wanted replica serves), `serving` (some do), `provisioning` (none yet),
+    /// `degraded` (replicas keep failing: no more are started until it is scaled or updated),
+    /// `stopped` (none wanted) or `destroyed`.
+    pub status: String,
+    /// Why it is degraded.
+    pub degraded_reason: Option<String>,
+    pub image: String,
+    pub resource_group: String,
+    pub model_folder: String,
+    pub model_name: String,
+    /// Where the model's server listens in each replica.
+    pub port: u16,
+    pub health_check_path: String,
+    /// Each replica's resources.
+    pub resources: ResourceSlots,
+    /// Replicas wanted.
+    pub replicas: u32,
+    /// Replicas that receive traffic.
+    pub healthy_replicas: u32,
+    /// Anyone may call it; otherwise a token is needed.
+    pub open_to_public: bool,
+    pub routes: Vec<ServiceRoute>,
+}
+
+/// A replica of an endpoint, as its balancer sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceRoute {
+    /// Its inference session.
+    pub session_id: Uuid,
+    /// `starting`, `healthy` or `unhealthy`.
+    pub health: String,
+    pub added_at: DateTime<Utc>,
+    /// When its health last changed.
+    pub since: DateTime<Utc>,
+    pub reason: Option<String>,
+}
+
+/// Endpoints.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceList {
+    pub services: Vec<ServiceOut>,
+}
+
+/// A token made for an endpoint: shown this once, kept by berth only as a digest.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceToken {
+    pub token_id: Uuid,
+    /// Send it as `Authorization: Bearer <token>`.
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}

@@ -204,6 +204,17 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
             stop.clone(),
         ));
     }
+    // Every gateway serves the endpoints' URLs; one at a time runs their replicas.
+    tasks.spawn(
+        state
+            .serving
+            .clone()
+            .follow(state.pool.clone(), stop.clone()),
+    );
+    tasks.spawn(crate::serving::controller::run(
+        state.pool.clone(),
+        stop.clone(),
+    ));
     if state.watches_readiness {
         let watch = crate::ready::watch(
             state.readiness.clone(),

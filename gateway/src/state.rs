@@ -2,7 +2,7 @@
 //! the services' answers are found, the API-key cache, the detail cache, the app proxy, the
 //! readiness report, the metrics exposition, Backend.AI's keys, the rate limits and the create
 //! queue. Data only: it imports the ground floor (`error`, `handles`, `headers`, `throttle`) and
-//! its own (`cache`, `proxy`);
+//! its own (`cache`, `proxy`, `serving`);
 //! everything above (`caller`, `ready`, the surfaces, the router in `lib.rs`) is built over it.
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::handles::{BackendAiKeys, MetricsRender, Readiness};
 use crate::headers::CookiePolicy;
 use crate::throttle::Throttle;
-use crate::{cache, proxy};
+use crate::{cache, proxy, serving};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -64,6 +64,8 @@ pub struct AppState {
     pub(crate) stopping: tokio_util::sync::CancellationToken,
     /// The relay's events as the event stream's readers follow them, one follower for all.
     pub(crate) live: crate::live::LiveHub,
+    /// The model endpoints this gateway serves, and their replicas' addresses.
+    pub(crate) serving: Arc<serving::Serving>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -103,6 +105,7 @@ impl AppState {
             file_roots: Arc::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
             live: crate::live::LiveHub::default(),
+            serving: Arc::default(),
         }
     }
 

@@ -17,7 +17,7 @@ use serde_json::json;
 
 /// A one-host install: a control plane whose gateway serves the data directory of the Docker
 /// agent beside it (`host-local`), and that agent (removed with what it made when dropped).
-async fn one_host() -> (Harness, (DockerAgent, Cleanup)) {
+pub(crate) async fn one_host() -> (Harness, (DockerAgent, Cleanup)) {
     let dir = data_dir();
     let mut config = test_config();
     config.agent_data_dir = dir.clone();

@@ -39,6 +39,9 @@
 //! - [`subscriptions`]: durable subscriptions: a consumer killed twice goes on from its
 //!   acknowledgement with nothing lost and nothing handled redelivered; a NATS reader confined
 //!   to its own consumer.
+//! - [`serving`]: model serving on a Docker agent: an endpoint's two replicas balanced, one
+//!   killed under load (only what was in flight there lost) and replaced, tokens, a streamed
+//!   answer chunk by chunk, destroyed.
 //! - [`files`]: a folder's files uploaded, listed, downloaded (also by range), made and
 //!   removed through the API, a session seeing the same; paths and links out refused.
 //! - [`bus`]: agents that speak only NATS, and the recorder and dispatcher that meet them.
@@ -109,6 +112,7 @@ mod policies;
 mod pulls;
 mod reads;
 mod restore;
+mod serving;
 mod sessions;
 mod subscriptions;
 mod tls;

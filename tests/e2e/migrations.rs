@@ -109,6 +109,8 @@ fn expected_history() -> Vec<(String, i32)> {
     rows.push(("notification".to_owned(), 2));
     // Durable subscriptions' acknowledgements.
     rows.push(("gateway".to_owned(), 2));
+    // Model endpoints' token digests.
+    rows.push(("gateway".to_owned(), 3));
     rows.sort();
     rows
 }

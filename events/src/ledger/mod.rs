@@ -158,7 +158,15 @@ impl Family {
             | Event::NotificationWebhookSecretSet(_)
             | Event::SchedulerWakeupsMissed(_)
             | Event::SubscriptionCreated(_)
-            | Event::SubscriptionDeleted(_) => Family::Ignored,
+            | Event::SubscriptionDeleted(_)
+            | Event::EndpointCreated(_)
+            | Event::EndpointScaled(_)
+            | Event::EndpointReplicaAdded(_)
+            | Event::EndpointReplicaRemoved(_)
+            | Event::EndpointRouteHealthy(_)
+            | Event::EndpointRouteUnhealthy(_)
+            | Event::EndpointTokenIssued(_)
+            | Event::EndpointDestroyed(_) => Family::Ignored,
         }
     }
 }

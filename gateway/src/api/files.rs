@@ -113,7 +113,7 @@ pub(crate) async fn reached(
 }
 
 /// The directory on this host of the folder `name` the caller reaches, as [`reached`].
-async fn folder(
+pub(super) async fn folder(
     state: &AppState,
     caller: &KeyOwner,
     name: &str,

@@ -42,6 +42,7 @@ pub mod password;
 pub(crate) mod query;
 pub mod queue;
 pub mod resources;
+pub mod services;
 pub mod session_exec;
 pub mod session_files;
 pub mod sessions;

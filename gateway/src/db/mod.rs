@@ -28,6 +28,7 @@
 //! - [`estimates`]: the start estimates recorded for waiting sessions, with the starts that
 //!   followed.
 //! - [`subscriptions`]: how far each durable subscription was acknowledged.
+//! - [`serving`]: model endpoints' tokens (by digest), and which gateway runs their replicas.
 
 pub mod admin;
 pub mod agents;
@@ -45,6 +46,7 @@ pub mod notifications;
 pub mod queue;
 pub mod ready;
 pub mod resources;
+pub mod serving;
 pub mod sessions;
 pub mod subscriptions;
 pub mod usage;

@@ -595,7 +595,7 @@ const HOP_BY_HOP: [header::HeaderName; 6] = [
     header::UPGRADE,
 ];
 
-fn drop_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn drop_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }

@@ -46,6 +46,7 @@
 pub mod assets;
 mod door;
 
+pub(crate) use door::drop_hop_by_hop;
 pub use door::{LOGIN_PATH, TUNNEL_PATH, TUNNEL_PROTOCOL};
 
 use axum::extract::Request;
@@ -980,7 +981,10 @@ pub enum KernelDoorError {
 /// Where the main kernel publishes `container_port`: at its agent's address, which the
 /// recorder checked against the agent's registration, and only if it is an address a host
 /// can have (never the cloud metadata address, multicast or unspecified).
-fn upstream_of(session: &SessionDetail, container_port: u16) -> Result<SocketAddr, ProxyError> {
+pub(crate) fn upstream_of(
+    session: &SessionDetail,
+    container_port: u16,
+) -> Result<SocketAddr, ProxyError> {
     let main = session.containers.iter().find(|c| c.kernel == 0);
     let (Some(address), Some(port)) = (
         main.and_then(|c| c.address.as_deref()),

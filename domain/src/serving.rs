@@ -1,0 +1,967 @@
+//! Model serving: an *endpoint* runs a model as replicas (inference sessions its owner owns)
+//! behind one URL that outlives them. Each change is an event of the endpoint's stream,
+//! `endpoint-<id>`: made, scaled, a replica added or removed, a route (a replica as the
+//! balancer sees it) healthy or unhealthy, a token made, destroyed.
+//!
+//! Pure: what a model definition file means ([`ModelDefinition`], Backend.AI's
+//! `model-definition.yaml`, parsed at the edge), what a stream says ([`fold`]), what should
+//! happen next to match it ([`reconcile`]: replicas to start and to take out, with a back-off
+//! and a cap so that a model that never starts does not loop for ever), and what a health
+//! check's answer changes ([`after_check`]). The gateway records, launches and balances.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::catalogue::Event;
+use crate::payloads::{EndpointCreated, HealthCheck, ServedModel};
+use crate::RecordedEvent;
+
+/// The category of the endpoints' streams.
+pub const CATEGORY: &str = "endpoint";
+
+/// The stream of endpoint `id`.
+pub fn stream_of(id: Uuid) -> String {
+    crate::catalogue::stream_id(CATEGORY, id)
+}
+
+/// Replicas an endpoint may ask for at most.
+pub const MOST_REPLICAS: u32 = 16;
+
+/// The most characters of an endpoint's name.
+pub const MOST_NAME_CHARS: usize = 64;
+
+/// Whether `name` can name an endpoint: 1 to 64 lowercase letters, digits and `-`, starting
+/// with a letter or a digit (a host name's label, should it become one).
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=MOST_NAME_CHARS).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+/// Replicas that left without serving, in a row, after which no more are started: the
+/// endpoint is degraded until its owner scales or updates it.
+pub const FAILURE_CAP: u32 = 5;
+
+/// How long to wait before starting a replica after `failed_in_a_row` failed ones: none after
+/// none, then 2 s doubling to at most 60 s.
+pub fn backoff(failed_in_a_row: u32) -> Duration {
+    match failed_in_a_row {
+        0 => Duration::ZERO,
+        n => Duration::from_secs((2u64 << (n - 1).min(5)).min(60)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model definition file.
+
+/// Backend.AI's model definition (`model-definition.yaml`): the models a folder serves. Only
+/// what serving reads is kept; other keys are allowed and ignored.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelDefinition {
+    pub models: Vec<ModelEntry>,
+}
+
+/// One model of a definition.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelEntry {
+    pub name: String,
+    pub model_path: String,
+    #[serde(default)]
+    pub service: Option<ServiceDefinition>,
+}
+
+/// How a model is served: the command that starts its server, the port it listens on, and
+/// how to ask it whether it serves.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ServiceDefinition {
+    pub start_command: StartCommand,
+    pub port: u32,
+    #[serde(default)]
+    pub health_check: Option<HealthCheckDefinition>,
+}
+
+/// A start command as a list of arguments or as one command line.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum StartCommand {
+    Line(String),
+    Arguments(Vec<String>),
+}
+
+/// `service.health_check`: times in seconds, as Backend.AI writes them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HealthCheckDefinition {
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub interval: Option<f64>,
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    #[serde(default)]
+    pub max_wait_time: Option<f64>,
+    #[serde(default)]
+    pub expected_status_code: Option<u16>,
+    #[serde(default)]
+    pub initial_delay: Option<f64>,
+}
+
+/// What a definition lacks to be served; `field` names where in the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct DefinitionError {
+    pub field: String,
+    pub message: String,
+}
+
+fn refused(field: impl Into<String>, message: impl Into<String>) -> DefinitionError {
+    DefinitionError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Defaults of a health check the definition leaves out (Backend.AI's).
+pub const DEFAULT_CHECK: HealthCheckDefaults = HealthCheckDefaults {
+    path: "/",
+    interval: Duration::from_secs(10),
+    max_retries: 10,
+    max_wait: Duration::from_secs(15),
+    expected_status: 200,
+    initial_delay: Duration::from_secs(60),
+};
+
+/// See [`DEFAULT_CHECK`].
+pub struct HealthCheckDefaults {
+    pub path: &'static str,
+    pub interval: Duration,
+    pub max_retries: u32,
+    pub max_wait: Duration,
+    pub expected_status: u16,
+    pub initial_delay: Duration,
+}
+
+impl ModelDefinition {
+    /// What the first model with a `service` serves, checked.
+    pub fn served(&self) -> Result<ServedModel, DefinitionError> {
+        let (index, model) = self
+            .models
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.service.is_some())
+            .ok_or_else(|| refused("models", "no model has a `service` to start"))?;
+        let service = model.service.as_ref().expect("found with a service");
+        let at = |key: &str| format!("models[{index}].service.{key}");
+        let start_command = match &service.start_command {
+            StartCommand::Line(line) => line.trim().to_owned(),
+            StartCommand::Arguments(args) => shell_join(args),
+        };
+        if start_command.is_empty() || start_command.contains('\0') {
+            return Err(refused(at("start_command"), "must name a command"));
+        }
+        let port = u16::try_from(service.port)
+            .ok()
+            .filter(|p| *p >= 1024)
+            .ok_or_else(|| refused(at("port"), "must be a port from 1024 to 65535"))?;
+        let check = service
+            .health_check
+            .clone()
+            .unwrap_or(HealthCheckDefinition {
+                path: None,
+                interval: None,
+                max_retries: None,
+                max_wait_time: None,
+                expected_status_code: None,
+                initial_delay: None,
+            });
+        let seconds = |key: &str, value: Option<f64>, default: Duration, least: f64| match value {
+            None => Ok(default.as_millis() as u64),
+            Some(s) if s.is_finite() && s >= least && s <= 86_400.0 => Ok((s * 1000.0) as u64),
+            Some(_) => Err(refused(
+                at(&format!("health_check.{key}")),
+                format!("must be from {least} to 86400 seconds"),
+            )),
+        };
+        let path = check.path.unwrap_or_else(|| DEFAULT_CHECK.path.to_owned());
+        if !path.starts_with('/') || path.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(refused(
+                at("health_check.path"),
+                "must be a path starting with `/`, without spaces",
+            ));
+        }
+        let expected_status = check
+            .expected_status_code
+            .unwrap_or(DEFAULT_CHECK.expected_status);
+        if !(100..=599).contains(&expected_status) {
+            return Err(refused(
+                at("health_check.expected_status_code"),
+                "must be an HTTP status",
+            ));
+        }
+        let max_retries = check.max_retries.unwrap_or(DEFAULT_CHECK.max_retries);
+        if !(1..=100).contains(&max_retries) {
+            return Err(refused(
+                at("health_check.max_retries"),
+                "must be from 1 to 100",
+            ));
+        }
+        Ok(ServedModel {
+            model_name: model.name.clone(),
+            model_path: model.model_path.clone(),
+            start_command,
+            port,
+            health_check: HealthCheck {
+                path,
+                interval_ms: seconds("interval", check.interval, DEFAULT_CHECK.interval, 0.1)?,
+                max_retries,
+                max_wait_ms: seconds(
+                    "max_wait_time",
+                    check.max_wait_time,
+                    DEFAULT_CHECK.max_wait,
+                    0.1,
+                )?,
+                expected_status,
+                initial_delay_ms: seconds(
+                    "initial_delay",
+                    check.initial_delay,
+                    DEFAULT_CHECK.initial_delay,
+                    0.0,
+                )?,
+            },
+        })
+    }
+}
+
+/// Arguments as one POSIX shell command line, each quoted where it needs to be.
+pub fn shell_join(args: &[String]) -> String {
+    args.iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
+            match plain {
+                true => arg.clone(),
+                false => format!("'{}'", arg.replace('\'', r"'\''")),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The endpoint, folded.
+
+/// How the balancer sees a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteHealth {
+    /// Started, not yet answered its health check: no traffic.
+    Starting,
+    /// Answers its health check: receives traffic.
+    Healthy,
+    /// Failed its health check its maximum times in a row: no traffic, to be replaced.
+    Unhealthy,
+}
+
+/// One replica of an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub session_id: Uuid,
+    pub health: RouteHealth,
+    /// When it was added.
+    pub added_at: DateTime<Utc>,
+    /// When its health last changed.
+    pub since: DateTime<Utc>,
+    /// Why it is unhealthy.
+    pub reason: Option<String>,
+}
+
+/// An endpoint as its stream says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub created: EndpointCreated,
+    pub created_at: DateTime<Utc>,
+    /// Replicas wanted.
+    pub replicas: u32,
+    /// Its replicas now, by session.
+    pub routes: BTreeMap<Uuid, Route>,
+    pub destroyed: bool,
+    /// Replicas that left without serving since one last served (or since it was scaled).
+    pub failed_in_a_row: u32,
+    /// When the last replica left, and why.
+    pub last_removed: Option<(DateTime<Utc>, String)>,
+    /// The stream's last version, against which what happens next is recorded.
+    pub version: u64,
+}
+
+impl Endpoint {
+    pub fn id(&self) -> Uuid {
+        self.created.endpoint_id
+    }
+
+    /// Its replicas that receive traffic.
+    pub fn healthy(&self) -> impl Iterator<Item = &Route> {
+        self.routes
+            .values()
+            .filter(|r| r.health == RouteHealth::Healthy)
+    }
+
+    /// Why no more replicas are started, when that is so: [`FAILURE_CAP`] left in a row.
+    pub fn degraded(&self) -> Option<String> {
+        (self.failed_in_a_row >= FAILURE_CAP).then(|| {
+            let last = self
+                .last_removed
+                .as_ref()
+                .map(|(_, why)| why.as_str())
+                .unwrap_or("unknown");
+            format!(
+                "{} replicas in a row left without serving (the last: {last}); scale or update \
+                 the endpoint to try again",
+                self.failed_in_a_row
+            )
+        })
+    }
+
+    /// One word for where it stands: `destroyed`, `degraded`, `healthy` (every wanted replica
+    /// serves), `serving` (some do), `provisioning` (none yet) or `stopped` (none wanted).
+    pub fn status(&self) -> &'static str {
+        let healthy = self.healthy().count() as u32;
+        match () {
+            _ if self.destroyed => "destroyed",
+            _ if self.degraded().is_some() => "degraded",
+            _ if self.replicas == 0 && self.routes.is_empty() => "stopped",
+            _ if healthy >= self.replicas && healthy > 0 => "healthy",
+            _ if healthy > 0 => "serving",
+            _ => "provisioning",
+        }
+    }
+}
+
+/// The endpoint a stream's events leave, if it was made.
+pub fn fold(stream: &[RecordedEvent]) -> Option<Endpoint> {
+    let mut endpoint: Option<Endpoint> = None;
+    for recorded in stream {
+        let at = recorded.recorded_at;
+        if let Event::EndpointCreated(created) = &recorded.event {
+            endpoint = Some(Endpoint {
+                replicas: created.replicas,
+                created: created.clone(),
+                created_at: at,
+                routes: BTreeMap::new(),
+                destroyed: false,
+                failed_in_a_row: 0,
+                last_removed: None,
+                version: recorded.stream_version,
+            });
+            continue;
+        }
+        let Some(e) = endpoint.as_mut() else { continue };
+        e.version = recorded.stream_version;
+        match &recorded.event {
+            Event::EndpointScaled(scaled) => {
+                e.replicas = scaled.replicas;
+                e.failed_in_a_row = 0;
+            }
+            Event::EndpointReplicaAdded(added) => {
+                e.routes.insert(
+                    added.session_id,
+                    Route {
+                        session_id: added.session_id,
+                        health: RouteHealth::Starting,
+                        added_at: at,
+                        since: at,
+                        reason: None,
+                    },
+                );
+            }
+            Event::EndpointReplicaRemoved(removed) => {
+                e.routes.remove(&removed.session_id);
+                e.last_removed = Some((at, removed.reason.clone()));
+                if removed.failed {
+                    e.failed_in_a_row += 1;
+                }
+            }
+            Event::EndpointRouteHealthy(healthy) => {
+                if let Some(route) = e.routes.get_mut(&healthy.session_id) {
+                    route.health = RouteHealth::Healthy;
+                    route.since = at;
+                    route.reason = None;
+                }
+                e.failed_in_a_row = 0;
+            }
+            Event::EndpointRouteUnhealthy(unhealthy) => {
+                if let Some(route) = e.routes.get_mut(&unhealthy.session_id) {
+                    route.health = RouteHealth::Unhealthy;
+                    route.since = at;
+                    route.reason = Some(unhealthy.reason.clone());
+                }
+            }
+            Event::EndpointDestroyed(_) => e.destroyed = true,
+            _ => {}
+        }
+    }
+    endpoint
+}
+
+/// The endpoints among events of several endpoint streams (in log order), by name.
+pub fn among(events: &[RecordedEvent]) -> Vec<Endpoint> {
+    let mut streams: BTreeMap<&str, Vec<RecordedEvent>> = BTreeMap::new();
+    for event in events {
+        streams
+            .entry(event.stream_id.as_str())
+            .or_default()
+            .push(event.clone());
+    }
+    let mut endpoints: Vec<Endpoint> = streams.values().filter_map(|s| fold(s)).collect();
+    endpoints.sort_by(|a, b| a.created.name.cmp(&b.created.name));
+    endpoints
+}
+
+// ---------------------------------------------------------------------------------------------
+// What to do next.
+
+/// A replica to take out of an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub session_id: Uuid,
+    pub reason: String,
+    /// Counted towards the back-off and the cap.
+    pub failed: bool,
+    /// Its session is still live and must be terminated.
+    pub terminate: bool,
+}
+
+/// What an endpoint needs now to match what it asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    pub remove: Vec<Removal>,
+    /// Replicas to start now.
+    pub start: u32,
+    /// Replicas held back by the back-off until then.
+    pub start_later: Option<DateTime<Utc>>,
+}
+
+/// What `endpoint` needs at `now`, its replicas' sessions being live except those in `ended`
+/// (with why each ended). Replicas whose session ended or that are unhealthy leave (failed,
+/// unless it ended being destroyed); past the wanted count, those not serving leave first,
+/// then the newest; short of it, replicas are started unless the back-off holds them or the
+/// endpoint is degraded. A destroyed endpoint's every replica leaves.
+pub fn reconcile(endpoint: &Endpoint, ended: &BTreeMap<Uuid, String>, now: DateTime<Utc>) -> Plan {
+    let mut plan = Plan::default();
+    if endpoint.destroyed {
+        plan.remove = endpoint
+            .routes
+            .values()
+            .map(|r| Removal {
+                session_id: r.session_id,
+                reason: "the endpoint was destroyed".into(),
+                failed: false,
+                terminate: !ended.contains_key(&r.session_id),
+            })
+            .collect();
+        return plan;
+    }
+    let mut staying: Vec<&Route> = Vec::new();
+    for route in endpoint.routes.values() {
+        if let Some(why) = ended.get(&route.session_id) {
+            plan.remove.push(Removal {
+                session_id: route.session_id,
+                reason: format!("its session ended: {why}"),
+                failed: true,
+                terminate: false,
+            });
+        } else if route.health == RouteHealth::Unhealthy {
+            plan.remove.push(Removal {
+                session_id: route.session_id,
+                reason: route
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "unhealthy".to_owned()),
+                failed: true,
+                terminate: true,
+            });
+        } else {
+            staying.push(route);
+        }
+    }
+    let wanted = endpoint.replicas as usize;
+    if staying.len() > wanted {
+        // Those not serving first, then the newest.
+        staying.sort_by_key(|r| {
+            (
+                r.health == RouteHealth::Healthy,
+                std::cmp::Reverse(r.added_at),
+            )
+        });
+        let surplus = staying.len() - wanted;
+        for route in staying.drain(..surplus) {
+            plan.remove.push(Removal {
+                session_id: route.session_id,
+                reason: format!("scaled down to {wanted}"),
+                failed: false,
+                terminate: true,
+            });
+        }
+    }
+    let short = wanted.saturating_sub(staying.len()) as u32;
+    if short == 0 {
+        return plan;
+    }
+    let failed_now = plan.remove.iter().filter(|r| r.failed).count() as u32;
+    let failed_in_a_row = endpoint.failed_in_a_row + failed_now;
+    if failed_in_a_row >= FAILURE_CAP {
+        return plan;
+    }
+    let last_left = match failed_now {
+        0 => endpoint.last_removed.as_ref().map(|(at, _)| *at),
+        _ => Some(now),
+    };
+    let wait = chrono::TimeDelta::from_std(backoff(failed_in_a_row)).unwrap_or_default();
+    match last_left.map(|at| at + wait).filter(|until| *until > now) {
+        Some(until) if failed_in_a_row > 0 => plan.start_later = Some(until),
+        _ => plan.start = short,
+    }
+    plan
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health checks.
+
+/// What one health check of a replica found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckResult {
+    /// It answered with this status.
+    Answered(u16),
+    /// No answer: why (refused, timed out, not yet published).
+    NoAnswer(String),
+}
+
+/// What a check changes about a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to record; the failures in a row now.
+    Unchanged { failures: u32 },
+    /// It serves: record it healthy.
+    Healthy,
+    /// It failed `max_retries` times in a row: record it unhealthy, for this reason.
+    Unhealthy(String),
+}
+
+/// What `result` changes about `route`, which had failed `failures` checks in a row before
+/// it, under `check`. A new replica's failures before its initial delay are not counted (its
+/// model may be loading).
+pub fn after_check(
+    route: &Route,
+    check: &HealthCheck,
+    failures: u32,
+    result: &CheckResult,
+    now: DateTime<Utc>,
+) -> Verdict {
+    let ok = matches!(result, CheckResult::Answered(s) if *s == check.expected_status);
+    if ok {
+        return match route.health {
+            RouteHealth::Healthy => Verdict::Unchanged { failures: 0 },
+            _ => Verdict::Healthy,
+        };
+    }
+    if route.health == RouteHealth::Unhealthy {
+        return Verdict::Unchanged { failures };
+    }
+    let loading = route.health == RouteHealth::Starting
+        && now < route.added_at + chrono::TimeDelta::milliseconds(check.initial_delay_ms as i64);
+    if loading {
+        return Verdict::Unchanged { failures: 0 };
+    }
+    let failures = failures + 1;
+    if failures < check.max_retries {
+        return Verdict::Unchanged { failures };
+    }
+    let what = match result {
+        CheckResult::Answered(status) => format!("answered {status}"),
+        CheckResult::NoAnswer(why) => format!("did not answer ({why})"),
+    };
+    Verdict::Unhealthy(format!(
+        "GET {} {what}, {failures} times in a row",
+        check.path
+    ))
+}
+
+/// The replicas' sessions among `sessions` that ended, given each one's status (`None`: no
+/// such session), with why.
+pub fn ended_among(
+    sessions: &BTreeMap<Uuid, Option<crate::payloads::SessionStatus>>,
+) -> BTreeMap<Uuid, String> {
+    sessions
+        .iter()
+        .filter_map(|(id, status)| match status {
+            None => Some((*id, "no such session".to_owned())),
+            Some(s) if s.is_terminal() => Some((*id, format!("{s:?}").to_uppercase())),
+            Some(_) => None,
+        })
+        .collect()
+}
+
+/// The set of names among `endpoints` that are live (not destroyed).
+pub fn live_names(endpoints: &[Endpoint]) -> BTreeSet<&str> {
+    endpoints
+        .iter()
+        .filter(|e| !e.destroyed)
+        .map(|e| e.created.name.as_str())
+        .collect()
+}
+
+/// An endpoint made for tests and examples.
+#[cfg(any(test, feature = "fixtures"))]
+pub fn example_created(id: Uuid) -> EndpointCreated {
+    use crate::payloads::{Owner, ResourceSlots};
+    EndpointCreated {
+        endpoint_id: id,
+        name: "iris".into(),
+        owner: Owner {
+            user_id: id,
+            email: "a@b.c".into(),
+            project: None,
+        },
+        image: "berth/python:latest".into(),
+        resource_group: "default".into(),
+        model_folder: "models".into(),
+        resources: ResourceSlots {
+            cpu_milli: 500,
+            memory_bytes: 256 << 20,
+            gpu_milli: 0,
+        },
+        replicas: 2,
+        open_to_public: false,
+        model: ServedModel {
+            model_name: "iris".into(),
+            model_path: "/home/work/models".into(),
+            start_command: "python3 /home/work/models/serve.py".into(),
+            port: 8000,
+            health_check: HealthCheck {
+                path: "/health".into(),
+                interval_ms: 1000,
+                max_retries: 3,
+                max_wait_ms: 1000,
+                expected_status: 200,
+                initial_delay_ms: 5000,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payloads::*;
+    use crate::{LogPosition, Metadata};
+
+    fn t(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()
+    }
+
+    fn recorded(version: u64, at: i64, event: Event) -> RecordedEvent {
+        RecordedEvent {
+            event_id: Uuid::now_v7(),
+            stream_id: "endpoint-x".into(),
+            stream_version: version,
+            schema_version: 1,
+            position: LogPosition {
+                tx: 10 + version,
+                seq: version as i64,
+            },
+            recorded_at: t(at),
+            metadata: Metadata::default(),
+            event,
+        }
+    }
+
+    fn stream(id: Uuid, then: Vec<(i64, Event)>) -> Vec<RecordedEvent> {
+        let mut events = vec![recorded(0, 0, Event::EndpointCreated(example_created(id)))];
+        for (i, (at, event)) in then.into_iter().enumerate() {
+            events.push(recorded(i as u64 + 1, at, event));
+        }
+        events
+    }
+
+    fn added(id: Uuid, session: Uuid) -> Event {
+        Event::EndpointReplicaAdded(EndpointReplicaAdded {
+            endpoint_id: id,
+            session_id: session,
+        })
+    }
+
+    fn healthy(id: Uuid, session: Uuid) -> Event {
+        Event::EndpointRouteHealthy(EndpointRouteHealthy {
+            endpoint_id: id,
+            session_id: session,
+        })
+    }
+
+    fn removed(id: Uuid, session: Uuid, failed: bool) -> Event {
+        Event::EndpointReplicaRemoved(EndpointReplicaRemoved {
+            endpoint_id: id,
+            session_id: session,
+            reason: "it never answered".into(),
+            failed,
+        })
+    }
+
+    #[test]
+    fn a_definition_in_backendais_format_gives_what_replicas_run() {
+        let definition: ModelDefinition = serde_json::from_value(serde_json::json!({
+            "models": [
+                {"name": "notes", "model_path": "/models/notes"},
+                {"name": "iris", "model_path": "/models", "service": {
+                    "pre_start_actions": [],
+                    "start_command": ["python3", "serve.py", "--greeting", "it's up"],
+                    "port": 8000,
+                    "health_check": {"path": "/health", "interval": 0.5, "max_retries": 3,
+                                     "initial_delay": 2, "expected_status_code": 200}}}
+            ]
+        }))
+        .unwrap();
+        let served = definition.served().unwrap();
+        assert_eq!(served.model_name, "iris");
+        assert_eq!(
+            served.start_command,
+            r"python3 serve.py --greeting 'it'\''s up'"
+        );
+        assert_eq!(served.port, 8000);
+        assert_eq!(served.health_check.interval_ms, 500);
+        assert_eq!(served.health_check.initial_delay_ms, 2000);
+        assert_eq!(served.health_check.max_wait_ms, 15_000, "the default");
+    }
+
+    #[test]
+    fn a_definition_that_cannot_be_served_is_refused_naming_where() {
+        let refuse = |v: serde_json::Value| {
+            serde_json::from_value::<ModelDefinition>(v)
+                .unwrap()
+                .served()
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(
+            refuse(serde_json::json!({"models": [{"name": "a", "model_path": "/m"}]})),
+            "models"
+        );
+        let with = |service: serde_json::Value| serde_json::json!({"models": [{"name": "a", "model_path": "/m", "service": service}]});
+        assert_eq!(
+            refuse(with(serde_json::json!({"start_command": "x", "port": 80}))),
+            "models[0].service.port"
+        );
+        assert_eq!(
+            refuse(with(
+                serde_json::json!({"start_command": " ", "port": 8000})
+            )),
+            "models[0].service.start_command"
+        );
+        assert_eq!(
+            refuse(with(serde_json::json!({"start_command": "x", "port": 8000,
+                "health_check": {"path": "health"}}))),
+            "models[0].service.health_check.path"
+        );
+        assert_eq!(
+            refuse(with(serde_json::json!({"start_command": "x", "port": 8000,
+                "health_check": {"interval": -1}}))),
+            "models[0].service.health_check.interval"
+        );
+    }
+
+    #[test]
+    fn names_are_host_labels() {
+        assert!(is_valid_name("iris-2"));
+        for bad in ["", "-a", "Iris", "a_b", "a.b", &"a".repeat(65)] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_stream_folds_into_its_replicas_and_their_health() {
+        let id = Uuid::now_v7();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let e = fold(&stream(
+            id,
+            vec![(1, added(id, a)), (1, added(id, b)), (5, healthy(id, a))],
+        ))
+        .unwrap();
+        assert_eq!(e.routes[&a].health, RouteHealth::Healthy);
+        assert_eq!(e.routes[&b].health, RouteHealth::Starting);
+        assert_eq!(e.status(), "serving");
+        assert_eq!(e.version, 3);
+        let e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (5, healthy(id, a)),
+                (
+                    6,
+                    Event::EndpointScaled(EndpointScaled {
+                        endpoint_id: id,
+                        replicas: 1,
+                        previous: 2,
+                        reason: "user".into(),
+                    }),
+                ),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(e.status(), "healthy");
+    }
+
+    #[test]
+    fn short_of_replicas_it_starts_them_and_past_them_it_takes_the_idle_ones_out_first() {
+        let id = Uuid::now_v7();
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let none = BTreeMap::new();
+        let e = fold(&stream(id, vec![(1, added(id, a))])).unwrap();
+        assert_eq!(reconcile(&e, &none, t(2)).start, 1);
+
+        let mut e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (2, added(id, b)),
+                (3, added(id, c)),
+                (4, healthy(id, a)),
+                (4, healthy(id, c)),
+            ],
+        ))
+        .unwrap();
+        e.replicas = 1;
+        let plan = reconcile(&e, &none, t(5));
+        let out: Vec<Uuid> = plan.remove.iter().map(|r| r.session_id).collect();
+        assert_eq!(out, vec![b, c], "the starting one, then the newest serving");
+        assert!(plan.remove.iter().all(|r| r.terminate && !r.failed));
+        assert_eq!(plan.start, 0);
+    }
+
+    #[test]
+    fn a_replica_that_ended_or_failed_is_replaced_after_a_backoff_until_the_cap() {
+        let id = Uuid::now_v7();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let e = fold(&stream(id, vec![(1, added(id, a)), (1, added(id, b))])).unwrap();
+        let ended = BTreeMap::from([(a, "ERROR".to_owned())]);
+        let plan = reconcile(&e, &ended, t(10));
+        assert_eq!(plan.remove.len(), 1);
+        assert!(plan.remove[0].failed && !plan.remove[0].terminate);
+        assert_eq!(plan.start, 0, "held back");
+        assert_eq!(plan.start_later, Some(t(12)));
+
+        // Recorded; two seconds later the replacement starts.
+        let e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (1, added(id, b)),
+                (10, removed(id, a, true)),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(reconcile(&e, &BTreeMap::new(), t(11)).start, 0);
+        assert_eq!(reconcile(&e, &BTreeMap::new(), t(12)).start, 1);
+
+        // Five in a row that never served: degraded, nothing more is started.
+        let mut then = vec![(1, added(id, b))];
+        for i in 0..FAILURE_CAP {
+            let s = Uuid::now_v7();
+            then.push((10 + i as i64, added(id, s)));
+            then.push((11 + i as i64, removed(id, s, true)));
+        }
+        let e = fold(&stream(id, then.clone())).unwrap();
+        assert_eq!(e.status(), "degraded");
+        assert!(e.degraded().unwrap().contains("it never answered"));
+        let plan = reconcile(&e, &BTreeMap::new(), t(10_000));
+        assert_eq!((plan.start, plan.start_later), (0, None));
+
+        // One serving again, or the owner scaling, lifts it.
+        then.push((20, healthy(id, b)));
+        let e = fold(&stream(id, then)).unwrap();
+        assert_eq!(e.failed_in_a_row, 0);
+        assert_eq!(reconcile(&e, &BTreeMap::new(), t(10_000)).start, 1);
+    }
+
+    #[test]
+    fn a_destroyed_endpoint_takes_every_replica_out() {
+        let id = Uuid::now_v7();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (1, added(id, b)),
+                (
+                    2,
+                    Event::EndpointDestroyed(EndpointDestroyed { endpoint_id: id }),
+                ),
+            ],
+        ))
+        .unwrap();
+        let plan = reconcile(&e, &BTreeMap::from([(b, "TERMINATED".into())]), t(3));
+        assert_eq!(plan.start, 0);
+        let terminate: Vec<(Uuid, bool)> = plan
+            .remove
+            .iter()
+            .map(|r| (r.session_id, r.terminate))
+            .collect();
+        assert!(terminate.contains(&(a, true)) && terminate.contains(&(b, false)));
+    }
+
+    #[test]
+    fn checks_make_a_replica_healthy_at_once_and_unhealthy_after_its_retries() {
+        let check = example_created(Uuid::nil()).model.health_check;
+        let route = |health| Route {
+            session_id: Uuid::nil(),
+            health,
+            added_at: t(0),
+            since: t(0),
+            reason: None,
+        };
+        let ok = CheckResult::Answered(200);
+        let down = CheckResult::NoAnswer("connection refused".into());
+        assert_eq!(
+            after_check(&route(RouteHealth::Starting), &check, 0, &ok, t(1)),
+            Verdict::Healthy
+        );
+        // Loading: failures before the initial delay do not count.
+        assert_eq!(
+            after_check(&route(RouteHealth::Starting), &check, 0, &down, t(4)),
+            Verdict::Unchanged { failures: 0 }
+        );
+        assert_eq!(
+            after_check(
+                &route(RouteHealth::Healthy),
+                &check,
+                1,
+                &CheckResult::Answered(503),
+                t(9)
+            ),
+            Verdict::Unchanged { failures: 2 }
+        );
+        assert_eq!(
+            after_check(&route(RouteHealth::Healthy), &check, 2, &down, t(9)),
+            Verdict::Unhealthy(
+                "GET /health did not answer (connection refused), 3 times in a row".into()
+            )
+        );
+        assert_eq!(
+            after_check(&route(RouteHealth::Healthy), &check, 2, &ok, t(9)),
+            Verdict::Unchanged { failures: 0 }
+        );
+    }
+
+    #[test]
+    fn the_backoff_doubles_to_a_minute() {
+        let secs: Vec<u64> = (0..9).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, vec![0, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+}

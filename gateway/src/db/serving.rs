@@ -1,0 +1,86 @@
+//! Model endpoints' tokens, by the SHA-256 of each (`serving.tokens`, the gateway's own
+//! schema, `migrations/0003_serving_tokens.sql`, written here alone), and the advisory lock
+//! that lets one gateway at a time run the endpoints' replicas. The endpoints themselves are
+//! read from their streams (`crate::serving`).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Object, Pool};
+use domain::payloads::EndpointTokenIssued;
+use events::catalogue::Event;
+use events::ledger;
+use events::store::ExpectedVersion;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+/// Key of the session-level advisory lock held by the gateway that runs the endpoints'
+/// replicas (their launches, removals and health checks).
+const SERVING_LOCK: i64 = 0x6265_7274_6873_7276; // "berthsrv"
+
+/// Takes the serving lock on `client` if no other session holds it; it is held until the
+/// connection closes (or the lock is let go), so the holder keeps `client` while it leads.
+pub async fn try_lead(client: &Object) -> Result<bool, ApiError> {
+    let row = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&SERVING_LOCK])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Keeps a token's `digest` for endpoint `issued.endpoint_id` and records that it was made
+/// (`EndpointTokenIssued`, against the endpoint stream's `version`), in one transaction.
+pub async fn keep_token(
+    pool: &Pool,
+    stream: &str,
+    version: u64,
+    issued: EndpointTokenIssued,
+    digest: &[u8],
+    metadata: &events::Metadata,
+) -> Result<(), ApiError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute(
+        "INSERT INTO serving.tokens (token_id, endpoint_id, digest, expires_at)
+         VALUES ($1, $2, $3, $4)",
+        &[
+            &issued.token_id,
+            &issued.endpoint_id,
+            &digest,
+            &issued.expires_at,
+        ],
+    )
+    .await?;
+    ledger::record(
+        &tx,
+        stream,
+        ExpectedVersion::Exact(version),
+        &[Event::EndpointTokenIssued(issued)],
+        metadata,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The endpoint and expiry of the token whose digest is `digest`, if one is kept.
+pub async fn token(pool: &Pool, digest: &[u8]) -> Result<Option<(Uuid, DateTime<Utc>)>, ApiError> {
+    let client = pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT endpoint_id, expires_at FROM serving.tokens WHERE digest = $1",
+            &[&digest],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Forgets the tokens of endpoint `endpoint` (it was destroyed).
+pub async fn forget_tokens(pool: &Pool, endpoint: Uuid) -> Result<(), ApiError> {
+    let client = pool.get().await?;
+    client
+        .execute(
+            "DELETE FROM serving.tokens WHERE endpoint_id = $1",
+            &[&endpoint],
+        )
+        .await?;
+    Ok(())
+}

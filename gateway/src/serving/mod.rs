@@ -1,0 +1,280 @@
+//! Model serving: endpoints whose replicas are inference sessions of their owner's, served
+//! at one URL that outlives the replicas, `/serve/<endpoint id>/...` on every gateway.
+//!
+//! What an endpoint is, what its stream says and what it needs next are the domain's
+//! (`domain::serving`); here they meet the world:
+//!
+//! - [`Serving`]: every gateway's table of the live endpoints and the address of each healthy
+//!   replica, refreshed from the log and the session views ([`Serving::follow`]), and the
+//!   tokens recently found good.
+//! - [`balancer`]: a call of an endpoint's URL, checked (its token) and sent to the healthy
+//!   replica with the fewest requests outstanding; a replica that refuses the connection is
+//!   passed over, and the request, whose body is not yet sent, goes to the next. Bodies stream
+//!   both ways (server-sent events and chunked answers pass through as they come).
+//! - [`controller`]: one gateway at a time (a PostgreSQL advisory lock) starts and ends the
+//!   replicas as the endpoints ask, checks their health, and records what changes.
+//!
+//! Endpoints are recorded in streams of their own, read from the log (no table keeps them);
+//! their tokens' digests are kept in `serving.tokens` ([`crate::db::serving`]).
+
+pub mod balancer;
+pub mod controller;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use domain::payloads::SessionStatus;
+use domain::serving::{self as rules, Endpoint};
+use events::catalogue::Event;
+use events::ledger::{self, LedgerError};
+use events::store::{ExpectedVersion, StoreError};
+use events::EventStore;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::db;
+use crate::error::ApiError;
+use crate::model::SessionDetail;
+
+/// How often every gateway reads the endpoints and their replicas' addresses again.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a token found good is honoured without asking the database again (never past
+/// its expiry).
+const TOKEN_CACHE: Duration = Duration::from_secs(10);
+
+/// A replica as the balancer reaches it.
+pub struct Upstream {
+    pub session_id: Uuid,
+    pub address: SocketAddr,
+    /// Requests sent to it whose answer has not ended.
+    pub outstanding: Arc<AtomicUsize>,
+}
+
+/// An endpoint as the balancer serves it.
+pub struct Served {
+    pub endpoint_id: Uuid,
+    pub name: String,
+    pub open_to_public: bool,
+    /// Its healthy replicas.
+    pub upstreams: Vec<Arc<Upstream>>,
+}
+
+/// Every gateway's view of the endpoints it serves.
+#[derive(Default)]
+pub struct Serving {
+    table: RwLock<HashMap<Uuid, Arc<Served>>>,
+    /// Requests outstanding per replica, kept across refreshes.
+    outstanding: Mutex<HashMap<Uuid, Arc<AtomicUsize>>>,
+    /// Replicas that refused a connection lately, passed over until then.
+    refused_until: Mutex<HashMap<SocketAddr, Instant>>,
+    /// Tokens found good lately: digest → (endpoint, honoured until).
+    tokens: Mutex<HashMap<[u8; 32], (Uuid, Instant)>>,
+    pub(crate) connections: balancer::Connections,
+}
+
+impl Serving {
+    /// The endpoint `id` as this gateway serves it, if it is live.
+    pub fn served(&self, id: Uuid) -> Option<Arc<Served>> {
+        read(&self.table).get(&id).cloned()
+    }
+
+    /// Reads the endpoints and their healthy replicas' addresses again.
+    pub async fn refresh(&self, pool: &Pool) -> Result<(), ApiError> {
+        let endpoints = all(pool).await?;
+        let mut table = HashMap::new();
+        let mut outstanding = HashMap::new();
+        for endpoint in endpoints.iter().filter(|e| !e.destroyed) {
+            let mut upstreams = Vec::new();
+            for route in endpoint.healthy() {
+                let Some(address) =
+                    replica_address(pool, route.session_id, endpoint.created.model.port).await?
+                else {
+                    continue;
+                };
+                let counter = lock(&self.outstanding)
+                    .get(&route.session_id)
+                    .cloned()
+                    .unwrap_or_default();
+                outstanding.insert(route.session_id, counter.clone());
+                upstreams.push(Arc::new(Upstream {
+                    session_id: route.session_id,
+                    address,
+                    outstanding: counter,
+                }));
+            }
+            table.insert(
+                endpoint.id(),
+                Arc::new(Served {
+                    endpoint_id: endpoint.id(),
+                    name: endpoint.created.name.clone(),
+                    open_to_public: endpoint.created.open_to_public,
+                    upstreams,
+                }),
+            );
+        }
+        *lock(&self.outstanding) = outstanding;
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = table;
+        Ok(())
+    }
+
+    /// Keeps the table fresh until `stop`.
+    pub async fn follow(self: Arc<Self>, pool: Pool, stop: CancellationToken) {
+        loop {
+            if let Err(e) = self.refresh(&pool).await {
+                tracing::debug!(error = %e.message, "the serving table was not refreshed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+            }
+        }
+    }
+
+    /// Whether `token` lets a caller through to endpoint `endpoint` now.
+    pub async fn token_admits(
+        &self,
+        pool: &Pool,
+        endpoint: Uuid,
+        token: &str,
+    ) -> Result<bool, ApiError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        if let Some((id, until)) = lock(&self.tokens).get(&digest) {
+            if *until > now {
+                return Ok(*id == endpoint);
+            }
+        }
+        let Some((id, expires_at)) = db::serving::token(pool, &digest).await? else {
+            return Ok(false);
+        };
+        let left = (expires_at - Utc::now()).to_std().unwrap_or_default();
+        if left.is_zero() {
+            return Ok(false);
+        }
+        lock(&self.tokens).insert(digest, (id, now + left.min(TOKEN_CACHE)));
+        Ok(id == endpoint)
+    }
+
+    /// Passes over the replica at `address` for a while: it refused a connection.
+    pub(crate) fn refused(&self, address: SocketAddr) {
+        lock(&self.refused_until).insert(address, Instant::now() + Duration::from_secs(2));
+    }
+
+    /// Whether the replica at `address` refused a connection lately.
+    pub(crate) fn passed_over(&self, address: SocketAddr) -> bool {
+        let mut refused = lock(&self.refused_until);
+        match refused.get(&address) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                refused.remove(&address);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where replica `session` serves `port`: its main kernel's published port, while it runs.
+pub async fn replica_address(
+    pool: &Pool,
+    session: Uuid,
+    port: u16,
+) -> Result<Option<SocketAddr>, ApiError> {
+    let Some(detail) = db::sessions::detail(pool, session).await? else {
+        return Ok(None);
+    };
+    let Ok(detail) = serde_json::from_str::<SessionDetail>(&detail.body) else {
+        return Ok(None);
+    };
+    if detail.status != SessionStatus::Running.as_str() {
+        return Ok(None);
+    }
+    Ok(crate::proxy::upstream_of(&detail, port).ok())
+}
+
+/// Every endpoint the log holds (destroyed ones too), by name.
+pub async fn all(pool: &Pool) -> Result<Vec<Endpoint>, ApiError> {
+    let client = pool.get().await?;
+    let events = events::store::read_streams_with_prefix(&client, rules::CATEGORY, rules::CATEGORY)
+        .await
+        .map_err(LedgerError::from)?;
+    Ok(rules::among(&events))
+}
+
+/// Endpoint `id`, if the log holds it.
+pub async fn one(pool: &Pool, id: Uuid) -> Result<Option<Endpoint>, ApiError> {
+    let stream = EventStore::new(pool.clone())
+        .read_stream(&rules::stream_of(id))
+        .await
+        .map_err(LedgerError::from)?;
+    Ok(rules::fold(&stream))
+}
+
+/// Why recording on an endpoint's stream did not happen.
+#[derive(Debug)]
+pub enum Recorded {
+    Done,
+    /// Something else was recorded on it first: fold it again and decide again.
+    Moved,
+}
+
+/// Records `events` on `endpoint`'s stream, as `actor`, against the version it was folded at.
+pub async fn record(
+    pool: &Pool,
+    endpoint: &Endpoint,
+    events: Vec<Event>,
+    actor: &str,
+) -> Result<Recorded, ApiError> {
+    if events.is_empty() {
+        return Ok(Recorded::Done);
+    }
+    let metadata = events::trace::metadata(actor, None);
+    match ledger::record_now(
+        pool,
+        &rules::stream_of(endpoint.id()),
+        ExpectedVersion::Exact(endpoint.version),
+        &events,
+        &metadata,
+    )
+    .await
+    {
+        Ok(_) => Ok(Recorded::Done),
+        Err(LedgerError::Store(StoreError::Conflict { .. })) => Ok(Recorded::Moved),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A new token: 32 random bytes, URL-safe base64 behind `bst_`; what is kept is its digest.
+pub fn new_token() -> (String, [u8; 32]) {
+    use base64::Engine;
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = format!(
+        "bst_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    );
+    let digest = Sha256::digest(token.as_bytes()).into();
+    (token, digest)
+}
+
+/// When a token made now for `seconds` expires.
+pub fn expiry(seconds: u64) -> DateTime<Utc> {
+    Utc::now() + chrono::TimeDelta::seconds(seconds.min(i64::MAX as u64) as i64)
+}
