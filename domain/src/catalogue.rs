@@ -314,6 +314,12 @@ catalogue! {
     EndpointRouteUnhealthy(EndpointRouteUnhealthy) = "EndpointRouteUnhealthy" v 1,
     /// An endpoint's owner made a token for it (its digest is not in the event).
     EndpointTokenIssued(EndpointTokenIssued) = "EndpointTokenIssued" v 1,
+    /// An endpoint's autoscaling rules were set.
+    EndpointAutoscalingSet(EndpointAutoscalingSet) = "EndpointAutoscalingSet" v 1,
+    /// An endpoint's replicas are to run a new revision (a rolling update).
+    EndpointUpdated(EndpointUpdated) = "EndpointUpdated" v 1,
+    /// A replica gets no new calls and ends once those under way finish.
+    EndpointRouteDraining(EndpointRouteDraining) = "EndpointRouteDraining" v 1,
     /// An endpoint was destroyed.
     EndpointDestroyed(EndpointDestroyed) = "EndpointDestroyed" v 1,
 }
@@ -497,11 +503,42 @@ mod tests {
                 endpoint_id: id,
                 replicas: 3,
                 previous: 2,
-                reason: "user a@b.c".into(),
+                reason: "rule 1: requests_per_second 12.5 > 5".into(),
+                figures: [("requests_per_second".to_string(), 12.5)].into(),
             }),
             Event::EndpointReplicaAdded(EndpointReplicaAdded {
                 endpoint_id: id,
                 session_id: id,
+                revision: 1,
+            }),
+            Event::EndpointAutoscalingSet(EndpointAutoscalingSet {
+                endpoint_id: id,
+                min_replicas: 0,
+                max_replicas: 3,
+                rules: vec![ScalingRule {
+                    metric: ScalingMetric::RequestsPerSecond,
+                    comparator: Comparator::Gt,
+                    threshold: 5.0,
+                    step: 1,
+                    cooldown_secs: 30,
+                }],
+            }),
+            Event::EndpointUpdated({
+                let created = crate::serving::example_created(id);
+                EndpointUpdated {
+                    endpoint_id: id,
+                    revision: 1,
+                    image: created.image,
+                    model_folder: created.model_folder,
+                    resources: created.resources,
+                    model: created.model,
+                    reason: "user a@b.c".into(),
+                }
+            }),
+            Event::EndpointRouteDraining(EndpointRouteDraining {
+                endpoint_id: id,
+                session_id: id,
+                reason: "scaled down to 1".into(),
             }),
             Event::EndpointReplicaRemoved(EndpointReplicaRemoved {
                 endpoint_id: id,

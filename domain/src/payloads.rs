@@ -407,13 +407,96 @@ pub struct EndpointCreated {
 }
 
 /// An endpoint's wanted number of replicas changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EndpointScaled {
     pub endpoint_id: Uuid,
     pub replicas: u32,
     pub previous: u32,
-    /// Who decided: `user <email>`, or the rule with its figures.
+    /// Who decided: `user <email>`, a rule of its autoscaling (`rule 1: ...`), or a request
+    /// that came while it was scaled to zero.
+    pub reason: String,
+    /// The figures an autoscaling rule decided on (`requests_per_second` and
+    /// `outstanding_requests` per replica, over the last window); empty for a user's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, f64>,
+}
+
+/// What an autoscaling rule watches, per replica that serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ScalingMetric {
+    /// Calls answered per second, over the last window, per healthy replica.
+    RequestsPerSecond,
+    /// Calls under way now, per healthy replica.
+    OutstandingRequests,
+}
+
+/// How a rule compares its metric with its threshold (Backend.AI's comparators).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Comparator {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// One autoscaling rule: when `metric` compares to `threshold` as `comparator` says, change
+/// the wanted replicas by `step` (negative: fewer), then wait `cooldown_secs` before this rule
+/// acts again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScalingRule {
+    pub metric: ScalingMetric,
+    pub comparator: Comparator,
+    pub threshold: f64,
+    pub step: i32,
+    pub cooldown_secs: u64,
+}
+
+/// An endpoint's autoscaling: its rules, and the bounds they keep to (`min_replicas` 0 scales
+/// to zero: the first call then waits for a replica).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointAutoscalingSet {
+    pub endpoint_id: Uuid,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    /// Tried in order; the first that holds and is not cooling down acts. Empty: no
+    /// autoscaling.
+    pub rules: Vec<ScalingRule>,
+}
+
+/// An endpoint's replicas are to run something else (an image, a model folder or its
+/// definition changed): a new revision, started beside the old, which are drained once the new
+/// serve (a rolling update).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointUpdated {
+    pub endpoint_id: Uuid,
+    /// 1 for the first update (the creation's is 0).
+    pub revision: u32,
+    pub image: String,
+    pub model_folder: String,
+    pub resources: ResourceSlots,
+    pub model: ServedModel,
+    /// Who asked.
+    pub reason: String,
+}
+
+/// A replica gets no new calls; it is ended once those under way had time to finish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EndpointRouteDraining {
+    pub endpoint_id: Uuid,
+    pub session_id: Uuid,
+    /// Why: scaled down, or of an older revision.
     pub reason: String,
 }
 
@@ -423,6 +506,9 @@ pub struct EndpointScaled {
 pub struct EndpointReplicaAdded {
     pub endpoint_id: Uuid,
     pub session_id: Uuid,
+    /// What it runs: 0, the creation's, or an update's revision.
+    #[serde(default)]
+    pub revision: u32,
 }
 
 /// A replica left an endpoint (scaled down, taken out by its health checks, its session ended,

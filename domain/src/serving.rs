@@ -9,7 +9,7 @@
 //! and a cap so that a model that never starts does not loop for ever), and what a health
 //! check's answer changes ([`after_check`]). The gateway records, launches and balances.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +17,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::catalogue::Event;
-use crate::payloads::{EndpointCreated, HealthCheck, ServedModel};
+use crate::payloads::{EndpointAutoscalingSet, EndpointCreated, HealthCheck, ServedModel};
 use crate::RecordedEvent;
 
 /// The category of the endpoints' streams.
@@ -270,30 +270,51 @@ pub enum RouteHealth {
     Healthy,
     /// Failed its health check its maximum times in a row: no traffic, to be replaced.
     Unhealthy,
+    /// Gets no new calls; ended once those under way had [`DRAIN_FOR`] to finish.
+    Draining,
 }
+
+/// How long a draining replica is left to finish the calls under way (every gateway stops
+/// sending it new ones within a refresh of its table) before its session is ended.
+pub const DRAIN_FOR: Duration = Duration::from_secs(5);
 
 /// One replica of an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub session_id: Uuid,
     pub health: RouteHealth,
+    /// The revision it runs (0: the creation's).
+    pub revision: u32,
     /// When it was added.
     pub added_at: DateTime<Utc>,
     /// When its health last changed.
     pub since: DateTime<Utc>,
-    /// Why it is unhealthy.
+    /// Why it is unhealthy or draining.
     pub reason: Option<String>,
+}
+
+/// A change of the wanted replicas, as the endpoint's history shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scaling {
+    pub at: DateTime<Utc>,
+    pub scaled: crate::payloads::EndpointScaled,
 }
 
 /// An endpoint as its stream says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
+    /// As made, with the last update folded in (image, folder, resources, model).
     pub created: EndpointCreated,
     pub created_at: DateTime<Utc>,
+    /// The revision new replicas run.
+    pub revision: u32,
     /// Replicas wanted.
     pub replicas: u32,
     /// Its replicas now, by session.
     pub routes: BTreeMap<Uuid, Route>,
+    pub autoscaling: Option<EndpointAutoscalingSet>,
+    /// Every change of the wanted replicas, oldest first.
+    pub scalings: Vec<Scaling>,
     pub destroyed: bool,
     /// Replicas that left without serving since one last served (or since it was scaled).
     pub failed_in_a_row: u32,
@@ -331,18 +352,29 @@ impl Endpoint {
         })
     }
 
-    /// One word for where it stands: `destroyed`, `degraded`, `healthy` (every wanted replica
-    /// serves), `serving` (some do), `provisioning` (none yet) or `stopped` (none wanted).
+    /// One word for where it stands: `destroyed`, `degraded`, `updating` (replicas of an
+    /// older revision still serve), `healthy` (every wanted replica serves), `serving` (some
+    /// do), `provisioning` (none yet) or `stopped` (none wanted).
     pub fn status(&self) -> &'static str {
         let healthy = self.healthy().count() as u32;
+        let updating = self
+            .routes
+            .values()
+            .any(|r| r.revision != self.revision && r.health != RouteHealth::Draining);
         match () {
             _ if self.destroyed => "destroyed",
             _ if self.degraded().is_some() => "degraded",
-            _ if self.replicas == 0 && self.routes.is_empty() => "stopped",
+            _ if updating => "updating",
+            _ if self.replicas == 0 && healthy == 0 => "stopped",
             _ if healthy >= self.replicas && healthy > 0 => "healthy",
             _ if healthy > 0 => "serving",
             _ => "provisioning",
         }
+    }
+
+    /// When the wanted replicas last changed.
+    pub fn last_scaled_at(&self) -> Option<DateTime<Utc>> {
+        self.scalings.last().map(|s| s.at)
     }
 }
 
@@ -356,7 +388,10 @@ pub fn fold(stream: &[RecordedEvent]) -> Option<Endpoint> {
                 replicas: created.replicas,
                 created: created.clone(),
                 created_at: at,
+                revision: 0,
                 routes: BTreeMap::new(),
+                autoscaling: None,
+                scalings: Vec::new(),
                 destroyed: false,
                 failed_in_a_row: 0,
                 last_removed: None,
@@ -366,9 +401,43 @@ pub fn fold(stream: &[RecordedEvent]) -> Option<Endpoint> {
         }
         let Some(e) = endpoint.as_mut() else { continue };
         e.version = recorded.stream_version;
+        let mut health = |session: &Uuid, health: RouteHealth, reason: Option<String>| {
+            if let Some(route) = e.routes.get_mut(session) {
+                route.health = health;
+                route.since = at;
+                route.reason = reason;
+            }
+        };
+        match &recorded.event {
+            Event::EndpointRouteHealthy(r) => health(&r.session_id, RouteHealth::Healthy, None),
+            Event::EndpointRouteUnhealthy(r) => health(
+                &r.session_id,
+                RouteHealth::Unhealthy,
+                Some(r.reason.clone()),
+            ),
+            Event::EndpointRouteDraining(r) => {
+                health(&r.session_id, RouteHealth::Draining, Some(r.reason.clone()))
+            }
+            _ => {}
+        }
         match &recorded.event {
             Event::EndpointScaled(scaled) => {
                 e.replicas = scaled.replicas;
+                e.failed_in_a_row = 0;
+                e.scalings.push(Scaling {
+                    at,
+                    scaled: scaled.clone(),
+                });
+            }
+            Event::EndpointAutoscalingSet(set) => {
+                e.autoscaling = (!set.rules.is_empty()).then(|| set.clone());
+            }
+            Event::EndpointUpdated(updated) => {
+                e.revision = updated.revision;
+                e.created.image = updated.image.clone();
+                e.created.model_folder = updated.model_folder.clone();
+                e.created.resources = updated.resources;
+                e.created.model = updated.model.clone();
                 e.failed_in_a_row = 0;
             }
             Event::EndpointReplicaAdded(added) => {
@@ -377,6 +446,7 @@ pub fn fold(stream: &[RecordedEvent]) -> Option<Endpoint> {
                     Route {
                         session_id: added.session_id,
                         health: RouteHealth::Starting,
+                        revision: added.revision,
                         added_at: at,
                         since: at,
                         reason: None,
@@ -390,21 +460,7 @@ pub fn fold(stream: &[RecordedEvent]) -> Option<Endpoint> {
                     e.failed_in_a_row += 1;
                 }
             }
-            Event::EndpointRouteHealthy(healthy) => {
-                if let Some(route) = e.routes.get_mut(&healthy.session_id) {
-                    route.health = RouteHealth::Healthy;
-                    route.since = at;
-                    route.reason = None;
-                }
-                e.failed_in_a_row = 0;
-            }
-            Event::EndpointRouteUnhealthy(unhealthy) => {
-                if let Some(route) = e.routes.get_mut(&unhealthy.session_id) {
-                    route.health = RouteHealth::Unhealthy;
-                    route.since = at;
-                    route.reason = Some(unhealthy.reason.clone());
-                }
-            }
+            Event::EndpointRouteHealthy(_) => e.failed_in_a_row = 0,
             Event::EndpointDestroyed(_) => e.destroyed = true,
             _ => {}
         }
@@ -444,17 +500,24 @@ pub struct Removal {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
     pub remove: Vec<Removal>,
-    /// Replicas to start now.
+    /// Replicas to stop sending calls to (they end after [`DRAIN_FOR`]), and why.
+    pub drain: Vec<(Uuid, String)>,
+    /// Replicas to start now (of the endpoint's revision).
     pub start: u32,
     /// Replicas held back by the back-off until then.
     pub start_later: Option<DateTime<Utc>>,
 }
 
 /// What `endpoint` needs at `now`, its replicas' sessions being live except those in `ended`
-/// (with why each ended). Replicas whose session ended or that are unhealthy leave (failed,
-/// unless it ended being destroyed); past the wanted count, those not serving leave first,
-/// then the newest; short of it, replicas are started unless the back-off holds them or the
-/// endpoint is degraded. A destroyed endpoint's every replica leaves.
+/// (with why each ended).
+///
+/// Replicas whose session ended or that are unhealthy leave at once (failed, unless it ended
+/// being destroyed); draining ones leave once drained. Of the endpoint's revision, replicas
+/// past the wanted count are drained (those not serving first, then the newest), and those it
+/// is short of are started unless the back-off holds them or the endpoint is degraded.
+/// Replicas of an older revision keep serving until as many of the new serve as are wanted
+/// (a rolling update), then are drained; those of them not serving leave at once. A destroyed
+/// endpoint's every replica leaves.
 pub fn reconcile(endpoint: &Endpoint, ended: &BTreeMap<Uuid, String>, now: DateTime<Utc>) -> Plan {
     let mut plan = Plan::default();
     if endpoint.destroyed {
@@ -470,49 +533,79 @@ pub fn reconcile(endpoint: &Endpoint, ended: &BTreeMap<Uuid, String>, now: DateT
             .collect();
         return plan;
     }
-    let mut staying: Vec<&Route> = Vec::new();
+    let drained_by =
+        |r: &Route| r.since + chrono::TimeDelta::from_std(DRAIN_FOR).unwrap_or_default();
+    let mut current: Vec<&Route> = Vec::new();
+    let mut older: Vec<&Route> = Vec::new();
     for route in endpoint.routes.values() {
-        if let Some(why) = ended.get(&route.session_id) {
-            plan.remove.push(Removal {
-                session_id: route.session_id,
-                reason: format!("its session ended: {why}"),
-                failed: true,
-                terminate: false,
-            });
-        } else if route.health == RouteHealth::Unhealthy {
-            plan.remove.push(Removal {
-                session_id: route.session_id,
-                reason: route
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "unhealthy".to_owned()),
-                failed: true,
-                terminate: true,
-            });
-        } else {
-            staying.push(route);
+        let leave = |reason: String, failed: bool, terminate: bool| Removal {
+            session_id: route.session_id,
+            reason,
+            failed,
+            terminate,
+        };
+        match (ended.get(&route.session_id), route.health) {
+            (Some(_), RouteHealth::Draining) => {
+                plan.remove.push(leave(
+                    route.reason.clone().unwrap_or_default(),
+                    false,
+                    false,
+                ));
+            }
+            (Some(why), _) => {
+                plan.remove
+                    .push(leave(format!("its session ended: {why}"), true, false));
+            }
+            (None, RouteHealth::Unhealthy) => plan.remove.push(leave(
+                route.reason.clone().unwrap_or_else(|| "unhealthy".into()),
+                true,
+                true,
+            )),
+            (None, RouteHealth::Draining) => {
+                if drained_by(route) <= now {
+                    plan.remove
+                        .push(leave(route.reason.clone().unwrap_or_default(), false, true));
+                }
+            }
+            (None, _) if route.revision == endpoint.revision => current.push(route),
+            (None, _) => older.push(route),
         }
     }
     let wanted = endpoint.replicas as usize;
-    if staying.len() > wanted {
+    if current.len() > wanted {
         // Those not serving first, then the newest.
-        staying.sort_by_key(|r| {
+        current.sort_by_key(|r| {
             (
                 r.health == RouteHealth::Healthy,
                 std::cmp::Reverse(r.added_at),
             )
         });
-        let surplus = staying.len() - wanted;
-        for route in staying.drain(..surplus) {
+        let surplus = current.len() - wanted;
+        for route in current.drain(..surplus) {
+            plan.drain
+                .push((route.session_id, format!("scaled down to {wanted}")));
+        }
+    }
+    let serving_now = current
+        .iter()
+        .filter(|r| r.health == RouteHealth::Healthy)
+        .count();
+    for route in older {
+        if route.health != RouteHealth::Healthy {
             plan.remove.push(Removal {
                 session_id: route.session_id,
-                reason: format!("scaled down to {wanted}"),
+                reason: format!("of revision {}, replaced", route.revision),
                 failed: false,
                 terminate: true,
             });
+        } else if serving_now >= wanted {
+            plan.drain.push((
+                route.session_id,
+                format!("of revision {}, replaced", route.revision),
+            ));
         }
     }
-    let short = wanted.saturating_sub(staying.len()) as u32;
+    let short = wanted.saturating_sub(current.len()) as u32;
     if short == 0 {
         return plan;
     }
@@ -531,6 +624,134 @@ pub fn reconcile(endpoint: &Endpoint, ended: &BTreeMap<Uuid, String>, now: DateT
         _ => plan.start = short,
     }
     plan
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autoscaling.
+
+/// An endpoint's calls over the last window, summed over every gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Traffic {
+    pub requests_per_second: f64,
+    pub outstanding_requests: f64,
+}
+
+/// The most replicas autoscaling may ask for.
+pub const MOST_AUTOSCALED: u32 = MOST_REPLICAS;
+
+/// What an endpoint's autoscaling asks for at `now` given `traffic`: the first rule that holds
+/// (its metric per healthy replica compared with its threshold) and whose cooldown since the
+/// last change of the wanted replicas has passed, its step applied within the bounds; or the
+/// bounds themselves when the wanted replicas are outside them. Nothing while no replica serves
+/// (a new endpoint, or one scaled to zero: a call wakes that one, [`wake`]).
+pub fn autoscale(
+    endpoint: &Endpoint,
+    traffic: Traffic,
+    now: DateTime<Utc>,
+) -> Option<crate::payloads::EndpointScaled> {
+    use crate::payloads::{Comparator, ScalingMetric};
+    let scaling = endpoint
+        .autoscaling
+        .as_ref()
+        .filter(|_| !endpoint.destroyed)?;
+    let current = endpoint.replicas;
+    let scaled = |replicas: u32, reason: String, figures: BTreeMap<String, f64>| {
+        crate::payloads::EndpointScaled {
+            endpoint_id: endpoint.id(),
+            replicas,
+            previous: current,
+            reason,
+            figures,
+        }
+    };
+    let bounded = current.clamp(scaling.min_replicas, scaling.max_replicas);
+    if bounded != current && (current > 0 || scaling.min_replicas > 0) {
+        return Some(scaled(
+            bounded,
+            format!(
+                "kept within {}..={} replicas",
+                scaling.min_replicas, scaling.max_replicas
+            ),
+            BTreeMap::new(),
+        ));
+    }
+    let healthy = endpoint.healthy().count();
+    if healthy == 0 {
+        return None;
+    }
+    let per_replica = |total: f64| total / healthy as f64;
+    let figures = BTreeMap::from([
+        (
+            "requests_per_second".to_owned(),
+            round(per_replica(traffic.requests_per_second)),
+        ),
+        (
+            "outstanding_requests".to_owned(),
+            round(per_replica(traffic.outstanding_requests)),
+        ),
+        ("healthy_replicas".to_owned(), healthy as f64),
+    ]);
+    for (i, rule) in scaling.rules.iter().enumerate() {
+        let (name, value) = match rule.metric {
+            ScalingMetric::RequestsPerSecond => {
+                ("requests_per_second", figures["requests_per_second"])
+            }
+            ScalingMetric::OutstandingRequests => {
+                ("outstanding_requests", figures["outstanding_requests"])
+            }
+        };
+        let (holds, sign) = match rule.comparator {
+            Comparator::Lt => (value < rule.threshold, "<"),
+            Comparator::Le => (value <= rule.threshold, "<="),
+            Comparator::Gt => (value > rule.threshold, ">"),
+            Comparator::Ge => (value >= rule.threshold, ">="),
+        };
+        if !holds {
+            continue;
+        }
+        let cooled = endpoint.last_scaled_at().is_none_or(|at| {
+            now >= at + chrono::TimeDelta::seconds(rule.cooldown_secs.min(86_400) as i64)
+        });
+        let wanted = (i64::from(current) + i64::from(rule.step)).clamp(
+            i64::from(scaling.min_replicas),
+            i64::from(scaling.max_replicas),
+        ) as u32;
+        if !cooled || wanted == current {
+            continue;
+        }
+        return Some(scaled(
+            wanted,
+            format!(
+                "rule {}: {name} {value} {sign} {} per replica, step {:+}",
+                i + 1,
+                rule.threshold,
+                rule.step
+            ),
+            figures,
+        ));
+    }
+    None
+}
+
+fn round(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+/// What a call of an endpoint scaled to zero by its autoscaling asks for: its lower bound, at
+/// least one replica. Nothing for an endpoint with replicas wanted, or stopped by its owner
+/// (no autoscaling).
+pub fn wake(endpoint: &Endpoint) -> Option<crate::payloads::EndpointScaled> {
+    let scaling = endpoint.autoscaling.as_ref()?;
+    if endpoint.destroyed || endpoint.replicas > 0 || scaling.max_replicas == 0 {
+        return None;
+    }
+    Some(crate::payloads::EndpointScaled {
+        endpoint_id: endpoint.id(),
+        replicas: scaling.min_replicas.max(1),
+        previous: 0,
+        reason: "a call came while it was scaled to zero".into(),
+        figures: BTreeMap::new(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,13 +788,16 @@ pub fn after_check(
     now: DateTime<Utc>,
 ) -> Verdict {
     let ok = matches!(result, CheckResult::Answered(s) if *s == check.expected_status);
+    if route.health == RouteHealth::Draining {
+        return Verdict::Unchanged { failures: 0 };
+    }
     if ok {
         return match route.health {
             RouteHealth::Healthy => Verdict::Unchanged { failures: 0 },
             _ => Verdict::Healthy,
         };
     }
-    if route.health == RouteHealth::Unhealthy {
+    if matches!(route.health, RouteHealth::Unhealthy | RouteHealth::Draining) {
         return Verdict::Unchanged { failures };
     }
     let loading = route.health == RouteHealth::Starting
@@ -607,15 +831,6 @@ pub fn ended_among(
             Some(s) if s.is_terminal() => Some((*id, format!("{s:?}").to_uppercase())),
             Some(_) => None,
         })
-        .collect()
-}
-
-/// The set of names among `endpoints` that are live (not destroyed).
-pub fn live_names(endpoints: &[Endpoint]) -> BTreeSet<&str> {
-    endpoints
-        .iter()
-        .filter(|e| !e.destroyed)
-        .map(|e| e.created.name.as_str())
         .collect()
 }
 
@@ -662,6 +877,7 @@ pub fn example_created(id: Uuid) -> EndpointCreated {
 mod tests {
     use super::*;
     use crate::payloads::*;
+    use crate::payloads::{Comparator, ScalingMetric, ScalingRule};
     use crate::{LogPosition, Metadata};
 
     fn t(seconds: i64) -> DateTime<Utc> {
@@ -693,9 +909,24 @@ mod tests {
     }
 
     fn added(id: Uuid, session: Uuid) -> Event {
+        added_at_revision(id, session, 0)
+    }
+
+    fn added_at_revision(id: Uuid, session: Uuid, revision: u32) -> Event {
         Event::EndpointReplicaAdded(EndpointReplicaAdded {
             endpoint_id: id,
             session_id: session,
+            revision,
+        })
+    }
+
+    fn scaled(id: Uuid, replicas: u32, previous: u32) -> Event {
+        Event::EndpointScaled(EndpointScaled {
+            endpoint_id: id,
+            replicas,
+            previous,
+            reason: "user".into(),
+            figures: BTreeMap::new(),
         })
     }
 
@@ -803,15 +1034,7 @@ mod tests {
             vec![
                 (1, added(id, a)),
                 (5, healthy(id, a)),
-                (
-                    6,
-                    Event::EndpointScaled(EndpointScaled {
-                        endpoint_id: id,
-                        replicas: 1,
-                        previous: 2,
-                        reason: "user".into(),
-                    }),
-                ),
+                (6, scaled(id, 1, 2)),
             ],
         ))
         .unwrap();
@@ -839,10 +1062,161 @@ mod tests {
         .unwrap();
         e.replicas = 1;
         let plan = reconcile(&e, &none, t(5));
-        let out: Vec<Uuid> = plan.remove.iter().map(|r| r.session_id).collect();
+        let out: Vec<Uuid> = plan.drain.iter().map(|(s, _)| *s).collect();
         assert_eq!(out, vec![b, c], "the starting one, then the newest serving");
-        assert!(plan.remove.iter().all(|r| r.terminate && !r.failed));
+        assert!(plan.remove.is_empty(), "drained first, not cut");
         assert_eq!(plan.start, 0);
+
+        // Drained: ended once the calls under way had their time.
+        let drained = Event::EndpointRouteDraining(EndpointRouteDraining {
+            endpoint_id: id,
+            session_id: c,
+            reason: "scaled down to 1".into(),
+        });
+        let e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (4, healthy(id, a)),
+                (5, added(id, c)),
+                (6, healthy(id, c)),
+                (10, drained),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(e.healthy().count(), 1, "a draining replica gets no calls");
+        assert!(reconcile(&e, &none, t(14)).remove.is_empty());
+        let plan = reconcile(&e, &none, t(15));
+        assert_eq!(plan.remove.len(), 1);
+        assert!(plan.remove[0].terminate && !plan.remove[0].failed);
+    }
+
+    fn updated(id: Uuid, revision: u32) -> Event {
+        let created = example_created(id);
+        Event::EndpointUpdated(EndpointUpdated {
+            endpoint_id: id,
+            revision,
+            image: "berth/python:3".into(),
+            model_folder: created.model_folder,
+            resources: created.resources,
+            model: created.model,
+            reason: "user".into(),
+        })
+    }
+
+    #[test]
+    fn an_update_starts_the_new_revision_beside_the_old_which_serves_until_the_new_does() {
+        let id = Uuid::now_v7();
+        let (a, b, c, d) = (
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+        );
+        let none = BTreeMap::new();
+        let mut then = vec![
+            (1, added(id, a)),
+            (1, added(id, b)),
+            (2, healthy(id, a)),
+            (2, healthy(id, b)),
+            (3, updated(id, 1)),
+        ];
+        let e = fold(&stream(id, then.clone())).unwrap();
+        assert_eq!(e.created.image, "berth/python:3");
+        assert_eq!(e.status(), "updating");
+        let plan = reconcile(&e, &none, t(4));
+        assert_eq!(plan.start, 2, "the new revision, beside the old");
+        assert!(plan.drain.is_empty() && plan.remove.is_empty());
+
+        then.extend([
+            (4, added_at_revision(id, c, 1)),
+            (4, added_at_revision(id, d, 1)),
+            (6, healthy(id, c)),
+        ]);
+        let e = fold(&stream(id, then.clone())).unwrap();
+        assert_eq!(e.healthy().count(), 3, "old and new serve side by side");
+        let plan = reconcile(&e, &none, t(7));
+        assert!(
+            plan.drain.is_empty(),
+            "one new replica serves of two wanted"
+        );
+
+        then.push((7, healthy(id, d)));
+        let e = fold(&stream(id, then)).unwrap();
+        let plan = reconcile(&e, &none, t(8));
+        let drained: Vec<Uuid> = plan.drain.iter().map(|(s, _)| *s).collect();
+        assert_eq!(drained, vec![a, b]);
+        assert_eq!(plan.start, 0);
+    }
+
+    fn autoscaled(id: Uuid, min: u32, max: u32) -> Event {
+        Event::EndpointAutoscalingSet(EndpointAutoscalingSet {
+            endpoint_id: id,
+            min_replicas: min,
+            max_replicas: max,
+            rules: vec![
+                ScalingRule {
+                    metric: ScalingMetric::RequestsPerSecond,
+                    comparator: Comparator::Gt,
+                    threshold: 5.0,
+                    step: 1,
+                    cooldown_secs: 10,
+                },
+                ScalingRule {
+                    metric: ScalingMetric::RequestsPerSecond,
+                    comparator: Comparator::Lt,
+                    threshold: 1.0,
+                    step: -1,
+                    cooldown_secs: 30,
+                },
+            ],
+        })
+    }
+
+    #[test]
+    fn autoscaling_steps_by_its_rules_after_their_cooldown_and_a_call_wakes_it_from_zero() {
+        let id = Uuid::now_v7();
+        let a = Uuid::now_v7();
+        let busy = Traffic {
+            requests_per_second: 12.0,
+            outstanding_requests: 3.0,
+        };
+        let quiet = Traffic::default();
+        let mut then = vec![
+            (0, scaled(id, 1, 2)),
+            (1, added(id, a)),
+            (2, healthy(id, a)),
+            (3, autoscaled(id, 0, 3)),
+        ];
+        let e = fold(&stream(id, then.clone())).unwrap();
+        assert_eq!(
+            autoscale(&e, busy, t(5)),
+            None,
+            "cooling down since the scaling at 0"
+        );
+        let up = autoscale(&e, busy, t(10)).unwrap();
+        assert_eq!((up.previous, up.replicas), (1, 2));
+        assert_eq!(up.figures["requests_per_second"], 12.0);
+        assert_eq!(up.figures["healthy_replicas"], 1.0);
+        assert!(
+            up.reason.starts_with("rule 1: requests_per_second 12 > 5"),
+            "{}",
+            up.reason
+        );
+        assert_eq!(
+            autoscale(&e, quiet, t(20)),
+            None,
+            "the second rule cools down for 30 s"
+        );
+        let down = autoscale(&e, quiet, t(30)).unwrap();
+        assert_eq!(down.replicas, 0, "down to its lower bound, zero");
+        assert_eq!(wake(&e), None, "it has a replica");
+
+        then.push((30, Event::EndpointScaled(down)));
+        let e = fold(&stream(id, then)).unwrap();
+        assert_eq!(autoscale(&e, quiet, t(100)), None);
+        let woken = wake(&e).unwrap();
+        assert_eq!((woken.previous, woken.replicas), (0, 1));
     }
 
     #[test]
@@ -922,6 +1296,7 @@ mod tests {
         let route = |health| Route {
             session_id: Uuid::nil(),
             health,
+            revision: 0,
             added_at: t(0),
             since: t(0),
             reason: None,

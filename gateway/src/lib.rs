@@ -67,11 +67,7 @@ pub const MIGRATIONS: &[events::store::Migration] = &[
         2,
         include_str!("../migrations/0002_subscription_acks.sql"),
     ),
-    (
-        "gateway",
-        3,
-        include_str!("../migrations/0003_serving_tokens.sql"),
-    ),
+    ("gateway", 3, include_str!("../migrations/0003_serving.sql")),
 ];
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -241,8 +237,10 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(
             api::services::get_service,
+            api::services::update_service,
             api::services::destroy_service
         ))
+        .routes(routes!(api::services::set_autoscaling))
         .routes(routes!(api::services::scale_service))
         .routes(routes!(api::services::issue_token))
         .routes(routes!(events_schema))
@@ -583,6 +581,8 @@ mod tests {
             ("post", "/v1/services"),
             ("get", "/v1/services/{id}"),
             ("delete", "/v1/services/{id}"),
+            ("patch", "/v1/services/{id}"),
+            ("put", "/v1/services/{id}/autoscaling"),
             ("post", "/v1/services/{id}/scale"),
             ("post", "/v1/services/{id}/tokens"),
             ("get", "/healthz"),

@@ -1362,7 +1362,33 @@ pub struct ServiceOut {
     pub healthy_replicas: u32,
     /// Anyone may call it; otherwise a token is needed.
     pub open_to_public: bool,
+    /// The revision new replicas run (each update adds one).
+    pub revision: u32,
     pub routes: Vec<ServiceRoute>,
+    /// Its autoscaling, if it has rules.
+    pub autoscaling: Option<ServiceAutoscaling>,
+    /// Every change of the wanted replicas, oldest first, with who or what decided and the
+    /// figures a rule decided on.
+    pub scaling_history: Vec<ServiceScaling>,
+}
+
+/// An endpoint's autoscaling.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceAutoscaling {
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub rules: Vec<domain::payloads::ScalingRule>,
+}
+
+/// One change of an endpoint's wanted replicas.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServiceScaling {
+    pub at: DateTime<Utc>,
+    pub replicas: u32,
+    pub previous: u32,
+    pub reason: String,
+    /// Per replica: `requests_per_second`, `outstanding_requests`; and `healthy_replicas`.
+    pub figures: std::collections::BTreeMap<String, f64>,
 }
 
 /// A replica of an endpoint, as its balancer sees it.
@@ -1370,8 +1396,10 @@ pub struct ServiceOut {
 pub struct ServiceRoute {
     /// Its inference session.
     pub session_id: Uuid,
-    /// `starting`, `healthy` or `unhealthy`.
+    /// `starting`, `healthy`, `unhealthy` or `draining`.
     pub health: String,
+    /// The revision it runs.
+    pub revision: u32,
     pub added_at: DateTime<Utc>,
     /// When its health last changed.
     pub since: DateTime<Utc>,

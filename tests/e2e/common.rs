@@ -203,6 +203,11 @@ impl Harness {
         self.call(key, reqwest::Method::PUT, path, Some(body)).await
     }
 
+    pub async fn patch(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(key, reqwest::Method::PATCH, path, Some(body))
+            .await
+    }
+
     /// The idle-reaper's checks of the resource group `group`, set as a superadmin sets them
     /// (`PUT /v1/admin/idle-checks`).
     pub async fn set_group_idle_checks(&self, group: &str, checks: events::idleness::IdleChecks) {

@@ -213,19 +213,7 @@ async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only
     );
 
     // A steady load; one replica's container is killed under it.
-    let stop = Arc::new(AtomicBool::new(false));
-    let results: Arc<Mutex<Vec<Result<String, String>>>> = Arc::default();
-    let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        let (http, url, live) = (http.clone(), url.clone(), live.clone());
-        let (stop, results) = (stop.clone(), results.clone());
-        workers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let result = predict(&http, &url, &live).await;
-                results.lock().unwrap().push(result);
-            }
-        }));
-    }
+    let load = Load::start(&http, &url, &live, WORKERS);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let victim = serving["routes"][0]["session_id"]
         .as_str()
@@ -236,12 +224,7 @@ async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only
         .as_str()
         .unwrap()
         .to_owned();
-    let before: BTreeSet<String> = results
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r.clone().ok())
-        .collect();
+    let before = load.answered();
     let docker = agent::docker::connect().await.unwrap();
     docker
         .kill_container(
@@ -256,22 +239,12 @@ async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only
         let s = service(&h, &alice, &id).await;
         let routes = s["routes"].as_array().unwrap();
         let gone = routes.iter().all(|r| r["session_id"] != victim.as_str());
-        let new: BTreeSet<String> = results
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|r| r.clone().ok())
-            .filter(|r| !before.contains(r))
-            .collect();
-        (gone && s["healthy_replicas"] == 2 && !new.is_empty()).then_some(s)
+        let new = load.answered().into_iter().any(|r| !before.contains(&r));
+        (gone && s["healthy_replicas"] == 2 && new).then_some(s)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    let results = results.lock().unwrap().clone();
+    let results = load.finish().await;
     let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     let served = results.len() - failed.len();
     eprintln!(
@@ -316,4 +289,186 @@ async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only
         })
         .await;
     }
+}
+
+/// A steady load: `workers` callers of an endpoint, each calling again as soon as answered,
+/// every result kept.
+struct Load {
+    stop: Arc<AtomicBool>,
+    results: Arc<Mutex<Vec<Result<String, String>>>>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(http: &reqwest::Client, url: &str, token: &str, workers: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let results: Arc<Mutex<Vec<Result<String, String>>>> = Arc::default();
+        let workers = (0..workers)
+            .map(|_| {
+                let (http, url, token) = (http.clone(), url.to_owned(), token.to_owned());
+                let (stop, results) = (stop.clone(), results.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let result = predict(&http, &url, &token).await;
+                        results.lock().unwrap().push(result);
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            results,
+            workers,
+        }
+    }
+
+    /// The answers that came so far (replica and boot).
+    fn answered(&self) -> BTreeSet<String> {
+        let results = self.results.lock().unwrap();
+        results.iter().filter_map(|r| r.clone().ok()).collect()
+    }
+
+    /// Stops the callers; every result.
+    async fn finish(self) -> Vec<Result<String, String>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for worker in self.workers {
+            worker.await.unwrap();
+        }
+        let results = self.results.lock().unwrap();
+        results.clone()
+    }
+}
+
+#[tokio::test]
+async fn an_endpoint_updates_rolling_without_a_failed_call_scales_by_its_rules_and_wakes_from_zero()
+{
+    let (h, (_agent, _cleanup)) = one_host().await;
+    let alice = h.user("alice@example.com").await;
+    model_folder(&h, &alice).await;
+    let (status, made) = h
+        .post(
+            &alice,
+            "/v1/services",
+            json!({"name": "iris", "model_folder": "models", "image": "berth/python:latest",
+                   "resources": {"cpu": 0.25, "memory": "128m"}, "replicas": 2,
+                   "open_to_public": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["id"].as_str().unwrap().to_owned();
+    let url = format!("{}{}", h.base, made["url"].as_str().unwrap());
+    let http = reqwest::Client::new();
+    within(90, "two healthy replicas", || async {
+        (service(&h, &alice, &id).await["healthy_replicas"] == 2).then_some(())
+    })
+    .await;
+    // Public: no token needed.
+    predict(&http, &url, "").await.unwrap();
+
+    // A rolling update under load: not one call fails.
+    let load = Load::start(&http, &url, "", 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, updating) = h
+        .patch(
+            &alice,
+            &format!("/v1/services/{id}"),
+            json!({"resources": {"cpu": 0.3, "memory": "128m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{updating}");
+    assert_eq!(updating["revision"], 1);
+    assert_eq!(updating["status"], "updating");
+    within(90, "the new revision alone serving", || async {
+        let s = service(&h, &alice, &id).await;
+        let routes = s["routes"].as_array().unwrap().clone();
+        (s["healthy_replicas"] == 2
+            && routes.len() == 2
+            && routes.iter().all(|r| r["revision"] == 1))
+        .then_some(())
+    })
+    .await;
+    let results = load.finish().await;
+    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    eprintln!(
+        "rolling update: {} calls, {} failed",
+        results.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(results.len() > 20, "{}", results.len());
+
+    // Autoscaling: up to 3 under load, back to 1 once quiet, each step with its figures.
+    let rules = |min: u32| {
+        json!({"min_replicas": min, "max_replicas": 3, "rules": [
+            {"metric": "requests_per_second", "comparator": "gt", "threshold": 5.0,
+             "step": 1, "cooldown_secs": 2},
+            {"metric": "requests_per_second", "comparator": "lt", "threshold": 1.0,
+             "step": -1, "cooldown_secs": 3}]})
+    };
+    let (status, set) = h
+        .put(&alice, &format!("/v1/services/{id}/autoscaling"), rules(1))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    let (status, refused) = h
+        .put(
+            &alice,
+            &format!("/v1/services/{id}/autoscaling"),
+            json!({"min_replicas": 3, "max_replicas": 1, "rules": []}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["field"], "min_replicas");
+    let load = Load::start(&http, &url, "", 4);
+    within(120, "three replicas serving under load", || async {
+        (service(&h, &alice, &id).await["healthy_replicas"] == 3).then_some(())
+    })
+    .await;
+    assert!(load.finish().await.iter().all(|r| r.is_ok()));
+    let quiet = within(120, "back to one replica once quiet", || async {
+        let s = service(&h, &alice, &id).await;
+        (s["replicas"] == 1 && s["routes"].as_array().unwrap().len() == 1).then_some(s)
+    })
+    .await;
+    let steps: Vec<(u64, u64)> = quiet["scaling_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["reason"].as_str().unwrap().starts_with("rule "))
+        .map(|s| {
+            (
+                s["previous"].as_u64().unwrap(),
+                s["replicas"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(steps, vec![(2, 3), (3, 2), (2, 1)], "{quiet:#}");
+    for step in quiet["scaling_history"].as_array().unwrap() {
+        if step["reason"].as_str().unwrap().starts_with("rule ") {
+            assert!(step["figures"]["requests_per_second"].is_number(), "{step}");
+            assert!(step["figures"]["healthy_replicas"].as_f64().unwrap() >= 1.0);
+        }
+    }
+
+    // Scaled to zero when quiet; a cold call wakes it and is answered once a replica serves.
+    let (status, _) = h
+        .put(&alice, &format!("/v1/services/{id}/autoscaling"), rules(0))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    within(60, "scaled to zero", || async {
+        let s = service(&h, &alice, &id).await;
+        (s["replicas"] == 0 && s["routes"].as_array().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let answered = predict(&http, &url, "").await;
+    assert!(answered.is_ok(), "the cold call: {answered:?}");
+    let woken = service(&h, &alice, &id).await;
+    let last = woken["scaling_history"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["previous"], 0, "{woken:#}");
+    assert_eq!(last["replicas"], 1);
+    assert!(last["reason"].as_str().unwrap().contains("scaled to zero"));
 }

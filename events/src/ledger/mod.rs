@@ -166,6 +166,9 @@ impl Family {
             | Event::EndpointRouteHealthy(_)
             | Event::EndpointRouteUnhealthy(_)
             | Event::EndpointTokenIssued(_)
+            | Event::EndpointAutoscalingSet(_)
+            | Event::EndpointUpdated(_)
+            | Event::EndpointRouteDraining(_)
             | Event::EndpointDestroyed(_) => Family::Ignored,
         }
     }

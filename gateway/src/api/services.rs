@@ -14,7 +14,8 @@ use axum::Json;
 use bytes::Bytes;
 use domain::authorization::Action;
 use domain::payloads::{
-    EndpointCreated, EndpointDestroyed, EndpointScaled, EndpointTokenIssued, Owner,
+    EndpointAutoscalingSet, EndpointCreated, EndpointDestroyed, EndpointScaled,
+    EndpointTokenIssued, EndpointUpdated, Owner, ScalingRule,
 };
 use domain::serving::{self as rules, Endpoint, ModelDefinition};
 use events::catalogue::Event;
@@ -29,7 +30,9 @@ use super::files::{folder, parsed, Use};
 use super::parse_body;
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::model::{ServiceList, ServiceOut, ServiceRoute, ServiceToken};
+use crate::model::{
+    ServiceAutoscaling, ServiceList, ServiceOut, ServiceRoute, ServiceScaling, ServiceToken,
+};
 use crate::serving::{self, Recorded};
 use crate::state::AppState;
 use crate::{db, files};
@@ -76,6 +79,81 @@ pub struct ServiceIn {
     /// Anyone may call it; otherwise a token of mine is needed.
     #[serde(default)]
     pub open_to_public: bool,
+}
+
+/// `PUT /v1/services/{id}/autoscaling`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AutoscalingIn {
+    /// 0 scales to zero when the rules say so; the first call then waits for a replica.
+    #[schema(minimum = 0, maximum = 16)]
+    pub min_replicas: u32,
+    #[schema(minimum = 0, maximum = 16)]
+    pub max_replicas: u32,
+    /// Tried in order; the first that holds, out of its cooldown, acts. None: no autoscaling.
+    #[schema(max_items = 16)]
+    pub rules: Vec<ScalingRule>,
+}
+
+impl AutoscalingIn {
+    /// The rules' own checks, each naming its field.
+    fn check(&self) -> Result<(), ApiError> {
+        if self.max_replicas > rules::MOST_AUTOSCALED {
+            return Err(ApiError::invalid(
+                "max_replicas",
+                format!("at most {}", rules::MOST_AUTOSCALED),
+            ));
+        }
+        if self.min_replicas > self.max_replicas {
+            return Err(ApiError::invalid(
+                "min_replicas",
+                "must not be above max_replicas",
+            ));
+        }
+        if self.rules.len() > 16 {
+            return Err(ApiError::invalid("rules", "at most 16 rules"));
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !rule.threshold.is_finite() || rule.threshold < 0.0 {
+                return Err(ApiError::invalid(
+                    format!("rules[{i}].threshold"),
+                    "must be a number, 0 or more",
+                ));
+            }
+            if rule.step == 0 || rule.step.unsigned_abs() > rules::MOST_AUTOSCALED {
+                return Err(ApiError::invalid(
+                    format!("rules[{i}].step"),
+                    format!("from -{0} to {0}, not 0", rules::MOST_AUTOSCALED),
+                ));
+            }
+            if rule.cooldown_secs > 86_400 {
+                return Err(ApiError::invalid(
+                    format!("rules[{i}].cooldown_secs"),
+                    "at most a day (86400)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `PATCH /v1/services/{id}`'s body: what the replicas run from now on.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceUpdate {
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 512,
+        pattern = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+    )]
+    pub image: Option<String>,
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    pub model_folder: Option<String>,
+    #[schema(min_length = 1, max_length = 4096, pattern = r"^[^\u0000]+$")]
+    pub model_definition_path: Option<String>,
+    /// Each replica's resources; as before when absent.
+    pub resources: Option<ResourceRequest>,
 }
 
 /// `POST /v1/services/{id}/scale`'s body.
@@ -128,6 +206,23 @@ fn out(endpoint: &Endpoint) -> ServiceOut {
         replicas: endpoint.replicas,
         healthy_replicas: endpoint.healthy().count() as u32,
         open_to_public: created.open_to_public,
+        revision: endpoint.revision,
+        autoscaling: endpoint.autoscaling.as_ref().map(|a| ServiceAutoscaling {
+            min_replicas: a.min_replicas,
+            max_replicas: a.max_replicas,
+            rules: a.rules.clone(),
+        }),
+        scaling_history: endpoint
+            .scalings
+            .iter()
+            .map(|s| ServiceScaling {
+                at: s.at,
+                replicas: s.scaled.replicas,
+                previous: s.scaled.previous,
+                reason: s.scaled.reason.clone(),
+                figures: s.scaled.figures.clone(),
+            })
+            .collect(),
         routes: endpoint
             .routes
             .values()
@@ -137,6 +232,7 @@ fn out(endpoint: &Endpoint) -> ServiceOut {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default(),
+                revision: r.revision,
                 added_at: r.added_at,
                 since: r.since,
                 reason: r.reason.clone(),
@@ -408,6 +504,7 @@ pub async fn scale_service(
             replicas,
             previous: e.replicas,
             reason: reason.clone(),
+            figures: Default::default(),
         }))
     })
     .await?;
@@ -501,4 +598,98 @@ async fn serve_path(state: AppState, id: String, rest: String, request: Request)
     };
     let serving: &Arc<serving::Serving> = &state.serving;
     serving::balancer::forward(serving, &state.pool, id, &rest, request).await
+}
+
+/// Set an endpoint's autoscaling: rules over its calls per healthy replica, each with a
+/// threshold, a step and a cooldown, within `min_replicas..=max_replicas` (`EndpointAutoscalingSet`;
+/// no rules: none). Each step it takes is recorded with the figures that decided it.
+#[utoipa::path(put, path = "/v1/services/{id}/autoscaling", tag = "services", params(ServiceId),
+    request_body = AutoscalingIn,
+    responses((status = 200, description = "set", body = ServiceOut),
+              (status = 404, description = "no endpoint of mine has that id", body = crate::error::ErrorBody)))]
+pub async fn set_autoscaling(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(ServiceId { id }): Path<ServiceId>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ServiceOut>, ApiError> {
+    let asked: AutoscalingIn = parse_body(body)?;
+    asked.check()?;
+    let endpoint = change(&state, &caller, &id, |e| {
+        Some(Event::EndpointAutoscalingSet(EndpointAutoscalingSet {
+            endpoint_id: e.id(),
+            min_replicas: asked.min_replicas,
+            max_replicas: asked.max_replicas,
+            rules: asked.rules.clone(),
+        }))
+    })
+    .await?;
+    Ok(Json(out(&endpoint)))
+}
+
+/// Update what an endpoint's replicas run (its image, model folder, definition or resources):
+/// a rolling update. Replicas of the new revision start beside the old, which keep serving
+/// until as many new ones serve as are wanted, and are then drained (no new calls; ended once
+/// those under way had time to finish). The definition is read and the replicas' request
+/// checked now, as at the making.
+#[utoipa::path(patch, path = "/v1/services/{id}", tag = "services", params(ServiceId),
+    request_body = ServiceUpdate,
+    responses((status = 200, description = "updating", body = ServiceOut),
+              (status = 404, description = "no endpoint of mine has that id", body = crate::error::ErrorBody)))]
+pub async fn update_service(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(ServiceId { id }): Path<ServiceId>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ServiceOut>, ApiError> {
+    let asked: ServiceUpdate = parse_body(body)?;
+    let endpoint = owned(&state, &caller, &id).await?;
+    let current = &endpoint.created;
+    let folder = asked
+        .model_folder
+        .clone()
+        .unwrap_or_else(|| current.model_folder.clone());
+    let path = asked
+        .model_definition_path
+        .as_deref()
+        .unwrap_or("model-definition.yaml");
+    let model = definition(&state, &caller, &folder, path).await?;
+    let resources = asked.resources.clone().unwrap_or(ResourceRequest {
+        cpu: Some(current.resources.cpu_milli as f64 / 1000.0),
+        memory: Some(launcher::launch::ByteSize::Bytes(
+            current.resources.memory_bytes,
+        )),
+        shared_memory: None,
+        gpu: (current.resources.gpu_milli > 0).then(|| current.resources.gpu_milli as f64 / 1000.0),
+    });
+    let probe = CreateSession {
+        session_type: Some(domain::payloads::SessionType::Inference),
+        image: asked.image.clone().unwrap_or_else(|| current.image.clone()),
+        resource_group: Some(current.resource_group.clone()),
+        resources,
+        preopen_ports: vec![u32::from(model.port)],
+        mounts: vec![folder.clone()],
+        startup_command: Some(model.start_command.clone()),
+        ..CreateSession::default()
+    };
+    let replica = launcher::launch::resolve(&state.pool, &caller, &probe)
+        .await
+        .map_err(as_service_error)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("a replica's request resolved to no session"))?;
+    let reason = format!("user {}", caller.email);
+    let endpoint = change(&state, &caller, &id, |e| {
+        Some(Event::EndpointUpdated(EndpointUpdated {
+            endpoint_id: e.id(),
+            revision: e.revision + 1,
+            image: replica.image.clone(),
+            model_folder: folder.clone(),
+            resources: replica.resources,
+            model: model.clone(),
+            reason: reason.clone(),
+        }))
+    })
+    .await?;
+    Ok(Json(out(&endpoint)))
 }

@@ -1,5 +1,5 @@
 //! Model endpoints' tokens, by the SHA-256 of each (`serving.tokens`, the gateway's own
-//! schema, `migrations/0003_serving_tokens.sql`, written here alone), and the advisory lock
+//! schema, `migrations/0003_serving.sql`, written here alone), and the advisory lock
 //! that lets one gateway at a time run the endpoints' replicas. The endpoints themselves are
 //! read from their streams (`crate::serving`).
 
@@ -83,4 +83,53 @@ pub async fn forget_tokens(pool: &Pool, endpoint: Uuid) -> Result<(), ApiError> 
         )
         .await?;
     Ok(())
+}
+
+/// Keeps this gateway's (`gateway`) calls of each endpoint lately: requests per second and
+/// requests under way, by endpoint.
+pub async fn report_traffic(
+    pool: &Pool,
+    gateway: Uuid,
+    rows: &[(Uuid, f64, i32)],
+) -> Result<(), ApiError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let endpoints: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let rates: Vec<f64> = rows.iter().map(|r| r.1).collect();
+    let outstanding: Vec<i32> = rows.iter().map(|r| r.2).collect();
+    let client = pool.get().await?;
+    client
+        .execute(
+            "INSERT INTO serving.traffic (gateway_id, endpoint_id, requests_per_second, outstanding, at)
+             SELECT $1, e, r, o, now() FROM unnest($2::uuid[], $3::float8[], $4::int4[]) AS t(e, r, o)
+             ON CONFLICT (gateway_id, endpoint_id) DO UPDATE
+             SET requests_per_second = excluded.requests_per_second,
+                 outstanding = excluded.outstanding, at = excluded.at",
+            &[&gateway, &endpoints, &rates, &outstanding],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Every endpoint's calls lately, summed over the gateways that reported within `fresh`:
+/// requests per second and requests under way.
+pub async fn traffic(
+    pool: &Pool,
+    fresh: std::time::Duration,
+) -> Result<std::collections::HashMap<Uuid, (f64, f64)>, ApiError> {
+    let client = pool.get().await?;
+    let seconds = fresh.as_secs_f64();
+    let rows = client
+        .query(
+            "SELECT endpoint_id, sum(requests_per_second), sum(outstanding)::float8
+             FROM serving.traffic WHERE at > now() - make_interval(secs => $1)
+             GROUP BY endpoint_id",
+            &[&seconds],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect())
 }

@@ -230,6 +230,11 @@ pub async fn forward(
         }
     }
     let started = tokio::time::Instant::now();
+    served.requests.fetch_add(1, Ordering::Relaxed);
+    let served = match served.upstreams.is_empty() {
+        true => waited(serving, pool, served).await,
+        false => served,
+    };
     let answer = send(serving, &served, rest, request).await;
     let outcome = match answer.status() {
         s if s.is_server_error() => "5xx",
@@ -241,6 +246,43 @@ pub async fn forward(
     metrics::histogram!(crate::metrics::SERVING_DURATION, "endpoint" => served.name.clone())
         .record(started.elapsed().as_secs_f64());
     answer
+}
+
+/// How long a call waits for a replica of an endpoint that has none serving yet (one scaled
+/// to zero, which the call wakes, or one whose replicas are starting).
+pub const WAKE_WITHIN: Duration = Duration::from_secs(60);
+
+/// `served` once a replica of it serves: a call of an endpoint scaled to zero by its
+/// autoscaling wakes it (`EndpointScaled`, `domain::serving::wake`), and a call of one whose
+/// replicas are starting waits for them, at most [`WAKE_WITHIN`]. One degraded or stopped by
+/// its owner is answered at once.
+async fn waited(
+    serving: &Arc<Serving>,
+    pool: &deadpool_postgres::Pool,
+    served: Arc<Served>,
+) -> Arc<Served> {
+    let Ok(Some(endpoint)) = super::one(pool, served.endpoint_id).await else {
+        return served;
+    };
+    if let Some(woken) = domain::serving::wake(&endpoint) {
+        // Another call (on this gateway or another) may wake it first: then it is awake.
+        let event = domain::catalogue::Event::EndpointScaled(woken);
+        if let Err(e) = super::record(pool, &endpoint, vec![event], "serving").await {
+            tracing::debug!(error = %e.message, "a call did not wake its endpoint");
+        }
+    } else if endpoint.replicas == 0 || endpoint.degraded().is_some() {
+        return served;
+    }
+    let deadline = tokio::time::Instant::now() + WAKE_WITHIN;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match serving.served(served.endpoint_id) {
+            Some(now) if !now.upstreams.is_empty() => return now,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    served
 }
 
 async fn send(serving: &Arc<Serving>, served: &Served, rest: &str, request: Request) -> Response {

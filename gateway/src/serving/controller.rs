@@ -1,9 +1,12 @@
 //! The endpoints' replicas, run: one gateway at a time holds the serving lock
 //! ([`crate::db::serving::try_lead`]) and, every [`TICK`], checks the health of each replica
 //! that is due (its definition's interval), records what changed (`EndpointRouteHealthy`,
-//! `EndpointRouteUnhealthy`), then does what each endpoint needs (`domain::serving::reconcile`):
-//! terminates and records the replicas that leave, and launches those it is short of, as
-//! inference sessions of the endpoint's owner, checked by the launcher as any create is.
+//! `EndpointRouteUnhealthy`), scales the endpoints whose autoscaling rules say so on the calls
+//! every gateway reported (`domain::serving::autoscale`, `EndpointScaled` with its figures),
+//! then does what each endpoint needs (`domain::serving::reconcile`): drains the replicas it
+//! has too many of or that an update replaced (`EndpointRouteDraining`), terminates and records
+//! those that leave, and launches those it is short of, as inference sessions of the endpoint's
+//! owner at its revision, checked by the launcher as any create is.
 //! Another gateway takes over when the holder goes (its connection, and the lock, close).
 //!
 //! What is kept in memory only (how many checks a replica failed in a row, when the next is
@@ -17,8 +20,8 @@ use bytes::Bytes;
 use chrono::Utc;
 use deadpool_postgres::Pool;
 use domain::payloads::{
-    EndpointReplicaAdded, EndpointReplicaRemoved, EndpointRouteHealthy, EndpointRouteUnhealthy,
-    SessionStatus, SessionType,
+    EndpointReplicaAdded, EndpointReplicaRemoved, EndpointRouteDraining, EndpointRouteHealthy,
+    EndpointRouteUnhealthy, SessionStatus, SessionType,
 };
 use domain::serving::{self as rules, CheckResult, Endpoint, Verdict};
 use events::catalogue::Event;
@@ -117,6 +120,20 @@ async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), Api
     for endpoint in endpoints.iter().filter(|e| !e.destroyed) {
         changed |= check(pool, endpoint, &statuses, probe, memory).await?;
     }
+    let traffic = db::serving::traffic(pool, super::TRAFFIC_FRESH).await?;
+    for endpoint in endpoints.iter().filter(|e| e.autoscaling.is_some()) {
+        let (requests_per_second, outstanding_requests) =
+            traffic.get(&endpoint.id()).copied().unwrap_or_default();
+        let figures = rules::Traffic {
+            requests_per_second,
+            outstanding_requests,
+        };
+        if let Some(scaled) = rules::autoscale(endpoint, figures, Utc::now()) {
+            tracing::info!(endpoint = %endpoint.created.name, replicas = scaled.replicas, reason = %scaled.reason, "serving: autoscaled");
+            super::record(pool, endpoint, vec![Event::EndpointScaled(scaled)], ACTOR).await?;
+            changed = true;
+        }
+    }
     let endpoints = match changed {
         true => super::all(pool).await?,
         false => endpoints,
@@ -152,6 +169,9 @@ async fn check(
     let now = Instant::now();
     let mut due = Vec::new();
     for route in endpoint.routes.values() {
+        if route.health == rules::RouteHealth::Draining {
+            continue;
+        }
         let (_, next) = memory.checks.entry(route.session_id).or_insert((0, now));
         if *next > now {
             continue;
@@ -254,6 +274,13 @@ async fn apply(
             failed: removal.failed,
         }));
     }
+    removed.extend(plan.drain.into_iter().map(|(session_id, reason)| {
+        Event::EndpointRouteDraining(EndpointRouteDraining {
+            endpoint_id: endpoint.id(),
+            session_id,
+            reason,
+        })
+    }));
     let destroyed_and_empty = endpoint.destroyed && !removed.is_empty();
     if let Recorded::Moved = super::record(pool, endpoint, removed, ACTOR).await? {
         return Ok(());
@@ -307,6 +334,7 @@ async fn apply(
                 Event::EndpointReplicaAdded(EndpointReplicaAdded {
                     endpoint_id: endpoint.id(),
                     session_id: *session_id,
+                    revision: endpoint.revision,
                 })
             })
             .collect();

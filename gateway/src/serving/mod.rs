@@ -20,9 +20,9 @@
 pub mod balancer;
 pub mod controller;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -65,12 +65,25 @@ pub struct Served {
     pub open_to_public: bool,
     /// Its healthy replicas.
     pub upstreams: Vec<Arc<Upstream>>,
+    /// Calls this gateway has balanced for it since it started.
+    pub requests: Arc<AtomicU64>,
 }
 
+/// How far back a gateway's rate of calls per endpoint is measured.
+const RATE_WINDOW: Duration = Duration::from_secs(3);
+
+/// How long a gateway's report of its calls counts for autoscaling.
+pub const TRAFFIC_FRESH: Duration = Duration::from_secs(5);
+
 /// Every gateway's view of the endpoints it serves.
-#[derive(Default)]
 pub struct Serving {
+    /// This gateway, as its reports of calls name it.
+    gateway: Uuid,
     table: RwLock<HashMap<Uuid, Arc<Served>>>,
+    /// Calls balanced per endpoint, kept across refreshes.
+    requests: Mutex<HashMap<Uuid, Arc<AtomicU64>>>,
+    /// Per endpoint, the count of calls lately, for its rate.
+    samples: Mutex<HashMap<Uuid, VecDeque<(Instant, u64)>>>,
     /// Requests outstanding per replica, kept across refreshes.
     outstanding: Mutex<HashMap<Uuid, Arc<AtomicUsize>>>,
     /// Replicas that refused a connection lately, passed over until then.
@@ -78,6 +91,21 @@ pub struct Serving {
     /// Tokens found good lately: digest → (endpoint, honoured until).
     tokens: Mutex<HashMap<[u8; 32], (Uuid, Instant)>>,
     pub(crate) connections: balancer::Connections,
+}
+
+impl Default for Serving {
+    fn default() -> Serving {
+        Serving {
+            gateway: Uuid::now_v7(),
+            table: RwLock::default(),
+            requests: Mutex::default(),
+            samples: Mutex::default(),
+            outstanding: Mutex::default(),
+            refused_until: Mutex::default(),
+            tokens: Mutex::default(),
+            connections: balancer::Connections::default(),
+        }
+    }
 }
 
 impl Serving {
@@ -110,6 +138,10 @@ impl Serving {
                     outstanding: counter,
                 }));
             }
+            let counted = lock(&self.requests)
+                .entry(endpoint.id())
+                .or_default()
+                .clone();
             table.insert(
                 endpoint.id(),
                 Arc::new(Served {
@@ -117,19 +149,57 @@ impl Serving {
                     name: endpoint.created.name.clone(),
                     open_to_public: endpoint.created.open_to_public,
                     upstreams,
+                    requests: counted,
                 }),
             );
         }
+        lock(&self.requests).retain(|id, _| table.contains_key(id));
+        lock(&self.samples).retain(|id, _| table.contains_key(id));
         *lock(&self.outstanding) = outstanding;
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = table;
         Ok(())
     }
 
-    /// Keeps the table fresh until `stop`.
+    /// This gateway's calls of each endpoint lately: (endpoint, requests per second, under
+    /// way), measured over [`RATE_WINDOW`].
+    pub fn traffic(&self) -> Vec<(Uuid, f64, i32)> {
+        let now = Instant::now();
+        let table = read(&self.table);
+        let mut samples = lock(&self.samples);
+        table
+            .values()
+            .map(|served| {
+                let count = served.requests.load(Ordering::Relaxed);
+                let kept = samples.entry(served.endpoint_id).or_default();
+                kept.push_back((now, count));
+                while kept.len() > 2 && now - kept[0].0 > RATE_WINDOW {
+                    kept.pop_front();
+                }
+                let (since, then) = kept[0];
+                let seconds = (now - since).as_secs_f64();
+                let rate = match seconds > 0.0 {
+                    true => (count - then) as f64 / seconds,
+                    false => 0.0,
+                };
+                let outstanding: usize = served
+                    .upstreams
+                    .iter()
+                    .map(|u| u.outstanding.load(Ordering::Relaxed))
+                    .sum();
+                (served.endpoint_id, rate, outstanding as i32)
+            })
+            .collect()
+    }
+
+    /// Keeps the table fresh, and this gateway's calls reported, until `stop`.
     pub async fn follow(self: Arc<Self>, pool: Pool, stop: CancellationToken) {
         loop {
             if let Err(e) = self.refresh(&pool).await {
                 tracing::debug!(error = %e.message, "the serving table was not refreshed");
+            }
+            let traffic = self.traffic();
+            if let Err(e) = db::serving::report_traffic(&pool, self.gateway, &traffic).await {
+                tracing::debug!(error = %e.message, "this gateway's calls were not reported");
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
