@@ -22,6 +22,7 @@ mod reap;
 mod recovery;
 mod relay;
 mod replay;
+mod serve;
 mod sessions;
 mod store;
 mod tls;
@@ -222,6 +223,20 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// Model serving's balancer next to the replicas' published ports: a small call's added
+    /// latency at p50 and p99, and the throughput of an endpoint with two replicas next to the
+    /// same callers split over the two replicas directly.
+    Serve {
+        /// Small calls each way, for the latency.
+        #[arg(long, default_value_t = 1_000)]
+        requests: usize,
+        /// Seconds each throughput phase runs.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Concurrent callers in the throughput phases.
+        #[arg(long, default_value_t = 16)]
+        callers: usize,
+    },
     /// The app proxy next to the published port (a small request's latency, a 100 MB
     /// download), the terminal's keystroke echo, and JupyterLab's first page.
     Apps {
@@ -368,6 +383,11 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::commit::commit(&config.nats_url, &url, rounds).await
         }
         BenchCommand::Apps { requests } => crate::apps::apps(config, &url, requests).await,
+        BenchCommand::Serve {
+            requests,
+            seconds,
+            callers,
+        } => crate::serve::serve(config, &url, requests, seconds, callers).await,
         BenchCommand::Reap { sessions, watched } => {
             crate::reap::reap(&config.nats_url, &url, sessions, watched).await
         }

@@ -55,6 +55,34 @@ pub enum ServiceCommand {
     },
     /// Set how many replicas an endpoint wants.
     Scale { service: String, replicas: u32 },
+    /// Update what an endpoint's replicas run: a rolling update (new replicas start beside
+    /// the old, which are drained once the new serve).
+    Update {
+        service: String,
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long)]
+        model_folder: Option<String>,
+        #[arg(long)]
+        model_definition_path: Option<String>,
+        /// Each replica's cores (with --memory: its resources from now on).
+        #[arg(long, requires = "memory")]
+        cpu: Option<f64>,
+        #[arg(long, requires = "cpu")]
+        memory: Option<String>,
+    },
+    /// Set an endpoint's autoscaling: `--rule METRIC:CMP:THRESHOLD:STEP:COOLDOWN`, e.g.
+    /// `requests_per_second:gt:5:1:30` (metric `requests_per_second` or
+    /// `outstanding_requests` per healthy replica; `lt`, `le`, `gt`, `ge`); no rule: none.
+    Autoscale {
+        service: String,
+        #[arg(long, default_value_t = 1)]
+        min: u32,
+        #[arg(long)]
+        max: u32,
+        #[arg(long = "rule", value_parser = parse_rule)]
+        rules: Vec<Value>,
+    },
     /// Make a token for calling a non-public endpoint (printed this once).
     Token {
         service: String,
@@ -64,6 +92,28 @@ pub enum ServiceCommand {
     },
     /// Destroy an endpoint: its URL answers no more, its replicas end.
     Rm { service: String },
+}
+
+/// A rule as `--rule` writes it, as the API reads it.
+fn parse_rule(text: &str) -> Result<Value, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let [metric, comparator, threshold, step, cooldown] = parts[..] else {
+        return Err(
+            "METRIC:CMP:THRESHOLD:STEP:COOLDOWN, e.g. requests_per_second:gt:5:1:30".into(),
+        );
+    };
+    let number = |what: &str, v: &str| -> Result<f64, String> {
+        v.parse::<f64>()
+            .map_err(|_| format!("{what} `{v}` is not a number"))
+    };
+    let step: i64 = step
+        .parse()
+        .map_err(|_| format!("step `{step}` is not a whole number"))?;
+    let cooldown: u64 = cooldown
+        .parse()
+        .map_err(|_| format!("cooldown `{cooldown}` is not a number of seconds"))?;
+    Ok(json!({"metric": metric, "comparator": comparator,
+              "threshold": number("threshold", threshold)?, "step": step, "cooldown_secs": cooldown}))
 }
 
 /// The id of endpoint `service`: itself when it is one, else the id of mine so named.
@@ -96,6 +146,15 @@ fn print_service(s: &Value) {
     );
     if let Some(reason) = s["degraded_reason"].as_str() {
         println!("degraded: {reason}");
+    }
+    for step in s["scaling_history"].as_array().into_iter().flatten() {
+        println!(
+            "  scaled {} -> {} at {}: {}",
+            step["previous"],
+            step["replicas"],
+            step["at"].as_str().unwrap_or(""),
+            step["reason"].as_str().unwrap_or("")
+        );
     }
     for r in s["routes"].as_array().into_iter().flatten() {
         println!(
@@ -198,6 +257,55 @@ pub async fn run(config: &Config, command: ServiceCommand) -> anyhow::Result<Exi
                         .http
                         .post(client.url(&format!("/v1/services/{id}/scale")))
                         .json(&json!({"replicas": replicas})),
+                )
+                .await?
+                .map(|s| print_service(&s))
+        }
+        ServiceCommand::Update {
+            service,
+            image,
+            model_folder,
+            model_definition_path,
+            cpu,
+            memory,
+        } => {
+            let id = resolve(&client, &service).await?;
+            let mut body = json!({});
+            for (key, value) in [
+                ("image", image),
+                ("model_folder", model_folder),
+                ("model_definition_path", model_definition_path),
+            ] {
+                if let Some(value) = value {
+                    body[key] = Value::from(value);
+                }
+            }
+            if let (Some(cpu), Some(memory)) = (cpu, memory) {
+                body["resources"] = json!({"cpu": cpu, "memory": memory});
+            }
+            client
+                .send(
+                    client
+                        .http
+                        .patch(client.url(&format!("/v1/services/{id}")))
+                        .json(&body),
+                )
+                .await?
+                .map(|s| print_service(&s))
+        }
+        ServiceCommand::Autoscale {
+            service,
+            min,
+            max,
+            rules,
+        } => {
+            let id = resolve(&client, &service).await?;
+            client
+                .send(
+                    client
+                        .http
+                        .put(client.url(&format!("/v1/services/{id}/autoscaling")))
+                        .json(&json!({"min_replicas": min, "max_replicas": max, "rules": rules})),
                 )
                 .await?
                 .map(|s| print_service(&s))

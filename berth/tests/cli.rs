@@ -605,3 +605,38 @@ async fn a_subscription_read_from_the_cli_goes_on_after_what_it_printed() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_service_commands_reach_the_serving_api_and_name_what_they_refuse() {
+    let (_store, url) = fresh_store().await;
+    let (ok, text) = berth(&url, &["admin", "init"]);
+    assert!(ok, "{text}");
+    let admin = AdminGateway::start(&url);
+    let run = |args: &[&str]| berth_with(args, &admin.env());
+    let (ok, text) = run(&["service", "ls"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("NAME") && text.contains("HEALTHY"), "{text}");
+    let (ok, text) = run(&["service", "create", "iris", "--model-folder", "models"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("berth: model_folder: "), "{text}");
+    let (ok, text) = run(&["service", "create", "Iris", "--model-folder", "models"]);
+    assert!(!ok && text.contains("berth: name: "), "{text}");
+    let (ok, text) = run(&["service", "info", "iris"]);
+    assert!(
+        !ok && text.contains("no endpoint of yours is named `iris`"),
+        "{text}"
+    );
+    let (ok, text) = run(&[
+        "service",
+        "autoscale",
+        "iris",
+        "--max",
+        "3",
+        "--rule",
+        "requests_per_second:gt:five:1:30",
+    ]);
+    assert!(
+        !ok && text.contains("threshold `five` is not a number"),
+        "{text}"
+    );
+}

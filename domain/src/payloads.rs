@@ -456,6 +456,7 @@ pub struct ScalingRule {
     pub metric: ScalingMetric,
     pub comparator: Comparator,
     pub threshold: f64,
+    /// Replicas added (negative: removed) when it holds; 0 does nothing.
     pub step: i32,
     pub cooldown_secs: u64,
 }

@@ -1229,3 +1229,87 @@ async fn the_data_page_makes_a_folder_uploads_by_the_picker_downloads_the_same_b
     assert_eq!(listed["entries"][0]["name"], "outputs", "{listed}");
     assert_eq!(listed["total"], 1);
 }
+
+#[tokio::test]
+async fn the_serving_page_shows_an_endpoints_replicas_and_scales_it() {
+    const TEST: &str = "serving";
+    let Some(browser) = crate::chrome::browser().await else {
+        return;
+    };
+    // The gateway serves the folders of the agent beside it, where the model goes.
+    let (h, agent) = crate::files::one_host().await;
+    let user = h.user("carol@example.com").await;
+    let s = Scene {
+        h,
+        user,
+        browser,
+        _agent: agent,
+    };
+    sign_in(&s, TEST, &s.user).await;
+    let (h, b) = (&s.h, &s.browser);
+    crate::serving::model_folder(h, &s.user).await;
+    let (status, made) = h
+        .post(
+            &s.user,
+            "/v1/services",
+            json!({"name": "iris", "model_folder": "models", "image": "berth/python:latest",
+                   "resources": {"cpu": 0.25, "memory": "128m"}, "replicas": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["id"].as_str().unwrap().to_owned();
+    let user = s.user.clone();
+    let healthy = |n: u64| {
+        let (id, user) = (id.clone(), user.clone());
+        async move {
+            crate::serving::within(90, "healthy replicas", || async {
+                let e = crate::serving::service(h, &user, &id).await;
+                (e["healthy_replicas"] == n).then_some(())
+            })
+            .await
+        }
+    };
+    healthy(1).await;
+    let (status, _) = h
+        .put(
+            &s.user,
+            &format!("/v1/services/{id}/autoscaling"),
+            json!({"min_replicas": 1, "max_replicas": 3, "rules": [
+                {"metric": "requests_per_second", "comparator": "gt", "threshold": 50.0,
+                 "step": 1, "cooldown_secs": 60}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    b.step(TEST, "the list", async {
+        b.client
+            .goto(&format!("{}/console/serving", h.base))
+            .await
+            .unwrap();
+        let row = b.text_of("#endpoints tr[data-endpoint=iris]").await;
+        assert!(row.contains("healthy") && row.contains("1/1"), "{row}");
+        assert!(b.unlabelled_controls().await.is_empty());
+    })
+    .await;
+    b.step(TEST, "scaled from its page", async {
+        b.click("#endpoints tr[data-endpoint=iris] a").await;
+        let shown = b.text_of("#endpoint").await;
+        assert!(shown.contains("requests_per_second gt 50"), "{shown}");
+        let replicas = b.text_of("#replicas-table").await;
+        assert!(replicas.contains("healthy"), "{replicas}");
+        b.fill("#replicas", "2").await;
+        b.click("#scale").await;
+        b.wait_for_text("user carol@example.com").await;
+        let history = b.text_of("#scaling-history").await;
+        assert!(history.contains("1 → 2"), "{history}");
+    })
+    .await;
+    healthy(2).await;
+    b.step(TEST, "two replicas serving", async {
+        b.client.refresh().await.unwrap();
+        let row = b.text_of("#endpoints tr[data-endpoint=iris]").await;
+        assert!(row.contains("2/2"), "{row}");
+        b.document("serving").await;
+    })
+    .await;
+}

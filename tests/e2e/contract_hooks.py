@@ -89,7 +89,7 @@ def filter_case(context, case):
     """The admin endpoints' rules between fields: idle checks name exactly one of a group and
     a policy, and a utilization checker at least one threshold; a preset's shared memory is at
     most its memory; a key's expiry is given at most one way, and a date of it lies within the
-    next ten years. A case hook, so that the coverage phase's cases are held to them too."""
+    next ten years; an endpoint's autoscaling keeps `min_replicas` at most `max_replicas`. A case hook, so that the coverage phase's cases are held to them too."""
     # An email in a path is printable ASCII by its pattern; schemathesis has sent one holding
     # U+FFFD (a character it could not encode, replaced), which the pattern excludes.
     email = (case.path_parameters or {}).get("email")
@@ -106,6 +106,11 @@ def filter_case(context, case):
         return True
     if where == ("PUT", "/v1/notifications/webhook"):
         return not written_as_address(body.get("url"))
+    # An endpoint's autoscaling keeps its lower bound at or below its upper one.
+    if where == ("PUT", "/v1/services/{id}/autoscaling"):
+        low, high = body.get("min_replicas"), body.get("max_replicas")
+        if isinstance(low, int) and isinstance(high, int) and low > high:
+            return False
     if where == ("PUT", "/v1/admin/idle-checks"):
         named = [body.get(k) for k in ("resource_group", "resource_policy")]
         if sum(n is not None for n in named) != 1:

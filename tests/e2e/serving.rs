@@ -24,7 +24,7 @@ const SERVER: &str = include_str!("../../examples/serving/iris/serve.py");
 const WORKERS: usize = 4;
 
 /// Waits up to `secs` for `probe` to give something.
-async fn within<T, F, Fut>(secs: u64, what: &str, probe: F) -> T
+pub(crate) async fn within<T, F, Fut>(secs: u64, what: &str, probe: F) -> T
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -43,7 +43,7 @@ where
 }
 
 /// Puts the example model in folder `models` of the user with `key`.
-async fn model_folder(h: &Harness, key: &str) {
+pub(crate) async fn model_folder(h: &Harness, key: &str) {
     let (status, body) = h.post(key, "/v1/folders", json!({"name": "models"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     for (path, text) in [("model-definition.yaml", DEFINITION), ("serve.py", SERVER)] {
@@ -77,7 +77,7 @@ async fn predict(http: &reqwest::Client, url: &str, token: &str) -> Result<Strin
     Ok(format!("{}/{}", body["replica"], body["boot"]))
 }
 
-async fn service(h: &Harness, key: &str, id: &str) -> Value {
+pub(crate) async fn service(h: &Harness, key: &str, id: &str) -> Value {
     let (status, body) = h.get(key, &format!("/v1/services/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body

@@ -42,6 +42,9 @@ def predict(features):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The head and the body are written apart: without this, the body waits for the
+    # caller's delayed acknowledgement of the head (40 ms on Linux).
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass

@@ -14,8 +14,8 @@ use axum::Json;
 use bytes::Bytes;
 use domain::authorization::Action;
 use domain::payloads::{
-    EndpointAutoscalingSet, EndpointCreated, EndpointDestroyed, EndpointScaled,
-    EndpointTokenIssued, EndpointUpdated, Owner, ScalingRule,
+    Comparator, EndpointAutoscalingSet, EndpointCreated, EndpointDestroyed, EndpointScaled,
+    EndpointTokenIssued, EndpointUpdated, Owner, ScalingMetric, ScalingRule,
 };
 use domain::serving::{self as rules, Endpoint, ModelDefinition};
 use events::catalogue::Event;
@@ -92,7 +92,36 @@ pub struct AutoscalingIn {
     pub max_replicas: u32,
     /// Tried in order; the first that holds, out of its cooldown, acts. None: no autoscaling.
     #[schema(max_items = 16)]
-    pub rules: Vec<ScalingRule>,
+    pub rules: Vec<ScalingRuleIn>,
+}
+
+/// One autoscaling rule as a request states it (`domain::payloads::ScalingRule`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingRuleIn {
+    /// Per healthy replica, over every gateway's last seconds.
+    pub metric: ScalingMetric,
+    pub comparator: Comparator,
+    #[schema(minimum = 0)]
+    pub threshold: f64,
+    /// Replicas added (negative: removed) when it holds; 0 does nothing.
+    #[schema(minimum = -16, maximum = 16)]
+    pub step: i32,
+    /// Seconds since the last change of the wanted replicas before it acts.
+    #[schema(maximum = 86400)]
+    pub cooldown_secs: u64,
+}
+
+impl From<ScalingRuleIn> for ScalingRule {
+    fn from(r: ScalingRuleIn) -> ScalingRule {
+        ScalingRule {
+            metric: r.metric,
+            comparator: r.comparator,
+            threshold: r.threshold,
+            step: r.step,
+            cooldown_secs: r.cooldown_secs,
+        }
+    }
 }
 
 impl AutoscalingIn {
@@ -120,10 +149,10 @@ impl AutoscalingIn {
                     "must be a number, 0 or more",
                 ));
             }
-            if rule.step == 0 || rule.step.unsigned_abs() > rules::MOST_AUTOSCALED {
+            if rule.step.unsigned_abs() > rules::MOST_AUTOSCALED {
                 return Err(ApiError::invalid(
                     format!("rules[{i}].step"),
-                    format!("from -{0} to {0}, not 0", rules::MOST_AUTOSCALED),
+                    format!("from -{0} to {0}", rules::MOST_AUTOSCALED),
                 ));
             }
             if rule.cooldown_secs > 86_400 {
@@ -530,28 +559,44 @@ pub async fn issue_token(
             format!("from 1 to {LONGEST_TOKEN_SECS} seconds"),
         ));
     }
-    let endpoint = owned(&state, &caller, &id).await?;
     let (token, digest) = serving::new_token();
     let issued = EndpointTokenIssued {
-        endpoint_id: endpoint.id(),
+        endpoint_id: Uuid::nil(),
         token_id: Uuid::now_v7(),
         expires_at: serving::expiry(expires_in),
     };
-    let answer = ServiceToken {
-        token_id: issued.token_id,
-        token,
-        expires_at: issued.expires_at,
-    };
-    db::serving::keep_token(
-        &state.pool,
-        &rules::stream_of(endpoint.id()),
-        endpoint.version,
-        issued,
-        &digest,
-        &events::trace::metadata(&caller.user_id.to_string(), None),
-    )
-    .await?;
-    Ok((StatusCode::CREATED, Json(answer)))
+    let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
+    // Recorded against the stream as folded; folded again when something landed first.
+    for _ in 0..10 {
+        let endpoint = owned(&state, &caller, &id).await?;
+        let issued = EndpointTokenIssued {
+            endpoint_id: endpoint.id(),
+            ..issued.clone()
+        };
+        let stream = rules::stream_of(endpoint.id());
+        let kept = db::serving::keep_token(
+            &state.pool,
+            &stream,
+            endpoint.version,
+            issued.clone(),
+            &digest,
+            &metadata,
+        )
+        .await?;
+        if kept {
+            let answer = ServiceToken {
+                token_id: issued.token_id,
+                token,
+                expires_at: issued.expires_at,
+            };
+            return Ok((StatusCode::CREATED, Json(answer)));
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "busy",
+        "the endpoint kept changing; try again",
+    ))
 }
 
 /// Destroy an endpoint of mine: its URL answers no more, its replicas end, its tokens are
@@ -614,13 +659,15 @@ pub async fn set_autoscaling(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ServiceOut>, ApiError> {
     let asked: AutoscalingIn = parse_body(body)?;
+    // Whose endpoint first: a stranger learns nothing from the body's checks.
+    owned(&state, &caller, &id).await?;
     asked.check()?;
     let endpoint = change(&state, &caller, &id, |e| {
         Some(Event::EndpointAutoscalingSet(EndpointAutoscalingSet {
             endpoint_id: e.id(),
             min_replicas: asked.min_replicas,
             max_replicas: asked.max_replicas,
-            rules: asked.rules.clone(),
+            rules: asked.rules.iter().cloned().map(ScalingRule::from).collect(),
         }))
     })
     .await?;

@@ -1,5 +1,5 @@
 //! The web console under `/console`: the seeds' pages (Sessions, the launcher, the detail
-//! panel, the scheduling history, apps, Data, my customized images, notifications, and for
+//! panel, the scheduling history, apps, Data, my customized images, Serving, notifications, and for
 //! superadmins the agents, the queue and the administration pages), rendered on the server from askama templates compiled into the binary, with
 //! one stylesheet and one script module served from the binary too. Every view's state is
 //! in its URL, so a refresh or a shared link shows the same view.
@@ -19,6 +19,7 @@
 //! - `data`: the Data page, my folders and their shares, and each folder's explorer (upload,
 //!   download, directories, removal).
 //! - `images`: my customized images, their references to copy, and their removal.
+//! - `serving`: my model-serving endpoints, one's replicas, autoscaling and scaling history.
 //! - `notifications`, `admin`: the header's list; the agents page and the queue.
 //! - `manage`: the superadmins' administration pages (users, keys, projects, policies,
 //!   presets, the image catalogue's listings), forms over the admin API's own handlers.
@@ -35,6 +36,7 @@ mod images;
 mod launcher;
 mod manage;
 mod notifications;
+mod serving;
 mod sessions;
 mod view;
 
@@ -122,6 +124,8 @@ pub fn router() -> Router<AppState> {
             "/console/notifications",
             get(notifications::page).post(notifications::mark_read),
         )
+        .route("/console/serving", get(serving::page))
+        .route("/console/serving/{id}/scale", post(serving::scale))
         .route("/console/images", get(images::page))
         .route("/console/images/{name}/remove", post(images::remove))
         .route("/console/agents", get(admin::agents))

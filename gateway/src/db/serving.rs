@@ -27,7 +27,8 @@ pub async fn try_lead(client: &Object) -> Result<bool, ApiError> {
 }
 
 /// Keeps a token's `digest` for endpoint `issued.endpoint_id` and records that it was made
-/// (`EndpointTokenIssued`, against the endpoint stream's `version`), in one transaction.
+/// (`EndpointTokenIssued`, against the endpoint stream's `version`), in one transaction;
+/// `false`, with nothing kept, when the stream moved past `version` meanwhile.
 pub async fn keep_token(
     pool: &Pool,
     stream: &str,
@@ -35,7 +36,7 @@ pub async fn keep_token(
     issued: EndpointTokenIssued,
     digest: &[u8],
     metadata: &events::Metadata,
-) -> Result<(), ApiError> {
+) -> Result<bool, ApiError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     tx.execute(
@@ -49,16 +50,21 @@ pub async fn keep_token(
         ],
     )
     .await?;
-    ledger::record(
+    match ledger::record(
         &tx,
         stream,
         ExpectedVersion::Exact(version),
         &[Event::EndpointTokenIssued(issued)],
         metadata,
     )
-    .await?;
+    .await
+    {
+        // Dropped uncommitted: the row goes with it.
+        Err(e) if e.is_conflict() => return Ok(false),
+        other => other?,
+    };
     tx.commit().await?;
-    Ok(())
+    Ok(true)
 }
 
 /// The endpoint and expiry of the token whose digest is `digest`, if one is kept.

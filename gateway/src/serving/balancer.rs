@@ -80,6 +80,12 @@ impl Connections {
         Ok(sender)
     }
 
+    /// Forgets the kept connections to replicas not among `serving` (gone from every
+    /// endpoint).
+    pub(super) fn keep_only(&self, serving: &std::collections::HashSet<SocketAddr>) {
+        super::lock(&self.idle).retain(|address, _| serving.contains(address));
+    }
+
     /// Keeps `sender` for the next request to `address`, unless its connection closed.
     fn give_back(&self, address: SocketAddr, sender: SendRequest<Body>) {
         if sender.is_closed() {
@@ -164,6 +170,15 @@ impl Answer {
     }
 }
 
+impl Drop for Answer {
+    /// A body read to its end gives its connection back even if nobody polled past it.
+    fn drop(&mut self) {
+        if self.inner.is_end_stream() {
+            self.end();
+        }
+    }
+}
+
 impl hyper::body::Body for Answer {
     type Data = bytes::Bytes;
     type Error = hyper::Error;
@@ -174,7 +189,9 @@ impl hyper::body::Body for Answer {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
+        // The server stops polling a body that says it has ended, so the connection goes
+        // back as soon as the last frame is read, not at a poll that may never come.
+        if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
             this.end();
         }
         polled

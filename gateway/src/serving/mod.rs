@@ -153,6 +153,11 @@ impl Serving {
                 }),
             );
         }
+        let addresses = table
+            .values()
+            .flat_map(|served| served.upstreams.iter().map(|u| u.address))
+            .collect();
+        self.connections.keep_only(&addresses);
         lock(&self.requests).retain(|id, _| table.contains_key(id));
         lock(&self.samples).retain(|id, _| table.contains_key(id));
         *lock(&self.outstanding) = outstanding;

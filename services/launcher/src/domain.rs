@@ -240,10 +240,17 @@ pub fn check_shape(shape: &Shape) -> Result<u32, FieldError> {
     }
     match shape.omp_num_threads {
         Some(0) => Err(problem("omp_num_threads", "must be at least 1")),
+        Some(n) if n > MAX_OMP_THREADS => Err(problem(
+            "omp_num_threads",
+            format!("must be at most {MAX_OMP_THREADS}"),
+        )),
         Some(n) => Ok(n),
         None => Ok(shape.cpu_milli.div_ceil(1000) as u32),
     }
 }
+
+/// The most OpenMP threads a session may ask for (more than any host's cores).
+pub const MAX_OMP_THREADS: u32 = 1024;
 
 /// A random name for a session that was given none: three words and four digits (about 176
 /// million names), always a valid name.

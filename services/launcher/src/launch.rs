@@ -141,8 +141,8 @@ pub struct CreateSession {
     /// Seconds a batch session may run.
     #[schema(minimum = 1)]
     pub batch_timeout: Option<u64>,
-    /// OpenMP threads (default: the session's cores, rounded up).
-    #[schema(minimum = 1)]
+    /// OpenMP threads (default: the session's cores, rounded up), at most 1024.
+    #[schema(minimum = 1, maximum = 1024)]
     pub omp_num_threads: Option<u32>,
     /// How many sessions to create ("Sessions: N"); those that do not fit wait in the queue.
     #[schema(minimum = 1, maximum = 100)]
