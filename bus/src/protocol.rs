@@ -21,8 +21,16 @@ pub enum Command {
     /// agent moves the session through its statuses; otherwise it only starts its kernels
     /// (of another agent's multi-node cluster, once that agent is creating its own).
     Assign { session_id: Uuid, main: bool },
-    /// Stop what this agent runs of the session (it is terminating or has ended).
-    Stop { session_id: Uuid },
+    /// Stop what this agent runs of the session: all of it (`placement` none: it is
+    /// terminating), or what it runs of placement `placement` (counted from 0) or an earlier
+    /// one, which the session gave back (it ended, or went back to the queue). A session
+    /// placed here again since keeps its new placement's kernels: an agent that starts again
+    /// may take the old placement's stop after it has started the new one.
+    Stop {
+        session_id: Uuid,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        placement: Option<u32>,
+    },
     /// Commit the session's main container to `image` (labelled with its owner), report the
     /// steps and the end (`Fact::CommitProgressed`, `Fact::CommitEnded`).
     Commit {
@@ -49,7 +57,7 @@ impl Command {
     pub fn session_id(&self) -> Uuid {
         match self {
             Command::Assign { session_id, .. }
-            | Command::Stop { session_id }
+            | Command::Stop { session_id, .. }
             | Command::Commit { session_id, .. }
             | Command::RemoveImage { session_id, .. }
             | Command::StartApp { session_id, .. } => *session_id,

@@ -470,12 +470,7 @@ impl EventStore {
     /// The events of one stream, oldest first.
     pub async fn read_stream(&self, stream_id: &str) -> Result<Vec<RecordedEvent>, StoreError> {
         let client = self.pool.get().await?;
-        let sql = format!(
-            "SELECT {READ_COLUMNS} FROM events WHERE stream_id = $1 ORDER BY stream_version"
-        );
-        let statement = client.prepare_cached(&sql).await?;
-        let rows = client.query(&statement, &[&stream_id]).await?;
-        rows.iter().map(decode_row).collect()
+        read_stream_with(&client, stream_id).await
     }
 
     /// Up to `limit` events after `after` in global order, only from transactions that have
@@ -602,6 +597,17 @@ pub async fn append_with<C: GenericClient>(
             seq: row.get(2),
         },
     })
+}
+
+/// `EventStore::read_stream` on a client or transaction the caller holds.
+pub async fn read_stream_with<C: GenericClient>(
+    client: &C,
+    stream_id: &str,
+) -> Result<Vec<RecordedEvent>, StoreError> {
+    let sql =
+        format!("SELECT {READ_COLUMNS} FROM events WHERE stream_id = $1 ORDER BY stream_version");
+    let rows = client.query(&sql, &[&stream_id]).await?;
+    rows.iter().map(decode_row).collect()
 }
 
 /// Every event of the streams of `category` whose id begins with `prefix`, in log order

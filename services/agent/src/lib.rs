@@ -12,6 +12,7 @@ pub mod docker;
 pub mod gpu;
 pub mod host;
 mod simulate;
+mod stop_order;
 
 use std::time::Duration;
 

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::commands::Commands;
+use crate::stop_order::StopOrder;
 use crate::{keep_alive, register, AgentError, AgentSpec, Leaving, HEARTBEAT_EVERY};
 
 /// Runs a simulated agent until `stop`, or until it is asked to leave: then it says it
@@ -32,29 +33,31 @@ pub(crate) async fn simulate(
     let mut running = tokio::task::JoinSet::new();
     let offering = stop.child_token();
     running.spawn(keep_alive(link.clone(), HEARTBEAT_EVERY, offering.clone()));
-    let mut tasks: HashMap<Uuid, CancellationToken> = HashMap::new();
+    let mut tasks: HashMap<Uuid, StopOrder> = HashMap::new();
     let mut commands = Commands::new(link.clone());
     while let Some(command) = commands.next(&leaving.asked).await {
-        tasks.retain(|_, token| !token.is_cancelled());
+        tasks.retain(|_, order| !order.is_ended());
         while running.try_join_next().is_some() {}
         match command {
             Command::Assign { session_id, main } if !tasks.contains_key(&session_id) => {
-                let token = stop.child_token();
-                tasks.insert(session_id, token.clone());
+                let order = StopOrder::default();
+                tasks.insert(session_id, order.clone());
                 let link = link.clone();
                 running.spawn(async move {
-                    let done = token.clone();
-                    if let Err(e) = run(&link, session_id, main, batch_runs_for, token).await {
+                    // A finished task is forgotten at the next command.
+                    let _forgotten = order.ended_on_drop();
+                    if let Err(e) = run(&link, session_id, main, batch_runs_for, order.clone()).await {
                         tracing::info!(session = %session_id, error = %e, "simulated session ended early");
                     }
-                    // A finished task is forgotten at the next command.
-                    done.cancel();
                 });
             }
             Command::Assign { .. } => {}
-            Command::Stop { session_id } => {
-                if let Some(token) = tasks.get(&session_id) {
-                    token.cancel();
+            Command::Stop {
+                session_id,
+                placement,
+            } => {
+                if let Some(order) = tasks.get(&session_id) {
+                    order.give(placement);
                 }
             }
             // No container, no image: a simulated commit fails, saying so.
@@ -102,8 +105,8 @@ pub(crate) async fn simulate(
         offering.cancel();
         crate::depart(&link, &how.reason, &stop).await;
         if how.end_sessions {
-            for token in tasks.values() {
-                token.cancel();
+            for order in tasks.values() {
+                order.end();
             }
             while !stop.is_cancelled() && !running.is_empty() {
                 tokio::select! {
@@ -123,7 +126,7 @@ async fn run(
     session_id: Uuid,
     main: bool,
     batch_runs_for: Duration,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) -> Result<(), AgentError> {
     // Requests wait on the agent's own stop, not the session's: a stop must still be reported.
     let agent_stop = CancellationToken::new();
@@ -158,7 +161,7 @@ async fn run(
     }
     let batch = state.request.session_type == SessionType::Batch;
     let (reason, exit_code) = tokio::select! {
-        _ = stop.cancelled() => ("stopped on request", None),
+        _ = stop.given(state.releases) => ("stopped on request", None),
         _ = tokio::time::sleep(batch_runs_for), if batch => ("the batch command exited with code 0", Some(0)),
     };
     let fact = Fact::Moved {

@@ -36,12 +36,23 @@ pub struct Dispatcher {
 }
 
 /// The commands an event of a session's stream calls for, given the agents holding its
-/// kernels now (`(agent, is its main agent)`). Pure.
-pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, Command)> {
+/// kernels now (`(agent, is its main agent)`) and how many placements the session gave
+/// back before the event (`released_before`: the placement a release ends). Pure.
+pub fn commands_for(
+    event: &Event,
+    holders: &[(String, bool)],
+    released_before: u32,
+) -> Vec<(String, Command)> {
     let stop_all = |session_id| {
         holders
             .iter()
-            .map(|(agent, _)| (agent.clone(), Command::Stop { session_id }))
+            .map(|(agent, _)| {
+                let command = Command::Stop {
+                    session_id,
+                    placement: None,
+                };
+                (agent.clone(), command)
+            })
             .collect()
     };
     match event {
@@ -90,6 +101,7 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
                 .map(|agent| {
                     let command = Command::Stop {
                         session_id: e.session_id,
+                        placement: Some(released_before),
                     };
                     (agent.to_owned(), command)
                 })
@@ -101,7 +113,7 @@ pub fn commands_for(event: &Event, holders: &[(String, bool)]) -> Vec<(String, C
 
 /// Whether `event` can call for a command, whoever holds the session's kernels. Pure.
 pub fn acts_on(event: &Event) -> bool {
-    needs_holders(event).is_some() || !commands_for(event, &[]).is_empty()
+    needs_holders(event).is_some() || !commands_for(event, &[], 0).is_empty()
 }
 
 fn needs_holders(event: &Event) -> Option<uuid::Uuid> {
@@ -134,7 +146,19 @@ impl Handler for Dispatcher {
                 .map_err(|e| HandlerError::Transient(e.to_string()))?,
             None => Vec::new(),
         };
-        for (agent, command) in commands_for(&event.event, &holders) {
+        let released_before = match &event.event {
+            Event::SessionResourcesReleased(_) => {
+                events::store::read_stream_with(tx, &event.stream_id)
+                    .await
+                    .map_err(|e| HandlerError::Transient(e.to_string()))?
+                    .iter()
+                    .filter(|e| e.stream_version < event.stream_version)
+                    .filter(|e| matches!(e.event, Event::SessionResourcesReleased(_)))
+                    .count() as u32
+            }
+            _ => 0,
+        };
+        for (agent, command) in commands_for(&event.event, &holders, released_before) {
             bus::command::send(&self.js, &self.subjects, event.event_id, &agent, &command)
                 .await
                 .map_err(|e| HandlerError::Transient(e.to_string()))?;
@@ -195,16 +219,16 @@ mod tests {
             resources: slots,
             kernels: vec![],
         });
-        let commands = commands_for(&placed, &[]);
+        let commands = commands_for(&placed, &[], 0);
         assert_eq!(commands.len(), 1);
         assert_eq!(commands[0].0, "a1");
         assert!(matches!(commands[0].1, Command::Assign { main: true, .. }));
         let holders = [("a1".to_string(), true), ("a2".to_string(), false)];
-        let creating = commands_for(&changed(SessionStatus::Creating), &holders);
+        let creating = commands_for(&changed(SessionStatus::Creating), &holders, 0);
         assert_eq!(creating.len(), 1);
         assert_eq!(creating[0].0, "a2");
         assert!(matches!(creating[0].1, Command::Assign { main: false, .. }));
-        assert!(commands_for(&changed(SessionStatus::Running), &holders).is_empty());
+        assert!(commands_for(&changed(SessionStatus::Running), &holders, 0).is_empty());
     }
 
     #[test]
@@ -217,7 +241,7 @@ mod tests {
             port: 8888,
             by: Uuid::nil(),
         });
-        let commands = commands_for(&asked, &holders);
+        let commands = commands_for(&asked, &holders, 0);
         assert_eq!(commands.len(), 1);
         assert_eq!(commands[0].0, "a2");
         assert!(matches!(
@@ -229,7 +253,7 @@ mod tests {
     #[test]
     fn terminating_or_releasing_stops_every_holder_once() {
         let holders = [("a1".to_string(), true), ("a2".to_string(), false)];
-        let stops = commands_for(&changed(SessionStatus::Terminating), &holders);
+        let stops = commands_for(&changed(SessionStatus::Terminating), &holders, 0);
         assert_eq!(stops.len(), 2);
         let slots = ResourceSlots::default();
         let released = Event::SessionResourcesReleased(SessionResourcesReleased {
@@ -251,10 +275,25 @@ mod tests {
                 },
             ],
         });
-        let agents: Vec<String> = commands_for(&released, &[])
-            .into_iter()
-            .map(|(a, _)| a)
-            .collect();
+        assert!(stops.iter().all(|(_, c)| matches!(
+            c,
+            Command::Stop {
+                placement: None,
+                ..
+            }
+        )));
+        let releases = commands_for(&released, &[], 2);
+        let agents: Vec<&str> = releases.iter().map(|(a, _)| a.as_str()).collect();
         assert_eq!(agents, ["a1", "a2"]);
+        assert!(
+            releases.iter().all(|(_, c)| matches!(
+                c,
+                Command::Stop {
+                    placement: Some(2),
+                    ..
+                }
+            )),
+            "a release stops the placement it ends, the third: {releases:?}"
+        );
     }
 }

@@ -4,8 +4,9 @@
 
 use bollard::container::StopContainerOptions;
 use domain::payloads::SessionStatus;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::stop_order::StopOrder;
 
 use super::ctx::{load, remove, remove_network, Ctx};
 use super::keep::save_final_logs;
@@ -13,7 +14,7 @@ use super::kernels::create_kernels;
 
 /// This agent's kernels of a multi-node cluster whose main kernel runs elsewhere: started when
 /// the main agent creates its own, kept until the session ends, then removed.
-pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
+pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: StopOrder) {
     let Ok(Some((state, _))) = load(&ctx, id).await else {
         return;
     };
@@ -40,19 +41,36 @@ pub(super) async fn run_secondary(ctx: Ctx, id: Uuid, stop: CancellationToken) {
         })
         .zip(names)
         .collect();
-    watch_secondary(ctx, id, kernels, stop).await;
+    watch_secondary(ctx, id, kernels, state.releases, stop).await;
 }
 
-/// Keeps this agent's kernels of another agent's session until the session ends, then stops
-/// them, keeps their output and removes them. A restarted agent resumes here for the kernels
-/// it finds still running.
-pub(super) async fn watch_secondary(
+/// Resumes keeping `kernels` of another agent's session, left by an earlier run of this
+/// agent, for the session's placement now.
+pub(super) async fn adopt_secondary(
     ctx: Ctx,
     id: Uuid,
     kernels: Vec<(u32, String)>,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) {
-    stop.cancelled().await;
+    // Unknown (the control plane is away, or the session gone): any placement's stop ends them.
+    let placement = match load(&ctx, id).await {
+        Ok(Some((state, _))) => state.releases,
+        _ => 0,
+    };
+    watch_secondary(ctx, id, kernels, placement, stop).await;
+}
+
+/// Keeps this agent's kernels of placement `placement` of another agent's session until
+/// the session ends or gives the placement back, then stops them, keeps their output and
+/// removes them.
+async fn watch_secondary(
+    ctx: Ctx,
+    id: Uuid,
+    kernels: Vec<(u32, String)>,
+    placement: u32,
+    stop: StopOrder,
+) {
+    stop.given(placement).await;
     for (k, name) in &kernels {
         let _ = ctx
             .docker

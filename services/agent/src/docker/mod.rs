@@ -244,11 +244,10 @@ pub(crate) async fn run(
                 }
             }
             Command::Assign { .. } => {}
-            Command::Stop { session_id } => {
-                if let Some(token) = sessions.tasks.get(&session_id) {
-                    token.cancel();
-                }
-            }
+            Command::Stop {
+                session_id,
+                placement,
+            } => sessions.stop(session_id, placement),
             Command::Commit {
                 session_id,
                 commit_id,

@@ -23,6 +23,7 @@ use super::pull::{self, PullTally};
 use super::registry::{pull_source, repository_and_tag, stored_login};
 use super::spec::container_name;
 use super::terminal;
+use crate::stop_order::StopOrder;
 use crate::AgentError;
 
 /// Prepares, creates and starts the session's container (its terminal on `terminal_port`);
@@ -248,7 +249,7 @@ pub(super) fn outcome(
 pub(super) async fn run_session(
     ctx: Ctx,
     session_id: Uuid,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) -> Result<(), AgentError> {
     follow_session(ctx, session_id, None, stop).await
 }
@@ -259,7 +260,7 @@ pub(super) async fn adopt_session(
     ctx: Ctx,
     session_id: Uuid,
     container: String,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) -> Result<(), AgentError> {
     follow_session(ctx, session_id, Some(container), stop).await
 }
@@ -271,7 +272,7 @@ async fn follow_session(
     ctx: Ctx,
     session_id: Uuid,
     adopted: Option<String>,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) -> Result<(), AgentError> {
     let Some((state, traceparent)) = load(&ctx, session_id).await? else {
         return Ok(());
@@ -297,7 +298,7 @@ async fn own_session(
     ctx: Ctx,
     state: SessionState,
     adopted: Option<String>,
-    stop: CancellationToken,
+    stop: StopOrder,
 ) -> Result<(), AgentError> {
     let session_id = state.request.session_id;
     // An interactive session's terminal is the agent's: its port is taken before the
@@ -360,6 +361,8 @@ async fn own_session(
         .filter(|_| state.request.session_type == SessionType::Batch)
         .map(Duration::from_secs);
     let started = tokio::time::Instant::now();
+    // A stop of an earlier placement (the session was placed here again since) is not ours.
+    let placement = state.releases;
     // The output so far is kept every second while the container runs.
     let keeping = CancellationToken::new();
     let log_cursor = std::sync::Arc::new(tokio::sync::Mutex::new(LogCursor::keeping(
@@ -392,7 +395,7 @@ async fn own_session(
         let deadline = timeout.map(|t| started + t);
         let (code, why) = tokio::select! {
             code = exit_code(&ctx, &container) => (code, Ended::Exited),
-            _ = stop.cancelled() => {
+            _ = stop.given(placement) => {
                 // Docker 20.10 can deadlock a container's state when `logs` races `stop`:
                 // the keeper is stopped before the container is.
                 keeping.cancel();
