@@ -457,6 +457,10 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
             Some(handle) => state.with_metrics(crate::metrics::renderer(handle.clone())),
             None => state,
         };
+        let state = match &config.serve_domain {
+            Some(domain) => state.with_serve_domain(domain.clone()),
+            None => state,
+        };
         let state = match &config.backendai {
             Some(key) => state.with_backendai(key.load().context("BERTH_BACKENDAI_MASTER_KEY")?),
             None => state,

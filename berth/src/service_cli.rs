@@ -144,6 +144,9 @@ fn print_service(s: &Value) {
         s["replicas"],
         s["url"].as_str().unwrap_or("")
     );
+    if let Some(host) = s["host"].as_str() {
+        println!("host: {host}");
+    }
     if let Some(reason) = s["degraded_reason"].as_str() {
         println!("degraded: {reason}");
     }
@@ -219,6 +222,9 @@ pub async fn run(config: &Config, command: ServiceCommand) -> anyhow::Result<Exi
                         config.gateway_url.trim_end_matches('/'),
                         s["url"].as_str().unwrap_or("")
                     );
+                    if let Some(host) = s["host"].as_str() {
+                        println!("host: {host}");
+                    }
                 })
         }
         ServiceCommand::Ls { output } => client

@@ -432,6 +432,13 @@ pub enum ScalingMetric {
     RequestsPerSecond,
     /// Calls under way now, per healthy replica.
     OutstandingRequests,
+    /// The healthy replicas' CPU use, in percent of the CPU each is given, averaged over
+    /// those with a recent sample.
+    CpuUtilization,
+    /// The healthy replicas' GPU use, in percent (the mean utilization of the GPUs each
+    /// holds), averaged over those with a recent sample; a rule over it never holds for
+    /// replicas without GPUs.
+    GpuUtilization,
 }
 
 /// How a rule compares its metric with its threshold (Backend.AI's comparators).

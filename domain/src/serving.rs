@@ -629,11 +629,49 @@ pub fn reconcile(endpoint: &Endpoint, ended: &BTreeMap<Uuid, String>, now: DateT
 // ---------------------------------------------------------------------------------------------
 // Autoscaling.
 
-/// An endpoint's calls over the last window, summed over every gateway.
+/// An endpoint's calls over the last window, summed over every gateway, and the use its
+/// healthy replicas made of what they hold.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Traffic {
     pub requests_per_second: f64,
     pub outstanding_requests: f64,
+    /// Percent of the CPU each replica is given, averaged; none without a recent sample.
+    pub cpu_utilization: Option<f64>,
+    /// Percent GPU utilization, averaged; none without a GPU or a recent sample.
+    pub gpu_utilization: Option<f64>,
+}
+
+/// A replica's latest sample of what it uses: percent of one core, and percent GPU
+/// utilization (none: it holds no GPU, or it was not measured).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReplicaUse {
+    pub cpu_percent: Option<f64>,
+    pub gpu_percent: Option<f64>,
+}
+
+/// The use `endpoint`'s healthy replicas made lately of what each is given, by their latest
+/// samples (`samples`, by session): percent of the CPU a replica is given, and percent GPU
+/// utilization, each averaged over the healthy replicas sampled. Pure.
+pub fn utilization(
+    endpoint: &Endpoint,
+    samples: &BTreeMap<Uuid, ReplicaUse>,
+) -> (Option<f64>, Option<f64>) {
+    let cores = endpoint.created.resources.cpu_milli.max(1) as f64 / 1000.0;
+    let sampled: Vec<&ReplicaUse> = endpoint
+        .healthy()
+        .filter_map(|r| samples.get(&r.session_id))
+        .collect();
+    let mean = |values: Vec<f64>| {
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let cpu = mean(
+        sampled
+            .iter()
+            .filter_map(|u| u.cpu_percent.map(|p| p / cores))
+            .collect(),
+    );
+    let gpu = mean(sampled.iter().filter_map(|u| u.gpu_percent).collect());
+    (cpu, gpu)
 }
 
 /// The most replicas autoscaling may ask for.
@@ -691,14 +729,26 @@ pub fn autoscale(
         ),
         ("healthy_replicas".to_owned(), healthy as f64),
     ]);
+    let mut figures = figures;
+    // Utilizations are averages over replicas already: not divided again.
+    for (name, value) in [
+        ("cpu_utilization", traffic.cpu_utilization),
+        ("gpu_utilization", traffic.gpu_utilization),
+    ] {
+        if let Some(value) = value {
+            figures.insert(name.to_owned(), round(value));
+        }
+    }
     for (i, rule) in scaling.rules.iter().enumerate() {
-        let (name, value) = match rule.metric {
-            ScalingMetric::RequestsPerSecond => {
-                ("requests_per_second", figures["requests_per_second"])
-            }
-            ScalingMetric::OutstandingRequests => {
-                ("outstanding_requests", figures["outstanding_requests"])
-            }
+        let name = match rule.metric {
+            ScalingMetric::RequestsPerSecond => "requests_per_second",
+            ScalingMetric::OutstandingRequests => "outstanding_requests",
+            ScalingMetric::CpuUtilization => "cpu_utilization",
+            ScalingMetric::GpuUtilization => "gpu_utilization",
+        };
+        // A use not measured lately holds no rule, neither up nor down.
+        let Some(&value) = figures.get(name) else {
+            continue;
         };
         let (holds, sign) = match rule.comparator {
             Comparator::Lt => (value < rule.threshold, "<"),
@@ -1180,6 +1230,7 @@ mod tests {
         let busy = Traffic {
             requests_per_second: 12.0,
             outstanding_requests: 3.0,
+            ..Traffic::default()
         };
         let quiet = Traffic::default();
         let mut then = vec![
@@ -1217,6 +1268,106 @@ mod tests {
         assert_eq!(autoscale(&e, quiet, t(100)), None);
         let woken = wake(&e).unwrap();
         assert_eq!((woken.previous, woken.replicas), (0, 1));
+    }
+
+    #[test]
+    fn a_rule_over_the_replicas_use_holds_only_where_the_use_was_measured() {
+        let id = Uuid::now_v7();
+        let a = Uuid::now_v7();
+        let rule = |metric, comparator, threshold, step| ScalingRule {
+            metric,
+            comparator,
+            threshold,
+            step,
+            cooldown_secs: 0,
+        };
+        let rules = Event::EndpointAutoscalingSet(EndpointAutoscalingSet {
+            endpoint_id: id,
+            min_replicas: 1,
+            max_replicas: 4,
+            rules: vec![
+                rule(ScalingMetric::CpuUtilization, Comparator::Ge, 80.0, 2),
+                rule(ScalingMetric::GpuUtilization, Comparator::Lt, 10.0, -1),
+            ],
+        });
+        let e = fold(&stream(
+            id,
+            vec![
+                (0, scaled(id, 1, 2)),
+                (1, added(id, a)),
+                (2, healthy(id, a)),
+                (3, rules.clone()),
+            ],
+        ))
+        .unwrap();
+        let unmeasured = Traffic::default();
+        assert_eq!(autoscale(&e, unmeasured, t(10)), None, "no sample, no step");
+        let hot = Traffic {
+            cpu_utilization: Some(91.256),
+            ..Traffic::default()
+        };
+        let up = autoscale(&e, hot, t(10)).unwrap();
+        assert_eq!((up.previous, up.replicas), (1, 3));
+        assert_eq!(up.figures["cpu_utilization"], 91.26);
+        assert!(!up.figures.contains_key("gpu_utilization"));
+        assert!(
+            up.reason.starts_with("rule 1: cpu_utilization 91.26 >= 80"),
+            "{}",
+            up.reason
+        );
+        let idle_gpus = Traffic {
+            cpu_utilization: Some(20.0),
+            gpu_utilization: Some(3.0),
+            ..Traffic::default()
+        };
+        let e = fold(&stream(
+            id,
+            vec![
+                (0, scaled(id, 1, 2)),
+                (1, added(id, a)),
+                (2, healthy(id, a)),
+                (3, rules),
+                (4, Event::EndpointScaled(up)),
+            ],
+        ))
+        .unwrap();
+        let down = autoscale(&e, idle_gpus, t(20)).unwrap();
+        assert_eq!((down.previous, down.replicas), (3, 2));
+        assert_eq!(down.figures["gpu_utilization"], 3.0);
+    }
+
+    #[test]
+    fn utilization_is_what_the_healthy_replicas_use_of_what_they_are_given() {
+        let id = Uuid::now_v7();
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let e = fold(&stream(
+            id,
+            vec![
+                (1, added(id, a)),
+                (1, added(id, b)),
+                (1, added(id, c)),
+                (2, healthy(id, a)),
+                (2, healthy(id, b)),
+            ],
+        ))
+        .unwrap();
+        let cores = e.created.resources.cpu_milli as f64 / 1000.0;
+        let sample = |cpu: f64, gpu: Option<f64>| ReplicaUse {
+            cpu_percent: Some(cpu * cores),
+            gpu_percent: gpu,
+        };
+        let samples = BTreeMap::from([
+            (a, sample(60.0, None)),
+            (b, sample(80.0, Some(40.0))),
+            (c, sample(100.0, Some(100.0))),
+        ]);
+        let (cpu, gpu) = utilization(&e, &samples);
+        assert!(
+            (cpu.unwrap() - 70.0).abs() < 1e-9,
+            "c serves no traffic: {cpu:?}"
+        );
+        assert_eq!(gpu, Some(40.0));
+        assert_eq!(utilization(&e, &BTreeMap::new()), (None, None));
     }
 
     #[test]

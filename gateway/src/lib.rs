@@ -331,6 +331,14 @@ pub fn router(state: AppState) -> Router {
         )),
         false => router,
     };
+    // Endpoints at host names of their own under the serving domain, likewise.
+    let router = match state.serve_domain.is_some() {
+        true => router.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            endpoints_by_host,
+        )),
+        false => router,
+    };
     // Only a process that records metrics pays for measuring each request.
     let router = if measured {
         router.layer(axum::middleware::from_fn(measure))
@@ -381,6 +389,33 @@ async fn apps_by_host(State(state): State<AppState>, request: Request, next: Nex
     match proxy.serve_host(peer, request).await {
         Ok(answered) => answered,
         Err(request) => next.run(request).await,
+    }
+}
+
+/// A request whose `Host` is under the serving domain goes to the endpoint it names,
+/// balanced as its path `/serve/<id>/` is; any other to the gateway's routes.
+async fn endpoints_by_host(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(domain) = state.serve_domain.as_deref() else {
+        return next.run(request).await;
+    };
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().host());
+    match host.and_then(|h| serving::endpoint_of_host(h, domain)) {
+        None => next.run(request).await,
+        Some(None) => {
+            error::ApiError::not_found("no endpoint answers at this host name").into_response()
+        }
+        Some(Some(id)) => {
+            let rest = request.uri().path().trim_start_matches('/').to_owned();
+            serving::balancer::forward(&state.serving, &state.pool, id, &rest, request).await
+        }
     }
 }
 

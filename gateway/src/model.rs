@@ -1341,6 +1341,9 @@ pub struct ServiceOut {
     pub created_at: DateTime<Utc>,
     /// Where it answers, on this gateway (`/serve/<id>/`, with the model's own paths after it).
     pub url: String,
+    /// The host name it also answers at, on the gateway's port and scheme, when the operator
+    /// set a serving domain (`<id>.<domain>`; the model's own paths at its root).
+    pub host: Option<String>,
     /// `healthy` (every wanted replica serves), `serving` (some do), `provisioning` (none yet),
     /// `degraded` (replicas keep failing: no more are started until it is scaled or updated),
     /// `stopped` (none wanted) or `destroyed`.

@@ -66,6 +66,9 @@ pub struct AppState {
     pub(crate) live: crate::live::LiveHub,
     /// The model endpoints this gateway serves, and their replicas' addresses.
     pub(crate) serving: Arc<serving::Serving>,
+    /// The domain under which each endpoint also answers at a host name of its own,
+    /// `<endpoint id>.<domain>` (`BERTH_SERVE_DOMAIN`; [`AppState::with_serve_domain`]).
+    pub(crate) serve_domain: Option<String>,
 }
 
 /// Creates in flight at most, by default (`BERTH_CREATE_QUEUE`).
@@ -106,6 +109,7 @@ impl AppState {
             stopping: tokio_util::sync::CancellationToken::new(),
             live: crate::live::LiveHub::default(),
             serving: Arc::default(),
+            serve_domain: None,
         }
     }
 
@@ -185,6 +189,14 @@ impl AppState {
     /// circuits), reports the apps' activity and closes idle circuits.
     pub fn with_proxy(mut self, config: proxy::ProxyConfig) -> AppState {
         self.proxy = Some(proxy::Proxy::new(config, self.pool.clone()));
+        self
+    }
+
+    /// This state answering each model endpoint also at a host name of its own,
+    /// `<endpoint id>.<domain>` on the gateway's listener (`domain` in lower case, without a
+    /// trailing dot), besides its path `/serve/<endpoint id>/`.
+    pub fn with_serve_domain(mut self, domain: String) -> AppState {
+        self.serve_domain = Some(domain);
         self
     }
 

@@ -18,8 +18,14 @@ use serde_json::json;
 /// A one-host install: a control plane whose gateway serves the data directory of the Docker
 /// agent beside it (`host-local`), and that agent (removed with what it made when dropped).
 pub(crate) async fn one_host() -> (Harness, (DockerAgent, Cleanup)) {
+    one_host_with(test_config()).await
+}
+
+/// [`one_host`] with the gateway configured as `config` says.
+pub(crate) async fn one_host_with(
+    mut config: berth::config::Config,
+) -> (Harness, (DockerAgent, Cleanup)) {
     let dir = data_dir();
-    let mut config = test_config();
     config.agent_data_dir = dir.clone();
     let h = start_with(config).await;
     let id = fresh_agent_id();

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-use crate::files::one_host;
+use crate::files::{one_host, one_host_with};
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -86,7 +86,9 @@ pub(crate) async fn service(h: &Harness, key: &str, id: &str) -> Value {
 #[tokio::test]
 async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only_what_was_in_flight(
 ) {
-    let (h, (_agent, _cleanup)) = one_host().await;
+    let mut config = test_config();
+    config.serve_domain = Some("models.test".into());
+    let (h, (_agent, _cleanup)) = one_host_with(config).await;
     let alice = h.user("alice@example.com").await;
     let bob = h.user("bob@example.com").await;
     model_folder(&h, &alice).await;
@@ -185,6 +187,38 @@ async fn an_endpoint_balances_its_replicas_and_replaces_a_killed_one_losing_only
         answered.insert(predict(&http, &url, &live).await.unwrap());
     }
     assert_eq!(answered.len(), 2, "{answered:?}");
+
+    // The operator's serving domain: the endpoint answers at a host name of its own too, its
+    // model's paths at the root; a name under the domain that is no endpoint's is 404.
+    let host = made["host"].as_str().unwrap();
+    assert_eq!(host, format!("{}.models.test", id.replace('-', "")));
+    let by_host = |host: &str| {
+        http.post(format!("{}/predict", h.base))
+            .header("host", host)
+            .bearer_auth(&live)
+            .json(&json!({"features": [[5.1, 3.5, 1.4, 0.2]]}))
+    };
+    let answer = by_host(host).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let predicted: Value = answer.json().await.unwrap();
+    assert_eq!(predicted["predictions"], json!(["setosa"]));
+    let answer = by_host(&host.to_ascii_uppercase()).send().await.unwrap();
+    assert_eq!(
+        answer.status(),
+        StatusCode::OK,
+        "a host name's case does not matter"
+    );
+    let stranger = by_host("0123456789abcdef0123456789abcdef.models.test");
+    assert_eq!(
+        stranger.send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let unnamed = http.get(format!("{}/health", h.base)).header("host", host);
+    assert_eq!(
+        unnamed.send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "its token is asked for at its host as at its path"
+    );
 
     // A streamed answer passes through as it comes: each token in its own chunk.
     let streamed = http
@@ -397,7 +431,9 @@ async fn an_endpoint_updates_rolling_without_a_failed_call_scales_by_its_rules_a
     assert!(failed.is_empty(), "{failed:?}");
     assert!(results.len() > 20, "{}", results.len());
 
-    // Autoscaling: up to 3 under load, back to 1 once quiet, each step with its figures.
+    // Autoscaling: quiet, down to 1; from 1 up to 3 under load, back to 1 once quiet, each
+    // step with its figures. The update's calls leave the rate's window first.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let rules = |min: u32| {
         json!({"min_replicas": min, "max_replicas": 3, "rules": [
             {"metric": "requests_per_second", "comparator": "gt", "threshold": 5.0,
@@ -418,6 +454,11 @@ async fn an_endpoint_updates_rolling_without_a_failed_call_scales_by_its_rules_a
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
     assert_eq!(refused["error"]["field"], "min_replicas");
+    within(60, "one replica once quiet", || async {
+        let s = service(&h, &alice, &id).await;
+        (s["replicas"] == 1 && s["routes"].as_array().unwrap().len() == 1).then_some(())
+    })
+    .await;
     let load = Load::start(&http, &url, "", 4);
     within(120, "three replicas serving under load", || async {
         (service(&h, &alice, &id).await["healthy_replicas"] == 3).then_some(())
@@ -441,13 +482,28 @@ async fn an_endpoint_updates_rolling_without_a_failed_call_scales_by_its_rules_a
             )
         })
         .collect();
-    assert_eq!(steps, vec![(2, 3), (3, 2), (2, 1)], "{quiet:#}");
-    for step in quiet["scaling_history"].as_array().unwrap() {
-        if step["reason"].as_str().unwrap().starts_with("rule ") {
-            assert!(step["figures"]["requests_per_second"].is_number(), "{step}");
-            assert!(step["figures"]["healthy_replicas"].as_f64().unwrap() >= 1.0);
-        }
+    assert_eq!(
+        steps,
+        vec![(2, 1), (1, 2), (2, 3), (3, 2), (2, 1)],
+        "{quiet:#}"
+    );
+    let rule_steps: Vec<&Value> = quiet["scaling_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["reason"].as_str().unwrap().starts_with("rule "))
+        .collect();
+    for step in &rule_steps {
+        assert!(step["figures"]["requests_per_second"].is_number(), "{step}");
+        assert!(step["figures"]["healthy_replicas"].as_f64().unwrap() >= 1.0);
     }
+    // The replicas' CPU use, sampled by the agent every second, is among the figures.
+    assert!(
+        rule_steps
+            .iter()
+            .any(|s| s["figures"]["cpu_utilization"].is_number()),
+        "{quiet:#}"
+    );
 
     // Scaled to zero when quiet; a cold call wakes it and is answered once a replica serves.
     let (status, _) = h

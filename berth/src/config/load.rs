@@ -256,6 +256,7 @@ mod tests {
             ("BERTH_PROXY_IDLE_SECS", "0"),
             ("BERTH_PROXY_PORTS", "off"),
             ("BERTH_APPS_DOMAIN", "Apps.Example.COM."),
+            ("BERTH_SERVE_DOMAIN", "Models.Example.COM"),
             ("BERTH_METRICS", "off"),
             ("BERTH_METRICS_LISTEN", "127.0.0.1:9480"),
             ("BERTH_LOG_FORMAT", "json"),
@@ -304,6 +305,7 @@ mod tests {
         assert_eq!(config.proxy_idle, None, "0: circuits never idle out");
         assert_eq!(config.proxy_ports, None);
         assert_eq!(config.apps_domain.as_deref(), Some("apps.example.com"));
+        assert_eq!(config.serve_domain.as_deref(), Some("models.example.com"));
         assert!(!config.metrics);
         assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9480"));
         assert_eq!(config.log_format, LogFormat::Json);

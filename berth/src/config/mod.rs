@@ -82,6 +82,9 @@ pub struct Config {
     /// The subdomain mode's domain (`BERTH_APPS_DOMAIN`): each web app is served at
     /// `<circuit>.<domain>` on the gateway's listener; none: every app on a port of the pool.
     pub apps_domain: Option<String>,
+    /// The serving domain (`BERTH_SERVE_DOMAIN`): each model endpoint answers also at
+    /// `<endpoint id>.<domain>` on the gateway's listener; none: at its path alone.
+    pub serve_domain: Option<String>,
     /// Session creates the gateway takes in flight at once (`BERTH_CREATE_QUEUE`, 64 by
     /// default); one more is answered 503 `busy` with `Retry-After`, so a slow PostgreSQL
     /// makes clients wait and retry rather than pile up connections.
@@ -324,6 +327,7 @@ impl Config {
             proxy_address: gateway.proxy_address,
             proxy_idle: Some(secs(gateway.proxy_idle_secs)).filter(|d| !d.is_zero()),
             apps_domain: gateway.apps_domain.clone(),
+            serve_domain: gateway.serve_domain.clone(),
             create_queue: gateway.create_queue.get(),
             nats_tls: bus::link::NatsTls {
                 ca: nats.nats_ca.clone(),

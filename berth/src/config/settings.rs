@@ -214,6 +214,11 @@ pub struct GatewaySettings {
     /// of the pool (cookies ignore ports; only hosts keep apps apart).
     #[arg(long, global = true, env = "BERTH_APPS_DOMAIN", value_name = "DOMAIN", value_parser = apps_domain)]
     pub apps_domain: Option<String>,
+    /// A domain whose every name (`*.DOMAIN`) resolves to the gateway: each model endpoint
+    /// then answers also at a host of its own, `<endpoint id>.DOMAIN`, on the gateway's port
+    /// (besides its path `/serve/<endpoint id>/`).
+    #[arg(long, global = true, env = "BERTH_SERVE_DOMAIN", value_name = "DOMAIN", value_parser = apps_domain)]
+    pub serve_domain: Option<String>,
     /// The volume a folder is made on when its request names none: `host-local` (the data
     /// directory of whichever agent runs a session of it) or a shared volume agents mount.
     #[arg(long, global = true, env = "BERTH_DEFAULT_VOLUME", value_name = "VOLUME",

@@ -21,7 +21,7 @@ use domain::serving::{self as rules, Endpoint, ModelDefinition};
 use events::catalogue::Event;
 use events::ledger::KeyOwner;
 use events::store::ExpectedVersion;
-use launcher::launch::{CreateSession, LaunchError, ResourceRequest};
+use launcher::launch::{LaunchError, ResourceRequest};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -215,7 +215,7 @@ fn url_of(id: Uuid) -> String {
     format!("/serve/{id}/")
 }
 
-fn out(endpoint: &Endpoint) -> ServiceOut {
+fn out(state: &AppState, endpoint: &Endpoint) -> ServiceOut {
     let created = &endpoint.created;
     ServiceOut {
         id: endpoint.id(),
@@ -223,6 +223,10 @@ fn out(endpoint: &Endpoint) -> ServiceOut {
         owner: created.owner.email.clone(),
         created_at: endpoint.created_at,
         url: url_of(endpoint.id()),
+        host: state
+            .serve_domain
+            .as_deref()
+            .map(|domain| serving::host_of(endpoint.id(), domain)),
         status: endpoint.status().to_owned(),
         degraded_reason: endpoint.degraded(),
         image: created.image.clone(),
@@ -271,7 +275,11 @@ fn out(endpoint: &Endpoint) -> ServiceOut {
 }
 
 /// Endpoint `id` as `caller` may see it (404 otherwise, as for one that does not exist).
-async fn seen(state: &AppState, caller: &KeyOwner, id: &str) -> Result<Endpoint, ApiError> {
+pub(crate) async fn seen(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: &str,
+) -> Result<Endpoint, ApiError> {
     let missing = || ApiError::not_found(format!("no endpoint {id}")).field("id");
     let parsed = Uuid::parse_str(id).map_err(|_| missing())?;
     let endpoint = serving::one(&state.pool, parsed)
@@ -365,7 +373,17 @@ pub async fn create_service(
     Caller(caller): Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<ServiceOut>), ApiError> {
-    let asked: ServiceIn = parse_body(body)?;
+    let endpoint = make(&state, &caller, parse_body(body)?).await?;
+    Ok((StatusCode::CREATED, Json(out(&state, &endpoint))))
+}
+
+/// Makes the endpoint `asked` describes, owned by `caller`: what `POST /v1/services` does,
+/// and Backend.AI's `POST /services` after it translated its body.
+pub(crate) async fn make(
+    state: &AppState,
+    caller: &KeyOwner,
+    asked: ServiceIn,
+) -> Result<Endpoint, ApiError> {
     if !rules::is_valid_name(&asked.name) {
         return Err(ApiError::invalid(
             "name",
@@ -383,19 +401,16 @@ pub async fn create_service(
         .model_definition_path
         .as_deref()
         .unwrap_or("model-definition.yaml");
-    let model = definition(&state, &caller, &asked.model_folder, path).await?;
+    let model = definition(state, caller, &asked.model_folder, path).await?;
     // A replica's request, checked as any create is (resources, image, group, folder).
-    let probe = CreateSession {
-        session_type: Some(domain::payloads::SessionType::Inference),
-        image: asked.image.clone().unwrap_or_default(),
-        resource_group: asked.resource_group.clone(),
-        resources: asked.resources.clone(),
-        preopen_ports: vec![u32::from(model.port)],
-        mounts: vec![asked.model_folder.clone()],
-        startup_command: Some(model.start_command.clone()),
-        ..CreateSession::default()
-    };
-    let resolved = launcher::launch::resolve(&state.pool, &caller, &probe)
+    let probe = serving::replica_session(
+        asked.image.clone().unwrap_or_default(),
+        asked.resource_group.clone(),
+        asked.resources.clone(),
+        &asked.model_folder,
+        &model,
+    );
+    let resolved = launcher::launch::resolve(&state.pool, caller, &probe)
         .await
         .map_err(as_service_error)?;
     let replica = resolved
@@ -438,10 +453,9 @@ pub async fn create_service(
         &events::trace::metadata(&caller.user_id.to_string(), None),
     )
     .await?;
-    let endpoint = serving::one(&state.pool, endpoint_id)
+    serving::one(&state.pool, endpoint_id)
         .await?
-        .ok_or_else(|| ApiError::internal("an endpoint just made is not in the log"))?;
-    Ok((StatusCode::CREATED, Json(out(&endpoint))))
+        .ok_or_else(|| ApiError::internal("an endpoint just made is not in the log"))
 }
 
 /// My endpoints (a superadmin's: everyone's), by name.
@@ -451,20 +465,33 @@ pub async fn list_services(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<ServiceList>, ApiError> {
-    let mut services = Vec::new();
+    let services = visible(&state, &caller)
+        .await?
+        .iter()
+        .map(|e| out(&state, e))
+        .collect();
+    Ok(Json(ServiceList { services }))
+}
+
+/// The live endpoints `caller` may see, by name.
+pub(crate) async fn visible(
+    state: &AppState,
+    caller: &KeyOwner,
+) -> Result<Vec<Endpoint>, ApiError> {
+    let mut seen = Vec::new();
     for endpoint in serving::all(&state.pool).await? {
         if endpoint.destroyed {
             continue;
         }
         let owner = endpoint.created.owner.user_id;
-        if crate::authorize::may(&state, &caller, Action::See, owner)
+        if crate::authorize::may(state, caller, Action::See, owner)
             .await?
             .is_ok()
         {
-            services.push(out(&endpoint));
+            seen.push(endpoint);
         }
     }
-    Ok(Json(ServiceList { services }))
+    Ok(seen)
 }
 
 /// An endpoint of mine with its replicas' health.
@@ -476,7 +503,7 @@ pub async fn get_service(
     Caller(caller): Caller,
     Path(ServiceId { id }): Path<ServiceId>,
 ) -> Result<Json<ServiceOut>, ApiError> {
-    Ok(Json(out(&seen(&state, &caller, &id).await?)))
+    Ok(Json(out(&state, &seen(&state, &caller, &id).await?)))
 }
 
 /// Records `event` on endpoint `id` as `caller` may, folded again and retried when something
@@ -520,6 +547,17 @@ pub async fn scale_service(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ServiceOut>, ApiError> {
     let ScaleIn { replicas } = parse_body(body)?;
+    let endpoint = scale_to(&state, &caller, &id, replicas).await?;
+    Ok(Json(out(&state, &endpoint)))
+}
+
+/// Endpoint `id` of `caller`'s wants `replicas` from now on (`replicas` named when too many).
+pub(crate) async fn scale_to(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: &str,
+    replicas: u32,
+) -> Result<Endpoint, ApiError> {
     if replicas > rules::MOST_REPLICAS {
         return Err(ApiError::invalid(
             "replicas",
@@ -527,7 +565,7 @@ pub async fn scale_service(
         ));
     }
     let reason = format!("user {}", caller.email);
-    let endpoint = change(&state, &caller, &id, |e| {
+    change(state, caller, id, |e| {
         Some(Event::EndpointScaled(EndpointScaled {
             endpoint_id: e.id(),
             replicas,
@@ -536,8 +574,7 @@ pub async fn scale_service(
             figures: Default::default(),
         }))
     })
-    .await?;
-    Ok(Json(out(&endpoint)))
+    .await
 }
 
 /// Make a token for an endpoint of mine that is not public: shown in this answer only
@@ -553,6 +590,18 @@ pub async fn issue_token(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<ServiceToken>), ApiError> {
     let TokenIn { expires_in } = parse_body(body)?;
+    let token = new_token(&state, &caller, &id, expires_in).await?;
+    Ok((StatusCode::CREATED, Json(token)))
+}
+
+/// A token for endpoint `id` of `caller`'s, lasting `expires_in` seconds (`expires_in` named
+/// when out of bounds); only its digest is kept.
+pub(crate) async fn new_token(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: &str,
+    expires_in: u64,
+) -> Result<ServiceToken, ApiError> {
     if !(1..=LONGEST_TOKEN_SECS).contains(&expires_in) {
         return Err(ApiError::invalid(
             "expires_in",
@@ -568,7 +617,7 @@ pub async fn issue_token(
     let metadata = events::trace::metadata(&caller.user_id.to_string(), None);
     // Recorded against the stream as folded; folded again when something landed first.
     for _ in 0..10 {
-        let endpoint = owned(&state, &caller, &id).await?;
+        let endpoint = owned(state, caller, id).await?;
         let issued = EndpointTokenIssued {
             endpoint_id: endpoint.id(),
             ..issued.clone()
@@ -584,12 +633,11 @@ pub async fn issue_token(
         )
         .await?;
         if kept {
-            let answer = ServiceToken {
+            return Ok(ServiceToken {
                 token_id: issued.token_id,
                 token,
                 expires_at: issued.expires_at,
-            };
-            return Ok((StatusCode::CREATED, Json(answer)));
+            });
         }
     }
     Err(ApiError::new(
@@ -609,13 +657,22 @@ pub async fn destroy_service(
     Caller(caller): Caller,
     Path(ServiceId { id }): Path<ServiceId>,
 ) -> Result<(StatusCode, Json<ServiceOut>), ApiError> {
-    let endpoint = change(&state, &caller, &id, |e| {
+    let endpoint = destroy(&state, &caller, &id).await?;
+    Ok((StatusCode::ACCEPTED, Json(out(&state, &endpoint))))
+}
+
+/// Destroys endpoint `id` of `caller`'s.
+pub(crate) async fn destroy(
+    state: &AppState,
+    caller: &KeyOwner,
+    id: &str,
+) -> Result<Endpoint, ApiError> {
+    change(state, caller, id, |e| {
         Some(Event::EndpointDestroyed(EndpointDestroyed {
             endpoint_id: e.id(),
         }))
     })
-    .await?;
-    Ok((StatusCode::ACCEPTED, Json(out(&endpoint))))
+    .await
 }
 
 /// A call of an endpoint's URL, `/serve/{id}/{rest}`: balanced over its healthy replicas.
@@ -671,7 +728,7 @@ pub async fn set_autoscaling(
         }))
     })
     .await?;
-    Ok(Json(out(&endpoint)))
+    Ok(Json(out(&state, &endpoint)))
 }
 
 /// Update what an endpoint's replicas run (its image, model folder, definition or resources):
@@ -701,24 +758,17 @@ pub async fn update_service(
         .as_deref()
         .unwrap_or("model-definition.yaml");
     let model = definition(&state, &caller, &folder, path).await?;
-    let resources = asked.resources.clone().unwrap_or(ResourceRequest {
-        cpu: Some(current.resources.cpu_milli as f64 / 1000.0),
-        memory: Some(launcher::launch::ByteSize::Bytes(
-            current.resources.memory_bytes,
-        )),
-        shared_memory: None,
-        gpu: (current.resources.gpu_milli > 0).then(|| current.resources.gpu_milli as f64 / 1000.0),
-    });
-    let probe = CreateSession {
-        session_type: Some(domain::payloads::SessionType::Inference),
-        image: asked.image.clone().unwrap_or_else(|| current.image.clone()),
-        resource_group: Some(current.resource_group.clone()),
+    let resources = asked
+        .resources
+        .clone()
+        .unwrap_or_else(|| serving::asked_resources(&current.resources));
+    let probe = serving::replica_session(
+        asked.image.clone().unwrap_or_else(|| current.image.clone()),
+        Some(current.resource_group.clone()),
         resources,
-        preopen_ports: vec![u32::from(model.port)],
-        mounts: vec![folder.clone()],
-        startup_command: Some(model.start_command.clone()),
-        ..CreateSession::default()
-    };
+        &folder,
+        &model,
+    );
     let replica = launcher::launch::resolve(&state.pool, &caller, &probe)
         .await
         .map_err(as_service_error)?
@@ -738,5 +788,5 @@ pub async fn update_service(
         }))
     })
     .await?;
-    Ok(Json(out(&endpoint)))
+    Ok(Json(out(&state, &endpoint)))
 }

@@ -1,7 +1,9 @@
 //! Model endpoints' tokens, by the SHA-256 of each (`serving.tokens`, the gateway's own
-//! schema, `migrations/0003_serving.sql`, written here alone), and the advisory lock
-//! that lets one gateway at a time run the endpoints' replicas. The endpoints themselves are
-//! read from their streams (`crate::serving`).
+//! schema, `migrations/0003_serving.sql`, written here alone), the calls each gateway
+//! reports (`serving.traffic`), the replicas' latest use samples (`recorder.session_usage`,
+//! kept by the recorder), and the advisory lock that lets one gateway at a time run the
+//! endpoints' replicas. The endpoints themselves are read from their streams
+//! (`crate::serving`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
@@ -137,5 +139,36 @@ pub async fn traffic(
     Ok(rows
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect())
+}
+
+/// The latest use sample of each of `sessions` taken within `fresh`: percent of one core,
+/// and percent GPU utilization where its GPUs were measured.
+pub async fn replica_use(
+    pool: &Pool,
+    sessions: &[Uuid],
+    fresh: std::time::Duration,
+) -> Result<std::collections::BTreeMap<Uuid, domain::serving::ReplicaUse>, ApiError> {
+    if sessions.is_empty() {
+        return Ok(Default::default());
+    }
+    let client = pool.get().await?;
+    let seconds = fresh.as_secs_f64();
+    let rows = client
+        .query(
+            "SELECT session_id, cpu_percent, gpu_percent FROM recorder.session_usage
+             WHERE session_id = ANY($1) AND sampled_at > now() - make_interval(secs => $2)",
+            &[&sessions, &seconds],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let sample = domain::serving::ReplicaUse {
+                cpu_percent: r.get(1),
+                gpu_percent: r.get(2),
+            };
+            (r.get(0), sample)
+        })
         .collect())
 }

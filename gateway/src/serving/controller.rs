@@ -21,7 +21,7 @@ use chrono::Utc;
 use deadpool_postgres::Pool;
 use domain::payloads::{
     EndpointReplicaAdded, EndpointReplicaRemoved, EndpointRouteDraining, EndpointRouteHealthy,
-    EndpointRouteUnhealthy, SessionStatus, SessionType,
+    EndpointRouteUnhealthy, SessionStatus,
 };
 use domain::serving::{self as rules, CheckResult, Endpoint, Verdict};
 use events::catalogue::Event;
@@ -29,7 +29,7 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use launcher::launch::{ByteSize, CreateSession, ResourceRequest};
+use launcher::launch::CreateSession;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -124,9 +124,14 @@ async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), Api
     for endpoint in endpoints.iter().filter(|e| e.autoscaling.is_some()) {
         let (requests_per_second, outstanding_requests) =
             traffic.get(&endpoint.id()).copied().unwrap_or_default();
+        let serving: Vec<Uuid> = endpoint.healthy().map(|r| r.session_id).collect();
+        let samples = db::serving::replica_use(pool, &serving, super::USE_FRESH).await?;
+        let (cpu_utilization, gpu_utilization) = rules::utilization(endpoint, &samples);
         let figures = rules::Traffic {
             requests_per_second,
             outstanding_requests,
+            cpu_utilization,
+            gpu_utilization,
         };
         if let Some(scaled) = rules::autoscale(endpoint, figures, Utc::now()) {
             tracing::info!(endpoint = %endpoint.created.name, replicas = scaled.replicas, reason = %scaled.reason, "serving: autoscaled");
@@ -346,31 +351,25 @@ async fn apply(
     Ok(())
 }
 
-/// The create request of one replica of `endpoint`: an inference session of its owner's,
-/// with the model folder mounted, the definition's start command, and its port published.
+/// The create request of one replica of `endpoint`: an inference session of its owner's
+/// ([`super::replica_session`]), told which model it serves.
 pub fn replica_request(endpoint: &Endpoint) -> CreateSession {
     let created = &endpoint.created;
-    let resources = &created.resources;
+    let replica = super::replica_session(
+        created.image.clone(),
+        Some(created.resource_group.clone()),
+        super::asked_resources(&created.resources),
+        &created.model_folder,
+        &created.model,
+    );
     CreateSession {
-        session_type: Some(SessionType::Inference),
-        image: created.image.clone(),
-        resource_group: Some(created.resource_group.clone()),
         project: created.owner.project.clone(),
-        resources: ResourceRequest {
-            cpu: Some(resources.cpu_milli as f64 / 1000.0),
-            memory: Some(ByteSize::Bytes(resources.memory_bytes)),
-            shared_memory: None,
-            gpu: (resources.gpu_milli > 0).then(|| resources.gpu_milli as f64 / 1000.0),
-        },
-        preopen_ports: vec![u32::from(created.model.port)],
-        mounts: vec![created.model_folder.clone()],
-        startup_command: Some(created.model.start_command.clone()),
         // `BERTH_*` names are berth's own; these are the model's.
         environment: BTreeMap::from([
             ("MODEL_NAME".to_owned(), created.model.model_name.clone()),
             ("MODEL_PATH".to_owned(), created.model.model_path.clone()),
             ("ENDPOINT_ID".to_owned(), created.endpoint_id.to_string()),
         ]),
-        ..CreateSession::default()
+        ..replica
     }
 }

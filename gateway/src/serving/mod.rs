@@ -1,5 +1,8 @@
 //! Model serving: endpoints whose replicas are inference sessions of their owner's, served
-//! at one URL that outlives the replicas, `/serve/<endpoint id>/...` on every gateway.
+//! at one URL that outlives the replicas, `/serve/<endpoint id>/...` on every gateway, and,
+//! when the operator sets a serving domain (`BERTH_SERVE_DOMAIN`), at a host name of each
+//! endpoint's own, `<endpoint id>.<domain>` ([`endpoint_of_host`]): the model's paths at the
+//! root, as clients that cannot take a path prefix want them.
 //!
 //! What an endpoint is, what its stream says and what it needs next are the domain's
 //! (`domain::serving`); here they meet the world:
@@ -28,12 +31,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
-use domain::payloads::SessionStatus;
+use domain::payloads::{ResourceSlots, ServedModel, SessionStatus, SessionType};
 use domain::serving::{self as rules, Endpoint};
 use events::catalogue::Event;
 use events::ledger::{self, LedgerError};
 use events::store::{ExpectedVersion, StoreError};
 use events::EventStore;
+use launcher::launch::{ByteSize, CreateSession, ResourceRequest};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -69,11 +73,73 @@ pub struct Served {
     pub requests: Arc<AtomicU64>,
 }
 
+/// A replica of `model`, served from folder `folder`, as a session's create asks for it: an
+/// inference session running the definition's start command, its port published and the
+/// folder mounted. Made, updated and launched replicas all ask this way.
+pub fn replica_session(
+    image: String,
+    resource_group: Option<String>,
+    resources: ResourceRequest,
+    folder: &str,
+    model: &ServedModel,
+) -> CreateSession {
+    CreateSession {
+        session_type: Some(SessionType::Inference),
+        image,
+        resource_group,
+        resources,
+        preopen_ports: vec![u32::from(model.port)],
+        mounts: vec![folder.to_owned()],
+        startup_command: Some(model.start_command.clone()),
+        ..CreateSession::default()
+    }
+}
+
+/// `slots` as a create asks for them.
+pub fn asked_resources(slots: &ResourceSlots) -> ResourceRequest {
+    ResourceRequest {
+        cpu: Some(slots.cpu_milli as f64 / 1000.0),
+        memory: Some(ByteSize::Bytes(slots.memory_bytes)),
+        shared_memory: None,
+        gpu: (slots.gpu_milli > 0).then(|| slots.gpu_milli as f64 / 1000.0),
+    }
+}
+
+/// The host name endpoint `id` answers at under the serving domain `domain`.
+pub fn host_of(id: Uuid, domain: &str) -> String {
+    format!("{}.{domain}", id.simple())
+}
+
+/// The endpoint a request's `Host` names under the serving domain `domain` (lower case):
+/// `Some(None)` for a host under the domain that names no endpoint, `None` for a host outside
+/// it (the gateway's own routes serve it). Any port and a trailing dot are allowed; case does
+/// not matter.
+pub fn endpoint_of_host(host: &str, domain: &str) -> Option<Option<Uuid>> {
+    let host = host.trim();
+    // An IPv6 literal is never under a domain.
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
+    let id = (label.len() == 32 && label.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| Uuid::try_parse(label).ok())
+        .flatten();
+    Some(id)
+}
+
 /// How far back a gateway's rate of calls per endpoint is measured.
 const RATE_WINDOW: Duration = Duration::from_secs(3);
 
 /// How long a gateway's report of its calls counts for autoscaling.
 pub const TRAFFIC_FRESH: Duration = Duration::from_secs(5);
+
+/// How recent a replica's use sample must be to count for autoscaling: a few of the agents'
+/// sampling periods.
+pub const USE_FRESH: Duration = Duration::from_secs(30);
 
 /// Every gateway's view of the endpoints it serves.
 pub struct Serving {
@@ -352,4 +418,39 @@ pub fn new_token() -> (String, [u8; 32]) {
 /// When a token made now for `seconds` expires.
 pub fn expiry(seconds: u64) -> DateTime<Utc> {
     Utc::now() + chrono::TimeDelta::seconds(seconds.min(i64::MAX as u64) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_under_the_serving_domain_names_its_endpoint_and_nothing_else_does() {
+        let id = Uuid::now_v7();
+        let domain = "serve.example.com";
+        let host = host_of(id, domain);
+        assert_eq!(endpoint_of_host(&host, domain), Some(Some(id)));
+        let upper = format!("{}:8443", host.to_ascii_uppercase());
+        assert_eq!(
+            endpoint_of_host(&upper, domain),
+            Some(Some(id)),
+            "port, case"
+        );
+        assert_eq!(
+            endpoint_of_host(&format!("{host}."), domain),
+            Some(Some(id))
+        );
+        assert_eq!(
+            endpoint_of_host("nope.serve.example.com", domain),
+            Some(None)
+        );
+        assert_eq!(
+            endpoint_of_host("serve.example.com", domain),
+            None,
+            "the domain itself"
+        );
+        assert_eq!(endpoint_of_host("evilserve.example.com", domain), None);
+        assert_eq!(endpoint_of_host("127.0.0.1:8080", domain), None);
+        assert_eq!(endpoint_of_host("[::1]:8080", domain), None);
+    }
 }
