@@ -665,3 +665,96 @@ async fn the_cli_uploads_into_and_downloads_from_a_running_session() {
         .failed();
     hal.run(&["session", "rm", "-f", "bai-files"]).await.ok();
 }
+
+/// `backend.ai service`: a model endpoint made from a folder, listed, shown with its routes,
+/// its URL printed, a token generated and used, scaled, refused what berth cannot honour, and
+/// removed; berth's own API sees each step, for it is one endpoint.
+#[tokio::test]
+async fn the_cli_serves_a_model_scales_it_and_gives_a_token_for_its_url() {
+    use crate::serving::{model_folder, service, within};
+    let (h, (_agent, _cleanup)) = crate::files::one_host().await;
+    let email = "hal@berth.test";
+    let key = h.user(email).await;
+    model_folder(&h, &key).await;
+    let cli = Client::new(&h, h.backendai_keypair(email).await).await;
+    let create = |name: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "service",
+            "create",
+            "berth/python:latest",
+            "models",
+            "1",
+            "-t",
+            name,
+            "-r",
+            "cpu=0.25",
+            "-r",
+            "mem=128m",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    cli.run(&create("iris-bai", &[])).await.ok();
+    let (_, listed) = h.get(&key, "/v1/services").await;
+    let id = listed["services"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(listed["services"][0]["name"], "iris-bai");
+    assert_eq!(listed["services"][0]["replicas"], 1);
+    within(90, "a healthy replica", || async {
+        (service(&h, &key, &id).await["healthy_replicas"] == 1).then_some(())
+    })
+    .await;
+
+    let listed = cli.run(&["service", "list"]).await.ok();
+    assert!(
+        listed.out.contains("iris-bai") && listed.out.contains(&id),
+        "{}",
+        listed.out
+    );
+    let info = cli.run(&["service", "info", "iris-bai"]).await.ok();
+    assert!(
+        info.out.contains(&id) && info.out.contains("healthy"),
+        "{}",
+        info.out
+    );
+    let url = cli.run(&["service", "get-endpoint", "iris-bai"]).await.ok();
+    assert_eq!(url.out.trim(), format!("{}/serve/{id}/", h.base));
+
+    // Not public: the token the client generates opens it, and nothing else does.
+    let token = cli
+        .run(&["service", "generate-token", "iris-bai", "1h", "-q"])
+        .await
+        .ok();
+    let token = token.out.trim().to_owned();
+    let call = |bearer: &str| {
+        h.http
+            .post(format!("{}/serve/{id}/predict", h.base))
+            .bearer_auth(bearer)
+            .json(&serde_json::json!({"features": [[5.1, 3.5, 1.4, 0.2]]}))
+            .send()
+    };
+    let answer = call(&token).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let predicted: Value = answer.json().await.unwrap();
+    assert_eq!(predicted["predictions"], serde_json::json!(["setosa"]));
+    assert_eq!(
+        call("bst_wrong").await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    cli.run(&["service", "scale", "iris-bai", "2"]).await.ok();
+    assert_eq!(service(&h, &key, &id).await["replicas"], 2);
+    let refused = cli
+        .run(&create("iris-pair", &["--cluster-size", "2"]))
+        .await
+        .failed();
+    assert!(refused.out.contains("cluster_size"), "{}", refused.out);
+    let refused = cli
+        .run(&create("iris-env", &["-e", "MODEL=big"]))
+        .await
+        .failed();
+    assert!(refused.out.contains("config.environ"), "{}", refused.out);
+
+    cli.run(&["service", "rm", "iris-bai"]).await.ok();
+    let (status, _) = h.get(&key, &format!("/v1/services/{id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -1,6 +1,7 @@
 //! `POST /admin/gql`: the GraphQL subset Backend.AI's client asks (`backend.ai ps`, `session
 //! info`, `admin session list`, `vfolder list`): root fields `compute_session(id)`,
-//! `compute_session_list`, `keypair`, `vfolder_list` and `vfolder_own_list`. The client's queries are templates over a field list the user chooses, and
+//! `compute_session_list`, `keypair`, `vfolder_list`, `vfolder_own_list`, and the model
+//! endpoints' `endpoint` and `endpoint_list` (`service list`, `info`, `get-endpoint`). The client's queries are templates over a field list the user chooses, and
 //! its console tables zip headers with each item's values by position, so any subset of the
 //! fields must come back in the order selected with no other keys: a GraphQL executor
 //! (async-graphql) does that, where answering fixed query texts would not.
@@ -25,8 +26,10 @@
 //! - `session`: the `ComputeSession` and `ComputeContainer` types.
 //! - `keypair`: the `KeyPair` type.
 //! - `vfolder`: the `VirtualFolder` type and its pages.
+//! - `endpoint`: the `Endpoint` and `Routing` types and their pages.
 
 mod args;
+mod endpoint;
 mod keypair;
 mod session;
 mod vfolder;
@@ -79,10 +82,12 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/admin/gql", post(gql))
 }
 
-/// What each query executes with: the state and who asks.
+/// What each query executes with: the state, who asks, and the host they reached the
+/// gateway at (an endpoint's URL is on it).
 pub(crate) struct Ctx {
     pub state: AppState,
     pub caller: BackendAiCaller,
+    pub host: Option<String>,
 }
 
 type GqlSchema = Schema<Query, EmptyMutation, EmptySubscription>;
@@ -115,8 +120,13 @@ struct Body {
 async fn gql(
     State(state): State<AppState>,
     caller: BackendAiCaller,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     let body = body.map_err(|e| Problem::invalid("body", e.body_text()))?;
     let Body {
         query,
@@ -132,7 +142,11 @@ async fn gql(
     let roots = root_keys(&query, operation_name.as_deref());
     let mut request = async_graphql::Request::new(query)
         .variables(Variables::from_json(variables.unwrap_or_default()))
-        .data(Ctx { state, caller });
+        .data(Ctx {
+            state,
+            caller,
+            host,
+        });
     if let Some(name) = operation_name {
         request = request.operation_name(name);
     }
@@ -224,7 +238,7 @@ pub struct Query;
 impl Query {
     /// Session `id`: null when there is none the caller may see.
     async fn compute_session(&self, ctx: &Context<'_>, id: Uuid) -> Result<Option<ComputeSession>> {
-        let Ctx { state, caller } = ctx.data::<Ctx>()?;
+        let Ctx { state, caller, .. } = ctx.data::<Ctx>()?;
         let mut row = db::backendai_gql::session(&state.pool, id)
             .await
             .map_err(db_error)?;
@@ -270,7 +284,7 @@ impl Query {
         order: Option<String>,
         domain_name: Option<String>,
     ) -> Result<SessionList> {
-        let Ctx { state, caller } = ctx.data::<Ctx>()?;
+        let Ctx { state, caller, .. } = ctx.data::<Ctx>()?;
         if !PAGE_SIZES.contains(&limit) {
             return Err(Error::new(format!(
                 "limit must be {} to {}, not {limit}",
@@ -360,6 +374,85 @@ impl Query {
         vfolder::page(folders, order.as_deref(), filter.as_deref(), limit, offset)
     }
 
+    /// Endpoint `endpoint_id`: null when there is none the caller may see.
+    async fn endpoint(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Uuid,
+    ) -> Result<Option<endpoint::Endpoint>> {
+        let Ctx {
+            state,
+            caller,
+            host,
+        } = ctx.data::<Ctx>()?;
+        let id = endpoint_id.to_string();
+        match crate::api::services::seen(state, &caller.owner, &id).await {
+            Ok(served) => Ok(Some(shown_endpoint(state, host.as_deref(), &served))),
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+            Err(e) => Err(db_error(e)),
+        }
+    }
+
+    /// A page of the caller's endpoints (everyone's for a superadmin, or the holder's of
+    /// `access_key`), ordered by `order` (`[+|-]name|created_at`, by name by default).
+    #[allow(clippy::too_many_arguments)] // the client's arguments, as it names them
+    async fn endpoint_list(
+        &self,
+        ctx: &Context<'_>,
+        limit: i32,
+        offset: i32,
+        filter: Option<String>,
+        order: Option<String>,
+        domain_name: Option<String>,
+        group_id: Option<String>,
+        access_key: Option<String>,
+        project: Option<Uuid>,
+    ) -> Result<endpoint::EndpointList> {
+        let Ctx {
+            state,
+            caller,
+            host,
+        } = ctx.data::<Ctx>()?;
+        if let Some(domain) = domain_name.filter(|d| d != "default") {
+            return Err(Error::new(format!(
+                "berth has one domain, `default`; there is no domain `{domain}`"
+            )));
+        }
+        if group_id.is_some() || project.is_some() {
+            return Err(Error::new(
+                "berth's endpoints belong to users, not projects: list them without a project",
+            ));
+        }
+        let holder = match access_key.filter(|k| !k.is_empty() && *k != caller.access_key) {
+            None => None,
+            Some(key) if authorization::may_name_others(caller.owner.role) => {
+                match keypair_holder(state, &key).await? {
+                    Some(holder) if may_see(state, caller, holder).await? => Some(holder),
+                    _ => return endpoint::page(Vec::new(), None, None, limit, offset),
+                }
+            }
+            Some(_) => {
+                return Err(Error::new(
+                    "insufficient privilege: only admins list another keypair's endpoints",
+                ))
+            }
+        };
+        let endpoints = crate::api::services::visible(state, &caller.owner)
+            .await
+            .map_err(db_error)?
+            .iter()
+            .filter(|e| holder.is_none_or(|h| e.created.owner.user_id == h))
+            .map(|e| shown_endpoint(state, host.as_deref(), e))
+            .collect();
+        endpoint::page(
+            endpoints,
+            order.as_deref(),
+            filter.as_deref(),
+            limit,
+            offset,
+        )
+    }
+
     /// The caller's keypair, or for a superadmin the one of `access_key`.
     async fn keypair(
         &self,
@@ -368,7 +461,7 @@ impl Query {
         access_key: Option<String>,
     ) -> Result<Option<KeyPair>> {
         let _ = domain_name;
-        let Ctx { state, caller } = ctx.data::<Ctx>()?;
+        let Ctx { state, caller, .. } = ctx.data::<Ctx>()?;
         match access_key.filter(|k| !k.is_empty() && *k != caller.access_key) {
             None => Ok(Some(KeyPair {
                 access_key: caller.access_key.clone(),
@@ -399,9 +492,23 @@ impl Query {
     }
 }
 
+/// Endpoint `served` as GraphQL shows it to a caller who reached the gateway at `host`.
+fn shown_endpoint(
+    state: &AppState,
+    host: Option<&str>,
+    served: &domain::serving::Endpoint,
+) -> endpoint::Endpoint {
+    let created = &served.created;
+    endpoint::endpoint(
+        served,
+        super::services::endpoint_url(state, host, created.endpoint_id),
+        super::folders::folder_id(created.owner.user_id, &created.model_folder),
+    )
+}
+
 /// The folders the caller reaches (only their own when `own`), as GraphQL shows them.
 async fn reached_folders(ctx: &Context<'_>, own: bool) -> Result<Vec<vfolder::VirtualFolder>> {
-    let Ctx { state, caller } = ctx.data::<Ctx>()?;
+    let Ctx { state, caller, .. } = ctx.data::<Ctx>()?;
     let user = caller.owner.user_id;
     let folders = db::folders::folders(&state.pool, user)
         .await
@@ -482,7 +589,7 @@ impl SessionList {
         if self.empty {
             return Ok(Vec::new());
         }
-        let Ctx { state, caller } = ctx.data::<Ctx>()?;
+        let Ctx { state, caller, .. } = ctx.data::<Ctx>()?;
         let rows = db::backendai_gql::session_page(
             &state.pool,
             &self.filter,

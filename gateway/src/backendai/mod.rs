@@ -10,6 +10,8 @@
 //! - `session`: `/session/...`: create, info, logs, rename, destroy, commit.
 //! - `gql`: `POST /admin/gql`, the GraphQL subset the CLI's `ps` and `info` ask.
 //! - `stream`: `GET /events/session`, the lifecycle as Backend.AI names it (SSE).
+//! - `services`: `/services/...` (`service create`, info, rm, scale, generate-token, sync),
+//!   onto `/v1/services`' own functions; `service list` and `info` read `gql`'s `endpoint`s.
 //! - `folders`: `/folders/...` (`vfolder` create, list, info, ls, mkdir, upload, download)
 //! - `folder_changes`: `vfolder` delete (to the trash), rename, mv, rename-file, rm, share,
 //!   unshare
@@ -22,6 +24,7 @@ mod folder_changes;
 mod folders;
 mod gql;
 pub mod problem;
+mod services;
 mod session;
 mod stream;
 
@@ -49,6 +52,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(session::routes())
         .merge(folders::routes())
         .merge(folder_changes::routes())
+        .merge(services::routes())
         .merge(gql::routes())
         .merge(stream::routes())
         .method_not_allowed_fallback(not_implemented_method)

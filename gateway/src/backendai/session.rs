@@ -13,7 +13,7 @@
 //! - `execute`: the execute API (`run`): code and batch commands run in the kernel, over a
 //!   WebSocket or one request.
 
-mod body;
+pub(super) mod body;
 mod create;
 mod execute;
 mod files;

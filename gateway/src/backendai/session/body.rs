@@ -90,7 +90,7 @@ impl CreateBody {
 }
 
 /// The fields of one JSON object, taken one by one; what is left at the end is unknown.
-struct Fields {
+pub(in crate::backendai) struct Fields {
     map: Map<String, Value>,
     /// The path of this object in the body (`config.`), for naming its fields.
     at: &'static str,
@@ -107,7 +107,11 @@ fn is_empty(value: &Value) -> bool {
 }
 
 impl Fields {
-    fn new(value: Value, at: &'static str, field: &str) -> Result<Fields, Problem> {
+    pub(in crate::backendai) fn new(
+        value: Value,
+        at: &'static str,
+        field: &str,
+    ) -> Result<Fields, Problem> {
         match value {
             Value::Object(map) => Ok(Fields { map, at }),
             _ => Err(Problem::invalid(field, "must be a JSON object")),
@@ -120,7 +124,10 @@ impl Fields {
 
     /// The value under the first of `aliases` present and not null, and the field's name as
     /// sent; 400 when two aliases both say something.
-    fn take(&mut self, aliases: &[&str]) -> Result<Option<(String, Value)>, Problem> {
+    pub(in crate::backendai) fn take(
+        &mut self,
+        aliases: &[&str],
+    ) -> Result<Option<(String, Value)>, Problem> {
         let mut found: Option<(String, Value)> = None;
         for alias in aliases {
             let Some(value) = self.map.remove(*alias) else {
@@ -140,7 +147,10 @@ impl Fields {
         Ok(found)
     }
 
-    fn string(&mut self, aliases: &[&str]) -> Result<Option<(String, String)>, Problem> {
+    pub(in crate::backendai) fn string(
+        &mut self,
+        aliases: &[&str],
+    ) -> Result<Option<(String, String)>, Problem> {
         match self.take(aliases)? {
             None => Ok(None),
             Some((field, Value::String(s))) => Ok(Some((field, s))),
@@ -150,7 +160,7 @@ impl Fields {
 
     /// A flag as Backend.AI's server reads one: a boolean, 0 or 1, or words such as `true`,
     /// `no`, `on`.
-    fn flag(&mut self, aliases: &[&str]) -> Result<Option<bool>, Problem> {
+    pub(in crate::backendai) fn flag(&mut self, aliases: &[&str]) -> Result<Option<bool>, Problem> {
         let Some((field, value)) = self.take(aliases)? else {
             return Ok(None);
         };
@@ -168,7 +178,10 @@ impl Fields {
     }
 
     /// A whole number, given as a number or as its digits.
-    fn whole(&mut self, aliases: &[&str]) -> Result<Option<(String, u64)>, Problem> {
+    pub(in crate::backendai) fn whole(
+        &mut self,
+        aliases: &[&str],
+    ) -> Result<Option<(String, u64)>, Problem> {
         let Some((field, value)) = self.take(aliases)? else {
             return Ok(None);
         };
@@ -179,7 +192,11 @@ impl Fields {
 
     /// Refuses a field berth cannot honour when it says anything (an empty value says
     /// nothing: the client sends `mount_map: {}` and `dependencies: []` unasked).
-    fn refuse(&mut self, aliases: &[&str], why: &str) -> Result<(), Problem> {
+    pub(in crate::backendai) fn refuse(
+        &mut self,
+        aliases: &[&str],
+        why: &str,
+    ) -> Result<(), Problem> {
         match self.take(aliases)? {
             Some((field, value)) if !is_empty(&value) => Err(Problem::invalid(&field, why)),
             _ => Ok(()),
@@ -187,7 +204,7 @@ impl Fields {
     }
 
     /// Refuses what is left that says anything: a field berth does not know.
-    fn finish(self) -> Result<(), Problem> {
+    pub(in crate::backendai) fn finish(self) -> Result<(), Problem> {
         match self.map.iter().find(|(_, v)| !v.is_null()) {
             Some((key, _)) => Err(Problem::invalid(
                 &self.name(key),
@@ -224,7 +241,7 @@ fn amount(field: &str, value: &Value) -> Result<f64, Problem> {
 
 /// A size given as a number of bytes or as text (`512m`; bare digits are bytes, as
 /// Backend.AI reads them). The launcher checks the text.
-fn size(field: &str, value: &Value) -> Result<ByteSize, Problem> {
+pub(in crate::backendai) fn size(field: &str, value: &Value) -> Result<ByteSize, Problem> {
     match value {
         Value::String(s) => Ok(ByteSize::Text(s.clone())),
         other => whole(other)
@@ -520,7 +537,7 @@ fn environment(field: &str, value: Value) -> Result<BTreeMap<String, String>, Pr
 }
 
 /// `config.resources`: `cpu`, `mem`, and GPUs under one of [`GPU_KEYS`]; the GPU key used.
-fn resources(
+pub(in crate::backendai) fn resources(
     field: &str,
     resources: Map<String, Value>,
 ) -> Result<(ResourceRequest, Option<String>), Problem> {
