@@ -167,7 +167,18 @@ async fn resumable_upload(
                 tokio_util::io::ReaderStream::with_capacity(rest, 256 << 10),
             ))
             .send()
-            .await?;
+            .await;
+        let sent = match sent {
+            Ok(sent) => sent,
+            // Refused before its body was read (the cut request is still being wound up),
+            // the connection closed while the body was still going out: asked again.
+            Err(e) if e.is_request() && tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         match sent.status() {
             reqwest::StatusCode::NO_CONTENT => return Ok(offset),
             // The cut request is still being wound up on the server.

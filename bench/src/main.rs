@@ -310,7 +310,8 @@ enum BenchCommand {
     },
     /// Session-detail reads through the gateway: requests per second and latency.
     Gateway {
-        #[arg(long, default_value_t = 10)]
+        /// Seconds of reads; the first is a warm-up, not measured.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
         seconds: u64,
         #[arg(long, default_value_t = 16)]
         clients: usize,
@@ -322,7 +323,7 @@ enum BenchCommand {
     /// scraped every second) next to metrics off, in alternating rounds in one run.
     Metrics {
         /// Seconds of each round, each way.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
         seconds: u64,
         #[arg(long, default_value_t = 4)]
         rounds: usize,

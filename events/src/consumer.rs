@@ -55,7 +55,7 @@ pub enum HandlerError {
 
 impl From<tokio_postgres::Error> for HandlerError {
     fn from(e: tokio_postgres::Error) -> Self {
-        HandlerError::Transient(e.to_string())
+        HandlerError::Transient(crate::fault::described(&e))
     }
 }
 

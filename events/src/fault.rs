@@ -56,6 +56,29 @@ pub fn postgres_refused(e: &tokio_postgres::Error) -> bool {
     })
 }
 
+/// What PostgreSQL said about `e`, for a person: the server's severity and message with its
+/// detail, hint and constraint when it answered, else the client's words with their cause.
+/// tokio-postgres's own `Display` says only "db error", which names nothing.
+pub fn described(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        };
+    };
+    let mut said = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    if let Some(detail) = db.detail() {
+        said.push_str(&format!(" ({detail})"));
+    }
+    if let Some(constraint) = db.constraint() {
+        said.push_str(&format!(" [constraint {constraint}]"));
+    }
+    if let Some(hint) = db.hint() {
+        said.push_str(&format!("; hint: {hint}"));
+    }
+    said
+}
+
 /// An outage logged once when it starts and once when it ends (shared with the agent).
 pub use bus::patience::Outage;
 

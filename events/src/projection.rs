@@ -56,7 +56,7 @@ pub trait FoldedRows: Default + Send {
 pub enum ProjectionError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("database: {0}")]
+    #[error("database: {}", crate::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),

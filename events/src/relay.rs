@@ -69,7 +69,7 @@ const CHECKPOINT: &str = "relay";
 pub enum RelayError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("database: {0}")]
+    #[error("database: {}", crate::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),

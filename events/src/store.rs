@@ -121,7 +121,7 @@ pub enum StoreError {
     ClockBehind { newest: u64, clock: u64 },
     #[error("the database already holds a berth log: restore into an empty database")]
     NotEmpty,
-    #[error("database: {0}")]
+    #[error("database: {}", crate::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),

@@ -38,7 +38,7 @@ pub enum TlsError {
     File { path: PathBuf, why: String },
     #[error("TLS: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error(transparent)]
+    #[error("database: {}", crate::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 

@@ -1285,3 +1285,39 @@ async fn a_consumer_with_several_filters_is_made_again_when_deleted() {
     );
     bench.finish().await;
 }
+
+/// A statement PostgreSQL refuses reaches the user with PostgreSQL's own words: its
+/// severity, code, message, detail and constraint, never tokio-postgres's bare "db error".
+#[tokio::test]
+async fn a_refused_statement_says_what_postgresql_said() {
+    let (store, _) = fresh_store().await;
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE refusals (id int PRIMARY KEY, said text NOT NULL)")
+        .await
+        .unwrap();
+    let refused = client
+        .execute("INSERT INTO refusals (id, said) VALUES (1, NULL)", &[])
+        .await
+        .unwrap_err();
+    let said = StoreError::from(refused).to_string();
+    assert!(
+        said.starts_with("database: ERROR 23502: null value in column \"said\""),
+        "{said}"
+    );
+    client
+        .execute("INSERT INTO refusals VALUES (1, 'once')", &[])
+        .await
+        .unwrap();
+    let refused = client
+        .execute("INSERT INTO refusals VALUES (1, 'twice')", &[])
+        .await
+        .unwrap_err();
+    let said = events::ledger::LedgerError::from(refused).to_string();
+    assert!(
+        said.contains("duplicate key value violates unique constraint")
+            && said.contains("(Key (id)=(1) already exists.)")
+            && said.contains("[constraint refusals_pkey]"),
+        "{said}"
+    );
+}

@@ -236,7 +236,7 @@ impl From<tokio_postgres::Error> for ApiError {
         if events::fault::postgres_unavailable(&e) {
             return ApiError::database_unavailable();
         }
-        ApiError::internal(e)
+        ApiError::internal(events::fault::described(&e))
     }
 }
 

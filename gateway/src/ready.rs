@@ -147,7 +147,7 @@ impl Gauges {
 enum LagsError {
     #[error(transparent)]
     Pool(#[from] deadpool_postgres::PoolError),
-    #[error(transparent)]
+    #[error("database: {}", events::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 

@@ -201,7 +201,7 @@ pub enum LedgerError {
     Exists { what: &'static str, name: String },
     #[error("the owner's policy allows {most} {what}, and that many exist or are being made")]
     LimitReached { what: &'static str, most: i64 },
-    #[error("database: {0}")]
+    #[error("database: {}", crate::fault::described(.0))]
     Database(tokio_postgres::Error),
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),

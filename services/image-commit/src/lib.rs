@@ -39,7 +39,7 @@ pub const NAME: &str = "image-commit";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
-    #[error("the commits in progress: {0}")]
+    #[error("the commits in progress: {}", events::fault::described(.0))]
     Load(#[from] tokio_postgres::Error),
     #[error(transparent)]
     Events(#[from] RelayError),

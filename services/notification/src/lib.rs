@@ -40,7 +40,7 @@ pub const NAME: &str = "notification";
 pub enum NotificationError {
     #[error(transparent)]
     Pool(#[from] deadpool_postgres::PoolError),
-    #[error(transparent)]
+    #[error("database: {}", events::fault::described(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 
