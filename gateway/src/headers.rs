@@ -1,10 +1,13 @@
 //! Reading and writing the headers more than one floor needs: the cookies a request carries
 //! (the console's sign-in, the app proxy's circuit cookies), the cookies berth hands out
 //! ([`CookiePolicy`]: `Secure` and `__Host-` with TLS), and which cookies are berth's, so
-//! the proxy keeps them from apps both ways.
+//! the proxy keeps them from apps both ways; and the `Host` a request names, split from its
+//! port and read for the id it names under a domain (the proxy's circuits and the model
+//! endpoints each have a host of their own).
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use cookie::{Cookie, SameSite};
+use uuid::Uuid;
 
 /// Every cookie a request carries, as name and value.
 pub(crate) fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
@@ -114,6 +117,31 @@ impl CookiePolicy {
         let name = self.name(base);
         cookies(headers).find_map(|(k, v)| (k == name && !v.is_empty()).then_some(v))
     }
+}
+
+/// A `Host` split into its name and its port, if it names one (`[::1]:8080` does).
+pub(crate) fn split_host(host: &str) -> (&str, Option<&str>) {
+    match host.rsplit_once(':') {
+        Some((name, port))
+            if !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() =>
+        {
+            (name, Some(port))
+        }
+        _ => (host, None),
+    }
+}
+
+/// The id a `Host` names as its one label under `domain` (lower case), as `<32 hex>.<domain>`:
+/// `None` for a host outside the domain, `Some(None)` for one inside that names no id. Any
+/// port and a trailing dot are allowed; case does not matter.
+pub(crate) fn id_under_domain(host: &str, domain: &str) -> Option<Option<Uuid>> {
+    let (name, _) = split_host(host.trim());
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
+    let id = (label.len() == 32 && label.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| Uuid::try_parse(label).ok())
+        .flatten();
+    Some(id)
 }
 
 #[cfg(test)]

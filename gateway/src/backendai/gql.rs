@@ -226,6 +226,46 @@ fn reorder(data: &mut async_graphql::Value, keys: &[String]) {
     }
 }
 
+/// A page of `items` as the client asks for one: ordered by `order` (`[+|-]column`,
+/// `default` when absent; `sort` orders by a column, or names the columns it knows), then
+/// `offset` skipped and `limit` kept; with how many there are in all. A `filter` expression is
+/// refused, as the sessions' is.
+pub(crate) fn page_of<T>(
+    mut items: Vec<T>,
+    order: Option<&str>,
+    default: &str,
+    filter: Option<&str>,
+    (limit, offset): (i32, i32),
+    sort: impl Fn(&mut Vec<T>, &str) -> std::result::Result<(), String>,
+) -> Result<(Vec<T>, i64)> {
+    if filter.is_some_and(|f| !f.is_empty()) {
+        return Err(Error::new("filter expressions are not supported"));
+    }
+    if !PAGE_SIZES.contains(&limit) || offset < 0 {
+        return Err(Error::new(format!(
+            "limit must be {} to {} and offset 0 or more",
+            PAGE_SIZES.start(),
+            PAGE_SIZES.end()
+        )));
+    }
+    let order = order.unwrap_or(default).trim();
+    let (descending, column) = match order.strip_prefix('-') {
+        Some(column) => (true, column),
+        None => (false, order.trim_start_matches('+')),
+    };
+    sort(&mut items, column).map_err(Error::new)?;
+    if descending {
+        items.reverse();
+    }
+    let total_count = items.len() as i64;
+    let items = items
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    Ok((items, total_count))
+}
+
 /// A read's failure as a GraphQL error (the database's message, which names no data).
 pub(crate) fn db_error(e: ApiError) -> Error {
     Error::new(e.message)

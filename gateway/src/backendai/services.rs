@@ -202,15 +202,11 @@ pub(crate) fn endpoint_url(state: &AppState, host: Option<&str>, id: Uuid) -> St
     let host = host.unwrap_or("127.0.0.1");
     match state.serve_domain.as_deref() {
         Some(domain) => {
-            // The caller's port, if the host it reached names one (`[::1]:8080` does).
-            let port = match host.rsplit_once(':') {
-                Some((name, port))
-                    if !name.contains(':') || (name.starts_with('[') && name.ends_with(']')) =>
-                {
-                    format!(":{port}")
-                }
-                _ => String::new(),
-            };
+            // The caller's port, if the host it reached names one.
+            let port = crate::headers::split_host(host)
+                .1
+                .map(|port| format!(":{port}"))
+                .unwrap_or_default();
             format!("{scheme}://{}{port}/", crate::serving::host_of(id, domain))
         }
         None => format!("{scheme}://{host}/serve/{id}/"),

@@ -440,7 +440,7 @@ impl Proxy {
             .get(axum::http::header::HOST)
             .and_then(|h| h.to_str().ok())
             .or_else(|| request.uri().host());
-        let Some(circuit) = host.and_then(|h| circuit_of_host(h, domain)) else {
+        let Some(circuit) = host.and_then(|h| crate::headers::id_under_domain(h, domain)) else {
             return Err(request);
         };
         let live = circuit
@@ -892,30 +892,6 @@ impl Proxy {
     }
 }
 
-/// The name and the port (when it has one) of a `Host` header's value.
-fn split_host(host: &str) -> (&str, Option<&str>) {
-    match host.rsplit_once(':') {
-        Some((name, port))
-            if !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() =>
-        {
-            (name, Some(port))
-        }
-        _ => (host, None),
-    }
-}
-
-/// The circuit a `Host` names under the apps domain `domain`: `None` for a host outside it
-/// (the gateway's own), `Some(None)` for one inside that names no circuit.
-fn circuit_of_host(host: &str, domain: &str) -> Option<Option<Uuid>> {
-    let (name, _) = split_host(host.trim());
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
-    let id = (label.len() == 32 && label.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| Uuid::try_parse(label).ok())
-        .flatten();
-    Some(id)
-}
-
 /// The link to `opened` for a caller who reached the gateway at `host`: at
 /// `<circuit>.<apps_domain>` (on the caller's port) when routed by host, else on the
 /// circuit's port of the caller's host name; a public raw circuit as `tcp://`.
@@ -925,7 +901,7 @@ fn circuit_url(opened: &Opened, host: &str, apps_domain: Option<&str>, tls: bool
         Some(ticket) => format!("{LOGIN_PATH}?ticket={ticket}"),
         None => "/".to_owned(),
     };
-    let (name, port) = split_host(host);
+    let (name, port) = crate::headers::split_host(host);
     let name = if name.is_empty() { "127.0.0.1" } else { name };
     match apps_domain {
         Some(domain) => {
@@ -1040,14 +1016,22 @@ mod tests {
             "0191E0A47A2B7C3D8E4F0123456789AB.Apps.Example.com:8443",
             "0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com.",
         ] {
-            assert_eq!(circuit_of_host(host, domain), Some(Some(id)), "{host}");
+            assert_eq!(
+                crate::headers::id_under_domain(host, domain),
+                Some(Some(id)),
+                "{host}"
+            );
         }
         for host in [
             "nope.apps.example.com",
             "a.0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com",
             "0191e0a4-7a2b-7c3d-8e4f-0123456789ab.apps.example.com",
         ] {
-            assert_eq!(circuit_of_host(host, domain), Some(None), "{host}");
+            assert_eq!(
+                crate::headers::id_under_domain(host, domain),
+                Some(None),
+                "{host}"
+            );
         }
         for host in [
             "example.com",
@@ -1057,7 +1041,11 @@ mod tests {
             "0191e0a47a2b7c3d8e4f0123456789ab.apps.example.com.evil.net",
             "127.0.0.1:8080",
         ] {
-            assert_eq!(circuit_of_host(host, domain), None, "{host}");
+            assert_eq!(
+                crate::headers::id_under_domain(host, domain),
+                None,
+                "{host}"
+            );
         }
     }
 

@@ -115,20 +115,7 @@ pub fn host_of(id: Uuid, domain: &str) -> String {
 /// it (the gateway's own routes serve it). Any port and a trailing dot are allowed; case does
 /// not matter.
 pub fn endpoint_of_host(host: &str, domain: &str) -> Option<Option<Uuid>> {
-    let host = host.trim();
-    // An IPv6 literal is never under a domain.
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
-            name
-        }
-        _ => host,
-    };
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
-    let id = (label.len() == 32 && label.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| Uuid::try_parse(label).ok())
-        .flatten();
-    Some(id)
+    crate::headers::id_under_domain(host, domain)
 }
 
 /// How far back a gateway's rate of calls per endpoint is measured.

@@ -4,7 +4,7 @@
 //! a route). A page is cut from the caller's endpoints (they are few); `filter` is refused as
 //! the sessions' is, `order` takes `[+|-]name` and `[+|-]created_at`.
 
-use async_graphql::{Error, Result, SimpleObject};
+use async_graphql::{Result, SimpleObject};
 use domain::serving::{Endpoint as Served, RouteHealth};
 use uuid::Uuid;
 
@@ -152,44 +152,21 @@ pub fn endpoint(served: &Served, url: String, folder: Uuid) -> Endpoint {
 /// A page of `endpoints`: ordered by `order` (`[+|-]name|created_at`, by name by default),
 /// `offset` skipped, `limit` kept.
 pub fn page(
-    mut endpoints: Vec<Endpoint>,
+    endpoints: Vec<Endpoint>,
     order: Option<&str>,
     filter: Option<&str>,
     limit: i32,
     offset: i32,
 ) -> Result<EndpointList> {
-    if filter.is_some_and(|f| !f.is_empty()) {
-        return Err(Error::new("filter expressions are not supported"));
-    }
-    if !super::PAGE_SIZES.contains(&limit) || offset < 0 {
-        return Err(Error::new(format!(
-            "limit must be {} to {} and offset 0 or more",
-            super::PAGE_SIZES.start(),
-            super::PAGE_SIZES.end()
-        )));
-    }
-    let order = order.unwrap_or("name").trim();
-    let (descending, column) = match order.strip_prefix('-') {
-        Some(column) => (true, column),
-        None => (false, order.trim_start_matches('+')),
-    };
-    match column {
-        "name" => endpoints.sort_by(|a, b| a.name.cmp(&b.name)),
-        "created_at" => endpoints.sort_by_key(|e| e.created_at.0),
-        other => {
-            return Err(Error::new(format!(
-                "cannot order by `{other}`: name or created_at"
-            )))
+    let sort = |endpoints: &mut Vec<Endpoint>, column: &str| {
+        match column {
+            "name" => endpoints.sort_by(|a, b| a.name.cmp(&b.name)),
+            "created_at" => endpoints.sort_by_key(|e| e.created_at.0),
+            other => return Err(format!("cannot order by `{other}`: name or created_at")),
         }
-    }
-    if descending {
-        endpoints.reverse();
-    }
-    let total_count = endpoints.len() as i64;
-    let items = endpoints
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
-        .collect();
+        Ok(())
+    };
+    let (items, total_count) =
+        super::page_of(endpoints, order, "name", filter, (limit, offset), sort)?;
     Ok(EndpointList { items, total_count })
 }

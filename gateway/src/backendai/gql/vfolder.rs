@@ -4,7 +4,7 @@
 //! user's folders are few); `filter` is refused as the sessions' is, `order` takes the
 //! client's `[+|-]column` for `name`, `host`, `created_at` and `status`.
 
-use async_graphql::{Error, Result, SimpleObject};
+use async_graphql::{Result, SimpleObject};
 use uuid::Uuid;
 
 use super::session::DateTime;
@@ -83,47 +83,28 @@ pub fn virtual_folder(folder: &Folder, owner: Option<Uuid>, id: Uuid) -> Virtual
 /// A page of `folders`: ordered by `order` (`[+|-]name|host|created_at|status`, by name by
 /// default), `offset` skipped, `limit` kept.
 pub fn page(
-    mut folders: Vec<VirtualFolder>,
+    folders: Vec<VirtualFolder>,
     order: Option<&str>,
     filter: Option<&str>,
     limit: i32,
     offset: i32,
 ) -> Result<VirtualFolderList> {
-    if filter.is_some_and(|f| !f.is_empty()) {
-        return Err(Error::new("filter expressions are not supported"));
-    }
-    if !super::PAGE_SIZES.contains(&limit) || offset < 0 {
-        return Err(Error::new(format!(
-            "limit must be {} to {} and offset 0 or more",
-            super::PAGE_SIZES.start(),
-            super::PAGE_SIZES.end()
-        )));
-    }
-    let order = order.unwrap_or("name").trim();
-    let (descending, column) = match order.strip_prefix('-') {
-        Some(column) => (true, column),
-        None => (false, order.trim_start_matches('+')),
-    };
-    match column {
-        "name" => folders.sort_by(|a, b| a.name.cmp(&b.name)),
-        "host" => folders.sort_by(|a, b| a.host.cmp(&b.host).then(a.name.cmp(&b.name))),
-        "created_at" => folders.sort_by_key(|f| f.created_at.0),
-        "status" => folders.sort_by(|a, b| a.status.cmp(&b.status).then(a.name.cmp(&b.name))),
-        other => {
-            return Err(Error::new(format!(
-                "cannot order by `{other}`: name, host, created_at or status"
-            )))
+    let sort = |folders: &mut Vec<VirtualFolder>, column: &str| {
+        match column {
+            "name" => folders.sort_by(|a, b| a.name.cmp(&b.name)),
+            "host" => folders.sort_by(|a, b| a.host.cmp(&b.host).then(a.name.cmp(&b.name))),
+            "created_at" => folders.sort_by_key(|f| f.created_at.0),
+            "status" => folders.sort_by(|a, b| a.status.cmp(&b.status).then(a.name.cmp(&b.name))),
+            other => {
+                return Err(format!(
+                    "cannot order by `{other}`: name, host, created_at or status"
+                ))
+            }
         }
-    }
-    if descending {
-        folders.reverse();
-    }
-    let total_count = folders.len() as i64;
-    let items = folders
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
-        .collect();
+        Ok(())
+    };
+    let (items, total_count) =
+        super::page_of(folders, order, "name", filter, (limit, offset), sort)?;
     Ok(VirtualFolderList { items, total_count })
 }
 
