@@ -117,13 +117,20 @@ enum BenchCommand {
         #[arg(long)]
         no_sealer: bool,
     },
-    /// Append-to-delivery latency through the relay to a JetStream consumer.
+    /// Append-to-delivery latency through the relay to a JetStream consumer, on a log of
+    /// `--backlog` events whose catch-up is timed apart.
     Relay {
         /// Events appended per second.
-        #[arg(long, default_value_t = 2_000)]
+        #[arg(long, default_value_t = 10_000)]
         rate: u64,
         #[arg(long, default_value_t = 20)]
         seconds: u64,
+        /// Events to an append (one transaction).
+        #[arg(long, default_value_t = 10)]
+        per_append: u64,
+        /// Events in the log before the relay starts.
+        #[arg(long, default_value_t = 100_000)]
+        backlog: u64,
     },
     /// The event stream's consumers: a burst delivered live to 1, 10 and 100 SSE consumers
     /// next to a direct JetStream consumer, latency at a paced rate to 10 of them next to the
@@ -354,8 +361,19 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             crate::event_stream::events(&config.nats_url, &url, burst, rate, seconds, &consumers)
                 .await
         }
-        BenchCommand::Relay { rate, seconds } => {
-            relay::relay_bench(config, &url, rate, seconds).await
+        BenchCommand::Relay {
+            rate,
+            seconds,
+            per_append,
+            backlog,
+        } => {
+            let run = relay::RelayRun {
+                rate,
+                seconds,
+                per_append: per_append.max(1),
+                backlog,
+            };
+            relay::relay_bench(config, &url, run).await
         }
         BenchCommand::Schedule {
             agents,

@@ -1,5 +1,6 @@
 //! `berth bench relay`: append-to-delivery latency through the relay to a JetStream consumer,
-//! appends paced at a fixed rate.
+//! appends paced at a fixed rate, on a log of any size: the backlog written before the relay
+//! starts is its catch-up, timed apart, and only the paced events are measured.
 
 use std::time::{Duration, Instant};
 
@@ -65,39 +66,53 @@ impl BenchRelay {
     }
 }
 
-pub async fn relay_bench(
-    config: &Config,
-    url: &str,
-    rate: u64,
-    seconds: u64,
-) -> anyhow::Result<()> {
+/// What `berth bench relay` measures: a log of `backlog` events written before the relay
+/// starts (its catch-up, timed apart), then `rate` events a second in appends of
+/// `per_append`, for `seconds`.
+pub struct RelayRun {
+    pub rate: u64,
+    pub seconds: u64,
+    pub per_append: u64,
+    pub backlog: u64,
+}
+
+/// The category the backlog is written under; the measured events are under `agent`.
+const BACKLOG: &str = "backlog";
+
+pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::Result<()> {
     let pool = store::pool(url, 24)?;
     berth::app::migrate(&pool).await?;
     let store = EventStore::new(pool.clone());
+    let written = write_backlog(&store, run.backlog).await?;
     let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
+    let caught_up_from = Instant::now();
     let (relay, stream) = BenchRelay::start(&pool, url, &js, "BENCH").await?;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
         .await?;
     let mut messages = consumer.messages().await?;
+    // The backlog first: the relay republishes the log from its start.
+    for _ in 0..written {
+        let (event, _) = next_event(&mut messages).await?;
+        anyhow::ensure!(
+            event.category() == BACKLOG,
+            "a measured event came before the backlog's end"
+        );
+    }
+    let catch_up = caught_up_from.elapsed();
 
-    let warmup = Duration::from_secs(2);
-    let total = rate * seconds;
+    // Two seconds, or half a short run.
+    let warmup = Duration::from_secs(2).min(Duration::from_secs(run.seconds) / 2);
+    let total = run.rate * run.seconds;
     let appender = {
         let store = store.clone();
-        tokio::spawn(async move { paced_appends(&store, "agent", rate, total).await })
+        let (rate, per_append) = (run.rate, run.per_append);
+        tokio::spawn(async move { paced_appends(&store, "agent", rate, per_append, total).await })
     };
     let mut latencies = Vec::with_capacity(total as usize);
     let bench_start = chrono::Utc::now();
-    let mut received = 0u64;
-    while received < total {
-        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
-            .await
-            .context("no delivery for 30 s")?
-            .context("consumer ended")??;
-        let now = chrono::Utc::now();
-        let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
-        received += 1;
+    for _ in 0..total {
+        let (event, now) = next_event(&mut messages).await?;
         if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
             latencies.push(
                 (now - event.recorded_at)
@@ -108,16 +123,26 @@ pub async fn relay_bench(
     }
     let append_time = appender.await??;
     relay.finish().await?;
+    if written > 0 {
+        println!(
+            "berth bench relay: catch-up of a {written}-event log: {:.2} s = {:.0} events/s",
+            catch_up.as_secs_f64(),
+            written as f64 / catch_up.as_secs_f64()
+        );
+    }
+    anyhow::ensure!(!latencies.is_empty(), "no event after the warm-up");
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     println!(
-        "berth bench relay: {total} events at {rate}/s offered ({:.0}/s achieved), {} measured after a {}s warm-up",
+        "berth bench relay: {total} events at {}/s offered in appends of {} ({:.0}/s achieved), {} measured after a {}s warm-up",
+        run.rate,
+        run.per_append,
         total as f64 / append_time.as_secs_f64(),
         latencies.len(),
         warmup.as_secs()
     );
     println!(
-        "append-to-delivery latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "append-to-delivery latency (from the row's insert, before its commit): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         pct(0.50),
         pct(0.90),
         pct(0.99),
@@ -126,12 +151,53 @@ pub async fn relay_bench(
     Ok(())
 }
 
-/// Appends `total` single events paced at `rate` a second, each on a task of its own, to 256
-/// streams of `category`: every millisecond, the appends due by then start. How long it took.
+/// The next event the consumer receives, and when.
+async fn next_event<S, E>(
+    messages: &mut S,
+) -> anyhow::Result<(events::RecordedEvent, chrono::DateTime<chrono::Utc>)>
+where
+    S: futures::Stream<Item = Result<async_nats::jetstream::Message, E>> + Unpin,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+        .await
+        .context("no delivery for 30 s")?
+        .context("consumer ended")??;
+    let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
+    Ok((event, chrono::Utc::now()))
+}
+
+/// Writes `events` to the log before the relay starts, 1,000 to an append. How many.
+async fn write_backlog(store: &EventStore, events: u64) -> anyhow::Result<u64> {
+    let event = sample_event();
+    let mut written = 0;
+    let mut stream = 0;
+    while written < events {
+        let size = (events - written).min(1_000);
+        let batch: Vec<ProposedEvent> = (0..size)
+            .map(|_| ProposedEvent::new(&event, Metadata::default()))
+            .collect();
+        store
+            .append(
+                &format!("{BACKLOG}-{stream}"),
+                ExpectedVersion::NoStream,
+                &batch,
+            )
+            .await?;
+        written += size;
+        stream += 1;
+    }
+    Ok(written)
+}
+
+/// Appends `total` events paced at `rate` a second, `per_append` to an append, each append on
+/// a task of its own, to 256 streams of `category`: every millisecond, the appends due by then
+/// start. How long it took.
 pub(crate) async fn paced_appends(
     store: &EventStore,
     category: &str,
     rate: u64,
+    per_append: u64,
     total: u64,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
@@ -144,9 +210,12 @@ pub(crate) async fn paced_appends(
         let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
         while sent < due.min(total) {
             let (store, event) = (store.clone(), event.clone());
-            let stream = format!("{category}-lat{}", sent % 256);
+            let stream = format!("{category}-lat{}", (sent / per_append) % 256);
+            let size = per_append.min(total - sent);
             inflight.spawn(async move {
-                let proposed = [ProposedEvent::new(&event, Metadata::default())];
+                let proposed: Vec<ProposedEvent> = (0..size)
+                    .map(|_| ProposedEvent::new(&event, Metadata::default()))
+                    .collect();
                 loop {
                     match store.append(&stream, ExpectedVersion::Any, &proposed).await {
                         // Two appends at once to one stream met on its next version: again.
@@ -155,7 +224,7 @@ pub(crate) async fn paced_appends(
                     }
                 }
             });
-            sent += 1;
+            sent += size;
         }
         while let Some(done) = inflight.try_join_next() {
             done??;

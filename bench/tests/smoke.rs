@@ -51,7 +51,15 @@ fn store() {
 
 #[test]
 fn relay() {
-    bench(&["relay", "--rate", "200", "--seconds", "2"]);
+    bench(&[
+        "relay",
+        "--rate",
+        "200",
+        "--seconds",
+        "2",
+        "--backlog",
+        "500",
+    ]);
 }
 
 #[test]

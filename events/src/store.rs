@@ -599,6 +599,159 @@ pub async fn append_with<C: GenericClient>(
     })
 }
 
+/// One stream's share of [`append_many`]: its events, appended if it is at `expected`.
+pub struct StreamAppend<'a> {
+    pub stream_id: &'a str,
+    pub expected: ExpectedVersion,
+    pub events: Vec<ProposedEvent>,
+}
+
+/// [`append_with`] for many streams in one statement, all or nothing: every stream's version
+/// read and checked, then every event inserted in the order given (the streams' events in
+/// turn). Each stream's version after the append, in the order given. Callers check the
+/// events' limits first ([`check_limits`]). A stream may appear once only.
+pub async fn append_many<C: GenericClient>(
+    client: &C,
+    streams: &[StreamAppend<'_>],
+) -> Result<Vec<u64>, StoreError> {
+    if streams.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut stream_ids = Vec::with_capacity(streams.len());
+    let mut categories = Vec::with_capacity(streams.len());
+    let mut expected = Vec::with_capacity(streams.len());
+    let events = streams.iter().map(|s| s.events.len()).sum();
+    let mut of_stream: Vec<i64> = Vec::with_capacity(events);
+    let mut ords: Vec<i64> = Vec::with_capacity(events);
+    let mut ids: Vec<Uuid> = Vec::with_capacity(events);
+    let mut types: Vec<&str> = Vec::with_capacity(events);
+    let mut versions: Vec<i32> = Vec::with_capacity(events);
+    let mut payloads: Vec<JsonText<'_>> = Vec::with_capacity(events);
+    let mut metadata: Vec<String> = Vec::with_capacity(events);
+    for (n, stream) in (1i64..).zip(streams) {
+        stream_ids.push(stream.stream_id);
+        categories.push(category_of(stream.stream_id)?);
+        expected.push(stream.expected.as_sql());
+        for (ord, event) in (1i64..).zip(&stream.events) {
+            of_stream.push(n);
+            ords.push(ord);
+            ids.push(event.event_id);
+            types.push(event.event_type.as_str());
+            versions.push(event.schema_version);
+            payloads.push(JsonText(&event.payload));
+            metadata.push(serde_json::to_string(&event.metadata).expect("metadata serialises"));
+        }
+    }
+    let metadata: Vec<JsonText<'_>> = metadata.iter().map(|m| JsonText(m)).collect();
+    let statement = client.prepare_cached(APPEND_MANY_SQL).await?;
+    crate::activity::appended();
+    let result = client
+        .query_one(
+            &statement,
+            &[
+                &stream_ids,
+                &categories,
+                &expected,
+                &of_stream,
+                &ords,
+                &ids,
+                &types,
+                &versions,
+                &payloads,
+                &metadata,
+            ],
+        )
+        .await;
+    let row = match result {
+        Ok(row) => row,
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            let db = e.as_db_error();
+            if db.and_then(|d| d.constraint()) == Some("events_event_id_unique") {
+                return Err(StoreError::DuplicateEventId(
+                    duplicate_in(db.and_then(|d| d.detail())).unwrap_or(ids[0]),
+                ));
+            }
+            // A concurrent writer took one of the streams' next versions first; the detail
+            // names which (`Key (stream_id, stream_version)=(<stream>, <version>) ...`).
+            let stream_id = db
+                .and_then(|d| d.detail())
+                .and_then(|d| d.split_once(")=("))
+                .and_then(|(_, rest)| rest.rsplit_once(", "))
+                .map_or_else(|| stream_ids[0].to_owned(), |(id, _)| id.to_owned());
+            let expected = streams
+                .iter()
+                .find(|s| s.stream_id == stream_id)
+                .map_or(ExpectedVersion::Any, |s| s.expected);
+            return Err(StoreError::Conflict {
+                stream_id,
+                expected,
+                actual: None,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let before: Vec<i64> = row.get(0);
+    let refused: Option<i64> = row.get(1);
+    if let Some(n) = refused {
+        let stream = &streams[n as usize - 1];
+        let current = before[n as usize - 1];
+        let actual = (current >= 0).then_some(current as u64);
+        return Err(match stream.expected {
+            ExpectedVersion::Exact(v) if current < v as i64 => StoreError::ExpectedVersionAhead {
+                stream_id: stream.stream_id.to_owned(),
+                expected: v,
+                actual,
+            },
+            expected => StoreError::Conflict {
+                stream_id: stream.stream_id.to_owned(),
+                expected,
+                actual,
+            },
+        });
+    }
+    Ok(before
+        .iter()
+        .zip(streams)
+        .map(|(version, stream)| (version + stream.events.len() as i64) as u64)
+        .collect())
+}
+
+/// The event id a unique violation's detail names (`Key (event_id)=(<uuid>) already exists.`).
+fn duplicate_in(detail: Option<&str>) -> Option<Uuid> {
+    let (_, rest) = detail?.split_once(")=(")?;
+    rest.split_once(')')?.0.parse().ok()
+}
+
+/// [`append_many`]'s statement: each stream's version read once, the first stream (in the
+/// order given) not at its expected version named, and the events inserted in the order
+/// given only when there is none, all stamped with the log's clock read once.
+const APPEND_MANY_SQL: &str = "
+WITH streams AS (
+    SELECT s.n, s.stream_id, s.category, s.expected,
+           coalesce((SELECT stream_version FROM events WHERE stream_id = s.stream_id
+                     ORDER BY stream_version DESC LIMIT 1), -1) AS version
+    FROM unnest($1::text[], $2::text[], $3::bigint[])
+         WITH ORDINALITY AS s(stream_id, category, expected, n)
+), refused AS (
+    SELECT min(n) AS n FROM streams WHERE NOT (expected = -2 OR version = expected)
+), clock AS (
+    SELECT berth_log_tx_id() AS tx_id
+), inserted AS (
+    INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
+                        schema_version, payload, metadata)
+    SELECT clock.tx_id, e.event_id, s.stream_id, s.category, s.version + e.ord, e.event_type,
+           e.schema_version, e.payload, e.metadata
+    FROM clock, refused,
+         unnest($4::bigint[], $5::bigint[], $6::uuid[], $7::text[], $8::int[], $9::jsonb[],
+                $10::jsonb[])
+             WITH ORDINALITY AS e(stream_n, ord, event_id, event_type, schema_version, payload,
+                                  metadata, i)
+         JOIN streams s ON s.n = e.stream_n
+    WHERE refused.n IS NULL
+    ORDER BY e.i
+)
+SELECT (SELECT array_agg(version ORDER BY n) FROM streams), (SELECT n FROM refused)";
+
 /// `EventStore::read_stream` on a client or transaction the caller holds.
 pub async fn read_stream_with<C: GenericClient>(
     client: &C,

@@ -164,6 +164,92 @@ async fn optimistic_concurrency_conflicts_are_typed() {
 }
 
 #[tokio::test]
+async fn many_streams_append_in_one_statement_all_or_nothing_in_the_order_given() {
+    let (store, _) = fresh_store().await;
+    let client = store.pool().get().await.unwrap();
+    store
+        .append("agent-m1", ExpectedVersion::NoStream, &[registered("m1")])
+        .await
+        .unwrap();
+    let batch = |expected_m1| {
+        vec![
+            store::StreamAppend {
+                stream_id: "agent-m1",
+                expected: expected_m1,
+                events: vec![lost("m1", "a"), lost("m1", "b")],
+            },
+            store::StreamAppend {
+                stream_id: "agent-m2",
+                expected: ExpectedVersion::NoStream,
+                events: vec![registered("m2")],
+            },
+            store::StreamAppend {
+                stream_id: "agent-m3",
+                expected: ExpectedVersion::Any,
+                events: vec![lost("m3", "c")],
+            },
+        ]
+    };
+
+    // One stream not at its version: nothing of any stream is written, and the error names it.
+    let stale = store::append_many(&client, &batch(ExpectedVersion::NoStream)).await;
+    assert!(
+        matches!(
+            &stale,
+            Err(StoreError::Conflict { stream_id, actual: Some(0), .. }) if stream_id == "agent-m1"
+        ),
+        "{stale:?}"
+    );
+    let ahead = store::append_many(&client, &batch(ExpectedVersion::Exact(5))).await;
+    assert!(
+        matches!(
+            &ahead,
+            Err(StoreError::ExpectedVersionAhead { stream_id, expected: 5, actual: Some(0) }) if stream_id == "agent-m1"
+        ),
+        "{ahead:?}"
+    );
+    assert_eq!(count(store.pool()).await, 1);
+
+    let versions = store::append_many(&client, &batch(ExpectedVersion::Exact(0)))
+        .await
+        .unwrap();
+    assert_eq!(versions, vec![2, 0, 0]);
+    // The log holds them in the order given: each stream's events in turn, every version once.
+    let log = store.read_all(LogPosition::START, 100).await.unwrap();
+    let order: Vec<(&str, u64)> = log
+        .iter()
+        .map(|e| (e.stream_id.as_str(), e.stream_version))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("agent-m1", 0),
+            ("agent-m1", 1),
+            ("agent-m1", 2),
+            ("agent-m2", 0),
+            ("agent-m3", 0)
+        ]
+    );
+    assert!(log.windows(2).all(|w| w[0].position < w[1].position));
+
+    // The same events again: refused by their ids, nothing written.
+    let again = vec![store::StreamAppend {
+        stream_id: "agent-m9",
+        expected: ExpectedVersion::Any,
+        events: vec![ProposedEvent {
+            event_id: log[4].event_id,
+            ..lost("m9", "d")
+        }],
+    }];
+    let duplicate = store::append_many(&client, &again).await;
+    assert!(
+        matches!(duplicate, Err(StoreError::DuplicateEventId(id)) if id == log[4].event_id),
+        "{duplicate:?}"
+    );
+    assert_eq!(count(store.pool()).await, 5);
+}
+
+#[tokio::test]
 async fn concurrent_appends_to_one_stream_never_both_win() {
     let (store, _) = fresh_store().await;
     store

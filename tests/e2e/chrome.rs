@@ -166,13 +166,20 @@ impl Browser {
             .unwrap_or_else(|e| panic!("`{css}` never showed: {e}"))
     }
 
-    /// Clicks what `css` finds.
+    /// Clicks what `css` finds. An element the page drew again between the find and the
+    /// click (a stale reference) is found again.
     pub async fn click(&self, css: &str) {
-        self.find(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("`{css}`: {e}"));
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.click().await {
+                Ok(_) => return,
+                Err(e) if tries < 5 && e.to_string().contains("stale element") => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("`{css}`: {e}"),
+            }
+        }
     }
 
     /// Types `text` into the field `css` finds, replacing what it held.

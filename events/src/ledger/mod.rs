@@ -27,7 +27,7 @@
 //! And the corridors that route each event to its family:
 //!
 //! - [`record`]: append and apply, in the caller's transaction ([`record_now`]: in one of
-//!   its own).
+//!   its own; [`record_many`]: many streams at once, a scheduler's pass).
 //! - `fold`: the SQL account, routed by family.
 //! - `memory`: the in-memory account, routed by family, for [`replay`] to write out.
 //! - [`replay`]: fold the whole log again into a scratch schema and compare.
@@ -58,7 +58,7 @@ pub use keys::{
     ApiKeyRecord, BackendAiKeypair, KeyOwner,
 };
 pub use principals::principal;
-pub use record::{record, record_now};
+pub use record::{record, record_many, record_now, Recording};
 pub use replay::{replay, Replay, NOT_COMPARED};
 
 use serde::Serialize;

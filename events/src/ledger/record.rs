@@ -1,13 +1,16 @@
 //! Recording: the events appended and applied to the ledger in one transaction.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 
 use super::fold::apply;
-use super::sessions::SessionPatch;
+use super::sessions::{Decisions, SessionPatch};
 use super::LedgerError;
 use crate::catalogue::{Event, Metadata};
-use crate::store::{append_with, check_limits, Appended, ExpectedVersion, ProposedEvent};
+use crate::store::{
+    append_many, append_with, check_limits, Appended, ExpectedVersion, ProposedEvent, StoreError,
+    StreamAppend,
+};
 
 /// Appends `events` to `stream_id` and applies them to the ledger, in the caller's
 /// transaction (which the caller commits).
@@ -25,8 +28,72 @@ pub async fn record(
     // Built from typed events here, so their payloads decode by construction.
     check_limits(stream_id, &proposed)?;
     let appended = append_with(tx, stream_id, expected, &proposed).await?;
-    let at = Utc::now();
     let first_version = appended.stream_version + 1 - events.len() as u64;
+    apply_all(tx, events, first_version, Utc::now(), metadata).await?;
+    Ok(appended)
+}
+
+/// One stream's events for [`record_many`].
+pub struct Recording {
+    pub stream_id: String,
+    pub expected: ExpectedVersion,
+    pub events: Vec<Event>,
+    pub metadata: Metadata,
+}
+
+/// [`record`] for many streams, all or nothing, in the caller's transaction: every stream's
+/// events appended with one statement, and the streams that hold only a scheduling decision
+/// written together (`sessions::Decisions`: one statement for every session row, one for
+/// every placement); any other stream is applied as [`record`] applies it. A pass of the
+/// scheduler writes thousands of decisions so; one statement per change cost it most of its
+/// time. Each stream may appear once only.
+pub async fn record_many(
+    tx: &Transaction<'_>,
+    recordings: &[Recording],
+) -> Result<(), LedgerError> {
+    let appends = recordings
+        .iter()
+        .map(|r| {
+            let events: Vec<ProposedEvent> = r
+                .events
+                .iter()
+                .map(|e| ProposedEvent::new(e, r.metadata.clone()))
+                .collect();
+            check_limits(&r.stream_id, &events)?;
+            Ok(StreamAppend {
+                stream_id: &r.stream_id,
+                expected: r.expected,
+                events,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let versions = append_many(tx, &appends).await?;
+    let at = Utc::now();
+    let mut decisions = Decisions::default();
+    for (recording, version) in recordings.iter().zip(versions) {
+        let first_version = version + 1 - recording.events.len() as u64;
+        if !decisions.take(&recording.events, first_version, at) {
+            apply_all(
+                tx,
+                &recording.events,
+                first_version,
+                at,
+                &recording.metadata,
+            )
+            .await?;
+        }
+    }
+    decisions.write(tx).await
+}
+
+/// Applies one stream's new events to the ledger, the first of them its `first_version`-th.
+async fn apply_all(
+    tx: &Transaction<'_>,
+    events: &[Event],
+    first_version: u64,
+    at: DateTime<Utc>,
+    metadata: &Metadata,
+) -> Result<(), LedgerError> {
     // The session row's changes from all the events are written as one update.
     let mut patch = SessionPatch::default();
     let traceparent = metadata.traceparent.as_deref();
@@ -34,8 +101,7 @@ pub async fn record(
         let version = first_version + i as u64;
         apply(tx, &mut patch, event, version, at, traceparent).await?;
     }
-    patch.flush(tx).await?;
-    Ok(appended)
+    patch.flush(tx).await
 }
 
 /// [`record`] in a transaction of its own.

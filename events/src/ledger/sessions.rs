@@ -52,14 +52,12 @@ pub(super) async fn apply_sql<C: GenericClient>(
         }
         Event::SchedulingAttempted(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
-            patch.attempts = Some(e.attempts as i32);
-            patch.result = Some((e.result.as_str().to_owned(), e.error_code.clone()));
+            patch.note(event, at);
         }
         Event::SessionScheduled(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
-            place_sql(client, e).await?;
-            patch.agent_id = Some(Some(e.agent_id.clone()));
-            patch.holds = Some(true);
+            place_sql(client, &[(e.session_id, e.placements())]).await?;
+            patch.note(event, at);
         }
         Event::SessionResourcesReleased(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
@@ -81,11 +79,7 @@ pub(super) async fn apply_sql<C: GenericClient>(
         }
         Event::SessionStatusChanged(e) => {
             patch.enter(client, e.session_id, stream_version).await?;
-            patch.status = Some((e.to.as_str().to_owned(), e.reason.clone(), at));
-            if e.to == SessionStatus::Pending {
-                patch.requeues += 1;
-                patch.agent_id = Some(None);
-            }
+            patch.note(event, at);
             match usage_move(e.to) {
                 Some(UsageMove::Opens) => {
                     usage_opens_sql(client, e.session_id, e.occurred_at, stream_version).await?
@@ -231,68 +225,95 @@ async fn insert_sql<C: GenericClient>(
 }
 
 /// The kernels of a placed session, their shares reserved on their agents.
-async fn place_sql<C: GenericClient>(client: &C, e: &SessionScheduled) -> Result<(), LedgerError> {
-    let kernels = e.placements();
-    reserve(client, &kernels).await?;
-    let agents: Vec<&str> = kernels.iter().map(|k| k.agent_id.as_str()).collect();
-    let idx: Vec<i32> = (0..kernels.len() as i32).collect();
-    let cpu: Vec<i64> = kernels
-        .iter()
-        .map(|k| i64_of(k.resources.cpu_milli))
-        .collect();
-    let mem: Vec<i64> = kernels
-        .iter()
-        .map(|k| i64_of(k.resources.memory_bytes))
-        .collect();
-    let gpu: Vec<i64> = kernels
-        .iter()
-        .map(|k| i64_of(k.resources.gpu_milli))
-        .collect();
+/// Places sessions' kernels: their shares reserved on their agents (refused, for all of them,
+/// when any agent lacks the room or is lost) and their rows written, one statement each.
+async fn place_sql<C: GenericClient>(
+    client: &C,
+    sessions: &[(Uuid, Vec<KernelPlacement>)],
+) -> Result<(), LedgerError> {
+    reserve(client, sessions.iter().flat_map(|(_, kernels)| kernels)).await?;
+    let rows = sessions.iter().map(|(_, kernels)| kernels.len()).sum();
+    let mut ids = Vec::with_capacity(rows);
+    let mut idx = Vec::with_capacity(rows);
+    let mut agents = Vec::with_capacity(rows);
+    let (mut cpu, mut mem, mut gpu) = (
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+    );
+    for (session_id, kernels) in sessions {
+        for (i, k) in (0i32..).zip(kernels) {
+            ids.push(*session_id);
+            idx.push(i);
+            agents.push(k.agent_id.as_str());
+            cpu.push(i64_of(k.resources.cpu_milli));
+            mem.push(i64_of(k.resources.memory_bytes));
+            gpu.push(i64_of(k.resources.gpu_milli));
+        }
+    }
     exec(
         client,
         "INSERT INTO ledger.kernels
-         SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[],
+         SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bigint[], $5::bigint[],
            $6::bigint[])",
-        &[&e.session_id, &idx, &agents, &cpu, &mem, &gpu],
+        &[&ids, &idx, &agents, &cpu, &mem, &gpu],
     )
     .await?;
     Ok(())
 }
 
 /// Adds the kernels' shares to their agents, refusing when any agent lacks the room or is
-/// lost.
-async fn reserve<C: GenericClient>(
+/// lost: one statement for every agent, its condition on each agent's whole new share.
+async fn reserve<'k, C: GenericClient>(
     client: &C,
-    kernels: &[KernelPlacement],
+    kernels: impl Iterator<Item = &'k KernelPlacement>,
 ) -> Result<(), LedgerError> {
     let mut per_agent: Vec<(&str, ResourceSlots)> = Vec::new();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
     for k in kernels {
-        match per_agent.iter_mut().find(|(a, _)| *a == k.agent_id) {
-            Some((_, total)) => *total = total.saturating_add(k.resources),
-            None => per_agent.push((&k.agent_id, k.resources)),
+        match seen.get(k.agent_id.as_str()) {
+            Some(&i) => per_agent[i].1 = per_agent[i].1.saturating_add(k.resources),
+            None => {
+                seen.insert(&k.agent_id, per_agent.len());
+                per_agent.push((&k.agent_id, k.resources));
+            }
         }
     }
-    for (agent_id, need) in per_agent {
-        let sql = "UPDATE ledger.agents SET used_cpu_milli = used_cpu_milli + $2,
-               used_memory_bytes = used_memory_bytes + $3, used_gpu_milli = used_gpu_milli + $4
-             WHERE agent_id = $1 AND lost IS NULL
-               AND used_cpu_milli + $2 <= cpu_milli
-               AND used_memory_bytes + $3 <= memory_bytes
-               AND used_gpu_milli + $4 <= gpu_milli";
-        let n = exec(
-            client,
-            sql,
-            &[
-                &agent_id,
-                &i64_of(need.cpu_milli),
-                &i64_of(need.memory_bytes),
-                &i64_of(need.gpu_milli),
-            ],
+    if per_agent.is_empty() {
+        return Ok(());
+    }
+    let agents: Vec<&str> = per_agent.iter().map(|(a, _)| *a).collect();
+    let cpu: Vec<i64> = per_agent.iter().map(|(_, n)| i64_of(n.cpu_milli)).collect();
+    let mem: Vec<i64> = per_agent
+        .iter()
+        .map(|(_, n)| i64_of(n.memory_bytes))
+        .collect();
+    let gpu: Vec<i64> = per_agent.iter().map(|(_, n)| i64_of(n.gpu_milli)).collect();
+    let statement = client
+        .prepare_cached(
+            "UPDATE ledger.agents a SET used_cpu_milli = used_cpu_milli + n.cpu,
+               used_memory_bytes = used_memory_bytes + n.mem, used_gpu_milli = used_gpu_milli + n.gpu
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+                  AS n(agent_id, cpu, mem, gpu)
+             WHERE a.agent_id = n.agent_id AND a.lost IS NULL
+               AND a.used_cpu_milli + n.cpu <= a.cpu_milli
+               AND a.used_memory_bytes + n.mem <= a.memory_bytes
+               AND a.used_gpu_milli + n.gpu <= a.gpu_milli
+             RETURNING a.agent_id",
         )
         .await?;
-        if n == 0 {
-            return Err(LedgerError::AgentFull(agent_id.to_owned()));
-        }
+    let reserved = client
+        .query(&statement, &[&agents, &cpu, &mem, &gpu])
+        .await?;
+    if reserved.len() < agents.len() {
+        let reserved: std::collections::HashSet<String> =
+            reserved.iter().map(|r| r.get(0)).collect();
+        let full = agents
+            .iter()
+            .find(|a| !reserved.contains(**a))
+            .copied()
+            .unwrap_or_default();
+        return Err(LedgerError::AgentFull(full.to_owned()));
     }
     Ok(())
 }
@@ -330,60 +351,180 @@ impl SessionPatch {
         Ok(())
     }
 
+    /// The row's changes `event` makes that need no statement of their own (the placement's
+    /// kernels and the usage intervals are written apart).
+    fn note(&mut self, event: &Event, at: DateTime<Utc>) {
+        match event {
+            Event::SchedulingAttempted(e) => {
+                self.attempts = Some(e.attempts as i32);
+                self.result = Some((e.result.as_str().to_owned(), e.error_code.clone()));
+            }
+            Event::SessionScheduled(e) => {
+                self.agent_id = Some(Some(e.agent_id.clone()));
+                self.holds = Some(true);
+            }
+            Event::SessionStatusChanged(e) => {
+                self.status = Some((e.to.as_str().to_owned(), e.reason.clone(), at));
+                if e.to == SessionStatus::Pending {
+                    self.requeues += 1;
+                    self.agent_id = Some(None);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Writes what was gathered, if anything.
     pub(super) async fn flush<C: GenericClient>(&mut self, client: &C) -> Result<(), LedgerError> {
-        let Some(session_id) = self.session_id.take() else {
+        let mut rows = PatchRows::default();
+        rows.push(std::mem::take(self));
+        rows.write(client).await
+    }
+}
+
+/// Many sessions' gathered changes, written by one statement.
+#[derive(Default)]
+struct PatchRows {
+    session_id: Vec<Uuid>,
+    attempts: Vec<Option<i32>>,
+    set_result: Vec<bool>,
+    result: Vec<Option<String>>,
+    code: Vec<Option<String>>,
+    set_agent: Vec<bool>,
+    agent_id: Vec<Option<String>>,
+    holds: Vec<Option<bool>>,
+    status: Vec<Option<String>>,
+    reason: Vec<Option<String>>,
+    since: Vec<Option<DateTime<Utc>>>,
+    requeues: Vec<i32>,
+    name: Vec<Option<String>>,
+    version: Vec<i64>,
+    priority: Vec<Option<i32>>,
+}
+
+impl PatchRows {
+    /// Takes in one session's patch (none, when it gathered nothing).
+    fn push(&mut self, patch: SessionPatch) {
+        let Some(session_id) = patch.session_id else {
+            return;
+        };
+        self.session_id.push(session_id);
+        self.attempts.push(patch.attempts);
+        self.set_result.push(patch.result.is_some());
+        let (result, code) = patch.result.map_or((None, None), |(r, c)| (Some(r), c));
+        self.result.push(result);
+        self.code.push(code);
+        self.set_agent.push(patch.agent_id.is_some());
+        self.agent_id.push(patch.agent_id.flatten());
+        self.holds.push(patch.holds);
+        let (status, reason, since) = patch
+            .status
+            .map_or((None, None, None), |(s, r, at)| (Some(s), r, Some(at)));
+        self.status.push(status);
+        self.reason.push(reason);
+        self.since.push(since);
+        self.requeues.push(patch.requeues);
+        self.name.push(patch.name);
+        self.version.push(patch.version);
+        self.priority.push(patch.priority);
+    }
+
+    async fn write<C: GenericClient>(self, client: &C) -> Result<(), LedgerError> {
+        if self.session_id.is_empty() {
             return Ok(());
-        };
-        let patch = std::mem::take(self);
-        let (set_result, result, code) = match patch.result {
-            Some((r, c)) => (true, Some(r), c),
-            None => (false, None, None),
-        };
-        let (set_agent, agent_id) = match patch.agent_id {
-            Some(a) => (true, a),
-            None => (false, None),
-        };
-        let (status, reason, since) = match patch.status {
-            Some((s, r, at)) => (Some(s), r, Some(at)),
-            None => (None, None, None),
-        };
+        }
         exec(
             client,
-            "UPDATE ledger.sessions SET
-               attempts = coalesce($2, attempts),
-               last_result = CASE WHEN $3 THEN $4 ELSE last_result END,
-               last_error_code = CASE WHEN $3 THEN $5 ELSE last_error_code END,
-               agent_id = CASE WHEN $6 THEN $7 ELSE agent_id END,
-               holds = coalesce($8, holds),
-               status = coalesce($9, status),
-               status_reason = CASE WHEN $9 IS NULL THEN status_reason ELSE $10 END,
-               status_since = coalesce($11, status_since),
-               requeues = requeues + $12,
-               name = coalesce($13, name),
-               version = $14,
-               priority = coalesce($15, priority)
-             WHERE session_id = $1",
+            "UPDATE ledger.sessions s SET
+               attempts = coalesce(p.attempts, s.attempts),
+               last_result = CASE WHEN p.set_result THEN p.result ELSE s.last_result END,
+               last_error_code = CASE WHEN p.set_result THEN p.code ELSE s.last_error_code END,
+               agent_id = CASE WHEN p.set_agent THEN p.agent_id ELSE s.agent_id END,
+               holds = coalesce(p.holds, s.holds),
+               status = coalesce(p.status, s.status),
+               status_reason = CASE WHEN p.status IS NULL THEN s.status_reason ELSE p.reason END,
+               status_since = coalesce(p.since, s.status_since),
+               requeues = s.requeues + p.requeues,
+               name = coalesce(p.name, s.name),
+               version = p.version,
+               priority = coalesce(p.priority, s.priority)
+             FROM unnest($1::uuid[], $2::int[], $3::bool[], $4::text[], $5::text[], $6::bool[],
+                         $7::text[], $8::bool[], $9::text[], $10::text[], $11::timestamptz[],
+                         $12::int[], $13::text[], $14::bigint[], $15::int[])
+                  AS p(session_id, attempts, set_result, result, code, set_agent, agent_id,
+                       holds, status, reason, since, requeues, name, version, priority)
+             WHERE s.session_id = p.session_id",
             &[
-                &session_id,
-                &patch.attempts,
-                &set_result,
-                &result,
-                &code,
-                &set_agent,
-                &agent_id,
-                &patch.holds,
-                &status,
-                &reason,
-                &since,
-                &patch.requeues,
-                &patch.name,
-                &patch.version,
-                &patch.priority,
+                &self.session_id,
+                &self.attempts,
+                &self.set_result,
+                &self.result,
+                &self.code,
+                &self.set_agent,
+                &self.agent_id,
+                &self.holds,
+                &self.status,
+                &self.reason,
+                &self.since,
+                &self.requeues,
+                &self.name,
+                &self.version,
+                &self.priority,
             ],
         )
         .await?;
         Ok(())
+    }
+}
+
+/// Many sessions' scheduling decisions, written together: every placement's kernels with one
+/// reservation and one insert, every session row with one update. What [`record_many`]
+/// (super::record_many) writes for the streams whose events are all a decision's.
+#[derive(Default)]
+pub(super) struct Decisions {
+    patches: PatchRows,
+    placements: Vec<(Uuid, Vec<KernelPlacement>)>,
+}
+
+impl Decisions {
+    /// Takes in one session stream's new events, the first of them its `first_version`-th,
+    /// when they are all of a scheduling decision's kinds (its history, its placement, a move
+    /// that opens or closes no usage, its start estimate); false, taking nothing, otherwise.
+    pub(super) fn take(&mut self, events: &[Event], first_version: u64, at: DateTime<Utc>) -> bool {
+        let session_of = |event: &Event| match event {
+            Event::SchedulingAttempted(e) => Some(e.session_id),
+            Event::SessionScheduled(e) => Some(e.session_id),
+            Event::SessionStatusChanged(e) if usage_move(e.to).is_none() => Some(e.session_id),
+            Event::SessionStartEstimated(e) => Some(e.session_id),
+            _ => None,
+        };
+        let Some(session_id) = events.first().and_then(session_of) else {
+            return false;
+        };
+        if !events.iter().all(|e| session_of(e) == Some(session_id)) {
+            return false;
+        }
+        let mut patch = SessionPatch {
+            session_id: Some(session_id),
+            version: i64_of(first_version + events.len() as u64 - 1),
+            ..SessionPatch::default()
+        };
+        for event in events {
+            patch.note(event, at);
+            if let Event::SessionScheduled(e) = event {
+                self.placements.push((session_id, e.placements()));
+            }
+        }
+        self.patches.push(patch);
+        true
+    }
+
+    /// Writes what was taken in.
+    pub(super) async fn write<C: GenericClient>(self, client: &C) -> Result<(), LedgerError> {
+        if !self.placements.is_empty() {
+            place_sql(client, &self.placements).await?;
+        }
+        self.patches.write(client).await
     }
 }
 

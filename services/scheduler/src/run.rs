@@ -13,13 +13,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use events::catalogue::{stream_id, Event};
-use events::ledger::{self, LedgerError};
+use events::ledger::{self, LedgerError, Recording};
 use events::payloads::*;
 use events::store::ExpectedVersion;
-use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::core::{self, AgentView, GroupRules, Snapshot};
@@ -57,8 +55,8 @@ pub struct SchedulerConfig {
     pub interval: Duration,
     /// Most queued sessions of one group decided in one pass.
     pub batch: i64,
-    /// Decisions recorded concurrently (pipelined on the pass's connection).
-    pub pipeline: usize,
+    /// Most decisions recorded by one statement of each kind (`ledger::record_many`).
+    pub record_batch: usize,
     /// Whether passes take turns with every other scheduler's (the advisory lock). Always on
     /// in service; off, a pass that decided on resources another pass took meanwhile is
     /// refused whole by the ledger's conditional reserve, which a test shows.
@@ -75,7 +73,7 @@ impl SchedulerConfig {
         SchedulerConfig {
             interval,
             batch: 5_000,
-            pipeline: 64,
+            record_batch: 1_000,
             exclusive: true,
             silent_after: events::aggregate::SILENT_AFTER,
         }
@@ -183,8 +181,8 @@ impl Scheduler {
                 .iter()
                 .filter(|d| d.cancel_reason.is_some())
                 .count();
-            let tx = &tx;
-            let results = futures::stream::iter(recorded)
+            let recordings: Vec<Recording> = recorded
+                .into_iter()
                 .map(|decision| {
                     // Each decision joins its session's journey (the trace it was created in).
                     let span = tracing::info_span!("schedule", session = %decision.session_id);
@@ -194,27 +192,18 @@ impl Scheduler {
                     if let Some(estimate) = estimates.remove(&decision.session_id) {
                         events.push(estimate);
                     }
-                    async move {
-                        let metadata = events::trace::metadata("scheduler", None);
-                        ledger::record(
-                            tx,
-                            &stream_id("session", decision.session_id),
-                            ExpectedVersion::Exact(decision.version),
-                            &events,
-                            &metadata,
-                        )
-                        .await
+                    Recording {
+                        stream_id: stream_id("session", decision.session_id),
+                        expected: ExpectedVersion::Exact(decision.version),
+                        events,
+                        metadata: span.in_scope(|| events::trace::metadata("scheduler", None)),
                     }
-                    .instrument(span)
                 })
-                .buffer_unordered(self.config.pipeline)
-                .collect::<Vec<_>>()
-                .await;
-            // One failed decision aborts the pass's transaction, and the decisions pipelined
-            // behind it fail as its echo: report the one that caused it.
-            let failed = results.into_iter().filter_map(Result::err);
-            if let Some(cause) = LedgerError::cause(failed) {
-                return Err(cause.into());
+                .collect();
+            // Every decision of the group in one go, a slice at a time so that no statement
+            // grows without bound.
+            for slice in recordings.chunks(self.config.record_batch) {
+                ledger::record_many(&tx, slice).await?;
             }
         }
         total.fits_told = self.fire_fit_watches(&tx).await?;
