@@ -90,7 +90,7 @@ fn core_figures(policy: QueuePolicy, agents: usize, sessions: usize, rounds: usi
                 project: None,
                 volumes: Default::default(),
                 image: "berth/python:3.12".into(),
-                image_on: Vec::new(),
+                image_on: Default::default(),
             })
             .collect(),
         held: HashMap::new(),

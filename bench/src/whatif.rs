@@ -375,7 +375,7 @@ pub fn whatif(sessions: usize, agents: usize) -> anyhow::Result<()> {
                 volumes: Default::default(),
                 // As the what-if replay: no history row says where the image is.
                 image: String::new(),
-                image_on: Vec::new(),
+                image_on: Default::default(),
             })
             .collect(),
         owners: HashMap::new(),

@@ -142,7 +142,7 @@ pub fn estimate(
                 project: project.clone(),
                 volumes: Vec::new(),
                 image: String::new(),
-                image_on: Vec::new(),
+                image_on: Default::default(),
             });
             ASKED_ID
         }
@@ -330,7 +330,7 @@ mod tests {
             project: None,
             volumes: Vec::new(),
             image: String::new(),
-            image_on: Vec::new(),
+            image_on: Default::default(),
         }
     }
 

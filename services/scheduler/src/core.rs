@@ -97,7 +97,8 @@ pub struct PendingSession {
     /// Its image, and the group's live agents that hold it now (the others pull it): said in
     /// the history row of its placement. Empty where nobody asks (a what-if replay).
     pub image: String,
-    pub image_on: Vec<String>,
+    /// Shared by every session of the pass that asks for the same image.
+    pub image_on: std::sync::Arc<[String]>,
 }
 
 impl PendingSession {
@@ -499,7 +500,7 @@ fn what_decided(
             if !session.image_on.is_empty() {
                 said.push_str(&format!(
                     " (held by {})",
-                    names_at_most_five(&session.image_on)
+                    names_at_most_five(&session.image_on[..])
                 ));
             }
         }

@@ -3,6 +3,7 @@
 //! recorded through `events::ledger`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
@@ -108,10 +109,7 @@ pub async fn queue_bounded(
                 "SELECT session_id, version, owner, cpu_milli, memory_bytes, gpu_milli,
                         cluster_mode, cluster_size, wanted_agent, starts_at, status_since,
                         attempts, last_result, last_error_code, traceparent, project,
-                        priority, queue_seq, volumes, image,
-                        ARRAY(SELECT a.agent_id FROM ledger.agents a
-                              WHERE a.resource_group = s.resource_group AND a.lost IS NULL
-                                AND s.image = ANY(a.images) ORDER BY a.agent_id)
+                        priority, queue_seq, volumes, image
                  FROM ledger.sessions s WHERE status = 'PENDING' AND resource_group = $1
                  ORDER BY $4::float8 > 0
                             AND s.status_since < now() - make_interval(secs => $4::float8) DESC,
@@ -122,6 +120,10 @@ pub async fn queue_bounded(
         )
         .await?;
     rows.sort_by_key(|r| r.get::<_, i64>(17));
+    let mut images: Vec<&str> = rows.iter().map(|r| r.get(19)).collect();
+    images.sort_unstable();
+    images.dedup();
+    let holders = image_holders(tx, group, &images).await?;
     let traceparents = rows
         .iter()
         .filter_map(|r| Some((r.get(0), r.get::<_, Option<String>>(14)?)))
@@ -145,13 +147,38 @@ pub async fn queue_bounded(
             project: r.get(15),
             volumes: r.get(18),
             image: r.get(19),
-            image_on: r.get(20),
+            image_on: holders
+                .get(r.get::<_, &str>(19))
+                .cloned()
+                .unwrap_or_default(),
         })
         .collect();
     Ok(Queue {
         sessions,
         traceparents,
     })
+}
+
+/// For each of `images`, the group's live agents that hold it, by name: read once for the
+/// whole queue (a lookup per queued session scanned every agent for each).
+async fn image_holders(
+    tx: &impl GenericClient,
+    group: &str,
+    images: &[&str],
+) -> Result<HashMap<String, Arc<[String]>>, LedgerError> {
+    let rows = tx
+        .query(
+            "SELECT image, array_agg(a.agent_id ORDER BY a.agent_id)
+             FROM ledger.agents a, unnest(a.images) AS image
+             WHERE a.resource_group = $1 AND a.lost IS NULL AND image = ANY($2)
+             GROUP BY image",
+            &[&group, &images],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, Vec<String>>(1).into()))
+        .collect())
 }
 
 /// How long agent `a` (of `ledger.agents a`, with `recorder.agent_liveness l` joined) has

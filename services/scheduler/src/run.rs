@@ -73,7 +73,7 @@ impl SchedulerConfig {
         SchedulerConfig {
             interval,
             batch: 5_000,
-            record_batch: 1_000,
+            record_batch: 250,
             exclusive: true,
             silent_after: events::aggregate::SILENT_AFTER,
         }
@@ -200,10 +200,18 @@ impl Scheduler {
                     }
                 })
                 .collect();
-            // Every decision of the group in one go, a slice at a time so that no statement
-            // grows without bound.
-            for slice in recordings.chunks(self.config.record_batch) {
-                ledger::record_many(&tx, slice).await?;
+            // Every decision of the group, a slice at a time so that no statement grows
+            // without bound; the slices' statements pipelined on the pass's connection, so
+            // that the next slice's events are built and sent while PostgreSQL writes one.
+            // The first to fail aborts the pass's transaction (the others fail as its echo).
+            let written = futures::future::join_all(
+                recordings
+                    .chunks(self.config.record_batch)
+                    .map(|slice| ledger::record_many(&tx, slice)),
+            )
+            .await;
+            if let Some(cause) = LedgerError::cause(written.into_iter().filter_map(Result::err)) {
+                return Err(cause.into());
             }
         }
         total.fits_told = self.fire_fit_watches(&tx).await?;

@@ -729,7 +729,7 @@ fn pending(request: &Request, waiting: &Waiting, now: DateTime<Utc>) -> PendingS
         volumes: request.volumes.clone(),
         // A replay writes no history row, which alone says where the image was.
         image: String::new(),
-        image_on: Vec::new(),
+        image_on: Default::default(),
     }
 }
 
