@@ -278,17 +278,33 @@ async fn waited(
     pool: &deadpool_postgres::Pool,
     served: Arc<Served>,
 ) -> Arc<Served> {
-    let Ok(Some(endpoint)) = super::one(pool, served.endpoint_id).await else {
-        return served;
-    };
-    if let Some(woken) = domain::serving::wake(&endpoint) {
-        // Another call (on this gateway or another) may wake it first: then it is awake.
+    // A wake refused because the endpoint's stream moved meanwhile (another call woke it, or
+    // its autoscaling wrote) is decided again on the endpoint as it is now: a lost race must
+    // not leave it asleep.
+    let mut tries = 0;
+    loop {
+        let Ok(Some(endpoint)) = super::one(pool, served.endpoint_id).await else {
+            return served;
+        };
+        let Some(woken) = domain::serving::wake(&endpoint) else {
+            if endpoint.replicas == 0 || endpoint.degraded().is_some() {
+                return served;
+            }
+            break;
+        };
         let event = domain::catalogue::Event::EndpointScaled(woken);
-        if let Err(e) = super::record(pool, &endpoint, vec![event], "serving").await {
-            tracing::debug!(error = %e.message, "a call did not wake its endpoint");
+        match super::record(pool, &endpoint, vec![event], "serving").await {
+            Ok(_) => break,
+            Err(e) if tries < 5 => {
+                tries += 1;
+                tracing::debug!(error = %e.message, "a call's wake was refused; deciding again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message, "a call did not wake its endpoint");
+                break;
+            }
         }
-    } else if endpoint.replicas == 0 || endpoint.degraded().is_some() {
-        return served;
     }
     let deadline = tokio::time::Instant::now() + WAKE_WITHIN;
     while tokio::time::Instant::now() < deadline {
