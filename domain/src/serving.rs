@@ -759,9 +759,19 @@ pub fn autoscale(
         if !holds {
             continue;
         }
-        let cooled = endpoint.last_scaled_at().is_none_or(|at| {
-            now >= at + chrono::TimeDelta::seconds(rule.cooldown_secs.min(86_400) as i64)
-        });
+        // A step down also cools down from when a replica last became healthy: one just
+        // woken or added has served nothing yet, and the call that woke it may still wait.
+        let newest_healthy = (rule.step < 0)
+            .then(|| endpoint.healthy().map(|r| r.since).max())
+            .flatten();
+        let cooled = endpoint
+            .last_scaled_at()
+            .into_iter()
+            .chain(newest_healthy)
+            .max()
+            .is_none_or(|at| {
+                now >= at + chrono::TimeDelta::seconds(rule.cooldown_secs.min(86_400) as i64)
+            });
         let wanted = (i64::from(current) + i64::from(rule.step)).clamp(
             i64::from(scaling.min_replicas),
             i64::from(scaling.max_replicas),
@@ -1259,15 +1269,33 @@ mod tests {
             None,
             "the second rule cools down for 30 s"
         );
-        let down = autoscale(&e, quiet, t(30)).unwrap();
+        assert_eq!(
+            autoscale(&e, quiet, t(30)),
+            None,
+            "the step down cools down from the replica's health at 2"
+        );
+        let down = autoscale(&e, quiet, t(32)).unwrap();
         assert_eq!(down.replicas, 0, "down to its lower bound, zero");
         assert_eq!(wake(&e), None, "it has a replica");
 
         then.push((30, Event::EndpointScaled(down)));
-        let e = fold(&stream(id, then)).unwrap();
+        let e = fold(&stream(id, then.clone())).unwrap();
         assert_eq!(autoscale(&e, quiet, t(100)), None);
         let woken = wake(&e).unwrap();
         assert_eq!((woken.previous, woken.replicas), (0, 1));
+
+        // Woken at 100, its replica healthy only at 125: the step down waits 30 s from then.
+        let b = Uuid::now_v7();
+        then.push((100, Event::EndpointScaled(woken)));
+        then.push((101, added(id, b)));
+        then.push((125, healthy(id, b)));
+        let e = fold(&stream(id, then)).unwrap();
+        assert_eq!(
+            autoscale(&e, quiet, t(140)),
+            None,
+            "a replica healthy since 125 has served nothing yet"
+        );
+        assert_eq!(autoscale(&e, quiet, t(156)).unwrap().replicas, 0);
     }
 
     #[test]
