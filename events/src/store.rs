@@ -575,20 +575,8 @@ pub async fn append_with<C: GenericClient>(
         Err(e) => return Err(e.into()),
     };
     let current: i64 = row.get(0);
-    let actual = (current >= 0).then_some(current as u64);
     let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
-        return Err(match expected {
-            ExpectedVersion::Exact(v) if current < v as i64 => StoreError::ExpectedVersionAhead {
-                stream_id: stream_id.to_owned(),
-                expected: v,
-                actual,
-            },
-            _ => StoreError::Conflict {
-                stream_id: stream_id.to_owned(),
-                expected,
-                actual,
-            },
-        });
+        return Err(refused(stream_id, expected, current));
     };
     Ok(Appended {
         stream_version: row.get::<_, i64>(3) as u64,
@@ -597,6 +585,24 @@ pub async fn append_with<C: GenericClient>(
             seq: row.get(2),
         },
     })
+}
+
+/// Why an append to `stream_id`, now at version `current` (-1: no stream), was refused for
+/// expecting `expected`: a version it has not reached, or any other mismatch.
+fn refused(stream_id: &str, expected: ExpectedVersion, current: i64) -> StoreError {
+    let actual = (current >= 0).then_some(current as u64);
+    match expected {
+        ExpectedVersion::Exact(v) if current < v as i64 => StoreError::ExpectedVersionAhead {
+            stream_id: stream_id.to_owned(),
+            expected: v,
+            actual,
+        },
+        _ => StoreError::Conflict {
+            stream_id: stream_id.to_owned(),
+            expected,
+            actual,
+        },
+    }
 }
 
 /// One stream's share of [`append_many`]: its events, appended if it is at `expected`.
@@ -691,23 +697,14 @@ pub async fn append_many<C: GenericClient>(
         Err(e) => return Err(e.into()),
     };
     let before: Vec<i64> = row.get(0);
-    let refused: Option<i64> = row.get(1);
-    if let Some(n) = refused {
+    let refused_at: Option<i64> = row.get(1);
+    if let Some(n) = refused_at {
         let stream = &streams[n as usize - 1];
-        let current = before[n as usize - 1];
-        let actual = (current >= 0).then_some(current as u64);
-        return Err(match stream.expected {
-            ExpectedVersion::Exact(v) if current < v as i64 => StoreError::ExpectedVersionAhead {
-                stream_id: stream.stream_id.to_owned(),
-                expected: v,
-                actual,
-            },
-            expected => StoreError::Conflict {
-                stream_id: stream.stream_id.to_owned(),
-                expected,
-                actual,
-            },
-        });
+        return Err(refused(
+            stream.stream_id,
+            stream.expected,
+            before[n as usize - 1],
+        ));
     }
     Ok(before
         .iter()
