@@ -154,7 +154,9 @@ pub async fn follow(
         events::hints::poke_on(
             nats.clone(),
             topology.category_subject(category),
-            |event_type| CHANGING_EVENTS.contains(&event_type),
+            |message| {
+                events::hints::event_type(message).is_some_and(|t| CHANGING_EVENTS.contains(&t))
+            },
             changed.clone(),
             stop.clone(),
         )

@@ -10,14 +10,14 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Pokes `notify` for every event published on `subject` whose type `wanted` accepts, until
-/// `stop`. The subscription outlives NATS restarts (the client subscribes again when it
+/// Pokes `notify` for every event published on `subject` that `wanted` accepts (most look
+/// only at its [`event_type`]), until `stop`. The subscription outlives NATS restarts (the client subscribes again when it
 /// reconnects); should it end all the same, it is made again and `notify` poked once, for
 /// whatever was published meanwhile.
 pub async fn poke_on(
     client: async_nats::Client,
     subject: String,
-    wanted: impl Fn(&str) -> bool,
+    mut wanted: impl FnMut(&async_nats::Message) -> bool,
     notify: Arc<Notify>,
     stop: CancellationToken,
 ) -> Result<(), async_nats::SubscribeError> {
@@ -39,13 +39,17 @@ pub async fn poke_on(
             }
             continue;
         };
-        let event_type = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(crate::trace::headers::EVENT_TYPE))
-            .map(|v| v.as_str());
-        if event_type.is_some_and(&wanted) {
+        if wanted(&message) {
             notify.notify_one();
         }
     }
+}
+
+/// The type of the event a relayed message carries, from its header.
+pub fn event_type(message: &async_nats::Message) -> Option<&str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(crate::trace::headers::EVENT_TYPE))
+        .map(|v| v.as_str())
 }

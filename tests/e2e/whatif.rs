@@ -417,9 +417,41 @@ async fn a_log_through_departures_a_loss_and_a_bus_outage_replays_to_its_waits_a
     };
     let simulated = whatif::simulate(&workload, &workload.rules);
     let same = whatif::compare(&workload, &simulated, "fifo");
+    // Times of day to the millisecond, and each request that went differently, so that a
+    // failure's report shows where the replay left the log within a CI log's line limits.
+    let times = |passes: &[chrono::DateTime<chrono::Utc>]| {
+        passes
+            .iter()
+            .map(|p| p.format("%M:%S%.3f").to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let fate = |o: &whatif::Outcome, i: usize| match (&o.placements[i], &o.cancelled[i]) {
+        (Some(p), _) => format!("placed {}", p.at.format("%M:%S%.3f")),
+        (None, Some((at, _))) => format!("given up {}", at.format("%M:%S%.3f")),
+        (None, None) => "waiting".to_owned(),
+    };
+    let differing: Vec<String> = workload
+        .requests
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| fate(&recorded, *i) != fate(&simulated, *i))
+        .map(|(i, r)| {
+            format!(
+                "{} asked {}: recorded {}, simulated {}",
+                r.session_id,
+                r.requested_at.format("%M:%S%.3f"),
+                fate(&recorded, i),
+                fate(&simulated, i)
+            )
+        })
+        .collect();
     let report = format!(
-        "{same:#?}\nrequeued: {requeued}\nrecorded passes {:?}\nsimulated deciding passes {:?}",
-        recorded.deciding_passes, simulated.deciding_passes
+        "{same:#?}\nrequeued: {requeued}\ndeaf {:?}\nrequests that went differently:\n{}\nrecorded passes:\n{}\nsimulated deciding passes:\n{}",
+        workload.deaf,
+        differing.join("\n"),
+        times(&recorded.deciding_passes),
+        times(&simulated.deciding_passes)
     );
     eprintln!(
         "replayed: wait p50 {:?} s recorded, {:?} s simulated; p99 {:?} s, {:?} s; given up {} and {}; requeued {requeued}",

@@ -3,7 +3,7 @@
 //! (the pass reads the ledger), so a core subscription is enough: one lost while NATS is away
 //! is covered by the scheduler's interval, and a burst coalesces into the one stored permit.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -50,14 +50,47 @@ pub async fn follow(
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) -> Result<(), async_nats::SubscribeError> {
-    let watch = record_missed_wakeups(client.clone(), pool, stop.clone());
-    let poke = events::hints::poke_on(client, topology.all_subjects(), wakes_scheduler, wake, stop);
+    let heard = Heard::default();
+    let watch = record_missed_wakeups(client.clone(), pool, heard.clone(), stop.clone());
+    let waking = |message: &async_nats::Message| {
+        let waking = events::hints::event_type(message).is_some_and(wakes_scheduler);
+        if waking {
+            heard.note(message);
+        }
+        waking
+    };
+    let poke = events::hints::poke_on(client, topology.all_subjects(), waking, wake, stop);
     let (_, poked) = tokio::join!(watch, poke);
     poked
 }
 
+/// When the last wake-up the scheduler heard was recorded: the relay publishes in the log's
+/// order, so what was recorded before it was heard too.
+#[derive(Debug, Clone, Default)]
+pub struct Heard(Arc<Mutex<Option<DateTime<Utc>>>>);
+
+impl Heard {
+    /// Notes a relayed event that woke the scheduler.
+    pub fn note(&self, message: &async_nats::Message) {
+        #[derive(serde::Deserialize)]
+        struct Recorded {
+            recorded_at: DateTime<Utc>,
+        }
+        if let Ok(Recorded { recorded_at }) = serde_json::from_slice(&message.payload) {
+            let mut latest = self.0.lock().expect("no holder panicked");
+            *latest = (*latest).max(Some(recorded_at));
+        }
+    }
+
+    /// The recording time of the last wake-up heard, if any was.
+    pub fn latest(&self) -> Option<DateTime<Utc>> {
+        *self.0.lock().expect("no holder panicked")
+    }
+}
+
 /// How often the connection's state is looked at: a recorded break begins at the last look
-/// that saw the connection up, so it may begin up to this much early, never late.
+/// that saw the connection up or the last wake-up heard, whichever is later, so it may begin
+/// up to this much early.
 const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// Records `SchedulerWakeupsMissed` for every break in `client`'s connection, once it is
@@ -67,11 +100,15 @@ const WATCH_EVERY: Duration = Duration::from_millis(200);
 pub async fn record_missed_wakeups(
     client: async_nats::Client,
     pool: Pool,
+    heard: Heard,
     stop: CancellationToken,
 ) {
     let mut broken_since: Option<DateTime<Utc>> = None;
-    // The break began after the last look that saw the connection up: from then on, what
-    // was published may have been missed.
+    // The break began after the last look that saw the connection up, and after the last
+    // wake-up heard (which the relay published after everything recorded before it): from
+    // then on, what was published may have been missed. A wake-up heard between the last
+    // look and the break is no wake-up missed, and a replay that took it for one would hold
+    // back a pass the live scheduler made.
     let mut seen_up = Utc::now();
     let mut outage = events::fault::Outage::default();
     loop {
@@ -82,7 +119,7 @@ pub async fn record_missed_wakeups(
         let connected = client.connection_state() == async_nats::connection::State::Connected;
         match (connected, broken_since) {
             (true, None) => seen_up = Utc::now(),
-            (false, None) => broken_since = Some(seen_up),
+            (false, None) => broken_since = Some(seen_up.max(heard.latest().unwrap_or(seen_up))),
             (true, Some(from)) => {
                 let missed = Event::SchedulerWakeupsMissed(SchedulerWakeupsMissed {
                     from,
@@ -110,6 +147,33 @@ pub const STREAM: &str = "scheduler-wakeups";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn relayed(payload: &str) -> async_nats::Message {
+        async_nats::Message {
+            subject: "berth.evt.session.x".into(),
+            reply: None,
+            payload: payload.to_owned().into(),
+            headers: None,
+            status: None,
+            description: None,
+            length: payload.len(),
+        }
+    }
+
+    #[test]
+    fn the_last_wake_up_heard_is_the_latest_recorded_whatever_the_order_it_came_in() {
+        let heard = Heard::default();
+        assert_eq!(heard.latest(), None);
+        heard.note(&relayed(
+            r#"{"event_type": "SessionRequested", "recorded_at": "2026-11-30T02:05:45.282Z"}"#,
+        ));
+        heard.note(&relayed(r#"{"recorded_at": "2026-11-30T02:05:45.268Z"}"#));
+        heard.note(&relayed("not an event"));
+        assert_eq!(
+            heard.latest(),
+            Some("2026-11-30T02:05:45.282Z".parse().unwrap())
+        );
+    }
 
     #[test]
     fn every_waking_event_is_in_the_catalogue_and_heartbeats_are_not_among_them() {

@@ -699,8 +699,9 @@ fn deaf_until(
     deaf: &[(DateTime<Utc>, DateTime<Utc>)],
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
+    // A wake-up recorded at the window's start is the last one heard.
     deaf.iter()
-        .find(|(from, until)| *from <= now && now < *until)
+        .find(|(from, until)| *from < now && now < *until)
         .map(|(_, until)| *until)
 }
 

@@ -207,6 +207,11 @@ fn wake_ups_missed_reach_the_scheduler_when_its_connection_is_back_or_at_its_int
     day.pacing.interval = Duration::from_secs(2);
     let outcome = simulate(&day, &day.rules);
     assert_eq!(outcome.placements[0], placed(2.0, "a1", 2));
+    // A window begins at the last wake-up heard (its recording time): that one was heard.
+    day.deaf = vec![(t(1.0), t(4.0))];
+    day.pacing.interval = Duration::from_secs(10);
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements[0], placed(1.0, "a1", 2));
 }
 
 #[test]
