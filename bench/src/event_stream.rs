@@ -236,7 +236,8 @@ impl Bench {
             readers.push(self.consumer(Way::Sse, category, total, true).await?);
         }
         let direct = self.consumer(Way::JetStream, category, total, true).await?;
-        let appended = crate::relay::paced_appends(&self.store, category, rate, 1, total).await?;
+        let appended =
+            crate::relay::paced_appends(&self.store, category, rate, 1, total, None).await?;
         let direct = direct.await??;
         let mut sse = Vec::new();
         for reader in readers {

@@ -1,7 +1,11 @@
-//! `berth bench relay`: append-to-delivery latency through the relay to a JetStream consumer,
+//! `berth bench relay`: commit-to-delivery latency through the relay to a JetStream consumer,
 //! appends paced at a fixed rate, on a log of any size: the backlog written before the relay
-//! starts is its catch-up, timed apart, and only the paced events are measured.
+//! starts is its catch-up, timed apart, and only the paced events are measured. An event's
+//! commit is the moment its writer saw the append's transaction committed; the latency from
+//! the row's insert (its `recorded_at`, before the commit's flush) is printed beside it.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -104,24 +108,40 @@ pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::R
     // Two seconds, or half a short run.
     let warmup = Duration::from_secs(2).min(Duration::from_secs(run.seconds) / 2);
     let total = run.rate * run.seconds;
+    let commits = Commits::default();
     let appender = {
-        let store = store.clone();
+        let (store, commits) = (store.clone(), commits.clone());
         let (rate, per_append) = (run.rate, run.per_append);
-        tokio::spawn(async move { paced_appends(&store, "agent", rate, per_append, total).await })
+        tokio::spawn(async move {
+            paced_appends(&store, "agent", rate, per_append, total, Some(commits)).await
+        })
     };
-    let mut latencies = Vec::with_capacity(total as usize);
+    let mut from_insert = Vec::with_capacity(total as usize);
+    let mut delivered = Vec::with_capacity(total as usize);
     let bench_start = chrono::Utc::now();
     for _ in 0..total {
         let (event, now) = next_event(&mut messages).await?;
         if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
-            latencies.push(
+            from_insert.push(
                 (now - event.recorded_at)
                     .num_microseconds()
                     .unwrap_or(i64::MAX),
             );
+            delivered.push((event.event_id, Instant::now()));
         }
     }
     let append_time = appender.await??;
+    // An event can reach the consumer before its writer hears of the commit: no wait, then.
+    let mut from_commit = {
+        let commits = commits.lock().expect("no writer panicked");
+        delivered
+            .iter()
+            .map(|(id, at)| {
+                let committed = commits.get(id).copied().unwrap_or(*at);
+                at.saturating_duration_since(committed).as_micros() as i64
+            })
+            .collect::<Vec<_>>()
+    };
     relay.finish().await?;
     if written > 0 {
         println!(
@@ -130,25 +150,37 @@ pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::R
             written as f64 / catch_up.as_secs_f64()
         );
     }
-    anyhow::ensure!(!latencies.is_empty(), "no event after the warm-up");
-    latencies.sort_unstable();
-    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    anyhow::ensure!(!from_insert.is_empty(), "no event after the warm-up");
     println!(
         "berth bench relay: {total} events at {}/s offered in appends of {} ({:.0}/s achieved), {} measured after a {}s warm-up",
         run.rate,
         run.per_append,
         total as f64 / append_time.as_secs_f64(),
-        latencies.len(),
+        from_insert.len(),
         warmup.as_secs()
     );
+    print_latency("commit-to-delivery latency", &mut from_commit);
+    print_latency(
+        "insert-to-delivery latency (the row's recorded_at, before its commit)",
+        &mut from_insert,
+    );
+    Ok(())
+}
+
+/// When each paced event's append was seen committed by its writer, by event id.
+pub(crate) type Commits = Arc<Mutex<HashMap<uuid::Uuid, Instant>>>;
+
+/// Prints `micros`' p50, p90, p99 and max in milliseconds.
+fn print_latency(what: &str, micros: &mut [i64]) {
+    micros.sort_unstable();
+    let pct = |p: f64| micros[((micros.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     println!(
-        "append-to-delivery latency (from the row's insert, before its commit): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "{what}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         pct(0.50),
         pct(0.90),
         pct(0.99),
         pct(1.0)
     );
-    Ok(())
 }
 
 /// The next event the consumer receives, and when.
@@ -192,13 +224,14 @@ async fn write_backlog(store: &EventStore, events: u64) -> anyhow::Result<u64> {
 
 /// Appends `total` events paced at `rate` a second, `per_append` to an append, each append on
 /// a task of its own, to 256 streams of `category`: every millisecond, the appends due by then
-/// start. How long it took.
+/// start; each append's commit noted in `commits` when given. How long it took.
 pub(crate) async fn paced_appends(
     store: &EventStore,
     category: &str,
     rate: u64,
     per_append: u64,
     total: u64,
+    commits: Option<Commits>,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut sent = 0u64;
@@ -209,7 +242,7 @@ pub(crate) async fn paced_appends(
         tick.tick().await;
         let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
         while sent < due.min(total) {
-            let (store, event) = (store.clone(), event.clone());
+            let (store, event, commits) = (store.clone(), event.clone(), commits.clone());
             let stream = format!("{category}-lat{}", (sent / per_append) % 256);
             let size = per_append.min(total - sent);
             inflight.spawn(async move {
@@ -220,7 +253,14 @@ pub(crate) async fn paced_appends(
                     match store.append(&stream, ExpectedVersion::Any, &proposed).await {
                         // Two appends at once to one stream met on its next version: again.
                         Err(store::StoreError::Conflict { .. }) => continue,
-                        done => return done,
+                        done => {
+                            if let (Ok(_), Some(commits)) = (&done, commits) {
+                                let now = Instant::now();
+                                let mut commits = commits.lock().expect("no writer panicked");
+                                commits.extend(proposed.iter().map(|e| (e.event_id, now)));
+                            }
+                            return done;
+                        }
                     }
                 }
             });

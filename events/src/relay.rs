@@ -2,9 +2,11 @@
 //!
 //! It reads committed events from the store in global order (behind the horizon), publishes
 //! each to JetStream on `berth.evt.<category>.<stream_id>` (see [`Topology`]) with the event id as `Nats-Msg-Id`
-//! (JetStream drops a repeat inside its duplicate window), waits for every acknowledgement,
-//! then moves its checkpoint in PostgreSQL. A crash between publish and checkpoint
-//! republishes, never loses: delivery is at least once and consumers are idempotent.
+//! (JetStream drops a repeat inside its duplicate window), and moves its checkpoint in
+//! PostgreSQL only over what JetStream acknowledged. Batches are pipelined: the next batch is
+//! read and published while the last one's acknowledgements are awaited. A crash or a
+//! refused publish between publish and checkpoint republishes from the last acknowledged
+//! position, never loses: delivery is at least once and consumers are idempotent.
 //! One relay publishes at a time: the leader holds a session advisory lock on a connection
 //! of its own, which PostgreSQL frees when the process dies.
 
@@ -201,52 +203,77 @@ async fn publish_loop(
     config: &RelayConfig,
     stop: &CancellationToken,
 ) -> Result<(), RelayError> {
-    let mut after = checkpoint(pool).await?;
-    let mut saved = after;
+    // Every event up to `acked` is in JetStream; those up to `sent` are published, and the
+    // last batch's acknowledgements may still be on their way.
+    let mut acked = checkpoint(pool).await?;
+    let mut sent = acked;
+    let mut in_flight: Option<InFlight> = None;
+    let mut saved = acked;
     let mut last_save = Instant::now();
-    tracing::info!(%after, "relay resumes");
-    // Publishes that failed in a row: NATS is away, and the batch is published again (from
-    // the same position: the server's duplicate window and consumers drop what landed twice).
+    tracing::info!(after = %acked, "relay resumes");
+    // Publishes that failed in a row: NATS is away, and what was not acknowledged is
+    // published again (from the last acknowledged position: the server's duplicate window
+    // and consumers drop what landed twice).
     let mut failures = 0u32;
     let mut outage = Outage::default();
     let mut activity = crate::activity::Activity::new();
     while !stop.is_cancelled() {
         let events = {
             let client = pool.get().await?;
-            read_all_with(&client, after, config.batch).await?
+            read_all_with(&client, sent, config.batch).await?
         };
-        if let Some(last) = events.last() {
-            if let Err(e) = publish_batch(js, topology, &events).await {
-                outage.failed(
-                    "relay",
-                    &format_args!(
-                        "NATS does not take the relay's events ({e}); publishing again from {after}"
-                    ),
-                );
-                failures += 1;
-                // Capped at a second: a try costs one failed publish, and the bus's return
-                // is noticed within it.
-                let wait = Duration::from_millis(100)
-                    .saturating_mul(1 << failures.min(6))
-                    .min(Duration::from_secs(1));
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                continue;
+        // The next batch goes out before the last one's acknowledgements are awaited: the
+        // read and the publish of one overlap the other's round trip to JetStream.
+        let published = match events.last() {
+            Some(last) => send_batch(js, topology, &events).await.map(|acks| {
+                Some(InFlight {
+                    acks,
+                    through: last.position,
+                    recorded_at: last.recorded_at,
+                })
+            }),
+            None => Ok(None),
+        };
+        let settled = match published {
+            Ok(next) => match std::mem::replace(&mut in_flight, next) {
+                Some(previous) => previous.settle().await.map(|through| {
+                    acked = through;
+                }),
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
+            outage.failed(
+                "relay",
+                &format_args!(
+                    "NATS does not take the relay's events ({e}); publishing again from {acked}"
+                ),
+            );
+            in_flight = None;
+            sent = acked;
+            failures += 1;
+            // Capped at a second: a try costs one failed publish, and the bus's return is
+            // noticed within it.
+            let wait = Duration::from_millis(100)
+                .saturating_mul(1 << failures.min(6))
+                .min(Duration::from_secs(1));
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            outage.passed("relay");
-            failures = 0;
-            metrics::counter!(crate::metrics::RELAY_PUBLISHED).increment(events.len() as u64);
-            metrics::gauge!(crate::metrics::RELAY_LAG_SECONDS)
-                .set(crate::metrics::age_secs(last.recorded_at));
-            after = last.position;
+            continue;
+        }
+        outage.passed("relay");
+        failures = 0;
+        if let Some(last) = events.last() {
+            sent = last.position;
             activity.saw_events();
         }
-        if after != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
+        if acked != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
             let client = pool.get().await?;
-            write_checkpoint(&client, CHECKPOINT, after).await?;
-            saved = after;
+            write_checkpoint(&client, CHECKPOINT, acked).await?;
+            saved = acked;
             last_save = Instant::now();
         }
         if events.is_empty() {
@@ -256,20 +283,48 @@ async fn publish_loop(
             }
         }
     }
-    if after != saved {
+    // What is still on its way counts once it is acknowledged; otherwise the next leader
+    // publishes it again.
+    if let Some(last) = in_flight {
+        if let Ok(through) = last.settle().await {
+            acked = through;
+        }
+    }
+    if acked != saved {
         let client = pool.get().await?;
-        write_checkpoint(&client, CHECKPOINT, after).await?;
+        write_checkpoint(&client, CHECKPOINT, acked).await?;
     }
     Ok(())
 }
 
-/// Publishes a batch with every publish in flight at once, then waits for every ack: one
-/// connection keeps them in order on the server.
-async fn publish_batch(
+/// A published batch whose acknowledgements are awaited: the log's position once they came.
+struct InFlight {
+    acks: Vec<jetstream::context::PublishAckFuture>,
+    through: LogPosition,
+    recorded_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl InFlight {
+    /// Waits for every acknowledgement of the batch; the position it brings the relay to.
+    async fn settle(self) -> Result<LogPosition, RelayError> {
+        let published = self.acks.len();
+        for ack in self.acks {
+            ack.await.map_err(nats)?;
+        }
+        metrics::counter!(crate::metrics::RELAY_PUBLISHED).increment(published as u64);
+        metrics::gauge!(crate::metrics::RELAY_LAG_SECONDS)
+            .set(crate::metrics::age_secs(self.recorded_at));
+        Ok(self.through)
+    }
+}
+
+/// Publishes a batch with every publish in flight at once (one connection keeps them in
+/// order on the server); their acknowledgements, to be awaited.
+async fn send_batch(
     js: &jetstream::Context,
     topology: &Topology,
     events: &[RecordedEvent],
-) -> Result<(), RelayError> {
+) -> Result<Vec<jetstream::context::PublishAckFuture>, RelayError> {
     let mut acks = Vec::with_capacity(events.len());
     for event in events {
         let body = serde_json::to_vec(event).expect("recorded events serialise");
@@ -283,10 +338,7 @@ async fn publish_batch(
             .map_err(nats)?;
         acks.push(ack);
     }
-    for ack in acks {
-        ack.await.map_err(nats)?;
-    }
-    Ok(())
+    Ok(acks)
 }
 
 fn message_headers(event: &RecordedEvent) -> HeaderMap {
