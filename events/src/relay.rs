@@ -271,8 +271,7 @@ async fn publish_loop(
             activity.saw_events();
         }
         if acked != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
-            let client = pool.get().await?;
-            write_checkpoint(&client, CHECKPOINT, acked).await?;
+            save_checkpoint(pool, acked).await?;
             saved = acked;
             last_save = Instant::now();
         }
@@ -291,9 +290,21 @@ async fn publish_loop(
         }
     }
     if acked != saved {
-        let client = pool.get().await?;
-        write_checkpoint(&client, CHECKPOINT, acked).await?;
+        save_checkpoint(pool, acked).await?;
     }
+    Ok(())
+}
+
+/// Moves the relay's checkpoint without waiting for the commit's flush to disk: a checkpoint
+/// lost in a crash only means events published again, which JetStream's duplicate window
+/// and the consumers drop, and the publishing loop does not stall on a busy disk meanwhile.
+async fn save_checkpoint(pool: &Pool, at: LogPosition) -> Result<(), RelayError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.batch_execute("SET LOCAL synchronous_commit TO off")
+        .await?;
+    write_checkpoint(&tx, CHECKPOINT, at).await?;
+    tx.commit().await?;
     Ok(())
 }
 
