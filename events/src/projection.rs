@@ -199,17 +199,17 @@ async fn lock_checkpoint(
     tx: &Transaction<'_>,
     name: &str,
 ) -> Result<LogPosition, tokio_postgres::Error> {
-    tx.execute(
-        "INSERT INTO checkpoints (name, tx_id, seq) VALUES ($1, '0'::xid8, 0) ON CONFLICT DO NOTHING",
-        &[&name],
-    )
-    .await?;
-    let row = tx
-        .query_one(
-            "SELECT tx_id, seq FROM checkpoints WHERE name = $1 FOR UPDATE",
-            &[&name],
+    // Both prepared once per connection: a runner polls several times a second.
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO checkpoints (name, tx_id, seq) VALUES ($1, '0'::xid8, 0) ON CONFLICT DO NOTHING",
         )
         .await?;
+    tx.execute(&insert, &[&name]).await?;
+    let lock = tx
+        .prepare_cached("SELECT tx_id, seq FROM checkpoints WHERE name = $1 FOR UPDATE")
+        .await?;
+    let row = tx.query_one(&lock, &[&name]).await?;
     Ok(LogPosition {
         tx: row.get::<_, Xid8>(0).0,
         seq: row.get(1),

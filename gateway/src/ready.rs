@@ -29,7 +29,7 @@ const CHECK_WITHIN: Duration = Duration::from_secs(2);
 /// (the sessions view) or what others hear (the relay) is that stale.
 pub const MOST_LAG_SECS: f64 = 60.0;
 /// Readers' lag is counted up to this many events (a count, not a scan of the whole log).
-const LAG_COUNTED_UP_TO: i64 = 10_000;
+const LAG_COUNTED_UP_TO: u32 = 10_000;
 /// The sessions and agents gauges are counted every this many checks (10 s): a count over
 /// the sessions view, cheap at that pace.
 const COUNT_EVERY_CHECKS: u64 = 10;

@@ -128,14 +128,15 @@ pub async fn traffic(
 ) -> Result<std::collections::HashMap<Uuid, (f64, f64)>, ApiError> {
     let client = pool.get().await?;
     let seconds = fresh.as_secs_f64();
-    let rows = client
-        .query(
+    // Prepared once per connection: the autoscaler asks several times a second.
+    let statement = client
+        .prepare_cached(
             "SELECT endpoint_id, sum(requests_per_second), sum(outstanding)::float8
              FROM serving.traffic WHERE at > now() - make_interval(secs => $1)
              GROUP BY endpoint_id",
-            &[&seconds],
         )
         .await?;
+    let rows = client.query(&statement, &[&seconds]).await?;
     Ok(rows
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
