@@ -11,9 +11,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Pokes `notify` for every event published on `subject` that `wanted` accepts (most look
-/// only at its [`event_type`]), until `stop`. The subscription outlives NATS restarts (the client subscribes again when it
-/// reconnects); should it end all the same, it is made again and `notify` poked once, for
-/// whatever was published meanwhile.
+/// only at its [`event_type`]), until `stop`. The subscription outlives NATS restarts (the
+/// client subscribes again when it reconnects); should it end all the same, it is made again
+/// and `notify` poked once, for whatever was published meanwhile.
 pub async fn poke_on(
     client: async_nats::Client,
     subject: String,

@@ -224,25 +224,21 @@ async fn publish_loop(
         };
         // The next batch goes out before the last one's acknowledgements are awaited: the
         // read and the publish of one overlap the other's round trip to JetStream.
-        let published = match events.last() {
-            Some(last) => send_batch(js, topology, &events).await.map(|acks| {
-                Some(InFlight {
-                    acks,
+        let settled = async {
+            let next = match events.last() {
+                Some(last) => Some(InFlight {
+                    acks: send_batch(js, topology, &events).await?,
                     through: last.position,
                     recorded_at: last.recorded_at,
-                })
-            }),
-            None => Ok(None),
-        };
-        let settled = match published {
-            Ok(next) => match std::mem::replace(&mut in_flight, next) {
-                Some(previous) => previous.settle().await.map(|through| {
-                    acked = through;
                 }),
-                None => Ok(()),
-            },
-            Err(e) => Err(e),
-        };
+                None => None,
+            };
+            if let Some(previous) = std::mem::replace(&mut in_flight, next) {
+                acked = previous.settle().await?;
+            }
+            Ok::<_, RelayError>(())
+        }
+        .await;
         if let Err(e) = settled {
             outage.failed(
                 "relay",

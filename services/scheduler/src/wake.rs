@@ -119,7 +119,7 @@ pub async fn record_missed_wakeups(
         let connected = client.connection_state() == async_nats::connection::State::Connected;
         match (connected, broken_since) {
             (true, None) => seen_up = Utc::now(),
-            (false, None) => broken_since = Some(seen_up.max(heard.latest().unwrap_or(seen_up))),
+            (false, None) => broken_since = Some(seen_up).max(heard.latest()),
             (true, Some(from)) => {
                 let missed = Event::SchedulerWakeupsMissed(SchedulerWakeupsMissed {
                     from,
