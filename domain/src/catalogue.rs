@@ -595,6 +595,7 @@ mod tests {
                 volumes: std::collections::BTreeMap::from([("data".into(), "shared".into())]),
             })),
             Event::SchedulingAttempted(SchedulingAttempted {
+                read: None,
                 session_id: id,
                 phase: "schedule".into(),
                 result: SchedulingResult::NeedRetry,

@@ -126,6 +126,7 @@ impl Row<'_> {
         steps: Vec<SchedulingStep>,
     ) -> SchedulingAttempted {
         SchedulingAttempted {
+            read: None,
             session_id: self.state.request.session_id,
             phase: self.phase.to_owned(),
             result,
@@ -794,6 +795,7 @@ mod tests {
     fn a_command_that_writes_its_own_row_gets_none_added() {
         let state = placed("x", 1);
         let own = Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id: state.request.session_id,
             phase: "reconcile".into(),
             result: NeedRetry,

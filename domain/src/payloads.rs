@@ -757,6 +757,31 @@ pub struct SchedulingAttempted {
     pub error_code: Option<String>,
     #[serde(default)]
     pub steps: Vec<SchedulingStep>,
+    /// What the pass's read of its agents saw of the log, on the first row of each group's
+    /// pass (absent on the others, on the reconciler's, and on rows older than it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<LogView>,
+}
+
+/// Which transactions of the log a read saw committed, on the log's clock (`events.tx_id`):
+/// PostgreSQL's snapshot of the read. A what-if replay orders a release its pass did not see
+/// after that pass, whatever the release's recorded time (its transaction was still
+/// committing when the pass read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LogView {
+    /// No transaction from this one on had committed.
+    pub xmax: u64,
+    /// Transactions below `xmax` still in progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_progress: Vec<u64>,
+}
+
+impl LogView {
+    /// Whether the read saw what transaction `tx` wrote.
+    pub fn sees(&self, tx: u64) -> bool {
+        tx < self.xmax && !self.in_progress.contains(&tx)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -83,6 +83,10 @@ pub struct Appended {
     pub stream_version: u64,
     /// Position of the last appended event.
     pub position: LogPosition,
+    /// When the events were recorded (the log's `recorded_at`, one moment for the whole
+    /// append): the ledger keeps its rows' times by it, so that a status's `since` in the
+    /// ledger is the time its event has in the log, to the microsecond.
+    pub recorded_at: DateTime<Utc>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -416,25 +420,26 @@ pub fn check_limits(stream_id: &str, events: &[ProposedEvent]) -> Result<(), Sto
 }
 
 /// One statement an append: the stream's version read, checked against the expected one, and
-/// every event inserted after it. The log's clock (`berth_log_tx_id()`) is read once for the
-/// statement rather than by the column's default for every row.
+/// every event inserted after it. The log's clock (`berth_log_tx_id()`) and the wall clock
+/// are read once for the statement rather than by the columns' defaults for every row.
 const APPEND_SQL: &str = "
 WITH current AS (
     SELECT coalesce((SELECT stream_version FROM events WHERE stream_id = $1
                      ORDER BY stream_version DESC LIMIT 1), -1) AS version,
-           berth_log_tx_id() AS tx_id
+           berth_log_tx_id() AS tx_id, clock_timestamp() AS recorded_at
 ), inserted AS (
     INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
-                        schema_version, payload, metadata)
+                        schema_version, payload, metadata, recorded_at)
     SELECT current.tx_id, e.event_id, $1, $2, current.version + e.ord, e.event_type,
-           e.schema_version, e.payload, e.metadata
+           e.schema_version, e.payload, e.metadata, current.recorded_at
     FROM current,
          unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
              WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, metadata, ord)
     WHERE $3::bigint = -2 OR current.version = $3::bigint
     RETURNING tx_id, seq, stream_version
 )
-SELECT current.version, inserted.tx_id, inserted.seq, inserted.stream_version
+SELECT current.version, inserted.tx_id, inserted.seq, inserted.stream_version,
+       current.recorded_at
 FROM current LEFT JOIN inserted ON true
 ORDER BY inserted.stream_version DESC NULLS LAST
 LIMIT 1";
@@ -584,6 +589,7 @@ pub async fn append_with<C: GenericClient>(
             tx,
             seq: row.get(2),
         },
+        recorded_at: row.get(4),
     })
 }
 
@@ -612,16 +618,29 @@ pub struct StreamAppend<'a> {
     pub events: Vec<ProposedEvent>,
 }
 
+/// What [`append_many`] appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendedMany {
+    /// Each stream's version after the append, in the order given.
+    pub versions: Vec<u64>,
+    /// When the events were recorded, one moment for them all, as [`Appended::recorded_at`]
+    /// (nothing given: when it was asked).
+    pub recorded_at: DateTime<Utc>,
+}
+
 /// [`append_with`] for many streams in one statement, all or nothing: every stream's version
 /// read and checked, then every event inserted in the order given (the streams' events in
-/// turn). Each stream's version after the append, in the order given. Callers check the
-/// events' limits first ([`check_limits`]). A stream may appear once only.
+/// turn). Callers check the events' limits first ([`check_limits`]). A stream may appear
+/// once only.
 pub async fn append_many<C: GenericClient>(
     client: &C,
     streams: &[StreamAppend<'_>],
-) -> Result<Vec<u64>, StoreError> {
+) -> Result<AppendedMany, StoreError> {
     if streams.is_empty() {
-        return Ok(Vec::new());
+        return Ok(AppendedMany {
+            versions: Vec::new(),
+            recorded_at: Utc::now(),
+        });
     }
     let mut stream_ids = Vec::with_capacity(streams.len());
     let mut categories = Vec::with_capacity(streams.len());
@@ -706,11 +725,14 @@ pub async fn append_many<C: GenericClient>(
             before[n as usize - 1],
         ));
     }
-    Ok(before
-        .iter()
-        .zip(streams)
-        .map(|(version, stream)| (version + stream.events.len() as i64) as u64)
-        .collect())
+    Ok(AppendedMany {
+        versions: before
+            .iter()
+            .zip(streams)
+            .map(|(version, stream)| (version + stream.events.len() as i64) as u64)
+            .collect(),
+        recorded_at: row.get(2),
+    })
 }
 
 /// The event id a unique violation's detail names (`Key (event_id)=(<uuid>) already exists.`).
@@ -721,7 +743,8 @@ fn duplicate_in(detail: Option<&str>) -> Option<Uuid> {
 
 /// [`append_many`]'s statement: each stream's version read once, the first stream (in the
 /// order given) not at its expected version named, and the events inserted in the order
-/// given only when there is none, all stamped with the log's clock read once.
+/// given only when there is none, all stamped with the log's clock and the wall clock read
+/// once.
 const APPEND_MANY_SQL: &str = "
 WITH streams AS (
     SELECT s.n, s.stream_id, s.category, s.expected,
@@ -732,12 +755,12 @@ WITH streams AS (
 ), refused AS (
     SELECT min(n) AS n FROM streams WHERE NOT (expected = -2 OR version = expected)
 ), clock AS (
-    SELECT berth_log_tx_id() AS tx_id
+    SELECT berth_log_tx_id() AS tx_id, clock_timestamp() AS recorded_at
 ), inserted AS (
     INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
-                        schema_version, payload, metadata)
+                        schema_version, payload, metadata, recorded_at)
     SELECT clock.tx_id, e.event_id, s.stream_id, s.category, s.version + e.ord, e.event_type,
-           e.schema_version, e.payload, e.metadata
+           e.schema_version, e.payload, e.metadata, clock.recorded_at
     FROM clock, refused,
          unnest($4::bigint[], $5::bigint[], $6::uuid[], $7::text[], $8::int[], $9::jsonb[],
                 $10::jsonb[])
@@ -747,7 +770,8 @@ WITH streams AS (
     WHERE refused.n IS NULL
     ORDER BY e.i
 )
-SELECT (SELECT array_agg(version ORDER BY n) FROM streams), (SELECT n FROM refused)";
+SELECT (SELECT array_agg(version ORDER BY n) FROM streams), (SELECT n FROM refused),
+       (SELECT recorded_at FROM clock)";
 
 /// `EventStore::read_stream` on a client or transaction the caller holds.
 pub async fn read_stream_with<C: GenericClient>(

@@ -49,7 +49,7 @@ async fn a_recorded_workload_replays_to_its_own_placements_and_compares_with_drf
     let _ = std::fs::remove_dir_all(&dir);
 
     let client = h.pool.get().await.unwrap();
-    // The harness's scheduler passes every 100 ms (`test_config`).
+    // The harness's scheduler's interval (`test_config`).
     let timings = test_config().timings;
     let pacing = scheduler::whatif::Pacing {
         interval: timings.scheduler_interval,

@@ -29,7 +29,10 @@ pub async fn record(
     check_limits(stream_id, &proposed)?;
     let appended = append_with(tx, stream_id, expected, &proposed).await?;
     let first_version = appended.stream_version + 1 - events.len() as u64;
-    apply_all(tx, events, first_version, Utc::now(), metadata).await?;
+    // The ledger's clock is the log's: a pending session's `status_since`, which its
+    // pending timeout counts from, is its request's `recorded_at`, as a what-if replay
+    // reads it (`scheduler::whatif`).
+    apply_all(tx, events, first_version, appended.recorded_at, metadata).await?;
     Ok(appended)
 }
 
@@ -67,10 +70,11 @@ pub async fn record_many(
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let versions = append_many(tx, &appends).await?;
-    let at = Utc::now();
+    let appended = append_many(tx, &appends).await?;
+    // The ledger's clock is the log's, as in [`record`].
+    let at = appended.recorded_at;
     let mut decisions = Decisions::default();
-    for (recording, version) in recordings.iter().zip(versions) {
+    for (recording, version) in recordings.iter().zip(appended.versions) {
         let first_version = version + 1 - recording.events.len() as u64;
         if !decisions.take(&recording.events, first_version, at) {
             apply_all(

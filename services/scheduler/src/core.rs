@@ -191,6 +191,7 @@ impl Decision {
             SessionStatus::Pending
         };
         let mut events = vec![Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id: self.session_id,
             phase: PHASE.into(),
             result: self.result,

@@ -208,17 +208,22 @@ fn unheard_for(row: &tokio_postgres::Row, idx: usize) -> Option<Duration> {
 /// clock. The silence is told only while some recorder has listened without a break for
 /// longer than `silent_after` and is listening now, as in [`silent_agents`]: a bus outage
 /// must not look like every agent falling silent.
+///
+/// With them, what the read saw of the log (its statement's snapshot, read once: what it
+/// reads of the agents' use is what those transactions wrote); `None` when the group has no
+/// agent.
 pub async fn agents(
     tx: &impl GenericClient,
     group: &str,
     silent_after: Duration,
-) -> Result<Vec<AgentView>, LedgerError> {
+) -> Result<(Vec<AgentView>, Option<LogView>), LedgerError> {
     let rows = tx
         .query(
             &format!(
                 "SELECT a.agent_id, a.cpu_milli, a.memory_bytes, a.gpu_milli, a.used_cpu_milli,
                         a.used_memory_bytes, a.used_gpu_milli, {},
-                        coalesce(a.network_scope, 'agent:' || a.agent_id), a.volumes
+                        coalesce(a.network_scope, 'agent:' || a.agent_id), a.volumes,
+                        (SELECT pg_current_snapshot()::text), (SELECT berth_xid_offset())
                  FROM ledger.agents a LEFT JOIN recorder.agent_liveness l USING (agent_id)
                  WHERE a.resource_group = $1 AND a.lost IS NULL ORDER BY a.agent_id",
                 unheard_for_seconds("$2")
@@ -226,7 +231,8 @@ pub async fn agents(
             &[&group, &silent_after.as_secs_f64()],
         )
         .await?;
-    Ok(rows
+    let seen = rows.first().and_then(|r| log_view(r.get(10), r.get(11)));
+    let agents = rows
         .iter()
         .map(|r| AgentView {
             agent_id: r.get(0),
@@ -236,7 +242,25 @@ pub async fn agents(
             network_scope: r.get(8),
             volumes: r.get(9),
         })
-        .collect())
+        .collect();
+    Ok((agents, seen))
+}
+
+/// PostgreSQL's snapshot text (`xmin:xmax:xip,xip,...`, transaction ids of the cluster) as
+/// a [`LogView`] on the log's clock, the cluster's ids moved by `offset` (`berth_xid_offset()`,
+/// migration 0014).
+fn log_view(snapshot: &str, offset: i64) -> Option<LogView> {
+    let mut parts = snapshot.split(':');
+    let (_xmin, xmax, xip) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+    let on_log_clock = |id: &str| id.parse::<i64>().ok().map(|id| (id + offset) as u64);
+    Some(LogView {
+        xmax: on_log_clock(xmax)?,
+        in_progress: xip
+            .split(',')
+            .filter(|id| !id.is_empty())
+            .map(on_log_clock)
+            .collect::<Option<_>>()?,
+    })
 }
 
 /// What each owner holds in `group` now (DRF's shares are of these).
@@ -566,4 +590,28 @@ pub async fn open_fit_watches(
             })
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshots_text_reads_as_a_view_on_the_logs_clock() {
+        let view = log_view("740:745:740,743", 1000).unwrap();
+        assert_eq!(
+            view,
+            LogView {
+                xmax: 1745,
+                in_progress: vec![1740, 1743]
+            }
+        );
+        assert!(view.sees(1739) && view.sees(1741) && view.sees(1744));
+        assert!(!view.sees(1740) && !view.sees(1743) && !view.sees(1745));
+        assert_eq!(
+            log_view("745:745:", 0).unwrap().in_progress,
+            Vec::<u64>::new()
+        );
+        assert_eq!(log_view("not a snapshot", 0), None);
+    }
 }

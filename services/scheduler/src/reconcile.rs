@@ -175,6 +175,7 @@ async fn settle(
             return Ok(Vec::new());
         };
         let mut events = vec![Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id,
             phase: "reconcile".into(),
             result: m.result,

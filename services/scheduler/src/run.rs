@@ -161,7 +161,7 @@ impl Scheduler {
         let mut free_after = HashMap::new();
         for rules in groups {
             let name = rules.name.clone();
-            let Some((mut snapshot, traceparents)) = self.snapshot(&tx, rules).await? else {
+            let Some((mut snapshot, traceparents, seen)) = self.snapshot(&tx, rules).await? else {
                 continue;
             };
             let deadline = core::next_deadline(&snapshot);
@@ -181,7 +181,7 @@ impl Scheduler {
                 .iter()
                 .filter(|d| d.cancel_reason.is_some())
                 .count();
-            let recordings: Vec<Recording> = recorded
+            let mut recordings: Vec<Recording> = recorded
                 .into_iter()
                 .map(|decision| {
                     // Each decision joins its session's journey (the trace it was created in).
@@ -200,6 +200,19 @@ impl Scheduler {
                     }
                 })
                 .collect();
+            // What the pass saw of the log, once a group's pass: a what-if replay orders the
+            // releases it did not see after it.
+            let first_row =
+                recordings
+                    .iter_mut()
+                    .flat_map(|r| &mut r.events)
+                    .find_map(|e| match e {
+                        Event::SchedulingAttempted(a) => Some(a),
+                        _ => None,
+                    });
+            if let Some(row) = first_row {
+                row.read = seen;
+            }
             // Every decision of the group, a slice at a time so that no statement grows
             // without bound; the slices' statements pipelined on the pass's connection, so
             // that the next slice's events are built and sent while PostgreSQL writes one.
@@ -276,7 +289,8 @@ impl Scheduler {
         &self,
         tx: &Transaction<'_>,
         group: GroupRules,
-    ) -> Result<Option<(Snapshot, HashMap<Uuid, String>)>, SchedulerError> {
+    ) -> Result<Option<(Snapshot, HashMap<Uuid, String>, Option<LogView>)>, SchedulerError> {
+        let now = Utc::now();
         let db::Queue {
             sessions: queue,
             traceparents,
@@ -292,7 +306,7 @@ impl Scheduler {
             return Ok(None);
         }
         let after = self.config.silent_after;
-        let mut snapshot = group_snapshot(tx, group, queue, after, &[]).await?;
+        let (mut snapshot, seen) = group_snapshot(tx, group, queue, after, &[], now).await?;
         // What the live agents have free, as `plan` leaves the snapshot's agents.
         let free = snapshot
             .agents
@@ -305,7 +319,7 @@ impl Scheduler {
             None => true,
             Some(before) => !free.fits_in(*before),
         };
-        Ok(Some((snapshot, traceparents)))
+        Ok(Some((snapshot, traceparents, seen)))
     }
 
     /// Runs passes until `stop`: after every wake-up ([`crate::wake`] turns the events that
@@ -378,6 +392,7 @@ pub(crate) async fn advice_snapshot(
     silent_after: Duration,
     also: &[Uuid],
 ) -> Result<Snapshot, SchedulerError> {
+    let now = Utc::now();
     let queue = db::queue_bounded(
         tx,
         &rules.name,
@@ -387,7 +402,8 @@ pub(crate) async fn advice_snapshot(
     )
     .await?
     .sessions;
-    group_snapshot(tx, rules, queue, silent_after, also).await
+    let (snapshot, _) = group_snapshot(tx, rules, queue, silent_after, also, now).await?;
+    Ok(snapshot)
 }
 
 /// The estimates of when the sessions that wait for the first time in this pass start
@@ -459,14 +475,22 @@ async fn first_wait_estimates(
 /// `group`'s snapshot around `queue`: its agents, the loads of the queue's owners (and of
 /// `also`, who ask for advice or watch a shape), and what its policy orders by (DRF the owners' holdings
 /// now, fair share decayed use). `capacity_grew` is left false for the caller to decide.
+///
+/// Its `now` is the moment before the queue was read, not after the reads, so a what-if
+/// replay, which applies the log's events at their recorded times, sees at a pass's `now`
+/// what the pass saw: taken after the reads (tens of milliseconds under load), the replay
+/// placed with resources released meanwhile, one pass earlier than the live one. With the
+/// snapshot, what its read of the agents saw of the log, for the release still committing
+/// when it read ([`db::agents`]).
 pub(crate) async fn group_snapshot(
     tx: &Transaction<'_>,
     group: GroupRules,
     queue: Vec<core::PendingSession>,
     silent_after: Duration,
     also: &[Uuid],
-) -> Result<Snapshot, SchedulerError> {
-    let agents = db::agents(tx, &group.name, silent_after).await?;
+    now: DateTime<Utc>,
+) -> Result<(Snapshot, Option<LogView>), SchedulerError> {
+    let (agents, seen) = db::agents(tx, &group.name, silent_after).await?;
     let mut owner_ids: Vec<Uuid> = queue
         .iter()
         .map(|s| s.owner)
@@ -475,7 +499,6 @@ pub(crate) async fn group_snapshot(
     owner_ids.sort_unstable();
     owner_ids.dedup();
     let owners = db::owner_loads(tx, &owner_ids).await?;
-    let now = Utc::now();
     let held = match group.queue_policy {
         QueuePolicy::Drf => db::held_in_group(tx, &group.name).await?,
         _ => HashMap::new(),
@@ -489,7 +512,7 @@ pub(crate) async fn group_snapshot(
         }
         _ => Default::default(),
     };
-    Ok(Snapshot {
+    let snapshot = Snapshot {
         group,
         agents,
         silent_after,
@@ -499,5 +522,6 @@ pub(crate) async fn group_snapshot(
         usage,
         now,
         capacity_grew: false,
-    })
+    };
+    Ok((snapshot, seen))
 }

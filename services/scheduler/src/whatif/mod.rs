@@ -18,15 +18,21 @@
 //!   when the connection is back;
 //! - an interval after every pass, woken or not, and again at once after a pass that placed
 //!   or cancelled, as the live loop does (unless the log holds that pass);
-//! - when time alone changes a decision ([`crate::core::next_deadline`]).
+//! - when time alone changes a decision ([`crate::core::next_deadline`]), unless a recorded
+//!   pass follows within [`WAKE_LATENCY`] (the live pass at the deadline, which comes a
+//!   little after it: its timer's wake-up, or the end of a pass still running).
 //!
 //! So the replay through the policy that really ran decides on the same queue and agents as
 //! the live passes did and reproduces their placements (same session, same agents, same
 //! order); through another policy, the emulated passes let it place whenever the live
-//! scheduler would have looked. One race the log cannot tell apart: resources released while
-//! a live pass read its snapshot, committed just after, were not seen by it; the replay, which
-//! orders events by their recorded times, sees them at that pass, and places one pass
-//! (milliseconds) earlier.
+//! scheduler would have looked. A pass's `now` is the moment before it read its snapshot, so
+//! the events recorded before it are those it saw, and a pending session's wait counts from
+//! its request's recorded time (the ledger keeps the log's clock). A release recorded just
+//! before a pass began to read, whose transaction was still committing when the pass read
+//! its agents, was not seen by it: each pass keeps what its read saw of the log
+//! (`SchedulingAttempted::read`), and the replay holds such a release until just after the
+//! passes that did not see it (in a log written before passes kept it, the replay sees it at
+//! that pass, and places one pass earlier).
 //!
 //! A placed session holds its agents for as long as the same placement really held them
 //! (from the placement to its `SessionResourcesReleased`, which covers its start and its
@@ -658,7 +664,12 @@ pub fn simulate(workload: &Workload, rules: &GroupRules) -> Outcome {
                 if moved && next_recorded.is_none_or(|p| *p - now > WAKE_LATENCY) {
                     timeline.push((now, Happening::Again));
                 }
-                if let Some(deadline) = deadline {
+                // The live scheduler passes at the deadline too, a little after it (its
+                // timer's wake-up, or the end of a pass still running: tens of milliseconds
+                // under load); a pass that gave up a wait is in the log, and a recorded pass
+                // soon after the deadline is that one. Made here at the deadline itself, it
+                // would decide early, and a placement it made would free early, and so on.
+                if let Some(deadline) = deadline.filter(|d| !recorded_soon_after(passes, *d)) {
                     timeline.push((deadline, Happening::Pass(false)));
                 }
                 continue;

@@ -214,6 +214,40 @@ fn wake_ups_missed_reach_the_scheduler_when_its_connection_is_back_or_at_its_int
     assert_eq!(outcome.placements[0], placed(1.0, "a1", 2));
 }
 
+/// A wait past the group's pending timeout is given up by the live pass at the deadline, which
+/// comes a little after it: the replay gives it up in that recorded pass, not at the deadline
+/// itself, and what is placed in the same pass is placed when it really was.
+#[test]
+fn a_wait_past_its_timeout_is_given_up_in_the_recorded_pass_at_its_deadline() {
+    let mut day = fifo_day();
+    day.rules.pending_timeout_secs = 5;
+    // A holds the agent's 4 cores to 7.02 s; B waits for them and expires at 1 + 5 + 1 s;
+    // C, asked at 3 s, is placed by the same pass that gave B up, which saw A's release.
+    let mut a = request(1, 1, 4, 0.0, 6.92);
+    a.recorded = placed(0.1, "a1", 4);
+    let mut b = request(2, 2, 4, 1.0, 10.0);
+    b.recorded_cancel = Some(t(7.03));
+    let mut c = request(3, 1, 4, 3.0, 10.0);
+    c.recorded = placed(7.03, "a1", 4);
+    day.requests = vec![a, b, c];
+    day.passes = vec![t(0.1), t(7.03)];
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(
+        outcome.cancelled[1].as_ref().map(|(at, _)| *at),
+        Some(t(7.03))
+    );
+    assert_eq!(outcome.placements, Outcome::recorded(&day).placements);
+    // With no pass of the live scheduler's in the log after it, the deadline's own pass gives
+    // B up, and C waits for the release's wake-up.
+    day.passes.pop();
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(
+        outcome.cancelled[1].as_ref().map(|(at, _)| *at),
+        Some(t(7.0))
+    );
+    assert_eq!(outcome.placements[2], placed(7.02, "a1", 4));
+}
+
 #[test]
 fn an_agent_lost_for_its_silence_is_passed_over_from_its_silence_on() {
     let mut day = fifo_day();
@@ -380,6 +414,7 @@ fn decided(tx: &str, now: f64, recorded: f64, n: u128, placed: bool) -> Vec<Logg
         tx,
         recorded,
         Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id: Uuid::from_u128(n),
             phase: "schedule".into(),
             result,
@@ -429,9 +464,9 @@ fn released(n: u128, at: f64) -> Logged {
     )
 }
 
-#[test]
-fn a_workload_read_from_the_log_replays_to_its_own_placements() {
-    let mut log = vec![
+/// The log's start: group `default` (FIFO, no pending timeout) and its agent `a1` of 4 cores.
+fn a_group_with_one_agent() -> Vec<Logged> {
+    vec![
         logged(
             "g",
             -10.0,
@@ -459,13 +494,26 @@ fn a_workload_read_from_the_log_replays_to_its_own_placements() {
                 volumes: Default::default(),
             }),
         ),
-        requested(1, 1, 0.0),
-    ];
-    log.extend(decided("p1", 0.05, 0.1, 1, true));
+    ]
+}
+
+/// [`a_group_with_one_agent`], then sessions 1 and 2 (2 cores each) asked for and placed on
+/// it, and session 3 asked for and left waiting, each by a pass of its own (`passes`, the
+/// transactions that recorded them).
+fn two_placed_and_one_waiting(passes: [&str; 3]) -> Vec<Logged> {
+    let mut log = a_group_with_one_agent();
+    log.push(requested(1, 1, 0.0));
+    log.extend(decided(passes[0], 0.05, 0.1, 1, true));
     log.push(requested(2, 2, 1.0));
-    log.extend(decided("p2", 1.05, 1.1, 2, true));
+    log.extend(decided(passes[1], 1.05, 1.1, 2, true));
     log.push(requested(3, 1, 2.0));
-    log.extend(decided("p3", 2.05, 2.1, 3, false));
+    log.extend(decided(passes[2], 2.05, 2.1, 3, false));
+    log
+}
+
+#[test]
+fn a_workload_read_from_the_log_replays_to_its_own_placements() {
+    let mut log = two_placed_and_one_waiting(["p1", "p2", "p3"]);
     log.push(released(1, 100.0));
     log.extend(decided("p4", 100.05, 100.1, 3, true));
     log.push(requested(4, 2, 150.0));
@@ -581,4 +629,57 @@ fn a_requests_priority_is_the_last_change_made_by_the_pass_that_reads_it() {
     assert_eq!(r.priority_at(t(5.0)), 50);
     assert_eq!(r.priority_at(t(7.9)), 50);
     assert_eq!(r.priority_at(t(9.0)), 0);
+}
+
+/// A release recorded before a pass began but still committing when the pass read its agents
+/// (the pass's view of the log has its transaction in progress) holds, for the replay, until
+/// just after that pass: what waited for it is placed a pass later, as the live scheduler did.
+#[test]
+fn a_release_its_pass_did_not_see_holds_until_after_that_pass() {
+    let read = |events: &mut [Logged], view: Option<LogView>| {
+        if let Event::SchedulingAttempted(a) = &mut events[0].event {
+            a.read = view;
+        }
+    };
+    let mut log = two_placed_and_one_waiting(["10", "11", "12"]);
+    let mut release = released(1, 100.0);
+    release.tx = "14".into();
+    log.push(release);
+    let mut unseeing = decided("15", 100.01, 100.1, 3, false);
+    let in_progress = vec![14];
+    read(
+        &mut unseeing,
+        Some(LogView {
+            xmax: 16,
+            in_progress,
+        }),
+    );
+    log.extend(unseeing);
+    let mut seeing = decided("16", 100.2, 100.3, 3, true);
+    read(
+        &mut seeing,
+        Some(LogView {
+            xmax: 17,
+            in_progress: vec![],
+        }),
+    );
+    log.extend(seeing);
+
+    let day = workload(&log, "default", Some(t(0.0)), None).expect("the group exists");
+    assert_eq!(
+        day.requests[0].held_for,
+        Some(t(100.01) + TimeDelta::microseconds(1) - t(0.05))
+    );
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements, Outcome::recorded(&day).placements);
+    assert_eq!(outcome.placements[2], placed(100.2, "a1", 2));
+    // Told by its recorded time alone, the release is seen by the pass that did not see it.
+    for e in &mut log {
+        if let Event::SchedulingAttempted(a) = &mut e.event {
+            a.read = None;
+        }
+    }
+    let day = workload(&log, "default", Some(t(0.0)), None).expect("the group exists");
+    let outcome = simulate(&day, &day.rules);
+    assert_eq!(outcome.placements[2], placed(100.01, "a1", 2));
 }

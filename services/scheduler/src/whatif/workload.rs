@@ -89,6 +89,7 @@ pub fn workload(
     let mut scheduler_cancelled: HashSet<(String, Uuid)> = HashSet::new();
     let mut deaf: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
     let mut silences: Vec<Silence> = Vec::new();
+    let views = pass_views(events);
 
     for logged in events.iter().filter(|e| e.at <= to) {
         let at = logged.at;
@@ -237,8 +238,7 @@ pub fn workload(
                 }
             }
             Event::SchedulingAttempted(a) if told.contains_key(&a.session_id) => {
-                // A pass's moment is its snapshot's `now`, which every step carries.
-                let moment = a.steps.first().map_or(at, |s| s.started_at);
+                let moment = pass_moment(a, at);
                 let pass = pass_at.entry(logged.tx.clone()).or_insert(moment);
                 *pass = (*pass).min(moment);
                 if matches!(
@@ -293,7 +293,8 @@ pub fn workload(
                     .get_mut(&r.session_id)
                     .and_then(|t| t.placements.last_mut())
                 {
-                    last.released_at.get_or_insert(at);
+                    last.released_at
+                        .get_or_insert(seen_from(&views, &logged.tx, at));
                 }
             }
             _ => {}
@@ -389,6 +390,45 @@ pub fn workload(
         deaf,
         pacing: Pacing::default(),
     })
+}
+
+/// The moment of the scheduler pass that recorded `row` at `at`: its snapshot's `now`,
+/// which every step carries.
+fn pass_moment(row: &SchedulingAttempted, at: DateTime<Utc>) -> DateTime<Utc> {
+    row.steps.first().map_or(at, |s| s.started_at)
+}
+
+/// Each scheduler pass's moment (any group's) and what its read of the agents saw of the
+/// log, in time order; passes recorded before passes kept it are not among them.
+fn pass_views(events: &[Logged]) -> Vec<(DateTime<Utc>, &LogView)> {
+    let mut views: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SchedulingAttempted(a) if a.phase == core::PHASE => {
+                let view = a.read.as_ref()?;
+                Some((pass_moment(a, e.at), view))
+            }
+            _ => None,
+        })
+        .collect();
+    views.sort_by_key(|(moment, _)| *moment);
+    views
+}
+
+/// When the scheduler could first see what transaction `tx` recorded at `at`: just after the
+/// last of the passes from `at` on whose reads did not see it (its transaction was still
+/// committing), else at `at`.
+fn seen_from(views: &[(DateTime<Utc>, &LogView)], tx: &str, at: DateTime<Utc>) -> DateTime<Utc> {
+    let Ok(tx) = tx.parse::<u64>() else {
+        return at;
+    };
+    views[views.partition_point(|(moment, _)| *moment < at)..]
+        .iter()
+        .take_while(|(_, view)| !view.sees(tx))
+        .last()
+        .map_or(at, |(moment, _)| {
+            *moment + chrono::TimeDelta::microseconds(1)
+        })
 }
 
 /// The groups that requests of the log were made in, by name.
