@@ -246,6 +246,9 @@ pub fn check_request(
             "must name an image (at most 512 characters)",
         ));
     }
+    if let Some(project) = &request.project {
+        domain::check_project_name("project", project)?;
+    }
     domain::check_environment(&request.environment)?;
     let preopen_ports = domain::check_ports(&request.preopen_ports)?;
     for (i, mount) in request.mounts.iter().enumerate() {

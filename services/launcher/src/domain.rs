@@ -40,6 +40,30 @@ pub fn check_name(field: &str, name: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// A project's name as a request gives it: a letter or digit, then up to 63 letters, digits,
+/// `_`, `.` or `-` (the pattern the API documents). Checked before anyone is looked up, so a
+/// superadmin, who may name a project they are no member of, cannot name one no rule allows.
+pub fn check_project_name(field: &str, name: &str) -> Result<(), FieldError> {
+    let length = name.chars().count();
+    if !(1..=64).contains(&length) {
+        return Err(problem(
+            field,
+            format!("must be 1 to 64 characters, not {length}"),
+        ));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(problem(field, "must begin with a letter or a digit"));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
+        return Err(problem(
+            field,
+            format!("may hold only letters, digits, `_`, `.` and `-`, not {bad:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Which rule a session's name follows: the seeds' (berth's own API) or Backend.AI's (its
 /// compatibility paths, whose client names sessions `pysdk-...` by default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -302,6 +326,25 @@ mod tests {
         assert!(check_name("name", "my-session").is_err());
         assert!(check_name("name", "séance").is_err());
         assert!(check_name("name", "ab\u{3b1}cd").is_err());
+    }
+
+    #[test]
+    fn a_project_named_in_a_request_follows_the_documented_pattern() {
+        for ok in ["default", "0-PeF401ZWw0", "team.a_1", &"p".repeat(64)] {
+            assert!(check_project_name("project", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "0-PeF401ZWw0*",
+            "-team",
+            "_team",
+            "a b",
+            "équipe",
+            &"p".repeat(65),
+        ] {
+            let refused = check_project_name("project", bad).unwrap_err();
+            assert_eq!(refused.field, "project", "{bad}");
+        }
     }
 
     #[test]

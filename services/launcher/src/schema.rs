@@ -19,7 +19,9 @@ pub const FOLDER_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$";
 /// Environment variable names ([`domain::check_environment`](crate::domain::check_environment)),
 /// at most 128 characters here.
 pub const ENVIRONMENT_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]{0,127}$";
-/// Names of groups, projects, presets and agents.
+/// Names of groups, projects, presets and agents (a project's held to it by
+/// [`domain::check_project_name`](crate::domain::check_project_name) before anything is
+/// loaded; the others are looked up, and a name no object has is unknown).
 pub const OBJECT_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$";
 /// A size as text: 1 to 9999.999 of a unit (none for bytes; k, m, g; `i` and `b` allowed).
 /// The server takes more (`t`, larger numbers up to 64 TiB, fractions below one); the
@@ -171,6 +173,7 @@ mod tests {
             "..",
             "é",
             "a\u{0}b",
+            "a*",
             "ABC_def_9",
         ]
         .iter()
@@ -187,7 +190,13 @@ mod tests {
         let name = Regex::new(NAME_PATTERN).unwrap();
         let folder = Regex::new(FOLDER_PATTERN).unwrap();
         let variable = Regex::new(ENVIRONMENT_NAME_PATTERN).unwrap();
+        let object = Regex::new(OBJECT_PATTERN).unwrap();
         for s in &samples {
+            assert_eq!(
+                object.is_match(s),
+                domain::check_project_name("p", s).is_ok(),
+                "project {s:?}"
+            );
             assert_eq!(
                 name.is_match(s),
                 domain::check_name("n", s).is_ok(),
