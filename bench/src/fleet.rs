@@ -65,14 +65,21 @@ async fn idle_cpu(control_plane: u32, window: Duration) -> (f64, f64) {
     ((c1 - c0) / secs * 100.0, (p1 - p0) / secs * 100.0)
 }
 
-/// Runs the bench: `agents` simulated agents, `sessions` batch sessions.
+/// What a run measures: `agents` simulated agents, `sessions` batch sessions, and the window
+/// each idle CPU figure is measured over.
+pub struct Shape {
+    pub agents: usize,
+    pub sessions: usize,
+    pub window: Duration,
+}
+
+/// Runs the bench.
 pub async fn fleet(
     berth_binary: &Path,
     nats_url: &str,
     url: &str,
     database: &str,
-    agents: usize,
-    sessions: usize,
+    shape: Shape,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 4)?;
     berth::app::migrate(&pool).await?;
@@ -101,17 +108,7 @@ pub async fn fleet(
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()?;
-    let result = run_fleet(
-        &pool,
-        up.id(),
-        nats_url,
-        database,
-        &subjects,
-        &data,
-        agents,
-        sessions,
-    )
-    .await;
+    let result = run_fleet(&pool, up.id(), nats_url, database, &subjects, &data, shape).await;
     let _ = up.kill();
     let _ = up.wait();
     let js = async_nats::jetstream::new(bus::link::connect_as_url_says(nats_url).await?);
@@ -126,7 +123,6 @@ pub async fn fleet(
     result
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_fleet(
     pool: &Pool,
     control_plane: u32,
@@ -134,12 +130,14 @@ async fn run_fleet(
     database: &str,
     subjects: &bus::Subjects,
     data: &Path,
-    agents: usize,
-    sessions: usize,
+    Shape {
+        agents,
+        sessions,
+        window,
+    }: Shape,
 ) -> anyhow::Result<()> {
-    let window = Duration::from_secs(10);
-    // The control plane up, with no agent.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The control plane up, with no agent (settled for 3 s of a 10 s window).
+    tokio::time::sleep(window * 3 / 10).await;
     let (cp_none, pg_none) = idle_cpu(control_plane, window).await;
     let conns_none = connections(pool, database).await?;
 
@@ -185,7 +183,7 @@ async fn run_fleet(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let registered = started.elapsed();
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(window * 6 / 10).await;
     let (cp_idle, pg_idle) = idle_cpu(control_plane, window).await;
     let conns_idle = connections(pool, database).await?;
     println!(

@@ -214,6 +214,9 @@ enum BenchCommand {
         agents: usize,
         #[arg(long, default_value_t = 2_000)]
         sessions: usize,
+        /// Seconds each idle CPU figure is measured over (the settling before it scales with it).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        window: u64,
     },
     /// The idle-reaper: from a session falling due to its reaping, next to terminating it in
     /// process when due; the CPU of watching sessions, next to watching none.
@@ -222,6 +225,9 @@ enum BenchCommand {
         sessions: usize,
         #[arg(long, default_value_t = 1_000)]
         watched: usize,
+        /// Seconds each CPU figure is measured over (the settling before it scales with it).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        window: u64,
     },
     /// A RUNNING berth/python session committed to an image, next to the bare Engine API's
     /// commit and `docker commit` of the same container; only commits that ended done are
@@ -325,6 +331,9 @@ enum BenchCommand {
         /// Serve every read from the projection (no detail cache).
         #[arg(long)]
         no_cache: bool,
+        /// Sessions placed and projected before the reads, each read one of them.
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
     },
     /// The gateway's session-detail reads with metrics on (every request measured, `/metrics`
     /// scraped every second) next to metrics off, in alternating rounds in one run.
@@ -336,6 +345,9 @@ enum BenchCommand {
         rounds: usize,
         #[arg(long, default_value_t = 16)]
         clients: usize,
+        /// Sessions placed and projected before the reads, each read one of them.
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
     },
 }
 
@@ -407,12 +419,27 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             seconds,
             callers,
         } => crate::serve::serve(config, &url, requests, seconds, callers).await,
-        BenchCommand::Reap { sessions, watched } => {
-            crate::reap::reap(&config.nats_url, &url, sessions, watched).await
+        BenchCommand::Reap {
+            sessions,
+            watched,
+            window,
+        } => {
+            let window = Duration::from_secs(window);
+            crate::reap::reap(&config.nats_url, &url, sessions, watched, window).await
         }
-        BenchCommand::Fleet { agents, sessions } => {
+        BenchCommand::Fleet {
+            agents,
+            sessions,
+            window,
+        } => {
             let binary = berth_binary()?;
-            crate::fleet::fleet(&binary, &config.nats_url, &url, &name, agents, sessions).await
+            let window = Duration::from_secs(window);
+            let shape = crate::fleet::Shape {
+                agents,
+                sessions,
+                window,
+            };
+            crate::fleet::fleet(&binary, &config.nats_url, &url, &name, shape).await
         }
         BenchCommand::Recovery { rounds, outage } => {
             crate::recovery::recovery(rounds, Duration::from_secs(outage)).await
@@ -435,12 +462,21 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             seconds,
             clients,
             no_cache,
-        } => crate::sessions::gateway(&config.nats_url, &url, seconds, clients, !no_cache).await,
+            sessions,
+        } => {
+            let cache = !no_cache;
+            crate::sessions::gateway(&config.nats_url, &url, sessions, seconds, clients, cache)
+                .await
+        }
         BenchCommand::Metrics {
             seconds,
             rounds,
             clients,
-        } => crate::sessions::metrics(&config.nats_url, &url, seconds, rounds, clients).await,
+            sessions,
+        } => {
+            crate::sessions::metrics(&config.nats_url, &url, sessions, seconds, rounds, clients)
+                .await
+        }
         BenchCommand::Whatif { .. } => unreachable!("run in memory above"),
     };
     drop_database(&config.database_url, &name).await?;

@@ -28,6 +28,7 @@ pub async fn reap(
     url: &str,
     sessions: usize,
     watched: usize,
+    window: Duration,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     berth::app::migrate(&pool).await?;
@@ -145,8 +146,8 @@ pub async fn reap(
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let window = Duration::from_secs(10);
+    // Settled for 2 s of a 10 s window.
+    tokio::time::sleep(window / 5).await;
     let idle_cpu = process_cpu(window).await;
     for _ in 0..watched.div_ceil(100) {
         launcher::launch::launch(&pool, &admin, small_shell(100)).await?;
@@ -163,7 +164,7 @@ pub async fn reap(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(client);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(window / 10).await;
     let watching_cpu = process_cpu(window).await;
     println!(
         "the process's CPU while the reaper watches {watched} queued sessions: {:.2}% of a core; watching none (baseline): {:.2}%",

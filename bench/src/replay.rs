@@ -284,6 +284,7 @@ fn life_of(session_id: Uuid, agent: &str, owner: &Owner, ends: bool) -> Vec<Even
             volumes: Default::default(),
         })),
         Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id,
             phase: "schedule".into(),
             result: SchedulingResult::Success,

@@ -489,6 +489,10 @@ async fn docker_run_d(name: &str) -> anyhow::Result<std::process::ExitStatus> {
         .await?)
 }
 
+/// The subnet of the fenced baseline's network: outside berth's own pool for sessions
+/// (10.213.0.0/16 by default), so the bench's network never takes a session's block.
+const FENCED_SUBNET: &str = "10.254.254.0/28";
+
 /// What the compared containers run: sleep until stopped.
 const SLEEPER: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
 
@@ -525,6 +529,43 @@ async fn bare_create_and_start_on(
     docker.create_container(Some(options), config).await?;
     docker.start_container::<String>(name, None).await?;
     Ok(())
+}
+
+/// [`bare_create_and_start`] on a network of the container's own, made first as berth's
+/// agent makes each session's (a bridge with traffic between its containers off, on a subnet
+/// of its own: the fence every session now has), the network's making timed with the rest.
+/// Returns the network's name, for [`remove_bench_network`] once the container is removed.
+async fn bare_fenced_create_and_start(
+    docker: &bollard::Docker,
+    name: &str,
+    subnet: &str,
+) -> anyhow::Result<String> {
+    let network = format!("{name}-net");
+    let create = bollard::network::CreateNetworkOptions {
+        name: network.clone(),
+        driver: "bridge".into(),
+        check_duplicate: true,
+        options: HashMap::from([(
+            "com.docker.network.bridge.enable_icc".to_string(),
+            "false".to_string(),
+        )]),
+        ipam: bollard::models::Ipam {
+            config: Some(vec![bollard::models::IpamConfig {
+                subnet: Some(subnet.to_owned()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        labels: HashMap::from([("ai.berth.bench".to_string(), "1".to_string())]),
+        ..Default::default()
+    };
+    docker.create_network(create).await?;
+    bare_create_and_start_on(docker, name, Some(&network)).await?;
+    Ok(network)
+}
+
+async fn remove_bench_network(docker: &bollard::Docker, network: &str) {
+    let _ = docker.remove_network(network).await;
 }
 
 async fn remove_bench_container(docker: &bollard::Docker, name: &str) {
@@ -613,11 +654,12 @@ pub async fn schedule(
 pub async fn gateway(
     nats_url: &str,
     url: &str,
+    sessions: usize,
     seconds: u64,
     clients: usize,
     cache: bool,
 ) -> anyhow::Result<()> {
-    let bench = GatewayBench::prepare(nats_url, url).await?;
+    let bench = GatewayBench::prepare(nats_url, url, sessions).await?;
     // Without NATS the gateway keeps no detail cache: every read is a projection query.
     let follow = cache.then(|| bench.nats.clone());
     let state = gateway::AppState::new(bench.pool.clone(), follow, bench.topology.clone());
@@ -652,11 +694,12 @@ pub async fn gateway(
 pub async fn metrics(
     nats_url: &str,
     url: &str,
+    sessions: usize,
     seconds: u64,
     rounds: usize,
     clients: usize,
 ) -> anyhow::Result<()> {
-    let bench = GatewayBench::prepare(nats_url, url).await?;
+    let bench = GatewayBench::prepare(nats_url, url, sessions).await?;
     let handle = berth::metrics::install().context("a metrics recorder of another kind")?;
     let off = gateway::AppState::new(
         bench.pool.clone(),
@@ -729,8 +772,8 @@ pub async fn metrics(
     Ok(())
 }
 
-/// What the gateway benchmarks read: 10,000 sessions placed and projected, a superadmin's
-/// key, and the relay on the bus so the detail cache follows the session events.
+/// What the gateway benchmarks read: sessions (10,000 by default) placed and projected, a
+/// superadmin's key, and the relay on the bus so the detail cache follows the session events.
 struct GatewayBench {
     pool: Pool,
     ids: Arc<Vec<Uuid>>,
@@ -742,10 +785,14 @@ struct GatewayBench {
 }
 
 impl GatewayBench {
-    async fn prepare(nats_url: &str, url: &str) -> anyhow::Result<GatewayBench> {
+    async fn prepare(nats_url: &str, url: &str, sessions: usize) -> anyhow::Result<GatewayBench> {
+        anyhow::ensure!(
+            sessions > 0,
+            "--sessions: the reads need at least one session"
+        );
         let pool = events::store::pool(url, 32)?;
         berth::app::migrate(&pool).await?;
-        fill(&pool, 100, 10_000).await?;
+        fill(&pool, 100, sessions).await?;
         let mut scheduler = scheduler::run::Scheduler::new(
             pool.clone(),
             scheduler::run::SchedulerConfig::new(Duration::from_secs(1)),
@@ -902,6 +949,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     let mut interactive_times = Vec::new();
     let mut plain_times = Vec::new();
     let mut api_times = Vec::new();
+    let mut fenced_times = Vec::new();
     let mut started_ids = Vec::new();
     for i in 0..sessions {
         // Each start on a quiet engine: the session before it has left its agent.
@@ -937,6 +985,13 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         bare_create_and_start(&docker, &name).await?;
         api_times.push(started.elapsed());
         remove_bench_container(&docker, &name).await;
+
+        let name = format!("berth-bench-fenced-{}-{i}", std::process::id());
+        let started = Instant::now();
+        let network = bare_fenced_create_and_start(&docker, &name, FENCED_SUBNET).await?;
+        fenced_times.push(started.elapsed());
+        remove_bench_container(&docker, &name).await;
+        remove_bench_network(&docker, &network).await;
     }
     let pct = |v: &mut Vec<Duration>, q: f64| {
         v.sort_unstable();
@@ -959,6 +1014,13 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         b99 / a99,
         b50 / p50,
         b99 / p99,
+    );
+    let (f50, f99) = (pct(&mut fenced_times, 0.5), pct(&mut fenced_times, 0.99));
+    println!(
+        "bare Engine API with a network of the container's own made first, as berth fences each session: p50 {f50:.1} ms, p99 {f99:.1} ms; the network's share p50 {:.1} ms; berth/that at p50 = {:.2}, at p99 = {:.2}",
+        f50 - a50,
+        b50 / f50,
+        b99 / f99,
     );
 
     // Where berth's time goes, by the log's clock: each step's p50 after the request.
@@ -1027,12 +1089,18 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
     for stream in [&subjects.commands_stream, &subjects.telemetry_stream] {
         let _ = js.delete_stream(stream).await;
     }
-    // Whatever is left of the bench's containers goes.
+    remove_agent_leftovers(&agent_id).await;
+    Ok(())
+}
+
+/// Whatever is left of agent `agent_id`'s containers, then of its sessions' networks, goes:
+/// a stopped agent leaves its sessions' containers for its return, which a bench's never has.
+async fn remove_agent_leftovers(agent_id: &str) {
+    let label = format!("label=ai.berth.agent={agent_id}");
     let _ = tokio::process::Command::new("sh")
-        .args(["-c", &format!("docker ps -aq --filter label=ai.berth.agent={agent_id} | xargs -r docker rm -f >/dev/null")])
+        .args(["-c", &format!("docker ps -aq --filter {label} | xargs -r docker rm -f >/dev/null; docker network ls -q --filter {label} | xargs -r docker network rm >/dev/null")])
         .status()
         .await;
-    Ok(())
 }
 
 /// The session status changes the relay publishes, as `/v1/events` streams them to a client:
@@ -1387,16 +1455,29 @@ async fn wait_ended(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<()> {
 
 /// Until agent `agent_id` has no container left on `docker`.
 async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyhow::Result<()> {
+    let label = || {
+        HashMap::from([(
+            "label".to_string(),
+            vec![format!("ai.berth.agent={agent_id}")],
+        )])
+    };
     loop {
         let options = bollard::container::ListContainersOptions::<String> {
             all: true,
-            filters: HashMap::from([(
-                "label".to_string(),
-                vec![format!("ai.berth.agent={agent_id}")],
-            )]),
+            filters: label(),
             ..Default::default()
         };
         if docker.list_containers(Some(options)).await?.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then the sessions' own networks, which the agent removes after their containers: the
+    // engine's removal of a bridge (its firewall rules) would otherwise run beside the next
+    // start measured.
+    loop {
+        let options = bollard::network::ListNetworksOptions { filters: label() };
+        if docker.list_networks(Some(options)).await?.is_empty() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1430,7 +1511,7 @@ pub async fn volume_write(
     let mut engine = bench_engine("berth/shell:latest").await?;
     engine.volumes.insert("shared".into(), volume_dir.clone());
     let agent_id = format!("writer{}", std::process::id());
-    let _agent = bench_docker_agent(
+    let agent = bench_docker_agent(
         &pool,
         &agent_id,
         ResourceSlots {
@@ -1487,6 +1568,8 @@ pub async fn volume_write(
         .map(|((_, volume, root), (session, host))| (volume, root, median(session), median(host)))
         .collect();
     stop.cancel();
+    let _ = agent.finished().await;
+    remove_agent_leftovers(&agent_id).await;
     println!("{mib} MiB written and synced, median of {rounds}:");
     for (volume, root, session, host) in &report {
         let rate = |secs: f64| f64::from(mib) / secs;

@@ -228,6 +228,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
             pass.clone(),
             placement.at,
             Event::SchedulingAttempted(SchedulingAttempted {
+                read: None,
                 session_id: request.session_id,
                 phase: core::PHASE.into(),
                 result: SchedulingResult::Success,
@@ -280,6 +281,7 @@ fn log_of(workload: &Workload, outcome: &Outcome) -> Vec<Logged> {
             format!("pass {}", moment.timestamp_micros()),
             *moment,
             Event::SchedulingAttempted(SchedulingAttempted {
+                read: None,
                 session_id: workload.requests[waiting].session_id,
                 phase: core::PHASE.into(),
                 result,

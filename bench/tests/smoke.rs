@@ -95,7 +95,15 @@ fn whatif() {
 
 #[test]
 fn gateway() {
-    bench(&["gateway", "--seconds", "2", "--clients", "2"]);
+    bench(&[
+        "gateway",
+        "--seconds",
+        "2",
+        "--clients",
+        "2",
+        "--sessions",
+        "200",
+    ]);
 }
 
 #[test]
@@ -108,6 +116,8 @@ fn metrics() {
         "1",
         "--clients",
         "2",
+        "--sessions",
+        "200",
     ]);
 }
 
@@ -118,12 +128,28 @@ fn tls() {
 
 #[test]
 fn reap() {
-    bench(&["reap", "--sessions", "3", "--watched", "10"]);
+    bench(&[
+        "reap",
+        "--sessions",
+        "3",
+        "--watched",
+        "10",
+        "--window",
+        "1",
+    ]);
 }
 
 #[test]
 fn fleet() {
-    bench(&["fleet", "--agents", "5", "--sessions", "10"]);
+    bench(&[
+        "fleet",
+        "--agents",
+        "5",
+        "--sessions",
+        "10",
+        "--window",
+        "1",
+    ]);
 }
 
 #[test]

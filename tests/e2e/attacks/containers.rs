@@ -151,6 +151,18 @@ async fn a_session_reaches_no_other_tenants_container_nor_the_hosts_ports_nor_th
         options.get("com.docker.network.bridge.enable_icc"),
         Some(&"false".to_string())
     );
+    // A bridge the fence's rules match, and Bob's container alone on it.
+    let bridge = options.get("com.docker.network.bridge.name").unwrap();
+    assert!(
+        bridge.starts_with(agent::docker::fence::BRIDGE_PREFIX),
+        "{bridge}"
+    );
+    let on_it: Vec<_> = network.containers.unwrap_or_default().into_keys().collect();
+    assert_eq!(
+        on_it,
+        [inspected.id.clone().unwrap()],
+        "a network of its own"
+    );
 
     // Alice tries Bob's port, the host's ports (PostgreSQL's and the listener's, through her
     // bridge's gateway), the metadata address, and a raw socket.

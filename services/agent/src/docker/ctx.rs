@@ -82,6 +82,10 @@ pub(super) struct Ctx {
     /// The engine is a node of a swarm: a cluster whose kernels are on several agents gets
     /// an attachable overlay network, which the other engines' kernels join.
     pub(super) swarm: bool,
+    /// The MTU of the engine's default bridge, which every session's network is given: read
+    /// from the engine once, at the first session's start, rather than at each (a daemon's
+    /// MTU changes only with its restart, and a session's start waits on every call).
+    pub(super) bridge_mtu: Arc<tokio::sync::OnceCell<Option<String>>>,
 }
 
 impl Ctx {

@@ -182,22 +182,28 @@ const SUBNET_TRIES: u32 = 16;
 /// agent's pool, with traffic between its containers off unless it is a cluster (whose
 /// kernels are one tenant's), and the MTU of the engine's default bridge (the engine gives
 /// its own networks the host's, not the daemon's setting). One the session made already (a
-/// second try) is taken as it is.
+/// second try, or another agent's kernels of its cluster on this engine) is taken as it is:
+/// the engine's refusal of the name says so, without a look before every start.
 async fn create_network(
     ctx: &Ctx,
     state: &SessionState,
     layout: &spec::Layout,
 ) -> Result<(), String> {
     let id = state.request.session_id;
-    if network_exists(ctx, &layout.network).await {
-        return Ok(());
-    }
     let mtu = ctx
-        .docker
-        .inspect_network::<String>("bridge", None)
+        .bridge_mtu
+        .get_or_try_init(|| async {
+            let bridge = ctx.docker.inspect_network::<String>("bridge", None).await?;
+            Ok::<_, bollard::errors::Error>(
+                bridge
+                    .options
+                    .and_then(|o| o.get("com.docker.network.driver.mtu").cloned()),
+            )
+        })
         .await
         .ok()
-        .and_then(|n| n.options?.get("com.docker.network.driver.mtu").cloned());
+        .cloned()
+        .flatten();
     let mut options = HashMap::from([
         (
             "com.docker.network.bridge.name".to_string(),

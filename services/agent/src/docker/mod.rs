@@ -217,6 +217,7 @@ pub(crate) async fn run(
         draining: Default::default(),
         terminals,
         swarm: spec.network_scope.as_deref().is_some_and(is_swarm),
+        bridge_mtu: Default::default(),
     };
     let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;
