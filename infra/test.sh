@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Runs berth's whole test suite on a fresh machine: installs what is missing (Debian's
-# docker-compose, openssh-client, chromium, chromium-driver and iproute2;
-# cargo-nextest and cargo-deny from crates.io), starts
-# PostgreSQL and NATS on loopback (infra/services.sh), builds the local session images
-# (infra/images.sh) and installs schemathesis while the tests build (linted by clippy as they
-# compile), then runs every test of the workspace against them and Docker. Formatting is
-# checked first. Ends with the test runner's own summary; nextest's per-test
-# limit is in .config/nextest.toml.
+# Runs berth's whole test suite on a fresh machine. Formatting is checked first. Then, while
+# the tests build (linted by clippy as they compile), it installs what is missing (Debian's
+# docker-compose, openssh-client, chromium, chromium-driver and iproute2; cargo-deny from
+# crates.io), starts PostgreSQL and NATS on loopback (infra/services.sh), builds the local
+# session images (infra/images.sh) and installs schemathesis; then it runs every test of the
+# workspace against them and Docker. Ends with the test runner's own summary; nextest's
+# per-test limit is in .config/nextest.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -29,21 +28,20 @@ apt_install() {
 }
 # docker-compose for the compose test; ssh for the app tests' SSH login; Chromium and its
 # driver for the console's pages and the terminal's; iproute2 for the agent on a
-# host of its own (a network namespace).
+# host of its own (a network namespace); what infra/images.sh and infra/services.sh would
+# otherwise install for themselves (in one apt-get: two at once would wait on each other's
+# lock). The compiler needs none of them, so they are installed beside the build (below).
 missing=()
 command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing+=(docker-compose)
 command -v ssh >/dev/null || missing+=(openssh-client)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v ip >/dev/null || missing+=(iproute2)
-# What infra/images.sh installs for itself, installed here first: it builds beside the
-# compiler below, and two apt-gets at once would wait on each other's lock.
-for p in busybox-static debootstrap python3-venv; do
+command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
+for p in busybox-static mmdebstrap python3-venv; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt_install "${missing[@]}"
-fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest (crates.io)"
   cargo install --locked cargo-nextest
@@ -62,19 +60,6 @@ servers="$(infra/services.sh status)"
 if grep -q "^postgres: running" <<<"$servers" && grep -q "^nats: running" <<<"$servers"; then
   servers_were_running=1
 fi
-infra/services.sh up
-eval "$(infra/services.sh env)"
-
-# The images, schemathesis and cargo-deny run beside the build, each into a log of its own that
-# is shown if it fails. (At the lowest priority they only waited for the compiler: the images'
-# builds then ran alone after it, 110 s with a core idle.)
-LOGS="${BERTH_STATE_DIR:-$ROOT/.berth}/log"
-mkdir -p "$LOGS"
-# The session images the container tests run (built locally; no registry is needed), then the
-# compose stack's PostgreSQL and NATS images (the compose test adds berth's own, from the
-# binary this run builds).
-(infra/images.sh all && infra/images.sh servers) >"$LOGS/images.log" 2>&1 &
-IMAGES=$!
 
 # schemathesis (PyPI) for the contract test (tests/e2e/contract.rs), which holds the API to
 # its OpenAPI document; a pinned release, so its checks do not change under the tests.
@@ -86,9 +71,29 @@ install_schemathesis() {
     "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_RELEASE"
   fi
 }
-install_schemathesis >"$LOGS/schemathesis.log" 2>&1 &
-SCHEMATHESIS=$!
 export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
+
+# Debian's packages, the servers, schemathesis and the images are made beside the build, each
+# into a log of its own that is shown if it fails: the packages first (one apt-get), then the
+# servers (and schemathesis) and the images side by side. The session images are the ones the
+# container tests run (built locally; no registry is needed), then the compose stack's
+# PostgreSQL and NATS images (the compose test adds berth's own, from the binary this run
+# builds). (At the lowest priority they only waited for the compiler: the images' builds then
+# ran alone after it, 110 s with a core idle.)
+LOGS="${BERTH_STATE_DIR:-$ROOT/.berth}/log"
+mkdir -p "$LOGS"
+prepare() {
+  if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
+  # The servers first: their venv (nats-server) is the one schemathesis goes into.
+  (infra/services.sh up >"$LOGS/servers.log" 2>&1 \
+    && install_schemathesis >"$LOGS/schemathesis.log" 2>&1) &
+  local servers=$! images=0
+  (infra/images.sh all && infra/images.sh servers) >"$LOGS/images.log" 2>&1 || images=$?
+  if ! wait "$servers"; then cat "$LOGS/servers.log" "$LOGS/schemathesis.log"; return 1; fi
+  if [ "$images" -ne 0 ]; then cat "$LOGS/images.log"; return 1; fi
+}
+prepare >"$LOGS/prepare.log" 2>&1 &
+PREPARE=$!
 
 # cargo-deny (crates.io) holds the dependencies to deny.toml: licences, duplicate versions,
 # sources, and RustSec's advisories where its database can be fetched.
@@ -105,15 +110,22 @@ install_cargo_deny() {
 install_cargo_deny >"$LOGS/cargo-deny.log" 2>&1 &
 CARGO_DENY=$!
 
+# kill_tree PID: the process and every one under it, the deepest first (a step still going
+# runs subshells of subshells: apt-get, docker build, cargo install).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
+
 # The run leaves nothing behind, whether it ends well or a step fails (a build error
 # included): the downloads still going are stopped, the hosts the tests made (infra/host.sh)
 # go, and the servers go unless they ran before it. Quietly, so that the runner's summary
 # stays the run's last lines.
 leave_nothing() {
   local pid
-  for pid in "$IMAGES" "$SCHEMATHESIS" "$CARGO_DENY"; do
-    pkill -TERM -P "$pid" 2>/dev/null || true
-    kill "$pid" 2>/dev/null || true
+  for pid in "$PREPARE" "$CARGO_DENY"; do
+    kill_tree "$pid"
   done
   infra/host.sh down-all >/dev/null 2>&1 || true
   if [ "$servers_were_running" -eq 0 ]; then
@@ -144,8 +156,10 @@ waited_for() {
   fi
   say "$1 done"
 }
-waited_for "the images" "$IMAGES" "$LOGS/images.log"
-waited_for "schemathesis $SCHEMATHESIS_RELEASE" "$SCHEMATHESIS" "$LOGS/schemathesis.log"
+waited_for "Debian's packages, the servers, schemathesis $SCHEMATHESIS_RELEASE and the images" \
+  "$PREPARE" "$LOGS/prepare.log"
+cat "$LOGS/servers.log" >&2
+eval "$(infra/services.sh env)"
 waited_for "cargo-deny $DENY_RELEASE" "$CARGO_DENY" "$LOGS/cargo-deny.log"
 
 say "cargo deny check (deny.toml)"

@@ -5,11 +5,12 @@ mod common;
 use common::*;
 use events::catalogue::{Event, Metadata};
 use events::payloads::AgentLost;
-use events::store::{EventStore, ExpectedVersion, ProposedEvent};
+use events::store::{EventStore, ExpectedVersion, LogPosition, ProposedEvent};
 
 async fn fresh_store() -> (EventStore, String) {
     let (pool, url) = fresh_database().await;
     let store = EventStore::new(pool);
+    let mut last = LogPosition::START;
     for i in 0..10 {
         let stream = format!("agent-cli{}", i % 3);
         let event = Event::AgentLost(AgentLost {
@@ -17,16 +18,33 @@ async fn fresh_store() -> (EventStore, String) {
             reason: format!("r{i}"),
             last_heard: None,
         });
-        store
+        last = store
             .append(
                 &stream,
                 ExpectedVersion::Any,
                 &[ProposedEvent::new(&event, Metadata::default())],
             )
             .await
-            .unwrap();
+            .unwrap()
+            .position;
     }
+    behind_the_horizon(&store, last).await;
     (store, url)
+}
+
+/// Waits until the log's readers see `position`. They read behind the PostgreSQL cluster's
+/// horizon, which a transaction still open in another test's database holds back, for tens
+/// of seconds under a full parallel run; a command run before that would rightly print
+/// nothing of it yet.
+async fn behind_the_horizon(store: &EventStore, position: LogPosition) {
+    for _ in 0..600 {
+        let read = store.read_all(LogPosition::START, 10_000).await.unwrap();
+        if read.last().is_some_and(|e| e.position >= position) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{position:?} never came behind the log's horizon");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -449,6 +467,7 @@ async fn replay_workload_compares_a_policy_with_what_happened_as_a_table_and_as_
     let attempt = |id: uuid::Uuid, result: SchedulingResult| {
         let now = chrono::Utc::now();
         Event::SchedulingAttempted(SchedulingAttempted {
+            read: None,
             session_id: id,
             phase: "schedule".into(),
             result,
@@ -580,7 +599,7 @@ async fn a_subscription_read_from_the_cli_goes_on_after_what_it_printed() {
         reason: "later".into(),
         last_heard: None,
     });
-    store
+    let late = store
         .append(
             "agent-late",
             ExpectedVersion::Any,
@@ -588,6 +607,7 @@ async fn a_subscription_read_from_the_cli_goes_on_after_what_it_printed() {
         )
         .await
         .unwrap();
+    behind_the_horizon(&store, late.position).await;
     // Only what came since.
     let second = read();
     assert_eq!(second.len(), 1, "{second:?}");

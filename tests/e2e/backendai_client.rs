@@ -203,8 +203,13 @@ async fn the_cli_creates_lists_inspects_follows_renames_and_destroys_sessions() 
     cli.run(&["session", "rename", &default_name, "bai-renamed"])
         .await
         .ok();
-    let (_, detail) = h.get(&key, &format!("/v1/sessions/{running}")).await;
-    assert_eq!(detail["name"], "bai-renamed", "{detail}");
+    // (The detail is the read side's, which follows the log behind the cluster's horizon:
+    // another test's open transaction may hold it back a moment.)
+    wait_for(|| async {
+        let (_, detail) = h.get(&key, &format!("/v1/sessions/{running}")).await;
+        (detail["name"] == "bai-renamed").then_some(())
+    })
+    .await;
 
     // A batch session followed from its creation: the lifecycle, then the stream ends.
     let batch = cli

@@ -900,6 +900,8 @@ async fn an_admin_makes_a_user_and_a_preset_from_the_admin_pages_and_the_user_la
         .await;
         b.click("#admin-table tr[data-row='burst'] form[data-action='Grant'] button")
             .await;
+        // The table is drawn again once the grant is answered.
+        b.wait_for_text("default may use burst").await;
         let row = b.text_of("#admin-table tr[data-row='burst']").await;
         assert!(row.contains("backfill") && row.contains("default"), "{row}");
         b.document("admin-groups").await;
