@@ -216,7 +216,8 @@ impl From<tokio_postgres::Error> for LedgerError {
             // The detail reads `Key (owner, name)=(<uuid>, <name>) already exists.`
             let name = db
                 .and_then(|d| d.detail())
-                .and_then(|d| d.split_once(", "))
+                .and_then(|d| d.split_once(")=("))
+                .and_then(|(_, values)| values.split_once(", "))
                 .and_then(|(_, rest)| rest.split_once(") already exists"))
                 .map(|(name, _)| name.to_owned())
                 .unwrap_or_default();

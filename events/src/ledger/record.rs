@@ -45,11 +45,12 @@ pub struct Recording {
 }
 
 /// [`record`] for many streams, all or nothing, in the caller's transaction: every stream's
-/// events appended with one statement, and the streams that hold only a scheduling decision
-/// written together (`sessions::Decisions`: one statement for every session row, one for
-/// every placement); any other stream is applied as [`record`] applies it. A pass of the
-/// scheduler writes thousands of decisions so; one statement per change cost it most of its
-/// time. Each stream may appear once only.
+/// events appended with one statement, and the streams that hold only a session's request or
+/// only a scheduling decision written together (`sessions::Decisions`: one insert for every
+/// requested session, one update for every session row, one statement for every
+/// placement); any other stream is applied as [`record`] applies it. A pass of the scheduler
+/// writes thousands of decisions so, and a launch all its sessions; one statement per change
+/// cost them most of their time. Each stream may appear once only.
 pub async fn record_many(
     tx: &Transaction<'_>,
     recordings: &[Recording],
@@ -76,7 +77,10 @@ pub async fn record_many(
     let mut decisions = Decisions::default();
     for (recording, version) in recordings.iter().zip(appended.versions) {
         let first_version = version + 1 - recording.events.len() as u64;
-        if !decisions.take(&recording.events, first_version, at) {
+        let traceparent = recording.metadata.traceparent.as_deref();
+        if !decisions.take_request(&recording.events, first_version, at, traceparent)
+            && !decisions.take(&recording.events, first_version, at)
+        {
             apply_all(
                 tx,
                 &recording.events,

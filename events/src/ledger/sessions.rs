@@ -224,6 +224,117 @@ async fn insert_sql<C: GenericClient>(
     Ok(())
 }
 
+/// Requested sessions' rows, pending, gathered column by column for one insert: what
+/// [`insert_sql`] writes for one.
+#[derive(Default)]
+struct RequestRows {
+    /// When they were recorded: one moment for them all (one append).
+    at: Option<DateTime<Utc>>,
+    session_id: Vec<Uuid>,
+    owner: Vec<Uuid>,
+    owner_email: Vec<String>,
+    name: Vec<String>,
+    project: Vec<Option<String>>,
+    resource_group: Vec<String>,
+    session_type: Vec<String>,
+    cpu_milli: Vec<i64>,
+    memory_bytes: Vec<i64>,
+    gpu_milli: Vec<i64>,
+    cluster_mode: Vec<String>,
+    cluster_size: Vec<i32>,
+    wanted_agent: Vec<Option<String>>,
+    starts_at: Vec<Option<DateTime<Utc>>>,
+    version: Vec<i64>,
+    traceparent: Vec<Option<String>>,
+    priority: Vec<i32>,
+    /// Each row's volumes as a JSON array: an array of arrays does not unnest row by row.
+    volumes: Vec<serde_json::Value>,
+    image: Vec<String>,
+}
+
+impl RequestRows {
+    fn push(
+        &mut self,
+        e: &SessionRequested,
+        version: u64,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+    ) {
+        self.at = Some(at);
+        self.session_id.push(e.session_id);
+        self.owner.push(e.owner.user_id);
+        self.owner_email.push(e.owner.email.clone());
+        self.name.push(e.name.clone());
+        self.project.push(e.owner.project.clone());
+        self.resource_group.push(e.resource_group.clone());
+        self.session_type.push(name_of(&e.session_type));
+        self.cpu_milli.push(i64_of(e.resources.cpu_milli));
+        self.memory_bytes.push(i64_of(e.resources.memory_bytes));
+        self.gpu_milli.push(i64_of(e.resources.gpu_milli));
+        self.cluster_mode.push(name_of(&e.cluster_mode));
+        self.cluster_size.push(e.cluster_size as i32);
+        self.wanted_agent.push(e.agent_id.clone());
+        self.starts_at.push(e.starts_at);
+        self.version.push(i64_of(version));
+        self.traceparent.push(traceparent.map(str::to_owned));
+        self.priority.push(e.priority);
+        self.volumes
+            .push(serde_json::Value::from(domain::volumes::needed(&e.volumes)));
+        self.image.push(e.image.clone());
+    }
+
+    async fn write<C: GenericClient>(&self, client: &C) -> Result<(), LedgerError> {
+        let Some(at) = self.at else {
+            return Ok(());
+        };
+        // In the order taken: `queue_seq`, the queue's order, is given as the rows go in.
+        exec(
+            client,
+            "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
+                   resource_group, session_type, status, status_since, cpu_milli,
+                   memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
+                   starts_at, created_at, version, traceparent, priority, volumes, image)
+             SELECT r.session_id, r.owner, r.owner_email, r.name, r.project, r.resource_group,
+                    r.session_type, 'PENDING', $1, r.cpu, r.mem, r.gpu, r.cluster_mode,
+                    r.cluster_size, r.wanted_agent, r.starts_at, $1, r.version, r.traceparent,
+                    r.priority, ARRAY(SELECT jsonb_array_elements_text(r.volumes)), r.image
+             FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                         $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[],
+                         $12::text[], $13::int[], $14::text[], $15::timestamptz[],
+                         $16::bigint[], $17::text[], $18::int[], $19::jsonb[], $20::text[])
+                  WITH ORDINALITY AS r(session_id, owner, owner_email, name, project,
+                       resource_group, session_type, cpu, mem, gpu, cluster_mode, cluster_size,
+                       wanted_agent, starts_at, version, traceparent, priority, volumes, image,
+                       ord)
+             ORDER BY r.ord",
+            &[
+                &at,
+                &self.session_id,
+                &self.owner,
+                &self.owner_email,
+                &self.name,
+                &self.project,
+                &self.resource_group,
+                &self.session_type,
+                &self.cpu_milli,
+                &self.memory_bytes,
+                &self.gpu_milli,
+                &self.cluster_mode,
+                &self.cluster_size,
+                &self.wanted_agent,
+                &self.starts_at,
+                &self.version,
+                &self.traceparent,
+                &self.priority,
+                &self.volumes,
+                &self.image,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 /// The kernels of a placed session, their shares reserved on their agents.
 /// Places sessions' kernels: their shares reserved on their agents (refused, for all of them,
 /// when any agent lacks the room or is lost) and their rows written, one statement each.
@@ -477,16 +588,34 @@ impl PatchRows {
     }
 }
 
-/// Many sessions' scheduling decisions, written together: every placement's kernels with one
-/// reservation and one insert, every session row with one update. What [`record_many`]
-/// (super::record_many) writes for the streams whose events are all a decision's.
+/// Many sessions' requests and scheduling decisions, written together: every requested
+/// session's row with one insert, every placement's kernels with one reservation and one
+/// insert, every session row with one update. What [`record_many`](super::record_many)
+/// writes for the streams whose events are all a request or all a decision's.
 #[derive(Default)]
 pub(super) struct Decisions {
+    requests: RequestRows,
     patches: PatchRows,
     placements: Vec<(Uuid, Vec<KernelPlacement>)>,
 }
 
 impl Decisions {
+    /// Takes in a session stream's one new event when it is the session's request, the
+    /// stream's `version`-th; false, taking nothing, otherwise.
+    pub(super) fn take_request(
+        &mut self,
+        events: &[Event],
+        version: u64,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+    ) -> bool {
+        let [Event::SessionRequested(e)] = events else {
+            return false;
+        };
+        self.requests.push(e, version, at, traceparent);
+        true
+    }
+
     /// Takes in one session stream's new events, the first of them its `first_version`-th,
     /// when they are all of a scheduling decision's kinds (its history, its placement, a move
     /// that opens or closes no usage, its start estimate); false, taking nothing, otherwise.
@@ -519,8 +648,10 @@ impl Decisions {
         true
     }
 
-    /// Writes what was taken in.
+    /// Writes what was taken in: the requested rows first, in the order taken (their place
+    /// in the queue).
     pub(super) async fn write<C: GenericClient>(self, client: &C) -> Result<(), LedgerError> {
+        self.requests.write(client).await?;
         if !self.placements.is_empty() {
             place_sql(client, &self.placements).await?;
         }

@@ -236,46 +236,52 @@ pub async fn launch(
         decide::decide(&context, &request, &mut || domain::random_name(&mut rng))?
     };
 
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
     let metadata = events::trace::metadata(&actor.user_id.to_string(), Some(Uuid::now_v7()));
     let launch_id = Uuid::now_v7();
-    let mut launched = Vec::with_capacity(sessions.len());
-    for requested in sessions {
-        let (session_id, name) = (requested.session_id, requested.name.clone());
-        let event = Event::SessionRequested(Box::new(requested));
-        let stream = stream_id("session", session_id);
-        match ledger::record(&tx, &stream, ExpectedVersion::NoStream, &[event], &metadata).await {
-            Ok(_) => {}
-            Err(LedgerError::NameTaken(_)) => {
-                return Err(LaunchError::NameTaken(FieldError {
-                    field: "name".into(),
-                    message: format!("the owner already has a live session named `{name}`"),
-                }))
-            }
-            Err(e) => return Err(e.into()),
-        }
-        launched.push(Launched {
-            session_id,
-            name,
+    let launched: Vec<Launched> = sessions
+        .iter()
+        .map(|requested| Launched {
+            session_id: requested.session_id,
+            name: requested.name.clone(),
             status: SessionStatus::Pending,
             launch_id,
-        });
-    }
-    let event = Event::LaunchRecorded(LaunchRecorded {
+        })
+        .collect();
+    // Every session's request and the launch recorded together: one append and one insert of
+    // the sessions' rows, however many the launch makes.
+    let launch = Event::LaunchRecorded(LaunchRecorded {
         launch_id,
         user_id: actor.user_id,
         request: kept,
         sessions: launched.iter().map(|l| l.session_id).collect(),
     });
-    ledger::record(
-        &tx,
-        &stream_id("launch", launch_id),
-        ExpectedVersion::NoStream,
-        &[event],
-        &metadata,
-    )
-    .await?;
+    let mut recordings: Vec<ledger::Recording> = sessions
+        .into_iter()
+        .map(|requested| ledger::Recording {
+            stream_id: stream_id("session", requested.session_id),
+            expected: ExpectedVersion::NoStream,
+            events: vec![Event::SessionRequested(Box::new(requested))],
+            metadata: metadata.clone(),
+        })
+        .collect();
+    recordings.push(ledger::Recording {
+        stream_id: stream_id("launch", launch_id),
+        expected: ExpectedVersion::NoStream,
+        events: vec![launch],
+        metadata,
+    });
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    match ledger::record_many(&tx, &recordings).await {
+        Ok(()) => {}
+        Err(LedgerError::NameTaken(name)) => {
+            return Err(LaunchError::NameTaken(FieldError {
+                field: "name".into(),
+                message: format!("the owner already has a live session named `{name}`"),
+            }))
+        }
+        Err(e) => return Err(e.into()),
+    }
     events::activity::commit(tx).await?;
     tracing::info!(count = launched.len(), "sessions requested");
     Ok(launched)
