@@ -778,9 +778,13 @@ pub async fn read_stream_with<C: GenericClient>(
     client: &C,
     stream_id: &str,
 ) -> Result<Vec<RecordedEvent>, StoreError> {
+    // Prepared once per connection: every command on an aggregate reads its stream first
+    // (each agent's report, each session change), so an unprepared read cost a round trip
+    // and a plan per command.
     let sql =
         format!("SELECT {READ_COLUMNS} FROM events WHERE stream_id = $1 ORDER BY stream_version");
-    let rows = client.query(&sql, &[&stream_id]).await?;
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = client.query(&statement, &[&stream_id]).await?;
     rows.iter().map(decode_row).collect()
 }
 
@@ -796,7 +800,8 @@ pub async fn read_streams_with_prefix<C: GenericClient>(
          WHERE category = $1 AND starts_with(stream_id, $2)
          ORDER BY tx_id, seq"
     );
-    let rows = client.query(&sql, &[&category, &prefix]).await?;
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = client.query(&statement, &[&category, &prefix]).await?;
     rows.iter().map(decode_row).collect()
 }
 

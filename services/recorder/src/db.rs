@@ -42,14 +42,17 @@ pub async fn recorded_status(
 ) -> Result<Option<SessionStatus>, LedgerError> {
     let client = pool.get().await?;
     let stream = events::catalogue::stream_id("session", session_id);
-    let row = client
-        .query_opt(
+    // Asked before every report is recorded: prepared once per connection.
+    let statement = client
+        .prepare_cached(
             "SELECT s.status FROM ledger.sessions s
              WHERE s.session_id = $1 AND EXISTS (
                SELECT 1 FROM events e WHERE e.stream_id = $2
                  AND e.metadata->>'causation_id' = $3)",
-            &[&session_id, &stream, &report_id.to_string()],
         )
+        .await?;
+    let row = client
+        .query_opt(&statement, &[&session_id, &stream, &report_id.to_string()])
         .await?;
     Ok(row.and_then(|r| SessionStatus::parse(r.get(0))))
 }
