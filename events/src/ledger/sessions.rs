@@ -181,7 +181,7 @@ async fn usage_closes_sql<C: GenericClient>(
     Ok(())
 }
 
-/// The row of a requested session, pending.
+/// The row of a requested session, pending: the one insert of [`RequestRows`], for one row.
 async fn insert_sql<C: GenericClient>(
     client: &C,
     e: &SessionRequested,
@@ -189,43 +189,13 @@ async fn insert_sql<C: GenericClient>(
     at: DateTime<Utc>,
     traceparent: Option<&str>,
 ) -> Result<(), LedgerError> {
-    exec(
-        client,
-        "INSERT INTO ledger.sessions (session_id, owner, owner_email, name, project,
-               resource_group, session_type, status, status_since, cpu_milli,
-               memory_bytes, gpu_milli, cluster_mode, cluster_size, wanted_agent,
-               starts_at, created_at, version, traceparent, priority, volumes, image)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, $9, $10, $11, $12, $13,
-               $14, $15, $8, $16, $17, $18, $19, $20)",
-        &[
-            &e.session_id,
-            &e.owner.user_id,
-            &e.owner.email,
-            &e.name,
-            &e.owner.project,
-            &e.resource_group,
-            &name_of(&e.session_type),
-            &at,
-            &i64_of(e.resources.cpu_milli),
-            &i64_of(e.resources.memory_bytes),
-            &i64_of(e.resources.gpu_milli),
-            &name_of(&e.cluster_mode),
-            &(e.cluster_size as i32),
-            &e.agent_id,
-            &e.starts_at,
-            &i64_of(stream_version),
-            &traceparent,
-            &e.priority,
-            &domain::volumes::needed(&e.volumes),
-            &e.image,
-        ],
-    )
-    .await?;
-    Ok(())
+    let mut row = RequestRows::default();
+    row.push(e, stream_version, at, traceparent);
+    row.write(client).await
 }
 
-/// Requested sessions' rows, pending, gathered column by column for one insert: what
-/// [`insert_sql`] writes for one.
+/// Requested sessions' rows, pending, gathered column by column for one insert (one
+/// statement whether it writes one row, [`insert_sql`], or a launch's).
 #[derive(Default)]
 struct RequestRows {
     /// When they were recorded: one moment for them all (one append).
