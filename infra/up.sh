@@ -27,7 +27,8 @@ eval "$(infra/services.sh env)"
 mkdir -p "$STATE/log"
 infra/images.sh all >"$STATE/log/images.log" 2>&1 &
 IMAGES=$!
-# The test profile (dev, dependencies at opt-level 1, no debug information; see Cargo.toml):
+# The test profile (dev: dependencies unoptimised but for the hashing and signing crates, no
+# debug information in them; see Cargo.toml):
 # `infra/test.sh` after this reuses what it built. Operators build with --release.
 say "building berth (the test profile, shared with infra/test.sh)"
 cargo build -q -p berth
