@@ -82,11 +82,25 @@ export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
 # ran alone after it, 110 s with a core idle.)
 LOGS="${BERTH_STATE_DIR:-$ROOT/.berth}/log"
 mkdir -p "$LOGS"
+# The databases earlier runs' tests made and kept: most tests' own (`test_` and 32 hex digits;
+# the e2e harness drops a passing test's itself) and benches' (`berth_bench_` and a process id),
+# about 8 MB each and fifty a run. They go here, beside the build (each drop is a checkpoint,
+# about a second), so that runs do not pile them up on disk; a failing test's is thereby kept
+# for a look until the next run, and one still in use is left.
+drop_kept_databases() {
+  local maintenance db
+  maintenance="$(eval "$(infra/services.sh env)"; echo "${BERTH_DATABASE_URL%/*}/postgres")"
+  for db in $(psql "$maintenance" -Atc "SELECT datname FROM pg_database
+                 WHERE datname ~ '^(test_[0-9a-f]{32}|berth_bench_[0-9]+)$'"); do
+    psql "$maintenance" -qc "DROP DATABASE \"$db\"" || true
+  done
+}
 prepare() {
   if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
   # The servers first: their venv (nats-server) is the one schemathesis goes into.
   (infra/services.sh up >"$LOGS/servers.log" 2>&1 \
-    && install_schemathesis >"$LOGS/schemathesis.log" 2>&1) &
+    && install_schemathesis >"$LOGS/schemathesis.log" 2>&1 \
+    && { drop_kept_databases >"$LOGS/kept-databases.log" 2>&1 || true; }) &
   local servers=$! images=0
   (infra/images.sh all && infra/images.sh servers) >"$LOGS/images.log" 2>&1 || images=$?
   if ! wait "$servers"; then cat "$LOGS/servers.log" "$LOGS/schemathesis.log"; return 1; fi
