@@ -164,19 +164,30 @@ async fn fold_in_memory<P: Projection>(
 }
 
 /// Applies at most `batch` new events to the projection in `schema`; returns how many.
+/// `known` is where this runner last saw the checkpoint: most polls find nothing, and one
+/// that finds nothing after it ([`has_news`]) ends there, one statement outside a
+/// transaction rather than five (begin, make the checkpoint, lock it, read, end), which was
+/// most of what an idle control plane asked of PostgreSQL. Otherwise the checkpoint is
+/// locked and read from as before. A checkpoint only moves forward, so news after where it
+/// was seen is news after where it is, or another runner has applied it meanwhile (then this
+/// one reads nothing, and knows the checkpoint anew).
 async fn step(
     pool: &Pool,
     projection: &impl Projection,
     schema: &str,
     batch: i64,
+    known: &mut Option<LogPosition>,
 ) -> Result<usize, ProjectionError> {
     let name = checkpoint_name(schema);
     let mut client = pool.get().await?;
-    if !has_news(&client, &name).await? {
-        return Ok(0);
+    if let Some(seen) = *known {
+        if !has_news(&client, seen).await? {
+            return Ok(0);
+        }
     }
     let tx = client.transaction().await?;
     let after = lock_checkpoint(&tx, &name).await?;
+    *known = Some(after);
     let events = read_all_with(&tx, after, batch).await?;
     let Some(last) = events.last().map(|e| e.position) else {
         return Ok(0);
@@ -186,6 +197,7 @@ async fn step(
     }
     write_checkpoint(&tx, &name, last).await?;
     tx.commit().await?;
+    *known = Some(last);
     let projection_name = projection.name();
     metrics::counter!(crate::metrics::PROJECTION_APPLIED, "projection" => projection_name)
         .increment(events.len() as u64);
@@ -196,22 +208,22 @@ async fn step(
     Ok(events.len())
 }
 
-/// Whether the log holds an event, behind the horizon, after checkpoint `name` (or the
-/// checkpoint is not made yet). Most of a runner's polls find nothing: asked alone, outside a
-/// transaction, such a poll is one statement rather than five (begin, make the checkpoint,
-/// lock it, read, end), which was most of what an idle control plane asked of PostgreSQL. A
-/// runner that finds news then locks the checkpoint and reads as before; another runner may
-/// have applied the news in between, and then it reads nothing.
-async fn has_news<C: GenericClient>(client: &C, name: &str) -> Result<bool, tokio_postgres::Error> {
+/// Whether the log holds an event after `after` behind the horizon (as [`read_all_with`]
+/// reads), by the log's own index.
+async fn has_news<C: GenericClient>(
+    client: &C,
+    after: LogPosition,
+) -> Result<bool, tokio_postgres::Error> {
     let probe = client
         .prepare_cached(
-            "SELECT NOT EXISTS (SELECT 1 FROM checkpoints WHERE name = $1)
-                 OR EXISTS (SELECT 1 FROM checkpoints c, events e
-                            WHERE c.name = $1 AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
-                              AND e.tx_id < berth_log_horizon())",
+            "SELECT EXISTS (SELECT 1 FROM events
+                            WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon())",
         )
         .await?;
-    Ok(client.query_one(&probe, &[&name]).await?.get(0))
+    Ok(client
+        .query_one(&probe, &[&Xid8(after.tx), &after.seq])
+        .await?
+        .get(0))
 }
 
 /// Reads a checkpoint and locks it until the transaction ends, so two runners of the same
@@ -246,8 +258,9 @@ pub async fn catch_up(pool: &Pool, projection: &impl Projection) -> Result<u64, 
         crate::store::last_committed(&client).await?
     };
     let mut total = 0;
+    let mut known = None;
     loop {
-        let n = step(pool, projection, &schema, 1_000).await?;
+        let n = step(pool, projection, &schema, 1_000, &mut known).await?;
         total += n as u64;
         if n == 0 {
             if Some(current_checkpoint(pool, &checkpoint_name(&schema)).await?) >= target {
@@ -270,8 +283,9 @@ pub async fn run(
     install(&pool, &projection).await?;
     let schema = live_schema(&projection);
     let mut activity = crate::activity::Activity::new();
+    let mut known = None;
     while !stop.is_cancelled() {
-        let n = step(&pool, &projection, &schema, 1_000).await?;
+        let n = step(&pool, &projection, &schema, 1_000, &mut known).await?;
         if n == 0 {
             tokio::select! {
                 _ = stop.cancelled() => {}
