@@ -209,21 +209,25 @@ async fn step(
 }
 
 /// Whether the log holds an event after `after` behind the horizon (as [`read_all_with`]
-/// reads), by the log's own index.
+/// reads). Asked as the first row in the log's order, not as `EXISTS`: a generic plan of
+/// `EXISTS` expects a third of the log past any position and scans the table for the first
+/// (0.67 ms a poll over 3,000 events with 1,000 agents, and the whole log when nothing waits);
+/// in order it is the log's index from the position.
 async fn has_news<C: GenericClient>(
     client: &C,
     after: LogPosition,
 ) -> Result<bool, tokio_postgres::Error> {
     let probe = client
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM events
-                            WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon())",
+            "SELECT 1 FROM events
+             WHERE (tx_id, seq) > ($1, $2) AND tx_id < berth_log_horizon()
+             ORDER BY tx_id, seq LIMIT 1",
         )
         .await?;
     Ok(client
-        .query_one(&probe, &[&Xid8(after.tx), &after.seq])
+        .query_opt(&probe, &[&Xid8(after.tx), &after.seq])
         .await?
-        .get(0))
+        .is_some())
 }
 
 /// Reads a checkpoint and locks it until the transaction ends, so two runners of the same

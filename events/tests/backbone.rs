@@ -937,6 +937,59 @@ async fn a_rebuilt_projection_equals_the_live_one() {
     );
 }
 
+/// Two runners of one projection take turns on its checkpoint: every event is applied once,
+/// and a runner the other overtook (whose idle probe asks after the checkpoint where it last
+/// saw it) goes on with the events after, whichever of the two reads them.
+#[tokio::test]
+async fn two_runners_of_a_projection_apply_each_event_once_and_follow_each_other() {
+    let (store, _) = fresh_store().await;
+    let pool = store.pool().clone();
+    projection::install(&pool, &StreamIndex).await.unwrap();
+    let stop = CancellationToken::new();
+    let runners: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(projection::run(
+                pool.clone(),
+                StreamIndex,
+                Duration::from_millis(5),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    for round in 0..6 {
+        append_losses(&store, &format!("r{round}"), 5, 2).await;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let client = pool.get().await.unwrap();
+    let applied = "SELECT coalesce(sum(events), 0)::bigint FROM proj_streams.streams";
+    wait_until(Duration::from_secs(30), || async {
+        client
+            .query_one(applied, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 30
+    })
+    .await;
+    stop.cancel();
+    for runner in runners {
+        runner.await.unwrap().unwrap();
+    }
+    let row = client
+        .query_one(
+            "SELECT (SELECT coalesce(sum(events), 0)::bigint FROM proj_streams.streams),
+                    (SELECT count(*) FROM events)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (30, 30),
+        "each event applied once"
+    );
+}
+
 #[tokio::test]
 async fn a_projection_installed_on_a_written_log_folds_it_at_once() {
     let (store, _) = fresh_store().await;
