@@ -14,7 +14,7 @@ use berth::config::Config;
 use events::payloads::ResourceSlots;
 use serde_json::{json, Value};
 
-use crate::sessions::{bench_docker_agent, bench_engine, percentile};
+use crate::sessions::{bench_docker_agent, bench_engine, percentile, remove_agent_leftovers};
 
 const IMAGE: &str = "berth/jupyter:latest";
 /// A web server in the session: a small file and a 100 MB one, on the preopen port.
@@ -288,6 +288,9 @@ pub async fn apps(base: &Config, url: &str, requests: usize) -> anyhow::Result<(
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.cancel();
+    // Under load the agent may not have removed the container within those 2 s: the suite
+    // was once left an exited session container and its network.
+    remove_agent_leftovers(&agent_id).await;
     let js = async_nats::jetstream::new(bus::link::connect_as_url_says(&config.nats_url).await?);
     let _ = js.delete_stream(&config.topology.stream).await;
     let _ = js.delete_stream(&config.agent_bus.telemetry_stream).await;

@@ -1095,7 +1095,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
 
 /// Whatever is left of agent `agent_id`'s containers, then of its sessions' networks, goes:
 /// a stopped agent leaves its sessions' containers for its return, which a bench's never has.
-async fn remove_agent_leftovers(agent_id: &str) {
+pub(crate) async fn remove_agent_leftovers(agent_id: &str) {
     let label = format!("label=ai.berth.agent={agent_id}");
     let _ = tokio::process::Command::new("sh")
         .args(["-c", &format!("docker ps -aq --filter {label} | xargs -r docker rm -f >/dev/null; docker network ls -q --filter {label} | xargs -r docker network rm >/dev/null")])
