@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -181,9 +182,10 @@ pub async fn serve(
 }
 
 /// Starts on `tasks`, each until `stop`: the detail cache's subscription to session events
-/// and the key cache's to account events (with NATS), the readiness checks (when the state asks for them), and the app proxy's
-/// idle closer, session follower and activity reports (with a proxy; the last two with
-/// NATS).
+/// and the key cache's to account events (with NATS), the serving table and controller (woken
+/// by the endpoints' events, with NATS), the readiness checks (when the state asks for them),
+/// and the app proxy's idle closer, session follower and activity reports (with a proxy; the
+/// last two with NATS).
 fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationToken) {
     if let Some(client) = &state.nats {
         let subject = state.topology.category_subject("session");
@@ -204,15 +206,30 @@ fn start_behind(state: &AppState, tasks: &mut JoinSet<()>, stop: &CancellationTo
             stop.clone(),
         ));
     }
-    // Every gateway serves the endpoints' URLs; one at a time runs their replicas.
+    // Every gateway serves the endpoints' URLs; one at a time runs their replicas. Each of
+    // the two is woken by the endpoints' events while it has no endpoint to look after.
+    let endpoint_hint = |tasks: &mut JoinSet<()>| {
+        let client = state.nats.clone()?;
+        let hint = Arc::new(Notify::new());
+        let subject = state.topology.category_subject(domain::serving::CATEGORY);
+        let poke = events::hints::poke_on(client, subject, |_| true, hint.clone(), stop.clone());
+        tasks.spawn(async move {
+            if let Err(e) = poke.await {
+                tracing::warn!(error = %e, "endpoints' events not heard; looking at their safety-net pace");
+            }
+        });
+        Some(hint)
+    };
+    let (table_hint, controller_hint) = (endpoint_hint(tasks), endpoint_hint(tasks));
     tasks.spawn(
         state
             .serving
             .clone()
-            .follow(state.pool.clone(), stop.clone()),
+            .follow(state.pool.clone(), table_hint, stop.clone()),
     );
     tasks.spawn(crate::serving::controller::run(
         state.pool.clone(),
+        controller_hint,
         stop.clone(),
     ));
     if state.watches_readiness {

@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use chrono::Utc;
 use deadpool_postgres::Pool;
@@ -30,6 +32,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use launcher::launch::CreateSession;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -62,12 +65,14 @@ struct Memory {
 type Probe = Client<HttpConnector, Empty<Bytes>>;
 
 /// Leads the endpoints' replicas whenever this gateway holds the serving lock, until `stop`.
-pub async fn run(pool: Pool, stop: CancellationToken) {
+/// `hint`, poked by the endpoints' events, wakes a leader that has nothing to tend
+/// ([`super::rest`]).
+pub async fn run(pool: Pool, hint: Option<Arc<Notify>>, stop: CancellationToken) {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(Duration::from_secs(2)));
     let probe: Probe = Client::builder(TokioExecutor::new()).build(connector);
     loop {
-        match lead(&pool, &probe, &stop).await {
+        match lead(&pool, &probe, hint.as_deref(), &stop).await {
             Ok(()) => return,
             Err(e) => tracing::debug!(error = %e.message, "serving: not leading"),
         }
@@ -80,7 +85,12 @@ pub async fn run(pool: Pool, stop: CancellationToken) {
 
 /// Takes the lock if it is free and leads until `stop` (`Ok`) or a failure (`Err`: the lock
 /// is let go with its connection).
-async fn lead(pool: &Pool, probe: &Probe, stop: &CancellationToken) -> Result<(), ApiError> {
+async fn lead(
+    pool: &Pool,
+    probe: &Probe,
+    hint: Option<&Notify>,
+    stop: &CancellationToken,
+) -> Result<(), ApiError> {
     let holder = pool.get().await?;
     if !db::serving::try_lead(&holder).await? {
         return Err(ApiError::internal("another gateway leads"));
@@ -91,22 +101,31 @@ async fn lead(pool: &Pool, probe: &Probe, stop: &CancellationToken) -> Result<()
     let holder = deadpool_postgres::Object::take(holder);
     let mut memory = Memory::default();
     loop {
-        if let Err(e) = tick(pool, probe, &mut memory).await {
-            tracing::warn!(error = %e.message, "serving: a pass failed");
-            if holder.is_closed() {
-                return Err(e);
+        let tending = match tick(pool, probe, &mut memory).await {
+            Ok(tending) => tending,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "serving: a pass failed");
+                if holder.is_closed() {
+                    return Err(e);
+                }
+                true
             }
-        }
+        };
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(TICK) => {}
+            _ = super::rest(tending, TICK, hint) => {}
         }
     }
 }
 
-/// One look at every endpoint: health checks that are due, then what each needs.
-async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), ApiError> {
+/// One look at every endpoint: health checks that are due, then what each needs; whether any
+/// endpoint is left to tend (live, or destroyed with replicas still to end).
+async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<bool, ApiError> {
     let endpoints = super::all(pool).await?;
+    if !endpoints.iter().any(needs_tending) {
+        memory.checks.clear();
+        return Ok(false);
+    }
     let mut statuses = HashMap::new();
     for endpoint in &endpoints {
         for id in endpoint.routes.keys() {
@@ -120,8 +139,16 @@ async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), Api
     for endpoint in endpoints.iter().filter(|e| !e.destroyed) {
         changed |= check(pool, endpoint, &statuses, probe, memory).await?;
     }
-    let traffic = db::serving::traffic(pool, super::TRAFFIC_FRESH).await?;
-    for endpoint in endpoints.iter().filter(|e| e.autoscaling.is_some()) {
+    let scaled: Vec<&Endpoint> = endpoints
+        .iter()
+        .filter(|e| e.autoscaling.is_some())
+        .collect();
+    // The gateways' calls are read only when an endpoint scales on them.
+    let traffic = match scaled.is_empty() {
+        true => HashMap::new(),
+        false => db::serving::traffic(pool, super::TRAFFIC_FRESH).await?,
+    };
+    for endpoint in scaled {
         let (requests_per_second, outstanding_requests) =
             traffic.get(&endpoint.id()).copied().unwrap_or_default();
         let serving: Vec<Uuid> = endpoint.healthy().map(|r| r.session_id).collect();
@@ -143,10 +170,7 @@ async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), Api
         true => super::all(pool).await?,
         false => endpoints,
     };
-    for endpoint in &endpoints {
-        if endpoint.destroyed && endpoint.routes.is_empty() {
-            continue;
-        }
+    for endpoint in endpoints.iter().filter(|e| needs_tending(e)) {
         let replicas: BTreeMap<Uuid, Option<SessionStatus>> = endpoint
             .routes
             .keys()
@@ -158,7 +182,13 @@ async fn tick(pool: &Pool, probe: &Probe, memory: &mut Memory) -> Result<(), Api
     }
     // Replicas gone from every endpoint are forgotten.
     memory.checks.retain(|id, _| statuses.contains_key(id));
-    Ok(())
+    Ok(true)
+}
+
+/// Whether the controller has anything to do for `endpoint`: it is live, or destroyed with
+/// replicas still to end.
+fn needs_tending(endpoint: &Endpoint) -> bool {
+    !(endpoint.destroyed && endpoint.routes.is_empty())
 }
 
 /// Checks the replicas of `endpoint` that are due and records what changed; whether

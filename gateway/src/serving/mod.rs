@@ -18,7 +18,9 @@
 //!   replicas as the endpoints ask, checks their health, and records what changes.
 //!
 //! Endpoints are recorded in streams of their own, read from the log (no table keeps them);
-//! their tokens' digests are kept in `serving.tokens` ([`crate::db::serving`]).
+//! their tokens' digests are kept in `serving.tokens` ([`crate::db::serving`]). While there is
+//! no endpoint, the table and the controller rest until an endpoint's event is heard on NATS
+//! ([`rest`]), so a gateway that serves no model does not read the log several times a second.
 
 pub mod balancer;
 pub mod controller;
@@ -39,6 +41,7 @@ use events::store::{ExpectedVersion, StoreError};
 use events::EventStore;
 use launcher::launch::{ByteSize, CreateSession, ResourceRequest};
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -49,6 +52,10 @@ use crate::model::SessionDetail;
 
 /// How often every gateway reads the endpoints and their replicas' addresses again.
 pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+/// With no endpoint to serve or tend, how often the table and the controller look again when
+/// the endpoints' events wake them: the safety net for a hint lost while NATS was away.
+pub const QUIET_LOOK_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a token found good is honoured without asking the database again (never past
 /// its expiry).
@@ -249,19 +256,26 @@ impl Serving {
             .collect()
     }
 
-    /// Keeps the table fresh, and this gateway's calls reported, until `stop`.
-    pub async fn follow(self: Arc<Self>, pool: Pool, stop: CancellationToken) {
+    /// Keeps the table fresh, and this gateway's calls reported, until `stop`. `hint`, poked
+    /// by the endpoints' events, wakes it while it serves none ([`rest`]).
+    pub async fn follow(
+        self: Arc<Self>,
+        pool: Pool,
+        hint: Option<Arc<Notify>>,
+        stop: CancellationToken,
+    ) {
         loop {
             if let Err(e) = self.refresh(&pool).await {
                 tracing::debug!(error = %e.message, "the serving table was not refreshed");
             }
+            let serving = !read(&self.table).is_empty();
             let traffic = self.traffic();
             if let Err(e) = db::serving::report_traffic(&pool, self.gateway, &traffic).await {
                 tracing::debug!(error = %e.message, "this gateway's calls were not reported");
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+                _ = rest(serving, REFRESH_EVERY, hint.as_deref()) => {}
             }
         }
     }
@@ -334,6 +348,23 @@ pub async fn replica_address(
         return Ok(None);
     }
     Ok(crate::proxy::upstream_of(&detail, port).ok())
+}
+
+/// Waits between two looks at the endpoints: `busy` while there is one to serve or tend
+/// (`busy_with`); with none, until `hint` is poked (an endpoint's event was published) or
+/// [`QUIET_LOOK_EVERY`]. So an installation that serves no model does not read the log every
+/// few hundred milliseconds, and a new endpoint is looked at as soon as its event is heard.
+/// Without hints (no NATS) nothing would wake it, so it keeps to `busy`.
+pub async fn rest(busy_with: bool, busy: Duration, hint: Option<&Notify>) {
+    match hint {
+        Some(hint) if !busy_with => {
+            tokio::select! {
+                _ = hint.notified() => {}
+                _ = tokio::time::sleep(QUIET_LOOK_EVERY) => {}
+            }
+        }
+        _ => tokio::time::sleep(busy).await,
+    }
 }
 
 /// Every endpoint the log holds (destroyed ones too), by name.
@@ -410,6 +441,36 @@ pub fn expiry(seconds: u64) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Busy, a look every `busy`; with nothing to serve, a hint wakes it at once, and without
+    /// one it looks again at the safety net's interval; with no hints at all it stays busy.
+    #[tokio::test(start_paused = true)]
+    async fn with_nothing_to_serve_a_hint_wakes_the_next_look_and_the_safety_net_bounds_it() {
+        let busy = Duration::from_millis(250);
+        let hint = Notify::new();
+        let rested = |busy_with, hint| async move {
+            let started = Instant::now();
+            rest(busy_with, busy, hint).await;
+            started.elapsed()
+        };
+        assert_eq!(
+            rested(true, Some(&hint)).await,
+            busy,
+            "serving: the busy pace"
+        );
+        assert_eq!(rested(false, None).await, busy, "no hints: the busy pace");
+        assert_eq!(
+            rested(false, Some(&hint)).await,
+            QUIET_LOOK_EVERY,
+            "quiet, no hint: the safety net"
+        );
+        hint.notify_one();
+        assert_eq!(
+            rested(false, Some(&hint)).await,
+            Duration::ZERO,
+            "quiet, an endpoint's event heard: at once"
+        );
+    }
 
     #[test]
     fn a_host_under_the_serving_domain_names_its_endpoint_and_nothing_else_does() {
