@@ -1,8 +1,9 @@
 //! `berth bench fleet`: many simulated agents on the bus, against the control plane run as a
 //! separate `berth up` process, as an operator runs it. Measured in one run, each next to its
-//! baseline: with no agent, then with all of them registered and idle, the PostgreSQL
-//! connections in use, the CPU of the control-plane process and of PostgreSQL; then batch
-//! sessions created at once, placed, run and ended by the agents through NATS, per second.
+//! baseline: with no agent, then with all of them registered and idle (just after the
+//! registrations, and again once settled), the PostgreSQL connections in use, the CPU of the
+//! control-plane process and of PostgreSQL; then batch sessions created at once, placed, run
+//! and ended by the agents through NATS, per second.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -65,12 +66,14 @@ async fn idle_cpu(control_plane: u32, window: Duration) -> (f64, f64) {
     ((c1 - c0) / secs * 100.0, (p1 - p0) / secs * 100.0)
 }
 
-/// What a run measures: `agents` simulated agents, `sessions` batch sessions, and the window
-/// each idle CPU figure is measured over.
+/// What a run measures: `agents` simulated agents, `sessions` batch sessions, the window
+/// each idle CPU figure is measured over, and how long after the last registration the
+/// settled one begins.
 pub struct Shape {
     pub agents: usize,
     pub sessions: usize,
     pub window: Duration,
+    pub settle: Duration,
 }
 
 /// Runs the bench.
@@ -134,6 +137,7 @@ async fn run_fleet(
         agents,
         sessions,
         window,
+        settle,
     }: Shape,
 ) -> anyhow::Result<()> {
     // The control plane up, with no agent (settled for 3 s of a 10 s window).
@@ -183,15 +187,25 @@ async fn run_fleet(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let registered = started.elapsed();
+    let last_registration = Instant::now();
     tokio::time::sleep(window * 6 / 10).await;
     let (cp_idle, pg_idle) = idle_cpu(control_plane, window).await;
     let conns_idle = connections(pool, database).await?;
+    // What the registrations leave behind (autovacuum of the tables they wrote, the readers'
+    // catch-up, the first liveness flushes) falls in the first window; the second is what an
+    // installation of this size costs while nothing happens.
+    tokio::time::sleep(settle.saturating_sub(last_registration.elapsed())).await;
+    let (cp_settled, pg_settled) = idle_cpu(control_plane, window).await;
     println!(
         "{agents} simulated agents admitted, connected and registered through NATS in {:.1} s",
         registered.as_secs_f64()
     );
     println!("idle, no agent:            control plane {cp_none:.1}% of a core, PostgreSQL {pg_none:.1}%, {conns_none} PostgreSQL connections");
-    println!("idle, {agents} agents:  control plane {cp_idle:.1}% of a core, PostgreSQL {pg_idle:.1}%, {conns_idle} PostgreSQL connections");
+    println!("idle, {agents} agents, just registered:  control plane {cp_idle:.1}% of a core, PostgreSQL {pg_idle:.1}%, {conns_idle} PostgreSQL connections");
+    println!(
+        "idle, {agents} agents, settled ({} s after):  control plane {cp_settled:.1}% of a core, PostgreSQL {pg_settled:.1}%",
+        settle.as_secs()
+    );
 
     // Sessions created at once, placed and run by the agents through the bus, for an owner
     // whose policy lets them all run at once (the default policy's limits would make the

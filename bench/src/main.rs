@@ -217,6 +217,9 @@ enum BenchCommand {
         /// Seconds each idle CPU figure is measured over (the settling before it scales with it).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         window: u64,
+        /// Seconds after the last registration that the settled idle window begins.
+        #[arg(long, default_value_t = 30)]
+        settle: u64,
     },
     /// The idle-reaper: from a session falling due to its reaping, next to terminating it in
     /// process when due; the CPU of watching sessions, next to watching none.
@@ -431,13 +434,14 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             agents,
             sessions,
             window,
+            settle,
         } => {
             let binary = berth_binary()?;
-            let window = Duration::from_secs(window);
             let shape = crate::fleet::Shape {
                 agents,
                 sessions,
-                window,
+                window: Duration::from_secs(window),
+                settle: Duration::from_secs(settle),
             };
             crate::fleet::fleet(&binary, &config.nats_url, &url, &name, shape).await
         }
