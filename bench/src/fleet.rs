@@ -191,9 +191,10 @@ async fn run_fleet(
     tokio::time::sleep(window * 6 / 10).await;
     let (cp_idle, pg_idle) = idle_cpu(control_plane, window).await;
     let conns_idle = connections(pool, database).await?;
-    // What the registrations leave behind (autovacuum of the tables they wrote, the readers'
-    // catch-up, the first liveness flushes) falls in the first window; the second is what an
-    // installation of this size costs while nothing happens.
+    // What the registrations leave behind falls in the first window (docs/performance.md:
+    // the readiness check's query ran ten times slower, and every agent's stream was read
+    // once more); the second is what an installation of this size costs while nothing
+    // happens.
     tokio::time::sleep(settle.saturating_sub(last_registration.elapsed())).await;
     let (cp_settled, pg_settled) = idle_cpu(control_plane, window).await;
     println!(

@@ -217,8 +217,9 @@ enum BenchCommand {
         /// Seconds each idle CPU figure is measured over (the settling before it scales with it).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         window: u64,
-        /// Seconds after the last registration that the settled idle window begins.
-        #[arg(long, default_value_t = 30)]
+        /// Seconds after the last registration that the settled idle window begins: what a
+        /// burst of 1,000 registrations leaves behind took about a minute here.
+        #[arg(long, default_value_t = 60)]
         settle: u64,
     },
     /// The idle-reaper: from a session falling due to its reaping, next to terminating it in
