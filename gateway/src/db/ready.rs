@@ -163,13 +163,14 @@ mod tests {
             0,
             "{plan:#}"
         );
+        // Each reader's name and the events it has not read.
+        let unread = |lags: &[(String, i64, f64)]| -> Vec<(String, i64)> {
+            lags.iter().map(|r| (r.0.clone(), r.1)).collect()
+        };
         let caught_up = reader_lags(&client, 10_000).await.unwrap();
         assert_eq!(
-            caught_up
-                .iter()
-                .map(|r| (r.0.as_str(), r.1))
-                .collect::<Vec<_>>(),
-            [("projection:p", 0), ("relay", 0)]
+            unread(&caught_up),
+            [("projection:p".to_owned(), 0), ("relay".to_owned(), 0)]
         );
         assert!(caught_up.iter().all(|r| r.2 == 0.0), "{caught_up:?}");
 
@@ -184,11 +185,8 @@ mod tests {
             .unwrap();
         let behind = reader_lags(&client, 10_000).await.unwrap();
         assert_eq!(
-            behind
-                .iter()
-                .map(|r| (r.0.as_str(), r.1))
-                .collect::<Vec<_>>(),
-            [("projection:p", 0), ("relay", 1_500)]
+            unread(&behind),
+            [("projection:p".to_owned(), 0), ("relay".to_owned(), 1_500)]
         );
         assert!(
             behind[1].2 > 0.0,
