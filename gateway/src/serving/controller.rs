@@ -14,9 +14,8 @@
 //! then given its full retries again, which delays a removal, never causes one.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::Utc;
