@@ -904,9 +904,9 @@ fn read_visible_sql() -> String {
 
 /// Reads every event after `after` in global order (behind the horizon, as [`read_all_with`]
 /// does), `batch` at a time, handing each batch to `each`; returns how many were read. Each
-/// batch is decoded on a blocking thread while the next is fetched, so the database and the
-/// decoding work at once instead of in turn: how a whole log is read (the `berth bench store`
-/// read, rebuilds).
+/// batch is decoded on a blocking thread while the next is fetched and the one before is
+/// handed over, so the database, the decoding and the caller's fold work at once instead of
+/// in turn: how a whole log is read (the `berth bench store` read, replays, rebuilds).
 pub async fn read_through<C, F>(
     client: &C,
     after: LogPosition,
@@ -957,16 +957,26 @@ where
     };
     let mut read = 0u64;
     let mut rows = fetch(after).await?;
+    // Three stages at once: the database sends batch N + 1 while batch N is decoded on a
+    // blocking thread and batch N - 1 is handed to `each` here. (The next batch's query goes
+    // out on the join's first poll, before `each` holds this task; on a runtime of more than
+    // one thread the connection's own task takes its rows in meanwhile.)
+    let mut decoded_before: Option<Vec<RecordedEvent>> = None;
     while let Some(last) = rows.last() {
         let after = position_of(last);
         let decode = tokio::task::spawn_blocking(move || {
             rows.iter().map(decode_row).collect::<Result<Vec<_>, _>>()
         });
-        let (next, decoded) = tokio::join!(fetch(after), decode);
+        let hand_over = async { decoded_before.take().map_or(Ok(()), &mut each) };
+        let (next, decoded, handed) = tokio::join!(fetch(after), decode, hand_over);
+        handed?;
         let events = decoded.expect("decoding a batch does not panic")?;
         read += events.len() as u64;
-        each(events)?;
+        decoded_before = Some(events);
         rows = next?;
+    }
+    if let Some(events) = decoded_before {
+        each(events)?;
     }
     Ok(read)
 }

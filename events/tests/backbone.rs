@@ -471,6 +471,22 @@ async fn the_whole_log_read_through_in_batches_is_the_log_in_order() {
         events.iter().map(|e| e.event_id).collect()
     };
     assert_eq!(ids(&through), ids(&everything));
+    // A fold that fails stops the read with its error, and nothing is handed over after it
+    // (the batch read and decoded meanwhile is dropped).
+    let mut handed = 0;
+    let stopped = store::read_through(&client, LogPosition::START, 10, |_| {
+        handed += 1;
+        match handed {
+            3 => Err(StoreError::BadBatchSize(0)),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(
+        matches!(stopped, Err(StoreError::BadBatchSize(0))),
+        "{stopped:?}"
+    );
+    assert_eq!(handed, 3);
     // From a position on, only what follows it.
     let from = everything[100].position;
     let rest = store::read_through(&client, from, 10, |_| Ok(()))
