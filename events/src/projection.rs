@@ -12,7 +12,7 @@ use deadpool_postgres::{GenericClient, Pool, Transaction};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
-use crate::pg::Xid8;
+use crate::pg::{differences, table_columns, Xid8};
 use crate::relay::{read_checkpoint, write_checkpoint};
 use crate::store::{read_all_with, read_through, LogPosition, StoreError};
 use crate::RecordedEvent;
@@ -368,20 +368,18 @@ pub async fn rebuild<P: Projection>(
     // The rebuilt tables get no checkpoint of their own: nothing reads the log into them
     // after this, and a checkpoint would count as a reader that `/readyz` waits on for ever.
     rows.write(&tx, &fresh).await?;
-    let mut differences = Vec::new();
+    let mut differing = Vec::new();
     for table in projection.tables() {
-        let row = tx
-            .query_one(
-                &format!(
-                    "SELECT (SELECT count(*) FROM (SELECT * FROM {live}.{table} EXCEPT ALL SELECT * FROM {fresh}.{table}) a),
-                            (SELECT count(*) FROM (SELECT * FROM {fresh}.{table} EXCEPT ALL SELECT * FROM {live}.{table}) b)"
-                ),
-                &[],
-            )
-            .await?;
-        let (live_only, rebuilt_only): (i64, i64) = (row.get(0), row.get(1));
+        let columns = table_columns(&tx, &live, table).await?;
+        let (live_only, rebuilt_only) = differences(
+            &tx,
+            &columns,
+            &format!("{live}.{table}"),
+            &format!("{fresh}.{table}"),
+        )
+        .await?;
         if live_only != 0 || rebuilt_only != 0 {
-            differences.push((table.to_string(), live_only, rebuilt_only));
+            differing.push((table.to_string(), live_only, rebuilt_only));
         }
     }
     if swap {
@@ -397,7 +395,7 @@ pub async fn rebuild<P: Projection>(
     Ok(Rebuild {
         events,
         at,
-        differences,
+        differences: differing,
         swapped: swap,
     })
 }

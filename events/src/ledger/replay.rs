@@ -5,6 +5,7 @@ use deadpool_postgres::{Pool, Transaction};
 
 use super::memory::LedgerRows;
 use super::LedgerError;
+use crate::pg::{differences, table_columns};
 
 /// What [`replay`] found: how many events it folded, and per table that differs, the rows only
 /// the live ledger has and the rows only the fold of the log has.
@@ -77,76 +78,46 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         })
         .await?;
     write_rows(&tx, &rows).await?;
-    let mut differences = Vec::new();
+    let mut differing = Vec::new();
     for table in &tables {
-        let columns: Vec<String> = tx
-            .query(
-                "SELECT column_name::text FROM information_schema.columns
-                 WHERE table_schema = 'ledger' AND table_name = $1 ORDER BY ordinal_position",
-                &[table],
-            )
+        let columns: Vec<String> = table_columns(&tx, "ledger", table)
             .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
+            .into_iter()
             .filter(|c| !NOT_COMPARED.contains(&format!("{table}.{c}").as_str()))
             .collect();
-        let columns = columns.join(", ");
-        let row = tx
-            .query_one(
-                &format!(
-                    "SELECT (SELECT count(*) FROM (SELECT {columns} FROM ledger.{table}
-                               EXCEPT ALL SELECT {columns} FROM {REPLAY_SCHEMA}.{table}) a),
-                            (SELECT count(*) FROM (SELECT {columns} FROM {REPLAY_SCHEMA}.{table}
-                               EXCEPT ALL SELECT {columns} FROM ledger.{table}) b)"
-                ),
-                &[],
-            )
-            .await?;
-        let (live_only, replayed_only): (i64, i64) = (row.get(0), row.get(1));
+        let (live_only, replayed_only) = differences(
+            &tx,
+            &columns,
+            &format!("ledger.{table}"),
+            &format!("{REPLAY_SCHEMA}.{table}"),
+        )
+        .await?;
         if live_only != 0 || replayed_only != 0 {
-            differences.push((table.clone(), live_only, replayed_only));
+            differing.push((table.clone(), live_only, replayed_only));
         }
     }
     tx.rollback().await?;
     Ok(Replay {
         events,
         tables: tables.len(),
-        differences,
+        differences: differing,
     })
 }
 
 /// Creates the scratch schema with an empty copy of each of the ledger's `tables`.
 async fn create_scratch(tx: &Transaction<'_>, tables: &[String]) -> Result<(), LedgerError> {
-    // Same columns, defaults and keys; none of the checks or secondary unique indexes, which
-    // guard decisions the log already holds.
+    // Same columns and defaults; no index, key or check. Those guard decisions the log already
+    // holds, and the comparison needs none: a row the fold wrote twice is a difference it
+    // counts. Unlogged, as the schema never outlives the transaction: the fold's rows are
+    // written without their WAL.
     let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
     for table in tables {
         ddl.push_str(&format!(
-            "CREATE TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
-               INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES);"
+            "CREATE UNLOGGED TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
+               INCLUDING DEFAULTS INCLUDING IDENTITY);"
         ));
     }
     tx.batch_execute(&ddl).await?;
-    for index in tx
-        .query(
-            "SELECT i.indexrelid::regclass::text, c.oid::regclass::text, con.conname::text
-             FROM pg_index i
-             JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-             LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid
-             WHERE n.nspname = $1 AND NOT i.indisprimary",
-            &[&REPLAY_SCHEMA],
-        )
-        .await?
-    {
-        let drop = match index.get::<_, Option<String>>(2) {
-            Some(constraint) => format!(
-                "ALTER TABLE {} DROP CONSTRAINT {constraint}",
-                index.get::<_, String>(1)
-            ),
-            None => format!("DROP INDEX {}", index.get::<_, String>(0)),
-        };
-        tx.batch_execute(&drop).await?;
-    }
     Ok(())
 }
 
