@@ -116,8 +116,42 @@ pub async fn copy_rows<const N: usize>(
     writer.finish().await
 }
 
+/// The tables among `tables` whose rows in `left_schema` and in `right_schema` differ, each
+/// with the rows only the left holds and the rows only the right holds, over the columns
+/// `compared(table, column)` keeps: how a replay or a rebuild is compared with the live tables.
+/// The caller's transaction is given the memory to group each table's rows in memory (past
+/// it PostgreSQL spills to disk).
+pub async fn differing_tables<'t>(
+    tx: &tokio_postgres::Transaction<'_>,
+    tables: impl IntoIterator<Item = &'t str>,
+    left_schema: &str,
+    right_schema: &str,
+    compared: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<(String, i64, i64)>, tokio_postgres::Error> {
+    tx.batch_execute("SET LOCAL work_mem = '64MB'").await?;
+    let mut differing = Vec::new();
+    for table in tables {
+        let columns: Vec<String> = table_columns(tx, left_schema, table)
+            .await?
+            .into_iter()
+            .filter(|column| compared(table, column))
+            .collect();
+        let (left_only, right_only) = differences(
+            tx,
+            &columns,
+            &format!("{left_schema}.{table}"),
+            &format!("{right_schema}.{table}"),
+        )
+        .await?;
+        if left_only != 0 || right_only != 0 {
+            differing.push((table.to_owned(), left_only, right_only));
+        }
+    }
+    Ok(differing)
+}
+
 /// The columns of `schema.table`, in their order.
-pub async fn table_columns(
+async fn table_columns(
     tx: &tokio_postgres::Transaction<'_>,
     schema: &str,
     table: &str,
@@ -136,18 +170,16 @@ pub async fn table_columns(
 
 /// How many rows two tables of one shape (`left` and `right`, schema-qualified) do not share
 /// over `columns`, each way, counted as `EXCEPT ALL` counts them (a row held twice on one
-/// side and once on the other differs once): how a replay or a rebuild is compared with the
-/// live tables. One pass groups both tables' rows together, where two `EXCEPT ALL`s hash every
-/// row of both tables twice (half the time on a ledger of 85,000 sessions). The caller's
-/// transaction is given the memory to group in memory; past it PostgreSQL spills to disk.
-pub async fn differences(
+/// side and once on the other differs once). One pass groups both tables' rows together,
+/// where two `EXCEPT ALL`s hash every row of both tables twice (half the time on a ledger of
+/// 85,000 sessions).
+async fn differences(
     tx: &tokio_postgres::Transaction<'_>,
     columns: &[String],
     left: &str,
     right: &str,
 ) -> Result<(i64, i64), tokio_postgres::Error> {
     let columns = columns.join(", ");
-    tx.batch_execute("SET LOCAL work_mem = '64MB'").await?;
     let row = tx
         .query_one(
             &format!(

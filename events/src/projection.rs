@@ -12,7 +12,7 @@ use deadpool_postgres::{GenericClient, Pool, Transaction};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
-use crate::pg::{differences, table_columns, Xid8};
+use crate::pg::{differing_tables, Xid8};
 use crate::relay::{read_checkpoint, write_checkpoint};
 use crate::store::{read_all_with, read_through, LogPosition, StoreError};
 use crate::RecordedEvent;
@@ -368,20 +368,14 @@ pub async fn rebuild<P: Projection>(
     // The rebuilt tables get no checkpoint of their own: nothing reads the log into them
     // after this, and a checkpoint would count as a reader that `/readyz` waits on for ever.
     rows.write(&tx, &fresh).await?;
-    let mut differing = Vec::new();
-    for table in projection.tables() {
-        let columns = table_columns(&tx, &live, table).await?;
-        let (live_only, rebuilt_only) = differences(
-            &tx,
-            &columns,
-            &format!("{live}.{table}"),
-            &format!("{fresh}.{table}"),
-        )
-        .await?;
-        if live_only != 0 || rebuilt_only != 0 {
-            differing.push((table.to_string(), live_only, rebuilt_only));
-        }
-    }
+    let differences = differing_tables(
+        &tx,
+        projection.tables().iter().copied(),
+        &live,
+        &fresh,
+        |_, _| true,
+    )
+    .await?;
     if swap {
         tx.batch_execute(&format!(
             "DROP SCHEMA {live} CASCADE; ALTER SCHEMA {fresh} RENAME TO {live};
@@ -395,7 +389,7 @@ pub async fn rebuild<P: Projection>(
     Ok(Rebuild {
         events,
         at,
-        differences: differing,
+        differences,
         swapped: swap,
     })
 }

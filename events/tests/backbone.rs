@@ -438,34 +438,34 @@ async fn two_tables_differences_are_counted_as_except_all_counts_them() {
     let mut client = store.pool().get().await.unwrap();
     let tx = client.transaction().await.unwrap();
     tx.batch_execute(
-        r#"CREATE TEMP TABLE live (a int, b text, c jsonb);
-           CREATE TEMP TABLE folded (a int, b text, c jsonb);
-           INSERT INTO live VALUES (1, 'x', '{}'), (1, 'x', '{}'), (2, NULL, NULL), (3, 'y', '[1]'),
-                                   (4, 'z', '{"k": 1}');
-           INSERT INTO folded VALUES (1, 'x', '{}'), (2, NULL, NULL), (2, NULL, NULL), (3, 'y', '[2]'),
-                                     (5, 'w', '{"k": 1}');"#,
+        r#"CREATE SCHEMA live; CREATE SCHEMA folded;
+           CREATE TABLE live.t (a int, b text, c jsonb);
+           CREATE TABLE folded.t (a int, b text, c jsonb);
+           INSERT INTO live.t VALUES (1, 'x', '{}'), (1, 'x', '{}'), (2, NULL, NULL), (3, 'y', '[1]'),
+                                     (4, 'z', '{"k": 1}');
+           INSERT INTO folded.t VALUES (1, 'x', '{}'), (2, NULL, NULL), (2, NULL, NULL), (3, 'y', '[2]'),
+                                       (5, 'w', '{"k": 1}');"#,
     )
     .await
     .unwrap();
-    let columns = ["a", "b", "c"].map(String::from);
-    let counted = events::pg::differences(&tx, &columns, "live", "folded")
+    let counted = events::pg::differing_tables(&tx, ["t"], "live", "folded", |_, _| true)
         .await
         .unwrap();
     let row = tx
         .query_one(
-            "SELECT (SELECT count(*) FROM (SELECT * FROM live EXCEPT ALL SELECT * FROM folded) a),
-                    (SELECT count(*) FROM (SELECT * FROM folded EXCEPT ALL SELECT * FROM live) b)",
+            "SELECT (SELECT count(*) FROM (SELECT * FROM live.t EXCEPT ALL SELECT * FROM folded.t) a),
+                    (SELECT count(*) FROM (SELECT * FROM folded.t EXCEPT ALL SELECT * FROM live.t) b)",
             &[],
         )
         .await
         .unwrap();
-    assert_eq!(counted, (3, 3));
-    assert_eq!(counted, (row.get(0), row.get(1)));
+    assert_eq!(counted, [("t".to_owned(), 3, 3)]);
+    assert_eq!((counted[0].1, counted[0].2), (row.get(0), row.get(1)));
     assert_eq!(
-        events::pg::differences(&tx, &columns, "live", "live")
+        events::pg::differing_tables(&tx, ["t"], "live", "live", |_, _| true)
             .await
             .unwrap(),
-        (0, 0)
+        []
     );
 }
 

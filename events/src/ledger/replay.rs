@@ -5,7 +5,7 @@ use deadpool_postgres::{Pool, Transaction};
 
 use super::memory::LedgerRows;
 use super::LedgerError;
-use crate::pg::{differences, table_columns};
+use crate::pg::differing_tables;
 
 /// What [`replay`] found: how many events it folded, and per table that differs, the rows only
 /// the live ledger has and the rows only the fold of the log has.
@@ -78,29 +78,19 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         })
         .await?;
     write_rows(&tx, &rows).await?;
-    let mut differing = Vec::new();
-    for table in &tables {
-        let columns: Vec<String> = table_columns(&tx, "ledger", table)
-            .await?
-            .into_iter()
-            .filter(|c| !NOT_COMPARED.contains(&format!("{table}.{c}").as_str()))
-            .collect();
-        let (live_only, replayed_only) = differences(
-            &tx,
-            &columns,
-            &format!("ledger.{table}"),
-            &format!("{REPLAY_SCHEMA}.{table}"),
-        )
-        .await?;
-        if live_only != 0 || replayed_only != 0 {
-            differing.push((table.clone(), live_only, replayed_only));
-        }
-    }
+    let differences = differing_tables(
+        &tx,
+        tables.iter().map(String::as_str),
+        "ledger",
+        REPLAY_SCHEMA,
+        |table, column| !NOT_COMPARED.contains(&format!("{table}.{column}").as_str()),
+    )
+    .await?;
     tx.rollback().await?;
     Ok(Replay {
         events,
         tables: tables.len(),
-        differences: differing,
+        differences,
     })
 }
 
