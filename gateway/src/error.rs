@@ -16,6 +16,11 @@ use launcher::launch::LaunchError;
 /// What a 503 asks a client to wait before trying again, in seconds.
 pub const RETRY_AFTER_SECS: &str = "2";
 
+/// Marks a response answered `database_unavailable`, so the layer that refuses writes while
+/// PostgreSQL is down (`crate::ready`) learns of an outage a handler met between two checks.
+#[derive(Clone, Copy, Debug)]
+pub struct DatabaseUnavailable;
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -128,6 +133,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        if self.code == "database_unavailable" {
+            response.extensions_mut().insert(DatabaseUnavailable);
         }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(

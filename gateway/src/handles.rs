@@ -17,6 +17,9 @@ use tokio::time::Instant;
 
 use crate::model::{Dependency, Report};
 
+/// What PostgreSQL down means for the API, as its going down is logged.
+pub(crate) const POSTGRES_DOWN: &str = "writes answer 503 until it is back";
+
 /// How long a write that finds PostgreSQL down waits for a connection before it is refused.
 const RECHECK_WITHIN: Duration = Duration::from_millis(500);
 
@@ -53,6 +56,21 @@ impl Readiness {
             });
         }
         answered
+    }
+
+    /// Notes PostgreSQL down as a request found it between two checks: `/readyz` says so at
+    /// once rather than at the next check, and the next write asks before it waits. The
+    /// next check that reaches PostgreSQL notes it up again.
+    pub fn postgres_failed(&self, error: &str) {
+        self.update(|report| {
+            report.postgres = report.postgres.noted(
+                Utc::now(),
+                Some(error.to_owned()),
+                "PostgreSQL",
+                POSTGRES_DOWN,
+            );
+            report.ready = false;
+        });
     }
 
     /// Changes the report as a check found it.
@@ -211,6 +229,17 @@ mod tests {
         assert_eq!(still.error.as_deref(), Some("again"));
         let back = still.noted(t0, None, "x", "y");
         assert!(back.up && back.down_since.is_none() && back.error.is_none());
+    }
+
+    #[test]
+    fn a_request_that_found_postgresql_down_makes_the_report_not_ready_until_a_check() {
+        let readiness = Readiness::default();
+        readiness.update(|report| report.ready = true);
+        readiness.postgres_failed("refused");
+        let report = readiness.report();
+        assert!(!report.ready && readiness.postgres_down());
+        assert_eq!(report.postgres.error.as_deref(), Some("refused"));
+        assert!(report.postgres.down_since.is_some());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! (the relay, the projections) trails it, so an orchestrator or a person sees what is
 //! wrong; `/healthz` stays a liveness probe. While PostgreSQL is down, writes are answered
 //! 503 `database_unavailable` within half a second ([`refuse_writes_while_down`]) instead
-//! of waiting on a pool that cannot connect.
+//! of waiting on a pool that cannot connect; a request that meets the outage between two
+//! checks marks it down at once.
 
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use chrono::Utc;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
-use crate::handles::Readiness;
+use crate::error::{ApiError, DatabaseUnavailable};
+use crate::handles::{Readiness, POSTGRES_DOWN};
 use crate::model::ReaderLag;
 use crate::state::AppState;
 
@@ -76,8 +77,9 @@ pub async fn watch(
         };
         readiness.update(|report| {
             let now = Utc::now();
-            let pg = "writes answer 503 until it is back";
-            report.postgres = report.postgres.noted(now, postgres, "PostgreSQL", pg);
+            report.postgres = report
+                .postgres
+                .noted(now, postgres, "PostgreSQL", POSTGRES_DOWN);
             report.nats = report.nats.noted(
                 now,
                 nats_error,
@@ -181,7 +183,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 /// Answers a write 503 `database_unavailable` while the last check found PostgreSQL down
 /// and it does not answer now either (at most half a second); reads go on (what can be
-/// served from memory still is).
+/// served from memory still is). A request of any kind answered `database_unavailable` by its
+/// handler notes PostgreSQL down, as a check would have.
 pub async fn refuse_writes_while_down(
     State(state): State<AppState>,
     request: Request,
@@ -194,5 +197,11 @@ pub async fn refuse_writes_while_down(
     {
         return ApiError::database_unavailable().into_response();
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    if response.extensions().get::<DatabaseUnavailable>().is_some() {
+        state
+            .readiness
+            .postgres_failed("a request found it unavailable");
+    }
+    response
 }
