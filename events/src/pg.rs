@@ -116,29 +116,102 @@ pub async fn copy_rows<const N: usize>(
     writer.finish().await
 }
 
+/// A table's rows summed up whatever their order: how many there are, and the sum of a hash
+/// of each. Two tables whose multisets of rows are equal have equal fingerprints; two that
+/// differ have equal ones by a 64-bit collision's chance. Each row's hash is mixed once more
+/// before the sum, as PostgreSQL combines a record's column hashes linearly: summed unmixed,
+/// two rows that swapped a column's values would leave the sum as it was. One scan and no
+/// grouping: on the sessions of a ledger of 85,000, 0.1 s a side against 0.3 s to group both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    rows: i64,
+    hash_sum: String,
+}
+
+/// Each of `tables` in `schema` summed up ([`Fingerprint`]) over the columns
+/// `compared(table, column)` keeps, in one statement. Any connection may sum up one side of a
+/// comparison, in the snapshot of the transaction that compares (`SET TRANSACTION SNAPSHOT`),
+/// while that one does something else.
+pub async fn fingerprints(
+    tx: &tokio_postgres::Transaction<'_>,
+    tables: &[&str],
+    schema: &str,
+    compared: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<Fingerprint>, tokio_postgres::Error> {
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
+    let columns = compared_columns(tx, tables, schema, compared).await?;
+    let sums: Vec<String> = tables
+        .iter()
+        .zip(&columns)
+        .enumerate()
+        .map(|(i, (table, columns))| {
+            format!(
+                "SELECT {i} AS i, count(*) AS n, coalesce(sum(hashint8extended(
+                    hash_record_extended(ROW({}), 0), 0)), 0)::text AS h FROM {schema}.{table}",
+                columns.join(", ")
+            )
+        })
+        .collect();
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT n, h FROM ({}) sums ORDER BY i",
+                sums.join(" UNION ALL ")
+            ),
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Fingerprint {
+            rows: r.get(0),
+            hash_sum: r.get(1),
+        })
+        .collect())
+}
+
 /// The tables among `tables` whose rows in `left_schema` and in `right_schema` differ, each
 /// with the rows only the left holds and the rows only the right holds, over the columns
 /// `compared(table, column)` keeps: how a replay or a rebuild is compared with the live tables.
-/// The caller's transaction is given the memory to group each table's rows in memory (past
-/// it PostgreSQL spills to disk).
-pub async fn differing_tables<'t>(
+pub async fn differing_tables(
     tx: &tokio_postgres::Transaction<'_>,
-    tables: impl IntoIterator<Item = &'t str>,
+    tables: &[&str],
     left_schema: &str,
     right_schema: &str,
     compared: impl Fn(&str, &str) -> bool,
 ) -> Result<Vec<(String, i64, i64)>, tokio_postgres::Error> {
+    let left = fingerprints(tx, tables, left_schema, &compared).await?;
+    differing_from(tx, tables, (left_schema, &left), right_schema, compared).await
+}
+
+/// [`differing_tables`] with the left side's fingerprints summed up already (elsewhere, in
+/// the same snapshot). Only a table whose fingerprints differ has its rows grouped and counted
+/// ([`differences`]), in memory the transaction is given for it (past it PostgreSQL spills
+/// to disk).
+pub async fn differing_from(
+    tx: &tokio_postgres::Transaction<'_>,
+    tables: &[&str],
+    (left_schema, left): (&str, &[Fingerprint]),
+    right_schema: &str,
+    compared: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<(String, i64, i64)>, tokio_postgres::Error> {
+    let right = fingerprints(tx, tables, right_schema, &compared).await?;
+    let unequal: Vec<usize> = (0..tables.len())
+        .filter(|&i| left.get(i) != right.get(i))
+        .collect();
+    if unequal.is_empty() {
+        return Ok(Vec::new());
+    }
     tx.batch_execute("SET LOCAL work_mem = '64MB'").await?;
+    let columns = compared_columns(tx, tables, left_schema, &compared).await?;
     let mut differing = Vec::new();
-    for table in tables {
-        let columns: Vec<String> = table_columns(tx, left_schema, table)
-            .await?
-            .into_iter()
-            .filter(|column| compared(table, column))
-            .collect();
+    for i in unequal {
+        let table = tables[i];
         let (left_only, right_only) = differences(
             tx,
-            &columns,
+            &columns[i],
             &format!("{left_schema}.{table}"),
             &format!("{right_schema}.{table}"),
         )
@@ -150,21 +223,30 @@ pub async fn differing_tables<'t>(
     Ok(differing)
 }
 
-/// The columns of `schema.table`, in their order.
-async fn table_columns(
+/// The columns of each of `tables` in `schema` that `compared(table, column)` keeps, in their
+/// order, one list a table.
+async fn compared_columns(
     tx: &tokio_postgres::Transaction<'_>,
+    tables: &[&str],
     schema: &str,
-    table: &str,
-) -> Result<Vec<String>, tokio_postgres::Error> {
-    Ok(tx
+    compared: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<Vec<String>>, tokio_postgres::Error> {
+    let rows = tx
         .query(
-            "SELECT column_name::text FROM information_schema.columns
-             WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
-            &[&schema, &table],
+            "SELECT table_name::text, column_name::text FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name = ANY($2) ORDER BY ordinal_position",
+            &[&schema, &tables],
         )
-        .await?
+        .await?;
+    Ok(tables
         .iter()
-        .map(|r| r.get(0))
+        .map(|table| {
+            rows.iter()
+                .filter(|r| r.get::<_, &str>(0) == *table)
+                .map(|r| r.get::<_, String>(1))
+                .filter(|column| compared(table, column))
+                .collect()
+        })
         .collect())
 }
 

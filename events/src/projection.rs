@@ -368,14 +368,8 @@ pub async fn rebuild<P: Projection>(
     // The rebuilt tables get no checkpoint of their own: nothing reads the log into them
     // after this, and a checkpoint would count as a reader that `/readyz` waits on for ever.
     rows.write(&tx, &fresh).await?;
-    let differences = differing_tables(
-        &tx,
-        projection.tables().iter().copied(),
-        &live,
-        &fresh,
-        |_, _| true,
-    )
-    .await?;
+    let differences =
+        differing_tables(&tx, projection.tables(), &live, &fresh, |_, _| true).await?;
     if swap {
         tx.batch_execute(&format!(
             "DROP SCHEMA {live} CASCADE; ALTER SCHEMA {fresh} RENAME TO {live};

@@ -431,7 +431,9 @@ async fn old_schema_versions_are_upcast_on_read() {
 }
 
 /// How a replay or a rebuild compares two tables: the rows each holds that the other does not,
-/// counted as `EXCEPT ALL` counts them (a duplicate is a row of its own, NULL matches NULL).
+/// counted as `EXCEPT ALL` counts them (a duplicate is a row of its own, NULL matches NULL);
+/// two tables whose rows swapped a column's values differ too (the order-blind sum that
+/// passes equal tables over mixes each row's hash), and equal tables in any order do not.
 #[tokio::test]
 async fn two_tables_differences_are_counted_as_except_all_counts_them() {
     let (store, _) = fresh_store().await;
@@ -444,11 +446,22 @@ async fn two_tables_differences_are_counted_as_except_all_counts_them() {
            INSERT INTO live.t VALUES (1, 'x', '{}'), (1, 'x', '{}'), (2, NULL, NULL), (3, 'y', '[1]'),
                                      (4, 'z', '{"k": 1}');
            INSERT INTO folded.t VALUES (1, 'x', '{}'), (2, NULL, NULL), (2, NULL, NULL), (3, 'y', '[2]'),
-                                       (5, 'w', '{"k": 1}');"#,
+                                       (5, 'w', '{"k": 1}');
+           CREATE TABLE live.swapped (session text, owner text, started timestamptz);
+           CREATE TABLE folded.swapped (session text, owner text, started timestamptz);
+           INSERT INTO live.swapped VALUES ('s1', 'ann', '2026-12-01 10:00Z'), ('s2', 'bob', NULL);
+           INSERT INTO folded.swapped VALUES ('s1', 'bob', '2026-12-01 10:00Z'), ('s2', 'ann', NULL);
+           CREATE TABLE live.same (a int, b text);
+           CREATE TABLE folded.same (a int, b text);
+           INSERT INTO live.same SELECT i, i::text FROM generate_series(1, 100) i;
+           INSERT INTO folded.same SELECT i, i::text FROM generate_series(100, 1, -1) i;"#,
     )
     .await
     .unwrap();
-    let counted = events::pg::differing_tables(&tx, ["t"], "live", "folded", |_, _| true)
+    let counted =
+        events::pg::differing_tables(&tx, &["t", "swapped", "same"], "live", "folded", |_, _| {
+            true
+        })
         .await
         .unwrap();
     let row = tx
@@ -459,10 +472,13 @@ async fn two_tables_differences_are_counted_as_except_all_counts_them() {
         )
         .await
         .unwrap();
-    assert_eq!(counted, [("t".to_owned(), 3, 3)]);
+    assert_eq!(
+        counted,
+        [("t".to_owned(), 3, 3), ("swapped".to_owned(), 2, 2)]
+    );
     assert_eq!((counted[0].1, counted[0].2), (row.get(0), row.get(1)));
     assert_eq!(
-        events::pg::differing_tables(&tx, ["t"], "live", "live", |_, _| true)
+        events::pg::differing_tables(&tx, &["t"], "live", "live", |_, _| true)
             .await
             .unwrap(),
         []

@@ -153,3 +153,53 @@ async fn requests_recorded_together_are_the_rows_a_replay_folds_in_the_order_giv
         "nothing of the refused launch is logged"
     );
 }
+
+/// A replay compares the live ledger with the fold of the log table by table: a live row
+/// changed behind the log's back is found, and so are two rows that swapped a column's
+/// values (each table's sums are taken on a connection of their own while the log is read,
+/// and a table whose sums differ has its rows counted).
+#[tokio::test]
+async fn a_live_row_changed_behind_the_log_is_found_by_the_replay() {
+    let (pool, _) = common::fresh_database(4).await;
+    let owner = domain::fixtures::session_requested().owner;
+    let requests: Vec<Recording> = ["first", "second", "third"]
+        .into_iter()
+        .map(|name| {
+            let request = SessionRequested {
+                name: name.into(),
+                owner: owner.clone(),
+                ..domain::fixtures::session_requested()
+            };
+            requesting(request, "")
+        })
+        .collect();
+    let mut client = pool.get().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    ledger::record_many(&tx, &requests).await.unwrap();
+    tx.commit().await.unwrap();
+    drop(client);
+    let replay = ledger::replay(&pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "UPDATE ledger.sessions SET name = 'swapping' WHERE name = 'first';
+             UPDATE ledger.sessions SET name = 'first' WHERE name = 'second';
+             UPDATE ledger.sessions SET name = 'second' WHERE name = 'swapping';",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let replay = ledger::replay(&pool).await.unwrap();
+    assert_eq!(replay.differences, [("sessions".to_owned(), 2, 2)]);
+
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute("UPDATE ledger.sessions SET priority = 7 WHERE name = 'third'")
+        .await
+        .unwrap();
+    drop(client);
+    let replay = ledger::replay(&pool).await.unwrap();
+    assert_eq!(replay.differences, [("sessions".to_owned(), 3, 3)]);
+}
