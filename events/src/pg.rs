@@ -116,6 +116,45 @@ pub async fn copy_rows<const N: usize>(
     writer.finish().await
 }
 
+/// Drops the indexes of `schema`'s tables that no constraint stands on (a key's stays) and
+/// returns what builds them again ([`create_indexes`]): a bulk load into empty tables then
+/// sorts each index once instead of inserting every row into it.
+pub async fn drop_secondary_indexes(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT pg_get_indexdef(i.indexrelid), format('%I.%I', n.nspname, c.relname)
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indexrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1
+               AND NOT EXISTS (SELECT FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+             ORDER BY c.relname",
+            &[&schema],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = rows.iter().map(|r| r.get(1)).collect();
+    tx.batch_execute(&format!("DROP INDEX {}", names.join(", ")))
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Builds the indexes [`drop_secondary_indexes`] dropped, as they were.
+pub async fn create_indexes(
+    tx: &tokio_postgres::Transaction<'_>,
+    definitions: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    if definitions.is_empty() {
+        return Ok(());
+    }
+    tx.batch_execute(&definitions.join(";\n")).await
+}
+
 /// A table's rows summed up whatever their order: how many there are, and the sum of a hash
 /// of each. Two tables whose multisets of rows are equal have equal fingerprints; two that
 /// differ have equal ones by a 64-bit collision's chance. Each row's hash is mixed once more

@@ -12,7 +12,7 @@ use deadpool_postgres::{GenericClient, Pool, Transaction};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
-use crate::pg::{differing_tables, Xid8};
+use crate::pg::{create_indexes, differing_tables, drop_secondary_indexes, Xid8};
 use crate::relay::{read_checkpoint, write_checkpoint};
 use crate::store::{read_all_with, read_through, LogPosition, StoreError};
 use crate::RecordedEvent;
@@ -131,12 +131,24 @@ pub async fn install<P: Projection>(pool: &Pool, projection: &P) -> Result<(), P
         // What the log already holds is folded at once rather than a statement an event.
         let (rows, at, _) = fold_in_memory::<P>(&tx, None).await?;
         if let Some(at) = at {
-            rows.write(&tx, &schema).await?;
+            write_rows(&tx, &rows, &schema).await?;
             write_checkpoint(&tx, &checkpoint_name(&schema), at).await?;
         }
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Writes a fold's rows into the empty tables of `schema`, their secondary indexes built
+/// after the rows are in.
+async fn write_rows<'a, R: FoldedRows>(
+    tx: &'a Transaction<'a>,
+    rows: &'a R,
+    schema: &'a str,
+) -> Result<(), tokio_postgres::Error> {
+    let indexes = drop_secondary_indexes(tx, schema).await?;
+    rows.write(tx, schema).await?;
+    create_indexes(tx, &indexes).await
 }
 
 /// Folds the log from its start (up to `until`, when given) in memory, reading behind the
@@ -367,7 +379,7 @@ pub async fn rebuild<P: Projection>(
     }
     // The rebuilt tables get no checkpoint of their own: nothing reads the log into them
     // after this, and a checkpoint would count as a reader that `/readyz` waits on for ever.
-    rows.write(&tx, &fresh).await?;
+    write_rows(&tx, &rows, &fresh).await?;
     let differences =
         differing_tables(&tx, projection.tables(), &live, &fresh, |_, _| true).await?;
     if swap {

@@ -1001,6 +1001,28 @@ async fn a_rebuilt_projection_equals_the_live_one() {
         .await
         .unwrap();
     assert!(after_swap.equal(), "{after_swap:?}");
+    // The swapped-in tables were written with their secondary index dropped, and have it
+    // again as the projection's DDL makes it, beside their key.
+    let indexes: Vec<String> = pool
+        .get()
+        .await
+        .unwrap()
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'proj_streams' ORDER BY indexname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            "CREATE INDEX streams_category_last_recorded_at_idx ON proj_streams.streams USING btree (category, last_recorded_at)",
+            "CREATE UNIQUE INDEX streams_pkey ON proj_streams.streams USING btree (stream_id)",
+        ]
+    );
     assert_eq!(
         projection::catch_up(pool, &StreamIndex).await.unwrap(),
         1,
