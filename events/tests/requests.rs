@@ -25,6 +25,21 @@ fn requesting(request: SessionRequested, traceparent: &str) -> Recording {
     }
 }
 
+/// One session's request for each of `names`, all of `owner`'s, as a launch records them.
+fn named_requests(owner: &Owner, names: &[&str], traceparent: &str) -> Vec<Recording> {
+    names
+        .iter()
+        .map(|name| {
+            let request = SessionRequested {
+                name: (*name).into(),
+                owner: owner.clone(),
+                ..domain::fixtures::session_requested()
+            };
+            requesting(request, traceparent)
+        })
+        .collect()
+}
+
 async fn events_logged(pool: &deadpool_postgres::Pool) -> i64 {
     let client = pool.get().await.unwrap();
     client
@@ -123,17 +138,7 @@ async fn requests_recorded_together_are_the_rows_a_replay_folds_in_the_order_giv
 
     // A launch whose one session takes a live name: refused whole, naming it, nothing written.
     let before = events_logged(&pool).await;
-    let again: Vec<Recording> = ["fourth", "second"]
-        .into_iter()
-        .map(|name| {
-            let request = SessionRequested {
-                name: name.into(),
-                owner: owner.clone(),
-                ..domain::fixtures::session_requested()
-            };
-            requesting(request, trace)
-        })
-        .collect();
+    let again = named_requests(&owner, &["fourth", "second"], trace);
     let tx = client.transaction().await.unwrap();
     let taken = ledger::record_many(&tx, &again).await;
     assert!(
@@ -162,17 +167,7 @@ async fn requests_recorded_together_are_the_rows_a_replay_folds_in_the_order_giv
 async fn a_live_row_changed_behind_the_log_is_found_by_the_replay() {
     let (pool, _) = common::fresh_database(4).await;
     let owner = domain::fixtures::session_requested().owner;
-    let requests: Vec<Recording> = ["first", "second", "third"]
-        .into_iter()
-        .map(|name| {
-            let request = SessionRequested {
-                name: name.into(),
-                owner: owner.clone(),
-                ..domain::fixtures::session_requested()
-            };
-            requesting(request, "")
-        })
-        .collect();
+    let requests = named_requests(&owner, &["first", "second", "third"], "");
     let mut client = pool.get().await.unwrap();
     let tx = client.transaction().await.unwrap();
     ledger::record_many(&tx, &requests).await.unwrap();
