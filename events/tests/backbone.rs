@@ -1003,19 +1003,11 @@ async fn a_rebuilt_projection_equals_the_live_one() {
     assert!(after_swap.equal(), "{after_swap:?}");
     // The swapped-in tables were written with their secondary index dropped, and have it
     // again as the projection's DDL makes it, beside their key.
-    let indexes: Vec<String> = pool
-        .get()
-        .await
-        .unwrap()
-        .query(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'proj_streams' ORDER BY indexname",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let indexes: Vec<String> = first_column(
+        pool,
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'proj_streams' ORDER BY indexname",
+    )
+    .await;
     assert_eq!(
         indexes,
         [
@@ -1334,6 +1326,22 @@ async fn consumer_bench() -> ConsumerBench {
     }
 }
 
+/// The first column of every row `sql` returns.
+async fn first_column<T>(pool: &Pool, sql: &str) -> Vec<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    pool.get()
+        .await
+        .unwrap()
+        .query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 async fn times_applied(pool: &Pool, event_id: Uuid) -> i32 {
     pool.get()
         .await
@@ -1427,19 +1435,11 @@ async fn a_passed_over_event_is_acknowledged_with_no_transaction() {
     .await;
     assert_eq!(times_applied(pool, ids[0]).await, 1);
     assert_eq!(times_applied(pool, ids[1]).await, 0, "passed over");
-    let rows: Vec<Uuid> = pool
-        .get()
-        .await
-        .unwrap()
-        .query(
-            "SELECT event_id FROM processed_events WHERE consumer = 'wanting' ORDER BY event_id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let rows: Vec<Uuid> = first_column(
+        pool,
+        "SELECT event_id FROM processed_events WHERE consumer = 'wanting' ORDER BY event_id",
+    )
+    .await;
     let mut applied = vec![ids[0], ids[2]];
     applied.sort();
     assert_eq!(
