@@ -16,6 +16,9 @@ use launcher::launch::LaunchError;
 /// What a 503 asks a client to wait before trying again, in seconds.
 pub const RETRY_AFTER_SECS: &str = "2";
 
+/// The code of a 503 for PostgreSQL away.
+const DATABASE_UNAVAILABLE: &str = "database_unavailable";
+
 /// Marks a response answered `database_unavailable`, so the layer that refuses writes while
 /// PostgreSQL is down (`crate::ready`) learns of an outage a handler met between two checks.
 #[derive(Clone, Copy, Debug)]
@@ -71,7 +74,7 @@ impl ApiError {
     pub fn database_unavailable() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
+            DATABASE_UNAVAILABLE,
             "PostgreSQL is unavailable; nothing was written, try again",
         )
     }
@@ -134,7 +137,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
-        if self.code == "database_unavailable" {
+        if self.code == DATABASE_UNAVAILABLE {
             response.extensions_mut().insert(DatabaseUnavailable);
         }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
