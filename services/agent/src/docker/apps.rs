@@ -260,9 +260,10 @@ fn ssh_def() -> ServiceDef {
 /// the private half at `/home/work/id_container` and the public half in
 /// `/home/work/.ssh/authorized_keys` (both 0600, the directory 0700), unless the session's
 /// scratch already has an `authorized_keys`; the private half is also handed to the control
-/// plane, which keeps it apart from the log for the owner to download. Runs beside the
-/// session's start, so it delays nothing; a failure is logged.
-pub(super) async fn install_ssh_key(ctx: Ctx, session_id: Uuid) {
+/// plane, which keeps it apart from the log for the owner to download. The start waits for
+/// it (one exec, beside the reading of the started containers), so a running session has its
+/// key; a failure is logged and the session runs without one.
+pub(super) async fn install_ssh_key(ctx: &Ctx, session_id: Uuid) {
     use ssh_key::rand_core::OsRng;
     let key =
         ssh_key::PrivateKey::random(&mut OsRng, ssh_key::Algorithm::Ed25519).and_then(|mut key| {

@@ -106,10 +106,14 @@ pub(super) async fn create_kernels(
         remove_all(ctx, &names).await;
         return Err(format!("starting the container failed: {e}"));
     }
-    if layout.mine.contains(&0) && request.session_type.is_attended() {
-        tokio::spawn(super::apps::install_ssh_key(ctx.clone(), id));
-    }
-    let started = started_kernels(ctx, &layout.mine, &created, asked).await;
+    // An interactive session's key is written and kept before its start is reported, beside
+    // the reading of its containers: a session that runs has the key its owner downloads.
+    let keyed = async {
+        if layout.mine.contains(&0) && request.session_type.is_attended() {
+            super::apps::install_ssh_key(ctx, id).await;
+        }
+    };
+    let (started, ()) = tokio::join!(started_kernels(ctx, &layout.mine, &created, asked), keyed);
     let fact = Fact::KernelsStarted { kernels: started };
     match ctx.link.report(id, fact, &ctx.stop).await {
         Ok(Answer::Recorded { status }) => Ok(Some((names, status))),
