@@ -197,4 +197,21 @@ async fn a_live_row_changed_behind_the_log_is_found_by_the_replay() {
     drop(client);
     let replay = ledger::replay(&pool).await.unwrap();
     assert_eq!(replay.differences, [("sessions".to_owned(), 3, 3)]);
+
+    // A table the replay writes beside `sessions`, on a connection of its own: a row only
+    // the live side holds is counted there, and the sessions' differences still here.
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO ledger.kernels
+             SELECT session_id, 0, 'nowhere', 1, 1, 0 FROM ledger.sessions WHERE name = 'first'",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let replay = ledger::replay(&pool).await.unwrap();
+    assert_eq!(
+        replay.differences,
+        [("kernels".to_owned(), 1, 0), ("sessions".to_owned(), 3, 3)]
+    );
 }

@@ -1,6 +1,7 @@
 //! `berth replay ledger`: the whole log folded again into a scratch schema and compared with
 //! the live tables, table by table.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Pool, Transaction};
@@ -73,7 +74,9 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         .map(|r| r.get(0))
         .collect();
     let tables: Vec<&str> = tables.iter().map(String::as_str).collect();
-    create_scratch(&tx, &tables).await?;
+    // The replay's own scratch schema holds the fold's `sessions`; its other tables only when
+    // they are written here (no second connection, or a difference to count).
+    create_scratch(&tx, REPLAY_SCHEMA, &["sessions"]).await?;
     // The live tables summed up on a connection of their own, in this transaction's
     // snapshot, while this one reads the log; here after the fold when the pool has no
     // other connection to give.
@@ -101,9 +104,24 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
         Some(live) => live,
         None => fingerprints(&tx, &tables, "ledger", compared).await?,
     };
-    write_rows(&tx, &rows).await?;
-    let differences =
-        differing_from(&tx, &tables, ("ledger", &live), REPLAY_SCHEMA, compared).await?;
+    let live: HashMap<&str, &Fingerprint> = tables.iter().copied().zip(&live).collect();
+    let (folded, others_here) = folded_fingerprints(pool, &tx, &rows, &tables).await?;
+    let unequal: Vec<&str> = tables
+        .iter()
+        .copied()
+        .filter(|table| live.get(table) != folded.get(table).as_ref())
+        .collect();
+    // Only a table whose sums differ has its rows grouped and counted, against the fold's
+    // rows in this transaction's scratch schema.
+    let mut differences = Vec::new();
+    if !unequal.is_empty() {
+        if !others_here {
+            write_others_here(&tx, &rows, &tables).await?;
+        }
+        let left: Vec<Fingerprint> = unequal.iter().map(|t| live[t].clone()).collect();
+        differences =
+            differing_from(&tx, &unequal, ("ledger", &left), REPLAY_SCHEMA, compared).await?;
+    }
     tx.rollback().await?;
     Ok(Replay {
         events,
@@ -112,22 +130,84 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     })
 }
 
+/// The fold's `tables` written out and summed up, by table, in two parts
+/// at once: `sessions` (the largest) in the replay's scratch schema, the others on a second
+/// connection in a scratch schema of their own, thrown away with its transaction; all of them
+/// in the replay's scratch when the pool gives no second connection. Whether the others are
+/// in the replay's scratch.
+async fn folded_fingerprints<'t>(
+    pool: &Pool,
+    tx: &Transaction<'_>,
+    rows: &LedgerRows,
+    tables: &[&'t str],
+) -> Result<(HashMap<&'t str, Fingerprint>, bool), LedgerError> {
+    let others = others_than_sessions(tables);
+    let sessions = async {
+        rows.sessions.copy_sessions(tx, REPLAY_SCHEMA).await?;
+        Ok::<_, LedgerError>(fingerprints(tx, &["sessions"], REPLAY_SCHEMA, compared).await?)
+    };
+    let (sessions, elsewhere) = tokio::try_join!(sessions, others_elsewhere(pool, rows, &others))?;
+    let (others_summed, here) = match elsewhere {
+        Some(summed) => (summed, false),
+        None => {
+            write_others_here(tx, rows, tables).await?;
+            (
+                fingerprints(tx, &others, REPLAY_SCHEMA, compared).await?,
+                true,
+            )
+        }
+    };
+    let folded = others
+        .into_iter()
+        .zip(others_summed)
+        .chain(std::iter::once("sessions").zip(sessions))
+        .collect();
+    Ok((folded, here))
+}
+
+/// The fold's tables other than `sessions` (`others`) written and summed up on a second
+/// connection, in a scratch schema named for this replay alone. None when the pool gives no
+/// second connection.
+async fn others_elsewhere(
+    pool: &Pool,
+    rows: &LedgerRows,
+    others: &[&str],
+) -> Result<Option<Vec<Fingerprint>>, LedgerError> {
+    let Some(mut client) = second_connection(pool).await? else {
+        return Ok(None);
+    };
+    let tx = client.transaction().await?;
+    let schema = format!("{REPLAY_SCHEMA}_{}", uuid::Uuid::new_v4().simple());
+    create_scratch(&tx, &schema, others).await?;
+    write_others(&tx, rows, &schema).await?;
+    let summed = fingerprints(&tx, others, &schema, compared).await?;
+    tx.rollback().await?;
+    Ok(Some(summed))
+}
+
+/// A connection of the pool besides the replay's own, when one comes within a second: None
+/// when the pool has only the one, or its others are held for longer.
+async fn second_connection(pool: &Pool) -> Result<Option<deadpool_postgres::Object>, LedgerError> {
+    if pool.status().max_size < 2 {
+        return Ok(None);
+    }
+    match tokio::time::timeout(Duration::from_secs(1), pool.get()).await {
+        Ok(client) => Ok(Some(client?)),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The live ledger's `tables` summed up on a connection of their own, in the snapshot the
 /// replay exported: they are only read, so they need not wait for the fold. None when the
-/// pool gives no connection within a second (its only one is the replay's, or its others are
-/// held for longer).
+/// pool gives no second connection.
 async fn live_fingerprints(
     pool: &Pool,
     snapshot: String,
     tables: &[&str],
 ) -> Result<Option<Vec<Fingerprint>>, LedgerError> {
-    if pool.status().max_size < 2 {
-        return Ok(None);
-    }
-    let Ok(client) = tokio::time::timeout(Duration::from_secs(1), pool.get()).await else {
+    let Some(mut client) = second_connection(pool).await? else {
         return Ok(None);
     };
-    let mut client = client?;
     let tx = client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -141,31 +221,66 @@ async fn live_fingerprints(
     Ok(Some(live))
 }
 
-/// Creates the scratch schema with an empty copy of each of the ledger's `tables`.
-async fn create_scratch(tx: &Transaction<'_>, tables: &[&str]) -> Result<(), LedgerError> {
+/// Creates scratch schema `schema` with an empty copy of each of the ledger's `tables`.
+async fn create_scratch(
+    tx: &Transaction<'_>,
+    schema: &str,
+    tables: &[&str],
+) -> Result<(), tokio_postgres::Error> {
+    let ddl = format!("CREATE SCHEMA {schema};{}", scratch_tables(schema, tables));
+    tx.batch_execute(&ddl).await
+}
+
+/// What makes an empty copy of each of the ledger's `tables` in scratch schema `schema`.
+fn scratch_tables(schema: &str, tables: &[&str]) -> String {
     // Same columns and defaults; no index, key or check. Those guard decisions the log already
     // holds, and the comparison needs none: a row the fold wrote twice is a difference it
     // counts. Unlogged, as the schema never outlives the transaction: the fold's rows are
     // written without their WAL.
-    let mut ddl = format!("CREATE SCHEMA {REPLAY_SCHEMA};");
-    for table in tables {
-        ddl.push_str(&format!(
-            "CREATE UNLOGGED TABLE {REPLAY_SCHEMA}.{table} (LIKE ledger.{table}
-               INCLUDING DEFAULTS INCLUDING IDENTITY);"
-        ));
-    }
-    tx.batch_execute(&ddl).await?;
-    Ok(())
+    tables
+        .iter()
+        .map(|table| {
+            format!(
+                "CREATE UNLOGGED TABLE {schema}.{table} (LIKE ledger.{table}
+                   INCLUDING DEFAULTS INCLUDING IDENTITY);"
+            )
+        })
+        .collect()
 }
 
-/// Writes the folded tables into the replay's scratch schema, family by family.
-async fn write_rows(tx: &Transaction<'_>, rows: &LedgerRows) -> Result<(), tokio_postgres::Error> {
-    rows.accounts.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.resources.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.agents.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.sessions.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.images.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.apps.copy_into(tx, REPLAY_SCHEMA).await?;
-    rows.launches.copy_into(tx, REPLAY_SCHEMA).await?;
+fn others_than_sessions<'t>(tables: &[&'t str]) -> Vec<&'t str> {
+    tables
+        .iter()
+        .copied()
+        .filter(|t| *t != "sessions")
+        .collect()
+}
+
+/// Makes the ledger's tables other than `sessions` (of `tables`) in the replay's own scratch
+/// schema and writes the fold's rows into them.
+async fn write_others_here(
+    tx: &Transaction<'_>,
+    rows: &LedgerRows,
+    tables: &[&str],
+) -> Result<(), tokio_postgres::Error> {
+    let others = others_than_sessions(tables);
+    tx.batch_execute(&scratch_tables(REPLAY_SCHEMA, &others))
+        .await?;
+    write_others(tx, rows, REPLAY_SCHEMA).await
+}
+
+/// Writes the folded tables other than `sessions` into scratch schema `schema`.
+async fn write_others(
+    tx: &Transaction<'_>,
+    rows: &LedgerRows,
+    schema: &str,
+) -> Result<(), tokio_postgres::Error> {
+    rows.accounts.copy_into(tx, schema).await?;
+    rows.resources.copy_into(tx, schema).await?;
+    rows.agents.copy_into(tx, schema).await?;
+    rows.sessions.copy_others(tx, schema).await?;
+    rows.images.copy_into(tx, schema).await?;
+    rows.apps.copy_into(tx, schema).await?;
+    rows.launches.copy_into(tx, schema).await?;
     Ok(())
 }

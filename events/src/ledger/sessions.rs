@@ -838,13 +838,12 @@ impl Tables {
         });
     }
 
-    /// Writes the tables into `schema` (the replay's scratch copy).
-    pub(super) async fn copy_into(
+    /// Writes the family's other tables (`usage_intervals`, `kernels`) into `schema`.
+    pub(super) async fn copy_others(
         &self,
         tx: &Transaction<'_>,
         schema: &str,
     ) -> Result<(), tokio_postgres::Error> {
-        self.copy_sessions(tx, schema).await?;
         copy_rows(
             tx,
             &format!("{schema}.usage_intervals"),
@@ -910,7 +909,9 @@ impl Tables {
         Ok(())
     }
 
-    async fn copy_sessions(
+    /// Writes the `sessions` table into `schema` (the replay's scratch copy): the family's
+    /// largest, which a replay writes on a connection of its own beside the others.
+    pub(super) async fn copy_sessions(
         &self,
         tx: &Transaction<'_>,
         schema: &str,
