@@ -144,11 +144,11 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     })
 }
 
-/// The fold's `tables` written out and summed up, by table, in two parts
-/// at once: `sessions` (the largest) in the replay's scratch schema, the others on a second
-/// connection in a scratch schema of their own, thrown away with its transaction; all of them
-/// in the replay's scratch when the pool gives no second connection. Whether the others are
-/// in the replay's scratch.
+/// The fold's `tables` written out and summed up, by table, in two parts at once: `sessions`
+/// (the largest) in the replay's scratch schema, the others on a second connection in a
+/// scratch schema of their own, thrown away with its transaction; all of them in the replay's
+/// scratch when the pool gives no second connection. Also whether the others are in the
+/// replay's scratch.
 async fn folded_fingerprints<'t>(
     pool: &Pool,
     tx: &Transaction<'_>,
