@@ -48,6 +48,8 @@ pub const NOT_COMPARED: [&str; 14] = [
 ];
 
 const REPLAY_SCHEMA: &str = "ledger_replay";
+/// The largest table a fold writes, written beside all the others.
+const SESSIONS: &str = "sessions";
 
 /// Whether a column of a ledger table is compared.
 fn compared(table: &str, column: &str) -> bool {
@@ -78,7 +80,7 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     let tables: Vec<&str> = tables.iter().map(String::as_str).collect();
     // The replay's own scratch schema holds the fold's `sessions`; its other tables only when
     // they are written here (no second connection, or a difference to count).
-    create_scratch(&tx, REPLAY_SCHEMA, &["sessions"]).await?;
+    create_scratch(&tx, REPLAY_SCHEMA, &[SESSIONS]).await?;
     // The live tables summed up on a connection of their own, in this transaction's
     // snapshot, while this one reads the log; here after the fold when the pool has no
     // other connection to give.
@@ -108,7 +110,8 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     };
     let live: HashMap<&str, &Fingerprint> = tables.iter().copied().zip(&live).collect();
     let read = started.elapsed();
-    let (folded, others_here) = folded_fingerprints(pool, &tx, &rows, &tables).await?;
+    let others: Vec<&str> = tables.iter().copied().filter(|t| *t != SESSIONS).collect();
+    let (folded, others_here) = folded_fingerprints(pool, &tx, &rows, &others).await?;
     let written = started.elapsed() - read;
     let unequal: Vec<&str> = tables
         .iter()
@@ -120,7 +123,7 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     let mut differences = Vec::new();
     if !unequal.is_empty() {
         if !others_here {
-            write_others_here(&tx, &rows, &tables).await?;
+            write_others_here(&tx, &rows, &others).await?;
         }
         let left: Vec<Fingerprint> = unequal.iter().map(|t| live[t].clone()).collect();
         differences =
@@ -144,8 +147,8 @@ pub async fn replay(pool: &Pool) -> Result<Replay, LedgerError> {
     })
 }
 
-/// The fold's `tables` written out and summed up, by table, in two parts at once: `sessions`
-/// (the largest) in the replay's scratch schema, the others on a second connection in a
+/// The fold's tables written out and summed up, by table, in two parts at once: `sessions`
+/// (the largest) in the replay's scratch schema, the `others` on a second connection in a
 /// scratch schema of their own, thrown away with its transaction; all of them in the replay's
 /// scratch when the pool gives no second connection. Also whether the others are in the
 /// replay's scratch.
@@ -153,28 +156,28 @@ async fn folded_fingerprints<'t>(
     pool: &Pool,
     tx: &Transaction<'_>,
     rows: &LedgerRows,
-    tables: &[&'t str],
+    others: &[&'t str],
 ) -> Result<(HashMap<&'t str, Fingerprint>, bool), LedgerError> {
-    let others = others_than_sessions(tables);
     let sessions = async {
         rows.sessions.copy_sessions(tx, REPLAY_SCHEMA).await?;
-        Ok::<_, LedgerError>(fingerprints(tx, &["sessions"], REPLAY_SCHEMA, compared).await?)
+        Ok::<_, LedgerError>(fingerprints(tx, &[SESSIONS], REPLAY_SCHEMA, compared).await?)
     };
-    let (sessions, elsewhere) = tokio::try_join!(sessions, others_elsewhere(pool, rows, &others))?;
+    let (sessions, elsewhere) = tokio::try_join!(sessions, others_elsewhere(pool, rows, others))?;
     let (others_summed, here) = match elsewhere {
         Some(summed) => (summed, false),
         None => {
-            write_others_here(tx, rows, tables).await?;
+            write_others_here(tx, rows, others).await?;
             (
-                fingerprints(tx, &others, REPLAY_SCHEMA, compared).await?,
+                fingerprints(tx, others, REPLAY_SCHEMA, compared).await?,
                 true,
             )
         }
     };
     let folded = others
-        .into_iter()
+        .iter()
+        .copied()
         .zip(others_summed)
-        .chain(std::iter::once("sessions").zip(sessions))
+        .chain(std::iter::once(SESSIONS).zip(sessions))
         .collect();
     Ok((folded, here))
 }
@@ -262,23 +265,14 @@ fn scratch_tables(schema: &str, tables: &[&str]) -> String {
         .collect()
 }
 
-fn others_than_sessions<'t>(tables: &[&'t str]) -> Vec<&'t str> {
-    tables
-        .iter()
-        .copied()
-        .filter(|t| *t != "sessions")
-        .collect()
-}
-
-/// Makes the ledger's tables other than `sessions` (of `tables`) in the replay's own scratch
+/// Makes the ledger's tables other than `sessions` (`others`) in the replay's own scratch
 /// schema and writes the fold's rows into them.
 async fn write_others_here(
     tx: &Transaction<'_>,
     rows: &LedgerRows,
-    tables: &[&str],
+    others: &[&str],
 ) -> Result<(), tokio_postgres::Error> {
-    let others = others_than_sessions(tables);
-    tx.batch_execute(&scratch_tables(REPLAY_SCHEMA, &others))
+    tx.batch_execute(&scratch_tables(REPLAY_SCHEMA, others))
         .await?;
     write_others(tx, rows, REPLAY_SCHEMA).await
 }
