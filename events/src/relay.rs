@@ -210,6 +210,8 @@ async fn publish_loop(
     let mut in_flight: Option<InFlight> = None;
     let mut saved = acked;
     let mut last_save = Instant::now();
+    // The checkpoint's write in flight: it runs beside the loop, never in its way.
+    let mut saving: Option<Saving> = None;
     tracing::info!(after = %acked, "relay resumes");
     // Publishes that failed in a row: NATS is away, and what was not acknowledged is
     // published again (from the last acknowledged position: the server's duplicate window
@@ -266,8 +268,15 @@ async fn publish_loop(
             sent = last.position;
             activity.saw_events();
         }
-        if acked != saved && (events.is_empty() || last_save.elapsed() >= config.checkpoint_every) {
-            save_checkpoint(pool, acked).await?;
+        // Every `checkpoint_every` while events flow; soon after they stop, so that a quiet
+        // log's checkpoint is its head.
+        let since = last_save.elapsed();
+        let due = since >= config.checkpoint_every || (events.is_empty() && since >= IDLE_SAVE);
+        if acked != saved && due && saving.as_ref().is_none_or(|s| s.is_finished()) {
+            if let Some(done) = saving.take() {
+                done.finish().await?;
+            }
+            saving = Some(Saving::start(pool, acked));
             saved = acked;
             last_save = Instant::now();
         }
@@ -285,16 +294,45 @@ async fn publish_loop(
             acked = through;
         }
     }
+    if let Some(done) = saving {
+        done.finish().await?;
+    }
     if acked != saved {
-        save_checkpoint(pool, acked).await?;
+        save_checkpoint(pool.clone(), acked).await?;
     }
     Ok(())
+}
+
+/// The least time between a checkpoint's write and the next once the log is quiet: at
+/// 10,000 events a second most reads find nothing new, and a write after each was a
+/// transaction in the loop's way hundreds of times a second.
+const IDLE_SAVE: Duration = Duration::from_millis(50);
+
+/// A checkpoint's write running as a task of its own.
+struct Saving(tokio::task::JoinHandle<Result<(), RelayError>>);
+
+impl Saving {
+    fn start(pool: &Pool, at: LogPosition) -> Saving {
+        Saving(tokio::spawn(save_checkpoint(pool.clone(), at)))
+    }
+
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+
+    /// Its outcome, once it has ended; a panic in it goes on as the loop's.
+    async fn finish(self) -> Result<(), RelayError> {
+        match self.0.await {
+            Ok(saved) => saved,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
 }
 
 /// Moves the relay's checkpoint without waiting for the commit's flush to disk: a checkpoint
 /// lost in a crash only means events published again, which JetStream's duplicate window
 /// and the consumers drop, and the publishing loop does not stall on a busy disk meanwhile.
-async fn save_checkpoint(pool: &Pool, at: LogPosition) -> Result<(), RelayError> {
+async fn save_checkpoint(pool: Pool, at: LogPosition) -> Result<(), RelayError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     tx.batch_execute("SET LOCAL synchronous_commit TO off")

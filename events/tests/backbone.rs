@@ -1159,8 +1159,20 @@ async fn the_relay_keeps_global_order_on_jetstream() {
         .map(|e| e.position)
         .collect();
     assert_eq!(positions, log);
+    // Once the log is quiet, the checkpoint written beside the relay's loop reaches its head
+    // while the relay still runs, and stays there when it stops.
+    let head = *log.last().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while relay::checkpoint(&pool).await.unwrap() != head {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay's checkpoint never reached the quiet log's head"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop.cancel();
     relay.await.unwrap().unwrap();
+    assert_eq!(relay::checkpoint(&pool).await.unwrap(), head);
     js.delete_stream(&topology.stream).await.unwrap();
 }
 
