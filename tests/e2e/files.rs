@@ -252,6 +252,21 @@ async fn a_shared_folder_is_reached_as_its_share_allows_on_the_api_and_in_sessio
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     let refused: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(refused["error"]["code"], "read_only", "{refused}");
+    // A large upload refused before its body is read still gets its answer, not a
+    // connection cut while its bytes are being sent (what a refusal that never read them did).
+    let chunks =
+        (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'x'; 64 * 1024])));
+    let refused = h
+        .http
+        .put(format!("{}/v1/folders/set/files?path=big.bin", h.base))
+        .header("x-api-key", &bob)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .expect("the refusal of a 4 MiB upload reaches the client");
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let refused: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "read_only", "{refused}");
     let (status, _) = h.delete(&bob, "/v1/folders/set/files?path=in.txt").await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 

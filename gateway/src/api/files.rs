@@ -247,8 +247,9 @@ pub async fn download_file(
 
 /// Write a file into one of my folders from the request's body, streamed (the directories
 /// above it made as needed; a file there replaced once the new one is whole). Refused (413)
-/// when the folder's quota has no room for it: before a byte is read when the request says
-/// its length, else once the bytes pass the room.
+/// when the folder's quota has no room for it: before a byte is written when the request says
+/// its length, else once the bytes pass the room. A refusal before the body is read reads it
+/// first, up to a limit, so the client gets the answer and not a cut connection.
 #[utoipa::path(put, path = "/v1/folders/{name}/files", tag = "folders",
     params(FolderName, FilePath),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -262,16 +263,26 @@ pub async fn upload_file(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
-    let p: FilePath = query::parse(raw.as_deref())?;
-    let path = parsed(&p.path)?;
-    let (dir, quota) = folder_and_quota(&state, &caller, &name, Use::Write).await?;
-    let room = files::Room::measure(dir.clone(), path.clone(), quota).await?;
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if let (Some(room), Some(length)) = (&room, announced) {
-        room.admits(length)?;
-    }
+    let admitted = async {
+        let p: FilePath = query::parse(raw.as_deref())?;
+        let path = parsed(&p.path)?;
+        let (dir, quota) = folder_and_quota(&state, &caller, &name, Use::Write).await?;
+        let room = files::Room::measure(dir.clone(), path.clone(), quota).await?;
+        let announced = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let (Some(room), Some(length)) = (&room, announced) {
+            room.admits(length)?;
+        }
+        Ok::<_, ApiError>((dir, path, room))
+    };
+    let (dir, path, room) = match admitted.await {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            super::unread_body_drained(body).await;
+            return Err(refusal);
+        }
+    };
     let size = files::write(dir, path.clone(), body.into_data_stream(), room).await?;
     Ok((
         StatusCode::CREATED,
