@@ -639,6 +639,21 @@ async fn the_cli_uploads_into_and_downloads_from_a_running_session() {
     // One entry, `b.txt`, holding what was uploaded.
     assert_eq!(&tar[..5], b"b.txt", "{:?}", &tar[..32]);
     assert!(tar.windows(5).any(|w| w == b"beta\n"));
+    // A streamed upload that says no length is refused before its bytes are read, and the
+    // refusal reaches the client while it is still sending them.
+    let chunks =
+        (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'x'; 64 * 1024])));
+    let refused = h
+        .http
+        .put(format!("{}/v1/sessions/{id}/files?path=big.bin", h.base))
+        .header("x-api-key", &key)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .expect("the refusal of a 4 MiB upload reaches the client");
+    assert_eq!(refused.status(), StatusCode::LENGTH_REQUIRED);
+    let refused: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "length_required", "{refused}");
 
     let back = hal.home.join("back");
     std::fs::create_dir_all(&back).unwrap();

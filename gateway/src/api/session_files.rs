@@ -114,7 +114,9 @@ pub async fn download_session_files(
 /// Upload a file into a running session's main kernel at `path` (its directory must exist;
 /// a file there is replaced), streamed: the body is the file's bytes, its length given
 /// (`Content-Length`). With `Content-Type: application/x-tar` the body is a tar archive,
-/// unpacked into the directory `path` (how a directory is copied in).
+/// unpacked into the directory `path` (how a directory is copied in). A refusal before the
+/// body is read (the path, the length) reads it first, up to a limit, so the client gets the
+/// answer and not a cut connection.
 #[utoipa::path(put, path = "/v1/sessions/{id}/files", tag = "sessions",
     params(SessionId, KernelPath),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -126,29 +128,43 @@ pub async fn upload_session_file(
     RawQuery(raw): RawQuery,
     request: Request,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
-    let KernelPath { path } = query::parse(raw.as_deref())?;
-    let path = in_container(&path)?;
-    let id = parse_id(&id)?;
     let is_archive = request
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/x-tar"));
+    let admitted = (|| {
+        let KernelPath { path } = query::parse(raw.as_deref())?;
+        let path = in_container(&path)?;
+        let id = parse_id(&id)?;
+        if path
+            .rsplit_once('/')
+            .is_some_and(|(_, name)| name.is_empty())
+            && !is_archive
+        {
+            return Err(ApiError::invalid("path", "names a file, not `/`"));
+        }
+        let size = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::LENGTH_REQUIRED,
+                    "length_required",
+                    "the file's length (Content-Length) is needed before its bytes",
+                )
+                .field("Content-Length")
+            })?;
+        Ok((path, id, size))
+    })();
+    let (path, id, size) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            super::unread_body_drained(request.into_body()).await;
+            return Err(refusal);
+        }
+    };
     let (directory, name) = path.rsplit_once('/').unwrap_or(("", &path));
-    if name.is_empty() && !is_archive {
-        return Err(ApiError::invalid("path", "names a file, not `/`"));
-    }
-    let size = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::LENGTH_REQUIRED,
-                "length_required",
-                "the file's length (Content-Length) is needed before its bytes",
-            )
-            .field("Content-Length")
-        })?;
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
