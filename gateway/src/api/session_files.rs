@@ -244,7 +244,8 @@ pub(crate) async fn to_kernel(
 }
 
 /// Asks the agent's door into session `id`'s main kernel `method` at `door_path`, once the
-/// caller may act on the session: its answer as it comes, whatever its status.
+/// caller may act on the session: its answer as it comes, whatever its status. Refused (not
+/// the caller's, not running), `body` is read and dropped first.
 pub(crate) async fn through_door(
     state: &AppState,
     caller: &KeyOwner,
@@ -254,8 +255,17 @@ pub(crate) async fn through_door(
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
-    check_may_act(state, caller, id).await?;
-    let (detail, token) = super::apps::kernel_door(state, caller, id).await?;
+    let admitted = async {
+        check_may_act(state, caller, id).await?;
+        super::apps::kernel_door(state, caller, id).await
+    };
+    let (detail, token) = match admitted.await {
+        Ok(door) => door,
+        Err(refusal) => {
+            super::unread_body_drained(body).await;
+            return Err(refusal);
+        }
+    };
     state.touched(id).await;
     proxy::through_kernel_door(&detail, &token, method, door_path, headers, body)
         .await
