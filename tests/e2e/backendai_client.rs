@@ -641,13 +641,11 @@ async fn the_cli_uploads_into_and_downloads_from_a_running_session() {
     assert!(tar.windows(5).any(|w| w == b"beta\n"));
     // A streamed upload that says no length is refused before its bytes are read, and the
     // refusal reaches the client while it is still sending them.
-    let chunks =
-        (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'x'; 64 * 1024])));
     let refused = h
         .http
         .put(format!("{}/v1/sessions/{id}/files?path=big.bin", h.base))
         .header("x-api-key", &key)
-        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .body(streamed_body(64, 64 * 1024, b'x'))
         .send()
         .await
         .expect("the refusal of a 4 MiB upload reaches the client");

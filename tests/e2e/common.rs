@@ -18,6 +18,14 @@ use uuid::Uuid;
 
 pub const GIB: u64 = 1 << 30;
 
+/// A request body of `chunks` pieces of `size` bytes of `byte`, streamed: sent with no
+/// length said (chunked), as a client that does not know its size sends it.
+pub fn streamed_body(chunks: usize, size: usize, byte: u8) -> reqwest::Body {
+    let pieces =
+        (0..chunks).map(move |_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![byte; size])));
+    reqwest::Body::wrap_stream(futures::stream::iter(pieces))
+}
+
 pub fn base_url() -> String {
     std::env::var("BERTH_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://berth@127.0.0.1:55432/berth".into())

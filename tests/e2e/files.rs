@@ -254,13 +254,11 @@ async fn a_shared_folder_is_reached_as_its_share_allows_on_the_api_and_in_sessio
     assert_eq!(refused["error"]["code"], "read_only", "{refused}");
     // A large upload refused before its body is read still gets its answer, not a
     // connection cut while its bytes are being sent (what a refusal that never read them did).
-    let chunks =
-        (0..64).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'x'; 64 * 1024])));
     let refused = h
         .http
         .put(format!("{}/v1/folders/set/files?path=big.bin", h.base))
         .header("x-api-key", &bob)
-        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .body(streamed_body(64, 64 * 1024, b'x'))
         .send()
         .await
         .expect("the refusal of a 4 MiB upload reaches the client");
@@ -825,12 +823,7 @@ async fn a_folders_quota_from_its_owners_policy_refuses_uploads_past_it_and_show
         "{answer}"
     );
     // Streamed with no length: cut once past the room, nothing of it kept.
-    let chunks = futures::stream::iter(
-        (0..40).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![3u8; KIB]))),
-    );
-    let sent = put("c.bin", reqwest::Body::wrap_stream(chunks))
-        .await
-        .unwrap();
+    let sent = put("c.bin", streamed_body(40, KIB, 3)).await.unwrap();
     assert_eq!(sent.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let (_, files) = h.get(&carol, "/v1/folders/q/files").await;
     let names: Vec<&str> = files["entries"]

@@ -261,7 +261,7 @@ pub async fn upload_file(
     Path(FolderName { name }): Path<FolderName>,
     RawQuery(raw): RawQuery,
     headers: axum::http::HeaderMap,
-    body: Body,
+    mut body: Body,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let admitted = async {
         let p: FilePath = query::parse(raw.as_deref())?;
@@ -276,13 +276,7 @@ pub async fn upload_file(
         }
         Ok::<_, ApiError>((dir, path, room))
     };
-    let (dir, path, room) = match admitted.await {
-        Ok(admitted) => admitted,
-        Err(refusal) => {
-            super::unread_body_drained(body).await;
-            return Err(refusal);
-        }
-    };
+    let (dir, path, room) = super::body_drained_if_refused(admitted.await, &mut body).await?;
     let size = files::write(dir, path.clone(), body.into_data_stream(), room).await?;
     Ok((
         StatusCode::CREATED,

@@ -110,24 +110,30 @@ fn nul_at(value: &Value, path: &str) -> Option<String> {
 /// The most of a refused upload's body read and thrown away before the refusal is sent.
 const DRAINED_AT_MOST: usize = 16 * 1024 * 1024;
 
-/// Reads and throws away what is left of a request `body` refused before it was read (up to
-/// [`DRAINED_AT_MOST`] bytes, for up to 5 s). Answered with its body unread, the connection is
-/// closed with the client's bytes still arriving, and a socket closed with bytes unread sends
-/// a reset, which can reach the client before it has read the refusal: it then sees a broken
-/// pipe instead of the reason (seen with `berth folder upload` into a read-only share).
-pub(crate) async fn unread_body_drained(body: axum::body::Body) {
-    use futures::StreamExt;
-    let mut stream = body.into_data_stream();
-    let drained = async {
-        let mut read = 0;
-        while let Some(Ok(chunk)) = stream.next().await {
-            read += chunk.len();
-            if read > DRAINED_AT_MOST {
-                break;
+/// `admitted` as it is; when it is a refusal, what is left of the request's `body` is read
+/// and thrown away first (up to [`DRAINED_AT_MOST`] bytes, for up to 5 s). Answered with its
+/// body unread, the connection is closed with the client's bytes still arriving, and a socket
+/// closed with bytes unread sends a reset, which can reach the client before it has read the
+/// refusal: it then sees a broken pipe instead of the reason (seen with `berth folder upload`
+/// into a read-only share).
+pub(crate) async fn body_drained_if_refused<T>(
+    admitted: Result<T, ApiError>,
+    body: &mut axum::body::Body,
+) -> Result<T, ApiError> {
+    use http_body_util::BodyExt;
+    if admitted.is_err() {
+        let drained = async {
+            let mut read = 0;
+            while let Some(Ok(frame)) = body.frame().await {
+                read += frame.data_ref().map_or(0, |data| data.len());
+                if read > DRAINED_AT_MOST {
+                    break;
+                }
             }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drained).await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drained).await;
+    }
+    admitted
 }
 
 /// Parses a JSON body, naming the field at fault: 413 above the size limit, 400 when it is

@@ -126,7 +126,7 @@ pub async fn upload_session_file(
     Caller(caller): Caller,
     Path(SessionId { id }): Path<SessionId>,
     RawQuery(raw): RawQuery,
-    request: Request,
+    mut request: Request,
 ) -> Result<(StatusCode, Json<FileWritten>), ApiError> {
     let is_archive = request
         .headers()
@@ -136,11 +136,8 @@ pub async fn upload_session_file(
         let KernelPath { path } = query::parse(raw.as_deref())?;
         let path = in_container(&path)?;
         let id = parse_id(&id)?;
-        if path
-            .rsplit_once('/')
-            .is_some_and(|(_, name)| name.is_empty())
-            && !is_archive
-        {
+        // `in_container` ends no path but the root with a `/`.
+        if path == "/" && !is_archive {
             return Err(ApiError::invalid("path", "names a file, not `/`"));
         }
         let size = request
@@ -157,13 +154,7 @@ pub async fn upload_session_file(
             })?;
         Ok((path, id, size))
     })();
-    let (path, id, size) = match admitted {
-        Ok(admitted) => admitted,
-        Err(refusal) => {
-            super::unread_body_drained(request.into_body()).await;
-            return Err(refusal);
-        }
-    };
+    let (path, id, size) = super::body_drained_if_refused(admitted, request.body_mut()).await?;
     let (directory, name) = path.rsplit_once('/').unwrap_or(("", &path));
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -253,19 +244,13 @@ pub(crate) async fn through_door(
     method: Method,
     door_path: &str,
     headers: HeaderMap,
-    body: Body,
+    mut body: Body,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
     let admitted = async {
         check_may_act(state, caller, id).await?;
         super::apps::kernel_door(state, caller, id).await
     };
-    let (detail, token) = match admitted.await {
-        Ok(door) => door,
-        Err(refusal) => {
-            super::unread_body_drained(body).await;
-            return Err(refusal);
-        }
-    };
+    let (detail, token) = super::body_drained_if_refused(admitted.await, &mut body).await?;
     state.touched(id).await;
     proxy::through_kernel_door(&detail, &token, method, door_path, headers, body)
         .await
