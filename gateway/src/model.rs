@@ -186,7 +186,8 @@ pub struct KernelLog {
     pub offset: i64,
     /// How many bytes the kernel has printed in all (the next byte's offset).
     pub total_bytes: i64,
-    /// The oldest byte still kept: what came before is gone (past the cap).
+    /// The oldest byte still kept, never more than the cap before `total_bytes`: what came
+    /// before is gone.
     pub kept_from: i64,
 }
 

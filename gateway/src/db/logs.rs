@@ -34,7 +34,7 @@ pub async fn logs(pool: &Pool, id: Uuid, range: ByteRange) -> Result<Vec<KernelL
         let kernel: i32 = head.get(0);
         let total: i64 = head.get(3);
         let cap: i64 = head.get::<_, i64>(4).max(1);
-        let kept_from: i64 = head.get::<_, Option<i64>>(5).unwrap_or(total);
+        let kept_from = kept_from(head.get(5), total, cap);
         // By default the most recent `cap` bytes; never more than `cap` in one answer.
         let from = match range.offset {
             Some(o) => i64::try_from(o).unwrap_or(i64::MAX),
@@ -67,6 +67,14 @@ pub async fn logs(pool: &Pool, id: Uuid, range: ByteRange) -> Result<Vec<KernelL
         });
     }
     Ok(logs)
+}
+
+/// The oldest byte of a kernel's output a reader gets, given the oldest one stored, all it
+/// printed and its cap. Pure. The cap is what a reader gets: the store may still hold the
+/// rest of the chunk that straddles the cap's edge (it deletes whole chunks only, and the
+/// agent reads output in chunks of any size up to 64 KiB), but those bytes are past the cap.
+pub fn kept_from(oldest_stored: Option<i64>, total: i64, cap: i64) -> i64 {
+    oldest_stored.unwrap_or(total).max(total - cap)
 }
 
 /// The text of `pieces` (each at its byte offset, in order) between `from` and `until`,
@@ -115,5 +123,16 @@ mod tests {
             "widened to ö's start"
         );
         assert_eq!(cut(&pieces, 50, 60), (50, String::new()));
+    }
+
+    #[test]
+    fn no_more_than_the_cap_is_kept_whatever_the_chunks_sizes() {
+        // One chunk of 20 KiB read at once, a cap of 16 KiB: its first 4 KiB are past the cap.
+        assert_eq!(kept_from(Some(0), 20 << 10, 16 << 10), 4 << 10);
+        // Whole chunks older than the cap are gone already.
+        assert_eq!(kept_from(Some(12 << 10), 20 << 10, 16 << 10), 12 << 10);
+        // Within the cap, everything; nothing printed yet, nothing.
+        assert_eq!(kept_from(Some(0), 10 << 10, 16 << 10), 0);
+        assert_eq!(kept_from(None, 0, 16 << 10), 0);
     }
 }
