@@ -280,6 +280,16 @@ impl SessionState {
         self.main_on(agent) || self.kernels.iter().any(|k| k.agent_id == agent)
     }
 
+    /// The state after `event`, recorded in the log at `at`: one step of [`fold`] (a change
+    /// of status starts the new status's time there).
+    pub fn recorded(self, event: &Event, at: chrono::DateTime<chrono::Utc>) -> SessionState {
+        let mut state = self.evolve(event);
+        if let Event::SessionStatusChanged(_) = event {
+            state.status_since = Some(at);
+        }
+        state
+    }
+
     pub fn evolve(mut self, event: &Event) -> SessionState {
         match event {
             Event::SchedulingAttempted(e) => self.scheduling_attempts = e.attempts,
@@ -345,11 +355,7 @@ pub fn fold<'a>(events: impl IntoIterator<Item = &'a RecordedEvent>) -> StreamSt
                     StreamState::Session(Box::new(s))
                 }
                 (StreamState::Session(s), event) => {
-                    let mut s = s.evolve(event);
-                    if let Event::SessionStatusChanged(_) = event {
-                        s.status_since = Some(recorded.recorded_at);
-                    }
-                    StreamState::Session(Box::new(s))
+                    StreamState::Session(Box::new(s.recorded(event, recorded.recorded_at)))
                 }
                 (StreamState::Agent(a), event) => StreamState::Agent(Box::new(a.evolve(event))),
                 (

@@ -99,10 +99,7 @@ pub fn with_phases(before: &SessionState, events: Vec<Event>, now: DateTime<Utc>
             }
             _ => Vec::new(),
         };
-        state = state.evolve(&event);
-        if let Event::SessionStatusChanged(_) = &event {
-            state.status_since = Some(now);
-        }
+        state = state.recorded(&event, now);
         out.push(event);
         out.extend(rows.into_iter().map(Event::SchedulingAttempted));
     }
@@ -479,10 +476,7 @@ mod tests {
             self.second += 1;
             let events = with_phases(&self.state, decide(&self.state).unwrap(), at(self.second));
             for e in &events {
-                self.state = self.state.clone().evolve(e);
-                if let Event::SessionStatusChanged(_) = e {
-                    self.state.status_since = Some(at(self.second));
-                }
+                self.state = self.state.clone().recorded(e, at(self.second));
                 if let Event::SchedulingAttempted(row) = e {
                     self.rows.push(row.clone());
                 }

@@ -340,3 +340,100 @@ async fn a_report_made_while_the_recorder_is_down_is_kept_and_recorded_once_when
     assert!(replay.equal(), "{:?}", replay.differences);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `recorder`'s answer to `report` from agent `agent`, as the recorder's replica that
+/// `known` is the memory of gives it.
+async fn report_to(
+    h: &Harness,
+    known: &events::lifecycle::Known,
+    agent: &str,
+    report: &Report,
+) -> Answer {
+    recorder::record::report(&h.pool, known, agent, report)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recorders_deciding_on_what_they_last_knew_record_each_report_once_and_in_order() {
+    let h = start().await;
+    h.agent("k1", "default", 8).await;
+    let (status, created) = h
+        .create(
+            &h.admin_key,
+            json!({"name": "known1", "image": "berth/shell:latest"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "SCHEDULED").await;
+    let session_id = Uuid::parse_str(&id).unwrap();
+    // Two replicas of the recorder, each knowing the session as the agent's first question
+    // found it: from then on each decides its reports without reading the stream first.
+    let (a, b) = (
+        events::lifecycle::Known::default(),
+        events::lifecycle::Known::default(),
+    );
+    for known in [&a, &b] {
+        let view = recorder::record::session_for(&h.pool, known, "k1", session_id)
+            .await
+            .unwrap();
+        assert_eq!(view.unwrap().state.status, SessionStatus::Scheduled);
+    }
+    let moved = |to| Report {
+        report_id: Uuid::now_v7(),
+        session_id,
+        fact: Fact::Moved {
+            to,
+            reason: None,
+            exit_code: None,
+            at: None,
+        },
+        traceparent: None,
+    };
+    let recorded = |status| Answer::Recorded { status };
+
+    let preparing = moved(SessionStatus::Preparing);
+    assert_eq!(
+        report_to(&h, &a, "k1", &preparing).await,
+        recorded(SessionStatus::Preparing)
+    );
+    // The same report reaches b, whose guess is stale now: its append expects the version
+    // gone by and conflicts, and the stream it then reads holds the report already.
+    let version = stream_version(&h, &id).await;
+    assert_eq!(
+        report_to(&h, &b, "k1", &preparing).await,
+        recorded(SessionStatus::Preparing)
+    );
+    assert_eq!(stream_version(&h, &id).await, version, "recorded once");
+    // And sent again to a, which recorded it, it is answered from the log.
+    assert_eq!(
+        report_to(&h, &a, "k1", &preparing).await,
+        recorded(SessionStatus::Preparing)
+    );
+    assert_eq!(stream_version(&h, &id).await, version, "recorded once");
+
+    // b knows the stream as it read it, and records PREPARED on it. a, stale, decides
+    // CREATING on PREPARING: refused there, or recorded against a version gone by; either
+    // way it is decided again on the stream as read, and recorded once.
+    assert_eq!(
+        report_to(&h, &b, "k1", &moved(SessionStatus::Prepared)).await,
+        recorded(SessionStatus::Prepared)
+    );
+    assert_eq!(
+        report_to(&h, &a, "k1", &moved(SessionStatus::Creating)).await,
+        recorded(SessionStatus::Creating)
+    );
+    // A report the session's state refuses is refused on the stream as read, not on a guess.
+    let refused = report_to(&h, &b, "k1", &moved(SessionStatus::Preparing)).await;
+    assert!(matches!(refused, Answer::Refused { .. }), "{refused:?}");
+    // Nor may another agent's report be recorded on what a replica knows.
+    let denied = report_to(&h, &a, "k2", &moved(SessionStatus::Terminated)).await;
+    assert!(matches!(denied, Answer::Denied { .. }), "{denied:?}");
+    for to in ["PREPARING", "PREPARED", "CREATING"] {
+        assert_eq!(status_changes(&h, &id, to).await, 1, "{to}");
+    }
+    assert_eq!(status_changes(&h, &id, "TERMINATED").await, 0);
+    let (_, session) = h.get(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(session["status"], "CREATING", "{session}");
+}

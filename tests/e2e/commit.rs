@@ -242,7 +242,7 @@ async fn a_commit_holds_off_a_terminate_force_fails_it_and_the_limit_is_checked_
         },
         traceparent: None,
     };
-    let answer = recorder::record::report(&h.pool, "hand1", &late)
+    let answer = recorder::record::report(&h.pool, &Default::default(), "hand1", &late)
         .await
         .unwrap();
     assert!(
@@ -272,7 +272,7 @@ async fn a_commit_holds_off_a_terminate_force_fails_it_and_the_limit_is_checked_
         },
         traceparent: None,
     };
-    let answer = recorder::record::report(&h.pool, "hand1", &done)
+    let answer = recorder::record::report(&h.pool, &Default::default(), "hand1", &done)
         .await
         .unwrap();
     assert!(

@@ -57,9 +57,14 @@ async fn a_pulls_progress_reaches_the_owners_event_stream_while_it_pulls() {
             .await
             .unwrap();
     }
-    recorder::record::report(&h.pool, "pull1", &progress(session, 1 << 20))
-        .await
-        .unwrap();
+    recorder::record::report(
+        &h.pool,
+        &Default::default(),
+        "pull1",
+        &progress(session, 1 << 20),
+    )
+    .await
+    .unwrap();
     assert_eq!(h.count_events("SessionPullProgressed").await, 1);
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -96,8 +101,13 @@ async fn a_pulls_progress_reaches_the_owners_event_stream_while_it_pulls() {
     )
     .await
     .unwrap();
-    recorder::record::report(&h.pool, "pull1", &progress(session, 4 << 20))
-        .await
-        .unwrap();
+    recorder::record::report(
+        &h.pool,
+        &Default::default(),
+        "pull1",
+        &progress(session, 4 << 20),
+    )
+    .await
+    .unwrap();
     assert_eq!(h.count_events("SessionPullProgressed").await, 1);
 }

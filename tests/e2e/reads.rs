@@ -345,7 +345,7 @@ async fn a_launch_chooses_among_the_groups_agents_and_images_open_to_the_caller(
         },
         traceparent: None,
     };
-    recorder::record::report(&h.pool, "d1", &done)
+    recorder::record::report(&h.pool, &Default::default(), "d1", &done)
         .await
         .unwrap();
     let mine = started["image"].as_str().unwrap().to_owned();

@@ -10,7 +10,7 @@ use deadpool_postgres::Pool;
 use events::aggregate::{fold, AgentState, ForeignAddress, SessionState, StreamState};
 use events::catalogue::{stream_id, Event};
 use events::ledger::{self, LedgerError};
-use events::lifecycle::{self, CommandError, TransitionError};
+use events::lifecycle::{self, CommandError, Known, TransitionError};
 use events::payloads::*;
 use events::store::ExpectedVersion;
 use events::{EventStore, Metadata};
@@ -136,7 +136,15 @@ pub async fn move_session(
         exit_code,
         at: None,
     };
-    record_fact(pool, agent_id, session_id, &fact, &metadata).await
+    record_fact(
+        pool,
+        &Known::default(),
+        agent_id,
+        session_id,
+        &fact,
+        &metadata,
+    )
+    .await
 }
 
 /// Records kernels an agent started (`KernelStarted` each) and, once every kernel of the
@@ -151,7 +159,15 @@ pub async fn kernels_started(
     let fact = Fact::KernelsStarted {
         kernels: kernels.to_vec(),
     };
-    record_fact(pool, agent_id, session_id, &fact, metadata).await
+    record_fact(
+        pool,
+        &Known::default(),
+        agent_id,
+        session_id,
+        &fact,
+        metadata,
+    )
+    .await
 }
 
 /// Which agents may report a fact about a session.
@@ -183,24 +199,42 @@ impl Reporter {
 
 /// Records `report` from `agent_id` once, and says what became of it. A database that
 /// cannot be reached is an error (the recorder answers "unavailable" and the agent asks
-/// again); everything else is an answer.
-pub async fn report(pool: &Pool, agent_id: &str, report: &Report) -> Result<Answer, RecordError> {
+/// again); everything else is an answer. `known`: the sessions this recorder last read or
+/// recorded, whose next report is decided without reading their streams again
+/// ([`lifecycle::command_once`]).
+pub async fn report(
+    pool: &Pool,
+    known: &Known,
+    agent_id: &str,
+    report: &Report,
+) -> Result<Answer, RecordError> {
     let span = tracing::info_span!("report", agent = %agent_id, session = %report.session_id, report = %report.report_id);
     events::trace::follow(&span, report.traceparent.as_deref());
-    record_report(pool, agent_id, report).instrument(span).await
+    record_report(pool, known, agent_id, report)
+        .instrument(span)
+        .await
 }
 
 async fn record_report(
     pool: &Pool,
+    known: &Known,
     agent_id: &str,
     report: &Report,
 ) -> Result<Answer, RecordError> {
     let session_id = report.session_id;
-    if let Some(status) = db::recorded_status(pool, session_id, report.report_id).await? {
-        return Ok(Answer::Recorded { status });
+    // A report sent again is answered from the log, before anything of it is kept. Of a
+    // session this recorder knows, a report it has not recorded is asked about by the
+    // command itself, in the stream it reads only when its guess was stale
+    // (`command_once`); an app's secret is kept before the command, so its report is
+    // always asked about first (an older report sent again must not replace a newer secret).
+    let keeps_a_secret = matches!(report.fact, Fact::AppStartEnded { .. });
+    if keeps_a_secret || !known.knows(session_id) || known.recorded(session_id, report.report_id) {
+        if let Some(status) = db::recorded_status(pool, session_id, report.report_id).await? {
+            return Ok(Answer::Recorded { status });
+        }
     }
     let metadata = metadata(agent_id, Some(report.report_id));
-    let result = record_fact(pool, agent_id, session_id, &report.fact, &metadata).await;
+    let result = record_fact(pool, known, agent_id, session_id, &report.fact, &metadata).await;
     match result {
         Ok(state) => Ok(Answer::Recorded {
             status: state.status,
@@ -234,6 +268,7 @@ async fn record_report(
 /// only from the agent of its main kernel; kernels started from any agent holding them.
 async fn record_fact(
     pool: &Pool,
+    known: &Known,
     agent_id: &str,
     session_id: Uuid,
     fact: &Fact,
@@ -255,7 +290,7 @@ async fn record_fact(
             agent.may_publish_on(kernel.address.as_deref())?;
         }
     }
-    let state = lifecycle::command(pool, session_id, metadata, |state| {
+    let state = lifecycle::command_once(pool, known, session_id, metadata, |state| {
         if !who.may_report(state, agent_id) {
             return Err(not_mine(session_id, agent_id));
         }
@@ -277,7 +312,10 @@ async fn keep_app_token(
     app: &str,
     token: &str,
 ) -> Result<(), RecordError> {
-    if session_for(pool, agent_id, session_id).await?.is_none() {
+    if session_for(pool, &Known::default(), agent_id, session_id)
+        .await?
+        .is_none()
+    {
         return Err(not_mine(session_id, agent_id));
     }
     db::keep_app_token(pool, session_id, app, token).await?;
@@ -356,8 +394,10 @@ fn decide(
 }
 
 /// The session and the trace it belongs to, when a kernel of it is placed on `agent_id`.
+/// What was read is `known` from then on: an agent asks before it reports.
 pub async fn session_for(
     pool: &Pool,
+    known: &Known,
     agent_id: &str,
     session_id: Uuid,
 ) -> Result<Option<SessionView>, RecordError> {
@@ -365,6 +405,7 @@ pub async fn session_for(
         .read_stream(&stream_id("session", session_id))
         .await
         .map_err(LedgerError::from)?;
+    known.learn(session_id, &recorded);
     let traceparent = recorded
         .first()
         .and_then(|first| first.metadata.traceparent.clone());

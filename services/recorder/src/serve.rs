@@ -60,6 +60,7 @@ pub async fn run(
         js,
         subjects,
         liveness,
+        known: Default::default(),
         outage: Default::default(),
     });
     loop {
@@ -99,6 +100,9 @@ struct Recorder {
     js: jetstream::Context,
     subjects: Subjects,
     liveness: Liveness,
+    /// The sessions this recorder last read or recorded: their next report is decided
+    /// without reading their streams again.
+    known: events::lifecycle::Known,
     /// Requests failing for want of PostgreSQL, logged once per outage.
     outage: std::sync::Mutex<events::fault::Outage>,
 }
@@ -158,9 +162,11 @@ impl Recorder {
                 self.liveness.heard_from(agent);
                 Answer::Done
             }
-            Request::Report(report) => record::report(&self.pool, agent, &report).await?,
+            Request::Report(report) => {
+                record::report(&self.pool, &self.known, agent, &report).await?
+            }
             Request::Session { session_id } => Answer::Session {
-                session: record::session_for(&self.pool, agent, session_id)
+                session: record::session_for(&self.pool, &self.known, agent, session_id)
                     .await?
                     .map(Box::new),
             },
