@@ -206,11 +206,10 @@ impl Known {
     /// again when it is next commanded).
     pub const MOST: usize = 4_096;
 
-    /// Learns session `session_id` from its stream as just read (`recorded`, the whole of it).
-    pub fn learn(&self, session_id: Uuid, recorded: &[RecordedEvent]) {
-        if let Some(session) = Session::read(recorded) {
-            self.keep(session_id, session);
-        }
+    /// Learns session `session_id` from its stream as just read (`recorded`, the whole of
+    /// it), and returns the state it folds into (`None`: the stream is not a session's).
+    pub fn learn(&self, session_id: Uuid, recorded: &[RecordedEvent]) -> Option<SessionState> {
+        Session::read(recorded).map(|session| self.keep(session_id, session))
     }
 
     /// Whether anything is known of session `session_id`.

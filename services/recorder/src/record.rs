@@ -7,7 +7,7 @@
 
 use bus::protocol::{Answer, Fact, LiveSession, Offer, Report, SessionView, StartedKernel};
 use deadpool_postgres::Pool;
-use events::aggregate::{fold, AgentState, ForeignAddress, SessionState, StreamState};
+use events::aggregate::{AgentState, ForeignAddress, SessionState};
 use events::catalogue::{stream_id, Event};
 use events::ledger::{self, LedgerError};
 use events::lifecycle::{self, CommandError, Known, TransitionError};
@@ -405,15 +405,11 @@ pub async fn session_for(
         .read_stream(&stream_id("session", session_id))
         .await
         .map_err(LedgerError::from)?;
-    known.learn(session_id, &recorded);
     let traceparent = recorded
         .first()
         .and_then(|first| first.metadata.traceparent.clone());
-    Ok(match fold(&recorded) {
-        StreamState::Session(state) if state.placed_on(agent_id) => Some(SessionView {
-            state: *state,
-            traceparent,
-        }),
+    Ok(match known.learn(session_id, &recorded) {
+        Some(state) if state.placed_on(agent_id) => Some(SessionView { state, traceparent }),
         _ => None,
     })
 }
