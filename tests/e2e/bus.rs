@@ -436,4 +436,28 @@ async fn recorders_deciding_on_what_they_last_knew_record_each_report_once_and_i
     assert_eq!(status_changes(&h, &id, "TERMINATED").await, 0);
     // The API's read of it follows the log.
     h.wait_session(&id, |s| s["status"] == "CREATING").await;
+
+    // Its kernel published at an address that is not its agent's is refused (the agent is
+    // read for it); published at none, on the agent's host alone, it runs.
+    let started = |address: Option<&str>| Report {
+        report_id: Uuid::now_v7(),
+        session_id,
+        fact: Fact::KernelsStarted {
+            kernels: vec![bus::protocol::StartedKernel {
+                kernel: 0,
+                container_id: "c0".into(),
+                ports: vec![],
+                hostname: None,
+                address: address.map(str::to_owned),
+                started_at: None,
+            }],
+        },
+        traceparent: None,
+    };
+    let foreign = report_to(&h, &a, "k1", &started(Some("10.9.9.9"))).await;
+    assert!(matches!(foreign, Answer::Denied { .. }), "{foreign:?}");
+    assert_eq!(
+        report_to(&h, &a, "k1", &started(None)).await,
+        recorded(SessionStatus::Running)
+    );
 }

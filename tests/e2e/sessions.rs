@@ -921,6 +921,27 @@ async fn nothing_stays_stuck_overdue_placements_requeue_and_lost_agents_give_the
         2,
         "one release per placement"
     );
+    // Each release's stop names the placement it ends: the releases before it in the log.
+    let client = h.pool.get().await.unwrap();
+    let stream = events::catalogue::stream_id("session", Uuid::parse_str(&id).unwrap());
+    let releases: Vec<i64> = client
+        .query(
+            "SELECT stream_version FROM events WHERE stream_id = $1
+               AND event_type = 'SessionResourcesReleased' ORDER BY stream_version",
+            &[&stream],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (placement, version) in releases.iter().enumerate() {
+        let before = recorder::dispatch::releases_before(&client, &stream, *version as u64)
+            .await
+            .unwrap();
+        assert_eq!(before as usize, placement);
+    }
+    assert_eq!(releases.len(), 2);
 
     // An agent that stops heartbeating is marked lost: what ran on it ends in ERROR, what
     // never ran goes back to the queue.

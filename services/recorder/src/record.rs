@@ -284,10 +284,17 @@ async fn record_fact(
     }
     let who = Reporter::of(fact);
     if let Fact::KernelsStarted { kernels } = fact {
-        // The proxy dials the address a kernel is published at: only the agent's own.
-        let agent = crate::admission::agent_state(pool, agent_id).await?;
-        for kernel in kernels {
-            agent.may_publish_on(kernel.address.as_deref())?;
+        // The proxy dials the address a kernel is published at: only the agent's own. A
+        // kernel published at none (on the agent's host alone) needs no read of the agent.
+        let published: Vec<&str> = kernels
+            .iter()
+            .filter_map(|k| k.address.as_deref())
+            .collect();
+        if !published.is_empty() {
+            let agent = crate::admission::agent_state(pool, agent_id).await?;
+            for address in published {
+                agent.may_publish_on(Some(address))?;
+            }
         }
     }
     let state = lifecycle::command_once(pool, known, session_id, metadata, |state| {
