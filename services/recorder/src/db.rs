@@ -107,6 +107,28 @@ pub async fn kernel_holders(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// How many times session stream `stream_id` gave back its resources before its event
+/// `version`: which placement a release ends. Counted on the log's rows, without decoding
+/// the session's events; prepared once per connection (once per session that ends).
+pub async fn releases_before(
+    client: &impl GenericClient,
+    stream_id: &str,
+    version: u64,
+) -> Result<u32, LedgerError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT count(*) FROM events
+             WHERE stream_id = $1 AND stream_version < $2
+               AND event_type = 'SessionResourcesReleased'",
+        )
+        .await?;
+    let count: i64 = client
+        .query_one(&statement, &[&stream_id, &(version as i64)])
+        .await?
+        .get(0);
+    Ok(u32::try_from(count).unwrap_or(u32::MAX))
+}
+
 /// What became of a chunk of output offered to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {

@@ -26,6 +26,8 @@ use events::payloads::SessionStatus;
 use events::RecordedEvent;
 
 use crate::db;
+/// Which placement a release ends, as the dispatcher counts it (its stop names it).
+pub use crate::db::releases_before;
 
 /// The consumer's durable name.
 pub const NAME: &str = "dispatcher";
@@ -111,28 +113,6 @@ pub fn commands_for(
     }
 }
 
-/// How many times session stream `stream_id` gave back its resources before its event
-/// `version`: which placement a release ends. Counted on the log's rows, without decoding
-/// the session's events; prepared once per connection (once per session that ends).
-pub async fn releases_before(
-    client: &impl deadpool_postgres::GenericClient,
-    stream_id: &str,
-    version: u64,
-) -> Result<u32, events::ledger::LedgerError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT count(*) FROM events
-             WHERE stream_id = $1 AND stream_version < $2
-               AND event_type = 'SessionResourcesReleased'",
-        )
-        .await?;
-    let count: i64 = client
-        .query_one(&statement, &[&stream_id, &(version as i64)])
-        .await?
-        .get(0);
-    Ok(u32::try_from(count).unwrap_or(u32::MAX))
-}
-
 /// Whether `event` can call for a command, whoever holds the session's kernels. Pure.
 pub fn acts_on(event: &Event) -> bool {
     needs_holders(event).is_some() || !commands_for(event, &[], 0).is_empty()
@@ -170,7 +150,7 @@ impl Handler for Dispatcher {
         };
         let released_before = match &event.event {
             Event::SessionResourcesReleased(_) => {
-                releases_before(tx, &event.stream_id, event.stream_version)
+                db::releases_before(tx, &event.stream_id, event.stream_version)
                     .await
                     .map_err(|e| HandlerError::Transient(e.to_string()))?
             }
