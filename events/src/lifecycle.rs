@@ -52,7 +52,7 @@ where
 }
 
 /// [`command`] for a process that commands the same sessions again and again (the recorder,
-/// six reports a session): what it `known`s of a session stands in for reading its stream,
+/// six reports a session): what it knows of a session (`known`) stands in for reading its stream,
 /// and the command is recorded once for its cause (`metadata.causation_id`): when the stream
 /// holds an event of that cause already, nothing is decided or recorded and the state is
 /// returned as it is.
