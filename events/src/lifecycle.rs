@@ -52,10 +52,10 @@ where
 }
 
 /// [`command`] for a process that commands the same sessions again and again (the recorder,
-/// six reports a session): what it knows of a session (`known`) stands in for reading its stream,
-/// and the command is recorded once for its cause (`metadata.causation_id`): when the stream
-/// holds an event of that cause already, nothing is decided or recorded and the state is
-/// returned as it is.
+/// six reports a session): what it knows of a session (`known`) stands in for reading its
+/// stream, and the command is recorded once for its cause (`metadata.causation_id`): when the
+/// stream holds an event of that cause already, nothing is decided or recorded and the state
+/// is returned as it is.
 ///
 /// What is known is only ever a guess. A decision on it is recorded expecting the version it
 /// was known at, so a stream that moved on since (another process, another replica) is a
