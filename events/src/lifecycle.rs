@@ -88,9 +88,13 @@ where
 {
     let stream = crate::catalogue::stream_id("session", session_id);
     let cause = metadata.causation_id;
+    // What a command ends on is known from then on (by a process that keeps what it knows).
+    let keep = |session: Session| match known {
+        Some(known) => known.keep(session_id, session),
+        None => session.state,
+    };
     // A guess is used once: whatever else becomes of the command, the stream is read.
-    let guess = known.and_then(|known| known.take(session_id));
-    if let (Some(known), Some(guess)) = (known, guess) {
+    if let Some(guess) = known.and_then(|known| known.take(session_id)) {
         let new_cause = cause.is_none_or(|c| !guess.causes.contains(&c));
         let decided = if new_cause {
             decide(&guess.state).ok()
@@ -99,7 +103,7 @@ where
         };
         if let Some(events) = decided.filter(|events| !events.is_empty()) {
             match record(pool, &stream, guess, events, metadata).await {
-                Ok(after) => return Ok(known.keep(session_id, after)),
+                Ok(after) => return Ok(keep(after)),
                 // The stream moved on since: read below.
                 Err(e) if e.is_conflict() => {}
                 Err(e) => return Err(e.into()),
@@ -117,28 +121,23 @@ where
             return Err(CommandError::NotFound(session_id));
         };
         let done = known.is_some() && cause.is_some_and(|c| read.causes.contains(&c));
-        let events = match done {
-            true => Vec::new(),
-            false => decide(&read.state).map_err(|refused| {
-                if let Some(known) = known {
-                    known.keep(session_id, read.clone());
-                }
-                CommandError::Refused(refused)
-            })?,
+        let decided = if done {
+            Ok(Vec::new())
+        } else {
+            decide(&read.state)
+        };
+        let events = match decided {
+            Ok(events) => events,
+            Err(refused) => {
+                keep(read);
+                return Err(CommandError::Refused(refused));
+            }
         };
         if events.is_empty() {
-            return Ok(match known {
-                Some(known) => known.keep(session_id, read),
-                None => read.state,
-            });
+            return Ok(keep(read));
         }
         match record(pool, &stream, read, events, metadata).await {
-            Ok(after) => {
-                return Ok(match known {
-                    Some(known) => known.keep(session_id, after),
-                    None => after.state,
-                })
-            }
+            Ok(after) => return Ok(keep(after)),
             Err(e) if e.is_conflict() && tries < 8 => tries += 1,
             Err(e) => return Err(e.into()),
         }

@@ -280,7 +280,7 @@ async fn record_fact(
         ..
     } = fact
     {
-        keep_app_token(pool, agent_id, session_id, app, token).await?;
+        keep_app_token(pool, known, agent_id, session_id, app, token).await?;
     }
     let who = Reporter::of(fact);
     if let Fact::KernelsStarted { kernels } = fact {
@@ -314,12 +314,13 @@ async fn record_fact(
 /// session's app, which nothing else reads.
 async fn keep_app_token(
     pool: &Pool,
+    known: &Known,
     agent_id: &str,
     session_id: Uuid,
     app: &str,
     token: &str,
 ) -> Result<(), RecordError> {
-    if session_for(pool, &Known::default(), agent_id, session_id)
+    if session_for(pool, known, agent_id, session_id)
         .await?
         .is_none()
     {
