@@ -401,6 +401,7 @@ fn backbone_table(table: &str) -> bool {
     const LOG: &[&str] = &[
         "events",
         "event_seals",
+        "event_seal_blocks",
         "audit_head",
         "checkpoints",
         "processed_events",

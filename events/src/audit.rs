@@ -1,8 +1,9 @@
 //! The audit chain: proof that the log has not been altered.
 //!
 //! A sealer reads the log behind the horizon, in global order, and gives each event a dense
-//! `audit_seq` and a hash that covers the event's stored bytes and the hash before it
-//! (`event_seals`), then moves the chain head (`audit_head`). Appenders never touch the
+//! `audit_seq` and a hash that covers the event's stored bytes and the hash before it, kept a
+//! thousand links to a row (`event_seal_blocks`: the events' positions and their hashes),
+//! then moves the chain head (`audit_head`). Appenders never touch the
 //! chain, so they never wait for each other on it; one sealer runs at a time under a
 //! transaction-scoped advisory lock. `verify` recomputes the chain and names the first event
 //! where it breaks: altered, deleted (one event or a whole stream), inserted behind the
@@ -89,6 +90,43 @@ pub struct Head {
     pub hash: [u8; 32],
 }
 
+/// The most links a seal block holds.
+const BLOCK: usize = 1_000;
+
+/// Consecutive links of the chain, as the sealer writes them: one row of `event_seal_blocks`.
+struct Block {
+    first_audit_seq: i64,
+    positions: Vec<LogPosition>,
+    hashes: Vec<u8>,
+}
+
+impl Block {
+    fn starting(audit_seq: i64, position: LogPosition, hash: &[u8; 32]) -> Block {
+        let mut block = Block {
+            first_audit_seq: audit_seq,
+            positions: Vec::with_capacity(BLOCK),
+            hashes: Vec::with_capacity(BLOCK * 32),
+        };
+        block.push(position, hash);
+        block
+    }
+
+    fn push(&mut self, position: LogPosition, hash: &[u8; 32]) {
+        self.positions.push(position);
+        self.hashes.extend_from_slice(hash);
+    }
+
+    /// Its row's columns, as `copy_rows` binds them.
+    fn columns(&self) -> (i64, Vec<Xid8>, Vec<i64>, &[u8]) {
+        (
+            self.first_audit_seq,
+            self.positions.iter().map(|p| Xid8(p.tx)).collect(),
+            self.positions.iter().map(|p| p.seq).collect(),
+            &self.hashes,
+        )
+    }
+}
+
 async fn read_head<C: deadpool_postgres::GenericClient>(
     client: &C,
 ) -> Result<Option<Head>, StoreError> {
@@ -172,26 +210,30 @@ pub async fn seal_once(pool: &Pool, batch: i64) -> Result<usize, StoreError> {
     };
     let parts = futures::future::try_join_all((0..ends.len()).map(read_part)).await?;
     let rows: Vec<&tokio_postgres::Row> = parts.iter().flatten().collect();
-    let mut seals: Vec<(i64, Xid8, i64, [u8; 32])> = Vec::with_capacity(rows.len());
+    let mut blocks: Vec<Block> = Vec::new();
     let mut last = after;
     for row in rows.iter().copied() {
         let link = link_from_row(row, 0);
         hash = link.hash(&hash);
         audit_seq += 1;
         last = link.position;
-        seals.push((audit_seq, Xid8(link.position.tx), link.position.seq, hash));
+        match blocks.last_mut() {
+            Some(block) if block.positions.len() < BLOCK => block.push(link.position, &hash),
+            _ => blocks.push(Block::starting(audit_seq, link.position, &hash)),
+        }
     }
-    let hashes: Vec<&[u8]> = seals.iter().map(|(_, _, _, h)| h.as_slice()).collect();
-    let seals: Vec<_> = seals
+    let columns: Vec<_> = blocks.iter().map(Block::columns).collect();
+    let block_rows: Vec<[&(dyn ToSql + Sync); 4]> = columns
         .iter()
-        .zip(&hashes)
-        .map(|((a, t, s, _), h)| -> [&(dyn ToSql + Sync); 4] { [a, t, s, h] })
+        .map(|(first, txs, seqs, hashes)| -> [&(dyn ToSql + Sync); 4] {
+            [first, txs, seqs, hashes]
+        })
         .collect();
     crate::pg::copy_rows(
         &tx,
-        "event_seals",
-        ["audit_seq", "tx_id", "seq", "hash"],
-        &seals,
+        "event_seal_blocks",
+        ["first_audit_seq", "tx_ids", "seqs", "hashes"],
+        &block_rows,
     )
     .await?;
     tx.execute(
@@ -265,31 +307,53 @@ pub struct Verification {
 }
 
 /// Recomputes the whole chain and compares it with the log, the seals and the head.
+///
+/// The seal blocks are walked in order beside the events they cover (each block covers the
+/// events after the previous block's last link, up to its own last), so the first link
+/// where the log and the chain disagree is found in one pass: a sealed event that is gone, an
+/// event in a sealed range that no link names, an event whose bytes no longer hash to its
+/// link.
 pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
     let client = pool.get().await?;
     let head = read_head(&client).await?;
-    let mut breaks: Vec<Break> = Vec::new();
     let mut hash = GENESIS;
-    let mut expected_seq = 1i64;
+    let mut sealed = 0i64;
     let mut previous = LogPosition::START;
-    let sql = format!(
-        "SELECT s.audit_seq, s.tx_id, s.seq, s.hash, {LINK_COLUMNS}
-         FROM event_seals s LEFT JOIN events e ON e.tx_id = s.tx_id AND e.seq = s.seq
-         WHERE s.audit_seq >= $1 ORDER BY s.audit_seq LIMIT 10000"
+    let events_sql = format!(
+        "SELECT {LINK_COLUMNS} FROM events e
+         WHERE (e.tx_id, e.seq) > ($1, $2) AND (e.tx_id, e.seq) <= ($3, $4)
+         ORDER BY e.tx_id, e.seq"
     );
-    'walk: loop {
-        let rows = client.query(&sql, &[&expected_seq]).await?;
-        if rows.is_empty() {
-            break;
+    let inserted = |link: &Link<'_>| Break {
+        audit_seq: None,
+        position: link.position,
+        event_id: Some(link.event_id),
+        stream_id: Some(link.stream_id.to_owned()),
+        stream_version: Some(link.stream_version),
+        reason: "event inserted: it sits behind the sealed head but was never sealed".into(),
+    };
+    let first_break = 'walk: loop {
+        let blocks = client
+            .query(
+                "SELECT first_audit_seq, tx_ids, seqs, hashes FROM event_seal_blocks
+                 WHERE first_audit_seq > $1 ORDER BY first_audit_seq LIMIT 20",
+                &[&sealed],
+            )
+            .await?;
+        if blocks.is_empty() {
+            break None;
         }
-        for row in &rows {
-            let audit_seq: i64 = row.get(0);
-            let position = LogPosition {
-                tx: row.get::<_, Xid8>(1).0,
-                seq: row.get(2),
-            };
-            let sealed_hash: &[u8] = row.get(3);
-            let at = |reason: String| Break {
+        for block in &blocks {
+            let first: i64 = block.get(0);
+            let txs: Vec<Xid8> = block.get(1);
+            let seqs: Vec<i64> = block.get(2);
+            let hashes: &[u8] = block.get(3);
+            let positions: Vec<LogPosition> = txs
+                .iter()
+                .zip(&seqs)
+                .map(|(&Xid8(tx), &seq)| LogPosition { tx, seq })
+                .collect();
+            let at = |audit_seq: i64, position: LogPosition, reason: String| Break {
                 audit_seq: Some(audit_seq),
                 position,
                 event_id: None,
@@ -297,41 +361,68 @@ pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
                 stream_version: None,
                 reason,
             };
-            if audit_seq != expected_seq {
-                breaks.push(at(format!(
-                    "seals {expected_seq} to {} are missing: events were removed with their seals",
-                    audit_seq - 1
-                )));
-                break 'walk;
-            }
-            if position <= previous {
-                breaks.push(at("seal is out of log order".into()));
-                break 'walk;
-            }
-            if row.get::<_, Option<Xid8>>(4).is_none() {
-                breaks.push(at(
-                    "event deleted: the seal names an event that is not in the log".into(),
+            let (Some(&start), Some(&end)) = (positions.first(), positions.last()) else {
+                break 'walk Some(at(first, previous, "an empty seal block".into()));
+            };
+            if first != sealed + 1 {
+                break 'walk Some(at(
+                    first,
+                    start,
+                    format!(
+                        "seals {} to {} are missing: events were removed with their seals",
+                        sealed + 1,
+                        first - 1
+                    ),
                 ));
-                break 'walk;
             }
-            let link = link_from_row(row, 4);
-            hash = link.hash(&hash);
-            if hash.as_slice() != sealed_hash {
-                breaks.push(Break {
-                    event_id: Some(link.event_id),
-                    stream_id: Some(link.stream_id.to_owned()),
-                    stream_version: Some(link.stream_version),
-                    ..at("event altered: its bytes no longer hash to the sealed value".into())
-                });
-                break 'walk;
+            let rows = client
+                .query(
+                    &events_sql,
+                    &[&Xid8(previous.tx), &previous.seq, &Xid8(end.tx), &end.seq],
+                )
+                .await?;
+            let mut events = rows.iter().map(|row| link_from_row(row, 0)).peekable();
+            for (index, (&position, sealed_hash)) in
+                positions.iter().zip(hashes.chunks(32)).enumerate()
+            {
+                let audit_seq = first + index as i64;
+                if position <= previous {
+                    break 'walk Some(at(audit_seq, position, "seal is out of log order".into()));
+                }
+                // An event before the link's own, after the link before it: no link names it.
+                if let Some(link) = events.next_if(|link| link.position < position) {
+                    break 'walk Some(inserted(&link));
+                }
+                let Some(link) = events.next_if(|link| link.position == position) else {
+                    break 'walk Some(at(
+                        audit_seq,
+                        position,
+                        "event deleted: the seal names an event that is not in the log".into(),
+                    ));
+                };
+                hash = link.hash(&hash);
+                if hash.as_slice() != sealed_hash {
+                    break 'walk Some(Break {
+                        event_id: Some(link.event_id),
+                        stream_id: Some(link.stream_id.to_owned()),
+                        stream_version: Some(link.stream_version),
+                        ..at(
+                            audit_seq,
+                            position,
+                            "event altered: its bytes no longer hash to the sealed value (or a \
+                             seal before it was removed)"
+                                .into(),
+                        )
+                    });
+                }
+                previous = position;
+                sealed += 1;
             }
-            previous = position;
-            expected_seq += 1;
         }
-    }
-    let sealed = expected_seq - 1;
-    match &head {
-        None if sealed > 0 => breaks.push(Break {
+    };
+    let first_break = match (first_break, &head) {
+        (Some(found), _) => Some(found),
+        (None, None) if sealed > 0 => Some(Break {
             audit_seq: None,
             position: previous,
             event_id: None,
@@ -339,51 +430,40 @@ pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
             stream_version: None,
             reason: "the chain head is missing".into(),
         }),
-        Some(h) if breaks.is_empty() && (h.audit_seq != sealed || h.hash != hash) => {
-            breaks.push(Break {
-                audit_seq: Some(sealed + 1),
-                position: previous,
-                event_id: None,
-                stream_id: None,
-                stream_version: None,
-                reason: format!(
-                    "tail truncated: the head was sealed at audit seq {} but the chain ends at {sealed}",
-                    h.audit_seq
-                ),
-            })
-        }
-        _ => {}
-    }
-    if let Some(h) = &head {
-        // An event behind the head that has no seal was put there after sealing.
-        let row = client
+        (None, Some(h)) if h.audit_seq != sealed || h.hash != hash => Some(Break {
+            audit_seq: Some(sealed + 1),
+            position: previous,
+            event_id: None,
+            stream_id: None,
+            stream_version: None,
+            reason: format!(
+                "tail truncated: the head was sealed at audit seq {} but the chain ends at {sealed}",
+                h.audit_seq
+            ),
+        }),
+        // An event after the chain's last link but behind the head was put there after
+        // sealing.
+        (None, Some(h)) => client
             .query_opt(
                 &format!(
                     "SELECT {LINK_COLUMNS} FROM events e
-                     WHERE (e.tx_id, e.seq) <= ($1, $2)
-                       AND NOT EXISTS (SELECT 1 FROM event_seals s WHERE s.tx_id = e.tx_id AND s.seq = e.seq)
+                     WHERE (e.tx_id, e.seq) > ($1, $2) AND (e.tx_id, e.seq) <= ($3, $4)
                      ORDER BY e.tx_id, e.seq LIMIT 1"
                 ),
-                &[&Xid8(h.position.tx), &h.position.seq],
+                &[
+                    &Xid8(previous.tx),
+                    &previous.seq,
+                    &Xid8(h.position.tx),
+                    &h.position.seq,
+                ],
             )
-            .await?;
-        if let Some(row) = row {
-            let link = link_from_row(&row, 0);
-            breaks.push(Break {
-                audit_seq: None,
-                position: link.position,
-                event_id: Some(link.event_id),
-                stream_id: Some(link.stream_id.to_owned()),
-                stream_version: Some(link.stream_version),
-                reason: "event inserted: it sits behind the sealed head but was never sealed"
-                    .into(),
-            });
-        }
-    }
-    breaks.sort_by_key(|b| b.position);
+            .await?
+            .map(|row| inserted(&link_from_row(&row, 0))),
+        (None, None) => None,
+    };
     Ok(Verification {
         sealed,
-        first_break: breaks.into_iter().next(),
+        first_break,
     })
 }
 

@@ -60,6 +60,7 @@ pub const MIGRATIONS: &[Migration] = &[
     backbone(41, include_str!("../migrations/0041_group_defaults.sql")),
     backbone(42, include_str!("../migrations/0042_image_catalogue.sql")),
     backbone(43, include_str!("../migrations/0043_fit_watches.sql")),
+    backbone(44, include_str!("../migrations/0044_seal_blocks.sql")),
 ];
 
 /// One migration of the backbone (component `events`).

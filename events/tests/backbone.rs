@@ -947,18 +947,150 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
     assert!(inserted.reason.contains("inserted"), "{inserted}");
     assert_eq!(inserted.stream_id.as_deref(), Some("agent-forged"));
 
-    let truncated = tamper(&sealed_store().await,
-        "DELETE FROM events WHERE (tx_id, seq) IN (SELECT tx_id, seq FROM event_seals WHERE audit_seq > 12);
-         DELETE FROM event_seals WHERE audit_seq > 12;").await;
-    assert!(truncated.reason.contains("truncated"), "{truncated}");
-
-    let reseal = tamper(
+    // The last three events and their links gone (the 15 links are one block).
+    let truncated = tamper(
         &sealed_store().await,
-        "DELETE FROM events WHERE stream_id = 'agent-z' AND stream_version = 0;
-         DELETE FROM event_seals WHERE audit_seq = 11;",
+        "DELETE FROM events WHERE (tx_id, seq) IN (
+           SELECT l.tx_id, l.seq FROM event_seal_blocks b,
+             unnest(b.tx_ids, b.seqs) WITH ORDINALITY AS l(tx_id, seq, n)
+           WHERE b.first_audit_seq + l.n - 1 > 12);
+         UPDATE event_seal_blocks SET tx_ids = tx_ids[1:12], seqs = seqs[1:12],
+           hashes = substring(hashes FROM 1 FOR 12 * 32);",
     )
     .await;
-    assert!(reseal.reason.contains("missing"), "{reseal}");
+    assert!(truncated.reason.contains("truncated"), "{truncated}");
+
+    // An event removed with its link (the 11th, agent-z's first): the chain breaks at the
+    // next one, whose link was made on the removed one's hash.
+    let relinked = tamper(
+        &sealed_store().await,
+        "DELETE FROM events WHERE stream_id = 'agent-z' AND stream_version = 0;
+         UPDATE event_seal_blocks SET tx_ids = tx_ids[1:10] || tx_ids[12:],
+           seqs = seqs[1:10] || seqs[12:],
+           hashes = substring(hashes FROM 1 FOR 320) || substring(hashes FROM 353);",
+    )
+    .await;
+    assert!(
+        relinked.reason.contains("a seal before it was removed"),
+        "{relinked}"
+    );
+    assert_eq!(
+        (
+            relinked.audit_seq,
+            relinked.stream_id.as_deref(),
+            relinked.stream_version
+        ),
+        (Some(11), Some("agent-z"), Some(1))
+    );
+
+    // A whole block removed with its events: the blocks' numbering has a hole.
+    let store = sealed_store().await;
+    append_losses(&store, "later", 6, 2).await;
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 6);
+    let block_gone = tamper(
+        &store,
+        "DELETE FROM events WHERE (tx_id, seq) IN (
+           SELECT l.tx_id, l.seq FROM event_seal_blocks b,
+             unnest(b.tx_ids, b.seqs) AS l(tx_id, seq) WHERE b.first_audit_seq = 1);
+         DELETE FROM event_seal_blocks WHERE first_audit_seq = 1;",
+    )
+    .await;
+    assert!(
+        block_gone.reason.contains("seals 1 to 15 are missing"),
+        "{block_gone}"
+    );
+    assert_eq!(block_gone.audit_seq, Some(16));
+}
+
+#[tokio::test]
+async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
+    let (store, _) = fresh_store().await;
+    for stream in 0..25 {
+        let id = format!("agent-m{stream}");
+        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
+        store
+            .append(&id, ExpectedVersion::NoStream, &batch)
+            .await
+            .unwrap();
+    }
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 2_500);
+    let head = audit::head(store.pool()).await.unwrap().unwrap();
+    let log: Vec<(LogPosition, Uuid)> = store
+        .read_all(LogPosition::START, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.position, e.event_id))
+        .collect();
+    // The chain as the shape before migration 44 kept it, a link to a row (the table as
+    // migration 1 made it), and the database as it stood before 44 ran.
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(
+            "BEGIN; SET LOCAL ROLE NONE;
+             CREATE TABLE event_seals (
+                 audit_seq bigint PRIMARY KEY, tx_id xid8 NOT NULL, seq bigint NOT NULL,
+                 hash bytea NOT NULL, UNIQUE (tx_id, seq));
+             INSERT INTO event_seals
+             SELECT b.first_audit_seq + l.n - 1, l.tx_id, l.seq,
+                    substring(b.hashes FROM (l.n - 1)::int * 32 + 1 FOR 32)
+             FROM event_seal_blocks b,
+                  unnest(b.tx_ids, b.seqs) WITH ORDINALITY AS l(tx_id, seq, n);
+             DROP TABLE event_seal_blocks;
+             GRANT SELECT, INSERT ON event_seals TO berth_service;
+             DELETE FROM schema_migrations WHERE component = 'events' AND version = 44;
+             COMMIT;",
+        )
+        .await
+        .unwrap();
+    events::store::migrate(store.pool(), &[]).await.unwrap();
+
+    // Every link moved, a thousand to a block, in order: the chain verifies whole, with the
+    // same head, over the same log in the same order.
+    let blocks: Vec<(i64, i32)> = store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query(
+            "SELECT first_audit_seq, cardinality(seqs) FROM event_seal_blocks
+             ORDER BY first_audit_seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(blocks, vec![(1, 1_000), (1_001, 1_000), (2_001, 500)]);
+    let verified = audit::verify(store.pool()).await.unwrap();
+    assert_eq!((verified.sealed, verified.first_break), (2_500, None));
+    assert_eq!(audit::head(store.pool()).await.unwrap().unwrap(), head);
+    let after: Vec<(LogPosition, Uuid)> = store
+        .read_all(LogPosition::START, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.position, e.event_id))
+        .collect();
+    assert_eq!(after, log);
+
+    // The chain goes on from the moved head, and the moved links still guard their events.
+    append_losses(&store, "after", 4, 2).await;
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 4);
+    let verified = audit::verify(store.pool()).await.unwrap();
+    assert_eq!((verified.sealed, verified.first_break), (2_504, None));
+    let altered = tamper(
+        &store,
+        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
+         WHERE stream_id = 'agent-m12' AND stream_version = 34",
+    )
+    .await;
+    assert!(altered.reason.contains("altered"), "{altered}");
+    assert_eq!(altered.audit_seq, Some(12 * 100 + 34 + 1));
 }
 
 #[tokio::test]
@@ -1190,8 +1322,9 @@ async fn the_service_role_can_append_and_read_the_log_but_never_change_it() {
         "UPDATE events SET payload = '{}' WHERE stream_id = 'agent-y'",
         "DELETE FROM events WHERE stream_id = 'agent-y'",
         "TRUNCATE events",
-        "UPDATE event_seals SET hash = '\\x00'",
-        "DELETE FROM event_seals",
+        "UPDATE event_seal_blocks SET hashes = '\\x00'",
+        "DELETE FROM event_seal_blocks",
+        "TRUNCATE event_seal_blocks",
     ] {
         let error = client.batch_execute(sql).await.expect_err(sql);
         assert_eq!(
