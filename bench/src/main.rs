@@ -116,6 +116,11 @@ enum BenchCommand {
         /// Run without the audit sealer beside the writers.
         #[arg(long)]
         no_sealer: bool,
+        /// Rounds of each kind of append, raw and berth taking turns at going first: the
+        /// ratio reported is the rounds' median, so a VM that slows for a minute moves it
+        /// less than it moves one phase.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// Append-to-delivery latency through the relay to a JetStream consumer, on a log of
     /// `--backlog` events whose catch-up is timed apart.
@@ -367,7 +372,16 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             seconds,
             writers,
             no_sealer,
-        } => store::store_bench(&url, Duration::from_secs(seconds), writers, !no_sealer).await,
+            rounds,
+        } => {
+            let shape = store::StoreShape {
+                phase: Duration::from_secs(seconds),
+                writers,
+                sealer: !no_sealer,
+                rounds: rounds.max(1),
+            };
+            store::store_bench(&url, shape).await
+        }
         BenchCommand::Events {
             burst,
             consumers,

@@ -1,5 +1,7 @@
 //! `berth bench store`: appends (single and batched) and reading the whole log, each next to
-//! raw PostgreSQL (pgbench inserting the same columns, a `COPY` of the same rows).
+//! raw PostgreSQL (pgbench inserting the same columns, a `COPY` of the same rows). The
+//! appends run in rounds, raw and berth in turn, and the median round's ratio is the figure:
+//! on a shared VM the raw rate alone moves by a third from one minute to the next.
 
 use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,36 +35,68 @@ pub fn sample_event() -> Event {
     })
 }
 
-pub async fn store_bench(
-    url: &str,
-    phase: Duration,
-    writers: usize,
-    sealer: bool,
-) -> anyhow::Result<()> {
+/// How `store_bench` runs.
+pub struct StoreShape {
+    /// How long each append phase runs.
+    pub phase: Duration,
+    pub writers: usize,
+    /// Whether the audit sealer runs beside berth's appends (as it does beside a platform's).
+    pub sealer: bool,
+    /// Rounds of each kind of append (at least one).
+    pub rounds: usize,
+}
+
+pub async fn store_bench(url: &str, shape: StoreShape) -> anyhow::Result<()> {
+    let StoreShape {
+        phase,
+        writers,
+        sealer,
+        rounds,
+    } = shape;
     let pool = store::pool(url, writers + 8)?;
     berth::app::migrate(&pool).await?;
     db::create_raw_events(&pool).await?;
     let store = EventStore::new(pool.clone());
     let payload = sample_event().to_payload().to_string();
     println!(
-        "berth bench store: {writers} writers, {}s per phase, payload {} bytes, sealer {}",
+        "berth bench store: {writers} writers, {}s per phase, {rounds} rounds of each kind, payload {} bytes, sealer {}",
         phase.as_secs(),
         payload.len(),
         if sealer { "running" } else { "off" }
     );
 
-    let raw_single = pgbench(url, db::PGBENCH_SINGLE_INSERT, &payload, writers, phase)?;
-    let berth_single = append_phase(&store, writers, 1, phase, sealer).await?;
-    report("single-event appends", "events/s", berth_single, raw_single);
-
-    let raw_batch = pgbench(url, &db::pgbench_batch_insert(), &payload, writers, phase)? * 100.0;
-    let berth_batch = append_phase(&store, writers, 100, phase, sealer).await?;
-    report(
-        "batched appends (100 per transaction)",
-        "events/s",
-        berth_batch,
-        raw_batch,
-    );
+    let single_script = db::PGBENCH_SINGLE_INSERT.to_owned();
+    let batch_script = db::pgbench_batch_insert();
+    for (what, script, per_append) in [
+        ("single-event appends", &single_script, 1),
+        ("batched appends (100 per transaction)", &batch_script, 100),
+    ] {
+        let mut measured = Vec::with_capacity(rounds);
+        for round in 0..rounds {
+            let raw = || pgbench(url, script, &payload, writers, phase);
+            // Raw first in even rounds, berth first in odd ones: a drift of the VM's speed
+            // over the rounds falls on both sides alike.
+            let (berth, raw) = if round % 2 == 0 {
+                let raw = raw()? * per_append as f64;
+                (
+                    append_phase(&store, writers, per_append, phase, sealer).await?,
+                    raw,
+                )
+            } else {
+                let berth = append_phase(&store, writers, per_append, phase, sealer).await?;
+                (berth, raw()? * per_append as f64)
+            };
+            if rounds > 1 {
+                println!(
+                    "  round {}: berth {berth:.0} events/s, raw {raw:.0} events/s, ratio {:.0}%",
+                    round + 1,
+                    100.0 * berth / raw
+                );
+            }
+            measured.push((berth, raw));
+        }
+        report_rounds(what, &measured);
+    }
 
     let (berth_read, rows) = read_phase(&store).await?;
     let raw_read = copy_phase(url).await?;
@@ -80,6 +114,33 @@ fn report(what: &str, unit: &str, berth: f64, raw: f64) {
         "{what}: berth {berth:.0} {unit}, raw PostgreSQL {raw:.0} {unit}, ratio {:.0}%",
         100.0 * berth / raw
     );
+}
+
+/// The rounds of one kind of append summed up: the round whose ratio is the median, its
+/// rates beside it, and every round's ratio.
+fn report_rounds(what: &str, rounds: &[(f64, f64)]) {
+    let (berth, raw) = median_round(rounds);
+    if rounds.len() == 1 {
+        return report(what, "events/s", berth, raw);
+    }
+    let ratios: Vec<String> = rounds
+        .iter()
+        .map(|(b, r)| format!("{:.0}%", 100.0 * b / r))
+        .collect();
+    println!(
+        "{what}: berth {berth:.0} events/s, raw PostgreSQL {raw:.0} events/s, ratio {:.0}% (the median of {} rounds: {})",
+        100.0 * berth / raw,
+        rounds.len(),
+        ratios.join(", ")
+    );
+}
+
+/// The round (berth's rate, raw's rate) whose ratio is the median (the lower middle one of
+/// an even count).
+fn median_round(rounds: &[(f64, f64)]) -> (f64, f64) {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+    sorted[(sorted.len() - 1) / 2]
 }
 
 /// Runs pgbench with `script` (which binds `:payload` and `:metadata`) and returns its
@@ -229,4 +290,20 @@ async fn copy_phase(url: &str) -> anyhow::Result<f64> {
     let started = Instant::now();
     let rows = db::copy_events_out(&client).await?;
     Ok(rows as f64 / started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_round;
+
+    #[test]
+    fn the_median_round_is_chosen_by_its_ratio_not_its_rates() {
+        // Ratios 50%, 40%, 60%: the median is the first round, though its rates are neither
+        // side's median.
+        let rounds = [(5_000.0, 10_000.0), (8_000.0, 20_000.0), (3_000.0, 5_000.0)];
+        assert_eq!(median_round(&rounds), (5_000.0, 10_000.0));
+        // An even count takes the lower middle one.
+        assert_eq!(median_round(&rounds[1..]), (8_000.0, 20_000.0));
+        assert_eq!(median_round(&rounds[..1]), (5_000.0, 10_000.0));
+    }
 }

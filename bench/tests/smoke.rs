@@ -46,7 +46,7 @@ fn bench(args: &[&str]) -> String {
 
 #[test]
 fn store() {
-    bench(&["store", "--seconds", "1", "--writers", "2"]);
+    bench(&["store", "--seconds", "1", "--writers", "2", "--rounds", "2"]);
 }
 
 #[test]
