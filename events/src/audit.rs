@@ -306,6 +306,57 @@ pub struct Verification {
     pub first_break: Option<Break>,
 }
 
+/// How many links `verify` reads at a time, give or take a block: the blocks that start
+/// within this many links, and their events in one query, however many links a block holds
+/// (a sealer that keeps up with a trickle writes blocks of a few).
+const VERIFY_STRETCH: i64 = 10_000;
+
+/// The seal blocks after link `sealed` that start within [`VERIFY_STRETCH`] links of it, in
+/// order; else the next block after a gap wider than that; none when the chain ends there.
+async fn next_blocks(
+    client: &deadpool_postgres::Client,
+    sealed: i64,
+) -> Result<Vec<Block>, StoreError> {
+    const COLUMNS: &str = "first_audit_seq, tx_ids, seqs, hashes";
+    let mut rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM event_seal_blocks
+                 WHERE first_audit_seq > $1 AND first_audit_seq <= $1 + $2
+                 ORDER BY first_audit_seq"
+            ),
+            &[&sealed, &VERIFY_STRETCH],
+        )
+        .await?;
+    if rows.is_empty() {
+        rows = client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM event_seal_blocks WHERE first_audit_seq > $1
+                     ORDER BY first_audit_seq LIMIT 1"
+                ),
+                &[&sealed],
+            )
+            .await?;
+    }
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let txs: Vec<Xid8> = row.get(1);
+            let seqs: Vec<i64> = row.get(2);
+            Block {
+                first_audit_seq: row.get(0),
+                positions: txs
+                    .iter()
+                    .zip(&seqs)
+                    .map(|(&Xid8(tx), &seq)| LogPosition { tx, seq })
+                    .collect(),
+                hashes: row.get::<_, &[u8]>(3).to_vec(),
+            }
+        })
+        .collect())
+}
+
 /// Recomputes the whole chain and compares it with the log, the seals and the head.
 ///
 /// The seal blocks are walked in order beside the events they cover (each block covers the
@@ -333,26 +384,24 @@ pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
         reason: "event inserted: it sits behind the sealed head but was never sealed".into(),
     };
     let first_break = 'walk: loop {
-        let blocks = client
+        let blocks = next_blocks(&client, sealed).await?;
+        let Some(end) = blocks
+            .iter()
+            .rev()
+            .find_map(|b| b.positions.last().copied())
+        else {
+            break None;
+        };
+        // The events the blocks cover, from the last link verified to their last one.
+        let rows = client
             .query(
-                "SELECT first_audit_seq, tx_ids, seqs, hashes FROM event_seal_blocks
-                 WHERE first_audit_seq > $1 ORDER BY first_audit_seq LIMIT 20",
-                &[&sealed],
+                &events_sql,
+                &[&Xid8(previous.tx), &previous.seq, &Xid8(end.tx), &end.seq],
             )
             .await?;
-        if blocks.is_empty() {
-            break None;
-        }
+        let mut events = rows.iter().map(|row| link_from_row(row, 0)).peekable();
         for block in &blocks {
-            let first: i64 = block.get(0);
-            let txs: Vec<Xid8> = block.get(1);
-            let seqs: Vec<i64> = block.get(2);
-            let hashes: &[u8] = block.get(3);
-            let positions: Vec<LogPosition> = txs
-                .iter()
-                .zip(&seqs)
-                .map(|(&Xid8(tx), &seq)| LogPosition { tx, seq })
-                .collect();
+            let first = block.first_audit_seq;
             let at = |audit_seq: i64, position: LogPosition, reason: String| Break {
                 audit_seq: Some(audit_seq),
                 position,
@@ -361,7 +410,7 @@ pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
                 stream_version: None,
                 reason,
             };
-            let (Some(&start), Some(&end)) = (positions.first(), positions.last()) else {
+            let Some(&start) = block.positions.first() else {
                 break 'walk Some(at(first, previous, "an empty seal block".into()));
             };
             if first != sealed + 1 {
@@ -375,15 +424,11 @@ pub async fn verify(pool: &Pool) -> Result<Verification, StoreError> {
                     ),
                 ));
             }
-            let rows = client
-                .query(
-                    &events_sql,
-                    &[&Xid8(previous.tx), &previous.seq, &Xid8(end.tx), &end.seq],
-                )
-                .await?;
-            let mut events = rows.iter().map(|row| link_from_row(row, 0)).peekable();
-            for (index, (&position, sealed_hash)) in
-                positions.iter().zip(hashes.chunks(32)).enumerate()
+            for (index, (&position, sealed_hash)) in block
+                .positions
+                .iter()
+                .zip(block.hashes.chunks(32))
+                .enumerate()
             {
                 let audit_seq = first + index as i64;
                 if position <= previous {

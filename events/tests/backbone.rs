@@ -1003,6 +1003,54 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
 }
 
 #[tokio::test]
+async fn a_chain_of_full_blocks_and_a_trickle_of_small_ones_verifies_in_stretches() {
+    let (store, _) = fresh_store().await;
+    // 12,000 links in blocks of a thousand: more than `verify` reads at once.
+    for stream in 0..120 {
+        let id = format!("agent-s{stream}");
+        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
+        store
+            .append(&id, ExpectedVersion::NoStream, &batch)
+            .await
+            .unwrap();
+    }
+    assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 12_000);
+    // Then a trickle, sealed as it comes: a block of one link each.
+    for i in 0..30 {
+        append_losses(&store, &format!("t{i}-"), 1, 1).await;
+        assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 1);
+    }
+    let blocks: i64 = first_column(store.pool(), "SELECT count(*) FROM event_seal_blocks")
+        .await
+        .into_iter()
+        .next()
+        .unwrap();
+    assert_eq!(blocks, 12 + 30);
+    let verified = audit::verify(store.pool()).await.unwrap();
+    assert_eq!((verified.sealed, verified.first_break), (12_030, None));
+
+    // An event in the second stretch is found, and so is one in the trickle.
+    let altered = tamper(
+        &store,
+        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
+         WHERE stream_id = 'agent-t14-0'",
+    )
+    .await;
+    assert_eq!(
+        (altered.audit_seq, altered.stream_id.as_deref()),
+        (Some(12_015), Some("agent-t14-0"))
+    );
+    let altered = tamper(
+        &store,
+        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
+         WHERE stream_id = 'agent-s114' AND stream_version = 99",
+    )
+    .await;
+    assert!(altered.reason.contains("altered"), "{altered}");
+    assert_eq!(altered.audit_seq, Some(11_500));
+}
+
+#[tokio::test]
 async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
     let (store, _) = fresh_store().await;
     for stream in 0..25 {
