@@ -2,7 +2,7 @@
 -- order, each with its event's position and its hash, where each link had a row of its own
 -- (`event_seals`: a heap row and two index entries an event, about a third of what sealing
 -- cost). The chain, its hashes and what `verify` can name are the same; the sealer writes one
--- row for each thousand events. A block's links are the events after the previous block's
+-- row for what it seals at once, up to a thousand links (a trickle makes small ones). A block's links are the events after the previous block's
 -- last, so the blocks' first audit sequences are dense (the first is 1, each next one is the
 -- previous one plus its count).
 CREATE TABLE event_seal_blocks (

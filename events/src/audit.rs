@@ -1,8 +1,8 @@
 //! The audit chain: proof that the log has not been altered.
 //!
 //! A sealer reads the log behind the horizon, in global order, and gives each event a dense
-//! `audit_seq` and a hash that covers the event's stored bytes and the hash before it, kept a
-//! thousand links to a row (`event_seal_blocks`: the events' positions and their hashes),
+//! `audit_seq` and a hash that covers the event's stored bytes and the hash before it, kept up
+//! to a thousand links to a row (`event_seal_blocks`: the events' positions and their hashes),
 //! then moves the chain head (`audit_head`). Appenders never touch the
 //! chain, so they never wait for each other on it; one sealer runs at a time under a
 //! transaction-scoped advisory lock. `verify` recomputes the chain and names the first event
