@@ -122,6 +122,13 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// The audit sealer alone over a log of `--events` events, and `verify` over what it
+    /// sealed, each next to a raw `COPY` of the same rows out of PostgreSQL (the least either
+    /// must do: read every event once).
+    Seal {
+        #[arg(long, default_value_t = 200_000)]
+        events: u64,
+    },
     /// Append-to-delivery latency through the relay to a JetStream consumer, on a log of
     /// `--backlog` events whose catch-up is timed apart.
     Relay {
@@ -382,6 +389,7 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             };
             store::store_bench(&url, shape).await
         }
+        BenchCommand::Seal { events } => store::seal_bench(&url, events).await,
         BenchCommand::Events {
             burst,
             consumers,

@@ -109,6 +109,67 @@ pub async fn store_bench(url: &str, shape: StoreShape) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `berth bench seal`: `events` events appended (a hundred to an append, over 16 writers'
+/// streams), then sealed by the sealer alone, then verified; each timed next to a raw `COPY`
+/// of the same rows in the same order, run just before it.
+pub async fn seal_bench(url: &str, events: u64) -> anyhow::Result<()> {
+    const WRITERS: u64 = 16;
+    let pool = store::pool(url, 16)?;
+    berth::app::migrate(&pool).await?;
+    let store = EventStore::new(pool.clone());
+    let event = sample_event();
+    let appends = events.div_ceil(100);
+    let writers = (0..WRITERS).map(|w| {
+        let (store, event) = (store.clone(), event.clone());
+        async move {
+            let stream = format!("agent-seal-{w}");
+            let mut expected = ExpectedVersion::NoStream;
+            for _ in (w..appends).step_by(WRITERS as usize) {
+                let batch: Vec<ProposedEvent> = (0..100)
+                    .map(|_| ProposedEvent::new(&event, Metadata::default()))
+                    .collect();
+                let appended = store.append(&stream, expected, &batch).await?;
+                expected = ExpectedVersion::Exact(appended.stream_version);
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(writers).await?;
+    let logged = db::log_length(&pool.get().await?).await?;
+    println!(
+        "berth bench seal: {logged} events of {} bytes",
+        event.to_payload().to_string().len()
+    );
+
+    let raw = copy_phase(url).await?;
+    let started = Instant::now();
+    let sealed = events::audit::seal_all(&pool).await?;
+    let sealing = sealed as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(sealed == logged, "sealed {sealed} of {logged} events");
+    report(
+        &format!("sealing ({sealed} events)"),
+        "events/s",
+        sealing,
+        raw,
+    );
+
+    let raw = copy_phase(url).await?;
+    let started = Instant::now();
+    let verified = events::audit::verify(&pool).await?;
+    let verifying = verified.sealed as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        verified.first_break.is_none() && verified.sealed as u64 == logged,
+        "the chain did not verify whole: {verified:?}"
+    );
+    report(
+        &format!("verifying ({} links)", verified.sealed),
+        "events/s",
+        verifying,
+        raw,
+    );
+    Ok(())
+}
+
 fn report(what: &str, unit: &str, berth: f64, raw: f64) {
     println!(
         "{what}: berth {berth:.0} {unit}, raw PostgreSQL {raw:.0} {unit}, ratio {:.0}%",

@@ -50,6 +50,11 @@ fn store() {
 }
 
 #[test]
+fn seal() {
+    bench(&["seal", "--events", "3000"]);
+}
+
+#[test]
 fn relay() {
     bench(&[
         "relay",
