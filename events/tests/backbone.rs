@@ -74,6 +74,30 @@ async fn append_losses(store: &EventStore, prefix: &str, events: usize, streams:
     }
 }
 
+/// `streams` streams `agent-{prefix}{n}` of a hundred events each, appended one after the
+/// other, so that the log's order is theirs.
+async fn append_streams_of_a_hundred(store: &EventStore, prefix: &str, streams: usize) {
+    for stream in 0..streams {
+        let id = format!("agent-{prefix}{stream}");
+        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
+        store
+            .append(&id, ExpectedVersion::NoStream, &batch)
+            .await
+            .unwrap();
+    }
+}
+
+/// The log's events in its order, by position and id.
+async fn log_order(store: &EventStore) -> Vec<(LogPosition, Uuid)> {
+    store
+        .read_all(LogPosition::START, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.position, e.event_id))
+        .collect()
+}
+
 fn registered(agent: &str) -> ProposedEvent {
     ProposedEvent::new(
         &Event::AgentRegistered(AgentRegistered {
@@ -881,19 +905,25 @@ async fn sealed_store() -> EventStore {
 async fn a_window_read_in_parts_at_once_seals_every_event_in_order() {
     let (store, _) = fresh_store().await;
     // 3,500 events: the sealer reads a window this size over four connections at once.
-    for stream in 0..35 {
-        let id = format!("agent-w{stream}");
-        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
-        store
-            .append(&id, ExpectedVersion::NoStream, &batch)
-            .await
-            .unwrap();
-    }
+    append_streams_of_a_hundred(&store, "w", 35).await;
     assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 3_500);
     let clean = audit::verify(store.pool()).await.unwrap();
     assert_eq!(clean.sealed, 3_500);
     assert_eq!(clean.first_break, None);
 }
+
+/// SQL that lays the chain's links out one to a row in a table `links` (audit_seq, tx_id, seq,
+/// hash) for the rest of a tamperer's transaction, and [`LINKS_IN`] that writes them back as
+/// the chain, in one block, numbered from 1.
+const LINKS_OUT: &str = "CREATE TEMP TABLE links ON COMMIT DROP AS
+    SELECT b.first_audit_seq + l.n - 1 AS audit_seq, l.tx_id, l.seq,
+           substring(b.hashes FROM (l.n - 1)::int * 32 + 1 FOR 32) AS hash
+    FROM event_seal_blocks b, unnest(b.tx_ids, b.seqs) WITH ORDINALITY AS l(tx_id, seq, n);";
+const LINKS_IN: &str = "DELETE FROM event_seal_blocks;
+    INSERT INTO event_seal_blocks
+    SELECT 1, array_agg(tx_id ORDER BY audit_seq), array_agg(seq ORDER BY audit_seq),
+           string_agg(hash, ''::bytea ORDER BY audit_seq)
+    FROM links;";
 
 /// Runs `sql` with the owner's rights (the service role may not touch the log), as an
 /// operator with access to the database could, and returns the first break `verify` finds.
@@ -947,15 +977,17 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
     assert!(inserted.reason.contains("inserted"), "{inserted}");
     assert_eq!(inserted.stream_id.as_deref(), Some("agent-forged"));
 
-    // The last three events and their links gone (the 15 links are one block).
+    // The last three events and their links gone. The links are laid out one to a row and
+    // written back as one block: the sealer may have sealed the 15 in more than one (an open
+    // transaction of another test holds the horizon back), and the tamperer redoes blocks.
     let truncated = tamper(
         &sealed_store().await,
-        "DELETE FROM events WHERE (tx_id, seq) IN (
-           SELECT l.tx_id, l.seq FROM event_seal_blocks b,
-             unnest(b.tx_ids, b.seqs) WITH ORDINALITY AS l(tx_id, seq, n)
-           WHERE b.first_audit_seq + l.n - 1 > 12);
-         UPDATE event_seal_blocks SET tx_ids = tx_ids[1:12], seqs = seqs[1:12],
-           hashes = substring(hashes FROM 1 FOR 12 * 32);",
+        &format!(
+            "{LINKS_OUT}
+             DELETE FROM events WHERE (tx_id, seq) IN (SELECT tx_id, seq FROM links WHERE audit_seq > 12);
+             DELETE FROM links WHERE audit_seq > 12;
+             {LINKS_IN}"
+        ),
     )
     .await;
     assert!(truncated.reason.contains("truncated"), "{truncated}");
@@ -964,10 +996,12 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
     // next one, whose link was made on the removed one's hash.
     let relinked = tamper(
         &sealed_store().await,
-        "DELETE FROM events WHERE stream_id = 'agent-z' AND stream_version = 0;
-         UPDATE event_seal_blocks SET tx_ids = tx_ids[1:10] || tx_ids[12:],
-           seqs = seqs[1:10] || seqs[12:],
-           hashes = substring(hashes FROM 1 FOR 320) || substring(hashes FROM 353);",
+        &format!(
+            "{LINKS_OUT}
+             DELETE FROM events WHERE stream_id = 'agent-z' AND stream_version = 0;
+             DELETE FROM links WHERE audit_seq = 11;
+             {LINKS_IN}"
+        ),
     )
     .await;
     assert!(
@@ -983,7 +1017,8 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
         (Some(11), Some("agent-z"), Some(1))
     );
 
-    // A whole block removed with its events: the blocks' numbering has a hole.
+    // The blocks of the first 15 links removed with their events: the blocks' numbering has
+    // a hole before the next sealing's first block.
     let store = sealed_store().await;
     append_losses(&store, "later", 6, 2).await;
     assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 6);
@@ -991,8 +1026,8 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
         &store,
         "DELETE FROM events WHERE (tx_id, seq) IN (
            SELECT l.tx_id, l.seq FROM event_seal_blocks b,
-             unnest(b.tx_ids, b.seqs) AS l(tx_id, seq) WHERE b.first_audit_seq = 1);
-         DELETE FROM event_seal_blocks WHERE first_audit_seq = 1;",
+             unnest(b.tx_ids, b.seqs) AS l(tx_id, seq) WHERE b.first_audit_seq <= 15);
+         DELETE FROM event_seal_blocks WHERE first_audit_seq <= 15;",
     )
     .await;
     assert!(
@@ -1006,14 +1041,7 @@ async fn the_audit_chain_finds_every_kind_of_tampering() {
 async fn a_chain_of_full_blocks_and_a_trickle_of_small_ones_verifies_in_stretches() {
     let (store, _) = fresh_store().await;
     // 12,000 links in blocks of a thousand: more than `verify` reads at once.
-    for stream in 0..120 {
-        let id = format!("agent-s{stream}");
-        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
-        store
-            .append(&id, ExpectedVersion::NoStream, &batch)
-            .await
-            .unwrap();
-    }
+    append_streams_of_a_hundred(&store, "s", 120).await;
     assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 12_000);
     // Then a trickle, sealed as it comes: a block of one link each.
     for i in 0..30 {
@@ -1025,7 +1053,9 @@ async fn a_chain_of_full_blocks_and_a_trickle_of_small_ones_verifies_in_stretche
         .into_iter()
         .next()
         .unwrap();
-    assert_eq!(blocks, 12 + 30);
+    // At least: a window the horizon cut short (another test's open transaction) is sealed
+    // in more blocks.
+    assert!(blocks >= 12 + 30, "{blocks} blocks");
     let verified = audit::verify(store.pool()).await.unwrap();
     assert_eq!((verified.sealed, verified.first_break), (12_030, None));
 
@@ -1053,23 +1083,10 @@ async fn a_chain_of_full_blocks_and_a_trickle_of_small_ones_verifies_in_stretche
 #[tokio::test]
 async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
     let (store, _) = fresh_store().await;
-    for stream in 0..25 {
-        let id = format!("agent-m{stream}");
-        let batch: Vec<ProposedEvent> = (0..100).map(|i| lost(&id, &i.to_string())).collect();
-        store
-            .append(&id, ExpectedVersion::NoStream, &batch)
-            .await
-            .unwrap();
-    }
+    append_streams_of_a_hundred(&store, "m", 25).await;
     assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 2_500);
     let head = audit::head(store.pool()).await.unwrap().unwrap();
-    let log: Vec<(LogPosition, Uuid)> = store
-        .read_all(LogPosition::START, 10_000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| (e.position, e.event_id))
-        .collect();
+    let log = log_order(&store).await;
     // The chain as the shape before migration 44 kept it, a link to a row (the table as
     // migration 1 made it), and the database as it stood before 44 ran.
     store
@@ -1077,21 +1094,18 @@ async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
         .get()
         .await
         .unwrap()
-        .batch_execute(
+        .batch_execute(&format!(
             "BEGIN; SET LOCAL ROLE NONE;
              CREATE TABLE event_seals (
                  audit_seq bigint PRIMARY KEY, tx_id xid8 NOT NULL, seq bigint NOT NULL,
                  hash bytea NOT NULL, UNIQUE (tx_id, seq));
-             INSERT INTO event_seals
-             SELECT b.first_audit_seq + l.n - 1, l.tx_id, l.seq,
-                    substring(b.hashes FROM (l.n - 1)::int * 32 + 1 FOR 32)
-             FROM event_seal_blocks b,
-                  unnest(b.tx_ids, b.seqs) WITH ORDINALITY AS l(tx_id, seq, n);
+             {LINKS_OUT}
+             INSERT INTO event_seals SELECT audit_seq, tx_id, seq, hash FROM links;
              DROP TABLE event_seal_blocks;
              GRANT SELECT, INSERT ON event_seals TO berth_service;
              DELETE FROM schema_migrations WHERE component = 'events' AND version = 44;
-             COMMIT;",
-        )
+             COMMIT;"
+        ))
         .await
         .unwrap();
     events::store::migrate(store.pool(), &[]).await.unwrap();
@@ -1117,13 +1131,7 @@ async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
     let verified = audit::verify(store.pool()).await.unwrap();
     assert_eq!((verified.sealed, verified.first_break), (2_500, None));
     assert_eq!(audit::head(store.pool()).await.unwrap().unwrap(), head);
-    let after: Vec<(LogPosition, Uuid)> = store
-        .read_all(LogPosition::START, 10_000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| (e.position, e.event_id))
-        .collect();
+    let after = log_order(&store).await;
     assert_eq!(after, log);
 
     // The chain goes on from the moved head, and the moved links still guard their events.
