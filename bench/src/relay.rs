@@ -199,8 +199,9 @@ where
     Ok((event, chrono::Utc::now()))
 }
 
-/// Writes `events` to the log before the relay starts, 1,000 to an append. How many.
-async fn write_backlog(store: &EventStore, events: u64) -> anyhow::Result<u64> {
+/// Writes `events` sample events to the log, 1,000 to an append, under the backlog's
+/// category (the relay's log before it starts; the sealer's in `bench seal`). How many.
+pub(crate) async fn write_backlog(store: &EventStore, events: u64) -> anyhow::Result<u64> {
     let event = sample_event();
     let mut written = 0;
     let mut stream = 0;

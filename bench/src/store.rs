@@ -65,11 +65,14 @@ pub async fn store_bench(url: &str, shape: StoreShape) -> anyhow::Result<()> {
         if sealer { "running" } else { "off" }
     );
 
-    let single_script = db::PGBENCH_SINGLE_INSERT.to_owned();
     let batch_script = db::pgbench_batch_insert();
     for (what, script, per_append) in [
-        ("single-event appends", &single_script, 1),
-        ("batched appends (100 per transaction)", &batch_script, 100),
+        ("single-event appends", db::PGBENCH_SINGLE_INSERT, 1),
+        (
+            "batched appends (100 per transaction)",
+            batch_script.as_str(),
+            100,
+        ),
     ] {
         let mut measured = Vec::with_capacity(rounds);
         for round in 0..rounds {
@@ -109,36 +112,18 @@ pub async fn store_bench(url: &str, shape: StoreShape) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `berth bench seal`: `events` events appended (a hundred to an append, over 16 writers'
-/// streams), then sealed by the sealer alone, then verified; each timed next to a raw `COPY`
-/// of the same rows in the same order, run just before it.
+/// `berth bench seal`: `events` events appended (the relay bench's backlog), then sealed by
+/// the sealer alone, then verified; each timed next to a raw `COPY` of the same rows in the
+/// same order, run just before it.
 pub async fn seal_bench(url: &str, events: u64) -> anyhow::Result<()> {
-    const WRITERS: u64 = 16;
     let pool = store::pool(url, 16)?;
     berth::app::migrate(&pool).await?;
     let store = EventStore::new(pool.clone());
-    let event = sample_event();
-    let appends = events.div_ceil(100);
-    let writers = (0..WRITERS).map(|w| {
-        let (store, event) = (store.clone(), event.clone());
-        async move {
-            let stream = format!("agent-seal-{w}");
-            let mut expected = ExpectedVersion::NoStream;
-            for _ in (w..appends).step_by(WRITERS as usize) {
-                let batch: Vec<ProposedEvent> = (0..100)
-                    .map(|_| ProposedEvent::new(&event, Metadata::default()))
-                    .collect();
-                let appended = store.append(&stream, expected, &batch).await?;
-                expected = ExpectedVersion::Exact(appended.stream_version);
-            }
-            anyhow::Ok(())
-        }
-    });
-    futures::future::try_join_all(writers).await?;
+    crate::relay::write_backlog(&store, events).await?;
     let logged = db::log_length(&pool.get().await?).await?;
     println!(
         "berth bench seal: {logged} events of {} bytes",
-        event.to_payload().to_string().len()
+        sample_event().to_payload().to_string().len()
     );
 
     let raw = copy_phase(url).await?;
