@@ -943,10 +943,22 @@ async fn tamper(store: &EventStore, sql: &str) -> audit::Break {
         .expect("tampering is found")
 }
 
+/// Edits the payload of `stream_id`'s event `stream_version` as an operator could, and
+/// returns the first break `verify` finds.
+async fn alter(store: &EventStore, stream_id: &str, stream_version: i64) -> audit::Break {
+    tamper(
+        store,
+        &format!(
+            "UPDATE events SET payload = jsonb_set(payload, '{{reason}}', '\"edited\"')
+             WHERE stream_id = '{stream_id}' AND stream_version = {stream_version}"
+        ),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn the_audit_chain_finds_every_kind_of_tampering() {
-    let altered = tamper(&sealed_store().await,
-        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"') WHERE stream_id = 'agent-y' AND stream_version = 2").await;
+    let altered = alter(&sealed_store().await, "agent-y", 2).await;
     assert!(altered.reason.contains("altered"), "{altered}");
     assert_eq!(
         (altered.stream_id.as_deref(), altered.stream_version),
@@ -1060,22 +1072,12 @@ async fn a_chain_of_full_blocks_and_a_trickle_of_small_ones_verifies_in_stretche
     assert_eq!((verified.sealed, verified.first_break), (12_030, None));
 
     // An event in the second stretch is found, and so is one in the trickle.
-    let altered = tamper(
-        &store,
-        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
-         WHERE stream_id = 'agent-t14-0'",
-    )
-    .await;
+    let altered = alter(&store, "agent-t14-0", 0).await;
     assert_eq!(
         (altered.audit_seq, altered.stream_id.as_deref()),
         (Some(12_015), Some("agent-t14-0"))
     );
-    let altered = tamper(
-        &store,
-        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
-         WHERE stream_id = 'agent-s114' AND stream_version = 99",
-    )
-    .await;
+    let altered = alter(&store, "agent-s114", 99).await;
     assert!(altered.reason.contains("altered"), "{altered}");
     assert_eq!(altered.audit_seq, Some(11_500));
 }
@@ -1139,12 +1141,7 @@ async fn a_chain_sealed_a_link_to_a_row_moves_into_blocks_whole_and_in_order() {
     assert_eq!(audit::seal_all(store.pool()).await.unwrap(), 4);
     let verified = audit::verify(store.pool()).await.unwrap();
     assert_eq!((verified.sealed, verified.first_break), (2_504, None));
-    let altered = tamper(
-        &store,
-        "UPDATE events SET payload = jsonb_set(payload, '{reason}', '\"edited\"')
-         WHERE stream_id = 'agent-m12' AND stream_version = 34",
-    )
-    .await;
+    let altered = alter(&store, "agent-m12", 34).await;
     assert!(altered.reason.contains("altered"), "{altered}");
     assert_eq!(altered.audit_seq, Some(12 * 100 + 34 + 1));
 }
