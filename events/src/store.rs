@@ -444,6 +444,23 @@ FROM current LEFT JOIN inserted ON true
 ORDER BY inserted.stream_version DESC NULLS LAST
 LIMIT 1";
 
+/// [`APPEND_SQL`] for one event, the most common append: the same version check, without
+/// the arrays unnested, the common table expressions and the join that return the stream's
+/// version when the append is refused, which cost PostgreSQL more than the insert itself
+/// (docs/performance.md). A refused append returns no row, and the stream's version is read
+/// again to say why. (`OFFSET 0` keeps the version's subquery from being pulled up: pulled
+/// up, its lookup runs twice, once for the check and once for the new version.)
+const APPEND_ONE_SQL: &str = "
+INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
+                    schema_version, payload, metadata, recorded_at)
+SELECT berth_log_tx_id(), $4::uuid, $1::text, $2::text, current.version + 1, $5::text,
+       $6::int, $7::jsonb, $8::jsonb, clock_timestamp()
+FROM (SELECT coalesce((SELECT stream_version FROM events WHERE stream_id = $1::text
+                       ORDER BY stream_version DESC LIMIT 1), -1) AS version
+      OFFSET 0) current
+WHERE $3::bigint = -2 OR current.version = $3::bigint
+RETURNING tx_id, seq, stream_version, recorded_at";
+
 const READ_COLUMNS: &str = "tx_id, seq, event_id, stream_id, stream_version, event_type, \
      schema_version, payload, metadata, recorded_at";
 
@@ -514,35 +531,59 @@ pub async fn append_with<C: GenericClient>(
 ) -> Result<Appended, StoreError> {
     let category = category_of(stream_id)?;
     let ids: Vec<Uuid> = events.iter().map(|e| e.event_id).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let versions: Vec<i32> = events.iter().map(|e| e.schema_version).collect();
-    let payloads: Vec<JsonText<'_>> = events.iter().map(|e| JsonText(&e.payload)).collect();
     let metadata: Vec<String> = events
         .iter()
         .map(|e| serde_json::to_string(&e.metadata).expect("metadata serialises"))
         .collect();
-    let metadata: Vec<JsonText<'_>> = metadata.iter().map(|m| JsonText(m)).collect();
-    let statement = client.prepare_cached(APPEND_SQL).await?;
     // The readers of the log wake on this (the append may still be rolled back: they read
     // only what committed).
     crate::activity::appended();
-    let result = client
-        .query_one(
-            &statement,
-            &[
-                &stream_id,
-                &category,
-                &expected.as_sql(),
-                &ids,
-                &types,
-                &versions,
-                &payloads,
-                &metadata,
-            ],
-        )
-        .await;
-    let row = match result {
-        Ok(row) => row,
+    let result = match events {
+        [event] => {
+            let statement = client.prepare_cached(APPEND_ONE_SQL).await?;
+            client
+                .query_opt(
+                    &statement,
+                    &[
+                        &stream_id,
+                        &category,
+                        &expected.as_sql(),
+                        &event.event_id,
+                        &event.event_type,
+                        &event.schema_version,
+                        &JsonText(&event.payload),
+                        &JsonText(&metadata[0]),
+                    ],
+                )
+                .await
+                .map(|row| row.map(Inserted::One))
+        }
+        _ => {
+            let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+            let versions: Vec<i32> = events.iter().map(|e| e.schema_version).collect();
+            let payloads: Vec<JsonText<'_>> = events.iter().map(|e| JsonText(&e.payload)).collect();
+            let metadata: Vec<JsonText<'_>> = metadata.iter().map(|m| JsonText(m)).collect();
+            let statement = client.prepare_cached(APPEND_SQL).await?;
+            client
+                .query_one(
+                    &statement,
+                    &[
+                        &stream_id,
+                        &category,
+                        &expected.as_sql(),
+                        &ids,
+                        &types,
+                        &versions,
+                        &payloads,
+                        &metadata,
+                    ],
+                )
+                .await
+                .map(|row| Some(Inserted::Many(row)))
+        }
+    };
+    let inserted = match result {
+        Ok(inserted) => inserted,
         Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
             let constraint = e
                 .as_db_error()
@@ -579,18 +620,52 @@ pub async fn append_with<C: GenericClient>(
         }
         Err(e) => return Err(e.into()),
     };
-    let current: i64 = row.get(0);
-    let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
-        return Err(refused(stream_id, expected, current));
+    let row = match inserted {
+        Some(Inserted::One(row)) => row,
+        Some(Inserted::Many(row)) => {
+            let current: i64 = row.get(0);
+            let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
+                return Err(refused(stream_id, expected, current));
+            };
+            return Ok(Appended {
+                stream_version: row.get::<_, i64>(3) as u64,
+                position: LogPosition {
+                    tx,
+                    seq: row.get(2),
+                },
+                recorded_at: row.get(4),
+            });
+        }
+        // Refused: the stream was not at `expected`. Its version is read again to say so
+        // (a statement later, so a writer in between may have moved it on; the refusal
+        // stands either way).
+        None => {
+            let current: i64 = client
+                .query_one(
+                    "SELECT coalesce(max(stream_version), -1) FROM events WHERE stream_id = $1",
+                    &[&stream_id],
+                )
+                .await?
+                .get(0);
+            return Err(refused(stream_id, expected, current));
+        }
     };
+    let Xid8(tx) = row.get(0);
     Ok(Appended {
-        stream_version: row.get::<_, i64>(3) as u64,
+        stream_version: row.get::<_, i64>(2) as u64,
         position: LogPosition {
             tx,
-            seq: row.get(2),
+            seq: row.get(1),
         },
-        recorded_at: row.get(4),
+        recorded_at: row.get(3),
     })
+}
+
+/// What an append's statement answered: [`APPEND_ONE_SQL`]'s inserted row, or
+/// [`APPEND_SQL`]'s row of the stream's version and the last event inserted.
+enum Inserted {
+    One(tokio_postgres::Row),
+    Many(tokio_postgres::Row),
 }
 
 /// Why an append to `stream_id`, now at version `current` (-1: no stream), was refused for

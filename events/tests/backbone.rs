@@ -188,6 +188,63 @@ async fn optimistic_concurrency_conflicts_are_typed() {
 }
 
 #[tokio::test]
+async fn a_refused_append_in_a_callers_transaction_writes_nothing_and_leaves_it_usable() {
+    // One event and a batch take different statements; each says why it was refused without
+    // failing the caller's transaction, which goes on and commits only what was appended.
+    let (store, _) = fresh_store().await;
+    store
+        .append("agent-t1", ExpectedVersion::NoStream, &[registered("t1")])
+        .await
+        .unwrap();
+    let mut client = store.pool().get().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    let one = [lost("t1", "a")];
+    let one = store::append_with(&tx, "agent-t1", ExpectedVersion::Exact(3), &one).await;
+    assert!(
+        matches!(
+            one,
+            Err(StoreError::ExpectedVersionAhead {
+                expected: 3,
+                actual: Some(0),
+                ..
+            })
+        ),
+        "{one:?}"
+    );
+    let batch = [lost("t1", "b"), lost("t1", "c")];
+    let many = store::append_with(&tx, "agent-t1", ExpectedVersion::NoStream, &batch).await;
+    assert!(matches!(
+        many,
+        Err(StoreError::Conflict {
+            actual: Some(0),
+            ..
+        })
+    ));
+    let appended = store::append_with(
+        &tx,
+        "agent-t1",
+        ExpectedVersion::Exact(0),
+        &[lost("t1", "d")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(appended.stream_version, 1);
+    tx.commit().await.unwrap();
+    let reasons: Vec<String> = store
+        .read_stream("agent-t1")
+        .await
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|e| match &e.event {
+            Event::AgentLost(lost) => lost.reason.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(reasons, ["d"]);
+}
+
+#[tokio::test]
 async fn many_streams_append_in_one_statement_all_or_nothing_in_the_order_given() {
     let (store, _) = fresh_store().await;
     let client = store.pool().get().await.unwrap();
