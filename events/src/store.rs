@@ -447,9 +447,10 @@ LIMIT 1";
 /// [`APPEND_SQL`] for one event, the most common append: the same version check, without
 /// the arrays unnested, the common table expressions and the join that return the stream's
 /// version when the append is refused, which cost PostgreSQL more than the insert itself
-/// (docs/performance.md). A refused append returns no row, and the stream's version is read
-/// again to say why. (`OFFSET 0` keeps the version's subquery from being pulled up: pulled
-/// up, its lookup runs twice, once for the check and once for the new version.)
+/// (docs/performance.md). Its row is [`APPEND_SQL`]'s (the version before, the event's
+/// position and version, the time); a refused append returns none, and the stream's version
+/// is read again to say why. (`OFFSET 0` keeps the version's subquery from being pulled up:
+/// pulled up, its lookup runs twice, once for the check and once for the new version.)
 const APPEND_ONE_SQL: &str = "
 INSERT INTO events (tx_id, event_id, stream_id, category, stream_version, event_type,
                     schema_version, payload, metadata, recorded_at)
@@ -459,7 +460,7 @@ FROM (SELECT coalesce((SELECT stream_version FROM events WHERE stream_id = $1::t
                        ORDER BY stream_version DESC LIMIT 1), -1) AS version
       OFFSET 0) current
 WHERE $3::bigint = -2 OR current.version = $3::bigint
-RETURNING tx_id, seq, stream_version, recorded_at";
+RETURNING stream_version - 1, tx_id, seq, stream_version, recorded_at";
 
 const READ_COLUMNS: &str = "tx_id, seq, event_id, stream_id, stream_version, event_type, \
      schema_version, payload, metadata, recorded_at";
@@ -556,7 +557,6 @@ pub async fn append_with<C: GenericClient>(
                     ],
                 )
                 .await
-                .map(|row| row.map(Inserted::One))
         }
         _ => {
             let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
@@ -579,11 +579,18 @@ pub async fn append_with<C: GenericClient>(
                     ],
                 )
                 .await
-                .map(|row| Some(Inserted::Many(row)))
+                .map(Some)
         }
     };
-    let inserted = match result {
-        Ok(inserted) => inserted,
+    let row = match result {
+        Ok(Some(row)) => row,
+        // Refused by the single event's statement, which returns no row: the stream's
+        // version is read again to say why (a statement later, so a writer in between may
+        // have moved it on; the refusal stands either way).
+        Ok(None) => {
+            let current = last_version(client, stream_id).await?;
+            return Err(refused(stream_id, expected, current));
+        }
         Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
             let constraint = e
                 .as_db_error()
@@ -603,15 +610,10 @@ pub async fn append_with<C: GenericClient>(
             // A concurrent writer took the same versions first. The violation has aborted a
             // caller's transaction, where this read fails too: the conflict stands, with the
             // stream's version unknown.
-            let actual = client
-                .query_one(
-                    "SELECT max(stream_version) FROM events WHERE stream_id = $1",
-                    &[&stream_id],
-                )
+            let actual = last_version(client, stream_id)
                 .await
                 .ok()
-                .and_then(|row| row.get::<_, Option<i64>>(0))
-                .map(|v| v as u64);
+                .and_then(|v| u64::try_from(v).ok());
             return Err(StoreError::Conflict {
                 stream_id: stream_id.to_owned(),
                 expected,
@@ -620,52 +622,32 @@ pub async fn append_with<C: GenericClient>(
         }
         Err(e) => return Err(e.into()),
     };
-    let row = match inserted {
-        Some(Inserted::One(row)) => row,
-        Some(Inserted::Many(row)) => {
-            let current: i64 = row.get(0);
-            let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
-                return Err(refused(stream_id, expected, current));
-            };
-            return Ok(Appended {
-                stream_version: row.get::<_, i64>(3) as u64,
-                position: LogPosition {
-                    tx,
-                    seq: row.get(2),
-                },
-                recorded_at: row.get(4),
-            });
-        }
-        // Refused: the stream was not at `expected`. Its version is read again to say so
-        // (a statement later, so a writer in between may have moved it on; the refusal
-        // stands either way).
-        None => {
-            let current: i64 = client
-                .query_one(
-                    "SELECT coalesce(max(stream_version), -1) FROM events WHERE stream_id = $1",
-                    &[&stream_id],
-                )
-                .await?
-                .get(0);
-            return Err(refused(stream_id, expected, current));
-        }
+    let current: i64 = row.get(0);
+    let Some(Xid8(tx)) = row.get::<_, Option<Xid8>>(1) else {
+        return Err(refused(stream_id, expected, current));
     };
-    let Xid8(tx) = row.get(0);
     Ok(Appended {
-        stream_version: row.get::<_, i64>(2) as u64,
+        stream_version: row.get::<_, i64>(3) as u64,
         position: LogPosition {
             tx,
-            seq: row.get(1),
+            seq: row.get(2),
         },
-        recorded_at: row.get(3),
+        recorded_at: row.get(4),
     })
 }
 
-/// What an append's statement answered: [`APPEND_ONE_SQL`]'s inserted row, or
-/// [`APPEND_SQL`]'s row of the stream's version and the last event inserted.
-enum Inserted {
-    One(tokio_postgres::Row),
-    Many(tokio_postgres::Row),
+/// The version of the last event of `stream_id` (-1: no stream).
+async fn last_version<C: GenericClient>(
+    client: &C,
+    stream_id: &str,
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            "SELECT coalesce(max(stream_version), -1) FROM events WHERE stream_id = $1",
+            &[&stream_id],
+        )
+        .await?
+        .get(0))
 }
 
 /// Why an append to `stream_id`, now at version `current` (-1: no stream), was refused for
