@@ -250,13 +250,9 @@ async fn append_phase(
     let sealer_task = sealer.then(|| {
         let pool = store.pool().clone();
         let stop = stop_sealer.clone();
+        // Paced as the platform's sealer is, resting a fifth of a second when it is idle.
         tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                if events::audit::seal_once(&pool, 20_000).await? == 0 {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-            Ok::<_, events::StoreError>(())
+            events::audit::keep_sealing(&pool, Duration::from_millis(200), &stop).await
         })
     });
     let event = sample_event();

@@ -295,7 +295,8 @@ pub async fn start(config: &Config, parts: Parts) -> anyhow::Result<App> {
         });
         let (p, idle) = (pool.clone(), timings.sealer_idle);
         keep(&mut tasks, "sealer", &stop, move |s| {
-            seal(p.clone(), idle, s)
+            let p = p.clone();
+            async move { Ok(audit::keep_sealing(&p, idle, &s).await?) }
         });
     }
     // The gateway reads the sessions view: its tables exist before the first request.
@@ -597,24 +598,6 @@ where
         supervise::keep_running(part, stop, move || start(s.clone())).await
     });
     tasks.names.insert(task.id(), part);
-}
-
-/// Seals the log behind the horizon a little after it is written.
-async fn seal(
-    pool: Pool,
-    idle: std::time::Duration,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    while !stop.is_cancelled() {
-        let sealed = audit::seal_once(&pool, 20_000).await?;
-        if sealed == 0 {
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                _ = tokio::time::sleep(idle) => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 impl App {

@@ -969,6 +969,54 @@ async fn a_window_read_in_parts_at_once_seals_every_event_in_order() {
     assert_eq!(clean.first_break, None);
 }
 
+#[tokio::test]
+async fn the_running_sealer_gathers_a_busy_log_into_blocks_and_stops_when_told() {
+    let (store, _) = fresh_store().await;
+    let stop = CancellationToken::new();
+    let idle = Duration::from_millis(50);
+    let started = tokio::time::Instant::now();
+    let sealer = tokio::spawn({
+        let (pool, stop) = (store.pool().clone(), stop.clone());
+        async move { audit::keep_sealing(&pool, idle, &stop).await }
+    });
+    // Forty appends of one event, a few milliseconds apart: a sealer that went again as soon
+    // as a pass found anything would seal most of them a pass (and a block) each.
+    let stream = "agent-trickle";
+    for i in 0..40u64 {
+        let expected = if i == 0 {
+            ExpectedVersion::NoStream
+        } else {
+            ExpectedVersion::Exact(i - 1)
+        };
+        store
+            .append(stream, expected, &[lost("trickle", &i.to_string())])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_until(Duration::from_secs(10), || async {
+        audit::head(store.pool())
+            .await
+            .unwrap()
+            .map(|h| h.audit_seq)
+            == Some(40)
+    })
+    .await;
+    // Each pass that sealed anything wrote one block and rested at least `idle` (the gather
+    // time, capped by it) after it: however slowly the appends went, no more passes fit.
+    let elapsed = started.elapsed();
+    let passes_that_fit = (elapsed.as_secs_f64() / idle.as_secs_f64()).floor() as i64 + 1;
+    let blocks: i64 = first_column(store.pool(), "SELECT count(*) FROM event_seal_blocks").await[0];
+    assert!(
+        blocks <= passes_that_fit.min(39),
+        "{blocks} blocks for 40 events appended and sealed in {elapsed:?}"
+    );
+    let clean = audit::verify(store.pool()).await.unwrap();
+    assert_eq!((clean.sealed, clean.first_break), (40, None));
+    stop.cancel();
+    sealer.await.unwrap().unwrap();
+}
+
 /// SQL that lays the chain's links out one to a row in a table `links` (audit_seq, tx_id, seq,
 /// hash) for the rest of a tamperer's transaction, and [`LINKS_IN`] that writes them back as
 /// the chain, in one block, numbered from 1.

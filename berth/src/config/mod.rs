@@ -178,7 +178,7 @@ pub struct Timings {
     pub sessions_poll: Duration,
     /// How long the sealer rests when nothing is left to seal: the chain trails a quiet log
     /// by at most this (`berth audit verify` seals what is left before it checks), and a
-    /// busy log is sealed without rest.
+    /// busy log by a tenth of a second (`events::audit::keep_sealing`).
     pub sealer_idle: Duration,
     /// Longest time the gateway serves a session's detail from memory when no event says it
     /// changed (events evict it at once).
