@@ -24,6 +24,7 @@ mod relay;
 mod replay;
 mod serve;
 mod sessions;
+mod shapes;
 mod store;
 mod tls;
 mod whatif;
@@ -120,6 +121,21 @@ enum BenchCommand {
         /// ratio reported is the rounds' median, so a VM that slows for a minute moves it
         /// less than it moves one phase.
         #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// The log's append statement next to raw inserts and to a version row per stream, all
+    /// three by pgbench on the same rows, single events and 100 at a time: the shapes issue 44
+    /// asks to be measured before the log's is changed.
+    Shapes {
+        /// Seconds each statement runs in a round.
+        #[arg(long, default_value_t = 6)]
+        seconds: u64,
+        /// pgbench clients, each on 64 streams of its own.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Rounds, each statement once a round, a different one first in each: the ratios
+        /// reported are the rounds' medians.
+        #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
     /// The audit sealer alone over a log of `--events` events, and `verify` over what it
@@ -390,6 +406,18 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             store::store_bench(&url, shape).await
         }
         BenchCommand::Seal { events } => store::seal_bench(&url, events).await,
+        BenchCommand::Shapes {
+            seconds,
+            clients,
+            rounds,
+        } => {
+            let run = shapes::ShapesRun {
+                phase: Duration::from_secs(seconds),
+                clients: clients.max(1),
+                rounds: rounds.max(1),
+            };
+            shapes::shapes(&url, run).await
+        }
         BenchCommand::Events {
             burst,
             consumers,

@@ -191,7 +191,7 @@ fn median_round(rounds: &[(f64, f64)]) -> (f64, f64) {
 
 /// Runs pgbench with `script` (which binds `:payload` and `:metadata`) and returns its
 /// transactions per second.
-fn pgbench(
+pub(crate) fn pgbench(
     url: &str,
     script: &str,
     payload: &str,

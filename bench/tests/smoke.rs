@@ -50,6 +50,19 @@ fn store() {
 }
 
 #[test]
+fn shapes() {
+    bench(&[
+        "shapes",
+        "--seconds",
+        "1",
+        "--clients",
+        "2",
+        "--rounds",
+        "1",
+    ]);
+}
+
+#[test]
 fn seal() {
     bench(&["seal", "--events", "3000"]);
 }
