@@ -288,3 +288,128 @@ pub async fn requested_to(pool: &Pool, id: Uuid, event_type: &str) -> anyhow::Re
         .get(0);
     seconds.ok_or_else(|| anyhow::anyhow!("session {id} has no {event_type}"))
 }
+
+/// `berth bench shapes`: the statements pgbench runs (raw, berth's append statement, a version
+/// row per stream) and the tables they write.
+pub mod shapes {
+    use deadpool_postgres::Pool;
+
+    /// Each pgbench client's streams, as each of the store bench's writers has.
+    pub const STREAMS_PER_CLIENT: usize = 64;
+    /// Events in a batched append.
+    pub const BATCH: usize = 100;
+
+    /// A stream id of berth's length (44 characters), the client's stream `:s` of this run.
+    fn stream_expr(run: &str) -> String {
+        format!("'agent-{run}-' || :s")
+    }
+
+    /// A time-ordered event id, as berth makes them: the clock's milliseconds, then random bits.
+    const EVENT_ID: &str =
+        "(lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') \
+         || substr(md5(random()::text), 1, 20))::uuid";
+
+    /// Each client's stream (`:s`), one of its [`STREAMS_PER_CLIENT`].
+    const PICK_STREAM: &str = "\\set s :client_id * 64 + random(0, 63)\n";
+
+    const COLUMNS: &str =
+        "event_id, stream_id, category, stream_version, event_type, schema_version, payload, metadata";
+
+    /// The three single-event statements: raw, berth's, a row per stream.
+    pub fn single_scripts(run: &str) -> [String; 3] {
+        let stream = stream_expr(run);
+        let raw = format!(
+            "{PICK_STREAM}INSERT INTO raw_events ({COLUMNS}) VALUES ({EVENT_ID}, {stream}, 'agent', 0, \
+             'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb);\n"
+        );
+        // `APPEND_ONE_SQL` (events/src/store.rs) with its table swapped and its parameters spelt
+        // as pgbench's.
+        let log = format!(
+            "{PICK_STREAM}INSERT INTO shape_log (tx_id, {COLUMNS}, recorded_at) \
+             SELECT berth_log_tx_id(), {EVENT_ID}, {stream}, 'agent', current.version + 1, \
+             'AgentRegistered', 1, :payload::jsonb, :metadata::jsonb, clock_timestamp() \
+             FROM (SELECT coalesce((SELECT stream_version FROM shape_log WHERE stream_id = {stream} \
+             ORDER BY stream_version DESC LIMIT 1), -1) AS version OFFSET 0) current \
+             RETURNING stream_version - 1, tx_id, seq, stream_version, recorded_at;\n"
+        );
+        let by_number = format!(
+            "{PICK_STREAM}WITH s AS (UPDATE shape_streams SET version = version + 1 \
+             WHERE stream_id = {stream} RETURNING stream_no, version) \
+             INSERT INTO shape_by_number (tx_id, {COLUMNS}, stream_no, recorded_at) \
+             SELECT berth_log_tx_id(), {EVENT_ID}, {stream}, 'agent', s.version, 'AgentRegistered', \
+             1, :payload::jsonb, :metadata::jsonb, s.stream_no, clock_timestamp() FROM s \
+             RETURNING stream_version - 1, tx_id, seq, stream_version, recorded_at;\n"
+        );
+        [raw, log, by_number]
+    }
+
+    /// The three statements of [`BATCH`] events of one stream, each event with a payload and
+    /// metadata parameter of its own as berth binds them.
+    pub fn batch_scripts(run: &str) -> [String; 3] {
+        let stream = stream_expr(run);
+        let rows: Vec<String> = (0..BATCH)
+            .map(|n| format!("({n}, :payload::jsonb, :metadata::jsonb)"))
+            .collect();
+        let values = format!("(VALUES {}) AS v(n, p, m)", rows.join(", "));
+        let raw = format!(
+            "{PICK_STREAM}INSERT INTO raw_events ({COLUMNS}) SELECT {EVENT_ID}, {stream}, 'agent', \
+             v.n, 'AgentRegistered', 1, v.p, v.m FROM {values};\n"
+        );
+        let log = format!(
+            "{PICK_STREAM}INSERT INTO shape_log (tx_id, {COLUMNS}, recorded_at) \
+             SELECT current.tx_id, {EVENT_ID}, {stream}, 'agent', current.version + 1 + v.n, \
+             'AgentRegistered', 1, v.p, v.m, current.recorded_at \
+             FROM (SELECT coalesce((SELECT stream_version FROM shape_log WHERE stream_id = {stream} \
+             ORDER BY stream_version DESC LIMIT 1), -1) AS version, berth_log_tx_id() AS tx_id, \
+             clock_timestamp() AS recorded_at OFFSET 0) current, {values} RETURNING seq;\n"
+        );
+        let by_number = format!(
+            "{PICK_STREAM}WITH s AS (UPDATE shape_streams SET version = version + {BATCH} \
+             WHERE stream_id = {stream} RETURNING stream_no, version - {BATCH} AS version, \
+             berth_log_tx_id() AS tx_id, clock_timestamp() AS recorded_at) \
+             INSERT INTO shape_by_number (tx_id, {COLUMNS}, stream_no, recorded_at) \
+             SELECT s.tx_id, {EVENT_ID}, {stream}, 'agent', s.version + 1 + v.n, 'AgentRegistered', \
+             1, v.p, v.m, s.stream_no, s.recorded_at FROM s, {values} RETURNING seq;\n"
+        );
+        [raw, log, by_number]
+    }
+
+    /// The shapes' tables, the streams' version rows made for every client's streams.
+    fn tables_sql(run: &str, clients: usize) -> String {
+        let streams = clients * STREAMS_PER_CLIENT;
+        format!(
+            "CREATE TABLE shape_log (LIKE events INCLUDING ALL);
+             CREATE TABLE shape_streams (stream_id text PRIMARY KEY,
+                 stream_no bigint GENERATED ALWAYS AS IDENTITY UNIQUE, version bigint NOT NULL);
+             CREATE TABLE shape_by_number (LIKE events INCLUDING ALL, stream_no bigint NOT NULL);
+             ALTER TABLE shape_by_number DROP CONSTRAINT shape_by_number_stream_id_stream_version_key;
+             ALTER TABLE shape_by_number ADD UNIQUE (stream_no, stream_version);
+             INSERT INTO shape_streams (stream_id, version)
+                 SELECT 'agent-{run}-' || n, -1 FROM generate_series(0, {streams} - 1) n;"
+        )
+    }
+
+    /// Makes the shapes' tables in the bench's database (migrated, with `raw_events`).
+    pub async fn create_tables(pool: &Pool, run: &str, clients: usize) -> anyhow::Result<()> {
+        pool.get()
+            .await?
+            .batch_execute(&tables_sql(run, clients))
+            .await?;
+        Ok(())
+    }
+
+    /// Events in the log's shape, events keyed by number, and the versions their streams' rows
+    /// reached (whose sum is the events those rows' statements wrote).
+    pub async fn written(pool: &Pool) -> anyhow::Result<(i64, i64, i64)> {
+        let row = pool
+            .get()
+            .await?
+            .query_one(
+                "SELECT (SELECT count(*) FROM shape_log), (SELECT count(*) FROM shape_by_number),
+                        coalesce((SELECT sum(version + 1)::bigint FROM shape_streams), 0)",
+                &[],
+            )
+            .await?;
+        Ok((row.get(0), row.get(1), row.get(2)))
+    }
+}
