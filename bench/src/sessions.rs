@@ -1453,7 +1453,8 @@ async fn wait_ended(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<()> {
     }
 }
 
-/// Until agent `agent_id` has no container left on `docker`.
+/// Until agent `agent_id` has no container left on `docker`, nor a session's network, and
+/// its spare bridges are made again.
 async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyhow::Result<()> {
     let label = || {
         HashMap::from([(
@@ -1472,12 +1473,25 @@ async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyho
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Then the sessions' own networks, which the agent removes after their containers: the
-    // engine's removal of a bridge (its firewall rules) would otherwise run beside the next
-    // start measured.
+    // Then the sessions' own networks, which the agent removes after their containers, and
+    // the spare bridges it makes again (as many as its fence keeps, and no more: a spare a
+    // session used is removed with it): the engine's making or removal of a bridge would
+    // otherwise run beside the next start measured. A spare the engine did not make is not
+    // waited for past a bound.
+    let spares = agent::docker::fence::NetworkFence::default().spares;
+    let bound = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let options = bollard::network::ListNetworksOptions { filters: label() };
-        if docker.list_networks(Some(options)).await?.is_empty() {
+        let networks = docker.list_networks(Some(options)).await?;
+        let sessions = networks
+            .iter()
+            .filter(|n| {
+                n.labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key("ai.berth.session"))
+            })
+            .count();
+        if sessions == 0 && (networks.len() == spares || tokio::time::Instant::now() > bound) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

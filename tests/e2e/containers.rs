@@ -283,6 +283,30 @@ async fn containers_of(session: &str) -> usize {
         .len()
 }
 
+/// The networks agent `agent_id` made on this host, each with its labels.
+async fn networks_of(agent_id: &str) -> Vec<(String, std::collections::HashMap<String, String>)> {
+    let docker = agent::docker::connect().await.unwrap();
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("ai.berth.agent={agent_id}")],
+    )]);
+    docker
+        .list_networks(Some(bollard::network::ListNetworksOptions { filters }))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| (n.name.unwrap_or_default(), n.labels.unwrap_or_default()))
+        .collect()
+}
+
+/// The network session `session`'s main container is on, as its label names it.
+async fn network_of(session: &str) -> String {
+    let docker = agent::docker::connect().await.unwrap();
+    let name = format!("berth-{}-0", Uuid::parse_str(session).unwrap().simple());
+    let inspected = docker.inspect_container(&name, None).await.unwrap();
+    inspected.config.unwrap().labels.unwrap()["ai.berth.network"].clone()
+}
+
 #[tokio::test]
 async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     let h = start().await;
@@ -555,6 +579,8 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     let agent_id = fresh_agent_id();
     let dir = data_dir();
     let first = docker_agent(&h, &agent_id, &dir).await;
+    // Its two spare bridges made ahead: the sessions' starts take them.
+    wait_for(|| async { (networks_of(&agent_id).await.len() == 2).then_some(()) }).await;
     let interactive =
         json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}});
     let mut sessions = Vec::new();
@@ -565,6 +591,14 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     for id in &sessions {
         h.wait_session(id, |s| s["status"] == "RUNNING").await;
     }
+    let mut on_spares = 0;
+    for id in &sessions {
+        let own = agent::docker::spec::network_name(Uuid::parse_str(id).unwrap());
+        if network_of(id).await != own {
+            on_spares += 1;
+        }
+    }
+    assert!(on_spares >= 2, "two spares were ready: {on_spares} taken");
     // The agent dies without cleaning up.
     kill(first).await;
     // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
@@ -618,6 +652,9 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
         .await;
     wait_for(|| async { (containers_of(&sessions[2]).await == 0).then_some(()) }).await;
     second.stop.cancel();
+    // No network of the agent's is left: its sessions' (their own, or the spares they took,
+    // the adopted one's too) and, once it stopped, the spares it kept ready.
+    wait_for(|| async { networks_of(&agent_id).await.is_empty().then_some(()) }).await;
     let client = h.pool.get().await.unwrap();
     let stuck: i64 = client
         .query_one("SELECT count(*) FROM ledger.sessions WHERE status NOT IN ('TERMINATED','ERROR','CANCELLED')", &[])

@@ -128,7 +128,7 @@ pub struct Config {
     /// fractional sessions' containers get to reach it; none by default (no daemon).
     pub gpu_mps_pipe_dir: Option<PathBuf>,
     /// How an agent fences its sessions' networks (`BERTH_SESSION_SUBNETS`,
-    /// `BERTH_SESSION_ALLOW`, `BERTH_SESSION_FIREWALL`).
+    /// `BERTH_SESSION_ALLOW`, `BERTH_SESSION_FIREWALL`, `BERTH_SESSION_SPARE_NETWORKS`).
     pub session_fence: agent::docker::fence::NetworkFence,
     /// Backend.AI's API beside berth's, and where its master key comes from; `None`: off.
     pub backendai: Option<MasterKey>,
@@ -356,6 +356,7 @@ impl Config {
                 subnets: agent.session_subnets,
                 allow: agent.session_allow.clone(),
                 firewall: agent.session_firewall,
+                spares: agent.session_spare_networks,
             },
             backendai: backendai
                 .backendai

@@ -497,6 +497,17 @@ pub struct AgentSettings {
     /// firewall does.
     #[arg(long, global = true, env = "BERTH_SESSION_FIREWALL", value_name = "on|off", default_value = "on", value_parser = switch, action = clap::ArgAction::Set)]
     pub session_firewall: bool,
+    /// How many fenced bridges the agent keeps made ahead for single-kernel sessions, each
+    /// serving one session's start (the engine's making of a bridge is then not part of it);
+    /// 0 makes each session's bridge at its start.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_SESSION_SPARE_NETWORKS",
+        value_name = "COUNT",
+        default_value_t = 2
+    )]
+    pub session_spare_networks: usize,
     /// The shared volumes this host mounts (`name=/mount/path`, comma-separated, e.g.
     /// `shared=/mnt/nfs/berth`): folders on them live at `<path>/folders/...` on every host
     /// that mounts them, and sessions of them go only to such hosts. Each must be a

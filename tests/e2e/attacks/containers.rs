@@ -118,11 +118,18 @@ async fn a_session_reaches_no_other_tenants_container_nor_the_hosts_ports_nor_th
         .as_ref()
         .and_then(|n| n.networks.clone())
         .unwrap_or_default();
-    let bob_network = agent::docker::spec::network_name(uuid::Uuid::parse_str(&bob_id).unwrap());
+    // One network: the session's own, or a spare bridge the agent made ahead, which its
+    // container's label names.
     assert_eq!(
-        networks.keys().collect::<Vec<_>>(),
-        [&bob_network],
-        "a single kernel on a network of its own"
+        networks.len(),
+        1,
+        "a single kernel on one network: {networks:?}"
+    );
+    let bob_network = networks.keys().next().unwrap().clone();
+    let labels = inspected.config.as_ref().and_then(|c| c.labels.clone());
+    assert_eq!(
+        labels.unwrap_or_default().get("ai.berth.network"),
+        Some(&bob_network)
     );
     let bob_ip = networks[&bob_network].ip_address.clone().unwrap();
 

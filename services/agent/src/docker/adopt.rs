@@ -12,7 +12,8 @@ use domain::payloads::SessionStatus;
 use uuid::Uuid;
 
 use super::ctx::{moved, remove, remove_network, Ctx};
-use super::spec::{LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION};
+use super::spares::LABEL_SPARE;
+use super::spec::{network_name, LABEL_AGENT, LABEL_KERNEL, LABEL_NETWORK, LABEL_SESSION};
 use super::tasks::SessionTasks;
 use crate::AgentError;
 
@@ -73,6 +74,13 @@ pub(super) async fn adopt_leftovers(
             .and_then(|k| k.parse().ok())
             .unwrap_or(0);
         let main = kernel == 0;
+        // A live session's container on a spare bridge: the session holds it, and it goes
+        // with the session.
+        if let (Some(id), Some(network)) = (session, labels.get(LABEL_NETWORK)) {
+            if live.contains_key(&id) && *network != network_name(id) {
+                ctx.spares.hold(id, network.clone());
+            }
+        }
         match session {
             Some(id) if live_elsewhere.contains(&id) => {
                 adopted_elsewhere
@@ -144,7 +152,8 @@ pub(super) async fn adopt_leftovers(
 }
 
 /// Removes the networks this agent made for sessions that are no longer live (their
-/// containers are gone: the engine refuses to remove a network still in use).
+/// containers are gone: the engine refuses to remove a network still in use), and its spare
+/// bridges but those a live session's container is on (the engine refuses those).
 async fn remove_leftover_networks(
     ctx: &Ctx,
     live: &HashMap<Uuid, SessionStatus>,
@@ -162,10 +171,17 @@ async fn remove_leftover_networks(
         return;
     };
     for network in networks {
-        let session = network
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_SESSION))
+        let labels = network.labels.unwrap_or_default();
+        if labels.contains_key(LABEL_SPARE) {
+            if let Some(name) = &network.name {
+                if ctx.docker.remove_network(name).await.is_ok() {
+                    tracing::info!(network = %name, "removed a spare network no container is on");
+                }
+            }
+            continue;
+        }
+        let session = labels
+            .get(LABEL_SESSION)
             .and_then(|s| Uuid::parse_str(s).ok());
         let Some(id) = session else { continue };
         if live.contains_key(&id) || live_elsewhere.contains(&id) {

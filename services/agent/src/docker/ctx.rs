@@ -86,6 +86,8 @@ pub(super) struct Ctx {
     /// from the engine once, at the first session's start, rather than at each (a daemon's
     /// MTU changes only with its restart, and a session's start waits on every call).
     pub(super) bridge_mtu: Arc<tokio::sync::OnceCell<Option<String>>>,
+    /// Bridges made ahead for single kernels, and which session holds which.
+    pub(super) spares: super::spares::Spares,
 }
 
 impl Ctx {
@@ -219,13 +221,16 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
     remove_network(ctx, session_id).await;
 }
 
-/// Removes session `session_id`'s network once no container is on it. On one engine, the
-/// last agent whose kernels leave a cluster's bridge removes it (the engine refuses while
-/// another's are on it). A swarm's overlay may be removed only by a manager, which its
+/// Removes session `session_id`'s network (its own, or the spare it took) once no container
+/// is on it. On one engine, the last agent whose kernels leave a cluster's bridge removes it
+/// (the engine refuses while another's are on it). A swarm's overlay may be removed only by a manager, which its
 /// workers' agents are not: there each agent waits up to 30 s for the other engines' kernels
 /// to leave, so that the main kernel's agent, whose engine made it, removes it last.
 pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
-    let name = network_name(session_id);
+    let name = ctx
+        .spares
+        .release(session_id)
+        .unwrap_or_else(|| network_name(session_id));
     for _ in 0..300 {
         match ctx.docker.remove_network(&name).await {
             Err(e) if ctx.swarm && e.to_string().contains("active endpoints") => {

@@ -43,6 +43,8 @@ pub struct NetworkFence {
     /// Whether the agent installs the host firewall rules (off where the agent is not root,
     /// or the operator keeps the host's firewall; sessions then still get their own bridges).
     pub firewall: bool,
+    /// How many bridges for single kernels the agent keeps made ahead ([`super::spares`]).
+    pub spares: usize,
 }
 
 impl Default for NetworkFence {
@@ -51,6 +53,7 @@ impl Default for NetworkFence {
             subnets: "10.213.0.0/16".parse().expect("a network"),
             allow: Vec::new(),
             firewall: true,
+            spares: 2,
         }
     }
 }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use domain::aggregate::SessionState;
 use domain::payloads::{PublishedPort, SessionStatus};
 
-use super::ctx::{engine_time, remove, remove_all, run_of, Ctx};
+use super::ctx::{engine_time, remove, remove_all, remove_network, run_of, Ctx};
 use super::spec::{
     self, container_name, LABEL_AGENT, LABEL_GPUS, LABEL_SESSION, LABEL_TERMINAL_PORT,
 };
@@ -70,7 +70,45 @@ pub(super) async fn create_kernels(
 ) -> Result<Option<(Vec<String>, SessionStatus)>, String> {
     let request = &state.request;
     let id = request.session_id;
-    let layout = spec::layout(state, &ctx.agent_id);
+    let mut layout = spec::layout(state, &ctx.agent_id);
+    if layout.cluster() {
+        return create_and_start(ctx, state, &layout, false, terminal_port, go_ahead).await;
+    }
+    // A single kernel runs on a bridge made ahead when one is ready ([`super::spares`]).
+    let spare = ctx.spares.take(id);
+    if let Some(name) = &spare {
+        layout.network = name.clone();
+    }
+    let started = create_and_start(
+        ctx,
+        state,
+        &layout,
+        spare.is_some(),
+        terminal_port,
+        go_ahead,
+    )
+    .await;
+    // A start that did not go through leaves no network behind (its own, or the spare).
+    if !matches!(started, Ok(Some(_))) {
+        remove_network(ctx, id).await;
+    }
+    // Spares are made again once the start is through, not beside it: the one it took, or
+    // those an engine out of reach kept from being made.
+    tokio::spawn(super::spares::refill(ctx.clone()));
+    started
+}
+
+/// [`create_kernels`] on `layout`, its network a `spare` made ahead or not.
+async fn create_and_start(
+    ctx: &Ctx,
+    state: &SessionState,
+    layout: &spec::Layout,
+    spare: bool,
+    terminal_port: Option<u16>,
+    go_ahead: impl std::future::Future<Output = bool>,
+) -> Result<Option<(Vec<String>, SessionStatus)>, String> {
+    let request = &state.request;
+    let id = request.session_id;
     // Choosing GPUs and creating the containers that hold them is one step per host, so two
     // sessions starting at once cannot both take the same free GPU.
     let wants_gpus = request.resources.gpu_milli > 0;
@@ -87,7 +125,7 @@ pub(super) async fn create_kernels(
     } else {
         None
     };
-    let creating = create_containers(ctx, state, &layout, wants_gpus, terminal_port);
+    let creating = create_containers(ctx, state, layout, spare, wants_gpus, terminal_port);
     let (created, go) = tokio::join!(creating, go_ahead);
     let created = match (created, go) {
         (Ok(created), true) => created,
@@ -182,10 +220,8 @@ fn names_of(created: &[Created]) -> Vec<String> {
 /// another block: another session, or another agent of the engine, may hold one).
 const SUBNET_TRIES: u32 = 16;
 
-/// The session's own network ([`super::fence`]): a bridge named for it, on a subnet of the
-/// agent's pool, with traffic between its containers off unless it is a cluster (whose
-/// kernels are one tenant's), and the MTU of the engine's default bridge (the engine gives
-/// its own networks the host's, not the daemon's setting). One the session made already (a
+/// The session's own network ([`super::fence`]), with traffic between its containers off
+/// unless it is a cluster (whose kernels are one tenant's). One the session made already (a
 /// second try, or another agent's kernels of its cluster on this engine) is taken as it is:
 /// the engine's refusal of the name says so, without a look before every start.
 async fn create_network(
@@ -194,6 +230,34 @@ async fn create_network(
     layout: &spec::Layout,
 ) -> Result<(), String> {
     let id = state.request.session_id;
+    let labels = HashMap::from([
+        (LABEL_SESSION.to_string(), id.to_string()),
+        (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
+    ]);
+    make_bridge(
+        ctx,
+        &layout.network,
+        id,
+        layout.hosts.len() as u32,
+        layout.cluster(),
+        labels,
+    )
+    .await
+}
+
+/// Makes bridge network `name` for `hosts` containers: its interface named and its subnet
+/// picked from `id` ([`super::fence`]), on the agent's pool, inter-container traffic on only
+/// when `icc`, the MTU of the engine's default bridge (the engine gives its own networks the
+/// host's, not the daemon's setting), labelled `labels`. One of that name made already is
+/// taken as it is.
+pub(super) async fn make_bridge(
+    ctx: &Ctx,
+    name: &str,
+    id: uuid::Uuid,
+    hosts: u32,
+    icc: bool,
+    labels: HashMap<String, String>,
+) -> Result<(), String> {
     let mtu = ctx
         .bridge_mtu
         .get_or_try_init(|| async {
@@ -215,7 +279,7 @@ async fn create_network(
         ),
         (
             "com.docker.network.bridge.enable_icc".to_string(),
-            layout.cluster().to_string(),
+            icc.to_string(),
         ),
     ]);
     if let Some(mtu) = mtu {
@@ -223,14 +287,9 @@ async fn create_network(
     }
     let mut last = String::new();
     for attempt in 0..SUBNET_TRIES {
-        let subnet = super::fence::subnet(
-            ctx.config.fence.subnets,
-            id,
-            layout.hosts.len() as u32,
-            attempt,
-        );
+        let subnet = super::fence::subnet(ctx.config.fence.subnets, id, hosts, attempt);
         let create = bollard::network::CreateNetworkOptions {
-            name: layout.network.clone(),
+            name: name.to_owned(),
             driver: "bridge".into(),
             check_duplicate: true,
             options: options.clone(),
@@ -241,10 +300,7 @@ async fn create_network(
                 }]),
                 ..Default::default()
             },
-            labels: HashMap::from([
-                (LABEL_SESSION.to_string(), id.to_string()),
-                (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
-            ]),
+            labels: labels.clone(),
             ..Default::default()
         };
         match ctx.docker.create_network(create).await {
@@ -255,7 +311,7 @@ async fn create_network(
             Err(e) => {
                 // Made meanwhile by another try for this session (the engine then refuses a
                 // second bridge of the same name): take the one that is there.
-                if network_exists(ctx, &layout.network).await {
+                if network_exists(ctx, name).await {
                     return Ok(());
                 }
                 // Gone again by the time it was looked for: a leftover of this session that
@@ -317,11 +373,13 @@ async fn network_exists(ctx: &Ctx, name: &str) -> bool {
         .is_ok()
 }
 
-/// This agent's kernels' folders, session network and containers, created, not started.
+/// This agent's kernels' folders, session network (unless it is a `spare` made ahead) and
+/// containers, created, not started.
 async fn create_containers(
     ctx: &Ctx,
     state: &SessionState,
     layout: &spec::Layout,
+    spare: bool,
     wants_gpus: bool,
     terminal_port: Option<u16>,
 ) -> Result<Vec<Created>, String> {
@@ -339,7 +397,9 @@ async fn create_containers(
     // A cluster on agents of several engines of a swarm: an overlay, which workers' engines
     // do not see until a kernel of theirs joins it (their start waits for it instead).
     let overlay = ctx.swarm && layout.spans_agents;
-    if layout.mine.contains(&0) {
+    if spare {
+        // Made ahead, and there.
+    } else if layout.mine.contains(&0) {
         // The main kernel's agent makes the network; the others wait for it.
         if overlay {
             create_overlay(ctx, state, layout).await?;

@@ -60,6 +60,7 @@ mod kernels;
 mod pull;
 pub mod registry;
 mod session;
+mod spares;
 pub mod spec;
 mod tasks;
 mod terminal;
@@ -218,9 +219,11 @@ pub(crate) async fn run(
         terminals,
         swarm: spec.network_scope.as_deref().is_some_and(is_swarm),
         bridge_mtu: Default::default(),
+        spares: Default::default(),
     };
     let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;
+    sessions.running.spawn(spares::refill(ctx.clone()));
     // Heartbeats and registrations end before a departure: a registration would undo it.
     let offering = stop.child_token();
     sessions
@@ -288,6 +291,15 @@ pub(crate) async fn run(
     }
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     sessions.abort_all();
+    // Its spare bridges go (a restarted agent would remove them anyway), for a few seconds at
+    // most: an engine out of reach does not hold up the stop.
+    let spares = ctx.spares.drain_ready();
+    let removed = async {
+        for name in &spares {
+            let _ = docker.remove_network(name).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), removed).await;
     Ok(())
 }
 

@@ -78,6 +78,9 @@ pub(super) const LABEL_GPUS: &str = "ai.berth.gpus";
 /// kernel; empty on every other container, so that none takes the value from an image
 /// committed from a session.
 pub(super) const LABEL_TERMINAL_PORT: &str = "ai.berth.terminal-port";
+/// The network a container is on: the session's own by its name, or a spare bridge made
+/// ahead ([`super::spares`]), whose name does not tell its session.
+pub(super) const LABEL_NETWORK: &str = "ai.berth.network";
 
 /// The name of kernel `kernel`'s container of a session.
 pub(crate) fn container_name(session_id: Uuid, kernel: u32) -> String {
@@ -258,6 +261,7 @@ pub fn kernel_config(
         (LABEL_SESSION.to_string(), request.session_id.to_string()),
         (LABEL_AGENT.to_string(), agent_id.to_owned()),
         (LABEL_KERNEL.to_string(), k.to_string()),
+        (LABEL_NETWORK.to_string(), layout.network.clone()),
     ]);
     if !gpu.devices.is_empty() {
         labels.insert(LABEL_GPUS.to_string(), gpu.to_label());
@@ -540,7 +544,7 @@ mod tests {
     }
 
     #[test]
-    fn labels_name_the_session_agent_and_kernel() {
+    fn labels_name_the_session_agent_kernel_and_network() {
         let state = session(1);
         let layout = layout(&state, "a1");
         let labels = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1")
@@ -549,6 +553,7 @@ mod tests {
         assert_eq!(labels[LABEL_SESSION], state.request.session_id.to_string());
         assert_eq!(labels[LABEL_AGENT], "a1");
         assert_eq!(labels[LABEL_KERNEL], "0");
+        assert_eq!(labels[LABEL_NETWORK], layout.network);
         assert!(!labels.contains_key(LABEL_GPUS));
     }
 
