@@ -197,6 +197,10 @@ enum BenchCommand {
         sessions: usize,
         #[arg(long, default_value_t = 20)]
         burst: usize,
+        /// How many fenced bridges the agent keeps made ahead (0: each session's made at its
+        /// start, as before they were).
+        #[arg(long, default_value_t = 2)]
+        spare_networks: usize,
     },
     /// A folder's write of `--mib` MiB from inside a session on a shared volume (a directory
     /// the engine bind-mounts, `--volume-dir`; an NFS mount to measure that), next to a
@@ -446,9 +450,11 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             sessions,
             core_only,
         } => crate::sessions::schedule(&url, agents, sessions, core_only).await,
-        BenchCommand::Start { sessions, burst } => {
-            crate::sessions::start(&config.nats_url, &url, sessions, burst).await
-        }
+        BenchCommand::Start {
+            sessions,
+            burst,
+            spare_networks,
+        } => crate::sessions::start(&config.nats_url, &url, sessions, burst, spare_networks).await,
         BenchCommand::VolumeWrite {
             mib,
             rounds,

@@ -299,6 +299,8 @@ pub(crate) struct BenchEngine {
     pub(crate) images: agent::docker::HostImages,
     /// The shared volumes its host mounts, for its agents to offer.
     pub(crate) volumes: std::collections::BTreeMap<String, std::path::PathBuf>,
+    /// How many fenced bridges its agents keep made ahead (`BERTH_SESSION_SPARE_NETWORKS`).
+    pub(crate) spare_networks: usize,
 }
 
 /// The local engine, whose host must hold `image` (`infra/images.sh` builds it).
@@ -319,6 +321,7 @@ async fn holding(
         docker,
         images,
         volumes: Default::default(),
+        spare_networks: agent::docker::fence::NetworkFence::default().spares,
     })
 }
 
@@ -357,7 +360,10 @@ pub(crate) async fn bench_docker_agent(
                 volumes: engine.volumes.clone(),
                 publish_address: "127.0.0.1".into(),
                 gpus: agent::gpu::GpuConfig::nvml(),
-                fence: Default::default(),
+                fence: agent::docker::fence::NetworkFence {
+                    spares: engine.spare_networks,
+                    ..Default::default()
+                },
                 runtime: None,
             },
         },
@@ -894,11 +900,19 @@ impl GatewayBench {
 /// `docker run -d` of the same image, and sessions started per second in a burst. The
 /// scheduler is woken as in service: the relay publishes the create on NATS, and the wake
 /// follower pokes it.
-pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> anyhow::Result<()> {
+pub async fn start(
+    nats_url: &str,
+    url: &str,
+    sessions: usize,
+    burst: usize,
+    spare_networks: usize,
+) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
-    let engine = bench_engine("berth/shell:latest").await?;
+    let mut engine = bench_engine("berth/shell:latest").await?;
+    engine.spare_networks = spare_networks;
+    println!("the agent keeps {spare_networks} fenced bridges made ahead (--spare-networks)");
     let docker = engine.docker.clone();
     let agent_id = format!("bench{}", std::process::id());
     let stop = tokio_util::sync::CancellationToken::new();
@@ -930,7 +944,7 @@ pub async fn start(nats_url: &str, url: &str, sessions: usize, burst: usize) -> 
         let (pool, docker, agent_id) = (pool.clone(), docker.clone(), agent_id.clone());
         async move {
             wait_ended(&pool, &ids).await?;
-            wait_containers_gone(&docker, &agent_id).await
+            wait_containers_gone(&docker, &agent_id, spare_networks).await
         }
     };
     let end_all = |ids: Vec<Uuid>| {
@@ -1363,7 +1377,7 @@ pub async fn start_cluster(
             // Each start on quiet engines: the cluster's kernels and network gone first.
             wait_ended(&pool, &ids).await?;
             for (engine, (id, _)) in pair.iter().zip(&agents) {
-                wait_containers_gone(&engine.docker, id).await?;
+                wait_containers_gone(&engine.docker, id, engine.spare_networks).await?;
             }
         }
         for (_, agent) in agents {
@@ -1454,8 +1468,12 @@ async fn wait_ended(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<()> {
 }
 
 /// Until agent `agent_id` has no container left on `docker`, nor a session's network, and
-/// its spare bridges are made again.
-async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyhow::Result<()> {
+/// its `spares` bridges made ahead are made again.
+async fn wait_containers_gone(
+    docker: &bollard::Docker,
+    agent_id: &str,
+    spares: usize,
+) -> anyhow::Result<()> {
     let label = || {
         HashMap::from([(
             "label".to_string(),
@@ -1478,7 +1496,6 @@ async fn wait_containers_gone(docker: &bollard::Docker, agent_id: &str) -> anyho
     // session used is removed with it): the engine's making or removal of a bridge would
     // otherwise run beside the next start measured. A spare the engine did not make is not
     // waited for past a bound.
-    let spares = agent::docker::fence::NetworkFence::default().spares;
     let bound = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let options = bollard::network::ListNetworksOptions { filters: label() };
