@@ -148,6 +148,10 @@ leave_nothing() {
     kill_tree "$pid"
   done
   infra/host.sh down-all >/dev/null 2>&1 || true
+  # The spare bridges that agents the tests killed (SIGKILL, no chance to clean up) kept made
+  # ahead; one a container is on is refused by the engine and stays.
+  docker network ls -q --filter label=ai.berth.spare 2>/dev/null \
+    | xargs -r docker network rm >/dev/null 2>&1 || true
   if [ "$servers_were_running" -eq 0 ]; then
     infra/services.sh down >/dev/null 2>&1 || true
   fi

@@ -668,6 +668,38 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
 }
 
 #[tokio::test]
+async fn a_session_whose_spare_network_was_removed_under_the_agent_runs_on_its_own() {
+    let h = start().await;
+    let agent_id = fresh_agent_id();
+    let _agent = docker_agent(&h, &agent_id, &data_dir()).await;
+    wait_for(|| async { (networks_of(&agent_id).await.len() == 2).then_some(()) }).await;
+    // What `docker network prune` does to the spares no container is on.
+    let docker = agent::docker::connect().await.unwrap();
+    for (name, labels) in networks_of(&agent_id).await {
+        assert!(labels.contains_key("ai.berth.spare"), "{name}: {labels:?}");
+        docker.remove_network(&name).await.unwrap();
+    }
+    let (status, created) = h
+        .create(
+            &h.admin_key,
+            json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let own = agent::docker::spec::network_name(Uuid::parse_str(&id).unwrap());
+    assert_eq!(
+        network_of(&id).await,
+        own,
+        "the session's own network, made at its start"
+    );
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+}
+
+#[tokio::test]
 async fn an_inference_session_that_dies_is_restarted_and_the_restart_recorded() {
     let h = start().await;
     let _agent = local_agent(&h).await;

@@ -79,7 +79,7 @@ pub(super) async fn create_kernels(
     if let Some(name) = &spare {
         layout.network = name.clone();
     }
-    let started = create_and_start(
+    let mut started = create_and_start(
         ctx,
         state,
         &layout,
@@ -88,6 +88,18 @@ pub(super) async fn create_kernels(
         go_ahead,
     )
     .await;
+    // A spare removed under the agent (`docker network prune` removes every network no
+    // container is on): the engine refuses the start, and the session's own network is made
+    // instead (its move to CREATING went through already).
+    if let (Some(name), Err(reason)) = (&spare, &started) {
+        if reason.contains(name.as_str()) && reason.contains("not found") {
+            tracing::info!(session = %id, network = %name, "the spare network was gone; making the session's own");
+            ctx.spares.release(id);
+            layout.network = spec::network_name(id);
+            let go_ahead = std::future::ready(true);
+            started = create_and_start(ctx, state, &layout, false, terminal_port, go_ahead).await;
+        }
+    }
     // A start that did not go through leaves no network behind (its own, or the spare).
     if !matches!(started, Ok(Some(_))) {
         remove_network(ctx, id).await;
