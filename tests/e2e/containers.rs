@@ -592,13 +592,20 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
         h.wait_session(id, |s| s["status"] == "RUNNING").await;
     }
     let mut on_spares = 0;
+    let mut held = Vec::new();
     for id in &sessions {
         let own = agent::docker::spec::network_name(Uuid::parse_str(id).unwrap());
-        if network_of(id).await != own {
+        let network = network_of(id).await;
+        if network != own {
             on_spares += 1;
         }
+        held.push(network);
     }
     assert!(on_spares >= 2, "two spares were ready: {on_spares} taken");
+    // The spares taken made again (a network for each session, two ready): none is being
+    // made when the agent dies, whose making the engine would finish after the restart's
+    // clean-up.
+    wait_for(|| async { (networks_of(&agent_id).await.len() == 5).then_some(()) }).await;
     // The agent dies without cleaning up.
     kill(first).await;
     // Meanwhile: one session is force-terminated (its container is now an orphan), one loses
@@ -651,9 +658,20 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     h.wait_session(&sessions[2], |s| s["status"] == "TERMINATED")
         .await;
     wait_for(|| async { (containers_of(&sessions[2]).await == 0).then_some(()) }).await;
+    // The sessions' networks (their own, or the spares they took, the adopted one's too) are
+    // gone: the restarted agent's clean-up of the others, the adopted session's end.
+    wait_for(|| async {
+        let left: Vec<String> = networks_of(&agent_id)
+            .await
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| held.contains(name))
+            .collect();
+        left.is_empty().then_some(())
+    })
+    .await;
     second.stop.cancel();
-    // No network of the agent's is left: its sessions' (their own, or the spares they took,
-    // the adopted one's too) and, once it stopped, the spares it kept ready.
+    // Once it stopped, neither are the spares it kept ready.
     wait_for(|| async { networks_of(&agent_id).await.is_empty().then_some(()) }).await;
     let client = h.pool.get().await.unwrap();
     let stuck: i64 = client
