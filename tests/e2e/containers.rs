@@ -688,8 +688,8 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
 #[tokio::test]
 async fn a_session_whose_spare_network_was_removed_under_the_agent_runs_on_its_own() {
     let h = start().await;
-    let agent_id = fresh_agent_id();
-    let _agent = docker_agent(&h, &agent_id, &data_dir()).await;
+    let (agent_id, dir) = (fresh_agent_id(), data_dir());
+    let first = docker_agent(&h, &agent_id, &dir).await;
     wait_for(|| async { (networks_of(&agent_id).await.len() == 2).then_some(()) }).await;
     // What `docker network prune` does to the spares no container is on.
     let docker = agent::docker::connect().await.unwrap();
@@ -712,6 +712,16 @@ async fn a_session_whose_spare_network_was_removed_under_the_agent_runs_on_its_o
         own,
         "the session's own network, made at its start"
     );
+    // The agent leaves while it makes the two spares again (after the start): once it is gone,
+    // the only network of it left is the session's, which goes on running.
+    depart(first).await;
+    let left: Vec<String> = networks_of(&agent_id)
+        .await
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(left, vec![own], "no spare outlives the agent's stop");
+    let _second = docker_agent(&h, &agent_id, &dir).await;
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     h.wait_session(&id, |s| s["status"] == "TERMINATED").await;

@@ -106,7 +106,7 @@ pub(super) async fn create_kernels(
     }
     // Spares are made again once the start is through, not beside it: the one it took, or
     // those an engine out of reach kept from being made.
-    tokio::spawn(super::spares::refill(ctx.clone()));
+    ctx.spares.make_missing();
     started
 }
 

@@ -223,7 +223,11 @@ pub(crate) async fn run(
     };
     let mut sessions = SessionTasks::new();
     adopt::adopt_leftovers(&ctx, &mut sessions).await?;
-    sessions.running.spawn(spares::refill(ctx.clone()));
+    // The task that keeps spare bridges ready is the agent's own: aborted with it (the set is
+    // dropped), or let finish the spare it is making when the agent stops.
+    let spares_stop = stop.child_token();
+    let mut spare_keeper = tokio::task::JoinSet::new();
+    spare_keeper.spawn(spares::keep_ready(ctx.clone(), spares_stop.clone()));
     // Heartbeats and registrations end before a departure: a registration would undo it.
     let offering = stop.child_token();
     sessions
@@ -291,11 +295,12 @@ pub(crate) async fn run(
     }
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     sessions.abort_all();
-    // Its spare bridges go (a restarted agent would remove them anyway), for a few seconds at
-    // most: an engine out of reach does not hold up the stop.
-    let spares = ctx.spares.drain_ready();
+    // Its spare bridges go (a restarted agent would remove them anyway), the one being made
+    // once it is, for a few seconds at most: an engine out of reach does not hold up the stop.
+    spares_stop.cancel();
     let removed = async {
-        for name in &spares {
+        while spare_keeper.join_next().await.is_some() {}
+        for name in &ctx.spares.drain_ready() {
             let _ = docker.remove_network(name).await;
         }
     };

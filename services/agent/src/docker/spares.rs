@@ -6,9 +6,11 @@
 //! removed with it, never handed to a second.
 //!
 //! Taking one never waits: the list is looked at under a plain lock, and an empty one sends
-//! the session to make its own network as before. The spares are made again in a task of
-//! their own after a start is through, so that their making does not compete with the start
-//! they served; a failure (the engine out of reach) leaves fewer spares, never a stuck start.
+//! the session to make its own network as before. The spares are made by one task the agent
+//! owns ([`keep_ready`]), woken after a start is through, so that their making does not
+//! compete with the start they served; a failure (the engine out of reach) leaves fewer
+//! spares, never a stuck start. The task ends with the agent: aborted with it, or at its
+//! stop let finish the spare it is making, so that the ready ones it removes are all there are.
 //! Which session has which spare is kept here and on its containers' label
 //! ([`super::spec::LABEL_NETWORK`]), so an agent that starts again knows; spares no
 //! container is on are removed at that start ([`super::adopt`]).
@@ -17,6 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::ctx::Ctx;
@@ -29,10 +33,12 @@ pub const LABEL_SPARE: &str = "ai.berth.spare";
 /// slowly or not at all): the spare is then simply not there.
 const MAKING_BOUND: Duration = Duration::from_secs(30);
 
-/// The spares ready, how many are being made, and which session holds which.
+/// The spares ready, how many are being made, and which session holds which; and the call
+/// that wakes [`keep_ready`] to make those missing.
 #[derive(Clone, Default)]
 pub(super) struct Spares {
     inner: Arc<Mutex<Inner>>,
+    wanted: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -67,6 +73,12 @@ impl Spares {
         inner.held.remove(&session)
     }
 
+    /// Wakes [`keep_ready`] to make the spares missing (one taken, or kept from being made by
+    /// an engine out of reach); a call while it makes some wakes it again once they are made.
+    pub(super) fn make_missing(&self) {
+        self.wanted.notify_one();
+    }
+
     /// How many spares to start making so that `wanted` are ready or being made, counted as
     /// being made from now on.
     fn to_make(&self, wanted: usize) -> usize {
@@ -90,36 +102,63 @@ impl Spares {
     }
 }
 
-/// Makes spares, one after the other, until the fence's number is ready or being made; gives
-/// up on the first that fails (made again after the next start that takes one).
-pub(super) async fn refill(ctx: Ctx) {
+/// Keeps the fence's number of spares ready: makes those missing now, and again each time
+/// [`Spares::make_missing`] is called, until `stop`. A spare being made when `stop` comes is
+/// made to the end (bounded), never cut off mid-call, which could leave a network the engine
+/// made after all and nobody knows of.
+pub(super) async fn keep_ready(ctx: Ctx, stop: CancellationToken) {
+    loop {
+        make_missing(&ctx, &stop).await;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ctx.spares.wanted.notified() => {}
+        }
+    }
+}
+
+/// Makes spares, one after the other, until the fence's number is ready or being made, or
+/// `stop`; gives up on the first that fails (made again after the next start that takes one).
+async fn make_missing(ctx: &Ctx, stop: &CancellationToken) {
     let count = ctx.spares.to_make(ctx.config.fence.spares);
     for i in 0..count {
-        let id = Uuid::new_v4();
-        let name = network_name(id);
-        let labels = HashMap::from([
-            (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
-            (LABEL_SPARE.to_string(), ctx.agent_id.clone()),
-        ]);
-        let making = super::kernels::make_bridge(&ctx, &name, id, 1, false, labels);
-        let made = tokio::select! {
-            _ = ctx.stop.cancelled() => Err("the agent stops".to_string()),
-            made = tokio::time::timeout(MAKING_BOUND, making) => {
-                made.unwrap_or_else(|_| Err(format!("no answer in {MAKING_BOUND:?}")))
-            }
+        let made = if stop.is_cancelled() {
+            Err("the agent stops".to_string())
+        } else {
+            make_one(ctx).await
         };
         match made {
-            Ok(()) => ctx.spares.made(Some(name)),
+            Ok(name) => ctx.spares.made(Some(name)),
             Err(e) => {
                 tracing::debug!(error = %e, "a spare network was not made");
                 // This one and the rest were counted as being made: no longer.
                 for _ in i..count {
                     ctx.spares.made(None);
                 }
-                // Made after all (an answer lost, or the agent stopping): not left behind.
-                let _ = ctx.docker.remove_network(&name).await;
                 return;
             }
+        }
+    }
+}
+
+/// One spare made, its name; or why not (then nothing of it is left, as far as the engine
+/// answers).
+async fn make_one(ctx: &Ctx) -> Result<String, String> {
+    let id = Uuid::new_v4();
+    let name = network_name(id);
+    let labels = HashMap::from([
+        (LABEL_AGENT.to_string(), ctx.agent_id.clone()),
+        (LABEL_SPARE.to_string(), ctx.agent_id.clone()),
+    ]);
+    let making = super::kernels::make_bridge(ctx, &name, id, 1, false, labels);
+    match tokio::time::timeout(MAKING_BOUND, making).await {
+        Ok(Ok(())) => Ok(name),
+        failed => {
+            // Made after all (an answer lost, or late): not left behind.
+            let _ = ctx.docker.remove_network(&name).await;
+            Err(match failed {
+                Ok(Err(e)) => e,
+                _ => format!("no answer in {MAKING_BOUND:?}"),
+            })
         }
     }
 }
