@@ -1039,28 +1039,9 @@ pub async fn start(
 
     // Where berth's time goes, by the log's clock: each step's p50 after the request.
     let steps = db::start_steps(&pool.get().await?, &started_ids).await?;
-    let names = [
-        "placed",
-        "agent's first report (PREPARING)",
-        "CREATING",
-        "kernel started",
-        "RUNNING",
-    ];
-    let reached: Vec<String> = names
-        .iter()
-        .enumerate()
-        .map(|(step, name)| {
-            let mut times: Vec<f64> = steps.iter().filter_map(|s| s[step]).collect();
-            times.sort_unstable_by(f64::total_cmp);
-            match times.is_empty() {
-                true => format!("{name}: never"),
-                false => format!("{name} {:.1} ms", percentile(&times, 0.5)),
-            }
-        })
-        .collect();
     println!(
         "berth's steps after the request, p50: {}",
-        reached.join(", ")
+        steps_reached(&steps, |times| percentile(times, 0.5))
     );
     watch.relayed_after.sort_unstable_by(f64::total_cmp);
     println!(
@@ -1076,6 +1057,14 @@ pub async fn start(
     watch.running(&ids).await?;
     let took = started.elapsed().as_secs_f64();
     let berth_rate = burst as f64 / took;
+    // Where the burst's time goes: the middle session's steps, and the last to reach each.
+    let steps = db::start_steps(&pool.get().await?, &ids).await?;
+    let last = |times: &[f64]| times.last().copied().unwrap_or_default();
+    println!(
+        "the burst's steps after its request, p50: {}; the last session: {}",
+        steps_reached(&steps, |times| percentile(times, 0.5)),
+        steps_reached(&steps, last),
+    );
     // The same number of plain `docker run -d`, all at once, on an engine as quiet as berth's
     // burst had: berth's sessions ended and their containers gone (the agent stops and removes
     // them, which would otherwise compete with the baseline for the same cores).
@@ -1465,6 +1454,31 @@ async fn wait_ended(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Each step of a start (placed, the agent's first report, CREATING, the kernel started,
+/// RUNNING) as `at` sums up the sessions' times after their request (sorted, in ms).
+fn steps_reached(steps: &[[Option<f64>; 5]], at: impl Fn(&[f64]) -> f64) -> String {
+    let names = [
+        "placed",
+        "agent's first report (PREPARING)",
+        "CREATING",
+        "kernel started",
+        "RUNNING",
+    ];
+    let reached: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(step, name)| {
+            let mut times: Vec<f64> = steps.iter().filter_map(|s| s[step]).collect();
+            times.sort_unstable_by(f64::total_cmp);
+            match times.is_empty() {
+                true => format!("{name}: never"),
+                false => format!("{name} {:.1} ms", at(&times)),
+            }
+        })
+        .collect();
+    reached.join(", ")
 }
 
 /// Until agent `agent_id` has no container left on `docker`, nor a session's network, and

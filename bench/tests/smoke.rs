@@ -179,7 +179,12 @@ fn wake() {
 
 #[test]
 fn start() {
-    bench(&["start", "--sessions", "3", "--burst", "2"]);
+    let printed = bench(&["start", "--sessions", "3", "--burst", "2"]);
+    // Every session of the burst reached RUNNING in the log, so its last one's steps are there.
+    assert!(
+        printed.contains("the last session: placed") && !printed.contains("never"),
+        "{printed}"
+    );
 }
 
 #[test]
