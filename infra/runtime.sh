@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Makes berth's runtime, which every agent lends each container read-only at /opt/berth
 # (BERTH_AGENT_RUNTIME): tmux with its own dynamic loader and libraries, so that the terminal
-# is tmux in any image with a /bin/sh (busybox, musl or glibc, whatever the image holds), the
+# is tmux in any image with a /bin/sh (busybox, musl or glibc, whatever the image holds); the
+# host's `sleep` beside it and `lib/loader`, the loader by a name that does not change, which
+# the agent's network sandboxes run in a root file system of nothing (services/agent's
+# docker/spares.rs); the
 # terminfo entries it and the programs under it need, and its configuration (the seeds'
 # habits: Ctrl-B as the prefix, the mouse on, a long history; a user's ~/.tmux.conf read
 # last). Built from this host's tmux (Debian's, installed when missing), for this host's
@@ -11,7 +14,7 @@
 set -euo pipefail
 say() { printf '[runtime] %s\n' "$*" >&2; }
 DIR="${1:?usage: infra/runtime.sh DIR}"
-RECIPE=1
+RECIPE=2
 # Where the runtime is mounted in a container: the wrapper and the configuration name it.
 MOUNTED=/opt/berth
 
@@ -30,12 +33,15 @@ WORK="$(mktemp -d "${DIR%/}.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/bin" "$WORK/lib" "$WORK/terminfo"
 cp "$TMUX_BIN" "$WORK/lib/tmux"
-# The loader and every library tmux links, as this host resolves them.
-ldd "$TMUX_BIN" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | while read -r lib; do
+SLEEP_BIN="$(command -v sleep)"
+cp "$SLEEP_BIN" "$WORK/lib/sleep"
+# The loader and every library tmux and sleep link, as this host resolves them.
+ldd "$TMUX_BIN" "$SLEEP_BIN" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | while read -r lib; do
   cp -L "$lib" "$WORK/lib/"
 done
 LOADER="$(ldd "$TMUX_BIN" | awk '$1 ~ /^\/.*ld-linux/ {print $1}' | xargs -r basename)"
 [ -n "$LOADER" ] && [ -f "$WORK/lib/$LOADER" ] || { say "no dynamic loader found for $TMUX_BIN"; exit 1; }
+ln -s "$LOADER" "$WORK/lib/loader"
 for entry in xterm-256color xterm screen screen-256color tmux tmux-256color linux vt100; do
   found="$(find /usr/share/terminfo /lib/terminfo /etc/terminfo -name "$entry" 2>/dev/null | head -1)"
   if [ -n "$found" ]; then

@@ -148,8 +148,11 @@ leave_nothing() {
     kill_tree "$pid"
   done
   infra/host.sh down-all >/dev/null 2>&1 || true
-  # The spare bridges that agents the tests killed (SIGKILL, no chance to clean up) kept made
-  # ahead; one a container is on is refused by the engine and stays.
+  # The spares that agents the tests killed (SIGKILL, no chance to clean up) kept made ahead:
+  # their sandboxes, then their bridges; one a session's container is on is refused by the
+  # engine and stays.
+  docker ps -aq --filter label=ai.berth.spare 2>/dev/null \
+    | xargs -r docker rm -f >/dev/null 2>&1 || true
   docker network ls -q --filter label=ai.berth.spare 2>/dev/null \
     | xargs -r docker network rm >/dev/null 2>&1 || true
   if [ "$servers_were_running" -eq 0 ]; then

@@ -201,6 +201,10 @@ enum BenchCommand {
         /// start, as before they were).
         #[arg(long, default_value_t = 2)]
         spare_networks: usize,
+        /// The agent lends no runtime, so its spares are bridges alone and every kernel has a
+        /// network endpoint of its own (as before 2026-12-03).
+        #[arg(long)]
+        no_sandboxes: bool,
     },
     /// A folder's write of `--mib` MiB from inside a session on a shared volume (a directory
     /// the engine bind-mounts, `--volume-dir`; an NFS mount to measure that), next to a
@@ -454,7 +458,19 @@ async fn run(config: &Config, command: BenchCommand) -> anyhow::Result<()> {
             sessions,
             burst,
             spare_networks,
-        } => crate::sessions::start(&config.nats_url, &url, sessions, burst, spare_networks).await,
+            no_sandboxes,
+        } => {
+            let sandboxes = !no_sandboxes;
+            crate::sessions::start(
+                &config.nats_url,
+                &url,
+                sessions,
+                burst,
+                spare_networks,
+                sandboxes,
+            )
+            .await
+        }
         BenchCommand::VolumeWrite {
             mib,
             rounds,

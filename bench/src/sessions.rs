@@ -301,6 +301,9 @@ pub(crate) struct BenchEngine {
     pub(crate) volumes: std::collections::BTreeMap<String, std::path::PathBuf>,
     /// How many fenced bridges its agents keep made ahead (`BERTH_SESSION_SPARE_NETWORKS`).
     pub(crate) spare_networks: usize,
+    /// berth's runtime, lent to its agents' containers as `infra/up.sh` lends it (and so a
+    /// sandbox on each spare bridge, [`agent::docker`]'s spares).
+    pub(crate) runtime: Option<std::path::PathBuf>,
 }
 
 /// The local engine, whose host must hold `image` (`infra/images.sh` builds it).
@@ -322,7 +325,15 @@ async fn holding(
         images,
         volumes: Default::default(),
         spare_networks: agent::docker::fence::NetworkFence::default().spares,
+        runtime: Some(berth_runtime().await?),
     })
+}
+
+/// berth's runtime ([`testkit::berth_runtime`]), made off the async threads.
+async fn berth_runtime() -> anyhow::Result<std::path::PathBuf> {
+    tokio::task::spawn_blocking(testkit::berth_runtime)
+        .await?
+        .map_err(anyhow::Error::msg)
 }
 
 /// Admits and starts a Docker agent `agent_id` for a bench, through the agent's one start,
@@ -364,7 +375,7 @@ pub(crate) async fn bench_docker_agent(
                     spares: engine.spare_networks,
                     ..Default::default()
                 },
-                runtime: None,
+                runtime: engine.runtime.clone(),
             },
         },
     };
@@ -568,6 +579,37 @@ async fn bare_fenced_create_and_start(
     docker.create_network(create).await?;
     bare_create_and_start_on(docker, name, Some(&network)).await?;
     Ok(network)
+}
+
+/// A network made as [`bare_fenced_create_and_start`] makes it, and a container `{name}-ns`
+/// started on it, whose namespace [`bare_create_and_start`]'s container joins (as a kernel
+/// joins a spare's sandbox): the network and the sandbox made first, untimed. Only the join's
+/// create and start are timed; the network's name, to remove.
+async fn bare_joined_create_and_start(
+    docker: &bollard::Docker,
+    name: &str,
+    subnet: &str,
+) -> anyhow::Result<(Duration, String)> {
+    let sandbox = format!("{name}-ns");
+    let network = bare_fenced_create_and_start(docker, &sandbox, subnet).await?;
+    let started = Instant::now();
+    bare_create_and_start_on(docker, name, Some(&format!("container:{sandbox}"))).await?;
+    let took = started.elapsed();
+    remove_bench_container(docker, name).await;
+    remove_bench_container(docker, &sandbox).await;
+    Ok((took, network))
+}
+
+/// Whether session `id`'s main kernel runs in a spare's sandbox's network namespace.
+async fn joined_a_sandbox(docker: &bollard::Docker, id: Uuid) -> bool {
+    let name = format!("berth-{}-0", id.simple());
+    let Ok(inspected) = docker.inspect_container(&name, None).await else {
+        return false;
+    };
+    inspected
+        .host_config
+        .and_then(|h| h.network_mode)
+        .is_some_and(|mode| mode.starts_with("container:"))
 }
 
 async fn remove_bench_network(docker: &bollard::Docker, network: &str) {
@@ -906,13 +948,22 @@ pub async fn start(
     sessions: usize,
     burst: usize,
     spare_networks: usize,
+    sandboxes: bool,
 ) -> anyhow::Result<()> {
     let pool = events::store::pool(url, 16)?;
     berth::app::migrate(&pool).await?;
     launcher::access::bootstrap(&pool).await?;
     let mut engine = bench_engine("berth/shell:latest").await?;
     engine.spare_networks = spare_networks;
+    if !sandboxes {
+        engine.runtime = None;
+    }
     println!("the agent keeps {spare_networks} fenced bridges made ahead (--spare-networks)");
+    if sandboxes {
+        println!("each with a sandbox whose network namespace a batch kernel joins (--no-sandboxes: none)");
+    } else {
+        println!("with no sandbox on them: every kernel has a network endpoint of its own (--no-sandboxes)");
+    }
     let docker = engine.docker.clone();
     let agent_id = format!("bench{}", std::process::id());
     let stop = tokio_util::sync::CancellationToken::new();
@@ -957,6 +1008,8 @@ pub async fn start(
         }
     };
 
+    // The agent's spares ready before the first start, as before every later one.
+    wait_containers_gone(&docker, &agent_id, spare_networks).await?;
     // One at a time: berth, then plain `docker run -d`, then the Engine API's bare create
     // and start of the same container, in turn.
     let mut berth_times = Vec::new();
@@ -964,6 +1017,8 @@ pub async fn start(
     let mut plain_times = Vec::new();
     let mut api_times = Vec::new();
     let mut fenced_times = Vec::new();
+    let mut joined_times = Vec::new();
+    let mut joined = 0;
     let mut started_ids = Vec::new();
     for i in 0..sessions {
         // Each start on a quiet engine: the session before it has left its agent.
@@ -982,6 +1037,9 @@ pub async fn start(
             } else {
                 berth_times.push(started.elapsed());
                 started_ids.extend(ids.iter().copied());
+                for id in &ids {
+                    joined += usize::from(joined_a_sandbox(&docker, *id).await);
+                }
             }
             end_all(ids.clone()).await?;
             gone(ids).await?;
@@ -1005,6 +1063,11 @@ pub async fn start(
         let network = bare_fenced_create_and_start(&docker, &name, FENCED_SUBNET).await?;
         fenced_times.push(started.elapsed());
         remove_bench_container(&docker, &name).await;
+        remove_bench_network(&docker, &network).await;
+
+        let name = format!("berth-bench-joined-{}-{i}", std::process::id());
+        let (took, network) = bare_joined_create_and_start(&docker, &name, FENCED_SUBNET).await?;
+        joined_times.push(took);
         remove_bench_network(&docker, &network).await;
     }
     let pct = |v: &mut Vec<Duration>, q: f64| {
@@ -1035,6 +1098,12 @@ pub async fn start(
         f50 - a50,
         b50 / f50,
         b99 / f99,
+    );
+    let (j50, j99) = (pct(&mut joined_times, 0.5), pct(&mut joined_times, 0.99));
+    println!(
+        "bare Engine API joining the namespace of a container on such a network, both made first (as a kernel joins a spare's sandbox): p50 {j50:.1} ms, p99 {j99:.1} ms; berth/that at p50 = {:.2}, at p99 = {:.2}; {joined} of {sessions} batch sessions ran in a spare's sandbox",
+        b50 / j50,
+        b99 / j99,
     );
 
     // Where berth's time goes, by the log's clock: each step's p50 after the request.
@@ -1495,9 +1564,15 @@ async fn wait_containers_gone(
         )])
     };
     loop {
+        // The sessions' containers (the spares' sandboxes stay).
+        let mut filters = label();
+        filters
+            .entry("label".to_string())
+            .or_default()
+            .push("ai.berth.session".to_string());
         let options = bollard::container::ListContainersOptions::<String> {
             all: true,
-            filters: label(),
+            filters,
             ..Default::default()
         };
         if docker.list_containers(Some(options)).await?.is_empty() {
@@ -1506,9 +1581,9 @@ async fn wait_containers_gone(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Then the sessions' own networks, which the agent removes after their containers, and
-    // the spare bridges it makes again (as many as its fence keeps, and no more: a spare a
-    // session used is removed with it): the engine's making or removal of a bridge would
-    // otherwise run beside the next start measured. A spare the engine did not make is not
+    // the spares (bridge and sandbox) it makes again (as many as its fence keeps, and no
+    // more: a spare a session used is removed with it): the engine's making or removal of a
+    // bridge or a sandbox would otherwise run beside the next start measured. A spare the engine did not make is not
     // waited for past a bound.
     let bound = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -1522,7 +1597,20 @@ async fn wait_containers_gone(
                     .is_some_and(|l| l.contains_key("ai.berth.session"))
             })
             .count();
-        if sessions == 0 && (networks.len() == spares || tokio::time::Instant::now() > bound) {
+        // And the sandbox on each spare running (the agent lends its runtime).
+        let mut filters = label();
+        filters
+            .entry("label".to_string())
+            .or_default()
+            .push("ai.berth.spare".to_string());
+        filters.insert("status".to_string(), vec!["running".to_string()]);
+        let options = bollard::container::ListContainersOptions::<String> {
+            filters,
+            ..Default::default()
+        };
+        let sandboxes = docker.list_containers(Some(options)).await?.len();
+        let ready = networks.len() == spares && sandboxes == spares;
+        if sessions == 0 && (ready || tokio::time::Instant::now() > bound) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

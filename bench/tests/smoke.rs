@@ -180,6 +180,13 @@ fn wake() {
 #[test]
 fn start() {
     let printed = bench(&["start", "--sessions", "3", "--burst", "2"]);
+    // The agent lends its runtime: its spares have sandboxes, which a batch session joins
+    // (the first of three at least: the bench waits for the spares before each start).
+    let joined = printed
+        .lines()
+        .find_map(|l| l.split_once(" of 3 batch sessions ran in a spare's sandbox"))
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse::<usize>().ok());
+    assert!(joined.is_some_and(|n| n >= 1), "{printed}");
     // Every session reached RUNNING in the log, so every step is there, the burst's last
     // session's too.
     let steps: Vec<&str> = printed.lines().filter(|l| l.contains("steps")).collect();

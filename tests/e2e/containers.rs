@@ -96,33 +96,12 @@ impl AgentSetup {
     }
 }
 
-/// A Docker agent of the engine `docker` (another host's, say), set up as `setup`.
-/// berth's runtime, as `berth agent` lends it (`BERTH_AGENT_RUNTIME`, which infra/test.sh
-/// makes): else made once under the target directory by `infra/runtime.sh`, under a lock, since
-/// every test runs in a process of its own.
+/// berth's runtime, as `berth agent` lends it ([`testkit::berth_runtime`]).
 pub(crate) fn berth_runtime() -> std::path::PathBuf {
-    static MADE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    MADE.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("BERTH_AGENT_RUNTIME") {
-            return dir.into();
-        }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        let dir = target.join("berth-runtime");
-        let made = std::process::Command::new("flock")
-            .arg(target.join("berth-runtime.lock"))
-            .arg(root.join("infra/runtime.sh"))
-            .arg(&dir)
-            .status()
-            .expect("flock runs infra/runtime.sh");
-        assert!(made.success(), "infra/runtime.sh {}", dir.display());
-        dir
-    })
-    .clone()
+    testkit::berth_runtime().expect("berth's runtime")
 }
 
+/// A Docker agent of the engine `docker` (another host's, say), set up as `setup`.
 pub(crate) async fn start_agent_on(
     h: &Harness,
     id: &str,
@@ -266,12 +245,10 @@ pub(crate) async fn logs(h: &Harness, id: &str) -> String {
         .to_owned()
 }
 
-async fn containers_of(session: &str) -> usize {
+/// Every container of this engine, running or not, with all of `labels`.
+async fn containers_labelled(labels: Vec<String>) -> Vec<bollard::models::ContainerSummary> {
     let docker = agent::docker::connect().await.unwrap();
-    let filters = std::collections::HashMap::from([(
-        "label".to_string(),
-        vec![format!("ai.berth.session={session}")],
-    )]);
+    let filters = std::collections::HashMap::from([("label".to_string(), labels)]);
     docker
         .list_containers(Some(bollard::container::ListContainersOptions {
             all: true,
@@ -280,7 +257,60 @@ async fn containers_of(session: &str) -> usize {
         }))
         .await
         .unwrap()
+}
+
+async fn containers_of(session: &str) -> usize {
+    containers_labelled(vec![format!("ai.berth.session={session}")])
+        .await
         .len()
+}
+
+/// The names of agent `agent_id`'s spares' sandboxes on this host, and whether each runs.
+async fn sandboxes_of(agent_id: &str) -> Vec<(String, bool)> {
+    let labels = vec![
+        format!("ai.berth.agent={agent_id}"),
+        "ai.berth.spare".to_string(),
+    ];
+    let mut found: Vec<(String, bool)> = containers_labelled(labels)
+        .await
+        .into_iter()
+        .map(|c| {
+            let name = c.names.unwrap_or_default().concat();
+            let running = c.state.as_deref() == Some("running");
+            (name.trim_start_matches('/').to_owned(), running)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Until agent `agent_id` keeps `count` spares ready: bridges, each with its sandbox running.
+async fn wait_spares(agent_id: &str, count: usize) {
+    wait_for(|| async {
+        let networks = networks_of(agent_id).await;
+        let sandboxes = sandboxes_of(agent_id).await;
+        let ready = networks.len() == count
+            && sandboxes.len() == count
+            && sandboxes.iter().all(|(_, running)| *running);
+        ready.then_some(())
+    })
+    .await;
+}
+
+/// The name of the container whose network namespace session `session`'s main kernel
+/// joined (the engine keeps it by its id); `None`: it has an endpoint of its own.
+async fn joined_of(session: &str) -> Option<String> {
+    let docker = agent::docker::connect().await.unwrap();
+    let name = format!("berth-{}-0", Uuid::parse_str(session).unwrap().simple());
+    let inspected = docker.inspect_container(&name, None).await.unwrap();
+    let mode = inspected
+        .host_config
+        .unwrap()
+        .network_mode
+        .unwrap_or_default();
+    let joined = mode.strip_prefix("container:")?;
+    let sandbox = docker.inspect_container(joined, None).await.unwrap();
+    Some(sandbox.name.unwrap().trim_start_matches('/').to_owned())
 }
 
 /// The networks agent `agent_id` made on this host, each with its labels.
@@ -579,15 +609,24 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     let agent_id = fresh_agent_id();
     let dir = data_dir();
     let first = docker_agent(&h, &agent_id, &dir).await;
-    // Its two spare bridges made ahead: the sessions' starts take them.
-    wait_for(|| async { (networks_of(&agent_id).await.len() == 2).then_some(()) }).await;
+    // Its two spares made ahead: the sessions' starts take them.
+    wait_spares(&agent_id, 2).await;
+    // The one that will survive is a batch session, which publishes no port: it runs in the
+    // namespace of its spare's sandbox, which the restart must leave to it.
+    let (_, created) = h.create(&h.admin_key, batch("sleep 600")).await;
+    let survivor = ids(&created)[0].clone();
+    h.wait_session(&survivor, |s| s["status"] == "RUNNING")
+        .await;
+    let sandbox = format!("{}-sandbox", network_of(&survivor).await);
+    assert_eq!(joined_of(&survivor).await, Some(sandbox.clone()));
     let interactive =
         json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}});
     let mut sessions = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..2 {
         let (_, created) = h.create(&h.admin_key, interactive.clone()).await;
         sessions.push(ids(&created)[0].clone());
     }
+    sessions.push(survivor);
     for id in &sessions {
         h.wait_session(id, |s| s["status"] == "RUNNING").await;
     }
@@ -640,6 +679,9 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
 
     let second = docker_agent(&h, &agent_id, &dir).await;
     wait_for(|| async { (containers_of(&sessions[0]).await == 0).then_some(()) }).await;
+    // The restart's clean-up removed the spares no live session holds, never the survivor's
+    // sandbox, whose namespace its kernel runs in.
+    wait_spares_beside(&agent_id, &sandbox).await;
     let lost = h
         .wait_session(&sessions[1], |s| s["status"] == "ERROR")
         .await;
@@ -670,9 +712,21 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
         left.is_empty().then_some(())
     })
     .await;
+    assert!(
+        !sandboxes_of(&agent_id)
+            .await
+            .iter()
+            .any(|(name, _)| *name == sandbox),
+        "the survivor's sandbox went with it"
+    );
     second.stop.cancel();
     // Once it stopped, neither are the spares it kept ready.
-    wait_for(|| async { networks_of(&agent_id).await.is_empty().then_some(()) }).await;
+    wait_for(|| async {
+        let gone =
+            networks_of(&agent_id).await.is_empty() && sandboxes_of(&agent_id).await.is_empty();
+        gone.then_some(())
+    })
+    .await;
     let client = h.pool.get().await.unwrap();
     let stuck: i64 = client
         .query_one("SELECT count(*) FROM ledger.sessions WHERE status NOT IN ('TERMINATED','ERROR','CANCELLED')", &[])
@@ -685,24 +739,98 @@ async fn a_killed_agent_started_again_leaves_no_orphan_and_no_session_stuck() {
     assert!(replay.equal(), "{:?}", replay.differences);
 }
 
+/// Until agent `agent_id` has its two spares ready beside the live one whose sandbox is
+/// `sandbox`, which still runs.
+async fn wait_spares_beside(agent_id: &str, sandbox: &str) {
+    wait_for(|| async {
+        let sandboxes = sandboxes_of(agent_id).await;
+        let kept = sandboxes
+            .iter()
+            .any(|(name, running)| name == sandbox && *running);
+        let ready = sandboxes.len() == 3 && sandboxes.iter().all(|(_, running)| *running);
+        (kept && ready).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_batch_session_runs_in_its_spares_sandbox_and_leaves_neither_behind() {
+    let h = start().await;
+    let (agent_id, dir) = (fresh_agent_id(), data_dir());
+    let _agent = docker_agent(&h, &agent_id, &dir).await;
+    wait_spares(&agent_id, 2).await;
+    let spares = sandboxes_of(&agent_id).await;
+    let (status, created) = h
+        .create(&h.admin_key, batch("ip -4 -o addr show eth0; sleep 600"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = ids(&created)[0].clone();
+    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let network = network_of(&id).await;
+    let sandbox = format!("{network}-sandbox");
+    assert!(
+        spares.iter().any(|(name, _)| *name == sandbox),
+        "one of the spares ready: {sandbox} in {spares:?}"
+    );
+    assert_eq!(joined_of(&id).await, Some(sandbox.clone()));
+    // The kernel has the sandbox's address on the spare's bridge, a subnet of the fence's pool.
+    let docker = agent::docker::connect().await.unwrap();
+    let bridge = docker
+        .inspect_network::<String>(&network, None)
+        .await
+        .unwrap();
+    let subnet = bridge.ipam.unwrap().config.unwrap()[0]
+        .subnet
+        .clone()
+        .unwrap();
+    assert!(subnet.starts_with("10.213."), "{subnet}");
+    let output = wait_for(|| async {
+        let output = logs(&h, &id).await;
+        output.contains("inet ").then_some(output)
+    })
+    .await;
+    let prefix = subnet.rsplit_once('.').unwrap().0;
+    assert!(
+        output.contains(&format!("inet {prefix}.")),
+        "{output} on {subnet}"
+    );
+    let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.wait_session(&id, |s| s["status"] == "TERMINATED").await;
+    // Its sandbox and bridge went with it; two spares are ready again, neither of them its.
+    wait_spares(&agent_id, 2).await;
+    assert!(!sandboxes_of(&agent_id)
+        .await
+        .iter()
+        .any(|(name, _)| *name == sandbox));
+    assert!(!networks_of(&agent_id)
+        .await
+        .iter()
+        .any(|(name, _)| *name == network));
+}
+
 #[tokio::test]
 async fn a_session_whose_spare_network_was_removed_under_the_agent_runs_on_its_own() {
     let h = start().await;
     let (agent_id, dir) = (fresh_agent_id(), data_dir());
     let first = docker_agent(&h, &agent_id, &dir).await;
-    wait_for(|| async { (networks_of(&agent_id).await.len() == 2).then_some(()) }).await;
-    // What `docker network prune` does to the spares no container is on.
+    wait_spares(&agent_id, 2).await;
+    // An operator's removal of what no session uses (`docker rm -f` of the sandboxes, then
+    // `docker network prune`).
     let docker = agent::docker::connect().await.unwrap();
     for (name, labels) in networks_of(&agent_id).await {
         assert!(labels.contains_key("ai.berth.spare"), "{name}: {labels:?}");
+        let force = bollard::container::RemoveContainerOptions {
+            force: true,
+            ..Default::default()
+        };
+        docker
+            .remove_container(&format!("{name}-sandbox"), Some(force))
+            .await
+            .unwrap();
         docker.remove_network(&name).await.unwrap();
     }
-    let (status, created) = h
-        .create(
-            &h.admin_key,
-            json!({"image": "berth/shell:latest", "resources": {"cpu": 0.5, "memory": "64m"}}),
-        )
-        .await;
+    let (status, created) = h.create(&h.admin_key, batch("sleep 600")).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
     h.wait_session(&id, |s| s["status"] == "RUNNING").await;
@@ -721,6 +849,7 @@ async fn a_session_whose_spare_network_was_removed_under_the_agent_runs_on_its_o
         .map(|(name, _)| name)
         .collect();
     assert_eq!(left, vec![own], "no spare outlives the agent's stop");
+    assert_eq!(sandboxes_of(&agent_id).await, vec![], "nor a sandbox");
     let _second = docker_agent(&h, &agent_id, &dir).await;
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);

@@ -63,6 +63,11 @@ pub(super) async fn adopt_leftovers(
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or_default();
         let labels = c.labels.unwrap_or_default();
+        // A spare's sandbox goes with its spare's bridge (below), unless a live session's
+        // kernel is in its namespace.
+        if labels.contains_key(LABEL_SPARE) {
+            continue;
+        }
         // Exited while no run of the agent watched it: its output, exit code and times are
         // still the engine's, read before it is removed (see `session`).
         let exited = matches!(c.state.as_deref(), Some("exited" | "dead"));
@@ -152,8 +157,8 @@ pub(super) async fn adopt_leftovers(
 }
 
 /// Removes the networks this agent made for sessions that are no longer live (their
-/// containers are gone: the engine refuses to remove a network still in use), and its spare
-/// bridges but those a live session's container is on (the engine refuses those).
+/// containers are gone: the engine refuses to remove a network still in use), and its spares
+/// (bridge and sandbox) but those a live session holds, which its kernel's label told above.
 async fn remove_leftover_networks(
     ctx: &Ctx,
     live: &HashMap<Uuid, SessionStatus>,
@@ -173,10 +178,9 @@ async fn remove_leftover_networks(
     for network in networks {
         let labels = network.labels.unwrap_or_default();
         if labels.contains_key(LABEL_SPARE) {
-            if let Some(name) = &network.name {
-                if ctx.docker.remove_network(name).await.is_ok() {
-                    tracing::info!(network = %name, "removed a spare network no container is on");
-                }
+            if let Some(name) = network.name.as_ref().filter(|n| !ctx.spares.is_held(n)) {
+                super::spares::remove(&ctx.docker, name).await;
+                tracing::info!(network = %name, "removed a spare no live session holds");
             }
             continue;
         }

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::engine::{self, EngineWatch};
-use super::spec::{container_name, network_name};
+use super::spec::{container_name, network_name, sandbox_name};
 use crate::AgentError;
 
 /// How the runtime is set up.
@@ -221,17 +221,19 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
     remove_network(ctx, session_id).await;
 }
 
-/// Removes session `session_id`'s network (its own, or the spare it took) once no container
-/// is on it. On one engine, the last agent whose kernels leave a cluster's bridge removes it
+/// Removes session `session_id`'s network (its own, or the spare it took, with its sandbox)
+/// once no container is on it. On one engine, the last agent whose kernels leave a cluster's bridge removes it
 /// (the engine refuses while another's are on it). A swarm's overlay may be removed only by
 /// a manager, which its workers' agents are not: there each agent waits up to 30 s for the
 /// other engines' kernels to leave, so that the main kernel's agent, whose engine made it,
 /// removes it last.
 pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
-    let name = ctx
-        .spares
-        .release(session_id)
-        .unwrap_or_else(|| network_name(session_id));
+    let spare = ctx.spares.release(session_id);
+    if let Some(spare) = &spare {
+        // The sandbox on a spare goes first, its kernel gone (the bridge stays while it is on).
+        remove(ctx, &sandbox_name(spare)).await;
+    }
+    let name = spare.unwrap_or_else(|| network_name(session_id));
     for _ in 0..300 {
         match ctx.docker.remove_network(&name).await {
             Err(e) if ctx.swarm && e.to_string().contains("active endpoints") => {

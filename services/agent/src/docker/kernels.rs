@@ -74,10 +74,13 @@ pub(super) async fn create_kernels(
     if layout.cluster() {
         return create_and_start(ctx, state, &layout, false, terminal_port, go_ahead).await;
     }
-    // A single kernel runs on a bridge made ahead when one is ready ([`super::spares`]).
+    // A single kernel runs on a bridge made ahead when one is ready ([`super::spares`]), in
+    // the namespace of the sandbox on it unless it publishes ports.
     let spare = ctx.spares.take(id);
-    if let Some(name) = &spare {
-        layout.network = name.clone();
+    if let Some(spare) = &spare {
+        layout.network = spare.network.clone();
+        layout.sandbox = (spare.sandbox && !spec::publishes_ports(state))
+            .then(|| spec::sandbox_name(&spare.network));
     }
     let mut started = create_and_start(
         ctx,
@@ -89,13 +92,15 @@ pub(super) async fn create_kernels(
     )
     .await;
     // A spare removed under the agent (`docker network prune` removes every network no
-    // container is on): the engine refuses the start, and the session's own network is made
-    // instead (its move to CREATING went through already).
-    if let (Some(name), Err(reason)) = (&spare, &started) {
-        if reason.contains(name.as_str()) && reason.contains("not found") {
-            tracing::info!(session = %id, network = %name, "the spare network was gone; making the session's own");
+    // container is on; a sandbox removed by hand): the engine refuses the start, and the
+    // session's own network is made instead (its move to CREATING went through already).
+    if let (Some(spare), Err(reason)) = (&spare, &started) {
+        if spare_gone(reason, &spare.network) {
+            tracing::info!(session = %id, network = %spare.network, "the spare was gone; making the session's own network");
             ctx.spares.release(id);
+            super::spares::remove(&ctx.docker, &spare.network).await;
             layout.network = spec::network_name(id);
+            layout.sandbox = None;
             let go_ahead = std::future::ready(true);
             started = create_and_start(ctx, state, &layout, false, terminal_port, go_ahead).await;
         }
@@ -108,6 +113,16 @@ pub(super) async fn create_kernels(
     // those an engine out of reach kept from being made.
     ctx.spares.make_missing();
     started
+}
+
+/// Whether a start failed because spare `network`, or its sandbox, was not there: the engine
+/// names what it did not find (`network berth-… not found`, `No such container:
+/// berth-…-sandbox`), or refuses to join a sandbox that no longer runs (by its id: only a
+/// kernel on a sandbox joins another container's namespace).
+fn spare_gone(reason: &str, network: &str) -> bool {
+    let missing = reason.contains("not found") || reason.contains("No such container");
+    (reason.contains(network) && missing)
+        || reason.contains("cannot join network of a non running container")
 }
 
 /// [`create_kernels`] on `layout`, its network a `spare` made ahead or not.
@@ -643,4 +658,27 @@ pub(super) async fn report_adopted(ctx: &Ctx, state: &SessionState) -> bool {
             .await,
         Ok(Answer::Recorded { .. })
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spare_gone;
+
+    #[test]
+    fn a_start_refused_for_a_spare_or_its_sandbox_not_there_is_told_from_other_failures() {
+        let net = "berth-0f3a";
+        for reason in [
+            "creating the container failed: Docker responded with status code 404: network berth-0f3a not found",
+            "creating the container failed: Docker responded with status code 404: No such container: berth-0f3a-sandbox",
+            "starting the container failed: Docker responded with status code 500: cannot join network of a non running container: c6963412056672d5",
+        ] {
+            assert!(spare_gone(reason, net), "{reason}");
+        }
+        for reason in [
+            "creating the container failed: Docker responded with status code 404: No such image: busybox:9",
+            "creating the container failed: Docker responded with status code 404: network berth-other not found",
+        ] {
+            assert!(!spare_gone(reason, net), "{reason}");
+        }
+    }
 }

@@ -157,7 +157,9 @@ pub async fn local_images(docker: &Docker) -> Result<HostImages, bollard::errors
         let session = domain::images::is_session_image(
             image.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         );
-        for tag in image.repo_tags.into_iter().filter(|t| t != "<none>:<none>") {
+        // The agent's own sandbox image is no session's.
+        let tags = image.repo_tags.into_iter();
+        for tag in tags.filter(|t| t != "<none>:<none>" && t != spares::SANDBOX_IMAGE) {
             if !apps.is_empty() {
                 host.apps.insert(tag.clone(), apps.clone());
             }
@@ -295,13 +297,14 @@ pub(crate) async fn run(
     }
     // Stopping the agent leaves its sessions' containers running; a restarted agent adopts them.
     sessions.abort_all();
-    // Its spare bridges go (a restarted agent would remove them anyway), the one being made
-    // once it is, for a few seconds at most: an engine out of reach does not hold up the stop.
+    // Its spares go, bridges and sandboxes (a restarted agent would remove them anyway), the
+    // one being made once it is, for a few seconds at most: an engine out of reach does not
+    // hold up the stop.
     spares_stop.cancel();
     let removed = async {
         while spare_keeper.join_next().await.is_some() {}
-        for name in &ctx.spares.drain_ready() {
-            let _ = docker.remove_network(name).await;
+        for spare in &ctx.spares.drain_ready() {
+            spares::remove(&docker, &spare.network).await;
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), removed).await;

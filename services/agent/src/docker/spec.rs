@@ -40,6 +40,9 @@ pub struct Layout {
     pub local_rank: Vec<u32>,
     /// Whether the kernels are on more than one agent.
     pub spans_agents: bool,
+    /// The container whose network namespace a single kernel joins instead of an endpoint
+    /// of its own on `network` (a spare's sandbox, [`super::spares`]); `None` for the rest.
+    pub sandbox: Option<String>,
 }
 
 impl Layout {
@@ -92,6 +95,11 @@ pub fn network_name(session_id: Uuid) -> String {
     format!("berth-{}", session_id.simple())
 }
 
+/// The name of the sandbox on spare network `network` ([`super::spares`]).
+pub fn sandbox_name(network: &str) -> String {
+    format!("{network}-sandbox")
+}
+
 /// The layout of `state`'s kernels for the agent `agent_id`.
 pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
     let size = state.request.cluster_size.max(1);
@@ -127,7 +135,16 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
         network: network_name(state.request.session_id),
         local_rank,
         spans_agents,
+        sandbox: None,
     }
+}
+
+/// Whether `state`'s main kernel publishes ports (its image's apps, the preopen ports), which
+/// only a container with a network endpoint of its own can.
+pub fn publishes_ports(state: &SessionState) -> bool {
+    let request = &state.request;
+    let interactive = request.session_type.is_attended();
+    !domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive).is_empty()
 }
 
 /// The port berth names to a cluster's frameworks as the main kernel's (`MASTER_PORT`, and
@@ -303,7 +320,10 @@ pub fn kernel_config(
         (Some(command), true) => command.clone(),
         _ => IDLE.to_owned(),
     };
-    let networking_config = Some(NetworkingConfig {
+    // A kernel that joins a sandbox's namespace has no endpoint, ports or host name of its
+    // own to give (the engine refuses them); the sandbox's are its.
+    let joined = layout.sandbox.as_ref().map(|s| format!("container:{s}"));
+    let networking_config = joined.is_none().then(|| NetworkingConfig {
         endpoints_config: HashMap::from([(
             layout.network.clone(),
             EndpointSettings {
@@ -312,6 +332,7 @@ pub fn kernel_config(
             },
         )]),
     });
+    let publishes = main && joined.is_none();
     let resources = &request.resources;
     let fence = request.fence();
     // Every container has an IPC namespace and /dev/shm of its own. A fraction that reaches
@@ -336,7 +357,7 @@ pub fn kernel_config(
         env: Some(env),
         labels: Some(labels),
         hostname: layout.cluster().then(|| host.clone()),
-        exposed_ports: main.then_some(exposed),
+        exposed_ports: publishes.then_some(exposed),
         working_dir: Some("/home/work".into()),
         // Scratch space is a volume of its own: removed with the container, and never part of
         // an image the session is committed to.
@@ -350,9 +371,9 @@ pub fn kernel_config(
             shm_size: Some(request.shared_memory_bytes as i64),
             binds: Some(binds),
             ipc_mode: Some("private".into()),
-            port_bindings: main.then_some(bindings),
+            port_bindings: publishes.then_some(bindings),
             device_requests,
-            network_mode: Some(layout.network.clone()),
+            network_mode: Some(joined.unwrap_or_else(|| layout.network.clone())),
             cap_drop: Some(DROPPED_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             pids_limit: Some(i64::from(fence.pids)),
@@ -817,5 +838,32 @@ mod tests {
         let endpoint = &config.networking_config.unwrap().endpoints_config[&net];
         assert_eq!(endpoint.aliases, None);
         assert_eq!(config.host_config.unwrap().network_mode, Some(net));
+    }
+
+    #[test]
+    fn a_single_kernel_on_a_sandbox_joins_its_namespace_with_no_endpoint_or_ports_of_its_own() {
+        let mut state = session(1);
+        assert!(publishes_ports(&state), "its preopen port");
+        state.request.preopen_ports.clear();
+        assert!(!publishes_ports(&state));
+        let mut layout = layout(&state, "a1");
+        layout.network = "berth-spare".into();
+        layout.sandbox = Some(sandbox_name(&layout.network));
+        let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
+        assert_eq!(config.hostname, None);
+        assert!(config.networking_config.is_none());
+        assert_eq!(config.exposed_ports, None);
+        assert_eq!(config.labels.unwrap()[LABEL_NETWORK], "berth-spare");
+        let host = config.host_config.unwrap();
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some("container:berth-spare-sandbox")
+        );
+        assert_eq!(host.port_bindings, None);
+
+        // One whose image has an app publishes its port: it needs an endpoint of its own.
+        state.request.apps = domain::apps::parse_service_ports("jupyter:http:8888").unwrap();
+        state.request.session_type = SessionType::Interactive;
+        assert!(publishes_ports(&state));
     }
 }
