@@ -761,11 +761,14 @@ async fn a_batch_session_runs_in_its_spares_sandbox_and_leaves_neither_behind() 
     wait_spares(&agent_id, 2).await;
     let spares = sandboxes_of(&agent_id).await;
     let (status, created) = h
-        .create(&h.admin_key, batch("ip -4 -o addr show eth0; sleep 600"))
+        .create(
+            &h.admin_key,
+            batch("ip -4 -o addr show eth0; echo HOST=$(hostname); sleep 600"),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = ids(&created)[0].clone();
-    h.wait_session(&id, |s| s["status"] == "RUNNING").await;
+    let running = h.wait_session(&id, |s| s["status"] == "RUNNING").await;
     let network = network_of(&id).await;
     let sandbox = format!("{network}-sandbox");
     assert!(
@@ -793,6 +796,20 @@ async fn a_batch_session_runs_in_its_spares_sandbox_and_leaves_neither_behind() 
     assert!(
         output.contains(&format!("inet {prefix}.")),
         "{output} on {subnet}"
+    );
+    // The host name recorded is the one it has: the sandbox's.
+    let hostname = running["containers"][0]["hostname"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!hostname.is_empty(), "{running}");
+    let output = wait_for(|| async {
+        let output = logs(&h, &id).await;
+        output.contains("HOST=").then_some(output)
+    })
+    .await;
+    assert!(
+        output.contains(&format!("HOST={hostname}")),
+        "{output}: {running}"
     );
     let (status, _) = h.delete(&h.admin_key, &format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::ACCEPTED);

@@ -179,7 +179,7 @@ async fn remove_leftover_networks(
         let labels = network.labels.unwrap_or_default();
         if labels.contains_key(LABEL_SPARE) {
             if let Some(name) = network.name.as_ref().filter(|n| !ctx.spares.is_held(n)) {
-                super::spares::remove(&ctx.docker, name).await;
+                super::ctx::remove_spare(ctx, name).await;
                 tracing::info!(network = %name, "removed a spare no live session holds");
             }
             continue;

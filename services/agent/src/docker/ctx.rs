@@ -222,18 +222,16 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
 }
 
 /// Removes session `session_id`'s network (its own, or the spare it took, with its sandbox)
-/// once no container is on it. On one engine, the last agent whose kernels leave a cluster's bridge removes it
-/// (the engine refuses while another's are on it). A swarm's overlay may be removed only by
+/// once no container is on it. On one engine, the last agent whose kernels leave a cluster's
+/// bridge removes it (the engine refuses while another's are on it). A swarm's overlay may be removed only by
 /// a manager, which its workers' agents are not: there each agent waits up to 30 s for the
 /// other engines' kernels to leave, so that the main kernel's agent, whose engine made it,
 /// removes it last.
 pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
-    let spare = ctx.spares.release(session_id);
-    if let Some(spare) = &spare {
-        // The sandbox on a spare goes first, its kernel gone (the bridge stays while it is on).
-        remove(ctx, &sandbox_name(spare)).await;
+    if let Some(spare) = ctx.spares.release(session_id) {
+        return remove_spare(ctx, &spare).await;
     }
-    let name = spare.unwrap_or_else(|| network_name(session_id));
+    let name = network_name(session_id);
     for _ in 0..300 {
         match ctx.docker.remove_network(&name).await {
             Err(e) if ctx.swarm && e.to_string().contains("active endpoints") => {
@@ -243,6 +241,13 @@ pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
         }
     }
     tracing::warn!(session = %session_id, "the cluster's overlay network still had kernels after 30 s; left for the next start's sweep");
+}
+
+/// Removes spare `network` ([`super::spares`]): its sandbox first (a bridge with a container
+/// on it stays), then the bridge. Either may be gone already.
+pub(super) async fn remove_spare(ctx: &Ctx, network: &str) {
+    remove(ctx, &sandbox_name(network)).await;
+    let _ = ctx.docker.remove_network(network).await;
 }
 
 /// A container's run as its engine tells it: whether it ever started, and when it ended by

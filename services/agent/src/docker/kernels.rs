@@ -79,8 +79,10 @@ pub(super) async fn create_kernels(
     let spare = ctx.spares.take(id);
     if let Some(spare) = &spare {
         layout.network = spare.network.clone();
-        layout.sandbox = (spare.sandbox && !spec::publishes_ports(state))
-            .then(|| spec::sandbox_name(&spare.network));
+        layout.sandbox = spare
+            .sandbox
+            .clone()
+            .filter(|_| !spec::publishes_ports(state));
     }
     let mut started = create_and_start(
         ctx,
@@ -95,10 +97,10 @@ pub(super) async fn create_kernels(
     // container is on; a sandbox removed by hand): the engine refuses the start, and the
     // session's own network is made instead (its move to CREATING went through already).
     if let (Some(spare), Err(reason)) = (&spare, &started) {
-        if spare_gone(reason, &spare.network) {
+        if spare_gone(reason, &spare.network, spare.sandbox.as_deref()) {
             tracing::info!(session = %id, network = %spare.network, "the spare was gone; making the session's own network");
             ctx.spares.release(id);
-            super::spares::remove(&ctx.docker, &spare.network).await;
+            super::ctx::remove_spare(ctx, &spare.network).await;
             layout.network = spec::network_name(id);
             layout.sandbox = None;
             let go_ahead = std::future::ready(true);
@@ -115,14 +117,14 @@ pub(super) async fn create_kernels(
     started
 }
 
-/// Whether a start failed because spare `network`, or its sandbox, was not there: the engine
-/// names what it did not find (`network berth-… not found`, `No such container:
-/// berth-…-sandbox`), or refuses to join a sandbox that no longer runs (by its id: only a
-/// kernel on a sandbox joins another container's namespace).
-fn spare_gone(reason: &str, network: &str) -> bool {
+/// Whether a start failed because spare `network`, or its sandbox (by its id), was not there:
+/// the engine names what it did not find (`network berth-… not found`, `No such container:
+/// <id>`), or refuses to join a sandbox that no longer runs (only a kernel on a sandbox joins
+/// another container's namespace).
+fn spare_gone(reason: &str, network: &str, sandbox: Option<&str>) -> bool {
     let missing = reason.contains("not found") || reason.contains("No such container");
-    (reason.contains(network) && missing)
-        || reason.contains("cannot join network of a non running container")
+    let named = reason.contains(network) || sandbox.is_some_and(|id| reason.contains(id));
+    (named && missing) || reason.contains("cannot join network of a non running container")
 }
 
 /// [`create_kernels`] on `layout`, its network a `spare` made ahead or not.
@@ -508,7 +510,11 @@ async fn create_containers(
             Ok(answer) => created.push(Created {
                 name,
                 id: answer.id,
-                hostname: config.hostname.clone(),
+                // A kernel in a sandbox's namespace has the sandbox's host name.
+                hostname: config.hostname.clone().or_else(|| {
+                    let sandbox = layout.sandbox.as_deref()?;
+                    sandbox.get(..12).map(str::to_owned)
+                }),
                 publishes_ports: terminal.is_some()
                     || config
                         .host_config
@@ -666,19 +672,19 @@ mod tests {
 
     #[test]
     fn a_start_refused_for_a_spare_or_its_sandbox_not_there_is_told_from_other_failures() {
-        let net = "berth-0f3a";
+        let (net, sandbox) = ("berth-0f3a", Some("c6963412056672d5d748"));
         for reason in [
             "creating the container failed: Docker responded with status code 404: network berth-0f3a not found",
-            "creating the container failed: Docker responded with status code 404: No such container: berth-0f3a-sandbox",
+            "starting the container failed: Docker responded with status code 404: No such container: c6963412056672d5d748",
             "starting the container failed: Docker responded with status code 500: cannot join network of a non running container: c6963412056672d5",
         ] {
-            assert!(spare_gone(reason, net), "{reason}");
+            assert!(spare_gone(reason, net, sandbox), "{reason}");
         }
         for reason in [
             "creating the container failed: Docker responded with status code 404: No such image: busybox:9",
             "creating the container failed: Docker responded with status code 404: network berth-other not found",
         ] {
-            assert!(!spare_gone(reason, net), "{reason}");
+            assert!(!spare_gone(reason, net, sandbox), "{reason}");
         }
     }
 }

@@ -304,7 +304,7 @@ pub(crate) async fn run(
     let removed = async {
         while spare_keeper.join_next().await.is_some() {}
         for spare in &ctx.spares.drain_ready() {
-            spares::remove(&docker, &spare.network).await;
+            ctx::remove_spare(&ctx, &spare.network).await;
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), removed).await;

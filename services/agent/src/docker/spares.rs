@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bollard::container::{Config, CreateContainerOptions, RemoveContainerOptions};
+use bollard::container::{Config, CreateContainerOptions};
 use bollard::image::CreateImageOptions;
 use bollard::models::HostConfig;
 use futures::TryStreamExt;
@@ -37,7 +37,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::ctx::Ctx;
+use super::ctx::{remove_spare, Ctx};
 use super::spec::{network_name, sandbox_name, LABEL_AGENT, RUNTIME_MOUNT};
 
 /// The label that marks a network, and its sandbox, as one of the agent's spares (its value
@@ -48,11 +48,12 @@ pub const LABEL_SPARE: &str = "ai.berth.spare";
 /// one program it runs). Never offered as a session's image ([`super::local_images`]).
 pub const SANDBOX_IMAGE: &str = "berth/sandbox:1";
 
-/// A spare ready: its bridge, and whether a sandbox on it holds a network namespace to join.
+/// A spare ready: its bridge, and the id of the sandbox on it whose network namespace a kernel
+/// may join (its host name is the id's first twelve digits, as the engine names a container).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Spare {
     pub(super) network: String,
-    pub(super) sandbox: bool,
+    pub(super) sandbox: Option<String>,
 }
 
 /// How long the making of one spare may take before it is given up (the engine answering
@@ -93,7 +94,7 @@ impl Spares {
         let mut inner = self.inner.lock().expect("the spares' lock");
         let spare = Spare {
             network,
-            sandbox: false,
+            sandbox: None,
         };
         inner.held.insert(session, spare);
     }
@@ -185,11 +186,8 @@ async fn make_one(ctx: &Ctx) -> Result<Spare, String> {
         let labels = spare_labels(ctx);
         super::kernels::make_bridge(ctx, &network, id, 1, false, labels).await?;
         let sandbox = match &ctx.config.runtime {
-            Some(runtime) => {
-                make_sandbox(ctx, &network, runtime).await?;
-                true
-            }
-            None => false,
+            Some(runtime) => Some(make_sandbox(ctx, &network, runtime).await?),
+            None => None,
         };
         Ok::<_, String>(sandbox)
     };
@@ -197,7 +195,7 @@ async fn make_one(ctx: &Ctx) -> Result<Spare, String> {
         Ok(Ok(sandbox)) => Ok(Spare { network, sandbox }),
         failed => {
             // Made after all (an answer lost, or late): not left behind.
-            remove(&ctx.docker, &network).await;
+            remove_spare(ctx, &network).await;
             Err(match failed {
                 Ok(Err(e)) => e,
                 _ => format!("no answer in {MAKING_BOUND:?}"),
@@ -214,9 +212,13 @@ fn spare_labels(ctx: &Ctx) -> HashMap<String, String> {
     ])
 }
 
-/// Creates and starts the sandbox of spare `network`, from `runtime` mounted; its image
-/// imported first where the engine lacks it.
-async fn make_sandbox(ctx: &Ctx, network: &str, runtime: &std::path::Path) -> Result<(), String> {
+/// Creates and starts the sandbox of spare `network`, from `runtime` mounted, its image
+/// imported first where the engine lacks it; its id.
+async fn make_sandbox(
+    ctx: &Ctx,
+    network: &str,
+    runtime: &std::path::Path,
+) -> Result<String, String> {
     let name = sandbox_name(network);
     let config = sandbox_config(network, runtime, spare_labels(ctx));
     let options = || {
@@ -226,24 +228,23 @@ async fn make_sandbox(ctx: &Ctx, network: &str, runtime: &std::path::Path) -> Re
         })
     };
     let created = ctx.docker.create_container(options(), config.clone()).await;
-    match created {
+    let created = match created {
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => {
             import_sandbox_image(&ctx.docker).await?;
-            ctx.docker
-                .create_container(options(), config)
-                .await
-                .map_err(|e| format!("creating the sandbox failed: {e}"))?;
+            ctx.docker.create_container(options(), config).await
         }
-        created => {
-            created.map_err(|e| format!("creating the sandbox failed: {e}"))?;
-        }
-    }
+        created => created,
+    };
+    let id = created
+        .map_err(|e| format!("creating the sandbox failed: {e}"))?
+        .id;
     ctx.docker
         .start_container::<String>(&name, None)
         .await
-        .map_err(|e| format!("starting the sandbox failed: {e}"))
+        .map_err(|e| format!("starting the sandbox failed: {e}"))?;
+    Ok(id)
 }
 
 /// The sandbox of spare `network`: the runtime's `sleep`, run by the runtime's loader, as
@@ -297,20 +298,6 @@ async fn import_sandbox_image(docker: &bollard::Docker) -> Result<(), String> {
         .map_err(|e| format!("importing the sandbox's image failed: {e}"))
 }
 
-/// Removes spare `network`: its sandbox first (a bridge with a container on it stays), then
-/// the bridge. Either may be gone already.
-pub(super) async fn remove(docker: &bollard::Docker, network: &str) {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
-    let _ = docker
-        .remove_container(&sandbox_name(network), Some(options))
-        .await;
-    let _ = docker.remove_network(network).await;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,7 +305,7 @@ mod tests {
     fn spare(network: &str) -> Option<Spare> {
         Some(Spare {
             network: network.into(),
-            sandbox: true,
+            sandbox: Some("0f3a5c7e9b1d0f3a5c7e9b1d".into()),
         })
     }
 

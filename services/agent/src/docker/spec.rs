@@ -40,8 +40,9 @@ pub struct Layout {
     pub local_rank: Vec<u32>,
     /// Whether the kernels are on more than one agent.
     pub spans_agents: bool,
-    /// The container whose network namespace a single kernel joins instead of an endpoint
-    /// of its own on `network` (a spare's sandbox, [`super::spares`]); `None` for the rest.
+    /// The container (by its id) whose network namespace a single kernel joins instead of
+    /// an endpoint of its own on `network` (a spare's sandbox, [`super::spares`]); `None` for
+    /// the rest.
     pub sandbox: Option<String>,
 }
 
