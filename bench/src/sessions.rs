@@ -995,7 +995,7 @@ pub async fn start(
         let (pool, docker, agent_id) = (pool.clone(), docker.clone(), agent_id.clone());
         async move {
             wait_ended(&pool, &ids).await?;
-            wait_containers_gone(&docker, &agent_id, spare_networks).await
+            wait_containers_gone(&docker, &agent_id, spare_networks, sandboxes).await
         }
     };
     let end_all = |ids: Vec<Uuid>| {
@@ -1009,7 +1009,7 @@ pub async fn start(
     };
 
     // The agent's spares ready before the first start, as before every later one.
-    wait_containers_gone(&docker, &agent_id, spare_networks).await?;
+    wait_containers_gone(&docker, &agent_id, spare_networks, sandboxes).await?;
     // One at a time: berth, then plain `docker run -d`, then the Engine API's bare create
     // and start of the same container, in turn.
     let mut berth_times = Vec::new();
@@ -1435,7 +1435,8 @@ pub async fn start_cluster(
             // Each start on quiet engines: the cluster's kernels and network gone first.
             wait_ended(&pool, &ids).await?;
             for (engine, (id, _)) in pair.iter().zip(&agents) {
-                wait_containers_gone(&engine.docker, id, engine.spare_networks).await?;
+                let sandboxes = engine.runtime.is_some();
+                wait_containers_gone(&engine.docker, id, engine.spare_networks, sandboxes).await?;
             }
         }
         for (_, agent) in agents {
@@ -1551,25 +1552,23 @@ fn steps_reached(steps: &[[Option<f64>; 5]], at: impl Fn(&[f64]) -> f64) -> Stri
 }
 
 /// Until agent `agent_id` has no container left on `docker`, nor a session's network, and
-/// its `spares` bridges made ahead are made again.
+/// its `spares` bridges made ahead are made again, each with its sandbox running where
+/// `sandboxes`.
 async fn wait_containers_gone(
     docker: &bollard::Docker,
     agent_id: &str,
     spares: usize,
+    sandboxes: bool,
 ) -> anyhow::Result<()> {
-    let label = || {
-        HashMap::from([(
-            "label".to_string(),
-            vec![format!("ai.berth.agent={agent_id}")],
-        )])
+    // The agent's, with every one of `more` labels too.
+    let label = |more: &[&str]| {
+        let mut labels = vec![format!("ai.berth.agent={agent_id}")];
+        labels.extend(more.iter().map(|l| l.to_string()));
+        HashMap::from([("label".to_string(), labels)])
     };
     loop {
         // The sessions' containers (the spares' sandboxes stay).
-        let mut filters = label();
-        filters
-            .entry("label".to_string())
-            .or_default()
-            .push("ai.berth.session".to_string());
+        let filters = label(&["ai.berth.session"]);
         let options = bollard::container::ListContainersOptions::<String> {
             all: true,
             filters,
@@ -1583,11 +1582,13 @@ async fn wait_containers_gone(
     // Then the sessions' own networks, which the agent removes after their containers, and
     // the spares (bridge and sandbox) it makes again (as many as its fence keeps, and no
     // more: a spare a session used is removed with it): the engine's making or removal of a
-    // bridge or a sandbox would otherwise run beside the next start measured. A spare the engine did not make is not
-    // waited for past a bound.
+    // bridge or a sandbox would otherwise run beside the next start measured. A spare the
+    // engine did not make is not waited for past a bound.
     let bound = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let options = bollard::network::ListNetworksOptions { filters: label() };
+        let options = bollard::network::ListNetworksOptions {
+            filters: label(&[]),
+        };
         let networks = docker.list_networks(Some(options)).await?;
         let sessions = networks
             .iter()
@@ -1597,19 +1598,15 @@ async fn wait_containers_gone(
                     .is_some_and(|l| l.contains_key("ai.berth.session"))
             })
             .count();
-        // And the sandbox on each spare running (the agent lends its runtime).
-        let mut filters = label();
-        filters
-            .entry("label".to_string())
-            .or_default()
-            .push("ai.berth.spare".to_string());
+        // And the sandbox on each spare running, where the agent lends its runtime.
+        let mut filters = label(&["ai.berth.spare"]);
         filters.insert("status".to_string(), vec!["running".to_string()]);
         let options = bollard::container::ListContainersOptions::<String> {
             filters,
             ..Default::default()
         };
-        let sandboxes = docker.list_containers(Some(options)).await?.len();
-        let ready = networks.len() == spares && sandboxes == spares;
+        let running = docker.list_containers(Some(options)).await?.len();
+        let ready = networks.len() == spares && running == if sandboxes { spares } else { 0 };
         if sessions == 0 && (ready || tokio::time::Instant::now() > bound) {
             return Ok(());
         }

@@ -223,10 +223,10 @@ pub(super) async fn cleanup(ctx: &Ctx, session_id: Uuid, _created: &[String], si
 
 /// Removes session `session_id`'s network (its own, or the spare it took, with its sandbox)
 /// once no container is on it. On one engine, the last agent whose kernels leave a cluster's
-/// bridge removes it (the engine refuses while another's are on it). A swarm's overlay may be removed only by
-/// a manager, which its workers' agents are not: there each agent waits up to 30 s for the
-/// other engines' kernels to leave, so that the main kernel's agent, whose engine made it,
-/// removes it last.
+/// bridge removes it (the engine refuses while another's are on it). A swarm's overlay may be
+/// removed only by a manager, which its workers' agents are not: there each agent waits up to
+/// 30 s for the other engines' kernels to leave, so that the main kernel's agent, whose engine
+/// made it, removes it last.
 pub(super) async fn remove_network(ctx: &Ctx, session_id: Uuid) {
     if let Some(spare) = ctx.spares.release(session_id) {
         return remove_spare(ctx, &spare).await;

@@ -80,12 +80,12 @@ impl Spares {
     /// start), else a ready one, now held by it. `None`: none is ready.
     pub(super) fn take(&self, session: Uuid) -> Option<Spare> {
         let mut inner = self.inner.lock().expect("the spares' lock");
-        if let Some(name) = inner.held.get(&session) {
-            return Some(name.clone());
+        if let Some(spare) = inner.held.get(&session) {
+            return Some(spare.clone());
         }
-        let name = inner.ready.pop()?;
-        inner.held.insert(session, name.clone());
-        Some(name)
+        let spare = inner.ready.pop()?;
+        inner.held.insert(session, spare.clone());
+        Some(spare)
     }
 
     /// Records that `session` runs on spare `network` (an adopted session's, from its label;

@@ -143,9 +143,15 @@ pub fn layout(state: &SessionState, agent_id: &str) -> Layout {
 /// Whether `state`'s main kernel publishes ports (its image's apps, the preopen ports), which
 /// only a container with a network endpoint of its own can.
 pub fn publishes_ports(state: &SessionState) -> bool {
+    !published_ports(state).is_empty()
+}
+
+/// The ports `state`'s main kernel publishes: its image's apps, the preopen ports, and SSH's
+/// for an interactive session.
+fn published_ports(state: &SessionState) -> Vec<u16> {
     let request = &state.request;
     let interactive = request.session_type.is_attended();
-    !domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive).is_empty()
+    domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive)
 }
 
 /// The port berth names to a cluster's frameworks as the main kernel's (`MASTER_PORT`, and
@@ -302,9 +308,7 @@ pub fn kernel_config(
     }
     // The image's app ports and the preopen ports are published on the main kernel, each on
     // a free port of the host at `publish_address` alone: berth's proxy is the only door.
-    let interactive = request.session_type.is_attended();
-    let published =
-        domain::apps::published_ports(&request.apps, &request.preopen_ports, interactive);
+    let published = published_ports(state);
     let ports = || published.iter().map(|p| format!("{p}/tcp"));
     let exposed: HashMap<String, HashMap<(), ()>> = ports().map(|p| (p, HashMap::new())).collect();
     let bindings: HashMap<String, Option<Vec<PortBinding>>> = ports()
@@ -849,17 +853,14 @@ mod tests {
         assert!(!publishes_ports(&state));
         let mut layout = layout(&state, "a1");
         layout.network = "berth-spare".into();
-        layout.sandbox = Some(sandbox_name(&layout.network));
+        layout.sandbox = Some("0f3a5c7e9b1d".into());
         let config = kernel_config(&state, "a1", &layout, 0, &[], &no_gpu(), "127.0.0.1");
         assert_eq!(config.hostname, None);
         assert!(config.networking_config.is_none());
         assert_eq!(config.exposed_ports, None);
         assert_eq!(config.labels.unwrap()[LABEL_NETWORK], "berth-spare");
         let host = config.host_config.unwrap();
-        assert_eq!(
-            host.network_mode.as_deref(),
-            Some("container:berth-spare-sandbox")
-        );
+        assert_eq!(host.network_mode.as_deref(), Some("container:0f3a5c7e9b1d"));
         assert_eq!(host.port_bindings, None);
 
         // One whose image has an app publishes its port: it needs an endpoint of its own.
