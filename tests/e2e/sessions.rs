@@ -386,7 +386,13 @@ async fn sessions_beyond_capacity_queue_and_start_as_capacity_frees() {
 /// launcher: more than the scheduler can place.
 async fn forty_sessions_for_twelve_cores() -> Harness {
     let h = start().await;
-    for a in ["a1", "a2", "a3"] {
+    forty_sessions_on(&h, &["a1", "a2", "a3"]).await;
+    h
+}
+
+/// Agents of four cores named `agents`, and forty one-core sessions asked for at once.
+async fn forty_sessions_on(h: &Harness, agents: &[&str]) {
+    for a in agents {
         h.agent(a, "default", 4).await;
     }
     let admin = {
@@ -401,7 +407,6 @@ async fn forty_sessions_for_twelve_cores() -> Harness {
     launcher::launch::launch(&h.pool, &admin, request)
         .await
         .unwrap();
-    h
 }
 
 /// Sessions placed, per agent, by the `SessionScheduled` events in the log.
@@ -561,6 +566,68 @@ async fn schedulers_that_ignore_the_lock_are_held_back_by_the_ledgers_reserve() 
     for (agent, cpu) in &placed {
         assert!(*cpu <= 4_000, "{agent} got {cpu} milli-cores in the log");
     }
+    let replay = events::ledger::replay(&h.pool).await.unwrap();
+    assert!(replay.equal(), "{:?}", replay.differences);
+}
+
+/// A pass of more decisions than one statement takes is recorded in transactions side by
+/// side, cut along the agents: every session is placed by the one pass, in more than one
+/// transaction, no agent reserved on by two of them, none over-committed, and the ledger
+/// still the log's fold. Fails if the parts are cut otherwise (an agent in two) or a part's
+/// decisions are lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_pass_is_recorded_in_parts_that_share_no_agent() {
+    let parts = berth::app::Parts {
+        scheduler: false,
+        ..berth::app::Parts::ALL
+    };
+    let h = start_parts(test_config(), parts).await;
+    forty_sessions_on(&h, &["a1", "a2", "a3", "a4", "a5", "a6"]).await;
+    let config = SchedulerConfig {
+        record_batch: 4,
+        record_parts: 2,
+        ..SchedulerConfig::new(Duration::from_secs(1))
+    };
+    let pass = Scheduler::new(h.pool.clone(), config).pass().await.unwrap();
+    assert_eq!(pass.placed, 24, "{pass:?}");
+
+    let client = h.pool.get().await.unwrap();
+    let rows = client
+        .query(
+            "SELECT tx_id::text, k->>'agent_id', count(*)
+             FROM events, jsonb_array_elements(payload->'kernels') k
+             WHERE event_type = 'SessionScheduled' GROUP BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut tx_of_agent = std::collections::HashMap::new();
+    let mut txs = std::collections::HashSet::new();
+    let mut placed = 0;
+    for row in &rows {
+        let (tx, agent, count): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!(
+            tx_of_agent.insert(agent.clone(), tx.clone()),
+            None,
+            "{agent} reserved on by two transactions: {rows:?}"
+        );
+        txs.insert(tx);
+        placed += count;
+    }
+    assert_eq!(placed, 24);
+    assert!(
+        txs.len() >= 2,
+        "one transaction recorded the pass: {rows:?}"
+    );
+    let over: i64 = client
+        .query_one(
+            "SELECT count(*) FROM ledger.agents WHERE used_cpu_milli <> cpu_milli",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(over, 0, "every agent full, none over");
     let replay = events::ledger::replay(&h.pool).await.unwrap();
     assert!(replay.equal(), "{:?}", replay.differences);
 }

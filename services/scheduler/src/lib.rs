@@ -9,6 +9,7 @@
 //!   priorities, the starvation bound), with the figures that set it.
 //! - [`free_index`]: agents ordered by what they have free, so choosing one is not a scan.
 //! - [`run`]: the I/O around it: load a group's snapshot from the ledger, decide, record.
+//! - [`parts`]: a large pass's decisions cut along their agents, to be recorded side by side.
 //! - [`wake`]: the events on NATS that wake the scheduler.
 //! - [`reconcile`]: deadlines for every intermediate status, lost agents.
 //! - [`whatif`]: what-if replays: a recorded workload run through another policy in
@@ -21,6 +22,7 @@ pub mod core;
 pub mod db;
 pub mod fair_share;
 pub mod free_index;
+pub mod parts;
 pub mod policy;
 pub mod reconcile;
 pub mod run;

@@ -1,10 +1,14 @@
 //! The scheduler's I/O: one pass loads each resource group's snapshot from the ledger,
-//! lets [`crate::core::plan`] decide, and records the decisions, all in one transaction.
+//! lets [`crate::core::plan`] decide, and records the decisions: in the pass's own
+//! transaction, or, for a pass of thousands, in a few transactions side by side, cut along
+//! the agents they reserve on ([`crate::parts`]), so that PostgreSQL writes them on more than
+//! one core.
 //!
-//! Passes of all scheduler processes are serialised by a transaction advisory lock, so a
-//! second scheduler waits rather than deciding on the same free resources; and the ledger's
-//! conditional reserve refuses any placement an agent cannot hold, so even a scheduler that
-//! ignored the lock could not over-commit (its whole pass would roll back).
+//! Passes of all scheduler processes are serialised by a transaction advisory lock, held by
+//! the pass's own transaction until its parts have committed, so a second scheduler waits
+//! rather than deciding on the same free resources; and the ledger's conditional reserve
+//! refuses any placement an agent cannot hold, so even a scheduler that ignored the lock
+//! could not over-commit (the transaction holding that placement would roll back).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -57,6 +61,9 @@ pub struct SchedulerConfig {
     pub batch: i64,
     /// Most decisions recorded by one statement of each kind (`ledger::record_many`).
     pub record_batch: usize,
+    /// Most transactions a pass of more than `record_batch` decisions is recorded in side by
+    /// side, each on a connection of its own from the pool (1: all in the pass's own).
+    pub record_parts: usize,
     /// Whether passes take turns with every other scheduler's (the advisory lock). Always on
     /// in service; off, a pass that decided on resources another pass took meanwhile is
     /// refused whole by the ledger's conditional reserve, which a test shows.
@@ -74,6 +81,9 @@ impl SchedulerConfig {
             interval,
             batch: 5_000,
             record_batch: 250,
+            // PostgreSQL writes a transaction's statements on one core: two parts keep two
+            // busy (docs/performance.md, "A pass recorded side by side").
+            record_parts: 2,
             exclusive: true,
             silent_after: events::aggregate::SILENT_AFTER,
         }
@@ -106,7 +116,7 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         PASS_FAILURES,
-        "Scheduler passes that failed (PostgreSQL away, a decision refused by the ledger) and were rolled back"
+        "Scheduler passes that failed (PostgreSQL away, a decision refused by the ledger) and were rolled back (a large pass: the part that failed; its other parts stand)"
     );
     metrics::describe_counter!(
         DECISIONS,
@@ -213,24 +223,40 @@ impl Scheduler {
             if let Some(row) = first_row {
                 row.read = seen;
             }
-            // Every decision of the group, a slice at a time so that no statement grows
-            // without bound; the slices' statements pipelined on the pass's connection, so
-            // that the next slice's events are built and sent while PostgreSQL writes one.
-            // The first to fail aborts the pass's transaction (the others fail as its echo).
-            let written = futures::future::join_all(
-                recordings
-                    .chunks(self.config.record_batch)
-                    .map(|slice| ledger::record_many(&tx, slice)),
-            )
-            .await;
-            if let Some(cause) = LedgerError::cause(written.into_iter().filter_map(Result::err)) {
-                return Err(cause.into());
-            }
+            self.record(&tx, recordings).await?;
         }
         total.fits_told = self.fire_fit_watches(&tx).await?;
         events::activity::commit(tx).await?;
         self.last_free.extend(free_after);
         Ok(total)
+    }
+
+    /// Records a group's decisions. Up to `record_batch` of them go into the pass's own
+    /// transaction. More are cut along their agents into up to `record_parts` parts, each
+    /// recorded in a transaction of its own on a connection of its own, all at once; the
+    /// decisions that would join two parts follow in the pass's own transaction once the
+    /// parts have committed. Each part is all or nothing: one refused (a session that moved
+    /// on meanwhile, an agent found full) rolls back alone, and its sessions are decided again
+    /// by the next pass; the others' decisions stand, each sound on its own.
+    async fn record(
+        &self,
+        tx: &Transaction<'_>,
+        recordings: Vec<Recording>,
+    ) -> Result<(), SchedulerError> {
+        let batch = self.config.record_batch.max(1);
+        if recordings.len() <= batch || self.config.record_parts <= 1 {
+            return record_slices(tx, &recordings, batch).await;
+        }
+        let split = crate::parts::split_by_agent(recordings, self.config.record_parts);
+        let parts = futures::future::join_all(
+            split
+                .parts
+                .iter()
+                .map(|part| record_part(&self.pool, part, batch)),
+        )
+        .await;
+        parts.into_iter().collect::<Result<(), _>>()?;
+        record_slices(tx, &split.across, batch).await
     }
 
     /// Tells the owner of each watched shape that would be placed at once now that it fits
@@ -470,6 +496,40 @@ async fn first_wait_estimates(
             (session_id, event)
         })
         .collect())
+}
+
+/// Records `recordings` in `tx`, a slice of `batch` at a time so that no statement grows
+/// without bound; the slices' statements pipelined on the connection, so that the next
+/// slice's events are built and sent while PostgreSQL writes one. The first to fail aborts
+/// the transaction (the others fail as its echo).
+async fn record_slices(
+    tx: &Transaction<'_>,
+    recordings: &[Recording],
+    batch: usize,
+) -> Result<(), SchedulerError> {
+    let written = futures::future::join_all(
+        recordings
+            .chunks(batch)
+            .map(|slice| ledger::record_many(tx, slice)),
+    )
+    .await;
+    match LedgerError::cause(written.into_iter().filter_map(Result::err)) {
+        Some(cause) => Err(cause.into()),
+        None => Ok(()),
+    }
+}
+
+/// Records one part of a pass in a transaction of its own, on a connection of its own.
+async fn record_part(
+    pool: &Pool,
+    recordings: &[Recording],
+    batch: usize,
+) -> Result<(), SchedulerError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    record_slices(&tx, recordings, batch).await?;
+    events::activity::commit(tx).await?;
+    Ok(())
 }
 
 /// `group`'s snapshot around `queue`: its agents, the loads of the queue's owners (and of
