@@ -368,11 +368,13 @@ async fn a_batch_session_sees_its_limits_environment_and_exit_code() {
     assert!(output.contains("268435456"), "256 MiB: {output}");
     assert!(output.contains("FOO=bar OMP=2"), "{output}");
     // Described from its creation, not inspected after its start (it publishes no port):
-    // the host name the container has is the one recorded.
+    // the host name the container has is the one recorded. It is a container's short id:
+    // the kernel's own, or its spare sandbox's where one was ready when the session came
+    // (a race the test leaves open; the sandbox's case has a test of its own).
     let container = &detail.containers[0];
     let hostname = container.hostname.as_deref().unwrap_or_default();
     assert!(
-        !hostname.is_empty() && container.container_id.starts_with(hostname),
+        hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
         "{container:?}"
     );
     assert!(output.contains(&format!("HOST={hostname}")), "{output}");
