@@ -2,7 +2,9 @@
 //! appends paced at a fixed rate, on a log of any size: the backlog written before the relay
 //! starts is its catch-up, timed apart, and only the paced events are measured. An event's
 //! commit is the moment its writer saw the append's transaction committed; the latency from
-//! the row's insert (its `recorded_at`, before the commit's flush) is printed beside it.
+//! the row's insert (its `recorded_at`, before the commit's flush) is printed beside it. The
+//! latency is cut where JetStream stored each event (its own stored time), into the relay's
+//! share and the bus's, and the run's 100 ms windows that hold its slowest hundredth counted.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -97,7 +99,7 @@ pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::R
     let mut messages = consumer.messages().await?;
     // The backlog first: the relay republishes the log from its start.
     for _ in 0..written {
-        let (event, _) = next_event(&mut messages).await?;
+        let event = next_event(&mut messages).await?.event;
         anyhow::ensure!(
             event.category() == BACKLOG,
             "a measured event came before the backlog's end"
@@ -116,32 +118,17 @@ pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::R
             paced_appends(&store, "agent", rate, per_append, total, Some(commits)).await
         })
     };
-    let mut from_insert = Vec::with_capacity(total as usize);
-    let mut delivered = Vec::with_capacity(total as usize);
+    let mut measured = Vec::with_capacity(total as usize);
     let bench_start = chrono::Utc::now();
     for _ in 0..total {
-        let (event, now) = next_event(&mut messages).await?;
-        if event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
-            from_insert.push(
-                (now - event.recorded_at)
-                    .num_microseconds()
-                    .unwrap_or(i64::MAX),
-            );
-            delivered.push((event.event_id, Instant::now()));
+        let delivery = next_event(&mut messages).await?;
+        if delivery.event.recorded_at - bench_start > chrono::Duration::from_std(warmup)? {
+            measured.push(delivery);
         }
     }
     let append_time = appender.await??;
-    // An event can reach the consumer before its writer hears of the commit: no wait, then.
-    let mut from_commit = {
-        let commits = commits.lock().expect("no writer panicked");
-        delivered
-            .iter()
-            .map(|(id, at)| {
-                let committed = commits.get(id).copied().unwrap_or(*at);
-                at.saturating_duration_since(committed).as_micros() as i64
-            })
-            .collect::<Vec<_>>()
-    };
+    let commits = std::mem::take(&mut *commits.lock().expect("no writer panicked"));
+    let shares = Shares::of(&measured, &commits);
     relay.finish().await?;
     if written > 0 {
         println!(
@@ -150,25 +137,130 @@ pub async fn relay_bench(config: &Config, url: &str, run: RelayRun) -> anyhow::R
             written as f64 / catch_up.as_secs_f64()
         );
     }
-    anyhow::ensure!(!from_insert.is_empty(), "no event after the warm-up");
+    anyhow::ensure!(!measured.is_empty(), "no event after the warm-up");
     println!(
         "berth bench relay: {total} events at {}/s offered in appends of {} ({:.0}/s achieved), {} measured after a {}s warm-up",
         run.rate,
         run.per_append,
         total as f64 / append_time.as_secs_f64(),
-        from_insert.len(),
+        measured.len(),
         warmup.as_secs()
     );
-    print_latency("commit-to-delivery latency", &mut from_commit);
-    print_latency(
-        "insert-to-delivery latency (the row's recorded_at, before its commit)",
-        &mut from_insert,
-    );
+    shares.print();
     Ok(())
 }
 
-/// When each paced event's append was seen committed by its writer, by event id.
-pub(crate) type Commits = Arc<Mutex<HashMap<uuid::Uuid, Instant>>>;
+/// One measured event as its consumer received it.
+struct Delivery {
+    event: events::RecordedEvent,
+    /// When JetStream stored it (the server's clock, on this host).
+    stored: chrono::DateTime<chrono::Utc>,
+    received: chrono::DateTime<chrono::Utc>,
+}
+
+/// The measured events' latencies in microseconds: from the commit to the consumer, cut where
+/// JetStream stored each event, so that a tail is seen to lie in the relay (the horizon, its
+/// read and its publish) or in the bus (the store's write and the delivery to the consumer);
+/// and from the row's insert, before its commit.
+struct Shares {
+    from_commit: Vec<i64>,
+    relay: Vec<i64>,
+    bus: Vec<i64>,
+    from_insert: Vec<i64>,
+    /// Each event's commit, in microseconds from the first measured one's: where in the run
+    /// the slowest events lie.
+    committed_at: Vec<i64>,
+}
+
+/// The spans of time the slowest hundredth of the events is counted in.
+const WINDOW_MICROS: i64 = 100_000;
+
+impl Shares {
+    /// An event can reach the consumer before its writer hears of the commit: no wait, then.
+    fn of(
+        measured: &[Delivery],
+        commits: &HashMap<uuid::Uuid, chrono::DateTime<chrono::Utc>>,
+    ) -> Shares {
+        let micros = |later: chrono::DateTime<chrono::Utc>,
+                      earlier: chrono::DateTime<chrono::Utc>| {
+            (later - earlier)
+                .num_microseconds()
+                .unwrap_or(i64::MAX)
+                .max(0)
+        };
+        let mut shares = Shares {
+            from_commit: Vec::with_capacity(measured.len()),
+            relay: Vec::with_capacity(measured.len()),
+            bus: Vec::with_capacity(measured.len()),
+            from_insert: Vec::with_capacity(measured.len()),
+            committed_at: Vec::with_capacity(measured.len()),
+        };
+        let first = measured
+            .iter()
+            .filter_map(|d| commits.get(&d.event.event_id))
+            .min()
+            .copied()
+            .unwrap_or_else(chrono::Utc::now);
+        for d in measured {
+            let committed = commits
+                .get(&d.event.event_id)
+                .copied()
+                .unwrap_or(d.received)
+                .min(d.received);
+            shares.from_commit.push(micros(d.received, committed));
+            shares.committed_at.push(micros(committed, first));
+            shares.relay.push(micros(d.stored, committed));
+            shares.bus.push(micros(d.received, d.stored.max(committed)));
+            shares
+                .from_insert
+                .push(micros(d.received, d.event.recorded_at));
+        }
+        shares
+    }
+
+    /// In how many of the run's 100 ms windows (by commit) the events slower than the 99th
+    /// percentile came, and how many windows there were: a few windows say the tail is the
+    /// machine stalling now and then, most of them a cost every event pays.
+    fn slowest_windows(&self) -> (usize, i64) {
+        let mut sorted = self.from_commit.clone();
+        sorted.sort_unstable();
+        let p99 = sorted[((sorted.len() - 1) as f64 * 0.99) as usize];
+        let slow: std::collections::HashSet<i64> = self
+            .from_commit
+            .iter()
+            .zip(&self.committed_at)
+            .filter(|(latency, _)| **latency > p99)
+            .map(|(_, at)| at / WINDOW_MICROS)
+            .collect();
+        let windows = self.committed_at.iter().max().copied().unwrap_or(0) / WINDOW_MICROS + 1;
+        (slow.len(), windows)
+    }
+
+    fn print(mut self) {
+        let (slow, windows) = self.slowest_windows();
+        print_latency("commit-to-delivery latency", &mut self.from_commit);
+        println!(
+            "  the events slower than its p99 came in {slow} of the run's {windows} windows of {} ms",
+            WINDOW_MICROS / 1000
+        );
+        print_latency(
+            "  of it the relay's share, commit to stored in JetStream (the horizon, the read, the publish)",
+            &mut self.relay,
+        );
+        print_latency(
+            "  of it the bus's share, stored in JetStream to the consumer",
+            &mut self.bus,
+        );
+        print_latency(
+            "insert-to-delivery latency (the row's recorded_at, before its commit)",
+            &mut self.from_insert,
+        );
+    }
+}
+
+/// When each paced event's append was seen committed by its writer, by event id (the wall
+/// clock, which JetStream's stored times are read against).
+pub(crate) type Commits = Arc<Mutex<HashMap<uuid::Uuid, chrono::DateTime<chrono::Utc>>>>;
 
 /// Prints `micros`' p50, p90, p99 and max in milliseconds.
 fn print_latency(what: &str, micros: &mut [i64]) {
@@ -183,10 +275,8 @@ fn print_latency(what: &str, micros: &mut [i64]) {
     );
 }
 
-/// The next event the consumer receives, and when.
-async fn next_event<S, E>(
-    messages: &mut S,
-) -> anyhow::Result<(events::RecordedEvent, chrono::DateTime<chrono::Utc>)>
+/// The next event the consumer receives, when JetStream stored it and when it came.
+async fn next_event<S, E>(messages: &mut S) -> anyhow::Result<Delivery>
 where
     S: futures::Stream<Item = Result<async_nats::jetstream::Message, E>> + Unpin,
     E: std::error::Error + Send + Sync + 'static,
@@ -195,8 +285,19 @@ where
         .await
         .context("no delivery for 30 s")?
         .context("consumer ended")??;
+    let received = chrono::Utc::now();
     let event: events::RecordedEvent = serde_json::from_slice(&message.payload)?;
-    Ok((event, chrono::Utc::now()))
+    let published = message
+        .info()
+        .map_err(|e| anyhow::anyhow!("a JetStream message without its info: {e}"))?
+        .published
+        .unix_timestamp_nanos();
+    let stored = chrono::DateTime::from_timestamp_nanos(i64::try_from(published)?);
+    Ok(Delivery {
+        event,
+        stored,
+        received,
+    })
 }
 
 /// Writes `events` sample events to the log, 1,000 to an append, under the backlog's
@@ -256,7 +357,7 @@ pub(crate) async fn paced_appends(
                         Err(store::StoreError::Conflict { .. }) => continue,
                         done => {
                             if let (Ok(_), Some(commits)) = (&done, commits) {
-                                let now = Instant::now();
+                                let now = chrono::Utc::now();
                                 let mut commits = commits.lock().expect("no writer panicked");
                                 commits.extend(proposed.iter().map(|e| (e.event_id, now)));
                             }

@@ -69,7 +69,7 @@ fn seal() {
 
 #[test]
 fn relay() {
-    bench(&[
+    let printed = bench(&[
         "relay",
         "--rate",
         "200",
@@ -78,6 +78,9 @@ fn relay() {
         "--backlog",
         "500",
     ]);
+    for share in ["the relay's share", "the bus's share", "windows of 100 ms"] {
+        assert!(printed.contains(share), "{printed}");
+    }
 }
 
 #[test]
