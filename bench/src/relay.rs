@@ -18,6 +18,7 @@ use events::store::{self, EventStore, ExpectedVersion, ProposedEvent};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::sessions::percentile;
 use crate::store::sample_event;
 
 /// A relay of a bench's own, publishing to a JetStream stream and under subjects named after
@@ -224,7 +225,7 @@ impl Shares {
     fn slowest_windows(&self) -> (usize, i64) {
         let mut sorted = self.from_commit.clone();
         sorted.sort_unstable();
-        let p99 = sorted[((sorted.len() - 1) as f64 * 0.99) as usize];
+        let p99 = percentile(&sorted, 0.99);
         let slow: std::collections::HashSet<i64> = self
             .from_commit
             .iter()
@@ -265,7 +266,7 @@ pub(crate) type Commits = Arc<Mutex<HashMap<uuid::Uuid, chrono::DateTime<chrono:
 /// Prints `micros`' p50, p90, p99 and max in milliseconds.
 fn print_latency(what: &str, micros: &mut [i64]) {
     micros.sort_unstable();
-    let pct = |p: f64| micros[((micros.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    let pct = |q: f64| percentile(micros, q) as f64 / 1000.0;
     println!(
         "{what}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         pct(0.50),
